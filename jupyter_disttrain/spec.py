@@ -1,0 +1,138 @@
+"""JobSpec: the neutral description of a distributed job.
+
+Pure: no I/O, no backend types. Every backend turns a :class:`JobSpec` into
+its own launch request; the magics and the command line build one from user
+input through :func:`validate`, which raises :class:`SpecError` with a message
+that names the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Framework = Literal["pytorch", "tensorflow"]
+DistBackend = Literal["auto", "gloo", "nccl"]
+
+FRAMEWORKS: tuple[str, ...] = ("pytorch", "tensorflow")
+DIST_BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl")
+BACKENDS: tuple[str, ...] = ("local", "kubernetes")
+
+#: A job name becomes a directory name here and a DNS-1035 label on Kubernetes.
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_NODES = 1024
+MAX_NPROC = 256
+
+
+class SpecError(ValueError):
+    """A job description that cannot run; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run and at what scale, independent of where it runs.
+
+    ``nodes`` x ``nproc`` workers run the same payload. ``env`` is added to
+    every worker's environment. ``timeout`` (seconds, ``None`` for none)
+    bounds the whole job. ``options`` carries backend-specific settings
+    (image, resources, ...) as plain strings so the spec stays neutral.
+    """
+
+    name: str
+    nodes: int = 1
+    nproc: int = 1
+    backend: str = "local"
+    framework: Framework = "pytorch"
+    dist_backend: DistBackend = "auto"
+    env: tuple[tuple[str, str], ...] = ()
+    timeout: float | None = None
+    max_restarts: int = 0
+    checkpoint_dir: str | None = None
+    resume: str | None = None
+    options: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def world_size(self) -> int:
+        """Total number of worker processes."""
+        return self.nodes * self.nproc
+
+    def env_dict(self) -> dict[str, str]:
+        """The user's extra environment as a dict."""
+        return dict(self.env)
+
+    def with_(self, **changes: object) -> JobSpec:
+        """A copy with ``changes`` applied and validated."""
+        return validate(replace(self, **changes))  # type: ignore[arg-type]
+
+
+def parse_env(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Parse ``K=V`` strings; raise :class:`SpecError` on a malformed item."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SpecError(f"--env {item!r} has no '='; write it as KEY=VALUE, e.g. --env LR=0.1")
+        if not ENV_KEY_RE.match(key):
+            raise SpecError(
+                f"--env key {key!r} is not a valid environment variable name; "
+                "use letters, digits and underscores, not starting with a digit"
+            )
+        out.append((key, value))
+    return tuple(out)
+
+
+def validate(spec: JobSpec) -> JobSpec:
+    """Return ``spec`` unchanged if it can run; raise :class:`SpecError` otherwise."""
+    if not NAME_RE.match(spec.name):
+        raise SpecError(
+            f"job name {spec.name!r} is not allowed; use 1-40 lowercase letters, digits "
+            "and '-', starting with a letter and not ending with '-' (e.g. --name mnist-ddp)"
+        )
+    if not 1 <= spec.nodes <= MAX_NODES:
+        raise SpecError(f"--nodes must be between 1 and {MAX_NODES}, got {spec.nodes}")
+    if not 1 <= spec.nproc <= MAX_NPROC:
+        raise SpecError(f"--nproc must be between 1 and {MAX_NPROC}, got {spec.nproc}")
+    if spec.backend not in BACKENDS:
+        raise SpecError(
+            f"unknown --backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}"
+        )
+    if spec.framework not in FRAMEWORKS:
+        raise SpecError(
+            f"unknown --framework {spec.framework!r}; choose one of: {', '.join(FRAMEWORKS)}"
+        )
+    if spec.dist_backend not in DIST_BACKENDS:
+        raise SpecError(
+            f"unknown --dist-backend {spec.dist_backend!r}; choose one of: "
+            f"{', '.join(DIST_BACKENDS)}"
+        )
+    if spec.timeout is not None and not spec.timeout > 0:
+        raise SpecError(f"--timeout must be a positive number of seconds, got {spec.timeout}")
+    if spec.max_restarts < 0:
+        raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}")
+    for key, _ in spec.env:
+        if not ENV_KEY_RE.match(key):
+            raise SpecError(f"environment variable name {key!r} is not valid")
+        if key in RESERVED_ENV:
+            raise SpecError(
+                f"--env {key}=... would override a variable the launcher sets for each "
+                f"worker ({key}); remove it and read the value the launcher provides"
+            )
+    return spec
+
+
+#: Variables the launcher owns; a user override would break the job.
+RESERVED_ENV: frozenset[str] = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TF_CONFIG",
+        "TORCHELASTIC_RUN_ID",
+    }
+)

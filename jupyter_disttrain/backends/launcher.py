@@ -1,0 +1,182 @@
+"""The owner's side of the local launcher (``runtime/zygote.py``).
+
+One launcher process per owner (kernel or ``disttrain`` command), started
+early in the background so that its torch import overlaps with the user's
+typing. The owner holds the launcher's stdin: when the owner exits, however
+it exits, the launcher terminates every job it started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+READY_TIMEOUT = 120.0
+
+
+class LauncherError(RuntimeError):
+    """The launcher could not start or answer."""
+
+
+@dataclass
+class ProcessHandle:
+    """A process the launcher started; :meth:`poll` reads its ending when it comes."""
+
+    pid: int
+    pgid: int
+    forked: bool
+    conn: socket.socket
+    code: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit code (negative signal number when killed), None while it runs."""
+        if self.code is not None:
+            return self.code
+        try:
+            self.conn.setblocking(False)
+            data = self.conn.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            data = b""
+        if not data:
+            self.code = -9 if not _alive(self.pid) else None
+            return self.code
+        message = json.loads(data.decode().splitlines()[0])
+        self.code = -int(message["signal"]) if "signal" in message else int(message["exit"])
+        self.conn.close()
+        return self.code
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+class Launcher:
+    """A running launcher process and its socket."""
+
+    def __init__(self, log_path: Path | None = None) -> None:
+        self._dir = tempfile.mkdtemp(prefix="distrain-")
+        self.socket_path = os.path.join(self._dir, "launcher.sock")
+        log = open(log_path or os.path.join(self._dir, "launcher.log"), "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_disttrain.runtime.zygote", self.socket_path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+        self._ready = threading.Event()
+        self._error: str | None = None
+        threading.Thread(target=self._await_ready, name="distrain-launcher", daemon=True).start()
+
+    def _await_ready(self) -> None:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        try:
+            info = json.loads(line)
+            if not info.get("ready"):
+                raise ValueError(line)
+        except ValueError:
+            self._error = f"launcher did not start (exit code {self.proc.poll()})"
+        self._ready.set()
+
+    @property
+    def pid(self) -> int:
+        """The launcher's process id."""
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Block until the launcher serves; raise :class:`LauncherError` if it cannot."""
+        if not self._ready.wait(timeout):
+            raise LauncherError(f"launcher not ready after {timeout:.0f} s")
+        if self._error:
+            raise LauncherError(self._error)
+
+    def alive(self) -> bool:
+        """True while the launcher process runs."""
+        return self.proc.poll() is None
+
+    def request(self, message: dict[str, Any]) -> ProcessHandle:
+        """Send a fork request; the handle reports the process's ending."""
+        self.wait_ready()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.socket_path)
+            conn.sendall((json.dumps(message) + "\n").encode())
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+        except OSError as exc:
+            conn.close()
+            raise LauncherError(f"launcher did not answer: {exc}") from exc
+        first, _, rest = reply.partition(b"\n")
+        answer = json.loads(first or b"{}")
+        if "pid" not in answer:
+            conn.close()
+            raise LauncherError(str(answer.get("error", "no answer")))
+        handle = ProcessHandle(int(answer["pid"]), int(answer["pgid"]), bool(answer["forked"]), conn)
+        if rest.strip():
+            ending = json.loads(rest.splitlines()[0])
+            handle.code = -int(ending["signal"]) if "signal" in ending else int(ending["exit"])
+        return handle
+
+    def close(self) -> None:
+        """End the launcher and, with it, every job it started."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+_shared: Launcher | None = None
+_lock = threading.Lock()
+
+
+def shared_launcher() -> Launcher:
+    """This process's launcher, started on first use (restarted if it died)."""
+    global _shared
+    with _lock:
+        if _shared is None or not _shared.alive():
+            if _shared is not None:
+                _shared.close()
+            _shared = Launcher()
+        return _shared
+
+
+def prewarm() -> None:
+    """Start the launcher now so its imports overlap with other work."""
+    shared_launcher()
+
+
+@atexit.register
+def _close_shared() -> None:
+    if _shared is not None:
+        _shared.close()

@@ -1,0 +1,106 @@
+"""Where local jobs keep their payload, logs and state, so they outlive a kernel.
+
+Layout under :func:`home` (``$DISTRAIN_HOME``, else
+``$XDG_DATA_HOME/jupyter_disttrain``, else ``~/.local/share/jupyter_disttrain``)::
+
+    jobs/<name>/payload.pkl      what the workers run
+    jobs/<name>/state.json       written atomically by the job's owner
+    jobs/<name>/events.jsonl     backend events (state changes, restarts)
+    jobs/<name>/logs/rank-R.log  everything rank R printed (fds 1 and 2)
+    jobs/<name>/logs/agent-N.log node agent N (torchrun) output
+    jobs/<name>/stop             present once a stop was requested
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+RANK_LOG_RE = re.compile(r"^rank-(\d+)\.log$")
+
+
+def home() -> Path:
+    """The root of local job state."""
+    explicit = os.environ.get("DISTRAIN_HOME")
+    if explicit:
+        return Path(explicit)
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local/share")
+    return Path(data) / "jupyter_disttrain"
+
+
+def jobs_root() -> Path:
+    """The directory that holds one directory per local job."""
+    return home() / "jobs"
+
+
+def job_dir(name: str) -> Path:
+    """The directory of job ``name`` (may not exist)."""
+    return jobs_root() / name
+
+
+def logs_dir(directory: Path) -> Path:
+    """The per-rank log directory of a job directory."""
+    return directory / "logs"
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` so that a reader sees the old or the new file, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_state(directory: Path) -> dict[str, Any] | None:
+    """The job's state file, or None when missing or unreadable."""
+    try:
+        with open(directory / "state.json") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def list_job_dirs() -> list[Path]:
+    """Job directories that have a state file, newest first."""
+    root = jobs_root()
+    if not root.is_dir():
+        return []
+    dirs = [d for d in root.iterdir() if (d / "state.json").is_file()]
+    return sorted(dirs, key=lambda d: (d / "state.json").stat().st_mtime, reverse=True)
+
+
+def rank_logs(directory: Path) -> dict[int, Path]:
+    """Rank -> log file of a job directory."""
+    out: dict[int, Path] = {}
+    logs = logs_dir(directory)
+    if logs.is_dir():
+        for path in logs.iterdir():
+            match = RANK_LOG_RE.match(path.name)
+            if match:
+                out[int(match.group(1))] = path
+    return dict(sorted(out.items()))
+
+
+def tail_lines(path: Path, n: int | None) -> list[str]:
+    """The last ``n`` lines of a text file (all when ``n`` is None)."""
+    try:
+        with open(path, errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    return lines if n is None else lines[-n:] if n > 0 else []

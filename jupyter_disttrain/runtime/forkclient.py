@@ -1,0 +1,107 @@
+"""The worker command torchrun starts when the local launcher is available.
+
+``python -m jupyter_disttrain.runtime.forkclient PAYLOAD`` asks the launcher
+(Unix socket in ``DISTRAIN_LAUNCHER``) to fork a warm worker with this
+process's environment, then stands in for it: signals it receives are
+forwarded, and it exits the way the worker exited, so torchrun's agent
+supervises it exactly like a worker it started itself. If the launcher cannot
+fork (not running, or no longer single-threaded), it becomes the worker with
+``exec`` instead. Standard library only; imports no torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+from types import FrameType
+from typing import Any
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent (the agent) dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]] | None:
+    """Ask the launcher for a worker; ``None`` when it cannot give one."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+        request = {
+            "op": "worker",
+            "argv": [payload],
+            "env": dict(os.environ),
+            "cwd": os.getcwd(),
+            "pgid": int(os.environ.get("DISTRAIN_PGID", "0")),
+        }
+        conn.sendall((json.dumps(request) + "\n").encode())
+        reply = json.loads(conn.makefile("r").readline() or "{}")
+    except (OSError, ValueError):
+        conn.close()
+        return None
+    if "pid" not in reply:
+        conn.close()
+        return None
+    return conn, reply
+
+
+def supervise(conn: socket.socket, pid: int) -> int:
+    """Forward signals to the worker until it ends; return (or re-raise) its ending."""
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    reader = conn.makefile("r")
+    outcome: dict[str, Any] = {}
+    while not outcome:
+        try:
+            line = reader.readline()
+        except InterruptedError:
+            continue
+        if not line:  # launcher gone: take the worker down with us
+            forward(signal.SIGKILL, None)
+            return 1
+        outcome = json.loads(line)
+    if "signal" in outcome:
+        signum = int(outcome["signal"])
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return 128 + signum
+    return int(outcome.get("exit", 1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``forkclient PAYLOAD``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m jupyter_disttrain.runtime.forkclient PAYLOAD", file=sys.stderr)
+        return 2
+    die_with_parent()
+    path = os.environ.get("DISTRAIN_LAUNCHER")
+    got = request_fork(path, args[0]) if path else None
+    if got is not None:
+        return supervise(got[0], int(got[1]["pid"]))
+    sys.stdout.flush()
+    os.execv(
+        sys.executable, [sys.executable, "-u", "-m", "jupyter_disttrain.runtime.worker", args[0]]
+    )
+    return 2  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

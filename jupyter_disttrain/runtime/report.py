@@ -1,0 +1,60 @@
+"""``report(step=..., **metrics)``: send metrics from a worker to the notebook."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+from .protocol import encode
+
+_lock = threading.Lock()
+_auto_step = 0
+
+
+def rank() -> int:
+    """This process's global rank (0 outside a distributed job)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def emit(kind: str, **fields: Any) -> None:
+    """Write one protocol line to stdout and flush it."""
+    line = encode(kind, rank(), **fields) + "\n"
+    with _lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
+def _as_float(name: str, value: Any) -> float:
+    item = getattr(value, "item", None)
+    if callable(item):  # a 0-d tensor or numpy scalar
+        value = item()
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"report(): metric {name!r} must be a number or a one-element tensor, "
+            f"got {type(value).__name__}"
+        ) from None
+    return out
+
+
+def report(step: int | None = None, **metrics: Any) -> None:
+    """Report ``metrics`` (name -> number) at ``step`` from this rank.
+
+    ``step`` defaults to one more than the previous call's. Values may be
+    Python numbers, numpy scalars or one-element tensors. Each call emits one
+    ``metric`` line of the line protocol.
+    """
+    global _auto_step
+    if not metrics:
+        raise TypeError("report() needs at least one metric, e.g. report(step=i, loss=loss)")
+    if step is None:
+        step = _auto_step
+    elif isinstance(step, bool) or not isinstance(step, int):
+        item = getattr(step, "item", None)
+        step = int(item() if callable(item) else step)
+    _auto_step = step + 1
+    values = {str(k): _as_float(k, v) for k, v in metrics.items()}
+    emit("metric", step=step, values=values)

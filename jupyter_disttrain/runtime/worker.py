@@ -1,0 +1,292 @@
+"""The per-rank worker: load the payload, initialise the process group, run the cell.
+
+Run as ``python -m jupyter_disttrain.runtime.worker PAYLOAD`` under torchrun
+(or forked by the local backend's launcher, which calls :func:`main`).
+Everything it tells the notebook goes through the line protocol on stdout.
+Exit status: 0 when the cell ran, 1 when it raised, 2 when the payload
+could not run here (version mismatch, unreadable payload).
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import datetime
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from . import report as _report
+from .cell import CELL_FILENAME, main_module, run_cell
+
+RESULT_INLINE_LIMIT = 4 * 1024 * 1024
+EXIT_OK, EXIT_USER_ERROR, EXIT_SETUP_ERROR = 0, 1, 2
+
+
+class SetupError(RuntimeError):
+    """The payload cannot run in this worker (the message says why and what to do)."""
+
+
+def redirect_output(log_dir: str | None, rank: int) -> None:
+    """Send this process's fds 1 and 2 to ``log_dir/rank-R.log`` when a dir is given."""
+    if not log_dir:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    path = os.path.join(log_dir, f"rank-{rank}.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            reconfigure(line_buffering=True)
+
+
+def load_payload(path: str) -> dict[str, Any]:
+    """Read the payload envelope; raise :class:`SetupError` if it cannot be used here."""
+    import pickle
+
+    try:
+        with open(path, "rb") as fh:
+            envelope = pickle.load(fh)
+    except Exception as exc:
+        raise SetupError(f"cannot read the job payload {path}: {exc!r}") from exc
+    if not isinstance(envelope, dict) or "source" not in envelope:
+        raise SetupError(f"{path} is not a jupyter_disttrain payload")
+    return envelope
+
+
+def check_versions(payload: dict[str, Any]) -> None:
+    """Fail fast when by-value code from the notebook cannot load in this Python."""
+    want = str(payload.get("python", ""))
+    here = platform.python_version()
+    if want and want.split(".")[:2] != here.split(".")[:2]:
+        hint = payload.get("image_hint") or "an image with the notebook's Python version"
+        raise SetupError(
+            f"the notebook runs Python {want} but this worker runs Python {here}; code shipped "
+            f"by value needs the same minor version. Use {hint}, or pass --image with "
+            f"Python {'.'.join(want.split('.')[:2])}"
+        )
+
+
+def requested_backend(source: str) -> str | None:
+    """The backend a pasted ``init_process_group("gloo")`` call asks for, if any."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name != "init_process_group":
+            continue
+        args = [kw.value for kw in node.keywords if kw.arg == "backend"] + list(node.args[:1])
+        for arg in args:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                return arg.value.split(":")[0].strip().lower()
+    return None
+
+
+def choose_backend(wanted: str, source: str, cuda: bool) -> tuple[str, str | None]:
+    """Pick gloo or nccl; return ``(backend, warning or None)``."""
+    if wanted == "auto":
+        wanted = requested_backend(source) or ("nccl" if cuda else "gloo")
+    if wanted == "nccl" and not cuda:
+        return "gloo", (
+            "jupyter_disttrain: nccl was requested but CUDA is not available here; "
+            "using gloo instead (pass --dist-backend gloo to silence this warning)"
+        )
+    if wanted not in ("gloo", "nccl"):
+        return "gloo", f"jupyter_disttrain: unknown backend {wanted!r}; using gloo"
+    return wanted, None
+
+
+def init_torch_distributed(payload: dict[str, Any], rank: int) -> str:
+    """Initialise the default process group and make user re-initialisation harmless."""
+    import torch
+    import torch.distributed as dist
+
+    backend, warning = choose_backend(
+        str(payload.get("dist_backend", "auto")), payload["source"], torch.cuda.is_available()
+    )
+    if warning and rank == 0:
+        print(warning, file=sys.stderr, flush=True)
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    timeout = datetime.timedelta(seconds=float(os.environ.get("DISTRAIN_PG_TIMEOUT", "1800")))
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, timeout=timeout)
+    _make_reinit_harmless(dist)
+    return backend
+
+
+def _make_reinit_harmless(dist: Any) -> None:
+    """Pasted tutorial code calls init/destroy itself; on a live group both do nothing."""
+    from torch.distributed import distributed_c10d as c10d
+
+    real_init: Callable[..., Any] = c10d.init_process_group
+    real_destroy: Callable[..., Any] = c10d.destroy_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        if dist.is_initialized():
+            return None
+        return real_init(*args, **kwargs)  # type: ignore[no-any-return]
+
+    def destroy_process_group(group: Any = None) -> None:
+        if group is None:  # the job's default group lives until the runtime ends
+            return None
+        return real_destroy(group)  # type: ignore[no-any-return]
+
+    for mod in (dist, c10d):
+        mod.init_process_group = init_process_group
+        mod.destroy_process_group = destroy_process_group
+    dist._distrain_real_destroy = real_destroy
+
+
+def finish_torch_distributed() -> None:
+    """Tear down the default process group if the cell left it up."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_initialized():
+        return
+    destroy = getattr(dist, "_distrain_real_destroy", dist.destroy_process_group)
+    try:
+        destroy()
+    except Exception:  # teardown after a peer died must not mask the result
+        pass
+
+
+def build_namespace(payload: dict[str, Any]) -> dict[str, Any]:
+    """The cell's globals: captured notebook values, its imports, and ``report``."""
+    import importlib
+
+    namespace: dict[str, Any] = {"__name__": "__main__", "report": _report.report}
+    for alias, module in payload.get("imports", {}).items():
+        try:
+            namespace[alias] = importlib.import_module(module)
+        except ImportError as exc:
+            raise SetupError(
+                f"the cell uses module {module!r} (as {alias!r}), which is not installed in "
+                f"this worker: {exc}; install it in the image (or --pip {module.split('.')[0]})"
+            ) from exc
+    if payload.get("globals"):
+        try:
+            import cloudpickle
+        except ImportError:
+            raise SetupError(
+                "cloudpickle is not installed in this worker; add it to the image"
+            ) from None
+        for name, blob in payload["globals"].items():
+            try:
+                namespace[name] = cloudpickle.loads(blob)
+            except Exception as exc:
+                raise SetupError(
+                    f"notebook variable {name!r} could not be loaded on this worker: {exc!r}"
+                ) from exc
+    return namespace
+
+
+def encode_exception(exc: BaseException) -> dict[str, Any]:
+    """The ``error`` line's fields for ``exc`` (type, message, traceback, type pickle)."""
+    etype = type(exc)
+    fields: dict[str, Any] = {
+        "type": etype.__name__,
+        "module": etype.__module__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(etype, exc, exc.__traceback__)),
+    }
+    if etype.__module__ == "__main__":
+        try:
+            import cloudpickle
+
+            fields["type_pickle"] = base64.b64encode(cloudpickle.dumps(etype)).decode()
+        except Exception:
+            pass
+    return fields
+
+
+def encode_result(value: Any, result_dir: str | None) -> dict[str, Any]:
+    """The ``result`` line's fields: inline base64, or a file in ``result_dir`` if large."""
+    import cloudpickle
+
+    data = cloudpickle.dumps(value)
+    if len(data) > RESULT_INLINE_LIMIT and result_dir:
+        path = os.path.join(result_dir, "result.pkl")
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        return {"encoding": "cloudpickle", "uri": path, "bytes": len(data)}
+    return {"encoding": "cloudpickle+base64", "data": base64.b64encode(data).decode()}
+
+
+def versions() -> dict[str, str]:
+    """Versions this worker runs with, reported in ``hello``."""
+    out = {"python": platform.python_version()}
+    for name in ("torch", "tensorflow"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            out[name] = str(getattr(mod, "__version__", "?"))
+    return out
+
+
+def run(payload_path: str) -> int:
+    """Run one payload in this process; return the exit status."""
+    rank = int(os.environ.get("RANK", "0"))
+    redirect_output(os.environ.get("DISTRAIN_LOG_DIR"), rank)
+    started = time.time()
+    try:
+        payload = load_payload(payload_path)
+        check_versions(payload)
+        backend = init_torch_distributed(payload, rank)
+    except BaseException as exc:
+        _report.emit("error", **encode_exception(exc))
+        return EXIT_SETUP_ERROR
+    _report.emit(
+        "hello",
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        node_rank=int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        backend=backend,
+        restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        versions=versions(),
+    )
+    try:
+        module = main_module(build_namespace(payload))
+        value = run_cell(payload["source"], module.__dict__, CELL_FILENAME)
+        if rank == 0:
+            _report.emit("result", **encode_result(value, os.environ.get("DISTRAIN_JOB_DIR")))
+    except BaseException as exc:
+        _report.emit("error", **encode_exception(exc))
+        sys.stdout.flush()
+        return EXIT_USER_ERROR
+    finally:
+        finish_torch_distributed()
+    _report.emit("done", seconds=round(time.time() - started, 3))
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry: ``worker PAYLOAD``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m jupyter_disttrain.runtime.worker PAYLOAD", file=sys.stderr)
+        return EXIT_SETUP_ERROR
+    return run(args[0])
+
+
+if __name__ == "__main__":
+    from .forkclient import die_with_parent
+
+    die_with_parent()
+    sys.exit(main())

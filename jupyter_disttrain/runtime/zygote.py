@@ -1,0 +1,361 @@
+"""The local launcher: a warm, single-threaded process that forks node agents and workers.
+
+``python -m jupyter_disttrain.runtime.zygote SOCKET`` imports torch and the
+modules a training step needs once, then serves fork requests on the Unix
+socket ``SOCKET`` (JSON lines). Forking from it skips the interpreter start,
+the torch import and the first-step lazy imports that dominate the start of a
+small job, while staying safe: it never runs a thread of its own, checks that
+it is still single-threaded before every fork (a fork after threads have
+started can deadlock the child), and when it is not, starts agents with
+fork+exec and tells worker clients to exec the worker themselves.
+
+Requests, one JSON object per connection:
+
+* ``{"op": "agent", "argv": [...], "env": {...}, "cwd": D, "pgid": G, "log": F}``:
+  run ``torchrun argv`` with that environment, stdout and stderr appended to
+  ``F``, in process group ``G`` (0: a new group led by the agent).
+* ``{"op": "worker", "argv": [PAYLOAD], "env": {...}, "cwd": D, "pgid": G}``: run
+  the worker runtime on ``PAYLOAD`` in group ``G``. The worker dies when the
+  requesting connection closes (its client died).
+
+Each answer is ``{"pid": P, "pgid": G, "forked": bool}`` (or ``{"error": ...}``)
+and, when the process ends, ``{"exit": CODE}`` or ``{"signal": N}``. When the
+owner closes the launcher's stdin (or dies), every process group it started is
+terminated and the launcher exits: a job never outlives its owner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+PRELOAD = (
+    "numpy",
+    "torch",
+    "torch.distributed",
+    "torch.distributed.run",
+    "torch.distributed.elastic.agent.server.local_elastic_agent",
+    "torch.nn.parallel",
+    "torch.utils.data",
+    "torch.optim",
+    "torch._dynamo",
+    "cloudpickle",
+)
+GRACE_SECONDS = 3.0
+
+
+def preload() -> list[str]:
+    """Import what a training step needs; return the modules that failed to import."""
+    import importlib
+
+    missing = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            missing.append(name)
+    return missing
+
+
+def thread_count() -> int:
+    """OS threads in this process (a large number where it cannot be read)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1 << 30
+
+
+def send(conn: socket.socket, message: dict[str, Any]) -> None:
+    """Write one JSON line; a vanished peer is not an error."""
+    try:
+        conn.sendall((json.dumps(message) + "\n").encode())
+    except OSError:
+        pass
+
+
+def read_request(conn: socket.socket, limit: int = 1 << 22) -> dict[str, Any]:
+    """Read one JSON line request (bounded in size and time)."""
+    conn.settimeout(10.0)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > limit:
+            raise ValueError("request too large")
+    conn.settimeout(None)
+    request = json.loads(data)
+    if not isinstance(request, dict):
+        raise ValueError("request must be a JSON object")
+    return request
+
+
+class Launcher:
+    """The fork server's state: its socket, its owner pipe and its children."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        os.chmod(path, 0o600)
+        self.listener.listen(256)
+        self.children: dict[int, socket.socket] = {}
+        self.groups: set[int] = set()
+        self.popen: dict[int, subprocess.Popen[bytes]] = {}
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(sys.stdin, selectors.EVENT_READ, "owner")
+        self.running = True
+
+    # -- serving ---------------------------------------------------------
+    def serve(self) -> None:
+        """Answer requests until the owner goes away."""
+        while self.running:
+            for key, _ in self.selector.select(timeout=0.05):
+                if key.data == "accept":
+                    self.accept()
+                elif key.data == "owner" and not os.read(sys.stdin.fileno(), 4096):
+                    self.running = False
+            self.reap()
+        self.shutdown()
+
+    def accept(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            request = read_request(conn)
+            op = request.get("op")
+            if op == "agent":
+                self.start_agent(conn, request)
+            elif op == "worker":
+                self.start_worker(conn, request)
+            elif op == "ping":
+                send(conn, {"pid": os.getpid(), "threads": thread_count()})
+                conn.close()
+            else:
+                raise ValueError(f"unknown op {op!r}")
+        except Exception as exc:
+            send(conn, {"error": f"{type(exc).__name__}: {exc}"})
+            conn.close()
+
+    def _register(self, conn: socket.socket, pid: int, pgid: int, forked: bool) -> None:
+        try:
+            os.setpgid(pid, pgid or pid)
+        except OSError:
+            pass  # the child already did it, or exited
+        try:
+            group = os.getpgid(pid)
+        except OSError:
+            group = pgid or pid
+        self.children[pid] = conn
+        self.groups.add(group)
+        send(conn, {"pid": pid, "pgid": group, "forked": forked})
+
+    def start_agent(self, conn: socket.socket, req: dict[str, Any]) -> None:
+        argv = [str(a) for a in req["argv"]]
+        env = {str(k): str(v) for k, v in req["env"].items()}
+        pgid = int(req.get("pgid", 0))
+        if thread_count() > 1:  # never run Python after fork in a threaded process
+            with open(req["log"], "ab") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "torch.distributed.run", *argv],
+                    env=env,
+                    cwd=req.get("cwd") or None,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    process_group=pgid,
+                )
+            self.popen[proc.pid] = proc
+            self._register(conn, proc.pid, pgid, forked=False)
+            return
+        self._flush()
+        pid = os.fork()
+        if pid == 0:
+            self._become_child(pgid, env, req.get("cwd"), keep=None)
+            os.environ["DISTRAIN_PGID"] = str(os.getpgid(0))  # its workers join the group
+            _redirect(req["log"])
+            os._exit(_run_agent(argv))
+        self._register(conn, pid, pgid, forked=True)
+
+    def start_worker(self, conn: socket.socket, req: dict[str, Any]) -> None:
+        threads = thread_count()
+        if threads > 1:
+            raise RuntimeError(f"launcher has {threads} threads; not forking")
+        env = {str(k): str(v) for k, v in req["env"].items()}
+        pgid = int(req.get("pgid", 0))
+        self._flush()
+        pid = os.fork()
+        if pid == 0:
+            self._become_child(pgid, env, req.get("cwd"), keep=conn)
+            _watch_lifeline(conn)
+            os._exit(_run_worker([str(a) for a in req["argv"]], env))
+        self._register(conn, pid, pgid, forked=True)
+
+    def _become_child(
+        self, pgid: int, env: dict[str, str], cwd: str | None, keep: socket.socket | None
+    ) -> None:
+        """In a forked child: own group, clean signals, no server fds, the job's env."""
+        try:
+            os.setpgid(0, pgid)
+        except OSError:
+            pass
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        self.selector.close()
+        self.listener.close()
+        for conn in self.children.values():
+            if conn is not keep:
+                conn.close()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.environ.clear()
+        os.environ.update(env)
+        if cwd:
+            os.chdir(cwd)
+
+    @staticmethod
+    def _flush() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    # -- children ----------------------------------------------------------
+    def reap(self) -> None:
+        """Collect ended children and tell their requesters how they ended."""
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            proc = self.popen.pop(pid, None)
+            if proc is not None:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+            if conn is None:
+                continue
+            if os.WIFSIGNALED(status):
+                send(conn, {"signal": os.WTERMSIG(status)})
+            else:
+                send(conn, {"exit": os.WEXITSTATUS(status)})
+            conn.close()
+
+    def shutdown(self) -> None:
+        """Terminate every process group started here, then leave."""
+        for sig, wait in ((signal.SIGTERM, GRACE_SECONDS), (signal.SIGKILL, 1.0)):
+            live = [g for g in self.groups if _group_alive(g)]
+            for group in live:
+                try:
+                    os.killpg(group, sig)
+                except OSError:
+                    pass
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and any(_group_alive(g) for g in live):
+                self.reap()
+                time.sleep(0.05)
+        self.reap()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _redirect(log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _run_agent(argv: list[str]) -> int:
+    """Run torchrun's main in this (forked) process; return its exit status."""
+    try:
+        from torch.distributed import run as torchrun
+
+        torchrun.main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _watch_lifeline(conn: socket.socket) -> None:
+    """Kill this worker as soon as its client's connection closes."""
+
+    def watch() -> None:
+        try:
+            while conn.recv(1024):
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="distrain-lifeline", daemon=True).start()
+
+
+def _run_worker(argv: list[str], env: dict[str, str]) -> int:
+    """Run the worker runtime in this (forked) process; return its exit status."""
+    try:
+        import torch
+
+        threads = env.get("OMP_NUM_THREADS")
+        torch.set_num_threads(int(threads) if threads else (os.cpu_count() or 1))
+        from . import worker
+
+        code = worker.main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``zygote SOCKET``; prints ``ready`` once it serves."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m jupyter_disttrain.runtime.zygote SOCKET", file=sys.stderr)
+        return 2
+    # No thread pools in the launcher (a fork after threads start can deadlock);
+    # each worker sets its own thread count from the job's environment.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    missing = preload()
+    launcher = Launcher(args[0])
+    signal.signal(signal.SIGTERM, lambda *_: setattr(launcher, "running", False))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print(json.dumps({"ready": True, "pid": os.getpid(), "missing": missing}), flush=True)
+    os.dup2(2, 1)  # nobody reads stdout after the ready line
+    launcher.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""jupyter_disttrain: run a notebook cell as a real multi-node distributed training job.
+
+In a notebook::
+
+    %load_ext jupyter_disttrain
+    %%distrain --nodes 2 --nproc 2 -o job
+    ...training code; report(step=i, loss=loss)...
+
+Importing this package is cheap and safe inside workers: the notebook-side
+API (``Job``, ``submit``...) loads on first use, and ``report`` comes from the
+worker runtime, which needs only the standard library.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .runtime.report import report
+
+__version__ = "0.1.0"
+__all__ = ["Job", "JobSpec", "__version__", "load_ipython_extension", "report", "submit"]
+
+_LAZY = {"Job": "job", "submit": "job", "JobSpec": "spec"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext jupyter_disttrain``: register the magics."""
+    from .magics import load
+
+    load(ipython)
+

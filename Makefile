@@ -1,0 +1,33 @@
+# Two commands do all set-up: `make demo` and `make test` (each creates .venv when missing).
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+PYTHON  ?= python3
+
+.PHONY: venv demo test lint typecheck unit notebooks bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	$(PY) scripts/demo.py notebooks/01-quickstart.ipynb
+
+lint: venv
+	$(PY) -m ruff check jupyter_disttrain tests bench scripts
+	$(PY) -m ruff format --check jupyter_disttrain tests bench scripts
+
+typecheck: venv
+	$(PY) -m mypy
+
+test: venv lint typecheck
+	$(PY) -m pytest -p no:cacheprovider --nbval-lax tests notebooks
+
+bench: venv
+	$(PY) bench/launch.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,134 @@
+"""The ``disttrain`` command: the same jobs for training code kept in files.
+
+``disttrain run SCRIPT.py --nodes N --nproc M``, ``disttrain jobs``,
+``disttrain logs NAME``, ``disttrain stop NAME``, ``disttrain nccl LOGFILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import job as jobs
+from .backends.base import BackendError
+from .backends.registry import get_backend
+from .options import add_job_options, spec_from_args
+from .payload import CaptureError, build_payload
+from .progress import LiveView, format_job_table
+from .remote import JobFailed, JobStopped
+from .spec import SpecError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``disttrain``."""
+    parser = argparse.ArgumentParser(
+        prog="disttrain", description="Run and manage distributed training jobs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="run a training script as a distributed job")
+    run.add_argument("script", help="Python file to run on every rank")
+    add_job_options(run)
+    run.add_argument("--launch", choices=("fork", "exec"), default="fork",
+                     help="local backend: fork from a warm launcher or start fresh interpreters")
+    sub.add_parser("jobs", help="list local jobs")
+    logs = sub.add_parser("logs", help="print a job's logs")
+    logs.add_argument("name")
+    logs.add_argument("--rank", type=int, default=None)
+    logs.add_argument("--tail", type=int, default=None)
+    stop = sub.add_parser("stop", help="stop a job")
+    stop.add_argument("name")
+    nccl = sub.add_parser("nccl", help="summarise NCCL / communication lines of a log file")
+    nccl.add_argument("logfile")
+    nccl.add_argument("--json", action="store_true", help="print the summary as JSON")
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a script; exit 0 when the job succeeded."""
+    path = Path(args.script)
+    try:
+        source = path.read_text()
+    except OSError as exc:
+        print(f"disttrain: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        spec = spec_from_args(args)
+        backend = get_backend(spec.backend, launch_mode=args.launch)
+        payload = build_payload(source, {}, job=spec.name, dist_backend=spec.dist_backend)
+    except (SpecError, CaptureError, BackendError) as exc:
+        print(f"disttrain: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(backend.dryrun(spec, payload))
+        return 0
+    view = LiveView("lines")
+    try:
+        job = jobs.submit(spec, payload, backend, listeners=[view.on_event])
+    except BackendError as exc:
+        print(f"disttrain: {exc}", file=sys.stderr)
+        return 2
+    view.attach(job)
+    try:
+        job.wait()
+    except KeyboardInterrupt:
+        job.stop()
+        view.close()
+        print(f"{job.name}: stopped (interrupted)", file=sys.stderr)
+        return 130
+    view.close()
+    try:
+        value = job.result()
+    except (JobFailed, JobStopped) as exc:
+        print(f"{job.name}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        print(f"{job.name} failed:\n{exc}", file=sys.stderr)
+        return 1
+    if value is not None:
+        print(f"result: {value!r}")
+    return 0
+
+
+def cmd_nccl(args: argparse.Namespace) -> int:
+    """Summarise a log file's communication lines."""
+    from .nccl import format_summary, summarize, summary_to_json
+
+    try:
+        with open(args.logfile, errors="replace") as fh:
+            summary = summarize(fh)
+    except OSError as exc:
+        print(f"disttrain: cannot read {args.logfile}: {exc.strerror}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary_to_json(summary), indent=2))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``disttrain``."""
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "nccl":
+        return cmd_nccl(args)
+    backend = get_backend("local")
+    try:
+        if args.command == "jobs":
+            print(format_job_table(backend.list_jobs(), set()))
+        elif args.command == "logs":
+            print(backend.logs(args.name, rank=args.rank, tail=args.tail))
+        elif args.command == "stop":
+            stopped = backend.stop(args.name)
+            print(f"{args.name}: {'stopped' if stopped else 'was not running'}")
+    except BackendError as exc:
+        print(f"disttrain: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

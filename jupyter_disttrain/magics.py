@@ -1,0 +1,216 @@
+"""IPython magics: a thin argument-parsing layer over :mod:`jupyter_disttrain.job`.
+
+``%%distrain`` runs the cell as a distributed job; ``%distrain_jobs``,
+``%distrain_logs``, ``%distrain_stop`` and ``%distrain_config`` manage jobs
+and defaults. User mistakes raise :class:`~IPython.core.error.UsageError`
+with a message that names the problem and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from IPython.core import magic_arguments
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from traitlets import Bool, Enum, Float, Int, Unicode
+
+from . import job as jobs
+from .backends.base import BackendError
+from .backends.registry import get_backend
+from .options import JOB_OPTIONS, spec_from_args
+from .payload import CaptureError, build_payload
+from .progress import LiveView, format_job_table
+from .spec import BACKENDS, SpecError
+
+
+def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for flags, kwargs in reversed(JOB_OPTIONS):
+        func = magic_arguments.argument(*flags, **kwargs)(func)
+    return func
+
+
+@magics_class
+class DistrainMagics(Magics):
+    """Run notebook cells as distributed training jobs.
+
+    Defaults are configurable (``c.DistrainMagics.nodes = 2`` in an IPython
+    config file, or ``%distrain_config nodes=2`` in the notebook).
+    """
+
+    nodes = Int(1, help="Default --nodes.").tag(config=True)
+    nproc = Int(1, help="Default --nproc.").tag(config=True)
+    backend = Enum(list(BACKENDS), default_value="local", help="Default --backend.").tag(
+        config=True
+    )
+    timeout = Float(0.0, help="Default --timeout in seconds (0: none).").tag(config=True)
+    max_capture_mb = Float(
+        64.0, help="Largest total size of notebook values a cell may capture, in MB."
+    ).tag(config=True)
+    launch_mode = Enum(
+        ["fork", "exec"],
+        default_value="fork",
+        help="Local backend: fork workers from a warm launcher, or start fresh interpreters.",
+    ).tag(config=True)
+    prewarm = Bool(
+        True, help="Start the local launcher when the extension loads, so the first job is fast."
+    ).tag(config=True)
+    live = Unicode(
+        "auto", help="Live output: 'auto' (display in notebooks, lines in terminals), 'text', "
+        "'lines' or 'none'."
+    ).tag(config=True)
+
+    CONFIG_KEYS = ("nodes", "nproc", "backend", "timeout", "max_capture_mb", "launch_mode",
+                   "prewarm", "live")  # fmt: skip
+
+    # -- %%distrain ------------------------------------------------------------
+    @magic_arguments.magic_arguments()
+    @_job_options
+    @magic_arguments.argument("--wait", action="store_true",
+                              help="block until the job ends; the cell's value is the result")
+    @magic_arguments.argument("-o", "--output", default=None, metavar="NAME",
+                              help="store the Job handle in this notebook variable")
+    @cell_magic
+    def distrain(self, line: str, cell: str) -> Any:
+        """Run this cell on ``--nodes`` x ``--nproc`` workers as one distributed job.
+
+        The cell runs once per rank with the process group initialised and
+        the notebook values it uses shipped along. Call ``report(step=...,
+        loss=...)`` to send metrics. Rank 0's last expression is the result.
+        Without ``--wait`` the cell returns the Job handle at once.
+        """
+        args = magic_arguments.parse_argstring(self.distrain, line)
+        if args.output is not None and not args.output.isidentifier():
+            raise UsageError(f"-o {args.output!r} is not a valid Python variable name")
+        try:
+            spec = spec_from_args(args, self._defaults())
+            backend = get_backend(spec.backend, launch_mode=self.launch_mode)
+            payload = build_payload(
+                cell,
+                self.shell.user_ns if self.shell else {},
+                job=spec.name,
+                dist_backend=spec.dist_backend,
+                max_capture_bytes=int(self.max_capture_mb * 1024 * 1024),
+            )
+        except (SpecError, CaptureError, BackendError) as exc:
+            raise UsageError(str(exc)) from None
+        if args.dry_run:
+            print(backend.dryrun(spec, payload))
+            return None
+        view = LiveView(self._live_mode())
+        print(f"{spec.name}: {payload.describe()}")
+        try:
+            job = jobs.submit(spec, payload, backend, listeners=[view.on_event])
+        except BackendError as exc:
+            raise UsageError(str(exc)) from None
+        view.attach(job)
+        if args.output:
+            self.shell.user_ns[args.output] = job  # type: ignore[union-attr]
+        if not args.wait:
+            return job
+        try:
+            job.wait()
+        except KeyboardInterrupt:
+            job.stop()
+            view.close()
+            print(f"{job.name}: stopped (interrupted)")
+            raise
+        view.close()
+        return job.result()
+
+    # -- line magics -------------------------------------------------------------
+    @line_magic
+    def distrain_jobs(self, line: str) -> None:
+        """List this kernel's jobs and every local job that is still running."""
+        if line.strip():
+            raise UsageError("%distrain_jobs takes no arguments")
+        mine = jobs.registered()
+        records = get_backend("local").list_jobs()
+        shown = [r for r in records if r.name in mine or r.state not in ("Succeeded", "Failed",
+                                                                             "Stopped")]
+        print(format_job_table(shown, set(mine)))
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("name", help="job name")
+    @magic_arguments.argument("--rank", type=int, default=None, help="only this rank")
+    @magic_arguments.argument("--tail", type=int, default=None, help="last N lines per rank")
+    @line_magic
+    def distrain_logs(self, line: str) -> None:
+        """Print what a job's ranks printed."""
+        args = magic_arguments.parse_argstring(self.distrain_logs, line)
+        if args.tail is not None and args.tail < 0:
+            raise UsageError(f"--tail must be 0 or more, got {args.tail}")
+        job = jobs.registered().get(args.name)
+        backend = job.backend if job else get_backend("local")
+        try:
+            print(backend.logs(args.name, rank=args.rank, tail=args.tail))
+        except BackendError as exc:
+            raise UsageError(str(exc)) from None
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("name", help="job name")
+    @line_magic
+    def distrain_stop(self, line: str) -> None:
+        """Stop a job; every process of it ends."""
+        args = magic_arguments.parse_argstring(self.distrain_stop, line)
+        job = jobs.registered().get(args.name)
+        if job is not None:
+            print(f"{job.name}: {job.stop()}")
+            return
+        try:
+            stopped = get_backend("local").stop(args.name)
+        except BackendError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"{args.name}: {'stopped' if stopped else 'was not running'}")
+
+    @line_magic
+    def distrain_config(self, line: str) -> None:
+        """Show defaults, or set them: ``%distrain_config nodes=2 nproc=2``."""
+        items = line.split()
+        if not items:
+            for key in self.CONFIG_KEYS:
+                print(f"{key} = {getattr(self, key)!r}")
+            return
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or key not in self.CONFIG_KEYS:
+                raise UsageError(
+                    f"%distrain_config expects KEY=VALUE with KEY one of "
+                    f"{', '.join(self.CONFIG_KEYS)}; got {item!r}"
+                )
+            trait = self.traits()[key]
+            try:
+                converted = trait.from_string(value)
+                setattr(self, key, converted)
+            except Exception as exc:
+                raise UsageError(f"%distrain_config {key}: {value!r} is not valid ({exc})") from None
+        print(", ".join(f"{k}={getattr(self, k)!r}" for k in (i.split('=')[0] for i in items)))
+
+    # -- helpers -----------------------------------------------------------------
+    def _defaults(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "nproc": self.nproc,
+            "backend": self.backend,
+            "timeout": self.timeout or None,
+        }
+
+    def _live_mode(self) -> str:
+        if self.live != "auto":
+            return str(self.live)
+        shell = type(self.shell).__name__ if self.shell else ""
+        return "text" if "ZMQ" in shell else "lines"
+
+
+def load(ipython: Any) -> None:
+    """Register the magics and start the launcher in the background."""
+    magics = DistrainMagics(ipython)
+    ipython.register_magics(magics)
+    import atexit
+
+    atexit.register(jobs.stop_all)
+    if magics.prewarm and magics.backend == "local" and magics.launch_mode == "fork":
+        from .backends.launcher import prewarm
+
+        prewarm()

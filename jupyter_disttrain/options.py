@@ -1,0 +1,83 @@
+"""The job options, defined once for the ``%%distrain`` magic and the ``disttrain`` command.
+
+:data:`JOB_OPTIONS` is a list of argparse ``(flags, kwargs)``;
+:func:`spec_from_args` turns parsed options into a validated
+:class:`~jupyter_disttrain.spec.JobSpec`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import secrets
+from typing import Any
+
+from .spec import BACKENDS, DIST_BACKENDS, JobSpec, SpecError, parse_env, validate
+
+Option = tuple[tuple[str, ...], dict[str, Any]]
+
+#: Defaults of ``None`` are filled from configuration (see :func:`spec_from_args`).
+JOB_OPTIONS: list[Option] = [
+    (("--nodes",), {"type": int, "default": None, "metavar": "N",
+                    "help": "number of nodes (torchrun agents); default 1"}),
+    (("--nproc",), {"type": int, "default": None, "metavar": "M",
+                    "help": "worker processes per node; default 1"}),
+    (("--backend",), {"default": None, "metavar": "NAME",
+                      "help": f"where to run: {', '.join(BACKENDS)}; default local"}),
+    (("--name",), {"default": None, "help": "job name (lowercase, digits, '-'); default generated"}),
+    (("--env",), {"action": "append", "default": [], "metavar": "K=V",
+                  "help": "environment variable for every worker (repeatable)"}),
+    (("--timeout",), {"type": float, "default": None, "metavar": "SECONDS",
+                      "help": "stop the job if it runs longer than this"}),
+    (("--dist-backend",), {"default": "auto", "metavar": "NAME",
+                           "help": f"process group backend: {', '.join(DIST_BACKENDS)}; auto "
+                           "picks nccl with CUDA, else gloo"}),
+    (("--max-restarts",), {"type": int, "default": 0, "metavar": "N",
+                           "help": "restart all workers up to N times after a failure"}),
+    (("--dry-run",), {"action": "store_true",
+                      "help": "print the exact launch plan and run nothing"}),
+]  # fmt: skip
+
+
+def default_name(prefix: str = "job") -> str:
+    """A fresh job name such as ``job-1121-231500-a3f9``."""
+    now = datetime.datetime.now()
+    return f"{prefix}-{now:%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def add_job_options(parser: argparse.ArgumentParser) -> None:
+    """Add :data:`JOB_OPTIONS` to ``parser``."""
+    for flags, kwargs in JOB_OPTIONS:
+        parser.add_argument(*flags, **kwargs)
+
+
+def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> JobSpec:
+    """A validated spec from parsed options; ``defaults`` fill options left unset.
+
+    Raises :class:`~jupyter_disttrain.spec.SpecError` naming the bad option.
+    """
+    conf = defaults or {}
+
+    def pick(key: str, fallback: Any) -> Any:
+        value = getattr(args, key, None)
+        return value if value is not None else conf.get(key, fallback)
+
+    for key in ("nodes", "nproc", "max_restarts"):
+        value = getattr(args, key, None)
+        if isinstance(value, int) and value < (0 if key == "max_restarts" else 1):
+            flag = "--" + key.replace("_", "-")
+            raise SpecError(f"{flag} must be at least {0 if key == 'max_restarts' else 1}, "
+                            f"got {value}")
+    timeout = pick("timeout", None)
+    return validate(
+        JobSpec(
+            name=args.name or default_name(),
+            nodes=int(pick("nodes", 1)),
+            nproc=int(pick("nproc", 1)),
+            backend=str(pick("backend", "local")),
+            dist_backend=str(args.dist_backend).lower(),  # type: ignore[arg-type]
+            env=parse_env(list(args.env or [])),
+            timeout=float(timeout) if timeout is not None else None,
+            max_restarts=int(args.max_restarts),
+        )
+    )

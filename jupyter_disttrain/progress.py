@@ -1,0 +1,156 @@
+"""Text views of a job: a live display for notebooks, streamed lines for terminals.
+
+Both render what the job's :class:`~jupyter_disttrain.monitor.JobMonitor`
+holds and refresh at most :data:`MAX_UPDATES_PER_SECOND` times a second,
+whatever the event rate. The live display is an IPython display handle, so
+updates land in the cell that started the job even while other cells run.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from . import events as ev
+from .backends.base import JobRecord
+
+if TYPE_CHECKING:
+    from .job import Job
+
+MAX_UPDATES_PER_SECOND = 10
+LINES_METRIC_EVERY = 10  # in "lines" mode, print rank 0's metrics every N steps
+
+
+class _Text:
+    """A display object whose repr is the given text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.text)
+
+
+class LiveView:
+    """Follows one job and renders it in ``mode``.
+
+    Modes: ``text`` (a display refreshed in place), ``lines`` (rank-prefixed
+    log lines, periodic metrics and state changes, printed as they come),
+    ``none``. Events come from a backend thread through :meth:`on_event`.
+    """
+
+    def __init__(self, mode: str = "text") -> None:
+        if mode not in ("text", "lines", "none"):
+            raise ValueError(f"unknown live mode {mode!r}")
+        self.mode = mode
+        self.job: Job | None = None
+        self._dirty = threading.Event()
+        self._closed = threading.Event()
+        self._handle: Any = None
+        self._thread: threading.Thread | None = None
+        self._pending: list[ev.Event] = []
+        self._lock = threading.Lock()
+
+    def attach(self, job: Job) -> None:
+        """Start rendering ``job`` (call right after submitting it)."""
+        self.job = job
+        if self.mode == "none":
+            return
+        if self.mode == "text":
+            from IPython.display import display
+
+            self._handle = display(_Text(self.render()), display_id=True)
+        self._thread = threading.Thread(target=self._loop, name="distrain-view", daemon=True)
+        self._thread.start()
+
+    def on_event(self, event: ev.Event) -> None:
+        """Note an event (cheap; rendering happens on the view's own schedule)."""
+        if self.mode == "lines":
+            with self._lock:
+                self._pending.append(event)
+        self._dirty.set()
+
+    def close(self) -> None:
+        """Render the final state once more and stop refreshing."""
+        if self._thread is None:
+            return
+        self._closed.set()
+        self._dirty.set()
+        self._thread.join(5)
+        self._thread = None
+
+    def render(self) -> str:
+        """The current text of the live display."""
+        assert self.job is not None
+        from .monitor import format_text
+
+        return format_text(self.job.monitor.snapshot())
+
+    def _loop(self) -> None:
+        interval = 1.0 / MAX_UPDATES_PER_SECOND
+        while True:
+            self._dirty.wait()
+            self._dirty.clear()
+            self._refresh()
+            if self._closed.is_set() or (self.job is not None and self.job.done):
+                time.sleep(interval)  # let the last events of a finished job arrive
+                self._refresh()
+                return
+            time.sleep(interval)
+
+    def _refresh(self) -> None:
+        if self.mode == "text" and self._handle is not None:
+            self._handle.update(_Text(self.render()))
+        elif self.mode == "lines":
+            with self._lock:
+                pending, self._pending = self._pending, []
+            out = [line for e in pending if (line := format_event(e)) is not None]
+            if out:
+                sys.stdout.write("\n".join(out) + "\n")
+                sys.stdout.flush()
+
+
+def format_event(event: ev.Event) -> str | None:
+    """One printed line for an event in ``lines`` mode, or None to skip it."""
+    if event.kind == "log":
+        source = event.get("source")
+        if source:
+            return None  # agent chatter: in the logs, not on the console
+        return f"[rank {event.rank}] {event.get('text')}"
+    if event.kind == "metric":
+        step = int(event.get("step", 0))
+        if event.rank != 0 or step % LINES_METRIC_EVERY:
+            return None
+        values = " ".join(f"{k}={v:.4g}" for k, v in dict(event.get("values", {})).items())
+        return f"[rank 0] step {step}: {values}"
+    if event.kind == "job":
+        message = event.get("message")
+        return f"job {event.get('state')}" + (f": {message}" if message else "")
+    if event.kind == "restart":
+        return f"workers restarted (attempt {event.get('attempt')})"
+    if event.kind == "error":
+        return f"[rank {event.rank}] {event.get('type')}: {event.get('message')}"
+    return None
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def format_job_table(records: Iterable[JobRecord], mine: set[str]) -> str:
+    """A plain-text table of jobs; ``mine`` marks this kernel's."""
+    rows = [("NAME", "BACKEND", "STATE", "RANKS", "STARTED", "ENDED", "KERNEL", "NOTE")]
+    for r in records:
+        rows.append((r.name, r.backend, r.state, f"{r.nodes}x{r.nproc}", _when(r.created),
+                     _when(r.ended), "this" if r.name in mine else "", r.reason[:60]))  # fmt: skip
+    if len(rows) == 1:
+        return "no jobs"
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)  # fmt: skip

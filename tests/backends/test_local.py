@@ -1,0 +1,253 @@
+"""The local backend with real torchrun agents, c10d rendezvous and gloo."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_disttrain import events as ev
+from jupyter_disttrain import jobdir
+from jupyter_disttrain.backends.local import LocalBackend, LocalRun, build_plan
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.remote import decode_result
+from jupyter_disttrain.spec import JobSpec
+from tests.conftest import assert_no_processes
+
+pytestmark = pytest.mark.slow
+
+
+class Collector:
+    """An event sink that keeps everything."""
+
+    def __init__(self) -> None:
+        self.events: list[ev.Event] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, event: ev.Event) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def kinds(self, kind: str) -> list[ev.Event]:
+        with self.lock:
+            return [e for e in self.events if e.kind == kind]
+
+    def final(self) -> ev.Event:
+        return self.kinds("job")[-1]
+
+    def pids(self) -> list[int]:
+        return [int(e.get("pid")) for e in self.kinds("hello")]
+
+
+def run_job(spec: JobSpec, cell: str, ns: dict[str, Any] | None = None,
+            backend: LocalBackend | None = None, timeout: float = 120) -> tuple[Collector, LocalRun]:
+    sink = Collector()
+    payload = build_payload(cell, ns or {}, job=spec.name)
+    run = (backend or LocalBackend()).submit(spec, payload, sink)
+    assert run.join(timeout), "job did not finish"
+    return sink, run
+
+
+TRAIN = textwrap.dedent(
+    """
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(STEPS):
+        x = torch.randn(16, 4)
+        loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        report(step=step, loss=loss)
+    print(f"rank {dist.get_rank()} of {dist.get_world_size()} done")
+    {"world": dist.get_world_size(), "weight": model.module.weight.detach().clone()}
+    """
+)
+
+
+def test_two_by_two_job_returns_result_metrics_and_rank_logs() -> None:
+    spec = JobSpec("local-2x2", nodes=2, nproc=2, timeout=120)
+    sink, run = run_job(spec, TRAIN, {"STEPS": 5})
+    final = sink.final()
+    assert final.get("state") == "Succeeded", sink.events[-20:]
+    hellos = sink.kinds("hello")
+    assert sorted(e.rank for e in hellos) == [0, 1, 2, 3]
+    assert {e.get("node_rank") for e in hellos} == {0, 1}
+    assert all(e.get("backend") == "gloo" for e in hellos)
+    metrics = sink.kinds("metric")
+    assert len(metrics) == 20 and {e.rank for e in metrics} == {0, 1, 2, 3}
+    results = sink.kinds("result")
+    assert len(results) == 1 and results[0].rank == 0
+    value = decode_result(results[0].fields)
+    assert value["world"] == 4 and tuple(value["weight"].shape) == (1, 4)
+    logs = {e.rank: e.get("text") for e in sink.kinds("log") if e.rank is not None}
+    assert logs == {r: f"rank {r} of 4 done" for r in range(4)}
+    assert len(sink.kinds("done")) == 4
+    backend = LocalBackend()
+    assert "rank 3 of 4 done" in backend.logs("local-2x2", rank=3)
+    assert "[rank 2] rank 2 of 4 done" in backend.logs("local-2x2")
+    record = next(r for r in backend.list_jobs() if r.name == "local-2x2")
+    assert record.state == "Succeeded" and record.world_size == 4
+    assert_no_processes(Path(run.plan.job_dir), sink.pids())
+
+
+def test_exception_on_rank_one_fails_job_and_kills_everything() -> None:
+    cell = textwrap.dedent(
+        """
+        import time, torch.distributed as dist
+        if dist.get_rank() == 1:
+            raise KeyError("missing column 'label'")
+        time.sleep(60)  # the others would wait forever in a collective
+        """
+    )
+    started = time.monotonic()
+    sink, run = run_job(JobSpec("local-fail", nodes=2, nproc=1, timeout=100), cell)
+    assert time.monotonic() - started < 40
+    final = sink.final()
+    assert final.get("state") == "Failed"
+    assert "rank 1: KeyError" in final.get("message")
+    errors = sink.kinds("error")
+    assert [e.rank for e in errors] == [1]
+    assert "<distrain-cell>" in errors[0].get("traceback")
+    assert_no_processes(Path(run.plan.job_dir), sink.pids())
+
+
+def test_stop_ends_every_process() -> None:
+    cell = "import time\nfor i in range(600):\n    report(step=i, x=i)\n    time.sleep(0.1)\n"
+    sink = Collector()
+    payload = build_payload(cell, {}, job="local-stop")
+    run = LocalBackend().submit(JobSpec("local-stop", nodes=2, nproc=2), payload, sink)
+    deadline = time.monotonic() + 60
+    while len(sink.kinds("hello")) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(sink.kinds("hello")) == 4
+    pids = sink.pids()
+    t0 = time.monotonic()
+    run.stop()
+    assert run.join(30)
+    assert time.monotonic() - t0 < 10
+    assert sink.final().get("state") == "Stopped"
+    assert_no_processes(Path(run.plan.job_dir), pids)
+
+
+def test_timeout_fails_job_and_ends_processes() -> None:
+    sink, run = run_job(JobSpec("local-timeout", nodes=1, nproc=2, timeout=6),
+                        "import time\ntime.sleep(120)")
+    final = sink.final()
+    assert final.get("state") == "Failed" and final.get("reason") == "Timeout"
+    assert_no_processes(Path(run.plan.job_dir), sink.pids())
+
+
+def test_pasted_tutorial_code_runs_unchanged() -> None:
+    cell = textwrap.dedent(
+        """
+        import os
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, TensorDataset
+        from torch.utils.data.distributed import DistributedSampler
+
+        def setup():
+            dist.init_process_group("gloo")
+
+        def cleanup():
+            dist.destroy_process_group()
+
+        setup()
+        rank = int(os.environ["RANK"])
+        data = TensorDataset(torch.arange(40, dtype=torch.float32))
+        sampler = DistributedSampler(data, num_replicas=dist.get_world_size(), rank=rank)
+        seen = torch.zeros(40)
+        for (batch,) in DataLoader(data, batch_size=5, sampler=sampler):
+            seen[batch.long()] += 1
+        dist.all_reduce(seen)
+        cleanup()
+        int(seen.sum().item()), int((seen == 1).sum().item())
+        """
+    )
+    sink, run = run_job(JobSpec("local-tutorial", nodes=2, nproc=2, timeout=120), cell)
+    assert sink.final().get("state") == "Succeeded", [e.fields for e in sink.kinds("error")]
+    assert decode_result(sink.kinds("result")[0].fields) == (40, 40)
+
+
+def test_repeated_fork_launches_never_hang() -> None:
+    """Forking from the warm launcher is safe: many jobs in a row all finish promptly."""
+    durations = []
+    for i in range(8):
+        t0 = time.monotonic()
+        sink, run = run_job(JobSpec(f"local-repeat-{i}", nodes=2, nproc=2, timeout=60),
+                            TRAIN, {"STEPS": 3}, timeout=90)
+        durations.append(time.monotonic() - t0)
+        assert sink.final().get("state") == "Succeeded", (i, sink.final().fields)
+        assert run.plan.mode == "fork"
+        assert_no_processes(Path(run.plan.job_dir), sink.pids())
+    assert max(durations) < 60, durations
+
+
+def test_exec_mode_runs_fresh_interpreters() -> None:
+    sink, run = run_job(JobSpec("local-exec", nodes=1, nproc=2, timeout=120), TRAIN,
+                        {"STEPS": 2}, backend=LocalBackend(mode="exec"), timeout=150)
+    assert run.plan.mode == "exec"
+    assert sink.final().get("state") == "Succeeded", sink.final().fields
+    assert len(sink.kinds("hello")) == 2
+
+
+OWNER = textwrap.dedent(
+    """
+    import sys, time
+    from jupyter_disttrain.backends.local import LocalBackend
+    from jupyter_disttrain.payload import build_payload
+    from jupyter_disttrain.spec import JobSpec
+    cell = "import time\\nreport(step=0, up=1)\\ntime.sleep(300)"
+    run = LocalBackend().submit(JobSpec("local-owner", nodes=2, nproc=1),
+                                build_payload(cell, {}, job="local-owner"), lambda e: None)
+    print("submitted", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_owner_death_ends_the_job(home: Path) -> None:
+    """If the kernel dies (SIGKILL), the launcher takes every job process down with it."""
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True,
+                             env=os.environ.copy())
+    assert owner.stdout is not None and owner.stdout.readline().strip() == "submitted"
+    directory = jobdir.job_dir("local-owner")
+    log0 = jobdir.logs_dir(directory) / "rank-0.log"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "metric" not in (
+        log0.read_text() if log0.exists() else ""
+    ):
+        time.sleep(0.2)
+    pids = [int(ev.parse_line(x, 0).get("pid"))
+            for f in jobdir.rank_logs(directory).values()
+            for x in f.read_text().splitlines() if '"hello"' in x]  # fmt: skip
+    assert len(pids) == 2
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    assert_no_processes(directory, pids, wait=15)
+    record = next(r for r in LocalBackend().list_jobs() if r.name == "local-owner")
+    assert record.state == "Stopped"
+
+
+def test_dry_run_plan_is_printable_and_starts_nothing(home: Path) -> None:
+    spec = JobSpec("local-plan", nodes=2, nproc=3, env=(("LR", "0.1"),))
+    payload = build_payload("1", {}, job="local-plan")
+    plan = build_plan(spec, payload, home / "jobs" / "local-plan", mode="fork", port=29999)
+    text = str(plan)
+    assert "2 node(s) x 3 process(es) = 6 rank(s)" in text
+    assert "c10d at 127.0.0.1:29999" in text
+    assert text.count("torchrun --nnodes 2 --nproc-per-node 3") == 2
+    assert "is_host=1" in text and "is_host=0" in text and "LR=0.1" in text
+    assert not (home / "jobs" / "local-plan").exists()
+    dry = LocalBackend().dryrun(spec, payload)
+    assert "127.0.0.1:" in str(dry) and not jobdir.job_dir("local-plan").exists()

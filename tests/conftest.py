@@ -1,0 +1,61 @@
+"""Shared fixtures: an isolated job home and process-table checks."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import psutil
+import pytest
+
+# Every test process keeps its local jobs in a private directory.
+os.environ.setdefault("DISTRAIN_HOME", tempfile.mkdtemp(prefix="distrain-test-home-"))
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def live_job_processes(job_dir: Path, pids: Sequence[int] = ()) -> list[str]:
+    """Processes of a job still alive: its group, its payload users and ``pids``."""
+    import json
+
+    state = json.loads((job_dir / "state.json").read_text())
+    pgid = state.get("pgid")
+    payload = str(job_dir / "payload.pkl")
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if (pgid and _pgid(proc.pid) == pgid) or payload in cmd or proc.pid in pids:
+                found.append(f"{proc.pid}: {cmd[:120]}")
+        except psutil.Error:
+            continue
+    return found
+
+
+def assert_no_processes(job_dir: Path, pids: Sequence[int] = (), wait: float = 5.0) -> None:
+    """Fail unless every process of the job is gone (within ``wait`` seconds)."""
+    deadline = time.monotonic() + wait
+    left = live_job_processes(job_dir, list(pids))
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = live_job_processes(job_dir, list(pids))
+    assert not left, f"processes left behind: {left}"
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """The job home of this test process."""
+    yield Path(os.environ["DISTRAIN_HOME"])

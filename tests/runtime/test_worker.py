@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain.events import parse_line
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.runtime.cell import run_cell
+from jupyter_disttrain.runtime.worker import choose_backend, requested_backend
+
+
+def test_run_cell_returns_last_expression() -> None:
+    ns: dict[str, object] = {}
+    assert run_cell("a = 2\nb = a * 3\nb + 1", ns) == 7
+    assert ns["b"] == 6
+    assert run_cell("c = 1", ns) is None
+    assert run_cell("for i in range(2):\n    pass\ni", ns) == 1
+
+
+def test_run_cell_traceback_shows_cell_source() -> None:
+    import traceback
+
+    with pytest.raises(ZeroDivisionError) as info:
+        run_cell("x = 1\ny = x / 0\n", {})
+    text = "".join(traceback.format_exception(info.value))
+    assert "<distrain-cell>" in text and "y = x / 0" in text
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ('dist.init_process_group("gloo")', "gloo"),
+        ("torch.distributed.init_process_group(backend='nccl', rank=0)", "nccl"),
+        ("init_process_group('cpu:gloo,cuda:nccl')", "cpu"),
+        ("x = 1", None),
+        ("init_process_group(b)", None),
+    ],
+)
+def test_requested_backend(source: str, expected: str | None) -> None:
+    assert requested_backend(source) == expected
+
+
+def test_choose_backend_falls_back_without_cuda() -> None:
+    assert choose_backend("auto", "", cuda=False) == ("gloo", None)
+    assert choose_backend("auto", "", cuda=True) == ("nccl", None)
+    backend, warning = choose_backend("nccl", "", cuda=False)
+    assert backend == "gloo" and warning is not None and "--dist-backend gloo" in warning
+    assert choose_backend("auto", 'dist.init_process_group("gloo")', cuda=True)[0] == "gloo"
+
+
+BLOCKER = textwrap.dedent(
+    """
+    import sys, importlib.abc
+    BLOCKED = ("IPython", "ipykernel", "ipywidgets", "plotly", "anywidget", "kubernetes",
+               "jupyter_server", "traitlets", "fsspec", "yaml", "psutil", "nbformat",
+               "jupyter_disttrain.job", "jupyter_disttrain.magics", "jupyter_disttrain.events",
+               "jupyter_disttrain.payload", "jupyter_disttrain.backends",
+               "jupyter_disttrain.monitor", "jupyter_disttrain.spec")
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith(BLOCKED):
+                raise ImportError(f"blocked in a stock image: {name}")
+            return None
+    sys.meta_path.insert(0, Block())
+    from jupyter_disttrain.runtime import worker
+    sys.exit(worker.main([sys.argv[1]]))
+    """
+)
+
+
+def test_worker_runs_with_notebook_packages_blocked(tmp_path: Path) -> None:
+    """The runtime needs only the standard library, torch and cloudpickle."""
+
+    def helper(v: int) -> int:
+        return v + 1
+
+    cell = (
+        "import torch.distributed as dist\n"
+        "from jupyter_disttrain import report\n"
+        "report(step=0, loss=torch.tensor(0.25))\n"
+        "dist.init_process_group('gloo')  # pasted tutorial code: harmless\n"
+        "dist.destroy_process_group()\n"
+        "dist.barrier()\n"
+        "helper(dist.get_world_size())\n"
+    )
+    import torch
+
+    payload = build_payload(cell, {"helper": helper, "torch": torch}, job="iso")
+    path = tmp_path / "payload.pkl"
+    path.write_bytes(payload.data)
+    from jupyter_disttrain.backends.local import free_port
+
+    env = {
+        **os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+        "GLOO_SOCKET_IFNAME": "lo",
+    }  # fmt: skip
+    env.pop("DISTRAIN_LOG_DIR", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCKER, str(path)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = [parse_line(line, None) for line in proc.stdout.splitlines()]
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "hello" and "metric" in kinds and kinds[-1] == "done", kinds
+    metric = next(e for e in events if e.kind == "metric")
+    assert metric.get("values") == {"loss": 0.25}
+    result = next(e for e in events if e.kind == "result")
+    from jupyter_disttrain.remote import decode_result
+
+    assert decode_result(result.fields) == 2
+
+
+def test_worker_reports_python_version_mismatch(tmp_path: Path) -> None:
+    payload = build_payload("1", {}, job="v", extra={"python": "2.7.18",
+                                                     "image_hint": "python:2.7 image"})
+    path = tmp_path / "payload.pkl"
+    path.write_bytes(payload.data)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter_disttrain.runtime.worker", str(path)],
+        env={**os.environ, "RANK": "0"}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    error = next(parse_line(x, None) for x in proc.stdout.splitlines() if "##distrain" in x)
+    assert error.kind == "error"
+    assert "Python 2.7.18" in error.get("message") and "python:2.7 image" in error.get("message")

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+
+from jupyter_disttrain.spec import JobSpec, SpecError, parse_env, validate
+
+
+def test_valid_spec_and_world_size() -> None:
+    spec = validate(JobSpec("mnist-ddp", nodes=2, nproc=4, env=(("LR", "0.1"),)))
+    assert spec.world_size == 8
+    assert spec.env_dict() == {"LR": "0.1"}
+    assert spec.with_(nodes=3).world_size == 12
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"name": "Bad Name"}, "job name"),
+        ({"name": "x" * 41}, "job name"),
+        ({"nodes": 0}, "--nodes"),
+        ({"nproc": 1000}, "--nproc"),
+        ({"backend": "slurm"}, "--backend"),
+        ({"dist_backend": "mpi"}, "--dist-backend"),
+        ({"timeout": 0.0}, "--timeout"),
+        ({"max_restarts": -1}, "--max-restarts"),
+        ({"env": (("RANK", "3"),)}, "RANK"),
+    ],
+)
+def test_invalid_specs_name_the_problem(changes: dict[str, object], needle: str) -> None:
+    with pytest.raises(SpecError, match=needle):
+        JobSpec("ok").with_(**changes)
+
+
+def test_parse_env() -> None:
+    assert parse_env(["A=1", "B=x=y", "C="]) == (("A", "1"), ("B", "x=y"), ("C", ""))
+    with pytest.raises(SpecError, match="KEY=VALUE"):
+        parse_env(["NOVALUE"])
+    with pytest.raises(SpecError, match="not a valid environment variable"):
+        parse_env(["1X=2"])

@@ -36,4 +36,3 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magics import load
 
     load(ipython)
-

@@ -30,8 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a training script as a distributed job")
     run.add_argument("script", help="Python file to run on every rank")
     add_job_options(run)
-    run.add_argument("--launch", choices=("fork", "exec"), default="fork",
-                     help="local backend: fork from a warm launcher or start fresh interpreters")
+    run.add_argument(
+        "--launch",
+        choices=("fork", "exec"),
+        default="fork",
+        help="local backend: fork from a warm launcher or start fresh interpreters",
+    )
     sub.add_parser("jobs", help="list local jobs")
     logs = sub.add_parser("logs", help="print a job's logs")
     logs.add_argument("name")

@@ -86,7 +86,9 @@ def _decode(payload: str) -> dict[str, Any] | None:
     return body
 
 
-def job_event(state: JobState, reason: str = "", message: str = "", t: float | None = None) -> Event:
+def job_event(
+    state: JobState, reason: str = "", message: str = "", t: float | None = None
+) -> Event:
     """A job-wide state change observed by the backend."""
     return Event(
         "job",

@@ -145,9 +145,7 @@ class Job:
             while self._state not in ev.TERMINAL_STATES:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise TimeoutError(
-                        f"job {self.name} still {self._state} after {timeout:g} s"
-                    )
+                    raise TimeoutError(f"job {self.name} still {self._state} after {timeout:g} s")
                 self._cond.wait(0.2 if left is None else min(left, 0.2))
             return self._state
 

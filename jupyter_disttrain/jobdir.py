@@ -96,11 +96,16 @@ def rank_logs(directory: Path) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
-def tail_lines(path: Path, n: int | None) -> list[str]:
-    """The last ``n`` lines of a text file (all when ``n`` is None)."""
+def tail_lines(path: Path, n: int | None, skip_prefix: str | None = None) -> list[str]:
+    """The last ``n`` lines of a text file (all when ``n`` is None).
+
+    Lines containing ``skip_prefix`` (the line protocol's marker) are left out.
+    """
     try:
         with open(path, errors="replace") as fh:
             lines = fh.read().splitlines()
     except OSError:
         return []
+    if skip_prefix:
+        lines = [line for line in lines if skip_prefix not in line]
     return lines if n is None else lines[-n:] if n > 0 else []

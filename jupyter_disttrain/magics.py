@@ -57,8 +57,9 @@ class DistrainMagics(Magics):
         True, help="Start the local launcher when the extension loads, so the first job is fast."
     ).tag(config=True)
     live = Unicode(
-        "auto", help="Live output: 'auto' (display in notebooks, lines in terminals), 'text', "
-        "'lines' or 'none'."
+        "auto",
+        help="Live output: 'auto' (display in notebooks, lines in terminals), 'text', "
+        "'lines' or 'none'.",
     ).tag(config=True)
 
     CONFIG_KEYS = ("nodes", "nproc", "backend", "timeout", "max_capture_mb", "launch_mode",
@@ -67,10 +68,18 @@ class DistrainMagics(Magics):
     # -- %%distrain ------------------------------------------------------------
     @magic_arguments.magic_arguments()
     @_job_options
-    @magic_arguments.argument("--wait", action="store_true",
-                              help="block until the job ends; the cell's value is the result")
-    @magic_arguments.argument("-o", "--output", default=None, metavar="NAME",
-                              help="store the Job handle in this notebook variable")
+    @magic_arguments.argument(
+        "--wait",
+        action="store_true",
+        help="block until the job ends; the cell's value is the result",
+    )
+    @magic_arguments.argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="NAME",
+        help="store the Job handle in this notebook variable",
+    )
     @cell_magic
     def distrain(self, line: str, cell: str) -> Any:
         """Run this cell on ``--nodes`` x ``--nproc`` workers as one distributed job.
@@ -127,8 +136,11 @@ class DistrainMagics(Magics):
             raise UsageError("%distrain_jobs takes no arguments")
         mine = jobs.registered()
         records = get_backend("local").list_jobs()
-        shown = [r for r in records if r.name in mine or r.state not in ("Succeeded", "Failed",
-                                                                             "Stopped")]
+        shown = [
+            r
+            for r in records
+            if r.name in mine or r.state not in ("Succeeded", "Failed", "Stopped")
+        ]
         print(format_job_table(shown, set(mine)))
 
     @magic_arguments.magic_arguments()
@@ -184,8 +196,10 @@ class DistrainMagics(Magics):
                 converted = trait.from_string(value)
                 setattr(self, key, converted)
             except Exception as exc:
-                raise UsageError(f"%distrain_config {key}: {value!r} is not valid ({exc})") from None
-        print(", ".join(f"{k}={getattr(self, k)!r}" for k in (i.split('=')[0] for i in items)))
+                raise UsageError(
+                    f"%distrain_config {key}: {value!r} is not valid ({exc})"
+                ) from None
+        print(", ".join(f"{k}={getattr(self, k)!r}" for k in (i.split("=")[0] for i in items)))
 
     # -- helpers -----------------------------------------------------------------
     def _defaults(self) -> dict[str, Any]:

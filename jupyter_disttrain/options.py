@@ -24,7 +24,8 @@ JOB_OPTIONS: list[Option] = [
                     "help": "worker processes per node; default 1"}),
     (("--backend",), {"default": None, "metavar": "NAME",
                       "help": f"where to run: {', '.join(BACKENDS)}; default local"}),
-    (("--name",), {"default": None, "help": "job name (lowercase, digits, '-'); default generated"}),
+    (("--name",), {"default": None,
+                   "help": "job name (lowercase, digits, '-'); default generated"}),
     (("--env",), {"action": "append", "default": [], "metavar": "K=V",
                   "help": "environment variable for every worker (repeatable)"}),
     (("--timeout",), {"type": float, "default": None, "metavar": "SECONDS",
@@ -66,8 +67,9 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
         value = getattr(args, key, None)
         if isinstance(value, int) and value < (0 if key == "max_restarts" else 1):
             flag = "--" + key.replace("_", "-")
-            raise SpecError(f"{flag} must be at least {0 if key == 'max_restarts' else 1}, "
-                            f"got {value}")
+            raise SpecError(
+                f"{flag} must be at least {0 if key == 'max_restarts' else 1}, got {value}"
+            )
     timeout = pick("timeout", None)
     return validate(
         JobSpec(

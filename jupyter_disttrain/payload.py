@@ -9,6 +9,7 @@ failure or an oversized value be named. Modules travel as ``import`` by name.
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import pickle
 import platform
@@ -24,8 +25,22 @@ DEFAULT_MAX_CAPTURE_BYTES = 64 * 1024 * 1024
 
 #: Names IPython puts in the user namespace that a cell never means to ship.
 IPYTHON_NAMES = frozenset(
-    {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_ih", "_oh", "_dh", "_i",
-     "_ii", "_iii"}
+    {
+        "In",
+        "Out",
+        "get_ipython",
+        "exit",
+        "quit",
+        "_",
+        "__",
+        "___",
+        "_ih",
+        "_oh",
+        "_dh",
+        "_i",
+        "_ii",
+        "_iii",
+    }
 )
 
 _ADVICE = {
@@ -93,23 +108,23 @@ def transform_cell(cell: str) -> str:
     from IPython.core.inputtransformer2 import TransformerManager
 
     source = TransformerManager().transform_cell(cell)
-    if not source.strip():
-        raise CaptureError(
-            "the %%distrain cell has no code; write the training code below the magic line"
-        )
     if "get_ipython()" in source and "get_ipython()" not in cell:
         raise CaptureError(
             "the cell uses IPython magics or shell commands (%... or !...), which do not exist "
             "on the workers; run them in another cell or use plain Python (e.g. subprocess)"
         )
     try:
-        compile(source, "<distrain-cell>", "exec")
+        tree = ast.parse(source, "<distrain-cell>", "exec")
     except SyntaxError as exc:
         line = (exc.text or "").strip()
         raise CaptureError(
             f"the cell has a syntax error on line {exc.lineno}: {exc.msg}"
             + (f" ({line!r})" if line else "")
         ) from None
+    if not tree.body:
+        raise CaptureError(
+            "the %%distrain cell has no code; write the training code below the magic line"
+        )
     return source
 
 

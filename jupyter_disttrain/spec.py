@@ -95,9 +95,7 @@ def validate(spec: JobSpec) -> JobSpec:
     if not 1 <= spec.nproc <= MAX_NPROC:
         raise SpecError(f"--nproc must be between 1 and {MAX_NPROC}, got {spec.nproc}")
     if spec.backend not in BACKENDS:
-        raise SpecError(
-            f"unknown --backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}"
-        )
+        raise SpecError(f"unknown --backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}")
     if spec.framework not in FRAMEWORKS:
         raise SpecError(
             f"unknown --framework {spec.framework!r}; choose one of: {', '.join(FRAMEWORKS)}"

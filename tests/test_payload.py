@@ -43,8 +43,15 @@ def test_captures_values_functions_classes_and_modules() -> None:
     def scale(v: int) -> int:
         return v * FACTOR  # noqa: F821 - resolved from the namespace below
 
-    ns: dict[str, Any] = {"Model": Model, "scale": scale, "FACTOR": 3, "np": np,
-                          "unused": object(), "In": [], "_5": 1}
+    ns: dict[str, Any] = {
+        "Model": Model,
+        "scale": scale,
+        "FACTOR": 3,
+        "np": np,
+        "unused": object(),
+        "In": [],
+        "_5": 1,
+    }
     payload = build_payload("m = Model()\nscale(m.w) + np.int64(1)", ns, job="t")
     env = _envelope(payload)
     assert set(env["globals"]) == {"Model", "scale"}
@@ -87,6 +94,7 @@ def test_oversized_capture_is_refused_with_advice() -> None:
     [
         ("", "has no code"),
         ("   \n\n", "has no code"),
+        ("# comment only\n", "has no code"),
         ("x = (1,\n", "syntax error on line"),
         ("!ls\n", "magics or shell commands"),
         ("%time 1+1\n", "magics or shell commands"),

@@ -10,8 +10,12 @@ from jupyter_disttrain.remote import RemoteError, decode_result, recreate_except
 
 def test_builtin_exception_keeps_type_rank_and_traceback() -> None:
     exc = recreate_exception(
-        {"type": "ValueError", "module": "builtins", "message": "bad batch",
-         "traceback": "Traceback...\nValueError: bad batch"},
+        {
+            "type": "ValueError",
+            "module": "builtins",
+            "message": "bad batch",
+            "traceback": "Traceback...\nValueError: bad batch",
+        },
         rank=1,
     )
     assert isinstance(exc, ValueError)
@@ -24,8 +28,13 @@ def test_user_exception_type_travels_by_value() -> None:
     class DataError(Exception):
         pass
 
-    fields = {"type": "DataError", "module": "__main__", "message": "m", "traceback": "t",
-              "type_pickle": base64.b64encode(cloudpickle.dumps(DataError)).decode()}
+    fields = {
+        "type": "DataError",
+        "module": "__main__",
+        "message": "m",
+        "traceback": "t",
+        "type_pickle": base64.b64encode(cloudpickle.dumps(DataError)).decode(),
+    }
     exc = recreate_exception(fields, rank=2)
     assert type(exc).__name__ == "DataError" and "[rank 2] m" in str(exc)
 

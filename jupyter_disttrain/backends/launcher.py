@@ -72,7 +72,7 @@ class Launcher:
     def __init__(self, log_path: Path | None = None) -> None:
         self._dir = tempfile.mkdtemp(prefix="distrain-")
         self.socket_path = os.path.join(self._dir, "launcher.sock")
-        log = open(log_path or os.path.join(self._dir, "launcher.log"), "ab")  # noqa: SIM115
+        log = open(log_path or os.path.join(self._dir, "launcher.log"), "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_disttrain.runtime.zygote", self.socket_path],
             stdin=subprocess.PIPE,
@@ -133,7 +133,9 @@ class Launcher:
         if "pid" not in answer:
             conn.close()
             raise LauncherError(str(answer.get("error", "no answer")))
-        handle = ProcessHandle(int(answer["pid"]), int(answer["pgid"]), bool(answer["forked"]), conn)
+        handle = ProcessHandle(
+            int(answer["pid"]), int(answer["pgid"]), bool(answer["forked"]), conn
+        )
         if rest.strip():
             ending = json.loads(rest.splitlines()[0])
             handle.code = -int(ending["signal"]) if "signal" in ending else int(ending["exit"])

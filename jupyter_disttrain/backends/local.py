@@ -26,6 +26,7 @@ import psutil
 from .. import events as ev
 from .. import jobdir
 from ..payload import Payload
+from ..runtime.protocol import PREFIX
 from ..spec import JobSpec
 from .base import Backend, EventSink, JobExists, JobNotFound, JobRecord, Submission
 from .launcher import Launcher, LauncherError, ProcessHandle, shared_launcher
@@ -107,8 +108,10 @@ def build_plan(
     payload_path = str(directory / "payload.pkl")
     logs = jobdir.logs_dir(directory)
     endpoint = f"{LOOPBACK}:{port}"
-    entry = "jupyter_disttrain.runtime.forkclient" if mode == "fork" else (
-        "jupyter_disttrain.runtime.worker"
+    entry = (
+        "jupyter_disttrain.runtime.forkclient"
+        if mode == "fork"
+        else ("jupyter_disttrain.runtime.worker")
     )
     env = {
         **(base_env or {}),
@@ -137,7 +140,7 @@ def build_plan(
             "-m", entry, payload_path,
         )  # fmt: skip
         nodes.append(NodeLaunch(node, argv, env, str(logs / f"agent-{node}.log")))
-    notes = ()
+    notes: tuple[str, ...] = ()
     if spec.dist_backend == "nccl":
         notes = ("note: nccl needs CUDA; without it the workers fall back to gloo",)
     return LocalPlan(
@@ -250,8 +253,9 @@ class LocalRun(Submission):
         self._stop_reason: str | None = None
         self._done = threading.Event()
         self._state: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._run, name=f"distrain-{self.spec.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"distrain-{self.spec.name}", daemon=True
+        )
 
     # -- Submission --------------------------------------------------------
     def start(self) -> None:
@@ -274,8 +278,11 @@ class LocalRun(Submission):
             with open(self.dir / "events.jsonl", "a") as fh:
                 fh.write(ev.to_json(event) + "\n")
             if event.kind == "job":
-                self._write_state(state=event.fields["state"], reason=event.fields["reason"],
-                                  message=event.fields["message"])
+                self._write_state(
+                    state=event.fields["state"],
+                    reason=event.fields["reason"],
+                    message=event.fields["message"],
+                )
         self.sink(event)
 
     def _write_state(self, **changes: Any) -> None:
@@ -415,8 +422,9 @@ class LocalBackend(Backend):
 
     def dryrun(self, spec: JobSpec, payload: Payload) -> LocalPlan:
         """The launch plan, with a port chosen now; nothing is written or started."""
-        return build_plan(spec, payload, jobdir.job_dir(spec.name), mode=self.mode,
-                          port=free_port())
+        return build_plan(
+            spec, payload, jobdir.job_dir(spec.name), mode=self.mode, port=free_port()
+        )
 
     def submit(self, spec: JobSpec, payload: Payload, sink: EventSink) -> LocalRun:
         """Create the job directory and start the agents in the background."""
@@ -457,7 +465,7 @@ class LocalBackend(Backend):
         return out
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
-        """What the job's ranks printed, from its log files."""
+        """What the job's ranks printed, from its log files (protocol lines left out)."""
         directory = jobdir.job_dir(name)
         if jobdir.read_state(directory) is None:
             raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
@@ -468,10 +476,10 @@ class LocalBackend(Backend):
                     f"job {name!r} has no log for rank {rank}; ranks with logs: "
                     f"{', '.join(map(str, files)) or 'none yet'}"
                 )
-            return "\n".join(jobdir.tail_lines(files[rank], tail))
+            return "\n".join(jobdir.tail_lines(files[rank], tail, PREFIX))
         lines: list[str] = []
         for r, path in files.items():
-            lines.extend(f"[rank {r}] {line}" for line in jobdir.tail_lines(path, tail))
+            lines.extend(f"[rank {r}] {line}" for line in jobdir.tail_lines(path, tail, PREFIX))
         return "\n".join(lines)
 
     def stop(self, name: str) -> bool:

@@ -36,7 +36,8 @@ def run_cell(source: str, namespace: dict[str, Any], filename: str = CELL_FILENA
     tree = ast.parse(source, filename=filename, mode="exec")
     last: ast.expr | None = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = tree.body.pop().value
+        last = tree.body[-1].value
+        tree.body.pop()
     exec(compile(tree, filename, "exec"), namespace)
     if last is None:
         return None

@@ -147,8 +147,8 @@ def _make_reinit_harmless(dist: Any) -> None:
         return real_destroy(group)  # type: ignore[no-any-return]
 
     for mod in (dist, c10d):
-        mod.init_process_group = init_process_group
-        mod.destroy_process_group = destroy_process_group
+        setattr(mod, "init_process_group", init_process_group)  # noqa: B010
+        setattr(mod, "destroy_process_group", destroy_process_group)  # noqa: B010
     dist._distrain_real_destroy = real_destroy
 
 

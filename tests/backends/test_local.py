@@ -47,8 +47,13 @@ class Collector:
         return [int(e.get("pid")) for e in self.kinds("hello")]
 
 
-def run_job(spec: JobSpec, cell: str, ns: dict[str, Any] | None = None,
-            backend: LocalBackend | None = None, timeout: float = 120) -> tuple[Collector, LocalRun]:
+def run_job(
+    spec: JobSpec,
+    cell: str,
+    ns: dict[str, Any] | None = None,
+    backend: LocalBackend | None = None,
+    timeout: float = 120,
+) -> tuple[Collector, LocalRun]:
     sink = Collector()
     payload = build_payload(cell, ns or {}, job=spec.name)
     run = (backend or LocalBackend()).submit(spec, payload, sink)
@@ -140,8 +145,9 @@ def test_stop_ends_every_process() -> None:
 
 
 def test_timeout_fails_job_and_ends_processes() -> None:
-    sink, run = run_job(JobSpec("local-timeout", nodes=1, nproc=2, timeout=6),
-                        "import time\ntime.sleep(120)")
+    sink, run = run_job(
+        JobSpec("local-timeout", nodes=1, nproc=2, timeout=6), "import time\ntime.sleep(120)"
+    )
     final = sink.final()
     assert final.get("state") == "Failed" and final.get("reason") == "Timeout"
     assert_no_processes(Path(run.plan.job_dir), sink.pids())
@@ -174,7 +180,7 @@ def test_pasted_tutorial_code_runs_unchanged() -> None:
         int(seen.sum().item()), int((seen == 1).sum().item())
         """
     )
-    sink, run = run_job(JobSpec("local-tutorial", nodes=2, nproc=2, timeout=120), cell)
+    sink, _run = run_job(JobSpec("local-tutorial", nodes=2, nproc=2, timeout=120), cell)
     assert sink.final().get("state") == "Succeeded", [e.fields for e in sink.kinds("error")]
     assert decode_result(sink.kinds("result")[0].fields) == (40, 40)
 
@@ -184,8 +190,12 @@ def test_repeated_fork_launches_never_hang() -> None:
     durations = []
     for i in range(8):
         t0 = time.monotonic()
-        sink, run = run_job(JobSpec(f"local-repeat-{i}", nodes=2, nproc=2, timeout=60),
-                            TRAIN, {"STEPS": 3}, timeout=90)
+        sink, run = run_job(
+            JobSpec(f"local-repeat-{i}", nodes=2, nproc=2, timeout=60),
+            TRAIN,
+            {"STEPS": 3},
+            timeout=90,
+        )
         durations.append(time.monotonic() - t0)
         assert sink.final().get("state") == "Succeeded", (i, sink.final().fields)
         assert run.plan.mode == "fork"
@@ -194,8 +204,13 @@ def test_repeated_fork_launches_never_hang() -> None:
 
 
 def test_exec_mode_runs_fresh_interpreters() -> None:
-    sink, run = run_job(JobSpec("local-exec", nodes=1, nproc=2, timeout=120), TRAIN,
-                        {"STEPS": 2}, backend=LocalBackend(mode="exec"), timeout=150)
+    sink, run = run_job(
+        JobSpec("local-exec", nodes=1, nproc=2, timeout=120),
+        TRAIN,
+        {"STEPS": 2},
+        backend=LocalBackend(mode="exec"),
+        timeout=150,
+    )
     assert run.plan.mode == "exec"
     assert sink.final().get("state") == "Succeeded", sink.final().fields
     assert len(sink.kinds("hello")) == 2
@@ -218,8 +233,9 @@ OWNER = textwrap.dedent(
 
 def test_owner_death_ends_the_job(home: Path) -> None:
     """If the kernel dies (SIGKILL), the launcher takes every job process down with it."""
-    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True,
-                             env=os.environ.copy())
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
     assert owner.stdout is not None and owner.stdout.readline().strip() == "submitted"
     directory = jobdir.job_dir("local-owner")
     log0 = jobdir.logs_dir(directory) / "rank-0.log"

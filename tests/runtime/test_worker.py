@@ -118,8 +118,9 @@ def test_worker_runs_with_notebook_packages_blocked(tmp_path: Path) -> None:
 
 
 def test_worker_reports_python_version_mismatch(tmp_path: Path) -> None:
-    payload = build_payload("1", {}, job="v", extra={"python": "2.7.18",
-                                                     "image_hint": "python:2.7 image"})
+    payload = build_payload(
+        "1", {}, job="v", extra={"python": "2.7.18", "image_hint": "python:2.7 image"}
+    )
     path = tmp_path / "payload.pkl"
     path.write_bytes(payload.data)
     proc = subprocess.run(

@@ -1,0 +1,228 @@
+"""Launch benchmark: the same 2x2 DDP job started four ways, timed in one run.
+
+(a) raw ``torchrun``: two agents with c10d rendezvous on 127.0.0.1;
+(b) Accelerate's ``notebook_launcher(num_processes=4)`` from a process that
+    already imported torch and accelerate (as a notebook would have);
+(c) ``%%distrain --nodes 2 --nproc 2 --wait`` executed in a real Jupyter kernel
+    that already ran ``%load_ext jupyter_disttrain`` (warm launcher);
+(d) the same cell with ``%distrain_config launch_mode=exec`` (fresh interpreters).
+
+Each job trains a small MLP for 20 DDP steps on 4 ranks (gloo, CPU). Time to
+first step is when rank 0 finishes its first optimizer step (written to a
+file by the training code itself, identical in all four); total is until the
+launch returns. ``python bench/launch.py [--reps 5]`` prints a table and
+rewrites the "Launch" section of ``BENCHMARKS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import queue
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from jupyter_client.manager import start_new_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from results import write_section  # noqa: E402
+
+TRAIN = textwrap.dedent(
+    """
+    import os, time
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    torch.manual_seed(dist.get_rank())
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                    torch.nn.Linear(128, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(20):
+        x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+        if step == 0 and dist.get_rank() == 0:
+            with open(os.environ["BENCH_MARK_FILE"], "a") as fh:
+                fh.write(f"{time.time()}\\n")
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def first_mark(path: Path) -> float:
+    return float(path.read_text().split()[0])
+
+
+def run_torchrun(mark: Path) -> tuple[float, float]:
+    """(a): two torchrun agents, as a user would type them."""
+    script = mark.with_suffix(".py")
+    script.write_text(TRAIN)
+    port = free_port()
+    env = {**os.environ, "BENCH_MARK_FILE": str(mark), "GLOO_SOCKET_IFNAME": "lo"}
+    t0 = time.time()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
+             "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+             "--rdzv-id", "bench", "--rdzv-conf", f"is_host={int(node == 0)}",
+             "--local-addr", "127.0.0.1", str(script)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for node in range(2)
+    ]  # fmt: skip
+    codes = [p.wait(300) for p in procs]
+    total = time.time() - t0
+    assert codes == [0, 0], codes
+    return first_mark(mark) - t0, total
+
+
+ACCELERATE_HOST = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch, accelerate
+    from accelerate import notebook_launcher
+    sys.stdin.readline()  # wait for "go"
+    def train():
+        exec(compile(open(os.environ["BENCH_TRAIN"]).read(), "train", "exec"), {})
+    t0 = time.time()
+    notebook_launcher(train, num_processes=4, use_port=os.environ["BENCH_PORT"])
+    print(f"T0 {t0} END {time.time()}", flush=True)
+    """
+)
+
+
+def run_notebook_launcher(mark: Path) -> tuple[float, float]:
+    """(b): accelerate.notebook_launcher from a warm process."""
+    script = mark.with_suffix(".py")
+    script.write_text(TRAIN)
+    env = {**os.environ, "BENCH_MARK_FILE": str(mark), "BENCH_TRAIN": str(script),
+           "BENCH_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"}  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", ACCELERATE_HOST], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    time.sleep(8)  # let it import torch and accelerate, as a notebook would have
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    out = ""
+    for line in proc.stdout:
+        if line.startswith("T0 "):
+            out = line
+    proc.wait(300)
+    parts = out.split()
+    t0, end = float(parts[1]), float(parts[3])
+    return first_mark(mark) - t0, end - t0
+
+
+class Kernel:
+    """A real Jupyter kernel with the extension loaded and its launcher warm."""
+
+    def __init__(self, mode: str) -> None:
+        self.km, self.kc = start_new_kernel(kernel_name="python3")
+        self.execute("%load_ext jupyter_disttrain")
+        self.execute(f"%distrain_config launch_mode={mode} live=none")
+        if mode == "fork":
+            self.execute("from jupyter_disttrain.backends.launcher import shared_launcher\n"
+                         "shared_launcher().wait_ready()")  # fmt: skip
+
+    def execute(self, code: str, timeout: float = 600) -> dict[str, object]:
+        msg_id = self.kc.execute(code)
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(code) from None
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "error":
+                raise RuntimeError("\n".join(msg["content"]["traceback"]))
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return msg
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=False)
+
+
+def distrain_runner(kernel: Kernel) -> Callable[[Path], tuple[float, float]]:
+    def run(mark: Path) -> tuple[float, float]:
+        kernel.execute(f"import os; os.environ['BENCH_MARK_FILE'] = {str(mark)!r}")
+        t0 = time.time()
+        kernel.execute("%%distrain --nodes 2 --nproc 2 --wait\n" + TRAIN)
+        return first_mark(mark) - t0, time.time() - t0
+
+    return run
+
+
+def measure(
+    name: str, run: Callable[[Path], tuple[float, float]], reps: int, work: Path
+) -> dict[str, float]:
+    firsts, totals = [], []
+    for i in range(reps):
+        mark = work / f"{name.split()[0]}-{i}.mark"
+        first, total = run(mark)
+        firsts.append(first)
+        totals.append(total)
+        print(f"  {name} #{i + 1}: first step {first:.2f} s, total {total:.2f} s", flush=True)
+    return {"first": statistics.median(firsts), "total": statistics.median(totals)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
+    results: dict[str, dict[str, float]] = {}
+    print("(a) raw torchrun, 2 agents x 2")
+    results["(a) raw torchrun 2x2"] = measure("torchrun", run_torchrun, args.reps, work)
+    print("(b) accelerate notebook_launcher(num_processes=4)")
+    results["(b) notebook_launcher, 4 procs"] = measure(
+        "accelerate", run_notebook_launcher, args.reps, work
+    )
+    for label, mode in (("(c) %%distrain 2x2 (fork, default)", "fork"),
+                        ("(d) %%distrain 2x2 (exec)", "exec")):  # fmt: skip
+        print(label)
+        kernel = Kernel(mode)
+        try:
+            results[label] = measure(f"distrain-{mode}", distrain_runner(kernel), args.reps, work)
+        finally:
+            kernel.close()
+    base = results["(b) notebook_launcher, 4 procs"]
+    rows = ["| launch | first step (median s) | total (median s) | first step vs (b) |",
+            "|---|---|---|---|"]  # fmt: skip
+    for label, r in results.items():
+        rows.append(f"| {label} | {r['first']:.2f} | {r['total']:.2f} | "
+                    f"{r['first'] / base['first']:.2f}x |")  # fmt: skip
+    table = "\n".join(rows)
+    print("\n" + table)
+    if not args.no_write:
+        body = (
+            f"`python bench/launch.py --reps {args.reps}` on {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}. 4 ranks, 20 DDP "
+            "steps of a 64-128-10 MLP, gloo on CPU. (b) and (c)/(d) are timed from a process "
+            "that has already imported torch (a notebook kernel); (a) pays everything.\n\n" + table
+        )
+        write_section(ROOT / "BENCHMARKS.md", "Launch", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

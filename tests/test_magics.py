@@ -1,0 +1,160 @@
+"""The magics through a real in-process IPython shell."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_disttrain import job as jobs
+
+
+@pytest.fixture(scope="module")
+def shell() -> Iterator[InteractiveShell]:
+    ip = InteractiveShell.instance()
+    ip.extension_manager.load_extension("jupyter_disttrain")
+    yield ip
+
+
+def cell(ip: InteractiveShell, line: str, body: str = "1") -> object:
+    return ip.run_cell_magic("distrain", line, body)
+
+
+BAD_LINES = [
+    ("--nodes 0", "--nodes must be"),
+    ("--nodes two", "invalid int value"),
+    ("--nproc 0", "--nproc must be"),
+    ("--frobnicate", "unrecognized arguments"),
+    ("--backend mars", "unknown --backend 'mars'"),
+    ("--name Bad_Name", "job name 'Bad_Name' is not allowed"),
+    ("--env NOEQUALS", "has no '='"),
+    ("--env 9X=1", "not a valid environment variable name"),
+    ("--env RANK=2", "override a variable the launcher sets"),
+    ("--timeout -5", "--timeout must be a positive"),
+    ("--timeout soon", "invalid float value"),
+    ("--dist-backend mpi", "unknown --dist-backend 'mpi'"),
+    ("--max-restarts -1", "--max-restarts must be at least 0"),
+    ("-o not-a-name", "not a valid Python variable name"),
+    ("stray", "unrecognized arguments"),
+]
+
+
+@pytest.mark.parametrize(("line", "needle"), BAD_LINES)
+def test_bad_flags_are_usage_errors(shell: InteractiveShell, line: str, needle: str) -> None:
+    with pytest.raises(UsageError, match=needle):
+        cell(shell, line)
+
+
+BAD_CELLS = [
+    ("", "cell body is empty"),
+    ("# only a comment\n\n", "has no code"),
+    ("def f(:\n    pass", "syntax error on line 1"),
+    ("!nvidia-smi", "magics or shell commands"),
+    ("%timeit 1", "magics or shell commands"),
+    ("print(LOCK)", r"'LOCK' \(lock\) cannot be sent"),
+    ("next(GEN)", r"'GEN' \(generator\) cannot be sent"),
+]
+
+
+@pytest.mark.parametrize(("body", "needle"), BAD_CELLS)
+def test_bad_cells_are_usage_errors(shell: InteractiveShell, body: str, needle: str) -> None:
+    shell.user_ns["LOCK"] = threading.Lock()
+    shell.user_ns["GEN"] = (i for i in range(3))
+    with pytest.raises(UsageError, match=needle):
+        cell(shell, "--nodes 1", body)
+
+
+def test_oversized_capture_is_refused(shell: InteractiveShell) -> None:
+    shell.user_ns["BIG"] = bytes(2_000_000)
+    shell.run_line_magic("distrain_config", "max_capture_mb=1")
+    try:
+        with pytest.raises(UsageError, match=r"over the 1.0 MB limit.*BIG"):
+            cell(shell, "", "len(BIG)")
+    finally:
+        shell.run_line_magic("distrain_config", "max_capture_mb=64")
+
+
+@pytest.mark.parametrize(
+    ("magic", "line", "needle"),
+    [
+        ("distrain_config", "bogus=1", "KEY one of"),
+        ("distrain_config", "nodes=abc", "not valid"),
+        ("distrain_logs", "no-such-job", "no local job named 'no-such-job'"),
+        ("distrain_stop", "no-such-job", "no local job named 'no-such-job'"),
+        ("distrain_logs", "x --tail -1", "--tail must be 0 or more"),
+        ("distrain_jobs", "extra", "takes no arguments"),
+    ],
+)
+def test_bad_line_magics(shell: InteractiveShell, magic: str, line: str, needle: str) -> None:
+    with pytest.raises(UsageError, match=needle):
+        shell.run_line_magic(magic, line)
+
+
+def test_dry_run_prints_plan(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cell(shell, "--nodes 2 --nproc 2 --name dry --env A=1 --dry-run", "x = 1") is None
+    out = capsys.readouterr().out
+    assert "2 node(s) x 2 process(es) = 4 rank(s)" in out
+    assert out.count("torchrun --nnodes 2") == 2 and "A=1" in out
+    assert "dry" not in [r.name for r in jobs.registered().values()]
+
+
+def test_help_lists_every_option(shell: InteractiveShell) -> None:
+    doc = shell.find_cell_magic("distrain").__doc__ or ""
+    for flag in (
+        "--nodes",
+        "--nproc",
+        "--backend",
+        "--name",
+        "--env",
+        "--timeout",
+        "--wait",
+        "-o",
+        "--dry-run",
+        "--dist-backend",
+        "--max-restarts",
+    ):
+        assert flag in doc, flag
+
+
+def test_config_defaults_apply(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    shell.run_line_magic("distrain_config", "nodes=3 nproc=2")
+    try:
+        cell(shell, "--dry-run", "1")
+        assert "3 node(s) x 2 process(es)" in capsys.readouterr().out
+    finally:
+        shell.run_line_magic("distrain_config", "nodes=1 nproc=1")
+    shell.run_line_magic("distrain_config", "")
+    assert "nodes = 1" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_wait_returns_result_and_background_returns_handle(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.user_ns["OFFSET"] = 10
+    value = cell(
+        shell,
+        "--nodes 1 --nproc 2 --wait --name mg-wait -o handle",
+        "import torch.distributed as dist\nreport(step=0, v=1.0)\ndist.get_world_size() + OFFSET",
+    )
+    assert value == 12
+    handle = shell.user_ns["handle"]
+    assert handle.status() == "Succeeded" and len(handle.metrics()) == 2
+    job = cell(
+        shell,
+        "--nodes 2 --nproc 1 --name mg-bg",
+        "import time, torch.distributed as dist\ntime.sleep(1)\ndist.get_rank()",
+    )
+    assert isinstance(job, jobs.Job) and job.status() in ("Pending", "Running")
+    with pytest.raises(UsageError, match="still"):
+        cell(shell, "--nodes 1 --name mg-bg", "1")
+    assert job.result(timeout=60) == 0
+    shell.run_line_magic("distrain_jobs", "")
+    out = capsys.readouterr().out
+    assert "mg-wait" in out and "mg-bg" in out and "Succeeded" in out
+    shell.run_line_magic("distrain_logs", "mg-bg --rank 0")
+    with pytest.raises(UsageError, match="no log for rank 7"):
+        shell.run_line_magic("distrain_logs", "mg-bg --rank 7")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import events as ev
-from .backends.base import Backend, Submission
+from .backends.base import Backend, BackendError, Submission
 from .monitor import JobMonitor
 from .payload import Payload
 from .remote import JobFailed, JobStopped, decode_result, recreate_exception
@@ -214,6 +214,36 @@ def submit(
     job.submission = backend.submit(spec, payload, job.feed)
     with _registry_lock:
         _registry[spec.name] = job
+    return job
+
+
+def attach(name: str, backend: Backend, listeners: Iterable[Listener] = ()) -> Job:
+    """Follow an existing job of ``backend`` from the start of its event stream."""
+    attach_to = getattr(backend, "attach", None)
+    if attach_to is None:
+        raise BackendError(f"the {backend.name} backend cannot re-attach to jobs")
+    holder: list[Job] = []
+    pending: list[ev.Event] = []
+    lock = threading.Lock()
+
+    def sink(event: ev.Event) -> None:  # events may arrive before the Job exists
+        with lock:
+            if not holder:
+                pending.append(event)
+                return
+        holder[0].feed(event)
+
+    spec, submission = attach_to(name, sink)
+    job = Job(spec, backend)
+    for listener in listeners:
+        job.add_listener(listener)
+    job.submission = submission
+    with lock:
+        for event in pending:
+            job.feed(event)
+        holder.append(job)
+    with _registry_lock:
+        _registry[name] = job
     return job
 
 

@@ -9,6 +9,7 @@ with a message that names the problem and the fix.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from IPython.core import magic_arguments
@@ -102,10 +103,21 @@ class DistrainMagics(Magics):
                 dist_backend=spec.dist_backend,
                 max_capture_bytes=int(self.max_capture_mb * 1024 * 1024),
             )
+            if args.dry_run or args.export:
+                plan = str(backend.dryrun(spec, payload))
         except (SpecError, CaptureError, BackendError) as exc:
             raise UsageError(str(exc)) from None
+        if args.export:
+            try:
+                Path(args.export).write_text(plan)
+            except OSError as exc:
+                raise UsageError(f"--export: cannot write {args.export}: {exc.strerror}") from None
+            print(
+                f"{spec.name}: wrote {args.export} (submit with: kubectl create -f {args.export})"
+            )
+            return None
         if args.dry_run:
-            print(backend.dryrun(spec, payload))
+            print(plan)
             return None
         view = LiveView(self._live_mode())
         print(f"{spec.name}: {payload.describe()}")
@@ -175,6 +187,33 @@ class DistrainMagics(Magics):
         except BackendError as exc:
             raise UsageError(str(exc)) from None
         print(f"{args.name}: {'stopped' if stopped else 'was not running'}")
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("name", help="job name")
+    @magic_arguments.argument("--backend", default=None, help="where the job runs")
+    @magic_arguments.argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="NAME",
+        help="store the Job handle in this notebook variable",
+    )
+    @line_magic
+    def distrain_attach(self, line: str) -> Any:
+        """Re-attach to a job (e.g. after a kernel restart): rebuild its view from the start."""
+        args = magic_arguments.parse_argstring(self.distrain_attach, line)
+        if args.output is not None and not args.output.isidentifier():
+            raise UsageError(f"-o {args.output!r} is not a valid Python variable name")
+        view = LiveView(self._live_mode())
+        try:
+            backend = get_backend(args.backend or self.backend, launch_mode=self.launch_mode)
+            job = jobs.attach(args.name, backend, listeners=[view.on_event])
+        except BackendError as exc:
+            raise UsageError(str(exc)) from None
+        view.attach(job)
+        if args.output:
+            self.shell.user_ns[args.output] = job  # type: ignore[union-attr]
+        return job
 
     @line_magic
     def distrain_config(self, line: str) -> None:

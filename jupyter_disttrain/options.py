@@ -12,6 +12,8 @@ import datetime
 import secrets
 from typing import Any
 
+from .backends.k8s_options import EXAMPLES as K8S_EXAMPLES
+from .backends.k8s_options import REPEATABLE as K8S_REPEATABLE
 from .spec import BACKENDS, DIST_BACKENDS, JobSpec, SpecError, parse_env, validate
 
 Option = tuple[tuple[str, ...], dict[str, Any]]
@@ -36,8 +38,41 @@ JOB_OPTIONS: list[Option] = [
     (("--max-restarts",), {"type": int, "default": 0, "metavar": "N",
                            "help": "restart all workers up to N times after a failure"}),
     (("--dry-run",), {"action": "store_true",
-                      "help": "print the exact launch plan and run nothing"}),
+                      "help": "print the exact launch plan (or Kubernetes YAML) and run nothing"}),
+    (("--export",), {"default": None, "metavar": "FILE.yaml",
+                     "help": "kubernetes: write the objects as YAML for kubectl and run nothing"}),
 ]  # fmt: skip
+
+
+def _k8s_option(key: str) -> Option:
+    flag = "--" + key.replace("_", "-")
+    help_text = f"kubernetes: e.g. {K8S_EXAMPLES[key]}"
+    if key == "payload_secret":
+        return (flag,), {"action": "store_true", "help": help_text}
+    if key in K8S_REPEATABLE:
+        return (flag,), {"action": "append", "default": [], "metavar": "VALUE",
+                         "help": help_text + " (repeatable)"}  # fmt: skip
+    return (flag,), {"default": None, "metavar": "VALUE", "help": help_text}
+
+
+#: Options of the Kubernetes backend, carried in ``JobSpec.options``.
+K8S_OPTIONS: list[Option] = [_k8s_option(key) for key in K8S_EXAMPLES]
+JOB_OPTIONS.extend(K8S_OPTIONS)
+
+
+def backend_options(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """The backend-specific options given, as ``(key, value)`` pairs."""
+    out: list[tuple[str, str]] = []
+    for key in K8S_EXAMPLES:
+        value = getattr(args, key, None)
+        if key in K8S_REPEATABLE:
+            out.extend((key, str(v)) for v in value or [])
+        elif key == "payload_secret":
+            if value:
+                out.append((key, "true"))
+        elif value is not None:
+            out.append((key, str(value)))
+    return tuple(out)
 
 
 def default_name(prefix: str = "job") -> str:
@@ -71,15 +106,26 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
                 f"{flag} must be at least {0 if key == 'max_restarts' else 1}, got {value}"
             )
     timeout = pick("timeout", None)
+    backend = str(pick("backend", "local"))
+    extra = backend_options(args)
+    if extra and backend != "kubernetes":
+        flags = ", ".join(sorted({"--" + k.replace("_", "-") for k, _ in extra}))
+        raise SpecError(
+            f"Kubernetes-only option(s) {flags} given without --backend kubernetes; remove "
+            "them to run locally, or add --backend kubernetes"
+        )
+    if getattr(args, "export", None) and backend != "kubernetes":
+        raise SpecError("--export writes Kubernetes YAML; add --backend kubernetes")
     return validate(
         JobSpec(
             name=args.name or default_name(),
             nodes=int(pick("nodes", 1)),
             nproc=int(pick("nproc", 1)),
-            backend=str(pick("backend", "local")),
+            backend=backend,
             dist_backend=str(args.dist_backend).lower(),  # type: ignore[arg-type]
             env=parse_env(list(args.env or [])),
             timeout=float(timeout) if timeout is not None else None,
             max_restarts=int(args.max_restarts),
+            options=extra,
         )
     )

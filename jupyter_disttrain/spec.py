@@ -17,7 +17,7 @@ DistBackend = Literal["auto", "gloo", "nccl"]
 
 FRAMEWORKS: tuple[str, ...] = ("pytorch", "tensorflow")
 DIST_BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl")
-BACKENDS: tuple[str, ...] = ("local",)
+BACKENDS: tuple[str, ...] = ("local", "kubernetes")
 
 #: A job name becomes a directory name here and a DNS-1035 label on Kubernetes.
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")

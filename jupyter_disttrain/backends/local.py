@@ -383,6 +383,64 @@ class LocalRun(Submission):
         self._emit(ev.job_event(*outcome))
 
 
+class LocalReplay(Submission):
+    """A recorded local job fed again as events (and followed while its owner runs it)."""
+
+    def __init__(self, directory: Path, sink: EventSink) -> None:
+        self.dir = directory
+        self.sink = sink
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="distrain-replay", daemon=True)
+
+    def start(self) -> None:
+        """Start replaying in the background."""
+        self._thread.start()
+
+    def stop(self, reason: str = "stopped by user") -> None:
+        """Stop the job if it still runs (through its owner)."""
+        LocalBackend().stop(self.dir.name)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until the replay reached the job's terminal state."""
+        return self._done.wait(timeout)
+
+    def _recorded(self) -> list[ev.Event]:
+        try:
+            lines = (self.dir / "events.jsonl").read_text().splitlines()
+        except OSError:
+            return []
+        return [ev.from_json(line) for line in lines if line.strip()]
+
+    def _run(self) -> None:
+        try:
+            tailer = LogTailer(jobdir.logs_dir(self.dir))
+            recorded = self._recorded()
+            final = [
+                e for e in recorded if e.kind == "job" and e.get("state") in ev.TERMINAL_STATES
+            ]
+            for event in recorded:
+                if event not in final:
+                    self.sink(event)
+            while True:
+                for event in tailer.poll():
+                    self.sink(event)
+                state = jobdir.read_state(self.dir) or {}
+                if state.get("state") in ev.TERMINAL_STATES or not _is_live(state):
+                    break
+                time.sleep(POLL_SECONDS)
+            for event in tailer.poll(final=True):
+                self.sink(event)
+            final = [e for e in self._recorded() if e.kind == "job"
+                     and e.get("state") in ev.TERMINAL_STATES]  # fmt: skip
+            if final:
+                self.sink(final[-1])
+            else:
+                record = _record(jobdir.read_state(self.dir) or {"name": self.dir.name})
+                self.sink(ev.job_event(record.state, "Lost", record.reason))  # type: ignore[arg-type]
+        finally:
+            self._done.set()
+
+
 def _agent_failure(codes: list[int | None]) -> str:
     bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
     return "; ".join(
@@ -453,6 +511,18 @@ class LocalBackend(Backend):
         run = LocalRun(plan, sink, launcher)
         run.start()
         return run
+
+    def attach(self, name: str, sink: EventSink) -> tuple[JobSpec, Submission]:
+        """Replay a local job's recorded events and logs; follow it while it still runs."""
+        directory = jobdir.job_dir(name)
+        state = jobdir.read_state(directory)
+        if state is None:
+            raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
+        spec = JobSpec(name=name, nodes=int(state.get("nodes", 1)),
+                       nproc=int(state.get("nproc", 1)))  # fmt: skip
+        replay = LocalReplay(directory, sink)
+        replay.start()
+        return spec, replay
 
     def list_jobs(self) -> list[JobRecord]:
         """Local jobs recorded under the job root, newest first."""

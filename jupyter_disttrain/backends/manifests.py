@@ -241,7 +241,10 @@ def _user_env(spec: JobSpec) -> dict[str, str]:
 
 
 def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, str]]:
-    env = {"PYTHONPATH": PAYLOAD_DIR}
+    # Several ranks share a pod's log: each line is prefixed "[rank R] ".
+    env = {"PYTHONPATH": PAYLOAD_DIR, "DISTRAIN_RANK_PREFIX": "1"}
+    if spec.timeout:
+        env["DISTRAIN_PG_TIMEOUT"] = str(max(30, math.ceil(spec.timeout)))
     if opts.pip:
         env["PYTHONUSERBASE"] = PIP_DIR
     env.update(opts.nccl_env())

@@ -11,4 +11,8 @@ def get_backend(name: str, *, launch_mode: str = "fork") -> Backend:
         from .local import LocalBackend
 
         return LocalBackend(mode=launch_mode)
-    raise BackendError(f"unknown backend {name!r}; available: local")
+    if name == "kubernetes":
+        from .kubernetes import KubernetesBackend
+
+        return KubernetesBackend()
+    raise BackendError(f"unknown backend {name!r}; available: local, kubernetes")

@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from . import rankprefix
 from . import report as _report
 from .cell import CELL_FILENAME, main_module, run_cell
 
@@ -282,7 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m jupyter_disttrain.runtime.worker PAYLOAD", file=sys.stderr)
         return EXIT_SETUP_ERROR
-    return run(args[0])
+    prefixed = os.environ.get("DISTRAIN_RANK_PREFIX") == "1"
+    if prefixed:
+        rankprefix.start(int(os.environ.get("RANK", "0")))
+    try:
+        return run(args[0])
+    finally:
+        if prefixed:
+            rankprefix.finish()
 
 
 if __name__ == "__main__":

@@ -146,7 +146,12 @@ def test_master_and_workers() -> None:
         assert container["ports"] == [
             {"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}
         ]
-        assert env_of(container) == {"PYTHONPATH": PAYLOAD_DIR, "LR": "0.1"}
+        assert env_of(container) == {
+                "PYTHONPATH": PAYLOAD_DIR,
+                "DISTRAIN_RANK_PREFIX": "1",
+                "DISTRAIN_PG_TIMEOUT": "3601",
+                "LR": "0.1",
+            }
         assert "resources" not in container and "initContainers" not in pod
         mounts = {m["name"]: m for m in container["volumeMounts"]}
         assert mounts["payload"] == {"name": "payload", "mountPath": PAYLOAD_DIR, "readOnly": True}
@@ -214,6 +219,7 @@ def test_every_option() -> None:
         }
         assert env_of(main) == {
             "PYTHONPATH": f"{PAYLOAD_DIR}:/data/lib",
+            "DISTRAIN_RANK_PREFIX": "1",
             "PYTHONUSERBASE": "/opt/disttrain/pip",
             "NCCL_IB_DISABLE": "0",
             "NCCL_NET_GDR_LEVEL": "PHB",

@@ -54,13 +54,21 @@ class Connection:
         return data if isinstance(data, dict) else {}
 
 
+def _kubeconfig_path() -> str:
+    """The kubeconfig to read now (``$KUBECONFIG``'s first file, else ``~/.kube/config``)."""
+    env = os.environ.get("KUBECONFIG", "")
+    first = env.split(os.pathsep)[0] if env else ""
+    return os.path.expanduser(first or "~/.kube/config")
+
+
 def connect(context: str | None = None, namespace: str | None = None) -> Connection:
     """Connect with the kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``) or in-cluster.
 
     Raises :class:`BackendError` when neither is available.
     """
+    config_file = _kubeconfig_path()
     try:
-        contexts, active = config.list_kube_config_contexts()
+        contexts, active = config.list_kube_config_contexts(config_file=config_file)
     except (ConfigException, FileNotFoundError, OSError):
         contexts, active = [], None
     if contexts:
@@ -71,7 +79,7 @@ def connect(context: str | None = None, namespace: str | None = None) -> Connect
                 "Pass one of them with --context"
             )
         chosen = next(c for c in contexts if c["name"] == context) if context else active
-        api = config.new_client_from_config(context=context)
+        api = config.new_client_from_config(config_file=config_file, context=context)
         ns = namespace or (chosen or {}).get("context", {}).get("namespace") or "default"
         return Connection(api, ns, (chosen or {}).get("name"))
     try:

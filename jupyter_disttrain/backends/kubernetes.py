@@ -37,6 +37,8 @@ PLURALS = {"pytorch": ("pytorchjobs", "PyTorchJob"), "tensorflow": ("tfjobs", "T
 CONTAINERS = {"pytorch": "pytorch", "tensorflow": "tensorflow"}
 WATCH_SECONDS = 60
 DRAIN_SECONDS = 15.0
+#: Warning reasons that explain a job that does not start.
+PENDING_REASONS = frozenset({"FailedScheduling", "Failed", "BackOff", "FailedMount"})
 
 
 def payload_files(payload: Payload) -> dict[str, bytes]:
@@ -49,7 +51,8 @@ def payload_files(payload: Payload) -> dict[str, bytes]:
     package = Path(jupyter_disttrain.__file__).parent
     files["jupyter_disttrain/__init__.py"] = (package / "__init__.py").read_bytes()
     for path in sorted((package / "runtime").glob("*.py")):
-        files[f"jupyter_disttrain/runtime/{path.name}"] = path.read_bytes()
+        if path.name != "zygote.py":  # the local launcher; pods run torchrun's own
+            files[f"jupyter_disttrain/runtime/{path.name}"] = path.read_bytes()
     for path in sorted(Path(cloudpickle.__file__).parent.glob("*.py")):
         files[f"cloudpickle/{path.name}"] = path.read_bytes()
     return files
@@ -98,6 +101,7 @@ class KubernetesRun(Submission):
         self._watches: list[watch.Watch] = []
         self._has_leader = True
         self._terminal: tuple[ev.JobState, str, str] | None = None
+        self._state = ""
         self._errors: list[str] = []
 
     # -- Submission ------------------------------------------------------------
@@ -195,6 +199,7 @@ class KubernetesRun(Submission):
             if current is None or current == last:
                 continue
             last = current
+            self._state = current[0]
             if current[0] in ev.TERMINAL_STATES:
                 self._finish(current)
                 return
@@ -233,8 +238,9 @@ class KubernetesRun(Submission):
                 continue
             text = warning_message(item["object"])
             self.sink(ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"}))
-            if item["object"].get("reason") in ("FailedScheduling", "Failed", "BackOff"):
-                self.sink(ev.job_event("Pending", str(item["object"].get("reason")), text))
+            reason = str(item["object"].get("reason"))
+            if reason in PENDING_REASONS and self._state in ("", "Pending"):
+                self.sink(ev.job_event("Pending", reason, text))  # why it does not start
 
     def _follow(self, pod: str, restarts: int) -> None:
         key = f"{pod}#{restarts}"
@@ -280,10 +286,18 @@ class KubernetesRun(Submission):
         deadline = time.monotonic() + DRAIN_SECONDS
         for thread in followers:  # let rank 0's log deliver its last lines (the result)
             thread.join(max(0.0, deadline - time.monotonic()))
+        if outcome[0] == "Succeeded":  # and the other pods report how they ended
+            while time.monotonic() < deadline and not self._pods_ended():
+                time.sleep(0.05)
         self.sink(ev.job_event(*outcome))
         self._done.set()
         for w in list(self._watches):
             w.stop()
+
+    def _pods_ended(self) -> bool:
+        with self._lock:
+            states = [state for state, _, _ in self._pods.values()]
+        return len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
 
 
 def parse_pod_line(line: str, pod: str) -> ev.Event:

@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="fork",
         help="local backend: fork from a warm launcher or start fresh interpreters",
     )
+    render = sub.add_parser("render", help="print the Kubernetes YAML for a training script")
+    render.add_argument("script", help="Python file to run on every rank")
+    add_job_options(render)
     sub.add_parser("jobs", help="list local jobs")
     logs = sub.add_parser("logs", help="print a job's logs")
     logs.add_argument("name")
@@ -60,12 +63,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         spec = spec_from_args(args)
         backend = get_backend(spec.backend, launch_mode=args.launch)
-        payload = build_payload(source, {}, job=spec.name, dist_backend=spec.dist_backend)
+        payload = build_payload(source, {}, job=spec.name, dist_backend=spec.dist_backend,
+                                extra=backend.payload_extra(spec))  # fmt: skip
+        plan = str(backend.dryrun(spec, payload)) if args.dry_run or args.export else ""
     except (SpecError, CaptureError, BackendError) as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 2
+    if args.export:
+        Path(args.export).write_text(plan)
+        print(f"wrote {args.export}")
+        return 0
     if args.dry_run:
-        print(backend.dryrun(spec, payload))
+        print(plan)
         return 0
     view = LiveView("lines")
     try:
@@ -95,6 +104,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    """Print (or with --export, write) the YAML a script would be submitted as."""
+    if args.backend not in (None, "kubernetes"):
+        print("disttrain render: only --backend kubernetes has YAML to render", file=sys.stderr)
+        return 2
+    args.backend = "kubernetes"
+    try:
+        source = Path(args.script).read_text()
+    except OSError as exc:
+        print(f"disttrain: cannot read {args.script}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        spec = spec_from_args(args)
+        backend = get_backend("kubernetes")
+        payload = build_payload(source, {}, job=spec.name, dist_backend=spec.dist_backend,
+                                extra=backend.payload_extra(spec))  # fmt: skip
+        text = str(backend.dryrun(spec, payload))
+    except (SpecError, CaptureError, BackendError) as exc:
+        print(f"disttrain: {exc}", file=sys.stderr)
+        return 2
+    if args.export:
+        Path(args.export).write_text(text)
+        print(f"wrote {args.export}")
+    else:
+        print(text, end="")
+    return 0
+
+
 def cmd_nccl(args: argparse.Namespace) -> int:
     """Summarise a log file's communication lines."""
     from .nccl import format_summary, summarize, summary_to_json
@@ -119,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "nccl":
         return cmd_nccl(args)
+    if args.command == "render":
+        return cmd_render(args)
     backend = get_backend("local")
     try:
         if args.command == "jobs":

@@ -67,6 +67,10 @@ class Backend(abc.ABC):
 
     name: str = "?"
 
+    def payload_extra(self, spec: JobSpec) -> dict[str, Any]:
+        """Fields this backend adds to the payload (e.g. an image that would work)."""
+        return {}
+
     @abc.abstractmethod
     def dryrun(self, spec: JobSpec, payload: Payload) -> Any:
         """The exact launch request for ``spec``, printable with ``str()``; runs nothing."""

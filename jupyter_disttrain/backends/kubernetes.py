@@ -29,7 +29,7 @@ from ..spec import JobSpec
 from . import manifests as mf
 from .base import Backend, EventSink, JobNotFound, JobRecord, Submission
 from .k8s_client import Connection, connect, explain
-from .k8s_options import STOCK_IMAGES, ImagePolicy, K8sOptions, parse_options
+from .k8s_options import STOCK_IMAGES, ImagePolicy, K8sOptions, default_image, parse_options
 from .k8s_status import JOB_NAME_LABEL, job_condition, pod_facts, rank_events, warning_message
 
 GROUP, VERSION = "kubeflow.org", "v1"
@@ -342,6 +342,13 @@ class KubernetesBackend(Backend):
         if (context, namespace) == (self.context, self.namespace):
             self._conn = conn
         return conn
+
+    def payload_extra(self, spec: JobSpec) -> dict[str, Any]:
+        """The image that matches the notebook's versions, named if a worker's Python differs."""
+        opts = self.options(spec)
+        image = default_image(spec.framework, notebook_versions(), gpus=opts.gpus,
+                              policy=self.images)  # fmt: skip
+        return {"image_hint": f"image {image}"}
 
     def objects(self, spec: JobSpec, payload: Payload) -> list[dict[str, Any]]:
         """The payload object and the job (pure; raises before anything is created)."""

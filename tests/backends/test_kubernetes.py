@@ -1,0 +1,285 @@
+"""The Kubernetes backend over HTTP with the real client, against the API emulator."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_disttrain import job as jobs
+from jupyter_disttrain.backends.base import BackendError
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.backends.manifests import PayloadTooLarge
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.test_local import Collector
+from tests.crd_schema import validate_manifest
+from tests.k8s_emulator.emulator import Emulator
+
+CELL = textwrap.dedent(
+    """
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(STEPS):
+        x = torch.randn(8, 4)
+        loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        report(step=step, loss=loss)
+    print("cost $HOME `date`", dist.get_rank())
+    {"world": dist.get_world_size(), "rank": dist.get_rank()}
+    """
+)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
+    """An emulated cluster; the default kubeconfig points at it."""
+    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}) as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        yield emulator
+
+
+def k8s_spec(name: str, **kw: Any) -> JobSpec:
+    return JobSpec(name, backend="kubernetes", **kw)
+
+
+def wait_for(predicate: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)
+
+
+def resources(emulator: Emulator, name: str) -> dict[str, list[str]]:
+    client = emulator.api_client()
+    from kubernetes import client as k
+
+    core, custom = k.CoreV1Api(client), k.CustomObjectsApi(client)
+    out = {
+        "jobs": [
+            o["metadata"]["name"]
+            for o in custom.list_namespaced_custom_object(
+                "kubeflow.org", "v1", "default", "pytorchjobs"
+            )["items"]
+        ],
+        "pods": [
+            p.metadata.name
+            for p in core.list_namespaced_pod(
+                "default", label_selector=f"training.kubeflow.org/job-name={name}"
+            ).items
+        ],
+        "configmaps": [c.metadata.name for c in core.list_namespaced_config_map("default").items],
+    }
+    client.close()
+    return out
+
+
+@pytest.mark.slow
+def test_job_runs_end_to_end_and_stop_cleans_up(cluster: Emulator, tmp_path: Path) -> None:
+    backend = KubernetesBackend()
+    payload = build_payload(CELL, {"STEPS": 4}, job="k8s-e2e")
+    job = jobs.submit(k8s_spec("k8s-e2e", nodes=2, nproc=1, timeout=240), payload, backend)
+    assert job.result(timeout=240) == {"world": 2, "rank": 0}
+    assert job.status() == "Succeeded"
+    snap = job.monitor.snapshot()
+    assert [r["state"] for r in snap["ranks"]] == ["Succeeded", "Succeeded"]
+    hosts = {r["pod"] or r["host"] for r in snap["ranks"]}
+    assert hosts == {"k8s-e2e-master-0", "k8s-e2e-worker-0"}
+    metrics = job.metrics()
+    assert [row["step"] for row in metrics if row["rank"] == 0] == [0, 1, 2, 3]
+    # The cell's text travels in the payload only: no shell ever expanded it.
+    assert "cost $HOME `date` 1" in backend.logs("k8s-e2e", rank=1)
+    assert "[rank 0] cost $HOME `date` 0" in backend.logs("k8s-e2e")
+    listed = {r.name: r for r in backend.list_jobs()}
+    assert listed["k8s-e2e"].state == "Succeeded" and listed["k8s-e2e"].world_size == 2
+    # A second kernel re-attaches and rebuilds the same result from the log streams.
+    again = jobs.attach("k8s-e2e", KubernetesBackend())
+    assert again.result(timeout=60) == {"world": 2, "rank": 0}
+    assert len(again.metrics()) >= 4
+    # kubectl, an independent client, sees the job and its logs.
+    kubeconfig = os.environ["KUBECONFIG"]
+    got = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "pytorchjobs"],
+                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert got.returncode == 0 and "k8s-e2e" in got.stdout, got.stderr
+    logs = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "logs", "k8s-e2e-master-0"],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert "[rank 0] cost $HOME" in logs.stdout, logs.stderr
+    # A taken name is a 409 with a clear message; nothing extra is left behind.
+    with pytest.raises(BackendError, match=r"already exists .*409"):
+        backend.submit(k8s_spec("k8s-e2e"), payload, Collector())
+    assert backend.stop("k8s-e2e")
+    wait_for(lambda: resources(cluster, "k8s-e2e") == {"jobs": [], "pods": [], "configmaps": []})
+    wait_for(lambda: not cluster.processes(), 15)
+
+
+@pytest.mark.slow
+def test_stop_while_running_deletes_job_pods_and_payload(cluster: Emulator) -> None:
+    cell = "import time\nfor i in range(600):\n    report(step=i, x=i)\n    time.sleep(0.1)"
+    job = jobs.submit(
+        k8s_spec("k8s-stop", nodes=2), build_payload(cell, {}, job="k8s-stop"), KubernetesBackend()
+    )
+    wait_for(lambda: len(job.metrics()) > 2, 120)
+    assert job.status() == "Running"
+    assert job.stop(timeout=60) == "Stopped"
+    wait_for(lambda: resources(cluster, "k8s-stop") == {"jobs": [], "pods": [], "configmaps": []})
+    wait_for(lambda: not cluster.processes(), 15)
+    stats = cluster.stats()
+    assert stats.streams.peak <= 4, stats
+
+
+def test_dry_run_yaml_validates_against_the_crd(cluster: Emulator) -> None:
+    spec = k8s_spec("k8s-yaml", nodes=3, nproc=2, options=(("gpus", "2"), ("volume", "d:/data")))
+    plan = KubernetesBackend().dryrun(spec, build_payload("1", {}, job="k8s-yaml"))
+    import yaml
+
+    docs = list(yaml.safe_load_all(str(plan)))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"]
+    validate_manifest(docs[1])
+    assert cluster.stats().total == 0  # nothing was sent
+
+
+def test_payload_too_large_is_refused_before_anything_is_created(cluster: Emulator) -> None:
+    payload = build_payload("len(BLOB)", {"BLOB": os.urandom(1_200_000)}, job="k8s-big")
+    with pytest.raises(PayloadTooLarge, match=r"over the 1.0 MB .*ConfigMap can hold.*--volume"):
+        KubernetesBackend().submit(k8s_spec("k8s-big"), payload, Collector())
+    assert cluster.stats().total == 0
+
+
+def test_no_kubeconfig_says_how_to_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(BackendError, match=r"no Kubernetes configuration found.*KUBECONFIG"):
+        KubernetesBackend().submit(
+            k8s_spec("k8s-nocfg"), build_payload("1", {}, job="k8s-nocfg"), Collector()
+        )
+
+
+@pytest.mark.parametrize(
+    ("fault", "needle"),
+    [
+        ("deny", r"403 Forbidden.*docs/rbac\.yaml"),
+        ("unauthorized", r"401 Unauthorized.*log in again"),
+        ("remove_crds", r"Training Operator is not installed.*kubectl apply"),
+    ],
+)
+def test_api_errors_name_the_fix(cluster: Emulator, fault: str, needle: str) -> None:
+    getattr(cluster, fault)()
+    with pytest.raises(BackendError, match=needle):
+        KubernetesBackend().submit(
+            k8s_spec("k8s-err"), build_payload("1", {}, job="k8s-err"), Collector()
+        )
+    cluster.clear_faults()
+    assert resources(cluster, "k8s-err")["configmaps"] == []  # nothing left half-created
+
+
+def test_unschedulable_and_image_pull_failures_explain_pending(cluster: Emulator) -> None:
+    cluster.make_unschedulable("k8s-sched-*")
+    sched = jobs.submit(k8s_spec("k8s-sched"), build_payload("1", {}, job="k8s-sched"),
+                        KubernetesBackend())  # fmt: skip
+    wait_for(lambda: "0/3 nodes are available" in sched.reason, 30)
+    assert sched.status() == "Pending"
+    cluster.set_pullable_images(["never-matches/*"])
+    pull = jobs.submit(k8s_spec("k8s-pull"), build_payload("1", {}, job="k8s-pull"),
+                       KubernetesBackend())  # fmt: skip
+    wait_for(lambda: any("ImagePullBackOff" in r["reason"] or "ErrImagePull" in r["reason"]
+                         for r in pull.monitor.snapshot()["ranks"]), 30)  # fmt: skip
+    for job in (sched, pull):
+        assert job.stop(timeout=30) == "Stopped"
+    wait_for(lambda: not cluster.processes(), 15)
+
+
+@pytest.mark.slow
+def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator) -> None:
+    cell = textwrap.dedent(
+        """
+        import os, time, torch.distributed as dist
+        for i in range(30):
+            report(step=i, x=float(i))
+            time.sleep(0.1)
+        dist.barrier()
+        "finished"
+        """
+    )
+    spec = k8s_spec("k8s-kill", nodes=2, max_restarts=3, options=(("elastic", "2:2"),))
+    job = jobs.submit(spec, build_payload(cell, {}, job="k8s-kill"), KubernetesBackend())
+    wait_for(lambda: len(job.metrics()) >= 3, 120)
+    cluster.kill_pod("k8s-kill-worker-1")  # its agent restarts and re-joins the rendezvous
+    assert job.result(timeout=240) == "finished"
+    assert job.monitor.restarts >= 1
+    wait_for(lambda: not cluster.processes(), 15)
+
+
+def test_invalid_object_422_lists_the_field_errors(cluster: Emulator) -> None:
+    from kubernetes import client as k
+    from kubernetes.client.exceptions import ApiException
+
+    from jupyter_disttrain.backends.k8s_client import explain
+
+    bad = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "k8s-bad"},
+           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": "one"}}}}  # fmt: skip
+    api = cluster.api_client()
+    with pytest.raises(ApiException) as info:
+        k.CustomObjectsApi(api).create_namespaced_custom_object(
+            "kubeflow.org", "v1", "default", "pytorchjobs", bad
+        )
+    api.close()
+    message = str(explain(info.value, kind="PyTorchJob", name="k8s-bad", namespace="default"))
+    assert "422 Invalid" in message and "replicas" in message
+
+
+def test_render_command_prints_valid_yaml(cluster: Emulator, tmp_path: Path) -> None:
+    import sys
+
+    import yaml
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nprint('hi $USER')\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter_disttrain.cli", "render", str(script), "--nodes", "2",
+         "--gpus", "1", "--nccl", "ib", "--name", "from-file"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"]
+    validate_manifest(docs[1])
+    assert "hi $USER" not in out.stdout  # the script travels inside the pickled payload only
+
+
+@pytest.mark.slow
+def test_quickstart_cell_with_backend_kubernetes(cluster: Emulator) -> None:
+    """The tutorial's training cell, plus --backend kubernetes, through the magic."""
+    import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tests.conftest import REPO
+
+    nb = nbformat.read(REPO / "notebooks" / "01-quickstart.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    train = next(c for c in code if c.startswith("%%distrain"))
+    first, _, body = train.partition("\n")
+    shell = InteractiveShell.instance()
+    shell.extension_manager.load_extension("jupyter_disttrain")
+    shell.run_line_magic("distrain_config", "live=none")
+    for cell in code[: code.index(train)]:
+        if not cell.startswith("%"):
+            shell.run_cell(cell)
+    line = first.removeprefix("%%distrain").replace("-o job", "-o kjob") + " --backend kubernetes"
+    try:
+        result = shell.run_cell_magic("distrain", line + " --name k8s-quickstart", body)
+    finally:
+        shell.run_line_magic("distrain_config", "live=auto")
+    assert result["ranks"] == 4 and result["accuracy"] > 0.7, result
+    kjob = shell.user_ns["kjob"]
+    assert kjob.backend.name == "kubernetes" and len(kjob.metrics()) > 10
+    shell.run_line_magic("distrain_jobs", "")
+    assert kjob.stop() in ("Succeeded", "Stopped")

@@ -1,0 +1,400 @@
+"""The :class:`Emulator`: API server, training operator and kubelet on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psutil
+import tornado.netutil
+import yaml
+
+from . import procs
+from .apiserver import ApiServer
+from .faults import DEFAULT_USER, INSUFFICIENT_GPU, Faults
+from .kubelet import Kubelet
+from .meta import ApiError, Obj, deep, new_uid, now
+from .operator import FRAMEWORKS, Operator
+from .resources import (
+    CORE,
+    CRDS,
+    DEFAULT_CRDS,
+    PODS,
+    SERVICES,
+    Registry,
+    Resource,
+    crd_resources,
+    load_crd,
+)
+from .rewrite import Network
+from .server import CountingHTTPServer, make_app
+from .stats import Accounting, Stats
+from .store import Store
+
+
+class Emulator:
+    """A Kubernetes API server with the Training Operator and a kubelet, for tests.
+
+    ``with Emulator() as emu:`` starts it on a free port of 127.0.0.1 (its own
+    IOLoop thread); leaving the block stops it and kills every process its
+    pods started. Options: ``token`` (require ``Authorization: Bearer``),
+    ``crds`` (CRD files, names in ``../shared/k8s-crds`` or paths),
+    ``root`` (where pod directories and claims live; a temporary directory by
+    default), kubelet timing (``restart_backoff``, ``max_restarts``,
+    ``grace_cap`` on termination grace periods, ``image_backoff``), ``env``
+    (extra variables for every container process), ``auto_namespaces``
+    (create a namespace on first use; False: 404 as a real cluster).
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        crds: Iterable[str | Path] = DEFAULT_CRDS,
+        root: str | Path | None = None,
+        node_name: str = "emulator-node",
+        restart_backoff: float = 0.2,
+        max_restarts: int = 5,
+        grace_cap: float = 2.0,
+        image_backoff: float = 0.3,
+        bookmark_interval: float = 5.0,
+        history: int = 10_000,
+        env: dict[str, str] | None = None,
+        auto_namespaces: bool = True,
+    ) -> None:
+        self.token = token
+        self.bookmark_interval = bookmark_interval
+        self.id = uuid.uuid4().hex[:12]
+        self._own_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="k8s-emulator-") if root is None else root)
+        self.registry = Registry(CORE)
+        self.store = Store(history)
+        self.api = ApiServer(self.store, self.registry, auto_namespaces=auto_namespaces)
+        self._crds: dict[str, list[Obj]] = {}  # CRD objects by group
+        for crd in crds:
+            self.install_crd(crd)
+        self.faults = Faults()
+        self.accounting = Accounting()
+        self.network = Network(
+            lambda ns: {s["metadata"]["name"] for s in self.store.list(SERVICES.key, ns)[0]}
+        )
+        self._kubelet_options = {
+            "node_name": node_name, "restart_backoff": restart_backoff,
+            "max_restarts": max_restarts, "grace_cap": grace_cap,
+            "image_backoff": image_backoff, "base_env": env,
+        }  # fmt: skip
+        self.kubelet: Kubelet | None = None
+        self.operator: Operator | None = None
+        #: Queues of the open streams (watches, log follows); woken on shutdown.
+        self.streams: set[asyncio.Queue[Any]] = set()
+        self.closing = False
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: CountingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Emulator:
+        self.kubelet = Kubelet(self.api, self.network, self.faults, self.root,
+                               emulator_id=self.id, **self._kubelet_options)  # type: ignore[arg-type]
+        kinds = {fw.kind: r for fw in FRAMEWORKS
+                 if (r := self.registry.of_kind("kubeflow.org/v1", fw.kind)) is not None}  # fmt: skip
+        self.operator = Operator(self.api, kinds)
+        ready = threading.Event()
+        errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._serve, args=(ready, errors),
+                                        name="k8s-emulator-http", daemon=True)  # fmt: skip
+        self._thread.start()
+        ready.wait(10)
+        if errors:
+            raise RuntimeError("the emulator's HTTP server did not start") from errors[0]
+        return self
+
+    def _serve(self, ready: threading.Event, errors: list[BaseException]) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            server = CountingHTTPServer(
+                make_app(self), on_open=lambda: self.accounting.open("conn"),
+                on_close=lambda: self.accounting.close("conn"),
+            )  # fmt: skip
+            sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+            server.add_sockets(sockets)
+            self.port = int(sockets[0].getsockname()[1])
+            self._loop, self._server = loop, server
+        except BaseException as exc:  # reported to start()
+            errors.append(exc)
+            ready.set()
+            loop.close()
+            return
+        ready.set()
+        try:
+            loop.run_forever()
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        finally:
+            loop.close()
+
+    async def _shutdown_http(self) -> None:
+        assert self._server is not None
+        self._server.stop()
+        for wake in list(self.streams):
+            wake.put_nowait(None)
+        await asyncio.sleep(0.01)
+        try:
+            await asyncio.wait_for(self._server.close_all_connections(), 5)
+        except asyncio.TimeoutError:
+            pass
+
+    def stop(self) -> None:
+        """Stop serving, stop the operator, kill every pod process, remove the root directory."""
+        if self.closing:
+            return
+        self.closing = True
+        if self._loop is not None and self._thread is not None:
+            future = asyncio.run_coroutine_threadsafe(self._shutdown_http(), self._loop)
+            try:
+                future.result(timeout=10)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=10)
+        if self.operator is not None:
+            self.operator.close()
+        if self.kubelet is not None:
+            self.kubelet.close()
+        procs.kill_all(f"{self.id}/")
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- clients -------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client_configuration(self, token: str | None = None) -> Any:
+        """A ``kubernetes.client.Configuration`` for this emulator (``token``: the emulator's)."""
+        from kubernetes import client
+
+        config = client.Configuration(host=self.url)
+        token = token if token is not None else self.token
+        if token:
+            config.api_key = {"authorization": token}
+            config.api_key_prefix = {"authorization": "Bearer"}
+        return config
+
+    def api_client(self, token: str | None = None) -> Any:
+        """A ``kubernetes.client.ApiClient`` talking to this emulator."""
+        from kubernetes import client
+
+        return client.ApiClient(self.client_configuration(token))
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        """A kubeconfig for ``kubectl`` or ``kubernetes.config.load_kube_config``."""
+        user: dict[str, str] = {"token": self.token} if self.token else {}
+        config = {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+            "users": [{"name": "emulator", "user": user}],
+            "contexts": [{"name": "emulator", "context": {
+                "cluster": "emulator", "user": "emulator", "namespace": namespace}}],
+            "current-context": "emulator",
+        }  # fmt: skip
+        target = Path(path)
+        target.write_text(yaml.safe_dump(config, sort_keys=False))
+        return target
+
+    # --- discovery -----------------------------------------------------------------------
+
+    def install_crd(self, path: str | Path) -> list[Resource]:
+        """Serve the custom resources of a CRD file (e.g. Trainer v2's ``trainjobs``)."""
+        crd = load_crd(path)
+        resources = crd_resources(crd)
+        for resource in resources:
+            self.registry.add(resource)
+        self._crds.setdefault(crd["spec"]["group"], []).append(crd)
+        self._store_crd(crd)
+        return resources
+
+    def _store_crd(self, crd: Obj) -> None:
+        """The CRD object itself, as ``kubectl get crd`` shows it (Established)."""
+        obj = deep(crd)
+        obj["metadata"] = {"name": crd["metadata"]["name"],
+                           "annotations": crd["metadata"].get("annotations", {})}  # fmt: skip
+        conditions = [{"type": kind, "status": "True", "reason": reason, "message": message,
+                       "lastTransitionTime": now()} for kind, reason, message in (
+            ("NamesAccepted", "NoConflicts", "no conflicts found"),
+            ("Established", "InitialNamesAccepted", "the initial names have been accepted"))]  # fmt: skip
+        obj["status"] = {"conditions": conditions, "acceptedNames": crd["spec"]["names"],
+                         "storedVersions": [v["name"] for v in crd["spec"]["versions"]
+                                            if v.get("storage")]}  # fmt: skip
+        with self.store.lock:
+            if self.store.get(CRDS.key, "", obj["metadata"]["name"]) is None:
+                obj["metadata"].update(uid=new_uid(), creationTimestamp=now(), generation=1)
+                self.store.add(CRDS.key, obj)
+
+    def discovery(self, root: str, group: str, version: str, host: str) -> Obj:
+        """The discovery document at ``/api[/v1]`` or ``/apis[/group[/version]]``."""
+        missing = ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        versions = self.registry.group_versions()
+        if root == "api":
+            if not version:
+                return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": host}]}  # fmt: skip
+            if version != "v1":
+                raise missing
+            return self._resource_list("", "v1")
+        if not group:
+            return {"kind": "APIGroupList", "apiVersion": "v1",
+                    "groups": [self._group(g, vs) for g, vs in sorted(versions.items())]}  # fmt: skip
+        if group not in versions:
+            raise missing
+        if not version:
+            return {"kind": "APIGroup", "apiVersion": "v1", **self._group(group, versions[group])}
+        if version not in versions[group]:
+            raise missing
+        return self._resource_list(group, version)
+
+    @staticmethod
+    def _group(group: str, versions: list[str]) -> Obj:
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {"name": group, "versions": entries, "preferredVersion": entries[0]}
+
+    def _resource_list(self, group: str, version: str) -> Obj:
+        resources = []
+        for r in self.registry.served():
+            if (r.group, r.version) != (group, version):
+                continue
+            entry: Obj = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
+                          "kind": r.kind, "verbs": list(r.verbs)}  # fmt: skip
+            if r.short_names:
+                entry["shortNames"] = list(r.short_names)
+            if r.categories:
+                entry["categories"] = list(r.categories)
+            resources.append(entry)
+            for sub in r.subresources:
+                verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
+                resources.append({"name": f"{r.plural}/{sub}", "singularName": "",
+                                  "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs})  # fmt: skip
+        out: Obj = {"kind": "APIResourceList", "groupVersion": f"{group}/{version}".lstrip("/"),
+                    "resources": resources}  # fmt: skip
+        if group:
+            out["apiVersion"] = "v1"
+        return out
+
+    # --- accounting ----------------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        """Requests by (verb, resource), and open/peak watches, log follows and connections."""
+        return self.accounting.snapshot()
+
+    def reset_stats(self) -> None:
+        self.accounting.reset()
+
+    # --- faults --------------------------------------------------------------------------
+
+    def deny(
+        self,
+        count: int | None = None,
+        *,
+        verbs: Iterable[str] | None = None,
+        resources: Iterable[str] | None = None,
+        user: str = DEFAULT_USER,
+    ) -> None:
+        """Answer 403 (an RBAC denial for ``user``) to the next ``count`` resource requests.
+
+        ``count=None``: until :meth:`clear_faults`. ``verbs``/``resources``
+        (``"create"``, ``"pytorchjobs"``, ``"pods/log"``...) narrow which
+        requests are refused. Discovery stays allowed, as RBAC allows it to
+        every authenticated user.
+        """
+        self.faults.refuse(403, count, verbs, resources, user)
+
+    def unauthorized(self, count: int | None = None) -> None:
+        """Answer 401 Unauthorized to the next ``count`` requests (None: until cleared)."""
+        self.faults.refuse(401, count, None, None, DEFAULT_USER)
+
+    def remove_crds(self, group: str = "kubeflow.org") -> None:
+        """Behave as if ``group``'s CRDs were not installed: 404 on its paths and discovery,
+        and no CustomResourceDefinition objects for it."""
+        self.registry.hidden_groups.add(group)
+        for crd in self._crds.get(group, []):
+            self.store.remove(CRDS.key, "", crd["metadata"]["name"])
+
+    def restore_crds(self, group: str = "kubeflow.org") -> None:
+        """Undo :meth:`remove_crds`."""
+        self.registry.hidden_groups.discard(group)
+        for crd in self._crds.get(group, []):
+            self._store_crd(crd)
+
+    def make_unschedulable(
+        self, pods: str = "*", *, namespace: str | None = None, message: str = INSUFFICIENT_GPU
+    ) -> None:
+        """Keep pods whose name matches the glob ``pods`` Pending with a FailedScheduling Event."""
+        self.faults.make_unschedulable(pods, namespace, message)
+
+    def set_pullable_images(
+        self, images: Iterable[str] | Callable[[str], bool] | None
+    ) -> None:
+        """Which images pull: glob patterns, a predicate, or None for any (the default)."""
+        self.faults.set_pullable(images)
+
+    def kill_pod(
+        self, name: str, namespace: str = "default", container: str | None = None,
+        sig: int = signal.SIGKILL,
+    ) -> None:  # fmt: skip
+        """Kill a pod's running container process with ``sig`` (it restarts per restartPolicy)."""
+        assert self.kubelet is not None
+        self.kubelet.signal_container(self.api.get(PODS, namespace, name), container, sig)
+
+    def oom_kill(self, name: str, namespace: str = "default", container: str | None = None) -> None:
+        """Kill a pod's container as the OOM killer would (exit code 137, reason OOMKilled)."""
+        assert self.kubelet is not None
+        pod = self.api.get(PODS, namespace, name)
+        self.kubelet.signal_container(pod, container, signal.SIGKILL, oom=True)
+
+    def expire_watch_history(self) -> None:
+        """Forget past events: a watch resuming from an older resourceVersion gets 410 Gone."""
+        self.store.compact()
+
+    def clear_faults(self) -> None:
+        """Disarm every fault (refusals, scheduling, image pulls) and restore removed CRDs."""
+        self.faults.clear()
+        for group in list(self.registry.hidden_groups):
+            self.restore_crds(group)
+
+    # --- inspection ----------------------------------------------------------------------
+
+    def pod_log(
+        self, name: str, namespace: str = "default", container: str | None = None,
+        previous: bool = False,
+    ) -> str:  # fmt: skip
+        """The text of a pod's container log, as ``kubectl logs`` would print it."""
+        assert self.kubelet is not None
+        return self.kubelet.log(self.api.get(PODS, namespace, name), container, previous).text()
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process started for a pod of this emulator."""
+        return procs.members(f"{self.id}/")

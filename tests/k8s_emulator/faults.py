@@ -1,0 +1,144 @@
+"""Faults on demand: refused requests, unschedulable pods, images that cannot be pulled."""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .meta import ApiError, Obj
+
+DEFAULT_USER = "system:serviceaccount:default:default"
+INSUFFICIENT_GPU = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+
+
+@dataclass
+class _Refusal:
+    code: int  # 401 or 403
+    remaining: int | None  # None: until cleared
+    verbs: frozenset[str] | None
+    resources: frozenset[str] | None
+    user: str
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What a request is about, as RBAC sees it."""
+
+    verb: str  # get, list, watch, create, update, patch, delete, deletecollection
+    resource: str  # plural, "pods/log"...; "" for non-resource paths
+    group: str
+    namespace: str | None
+    name: str | None
+    path: str
+
+
+def forbidden(info: RequestInfo, user: str) -> ApiError:
+    """A 403 worded like an RBAC denial."""
+    if not info.resource:
+        return ApiError(
+            403, "Forbidden",
+            f'forbidden: User "{user}" cannot {info.verb} path "{info.path}"',
+        )  # fmt: skip
+    plural = info.resource.split("/")[0]
+    qualified = f"{plural}.{info.group}" if info.group else plural
+    named = f'{qualified} "{info.name}"' if info.name else qualified
+    scope = f'in the namespace "{info.namespace}"' if info.namespace else "at the cluster scope"
+    details = {"kind": plural, **({"name": info.name} if info.name else {})}
+    if info.group:
+        details["group"] = info.group
+    return ApiError(
+        403, "Forbidden",
+        f'{named} is forbidden: User "{user}" cannot {info.verb} resource "{info.resource}" '
+        f'in API group "{info.group}" {scope}',
+        details,
+    )  # fmt: skip
+
+
+UNAUTHORIZED = ApiError(401, "Unauthorized", "Unauthorized")
+
+
+class Faults:
+    """The faults currently armed; the emulator's public fault methods edit this."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._refusals: list[_Refusal] = []
+        self._unschedulable: list[tuple[str, str | None, str]] = []
+        self._pullable: Callable[[str], bool] | None = None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._refusals.clear()
+            self._unschedulable.clear()
+            self._pullable = None
+
+    # --- requests ------------------------------------------------------------------------
+
+    def refuse(
+        self,
+        code: int,
+        count: int | None,
+        verbs: Iterable[str] | None,
+        resources: Iterable[str] | None,
+        user: str,
+    ) -> None:
+        with self._lock:
+            self._refusals.append(_Refusal(
+                code, count, frozenset(verbs) if verbs else None,
+                frozenset(resources) if resources else None, user,
+            ))  # fmt: skip
+
+    def check(self, info: RequestInfo) -> ApiError | None:
+        """The error the next request described by ``info`` must get, if any (uses one up)."""
+        with self._lock:
+            for refusal in self._refusals:
+                if refusal.code == 403 and not info.resource:
+                    continue  # discovery stays open to every authenticated user
+                if refusal.verbs is not None and info.verb not in refusal.verbs:
+                    continue
+                if refusal.resources is not None and info.resource not in refusal.resources:
+                    continue
+                if refusal.remaining is not None:
+                    refusal.remaining -= 1
+                    if refusal.remaining <= 0:
+                        self._refusals.remove(refusal)
+                return UNAUTHORIZED if refusal.code == 401 else forbidden(info, refusal.user)
+        return None
+
+    # --- scheduling ----------------------------------------------------------------------
+
+    def make_unschedulable(self, pods: str, namespace: str | None, message: str) -> None:
+        with self._lock:
+            self._unschedulable.append((pods, namespace, message))
+
+    def unschedulable(self, pod: Obj) -> str | None:
+        """The FailedScheduling message for ``pod``, or None when it can be scheduled."""
+        meta = pod["metadata"]
+        with self._lock:
+            for pattern, namespace, message in self._unschedulable:
+                if namespace not in (None, meta.get("namespace")):
+                    continue
+                if fnmatch.fnmatchcase(meta["name"], pattern):
+                    return message
+        return None
+
+    # --- images --------------------------------------------------------------------------
+
+    def set_pullable(self, images: Iterable[str] | Callable[[str], bool] | None) -> None:
+        if images is None or callable(images):
+            check = images
+        else:
+            patterns = list(images)
+
+            def check(image: str) -> bool:
+                return any(fnmatch.fnmatchcase(image, p) for p in patterns)
+
+        with self._lock:
+            self._pullable = check
+
+    def pullable(self, image: str) -> bool:
+        with self._lock:
+            check = self._pullable
+        return True if check is None else bool(check(image))

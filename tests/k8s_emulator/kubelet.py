@@ -1,0 +1,706 @@
+"""The kubelet (and the scheduler): runs each pod's containers as local process groups.
+
+A pod is scheduled (unless a fault keeps it Pending with a ``FailedScheduling``
+Event), its volumes are materialised under a per-pod directory, and each
+container's ``command`` + ``args`` run as one process group with the pod's
+environment, stdout and stderr going to the container's log. Container states
+and the pod phase follow the processes; ``restartPolicy`` restarts containers
+in place (``restartCount``, ``CrashLoopBackOff``). Deleting a pod stops its
+processes (SIGTERM, then SIGKILL after the grace period) before the pod object
+goes away; every process of a container (found by its environment marker,
+see :mod:`procs`) is killed when the container ends, as a container's PID
+namespace would be.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from . import procs
+from .apiserver import ApiServer
+from .faults import Faults
+from .logs import ContainerLog
+from .meta import ApiError, Obj, bad_request, now
+from .resources import CONFIGMAPS, PODS, SECRETS, SERVICES
+from .rewrite import Network, expand, path_rewriter
+from .store import ADDED, DELETED, MODIFIED, Event
+from .volumes import MountError, materialise, mounts
+
+_PYTHON = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_PASS_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
+
+
+class ConfigError(Exception):
+    """A container's configuration refers to something missing (CreateContainerConfigError)."""
+
+
+def write_shims(directory: Path) -> Path:
+    """``python``, ``python3`` and ``torchrun`` on PATH, all running this interpreter."""
+    directory.mkdir(parents=True, exist_ok=True)
+    python = shlex.quote(sys.executable)
+    scripts = {
+        "python": f'exec {python} "$@"',
+        "python3": f'exec {python} "$@"',
+        "torchrun": f'exec {python} -m torch.distributed.run "$@"',
+    }
+    for name, body in scripts.items():
+        path = directory / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    return directory
+
+
+class Kubelet:
+    """Runs pods; one :class:`PodWorker` thread per pod."""
+
+    def __init__(
+        self,
+        api: ApiServer,
+        network: Network,
+        faults: Faults,
+        root: Path,
+        *,
+        emulator_id: str,
+        node_name: str = "emulator-node",
+        restart_backoff: float = 0.2,
+        max_restarts: int = 5,
+        grace_cap: float = 2.0,
+        image_backoff: float = 0.3,
+        base_env: dict[str, str] | None = None,
+    ) -> None:
+        self.api, self.network, self.faults = api, network, faults
+        self.root = root
+        self.emulator_id = emulator_id
+        self.node_name = node_name
+        self.restart_backoff = restart_backoff
+        self.max_restarts = max_restarts
+        self.grace_cap = grace_cap
+        self.image_backoff = image_backoff
+        self.shim_dir = write_shims(root / "bin")
+        env = {key: os.environ[key] for key in _PASS_ENV if key in os.environ}
+        env["PATH"] = f"{self.shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+        self.base_env = {**env, **(base_env or {})}
+        self._lock = threading.Lock()
+        self._workers: dict[str, PodWorker] = {}
+        self._closed = False
+        self._unsubscribe = api.store.subscribe(self._on_event)
+
+    # --- events from the store (called with the store lock held: never block) ------------
+
+    def _on_event(self, event: Event) -> None:
+        if event.resource == SERVICES.key and event.type == DELETED:
+            meta = event.obj["metadata"]
+            self.network.release(meta["namespace"], meta["name"])
+            return
+        if event.resource != PODS.key:
+            return
+        uid = event.obj["metadata"]["uid"]
+        with self._lock:
+            worker = self._workers.get(uid)
+            if event.type == ADDED and worker is None and not self._closed:
+                worker = PodWorker(self, event.obj)
+                self._workers[uid] = worker
+                worker.start()
+            elif worker is not None and event.type == DELETED:
+                worker.request_stop(0.0, removed=True)
+                del self._workers[uid]
+            elif worker is not None and event.type == MODIFIED:
+                meta = event.obj["metadata"]
+                if meta.get("deletionTimestamp"):
+                    worker.request_stop(float(meta.get("deletionGracePeriodSeconds") or 0))
+
+    # --- queries and faults --------------------------------------------------------------
+
+    def worker(self, pod: Obj) -> PodWorker | None:
+        with self._lock:
+            return self._workers.get(pod["metadata"]["uid"])
+
+    def log(self, pod: Obj, container: str | None, previous: bool) -> ContainerLog:
+        """The log the ``log`` subresource serves, or the API server's 400 explaining why not."""
+        name = pod["metadata"]["name"]
+        names = [c["name"] for c in pod["spec"].get("containers", [])]
+        every = names + [c["name"] for c in pod["spec"].get("initContainers", [])]
+        if container is None:
+            if len(names) != 1:
+                raise bad_request(
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(names)}]"
+                )
+            container = names[0]
+        if container not in every:
+            raise bad_request(f"container {container} is not valid for pod {name}")
+        if not pod["spec"].get("nodeName"):
+            raise bad_request(f"pod {name} does not have a host assigned")
+        worker = self.worker(pod)
+        runner = worker.containers.get(container) if worker else None
+        runs = list(runner.logs) if runner else []
+        if previous:
+            if len(runs) < 2:
+                raise bad_request(
+                    f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+            return runs[-2]
+        if not runs:
+            reason = runner.waiting_reason() if runner else "ContainerCreating"
+            if reason in ("ErrImagePull", "ImagePullBackOff"):
+                reason = "trying and failing to pull image"
+            raise bad_request(
+                f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+            )
+        return runs[-1]
+
+    def signal_container(
+        self, pod: Obj, container: str | None, sig: int, *, oom: bool = False
+    ) -> None:
+        worker = self.worker(pod)
+        runner = None
+        if worker is not None:
+            runner = worker.containers.get(container or next(iter(worker.containers), ""))
+        if runner is None or not runner.running:
+            raise ValueError(f"pod {pod['metadata']['name']} has no running container {container}")
+        runner.kill(sig, oom=oom)
+
+    # --- shutdown ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop every pod and kill every process the kubelet started."""
+        self._unsubscribe()
+        with self._lock:
+            self._closed = True
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for worker in workers:
+            worker.request_stop(0.0, removed=True)
+        for worker in workers:
+            worker.join(timeout=15)
+        procs.kill_all(f"{self.emulator_id}/")
+
+
+class PodWorker(threading.Thread):
+    """Schedules, sets up and runs one pod, then tears it down when it is deleted."""
+
+    def __init__(self, kubelet: Kubelet, pod: Obj) -> None:
+        meta = pod["metadata"]
+        super().__init__(name=f"kubelet-{meta['name']}", daemon=True)
+        self.kubelet = kubelet
+        self.api = kubelet.api
+        self.pod = pod
+        self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
+        self.dir = kubelet.root / "pods" / f"{self.namespace}_{self.name}_{self.uid[:8]}"
+        self.lock = threading.RLock()
+        self.stopping = threading.Event()
+        self.grace = 0.0
+        self.removed = False
+        self.containers: dict[str, ContainerRunner] = {}
+        self.scheduled: str | None = None  # message when unschedulable
+        self.sandbox_ready = False
+        self.start_time: str | None = None
+        self.volumes: dict[str, Path] = {}
+        self._conditions: dict[str, Obj] = {}
+
+    @property
+    def marker(self) -> str:
+        return f"{self.kubelet.emulator_id}/{self.uid}/"
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def request_stop(self, grace: float, *, removed: bool = False) -> None:
+        with self.lock:
+            self.grace = min(grace, self.kubelet.grace_cap)
+            self.removed = self.removed or removed
+        self.stopping.set()
+
+    def run(self) -> None:
+        try:
+            if self._schedule() and self._setup():
+                for runner in self.containers.values():
+                    runner.start()
+                self.stopping.wait()
+        finally:
+            self._teardown()
+
+    def _schedule(self) -> bool:
+        reported = None
+        while not self.stopping.is_set():
+            message = self.kubelet.faults.unschedulable(self.pod)
+            if message is None:
+                break
+            if message != reported:
+                self.scheduled = message
+                self._set_condition("PodScheduled", "False", "Unschedulable", message)
+                self.publish()
+                self.api.record_event(self.pod, "Warning", "FailedScheduling", message,
+                                      "default-scheduler")  # fmt: skip
+                reported = message
+            self.stopping.wait(0.1)
+        if self.stopping.is_set():
+            return False
+        self.scheduled = None
+        self._set_condition("PodScheduled", "True")
+        node = self.kubelet.node_name
+        self.pod = self.api.mutate(
+            PODS, self.namespace, self.name, lambda o: o["spec"].update(nodeName=node)
+        ) or self.pod
+        self.api.record_event(
+            self.pod, "Normal", "Scheduled",
+            f"Successfully assigned {self.namespace}/{self.name} to {node}", "default-scheduler",
+        )  # fmt: skip
+        self.start_time = now()
+        self._set_condition("Initialized", "True")
+        for index, spec in enumerate(self.pod["spec"].get("containers", [])):
+            self.containers[spec["name"]] = ContainerRunner(self, spec, index)
+        self.publish()
+        return True
+
+    def _setup(self) -> bool:
+        """Materialise the volumes, retrying while a ConfigMap or Secret is missing."""
+        reported = None
+        while not self.stopping.is_set():
+            try:
+                self.volumes = materialise(self.pod, self.dir, self.kubelet.root / "claims",
+                                           self._lookup)  # fmt: skip
+                break
+            except MountError as exc:
+                if str(exc) != reported:
+                    self.api.record_event(self.pod, "Warning", "FailedMount", str(exc), "kubelet",
+                                          host=self.kubelet.node_name)  # fmt: skip
+                    reported = str(exc)
+                self.stopping.wait(0.2)
+        if self.stopping.is_set():
+            return False
+        for sub in ("rootfs", "tmp"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        self.sandbox_ready = True
+        self.publish()
+        return True
+
+    def _lookup(self, plural: str, name: str) -> Obj | None:
+        resource = SECRETS if plural == "secrets" else CONFIGMAPS
+        return self.api.store.get(resource.key, self.namespace, name)
+
+    def _teardown(self) -> None:
+        with self.lock:
+            grace = self.grace
+        runners = list(self.containers.values())
+        stoppers = [threading.Thread(target=r.terminate, args=(grace,), daemon=True)
+                    for r in runners]  # fmt: skip
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join()
+        for runner in runners:
+            runner.join()
+        procs.kill_all(self.marker)
+        with self.lock:
+            removed = self.removed
+        if not removed:
+            try:
+                self.api.delete(PODS, self.namespace, self.name, grace=0)
+            except ApiError:
+                pass  # already gone
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # --- status --------------------------------------------------------------------------
+
+    def _set_condition(
+        self, kind: str, status: str, reason: str | None = None, message: str | None = None
+    ) -> None:
+        with self.lock:
+            current = self._conditions.get(kind)
+            condition: Obj = {"type": kind, "status": status, "lastProbeTime": None}
+            if current and current["status"] == status:
+                condition["lastTransitionTime"] = current["lastTransitionTime"]
+            else:
+                condition["lastTransitionTime"] = now()
+            if reason:
+                condition["reason"] = reason
+            if message:
+                condition["message"] = message
+            self._conditions[kind] = condition
+
+    def _phase(self) -> str:
+        runners = list(self.containers.values())
+        if not runners or not all(r.ever_started or r.finished for r in runners):
+            return "Pending"
+        if all(r.finished for r in runners):
+            return "Succeeded" if all(r.exit_code == 0 for r in runners) else "Failed"
+        return "Running"
+
+    def status(self) -> Obj:
+        with self.lock:
+            phase = self._phase()
+            runners = list(self.containers.values())
+            if runners:
+                self._set_condition("PodReadyToStartContainers",
+                                    "True" if self.sandbox_ready else "False")  # fmt: skip
+                unready = [r.name for r in runners if not r.running]
+                if phase in ("Succeeded", "Failed"):
+                    ready = ("False", "PodCompleted", None)
+                elif unready:
+                    ready = ("False", "ContainersNotReady",
+                             f"containers with unready status: [{' '.join(unready)}]")  # fmt: skip
+                else:
+                    ready = ("True", None, None)
+                self._set_condition("ContainersReady", *ready)
+                self._set_condition("Ready", *ready)
+            order = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                     "PodScheduled"]  # fmt: skip
+            status: Obj = {
+                "phase": phase,
+                "conditions": [self._conditions[k] for k in order if k in self._conditions],
+            }
+            if self.start_time:
+                status.update(
+                    hostIP="127.0.0.1", hostIPs=[{"ip": "127.0.0.1"}],
+                    podIP="127.0.0.1", podIPs=[{"ip": "127.0.0.1"}], startTime=self.start_time,
+                )  # fmt: skip
+                inits = self.pod["spec"].get("initContainers", [])
+                if inits:
+                    status["initContainerStatuses"] = [_skipped_init(c, self.start_time)
+                                                       for c in inits]  # fmt: skip
+                status["containerStatuses"] = [r.status() for r in runners]
+            status["qosClass"] = "BestEffort"
+            return status
+
+    def publish(self) -> None:
+        """Write the pod's current status to the API server."""
+        status = self.status()
+
+        def update(obj: Obj) -> None:
+            obj["status"] = status
+
+        if self.api.mutate(PODS, self.namespace, self.name, update) is None:
+            self.stopping.set()
+
+    def event(self, event_type: str, reason: str, message: str, container: str) -> None:
+        self.api.record_event(self.pod, event_type, reason, message, "kubelet",
+                              host=self.kubelet.node_name,
+                              field_path=f"spec.containers{{{container}}}")  # fmt: skip
+
+    # --- container configuration ---------------------------------------------------------
+
+    def prepare(self, spec: Obj) -> tuple[list[str], dict[str, str], str]:
+        """argv, environment and working directory of a container, adapted to this host."""
+        env = self._env(spec)
+        rewrite_paths = path_rewriter(mounts(spec, self.volumes, self.dir))
+        env = {key: rewrite_paths(value) for key, value in env.items()}
+        env = self.kubelet.network.rewrite_env(self.namespace, env)
+        command = [expand(part, env) for part in spec.get("command", [])]
+        args = [expand(part, env) for part in spec.get("args", [])]
+        argv = [self.kubelet.network.rewrite(self.namespace, rewrite_paths(p))
+                for p in command + args]  # fmt: skip
+        if not argv:
+            raise ConfigError("no command specified")
+        if _PYTHON.match(argv[0]):
+            argv[0] = sys.executable
+        workdir = spec.get("workingDir")
+        if workdir:
+            local = rewrite_paths(workdir)
+            cwd = Path(local) if local != workdir else self.dir / "rootfs" / workdir.lstrip("/")
+        else:
+            cwd = self.dir / "rootfs"
+        cwd.mkdir(parents=True, exist_ok=True)
+        full = {
+            **self.kubelet.base_env,
+            "HOME": str(self.dir / "rootfs"),
+            "TMPDIR": str(self.dir / "tmp"),
+            "HOSTNAME": self.name,
+            **env,
+        }
+        if str(self.kubelet.shim_dir) not in full["PATH"].split(os.pathsep):
+            full["PATH"] = f"{self.kubelet.shim_dir}{os.pathsep}{full['PATH']}"
+        return argv, full, str(cwd)
+
+    def _env(self, spec: Obj) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for source in spec.get("envFrom", []):
+            prefix = source.get("prefix", "")
+            for kind in ("configMapRef", "secretRef"):
+                if kind in source:
+                    obj = self._source(kind, source[kind])
+                    for key, value in (obj or {}).get("data", {}).items():
+                        if _ENV_NAME.match(prefix + key):
+                            env[prefix + key] = _decode(value) if kind == "secretRef" else value
+        for item in spec.get("env", []):
+            if "valueFrom" in item:
+                value = self._value_from(item["valueFrom"], spec)
+                if value is None:
+                    continue
+            else:
+                value = expand(str(item.get("value", "")), env)
+            env[item["name"]] = value
+        return env
+
+    def _source(self, kind: str, ref: Obj) -> Obj | None:
+        plural = "secrets" if kind.startswith("secret") else "configmaps"
+        obj = self._lookup(plural, ref.get("name", ""))
+        if obj is None and not ref.get("optional"):
+            raise ConfigError(f'{plural[:-1]} "{ref.get("name", "")}" not found')
+        return obj
+
+    def _value_from(self, source: Obj, spec: Obj) -> str | None:
+        if "fieldRef" in source:
+            path = source["fieldRef"]["fieldPath"]
+            match = re.match(r"metadata\.(labels|annotations)\['(.+)'\]$", path)
+            if match:
+                return str(self.pod["metadata"].get(match[1], {}).get(match[2], ""))
+            values = {
+                "metadata.name": self.name, "metadata.namespace": self.namespace,
+                "metadata.uid": self.uid, "spec.nodeName": self.kubelet.node_name,
+                "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", ""),
+                "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1",
+            }  # fmt: skip
+            return values.get(path, "")
+        for kind in ("configMapKeyRef", "secretKeyRef"):
+            if kind in source:
+                ref = source[kind]
+                obj = self._source(kind, ref)
+                if obj is None:
+                    return None
+                data = obj.get("data") or {}
+                if ref["key"] not in data:
+                    if ref.get("optional"):
+                        return None
+                    raise ConfigError(f'couldn\'t find key {ref["key"]} in '
+                                      f'{kind[:-6]} {self.namespace}/{ref["name"]}')  # fmt: skip
+                value = data[ref["key"]]
+                return _decode(value) if kind == "secretKeyRef" else str(value)
+        if "resourceFieldRef" in source:
+            resource = source["resourceFieldRef"].get("resource", "")
+            limits = spec.get("resources", {}).get("limits", {})
+            return str(limits.get(resource.split(".", 1)[-1], "0"))
+        return None
+
+
+def _decode(value: str) -> str:
+    return base64.b64decode(value).decode(errors="replace")
+
+
+def _skipped_init(spec: Obj, started: str) -> Obj:
+    """The status of an init container the emulator does not run: completed at once."""
+    return {
+        "name": spec["name"], "image": spec.get("image", ""), "imageID": "",
+        "containerID": f"emulator://skipped-{spec['name']}", "ready": True, "restartCount": 0,
+        "started": False, "lastState": {},
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started,
+                                 "finishedAt": started}},
+    }  # fmt: skip
+
+
+class ContainerRunner:
+    """One container of a pod: image pull, process runs and restarts."""
+
+    def __init__(self, worker: PodWorker, spec: Obj, index: int) -> None:
+        self.worker = worker
+        self.spec = spec
+        self.name: str = spec["name"]
+        self.image: str = spec.get("image", "")
+        self.state: Obj = {"waiting": {"reason": "ContainerCreating"}}
+        self.last_state: Obj = {}
+        self.restart_count = 0
+        self.ever_started = False
+        self.finished = False
+        self.exit_code: int | None = None
+        self.logs: list[ContainerLog] = []
+        self.container_id: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._marker = ""
+        self._oom = False
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"container-{worker.name}-{self.name}")  # fmt: skip
+
+    @property
+    def running(self) -> bool:
+        return "running" in self.state
+
+    def waiting_reason(self) -> str:
+        return str(self.state.get("waiting", {}).get("reason", "ContainerCreating"))
+
+    def status(self) -> Obj:
+        out: Obj = {
+            "name": self.name, "state": self.state, "lastState": self.last_state,
+            "ready": self.running, "restartCount": self.restart_count, "image": self.image,
+            "imageID": f"emulator://{self.image}" if self.ever_started else "",
+            "started": self.running,
+        }  # fmt: skip
+        if self.container_id:
+            out["containerID"] = self.container_id
+        return out
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _set(self, **state: Any) -> None:
+        with self.worker.lock:
+            self.state = state
+        self.worker.publish()
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep unless the pod is stopping; False when it is."""
+        return not self.worker.stopping.wait(seconds)
+
+    # --- the container's life ------------------------------------------------------------
+
+    def _run(self) -> None:
+        worker = self.worker
+        policy = worker.pod["spec"].get("restartPolicy", "Always")
+        if not self._pull():
+            return
+        while not worker.stopping.is_set():
+            try:
+                argv, env, cwd = worker.prepare(self.spec)
+            except ConfigError as exc:
+                self._set(waiting={"reason": "CreateContainerConfigError", "message": str(exc)})
+                worker.event("Warning", "Failed", f"Error: {exc}", self.name)
+                if not self._wait(self.worker.kubelet.restart_backoff):
+                    return
+                continue
+            exit_code, terminated = self._execute(argv, env, cwd)
+            with worker.lock:
+                self.exit_code = exit_code
+                self.state = {"terminated": terminated}
+                restart = policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+                if not restart or worker.stopping.is_set():
+                    self.finished = True
+            worker.publish()
+            if self.finished:
+                return
+            message = (f"back-off {self.worker.kubelet.restart_backoff:g}s restarting failed "
+                       f"container={self.name} pod={worker.name}_{worker.namespace}({worker.uid})")  # fmt: skip
+            with worker.lock:
+                self.last_state = {"terminated": terminated}
+            self._set(waiting={"reason": "CrashLoopBackOff", "message": message})
+            worker.event("Warning", "BackOff", f"Back-off restarting failed container "
+                          f"{self.name} in pod {worker.name}_{worker.namespace}({worker.uid})",
+                          self.name)  # fmt: skip
+            if self.restart_count >= worker.kubelet.max_restarts:
+                worker.stopping.wait()  # stays in CrashLoopBackOff
+                return
+            if not self._wait(worker.kubelet.restart_backoff):
+                return
+            with worker.lock:
+                self.restart_count += 1
+
+    def _pull(self) -> bool:
+        worker, image = self.worker, self.image
+        faults = worker.kubelet.faults
+        always = self.spec.get("imagePullPolicy") == "Always"
+        if faults.pullable(image) and not always:
+            worker.event("Normal", "Pulled", f'Container image "{image}" already present on '
+                         "machine", self.name)  # fmt: skip
+            return True
+        worker.event("Normal", "Pulling", f'Pulling image "{image}"', self.name)
+        while not faults.pullable(image):
+            error = (f'rpc error: code = NotFound desc = failed to pull and unpack image '
+                     f'"{image}": not found (the emulator treats this image as not pullable)')  # fmt: skip
+            self._set(waiting={"reason": "ErrImagePull", "message": error})
+            worker.event("Warning", "Failed", f'Failed to pull image "{image}": {error}', self.name)
+            worker.event("Warning", "Failed", "Error: ErrImagePull", self.name)
+            if not self._wait(worker.kubelet.image_backoff):
+                return False
+            self._set(waiting={"reason": "ImagePullBackOff",
+                               "message": f'Back-off pulling image "{image}"'})  # fmt: skip
+            worker.event("Normal", "BackOff", f'Back-off pulling image "{image}"', self.name)
+            worker.event("Warning", "Failed", "Error: ImagePullBackOff", self.name)
+            if not self._wait(worker.kubelet.image_backoff):
+                return False
+        worker.event("Normal", "Pulled", f'Successfully pulled image "{image}" in 0s (0s '
+                     "including waiting). Image size: 0 bytes.", self.name)  # fmt: skip
+        return True
+
+    def _execute(self, argv: list[str], env: dict[str, str], cwd: str) -> tuple[int, Obj]:
+        """Run the container's process to its end; its exit code and terminated state."""
+        worker = self.worker
+        run = len(self.logs)
+        log = ContainerLog()
+        self._marker = f"{worker.marker}{self.name}/{run}/"
+        self.container_id = f"emulator://{uuid.uuid4().hex}"
+        started = now()
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env={**env, procs.MARKER: self._marker},
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            message = (f"failed to create containerd task: failed to create shim task: OCI "
+                       f'runtime create failed: exec: "{argv[0]}": {exc.strerror}')  # fmt: skip
+            worker.event("Warning", "Failed", f"Error: {message}", self.name)
+            log.close()
+            self.logs.append(log)
+            return 128, {"exitCode": 128, "reason": "StartError", "message": message,
+                         "startedAt": started, "finishedAt": now(),
+                         "containerID": self.container_id}  # fmt: skip
+        with worker.lock:
+            self._proc, self._oom = proc, False
+            self.logs.append(log)
+            self.ever_started = True
+            self.state = {"running": {"startedAt": started}}
+        if worker.stopping.is_set():  # deleted while starting: terminate() may have missed it
+            procs.kill_all(self._marker, proc.pid)
+        worker.event("Normal", "Created", f"Created container {self.name}", self.name)
+        worker.event("Normal", "Started", f"Started container {self.name}", self.name)
+        worker.publish()
+        reader = threading.Thread(target=_pump, args=(proc, log), daemon=True)
+        reader.start()
+        code = proc.wait()
+        procs.kill_all(self._marker, proc.pid)  # the container ends with its first process
+        reader.join(timeout=10)
+        log.close()
+        exit_code = 128 - code if code < 0 else code
+        with worker.lock:
+            self._proc = None
+            oom = self._oom
+        reason = "OOMKilled" if oom else ("Completed" if exit_code == 0 else "Error")
+        terminated = {"exitCode": exit_code, "reason": reason, "startedAt": started,
+                      "finishedAt": now(), "containerID": self.container_id}  # fmt: skip
+        if code < 0:
+            terminated["signal"] = -code
+        return exit_code, terminated
+
+    def kill(self, sig: int, *, oom: bool = False) -> None:
+        """Signal the container's first process (a fault: the process dies, the pod lives)."""
+        with self.worker.lock:
+            proc = self._proc
+            self._oom = self._oom or oom
+        if proc is not None:
+            os.kill(proc.pid, sig)
+
+    def terminate(self, grace: float) -> None:
+        """Stop the running process: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        with self.worker.lock:
+            proc, marker = self._proc, self._marker
+        if proc is None:
+            return
+        self.worker.event("Normal", "Killing", f"Stopping container {self.name}", self.name)
+        procs.signal_all(marker, proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        procs.kill_all(marker, proc.pid)
+
+
+def _pump(proc: subprocess.Popen[bytes], log: ContainerLog) -> None:
+    assert proc.stdout is not None
+    with proc.stdout:
+        for line in iter(proc.stdout.readline, b""):
+            log.append(line, time.time())
+

@@ -1,0 +1,97 @@
+"""Pod volumes as local directories.
+
+* ``configMap`` / ``secret``: the keys (or ``items: [{key, path, mode}]``) as
+  files, ``data`` as text and ``binaryData`` / Secret ``data`` decoded from
+  base64, with ``defaultMode`` / ``mode``.
+* ``emptyDir`` (any medium) and ``hostPath``: a directory of the pod
+  (``hostPath`` is sandboxed under the pod, never the real host path).
+* ``persistentVolumeClaim``: one directory per claim under the emulator root,
+  shared by every pod that mounts the claim (no PVC object is needed).
+* Other volume types: an empty directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .meta import Obj
+
+Lookup = Callable[[str, str], Obj | None]  # (kind "configmaps"|"secrets", name) -> object
+
+
+class MountError(Exception):
+    """A volume's source is missing (the kubelet retries, with a FailedMount event)."""
+
+
+def _write_files(target: Path, source: Obj, spec: dict[str, Any], secret: bool) -> None:
+    files: dict[str, bytes] = {}
+    for key, value in (source.get("data") or {}).items():
+        files[key] = base64.b64decode(value) if secret else str(value).encode()
+    for key, value in (source.get("binaryData") or {}).items():
+        files[key] = base64.b64decode(value)
+    default_mode = int(spec.get("defaultMode", 0o644))
+    items = spec.get("items")
+    wanted = items if items else [{"key": key, "path": key} for key in sorted(files)]
+    for item in wanted:
+        key = item["key"]
+        if key not in files:
+            if spec.get("optional"):
+                continue
+            kind = "secret" if secret else "configmap"
+            raise MountError(f'{kind} "{source["metadata"]["name"]}" has no key "{key}"')
+        path = target / item["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(files[key])
+        os.chmod(path, int(item.get("mode", default_mode)))
+
+
+def materialise(
+    pod: Obj, pod_dir: Path, claims_dir: Path, lookup: Lookup
+) -> dict[str, Path]:
+    """A local directory per volume of ``pod``; raises :class:`MountError` if a source is missing."""
+    out: dict[str, Path] = {}
+    namespace = pod["metadata"].get("namespace", "default")
+    for volume in pod["spec"].get("volumes", []):
+        name = volume["name"]
+        target = pod_dir / "volumes" / name
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]["claimName"]
+            target = claims_dir / namespace / claim
+            target.mkdir(parents=True, exist_ok=True)
+        elif "configMap" in volume or "secret" in volume:
+            secret = "secret" in volume
+            spec = volume["secret" if secret else "configMap"]
+            source_name = spec.get("secretName" if secret else "name", "")
+            source = lookup("secrets" if secret else "configmaps", source_name)
+            target.mkdir(parents=True, exist_ok=True)
+            if source is None:
+                if not spec.get("optional"):
+                    kind = "secret" if secret else "configmap"
+                    raise MountError(
+                        f'MountVolume.SetUp failed for volume "{name}" : {kind} "{source_name}" '
+                        "not found"
+                    )
+            else:
+                _write_files(target, source, spec, secret)
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+        out[name] = target
+    return out
+
+
+def mounts(container: Obj, volumes: dict[str, Path], pod_dir: Path) -> list[tuple[str, str]]:
+    """(mountPath, local directory) for each of the container's volume mounts."""
+    out = []
+    for mount in container.get("volumeMounts", []):
+        base = volumes.get(mount["name"], pod_dir / "volumes" / mount["name"])
+        local = base / mount["subPath"] if mount.get("subPath") else base
+        if mount.get("subPath"):
+            local.parent.mkdir(parents=True, exist_ok=True)
+            if not local.exists():
+                local.mkdir()
+        out.append((mount["mountPath"], str(local)))
+    return out

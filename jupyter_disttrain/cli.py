@@ -82,8 +82,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except BackendError as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 2
-    view.attach(job)
     try:
+        view.attach(job)
         job.wait()
     except KeyboardInterrupt:
         job.stop()

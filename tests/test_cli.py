@@ -1,0 +1,86 @@
+"""The ``disttrain`` command over the same library."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain import jobdir
+from tests.conftest import SHARED, assert_no_processes
+
+
+def disttrain(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jupyter_disttrain.cli", *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=os.environ.copy())  # fmt: skip
+
+
+@pytest.mark.slow
+def test_run_logs_jobs_and_stop(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch.distributed as dist\n"
+        "for i in range(3):\n"
+        "    report(step=i, loss=1.0 / (i + 1))\n"
+        "print('rank', dist.get_rank(), 'of', dist.get_world_size())\n"
+        "dist.get_world_size()\n"
+    )
+    done = disttrain("run", str(script), "--nodes", "2", "--nproc", "1", "--name", "cli-run")
+    assert done.returncode == 0, done.stderr
+    assert "[rank 1] rank 1 of 2" in done.stdout and "result: 2" in done.stdout
+    assert "job Succeeded" in done.stdout
+    logs = disttrain("logs", "cli-run", "--rank", "1")
+    assert logs.stdout.strip() == "rank 1 of 2"
+    listing = disttrain("jobs")
+    assert "cli-run" in listing.stdout and "Succeeded" in listing.stdout
+    # A long job started by one command is stopped by another.
+    script.write_text("import time\nreport(step=0, up=1)\ntime.sleep(300)\n")
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_disttrain.cli", "run", str(script), "--nodes", "2",
+         "--name", "cli-stop"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    directory = jobdir.job_dir("cli-stop")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = jobdir.read_state(directory) or {}
+        if state.get("state") == "Running":
+            break
+        time.sleep(0.2)
+    assert disttrain("stop", "cli-stop").stdout.strip() == "cli-stop: stopped"
+    out, err = runner.communicate(timeout=60)
+    assert runner.returncode == 1, (out, err)
+    assert "was stopped" in err
+    assert_no_processes(directory)
+    assert (jobdir.read_state(directory) or {})["state"] == "Stopped"
+
+
+def test_bad_input_exits_2_with_a_message(tmp_path: Path) -> None:
+    missing = disttrain("run", str(tmp_path / "nope.py"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    script = tmp_path / "t.py"
+    script.write_text("x = (\n")
+    bad = disttrain("run", str(script))
+    assert bad.returncode == 2 and "syntax error on line 1" in bad.stderr
+    script.write_text("1\n")
+    flags = disttrain("run", str(script), "--nodes", "0")
+    assert flags.returncode == 2 and "--nodes must be" in flags.stderr
+    unknown = disttrain("logs", "no-such-job")
+    assert unknown.returncode == 1 and "no local job named" in unknown.stderr
+
+
+def test_nccl_summary_json() -> None:
+    log = SHARED / "nccl-logs" / "08-shm-dev-shm-extend-failed.log"
+    out = disttrain("nccl", str(log), "--json")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert list(summary) == ["nccl_version", "transport", "interfaces", "nranks",
+                             "init_complete", "warnings", "failure", "diagnosis"]  # fmt: skip
+    assert summary["failure"] == "shm" and "/dev/shm" in summary["diagnosis"]
+    text = disttrain("nccl", str(log))
+    assert "shm" in text.stdout

@@ -4,7 +4,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTHON  ?= python3
 
-.PHONY: venv demo test lint typecheck unit notebooks bench clean
+.PHONY: venv demo test lint typecheck unit notebooks bench clean browser-deps
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,11 +23,19 @@ lint: venv
 typecheck: venv
 	$(PY) -m mypy
 
-test: venv lint typecheck
+# The browser test needs Debian's Chromium and its Node harness: installed here when missing.
+CHROMIUM ?= /usr/bin/chromium
+browser-deps:
+	@test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+	@test -d tests/browser/node_modules/playwright-core || (cd tests/browser && npm ci --no-audit --no-fund)
+
+test: venv lint typecheck browser-deps
 	$(PY) -m pytest -p no:cacheprovider --nbval-lax tests notebooks
 
 bench: venv
 	$(PY) bench/launch.py
+	$(PY) bench/monitor.py
+	$(PY) bench/k8s_api.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,169 @@
+"""Kubernetes API cost of monitoring a 64-worker job to completion.
+
+The same PyTorchJob (1 Master + 63 Workers, each pod printing metric lines
+for a few seconds; no torch) runs on the project's Kubernetes API emulator
+(tests/k8s_emulator) three times, each followed by one client:
+
+* jupyter_disttrain's Kubernetes backend (``attach``: watches on the job, its
+  pods and Warning events, plus rank 0's log stream);
+* the ``kubeflow-training`` SDK's ``TrainingClient``: ``wait_for_job_conditions``
+  until Running (its ``get_job_logs`` skips pods that are not running yet),
+  then ``get_job_logs(follow=True)`` for the master, or for every pod
+  (``is_master=False``), beside ``wait_for_job_conditions`` until Succeeded.
+
+The emulator counts API requests and the peak of concurrent long-lived
+responses (watches and log follows) and TCP connections. ``python
+bench/k8s_api.py`` prints a table and rewrites the "Kubernetes API" section of
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from kubernetes import client as k8s  # noqa: E402
+from results import write_section  # noqa: E402
+
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend  # noqa: E402
+from jupyter_disttrain.job import attach  # noqa: E402
+from jupyter_disttrain.payload import build_payload  # noqa: E402
+from jupyter_disttrain.spec import JobSpec  # noqa: E402
+from tests.k8s_emulator.emulator import Emulator  # noqa: E402
+
+NODES = 64
+STEPS = 50
+PRINTER = (
+    "import json, os, time\n"
+    "rank = int(os.environ.get('RANK', '0'))\n"
+    "for step in range({steps}):\n"
+    "    line = {{'v': 1, 'kind': 'metric', 'rank': rank, 't': time.time(), 'step': step,\n"
+    "            'values': {{'loss': 1.0 / (step + 1)}}}}\n"
+    "    print(f'[rank {{rank}}] ##distrain ' + json.dumps(line), flush=True)\n"
+    "    time.sleep(0.5)\n"
+    "print(f'[rank {{rank}}] done', flush=True)\n"
+)
+
+
+def create_printing_job(emulator: Emulator, name: str) -> None:
+    """Our manifests for a 64-node job, with each pod's command replaced by a printer."""
+    spec = JobSpec(name, nodes=NODES, backend="kubernetes")
+    objs = KubernetesBackend().objects(spec, build_payload("1", {}, job=name))
+    payload_obj, job = objs
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        container = replica["template"]["spec"]["containers"][0]
+        container["command"] = ["python", "-c", PRINTER.format(steps=STEPS)]
+        container.pop("args", None)
+    api = emulator.api_client()
+    k8s.CoreV1Api(api).create_namespaced_config_map("default", payload_obj)
+    k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+        "kubeflow.org", "v1", "default", "pytorchjobs", job
+    )
+    api.close()
+
+
+def follow_with_disttrain(name: str) -> None:
+    job = attach(name, KubernetesBackend())
+    state = job.wait(timeout=600)
+    assert state == "Succeeded", (state, job.reason)
+    assert len(job.metrics()) >= STEPS
+
+
+def follow_with_sdk(name: str, kubeconfig: str, all_pods: bool) -> None:
+    from kubeflow.training import TrainingClient
+
+    sdk = TrainingClient(config_file=kubeconfig, namespace="default")
+    # get_job_logs skips pods that are not running yet, so wait for Running first.
+    sdk.wait_for_job_conditions(
+        name, expected_conditions={"Running", "Succeeded"}, wait_timeout=600
+    )
+    logs = threading.Thread(
+        target=sdk.get_job_logs,
+        kwargs={"name": name, "follow": True, "is_master": not all_pods},
+        daemon=True,
+    )
+    logs.start()
+    sdk.wait_for_job_conditions(name, expected_conditions={"Succeeded"}, wait_timeout=600)
+    logs.join(60)
+
+
+def measure(label: str, follow: Callable[[str], None]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, Emulator() as emulator:
+        kubeconfig = str(emulator.write_kubeconfig(Path(tmp) / "kubeconfig"))
+        import os
+
+        os.environ["KUBECONFIG"] = kubeconfig
+        name = "bench-" + label.split()[0].lower().replace("_", "-")
+        create_printing_job(emulator, name)
+        emulator.reset_stats()
+        t0 = time.monotonic()
+        follow(name)
+        seconds = time.monotonic() - t0
+        stats = emulator.stats()
+        return {
+            "label": label,
+            "requests": stats.total,
+            "non_stream": stats.total - stats.streams.opened,
+            "streams_peak": stats.streams.peak,
+            "connections_peak": stats.connections.peak,
+            "seconds": seconds,
+            "by_kind": dict(sorted(stats.requests.items())),
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
+    args = parser.parse_args()
+    runs = [
+        measure("jupyter_disttrain", follow_with_disttrain),
+        measure("TrainingClient (master logs)",
+                lambda n: follow_with_sdk(n, _kubeconfig(), all_pods=False)),
+        measure("TrainingClient (all pods' logs)",
+                lambda n: follow_with_sdk(n, _kubeconfig(), all_pods=True)),
+    ]  # fmt: skip
+    rows = [
+        "| client | API requests | of them one-shot | peak long-lived responses | "
+        "peak TCP connections | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        rows.append(
+            f"| {r['label']} | {r['requests']} | {r['non_stream']} | {r['streams_peak']} | "
+            f"{r['connections_peak']} | {r['seconds']:.1f} |"
+        )
+        print(r["label"], r["by_kind"])
+    table = "\n".join(rows)
+    print(table)
+    if not args.no_write:
+        body = (
+            f"`python bench/k8s_api.py`, {time.strftime('%Y-%m-%d')}: monitoring one PyTorchJob "
+            f"of {NODES} pods (1 Master + {NODES - 1} Workers, each printing {STEPS} metric lines "
+            f"over about {STEPS // 2} s) to completion on the Kubernetes API emulator, counted "
+            "by the "
+            "emulator. The SDK polls the job every 15 s (`wait_for_job_conditions`) and opens "
+            "one log stream per pod it follows; jupyter_disttrain watches and follows rank 0 "
+            "only, whatever the number of workers.\n\n" + table
+        )
+        write_section(ROOT / "BENCHMARKS.md", "Kubernetes API", body)
+    return 0
+
+
+def _kubeconfig() -> str:
+    import os
+
+    return os.environ["KUBECONFIG"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -420,18 +420,22 @@ def pytorchjob(
     recorded as annotations. Raises :class:`~.k8s_options.OptionError`.
     """
     template = _pod_template("pytorch", spec, opts, files, versions, images)
-    body: dict[str, Any] = {"nprocPerNode": str(spec.nproc)}
+    body: dict[str, Any] = {}
     if opts.elastic is not None:
+        # Without a Master the operator sets PET_NPROC_PER_NODE only from the
+        # policy's nProcPerNode (and rejects it beside spec.nprocPerNode).
         body["elasticPolicy"] = {
             "rdzvBackend": "c10d",
             "rdzvId": spec.name,
             "minReplicas": opts.elastic.min_nodes,
             "maxReplicas": opts.elastic.max_nodes,
             "maxRestarts": spec.max_restarts,
+            "nProcPerNode": spec.nproc,
         }
         body["pytorchReplicaSpecs"] = {"Worker": _replica(spec.nodes, template)}
         min_available = opts.elastic.min_nodes
     else:
+        body["nprocPerNode"] = str(spec.nproc)
         replicas = {"Master": _replica(1, template)}
         if spec.nodes > 1:
             replicas["Worker"] = _replica(spec.nodes - 1, _plain(template))

@@ -147,11 +147,11 @@ def test_master_and_workers() -> None:
             {"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}
         ]
         assert env_of(container) == {
-                "PYTHONPATH": PAYLOAD_DIR,
-                "DISTRAIN_RANK_PREFIX": "1",
-                "DISTRAIN_PG_TIMEOUT": "3601",
-                "LR": "0.1",
-            }
+            "PYTHONPATH": PAYLOAD_DIR,
+            "DISTRAIN_RANK_PREFIX": "1",
+            "DISTRAIN_PG_TIMEOUT": "3601",
+            "LR": "0.1",
+        }
         assert "resources" not in container and "initContainers" not in pod
         mounts = {m["name"]: m for m in container["volumeMounts"]}
         assert mounts["payload"] == {"name": "payload", "mountPath": PAYLOAD_DIR, "readOnly": True}
@@ -199,8 +199,9 @@ def test_elastic_is_worker_only_with_policy() -> None:
         "minReplicas": 2,
         "maxReplicas": 4,
         "maxRestarts": 5,
+        "nProcPerNode": 2,
     }
-    assert job["spec"]["nprocPerNode"] == "2"
+    assert "nprocPerNode" not in job["spec"]
     assert pods(job)[0]["containers"][0]["command"] == TORCHRUN
 
 

@@ -14,6 +14,7 @@ import binascii
 import json
 import random
 import string
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,10 +38,22 @@ from .resources import CONFIGMAPS, EVENTS, NAMESPACES, PODS, SECRETS, SERVICES, 
 from .store import Store
 
 MAX_DATA_BYTES = 1024 * 1024
+#: client-go's event spam filter: Events one source may report about one object at once...
+EVENT_BURST = 25
+#: ...and how often one more is allowed after that.
+EVENT_REFILL_SECONDS = 300.0
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
-_SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
-                "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink")  # fmt: skip
+_SERVER_META = (
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "managedFields",
+    "selfLink",
+)
 _KEY_CHARS = set(string.ascii_letters + string.digits + "-._")
 
 
@@ -60,6 +73,8 @@ class ApiServer:
         self.registry = registry
         #: Create a missing namespace on first use (else: 404, as a real API server).
         self.auto_namespaces = auto_namespaces
+        self._spam_filter = SpamFilter(EVENT_BURST, EVENT_REFILL_SECONDS)
+        self._events: dict[tuple[Any, ...], str] = {}  # repeat key -> Event name
         for name in ("default", "kube-system", "kube-public"):
             self.ensure_namespace(name)
 
@@ -69,10 +84,15 @@ class ApiServer:
         """Create namespace ``name`` unless it exists (namespaces are made on demand)."""
         with self.store.lock:
             if self.store.get(NAMESPACES.key, "", name) is None:
-                obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
-                       "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}  # fmt: skip
+                labels = {"kubernetes.io/metadata.name": name}
+                obj: Obj = {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {"finalizers": ["kubernetes"]},
+                    "status": {"phase": "Active"},
+                }
                 self._stamp(NAMESPACES, obj)
-                obj["metadata"]["labels"] = {"kubernetes.io/metadata.name": name}
                 self.store.add(NAMESPACES.key, obj)
 
     def _namespace_exists(self, namespace: str) -> None:
@@ -98,9 +118,18 @@ class ApiServer:
         meta = obj["metadata"]
         if not meta.get("name"):
             if not meta.get("generateName"):
-                raise invalid(resource.kind, resource.group, "", [{
-                    "reason": "FieldValueRequired", "field": "metadata.name",
-                    "message": "Required value: name or generateName is required"}])  # fmt: skip
+                raise invalid(
+                    resource.kind,
+                    resource.group,
+                    "",
+                    [
+                        {
+                            "reason": "FieldValueRequired",
+                            "field": "metadata.name",
+                            "message": "Required value: name or generateName is required",
+                        }
+                    ],
+                )
             meta["name"] = meta["generateName"] + _suffix()
         for key in _SERVER_META:
             meta.pop(key, None)
@@ -111,10 +140,11 @@ class ApiServer:
         with self.store.lock:
             if self.store.get(resource.key, namespace, meta["name"]) is not None:
                 raise ApiError(
-                    409, "AlreadyExists",
+                    409,
+                    "AlreadyExists",
                     f'{resource.qualified} "{meta["name"]}" already exists',
                     self._details(resource, meta["name"]),
-                )  # fmt: skip
+                )
             self._stamp(resource, obj)
             if dry_run:
                 return obj, warnings
@@ -164,8 +194,13 @@ class ApiServer:
         causes: list[Obj] = []
         error = name_error(name)
         if error:
-            causes.append({"reason": "FieldValueInvalid", "field": "metadata.name",
-                           "message": f'Invalid value: "{name}": {error}'})  # fmt: skip
+            causes.append(
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": "metadata.name",
+                    "message": f'Invalid value: "{name}": {error}',
+                }
+            )
         warnings: list[str] = []
         if resource.custom:
             causes += schema.validate(resource, obj)
@@ -193,13 +228,23 @@ class ApiServer:
                 raise bad_request(f"{field} must be an object")
             for key, value in values.items():
                 if not key or len(key) > 253 or set(key) - _KEY_CHARS:
-                    causes.append({"reason": "FieldValueInvalid", "field": f"{field}[{key}]",
-                                   "message": f'Invalid value: "{key}": a valid config key must '
-                                   "consist of alphanumeric characters, '-', '_' or '.'"})  # fmt: skip
+                    causes.append(
+                        {
+                            "reason": "FieldValueInvalid",
+                            "field": f"{field}[{key}]",
+                            "message": f'Invalid value: "{key}": a valid config key must '
+                            "consist of alphanumeric characters, '-', '_' or '.'",
+                        }
+                    )
                 if key in seen:
-                    causes.append({"reason": "FieldValueInvalid", "field": f"{field}[{key}]",
-                                   "message": f'Invalid value: "{key}": duplicate of key '
-                                   f'present in {"data" if field == "binaryData" else field}'})  # fmt: skip
+                    causes.append(
+                        {
+                            "reason": "FieldValueInvalid",
+                            "field": f"{field}[{key}]",
+                            "message": f'Invalid value: "{key}": duplicate of key '
+                            f"present in {'data' if field == 'binaryData' else field}",
+                        }
+                    )
                 seen.add(key)
                 binary = field == "binaryData" or resource is SECRETS
                 if binary:
@@ -210,8 +255,13 @@ class ApiServer:
                 else:
                     size += len(key) + len(str(value).encode())
         if size > MAX_DATA_BYTES:
-            causes.append({"reason": "FieldValueTooLong", "field": "",
-                           "message": f"Too long: must have at most {MAX_DATA_BYTES} bytes"})  # fmt: skip
+            causes.append(
+                {
+                    "reason": "FieldValueTooLong",
+                    "field": "",
+                    "message": f"Too long: must have at most {MAX_DATA_BYTES} bytes",
+                }
+            )
         return causes
 
     def _defaults(self, resource: Resource, obj: Obj) -> None:
@@ -256,7 +306,7 @@ class ApiServer:
             raise not_found(resource.qualified, name, resource.group, resource.plural)
         return obj
 
-    def list(
+    def list_objects(
         self,
         resource: Resource,
         namespace: str | None,
@@ -269,9 +319,10 @@ class ApiServer:
         """The ``<Kind>List`` of the matching objects, ``limit`` at a time."""
         match_labels = label_selector(labels)
         match_fields = field_selector(fields, resource.field_selectors)
-        items, rv = self.store.list(resource.key, namespace)
-        items = [o for o in items if match_labels(o["metadata"].get("labels") or {})
-                 and match_fields(o)]  # fmt: skip
+        items, rv = self.store.objects(resource.key, namespace)
+        items = [
+            o for o in items if match_labels(o["metadata"].get("labels") or {}) and match_fields(o)
+        ]
         if cont:
             try:
                 after = json.loads(base64.urlsafe_b64decode(cont.encode()))["start"]
@@ -289,8 +340,12 @@ class ApiServer:
             for item in items:
                 item.pop("apiVersion", None)
                 item.pop("kind", None)
-        return {"kind": resource.list_kind, "apiVersion": resource.api_version,
-                "metadata": list_meta, "items": items}  # fmt: skip
+        return {
+            "kind": resource.list_kind,
+            "apiVersion": resource.api_version,
+            "metadata": list_meta,
+            "items": items,
+        }
 
     @staticmethod
     def _sort_key(obj: Obj) -> tuple[str, str]:
@@ -322,12 +377,13 @@ class ApiServer:
             wanted_rv = meta.get("resourceVersion")
             if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
                 raise ApiError(
-                    409, "Conflict",
+                    409,
+                    "Conflict",
                     f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object '
                     "has been modified; please apply your changes to the latest version and try "
                     "again",
                     self._details(resource, name),
-                )  # fmt: skip
+                )
             warnings: list[str] = []
             if subresource == "status":
                 updated = deep(current)
@@ -363,11 +419,21 @@ class ApiServer:
         causes = []
         for field in ("data", "binaryData"):
             if obj.get(field) != current.get(field):
-                causes.append({"reason": "FieldValueForbidden", "field": field,
-                               "message": "Forbidden: field is immutable when `immutable` is set"})  # fmt: skip
+                causes.append(
+                    {
+                        "reason": "FieldValueForbidden",
+                        "field": field,
+                        "message": "Forbidden: field is immutable when `immutable` is set",
+                    }
+                )
         if not obj.get("immutable"):
-            causes.append({"reason": "FieldValueForbidden", "field": "immutable",
-                           "message": "Forbidden: field is immutable when `immutable` is set"})  # fmt: skip
+            causes.append(
+                {
+                    "reason": "FieldValueForbidden",
+                    "field": "immutable",
+                    "message": "Forbidden: field is immutable when `immutable` is set",
+                }
+            )
         if causes:
             raise invalid(resource.kind, resource.group, obj["metadata"]["name"], causes)
 
@@ -400,14 +466,18 @@ class ApiServer:
             else:
                 accepted = ", ".join(["application/json-patch+json", *merge_types])
                 raise ApiError(
-                    415, "UnsupportedMediaType",
+                    415,
+                    "UnsupportedMediaType",
                     f"the body of the request was in an unknown format - accepted media types "
                     f"include: {accepted}",
-                )  # fmt: skip
+                )
             if not isinstance(updated, dict):
                 raise bad_request("the patch does not produce an object")
-            wanted_rv = (body.get("metadata") or {}).get("resourceVersion") if isinstance(
-                body, dict) else None  # fmt: skip
+            wanted_rv = (
+                (body.get("metadata") or {}).get("resourceVersion")
+                if isinstance(body, dict)
+                else None
+            )
             if not wanted_rv:
                 updated.setdefault("metadata", {}).pop("resourceVersion", None)
             return self.replace(
@@ -441,11 +511,12 @@ class ApiServer:
                 field = {"uid": "uid", "resourceVersion": "resourceVersion"}.get(key)
                 if field and value and meta.get(field) != value:
                     raise ApiError(
-                        409, "Conflict",
-                        f'Precondition failed: {key} in precondition: {value}, {key} in '
-                        f'object meta: {meta.get(field)}',
+                        409,
+                        "Conflict",
+                        f"Precondition failed: {key} in precondition: {value}, {key} in "
+                        f"object meta: {meta.get(field)}",
                         self._details(resource, name),
-                    )  # fmt: skip
+                    )
             if dry_run:
                 return 200, obj
             policy = propagation or "Background"
@@ -466,8 +537,13 @@ class ApiServer:
                 if resource is PODS:
                     return 200, obj
                 details = self._details(resource, name, uid=meta["uid"])
-                return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                             "status": "Success", "details": details}  # fmt: skip
+                return 200, {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": details,
+                }
 
             def mark(o: Obj) -> None:
                 m = o["metadata"]
@@ -534,7 +610,7 @@ class ApiServer:
     def _empty_namespace(self, namespace: str) -> None:
         for resource in self.registry.all():
             if resource.namespaced:
-                items, _ = self.store.list(resource.key, namespace)
+                items, _ = self.store.objects(resource.key, namespace)
                 for item in items:
                     self.delete(resource, namespace, item["metadata"]["name"], grace=0)
 
@@ -550,9 +626,7 @@ class ApiServer:
             meta = dependent["metadata"]
             others = [r for r in meta.get("ownerReferences", []) if r.get("uid") != uid]
             if any(self._exists(ref["uid"]) for ref in others):
-                self.mutate(resource, meta.get("namespace", ""), meta["name"],
-                            lambda o, u=uid: o["metadata"].update(ownerReferences=[
-                                r for r in o["metadata"]["ownerReferences"] if r.get("uid") != u]))  # fmt: skip
+                self._disown(resource, dependent, uid)
             elif not meta.get("deletionTimestamp"):
                 self.delete(resource, meta.get("namespace", ""), meta["name"])
 
@@ -562,17 +636,22 @@ class ApiServer:
     def _orphan(self, resource: Resource, owner: Obj) -> None:
         uid = owner["metadata"]["uid"]
         for dep_resource, dependent in self._dependents(uid):
-            meta = dependent["metadata"]
-
-            def drop(o: Obj, u: str = uid) -> None:
-                refs = [r for r in o["metadata"].get("ownerReferences", []) if r.get("uid") != u]
-                if refs:
-                    o["metadata"]["ownerReferences"] = refs
-                else:
-                    o["metadata"].pop("ownerReferences", None)
-
-            self.mutate(dep_resource, meta.get("namespace", ""), meta["name"], drop)
+            self._disown(dep_resource, dependent, uid)
         self._drop_finalizer(resource, owner, ORPHAN)
+
+    def _disown(self, resource: Resource, dependent: Obj, uid: str) -> None:
+        """Remove ``dependent``'s ownerReferences to ``uid``."""
+
+        def drop(obj: Obj) -> None:
+            meta = obj["metadata"]
+            refs = [r for r in meta.get("ownerReferences", []) if r.get("uid") != uid]
+            if refs:
+                meta["ownerReferences"] = refs
+            else:
+                meta.pop("ownerReferences", None)
+
+        meta = dependent["metadata"]
+        self.mutate(resource, meta.get("namespace", ""), meta["name"], drop)
 
     def _release_owners(self, removed: Obj) -> None:
         """A dependent is gone: finish the foreground deletion of owners it was blocking."""
@@ -615,10 +694,20 @@ class ApiServer:
         *,
         host: str | None = None,
         field_path: str | None = None,
-    ) -> Obj:
-        """Record an Event about ``involved``; a repeat bumps the count of the existing one."""
+    ) -> Obj | None:
+        """Record an Event about ``involved`` the way client-go's recorder does.
+
+        A repeat (same object, type, reason, message, source) bumps the
+        ``count`` of the existing Event. The recorder's spam filter applies:
+        each source may report :data:`EVENT_BURST` Events about one object,
+        then one per :data:`EVENT_REFILL_SECONDS`; the others are dropped
+        (None is returned).
+        """
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
+        spam_key = (component, host, involved.get("kind"), namespace, meta["name"], meta.get("uid"))
+        if not self._spam_filter.allow(spam_key):
+            return None
         ref = {
             "kind": involved.get("kind"),
             "namespace": namespace,
@@ -630,23 +719,24 @@ class ApiServer:
         if field_path:
             ref["fieldPath"] = field_path
         stamp = now()
+        key = (*spam_key, field_path, event_type, reason, message)
         with self.store.lock:
-            items, _ = self.store.list(EVENTS.key, namespace)
-            for event in items:
-                same = event["involvedObject"].get("uid") == ref["uid"]
-                if same and (event["reason"], event["message"], event["source"].get(
-                        "component")) == (reason, message, component):  # fmt: skip
+            existing = self._events.get(key)
+            if existing is not None:
 
-                    def bump(e: Obj) -> None:
-                        e["count"] = e.get("count", 1) + 1
-                        e["lastTimestamp"] = stamp
+                def bump(event: Obj) -> None:
+                    event["count"] = event.get("count", 1) + 1
+                    event["lastTimestamp"] = stamp
 
-                    return self.mutate(EVENTS, namespace, event["metadata"]["name"], bump) or event
+                bumped = self.mutate(EVENTS, namespace, existing, bump)
+                if bumped is not None:
+                    return bumped
             source = {"component": component, **({"host": host} if host else {})}
+            name = f"{meta['name']}.{time.time_ns():x}"
             event = {
                 "apiVersion": "v1",
                 "kind": "Event",
-                "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": namespace},
+                "metadata": {"name": name, "namespace": namespace},
                 "involvedObject": ref,
                 "reason": reason,
                 "message": message,
@@ -660,4 +750,25 @@ class ApiServer:
                 "reportingInstance": host or "",
             }
             self._stamp(EVENTS, event)
+            self._events[key] = name
             return self.store.add(EVENTS.key, event)
+
+
+class SpamFilter:
+    """A token bucket per key: ``burst`` tokens, refilled at one per ``refill`` seconds."""
+
+    def __init__(self, burst: int, refill: float) -> None:
+        self.burst, self.refill = burst, refill
+        self._buckets: dict[Any, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, key: Any) -> bool:
+        with self._lock:
+            clock = time.monotonic()
+            tokens, last = self._buckets.get(key, (float(self.burst), clock))
+            tokens = min(float(self.burst), tokens + (clock - last) / self.refill)
+            if tokens < 1:
+                self._buckets[key] = (tokens, clock)
+                return False
+            self._buckets[key] = (tokens - 1, clock)
+            return True

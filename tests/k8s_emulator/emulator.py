@@ -20,8 +20,8 @@ import yaml
 from . import procs
 from .apiserver import ApiServer
 from .faults import DEFAULT_USER, INSUFFICIENT_GPU, Faults
-from .kubelet import Kubelet
-from .meta import ApiError, Obj, deep, new_uid, now
+from .kubelet import Kubelet, KubeletSettings
+from .meta import Obj, deep, new_uid, now
 from .operator import FRAMEWORKS, Operator
 from .resources import (
     CORE,
@@ -35,7 +35,7 @@ from .resources import (
     load_crd,
 )
 from .rewrite import Network
-from .server import CountingHTTPServer, make_app
+from .server import CountingHTTPServer, make_app, not_served
 from .stats import Accounting, Stats
 from .store import Store
 
@@ -84,13 +84,11 @@ class Emulator:
         self.faults = Faults()
         self.accounting = Accounting()
         self.network = Network(
-            lambda ns: {s["metadata"]["name"] for s in self.store.list(SERVICES.key, ns)[0]}
+            lambda ns: {s["metadata"]["name"] for s in self.store.objects(SERVICES.key, ns)[0]}
         )
-        self._kubelet_options = {
-            "node_name": node_name, "restart_backoff": restart_backoff,
-            "max_restarts": max_restarts, "grace_cap": grace_cap,
-            "image_backoff": image_backoff, "base_env": env,
-        }  # fmt: skip
+        self.kubelet_settings = KubeletSettings(
+            node_name, restart_backoff, max_restarts, grace_cap, image_backoff, dict(env or {})
+        )
         self.kubelet: Kubelet | None = None
         self.operator: Operator | None = None
         #: Queues of the open streams (watches, log follows); woken on shutdown.
@@ -100,19 +98,26 @@ class Emulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: CountingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._reaper: procs.Reaper | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> Emulator:
-        self.kubelet = Kubelet(self.api, self.network, self.faults, self.root,
-                               emulator_id=self.id, **self._kubelet_options)  # type: ignore[arg-type]
-        kinds = {fw.kind: r for fw in FRAMEWORKS
-                 if (r := self.registry.of_kind("kubeflow.org/v1", fw.kind)) is not None}  # fmt: skip
+        self._reaper = procs.Reaper(f"{self.id}/", self.root if self._own_root else None)
+        self.kubelet = Kubelet(
+            self.api, self.network, self.faults, self.root, self.id, self.kubelet_settings
+        )
+        kinds = {
+            fw.kind: r
+            for fw in FRAMEWORKS
+            if (r := self.registry.of_kind("kubeflow.org/v1", fw.kind)) is not None
+        }
         self.operator = Operator(self.api, kinds)
         ready = threading.Event()
         errors: list[BaseException] = []
-        self._thread = threading.Thread(target=self._serve, args=(ready, errors),
-                                        name="k8s-emulator-http", daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._serve, args=(ready, errors), name="k8s-emulator-http", daemon=True
+        )
         self._thread.start()
         ready.wait(10)
         if errors:
@@ -123,10 +128,8 @@ class Emulator:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
-            server = CountingHTTPServer(
-                make_app(self), on_open=lambda: self.accounting.open("conn"),
-                on_close=lambda: self.accounting.close("conn"),
-            )  # fmt: skip
+            server = CountingHTTPServer(make_app(self))
+            server.on_connection = self._on_connection
             sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
             server.add_sockets(sockets)
             self.port = int(sockets[0].getsockname()[1])
@@ -145,6 +148,12 @@ class Emulator:
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         finally:
             loop.close()
+
+    def _on_connection(self, change: int) -> None:
+        if change > 0:
+            self.accounting.open("conn")
+        else:
+            self.accounting.close("conn")
 
     async def _shutdown_http(self) -> None:
         assert self._server is not None
@@ -174,6 +183,8 @@ class Emulator:
         if self.kubelet is not None:
             self.kubelet.close()
         procs.kill_all(f"{self.id}/")
+        if self._reaper is not None:
+            self._reaper.stop()
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -215,13 +226,19 @@ class Emulator:
         """A kubeconfig for ``kubectl`` or ``kubernetes.config.load_kube_config``."""
         user: dict[str, str] = {"token": self.token} if self.token else {}
         config = {
-            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
             "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
             "users": [{"name": "emulator", "user": user}],
-            "contexts": [{"name": "emulator", "context": {
-                "cluster": "emulator", "user": "emulator", "namespace": namespace}}],
+            "contexts": [
+                {
+                    "name": "emulator",
+                    "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
+                }
+            ],
             "current-context": "emulator",
-        }  # fmt: skip
+        }
         target = Path(path)
         target.write_text(yaml.safe_dump(config, sort_keys=False))
         return target
@@ -241,15 +258,28 @@ class Emulator:
     def _store_crd(self, crd: Obj) -> None:
         """The CRD object itself, as ``kubectl get crd`` shows it (Established)."""
         obj = deep(crd)
-        obj["metadata"] = {"name": crd["metadata"]["name"],
-                           "annotations": crd["metadata"].get("annotations", {})}  # fmt: skip
-        conditions = [{"type": kind, "status": "True", "reason": reason, "message": message,
-                       "lastTransitionTime": now()} for kind, reason, message in (
-            ("NamesAccepted", "NoConflicts", "no conflicts found"),
-            ("Established", "InitialNamesAccepted", "the initial names have been accepted"))]  # fmt: skip
-        obj["status"] = {"conditions": conditions, "acceptedNames": crd["spec"]["names"],
-                         "storedVersions": [v["name"] for v in crd["spec"]["versions"]
-                                            if v.get("storage")]}  # fmt: skip
+        obj["metadata"] = {
+            "name": crd["metadata"]["name"],
+            "annotations": crd["metadata"].get("annotations", {}),
+        }
+        conditions = [
+            {
+                "type": kind,
+                "status": "True",
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": now(),
+            }
+            for kind, reason, message in (
+                ("NamesAccepted", "NoConflicts", "no conflicts found"),
+                ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+            )
+        ]
+        obj["status"] = {
+            "conditions": conditions,
+            "acceptedNames": crd["spec"]["names"],
+            "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
+        }
         with self.store.lock:
             if self.store.get(CRDS.key, "", obj["metadata"]["name"]) is None:
                 obj["metadata"].update(uid=new_uid(), creationTimestamp=now(), generation=1)
@@ -257,18 +287,26 @@ class Emulator:
 
     def discovery(self, root: str, group: str, version: str, host: str) -> Obj:
         """The discovery document at ``/api[/v1]`` or ``/apis[/group[/version]]``."""
-        missing = ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        missing = not_served()
         versions = self.registry.group_versions()
         if root == "api":
             if not version:
-                return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
-                    {"clientCIDR": "0.0.0.0/0", "serverAddress": host}]}  # fmt: skip
+                return {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": host}
+                    ],
+                }
             if version != "v1":
                 raise missing
             return self._resource_list("", "v1")
         if not group:
-            return {"kind": "APIGroupList", "apiVersion": "v1",
-                    "groups": [self._group(g, vs) for g, vs in sorted(versions.items())]}  # fmt: skip
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [self._group(g, vs) for g, vs in sorted(versions.items())],
+            }
         if group not in versions:
             raise missing
         if not version:
@@ -287,8 +325,13 @@ class Emulator:
         for r in self.registry.served():
             if (r.group, r.version) != (group, version):
                 continue
-            entry: Obj = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
-                          "kind": r.kind, "verbs": list(r.verbs)}  # fmt: skip
+            entry: Obj = {
+                "name": r.plural,
+                "singularName": r.singular,
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": list(r.verbs),
+            }
             if r.short_names:
                 entry["shortNames"] = list(r.short_names)
             if r.categories:
@@ -296,10 +339,20 @@ class Emulator:
             resources.append(entry)
             for sub in r.subresources:
                 verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
-                resources.append({"name": f"{r.plural}/{sub}", "singularName": "",
-                                  "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs})  # fmt: skip
-        out: Obj = {"kind": "APIResourceList", "groupVersion": f"{group}/{version}".lstrip("/"),
-                    "resources": resources}  # fmt: skip
+                resources.append(
+                    {
+                        "name": f"{r.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "kind": r.kind,
+                        "verbs": verbs,
+                    }
+                )
+        out: Obj = {
+            "kind": "APIResourceList",
+            "groupVersion": f"{group}/{version}".lstrip("/"),
+            "resources": resources,
+        }
         if group:
             out["apiVersion"] = "v1"
         return out
@@ -355,16 +408,17 @@ class Emulator:
         """Keep pods whose name matches the glob ``pods`` Pending with a FailedScheduling Event."""
         self.faults.make_unschedulable(pods, namespace, message)
 
-    def set_pullable_images(
-        self, images: Iterable[str] | Callable[[str], bool] | None
-    ) -> None:
+    def set_pullable_images(self, images: Iterable[str] | Callable[[str], bool] | None) -> None:
         """Which images pull: glob patterns, a predicate, or None for any (the default)."""
         self.faults.set_pullable(images)
 
     def kill_pod(
-        self, name: str, namespace: str = "default", container: str | None = None,
+        self,
+        name: str,
+        namespace: str = "default",
+        container: str | None = None,
         sig: int = signal.SIGKILL,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Kill a pod's running container process with ``sig`` (it restarts per restartPolicy)."""
         assert self.kubelet is not None
         self.kubelet.signal_container(self.api.get(PODS, namespace, name), container, sig)
@@ -388,9 +442,12 @@ class Emulator:
     # --- inspection ----------------------------------------------------------------------
 
     def pod_log(
-        self, name: str, namespace: str = "default", container: str | None = None,
+        self,
+        name: str,
+        namespace: str = "default",
+        container: str | None = None,
         previous: bool = False,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """The text of a pod's container log, as ``kubectl logs`` would print it."""
         assert self.kubelet is not None
         return self.kubelet.log(self.api.get(PODS, namespace, name), container, previous).text()

@@ -38,9 +38,10 @@ def forbidden(info: RequestInfo, user: str) -> ApiError:
     """A 403 worded like an RBAC denial."""
     if not info.resource:
         return ApiError(
-            403, "Forbidden",
+            403,
+            "Forbidden",
             f'forbidden: User "{user}" cannot {info.verb} path "{info.path}"',
-        )  # fmt: skip
+        )
     plural = info.resource.split("/")[0]
     qualified = f"{plural}.{info.group}" if info.group else plural
     named = f'{qualified} "{info.name}"' if info.name else qualified
@@ -49,14 +50,16 @@ def forbidden(info: RequestInfo, user: str) -> ApiError:
     if info.group:
         details["group"] = info.group
     return ApiError(
-        403, "Forbidden",
+        403,
+        "Forbidden",
         f'{named} is forbidden: User "{user}" cannot {info.verb} resource "{info.resource}" '
         f'in API group "{info.group}" {scope}',
         details,
-    )  # fmt: skip
+    )
 
 
-UNAUTHORIZED = ApiError(401, "Unauthorized", "Unauthorized")
+def unauthorized() -> ApiError:
+    return ApiError(401, "Unauthorized", "Unauthorized")
 
 
 class Faults:
@@ -85,10 +88,15 @@ class Faults:
         user: str,
     ) -> None:
         with self._lock:
-            self._refusals.append(_Refusal(
-                code, count, frozenset(verbs) if verbs else None,
-                frozenset(resources) if resources else None, user,
-            ))  # fmt: skip
+            self._refusals.append(
+                _Refusal(
+                    code,
+                    count,
+                    frozenset(verbs) if verbs else None,
+                    frozenset(resources) if resources else None,
+                    user,
+                )
+            )
 
     def check(self, info: RequestInfo) -> ApiError | None:
         """The error the next request described by ``info`` must get, if any (uses one up)."""
@@ -104,7 +112,7 @@ class Faults:
                     refusal.remaining -= 1
                     if refusal.remaining <= 0:
                         self._refusals.remove(refusal)
-                return UNAUTHORIZED if refusal.code == 401 else forbidden(info, refusal.user)
+                return unauthorized() if refusal.code == 401 else forbidden(info, refusal.user)
         return None
 
     # --- scheduling ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,23 @@ def write_shims(directory: Path) -> Path:
     return directory
 
 
+@dataclass(frozen=True)
+class KubeletSettings:
+    """The kubelet's node name and timing (seconds)."""
+
+    node_name: str = "emulator-node"
+    #: Pause between a crash and the restart (``CrashLoopBackOff``).
+    restart_backoff: float = 0.2
+    #: Restarts after which a crashing container stays in ``CrashLoopBackOff``.
+    max_restarts: int = 5
+    #: Upper bound on termination grace periods (SIGTERM, then SIGKILL).
+    grace_cap: float = 2.0
+    #: Pause between image pull attempts (``ErrImagePull``, ``ImagePullBackOff``).
+    image_backoff: float = 0.3
+    #: Extra variables for every container process.
+    base_env: dict[str, str] = field(default_factory=dict)
+
+
 class Kubelet:
     """Runs pods; one :class:`PodWorker` thread per pod."""
 
@@ -72,27 +90,21 @@ class Kubelet:
         network: Network,
         faults: Faults,
         root: Path,
-        *,
         emulator_id: str,
-        node_name: str = "emulator-node",
-        restart_backoff: float = 0.2,
-        max_restarts: int = 5,
-        grace_cap: float = 2.0,
-        image_backoff: float = 0.3,
-        base_env: dict[str, str] | None = None,
+        settings: KubeletSettings,
     ) -> None:
         self.api, self.network, self.faults = api, network, faults
         self.root = root
         self.emulator_id = emulator_id
-        self.node_name = node_name
-        self.restart_backoff = restart_backoff
-        self.max_restarts = max_restarts
-        self.grace_cap = grace_cap
-        self.image_backoff = image_backoff
+        self.node_name = settings.node_name
+        self.restart_backoff = settings.restart_backoff
+        self.max_restarts = settings.max_restarts
+        self.grace_cap = settings.grace_cap
+        self.image_backoff = settings.image_backoff
         self.shim_dir = write_shims(root / "bin")
         env = {key: os.environ[key] for key in _PASS_ENV if key in os.environ}
         env["PATH"] = f"{self.shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
-        self.base_env = {**env, **(base_env or {})}
+        self.base_env = {**env, **settings.base_env}
         self._lock = threading.Lock()
         self._workers: dict[str, PodWorker] = {}
         self._closed = False
@@ -242,8 +254,9 @@ class PodWorker(threading.Thread):
                 self.scheduled = message
                 self._set_condition("PodScheduled", "False", "Unschedulable", message)
                 self.publish()
-                self.api.record_event(self.pod, "Warning", "FailedScheduling", message,
-                                      "default-scheduler")  # fmt: skip
+                self.api.record_event(
+                    self.pod, "Warning", "FailedScheduling", message, "default-scheduler"
+                )
                 reported = message
             self.stopping.wait(0.1)
         if self.stopping.is_set():
@@ -251,13 +264,19 @@ class PodWorker(threading.Thread):
         self.scheduled = None
         self._set_condition("PodScheduled", "True")
         node = self.kubelet.node_name
-        self.pod = self.api.mutate(
-            PODS, self.namespace, self.name, lambda o: o["spec"].update(nodeName=node)
-        ) or self.pod
+        self.pod = (
+            self.api.mutate(
+                PODS, self.namespace, self.name, lambda o: o["spec"].update(nodeName=node)
+            )
+            or self.pod
+        )
         self.api.record_event(
-            self.pod, "Normal", "Scheduled",
-            f"Successfully assigned {self.namespace}/{self.name} to {node}", "default-scheduler",
-        )  # fmt: skip
+            self.pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {self.namespace}/{self.name} to {node}",
+            "default-scheduler",
+        )
         self.start_time = now()
         self._set_condition("Initialized", "True")
         for index, spec in enumerate(self.pod["spec"].get("containers", [])):
@@ -270,13 +289,20 @@ class PodWorker(threading.Thread):
         reported = None
         while not self.stopping.is_set():
             try:
-                self.volumes = materialise(self.pod, self.dir, self.kubelet.root / "claims",
-                                           self._lookup)  # fmt: skip
+                self.volumes = materialise(
+                    self.pod, self.dir, self.kubelet.root / "claims", self._lookup
+                )
                 break
             except MountError as exc:
                 if str(exc) != reported:
-                    self.api.record_event(self.pod, "Warning", "FailedMount", str(exc), "kubelet",
-                                          host=self.kubelet.node_name)  # fmt: skip
+                    self.api.record_event(
+                        self.pod,
+                        "Warning",
+                        "FailedMount",
+                        str(exc),
+                        "kubelet",
+                        host=self.kubelet.node_name,
+                    )
                     reported = str(exc)
                 self.stopping.wait(0.2)
         if self.stopping.is_set():
@@ -295,8 +321,9 @@ class PodWorker(threading.Thread):
         with self.lock:
             grace = self.grace
         runners = list(self.containers.values())
-        stoppers = [threading.Thread(target=r.terminate, args=(grace,), daemon=True)
-                    for r in runners]  # fmt: skip
+        stoppers = [
+            threading.Thread(target=r.terminate, args=(grace,), daemon=True) for r in runners
+        ]
         for thread in stoppers:
             thread.start()
         for thread in stoppers:
@@ -344,33 +371,47 @@ class PodWorker(threading.Thread):
             phase = self._phase()
             runners = list(self.containers.values())
             if runners:
-                self._set_condition("PodReadyToStartContainers",
-                                    "True" if self.sandbox_ready else "False")  # fmt: skip
+                self._set_condition(
+                    "PodReadyToStartContainers", "True" if self.sandbox_ready else "False"
+                )
                 unready = [r.name for r in runners if not r.running]
+                ready: tuple[str, str | None, str | None]
                 if phase in ("Succeeded", "Failed"):
                     ready = ("False", "PodCompleted", None)
                 elif unready:
-                    ready = ("False", "ContainersNotReady",
-                             f"containers with unready status: [{' '.join(unready)}]")  # fmt: skip
+                    ready = (
+                        "False",
+                        "ContainersNotReady",
+                        f"containers with unready status: [{' '.join(unready)}]",
+                    )
                 else:
                     ready = ("True", None, None)
                 self._set_condition("ContainersReady", *ready)
                 self._set_condition("Ready", *ready)
-            order = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
-                     "PodScheduled"]  # fmt: skip
+            order = [
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled",
+            ]
             status: Obj = {
                 "phase": phase,
                 "conditions": [self._conditions[k] for k in order if k in self._conditions],
             }
             if self.start_time:
                 status.update(
-                    hostIP="127.0.0.1", hostIPs=[{"ip": "127.0.0.1"}],
-                    podIP="127.0.0.1", podIPs=[{"ip": "127.0.0.1"}], startTime=self.start_time,
-                )  # fmt: skip
+                    hostIP="127.0.0.1",
+                    hostIPs=[{"ip": "127.0.0.1"}],
+                    podIP="127.0.0.1",
+                    podIPs=[{"ip": "127.0.0.1"}],
+                    startTime=self.start_time,
+                )
                 inits = self.pod["spec"].get("initContainers", [])
                 if inits:
-                    status["initContainerStatuses"] = [_skipped_init(c, self.start_time)
-                                                       for c in inits]  # fmt: skip
+                    status["initContainerStatuses"] = [
+                        _skipped_init(c, self.start_time) for c in inits
+                    ]
                 status["containerStatuses"] = [r.status() for r in runners]
             status["qosClass"] = "BestEffort"
             return status
@@ -386,9 +427,15 @@ class PodWorker(threading.Thread):
             self.stopping.set()
 
     def event(self, event_type: str, reason: str, message: str, container: str) -> None:
-        self.api.record_event(self.pod, event_type, reason, message, "kubelet",
-                              host=self.kubelet.node_name,
-                              field_path=f"spec.containers{{{container}}}")  # fmt: skip
+        self.api.record_event(
+            self.pod,
+            event_type,
+            reason,
+            message,
+            "kubelet",
+            host=self.kubelet.node_name,
+            field_path=f"spec.containers{{{container}}}",
+        )
 
     # --- container configuration ---------------------------------------------------------
 
@@ -400,8 +447,9 @@ class PodWorker(threading.Thread):
         env = self.kubelet.network.rewrite_env(self.namespace, env)
         command = [expand(part, env) for part in spec.get("command", [])]
         args = [expand(part, env) for part in spec.get("args", [])]
-        argv = [self.kubelet.network.rewrite(self.namespace, rewrite_paths(p))
-                for p in command + args]  # fmt: skip
+        argv = [
+            self.kubelet.network.rewrite(self.namespace, rewrite_paths(p)) for p in command + args
+        ]
         if not argv:
             raise ConfigError("no command specified")
         if _PYTHON.match(argv[0]):
@@ -458,12 +506,15 @@ class PodWorker(threading.Thread):
             if match:
                 return str(self.pod["metadata"].get(match[1], {}).get(match[2], ""))
             values = {
-                "metadata.name": self.name, "metadata.namespace": self.namespace,
-                "metadata.uid": self.uid, "spec.nodeName": self.kubelet.node_name,
+                "metadata.name": self.name,
+                "metadata.namespace": self.namespace,
+                "metadata.uid": self.uid,
+                "spec.nodeName": self.kubelet.node_name,
                 "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", ""),
-                "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1",
-            }  # fmt: skip
-            return values.get(path, "")
+                "status.podIP": "127.0.0.1",
+                "status.hostIP": "127.0.0.1",
+            }
+            return str(values.get(path, ""))
         for kind in ("configMapKeyRef", "secretKeyRef"):
             if kind in source:
                 ref = source[kind]
@@ -474,8 +525,10 @@ class PodWorker(threading.Thread):
                 if ref["key"] not in data:
                     if ref.get("optional"):
                         return None
-                    raise ConfigError(f'couldn\'t find key {ref["key"]} in '
-                                      f'{kind[:-6]} {self.namespace}/{ref["name"]}')  # fmt: skip
+                    raise ConfigError(
+                        f"couldn't find key {ref['key']} in "
+                        f"{kind[:-6]} {self.namespace}/{ref['name']}"
+                    )
                 value = data[ref["key"]]
                 return _decode(value) if kind == "secretKeyRef" else str(value)
         if "resourceFieldRef" in source:
@@ -492,12 +545,23 @@ def _decode(value: str) -> str:
 def _skipped_init(spec: Obj, started: str) -> Obj:
     """The status of an init container the emulator does not run: completed at once."""
     return {
-        "name": spec["name"], "image": spec.get("image", ""), "imageID": "",
-        "containerID": f"emulator://skipped-{spec['name']}", "ready": True, "restartCount": 0,
-        "started": False, "lastState": {},
-        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started,
-                                 "finishedAt": started}},
-    }  # fmt: skip
+        "name": spec["name"],
+        "image": spec.get("image", ""),
+        "imageID": "",
+        "containerID": f"emulator://skipped-{spec['name']}",
+        "ready": True,
+        "restartCount": 0,
+        "started": False,
+        "lastState": {},
+        "state": {
+            "terminated": {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": started,
+                "finishedAt": started,
+            }
+        },
+    }
 
 
 class ContainerRunner:
@@ -519,8 +583,9 @@ class ContainerRunner:
         self._proc: subprocess.Popen[bytes] | None = None
         self._marker = ""
         self._oom = False
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"container-{worker.name}-{self.name}")  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"container-{worker.name}-{self.name}"
+        )
 
     @property
     def running(self) -> bool:
@@ -531,11 +596,15 @@ class ContainerRunner:
 
     def status(self) -> Obj:
         out: Obj = {
-            "name": self.name, "state": self.state, "lastState": self.last_state,
-            "ready": self.running, "restartCount": self.restart_count, "image": self.image,
+            "name": self.name,
+            "state": self.state,
+            "lastState": self.last_state,
+            "ready": self.running,
+            "restartCount": self.restart_count,
+            "image": self.image,
             "imageID": f"emulator://{self.image}" if self.ever_started else "",
             "started": self.running,
-        }  # fmt: skip
+        }
         if self.container_id:
             out["containerID"] = self.container_id
         return out
@@ -582,14 +651,20 @@ class ContainerRunner:
             worker.publish()
             if self.finished:
                 return
-            message = (f"back-off {self.worker.kubelet.restart_backoff:g}s restarting failed "
-                       f"container={self.name} pod={worker.name}_{worker.namespace}({worker.uid})")  # fmt: skip
+            message = (
+                f"back-off {self.worker.kubelet.restart_backoff:g}s restarting failed "
+                f"container={self.name} pod={worker.name}_{worker.namespace}({worker.uid})"
+            )
             with worker.lock:
                 self.last_state = {"terminated": terminated}
             self._set(waiting={"reason": "CrashLoopBackOff", "message": message})
-            worker.event("Warning", "BackOff", f"Back-off restarting failed container "
-                          f"{self.name} in pod {worker.name}_{worker.namespace}({worker.uid})",
-                          self.name)  # fmt: skip
+            worker.event(
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container "
+                f"{self.name} in pod {worker.name}_{worker.namespace}({worker.uid})",
+                self.name,
+            )
             if self.restart_count >= worker.kubelet.max_restarts:
                 worker.stopping.wait()  # stays in CrashLoopBackOff
                 return
@@ -603,26 +678,41 @@ class ContainerRunner:
         faults = worker.kubelet.faults
         always = self.spec.get("imagePullPolicy") == "Always"
         if faults.pullable(image) and not always:
-            worker.event("Normal", "Pulled", f'Container image "{image}" already present on '
-                         "machine", self.name)  # fmt: skip
+            worker.event(
+                "Normal",
+                "Pulled",
+                f'Container image "{image}" already present on machine',
+                self.name,
+            )
             return True
         worker.event("Normal", "Pulling", f'Pulling image "{image}"', self.name)
         while not faults.pullable(image):
-            error = (f'rpc error: code = NotFound desc = failed to pull and unpack image '
-                     f'"{image}": not found (the emulator treats this image as not pullable)')  # fmt: skip
+            error = (
+                f"rpc error: code = NotFound desc = failed to pull and unpack image "
+                f'"{image}": not found (the emulator treats this image as not pullable)'
+            )
             self._set(waiting={"reason": "ErrImagePull", "message": error})
             worker.event("Warning", "Failed", f'Failed to pull image "{image}": {error}', self.name)
             worker.event("Warning", "Failed", "Error: ErrImagePull", self.name)
             if not self._wait(worker.kubelet.image_backoff):
                 return False
-            self._set(waiting={"reason": "ImagePullBackOff",
-                               "message": f'Back-off pulling image "{image}"'})  # fmt: skip
+            self._set(
+                waiting={
+                    "reason": "ImagePullBackOff",
+                    "message": f'Back-off pulling image "{image}"',
+                }
+            )
             worker.event("Normal", "BackOff", f'Back-off pulling image "{image}"', self.name)
             worker.event("Warning", "Failed", "Error: ImagePullBackOff", self.name)
             if not self._wait(worker.kubelet.image_backoff):
                 return False
-        worker.event("Normal", "Pulled", f'Successfully pulled image "{image}" in 0s (0s '
-                     "including waiting). Image size: 0 bytes.", self.name)  # fmt: skip
+        worker.event(
+            "Normal",
+            "Pulled",
+            f'Successfully pulled image "{image}" in 0s (0s '
+            "including waiting). Image size: 0 bytes.",
+            self.name,
+        )
         return True
 
     def _execute(self, argv: list[str], env: dict[str, str], cwd: str) -> tuple[int, Obj]:
@@ -635,19 +725,30 @@ class ContainerRunner:
         started = now()
         try:
             proc = subprocess.Popen(
-                argv, cwd=cwd, env={**env, procs.MARKER: self._marker},
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                argv,
+                cwd=cwd,
+                env={**env, procs.MARKER: self._marker},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         except OSError as exc:
-            message = (f"failed to create containerd task: failed to create shim task: OCI "
-                       f'runtime create failed: exec: "{argv[0]}": {exc.strerror}')  # fmt: skip
+            message = (
+                f"failed to create containerd task: failed to create shim task: OCI "
+                f'runtime create failed: exec: "{argv[0]}": {exc.strerror}'
+            )
             worker.event("Warning", "Failed", f"Error: {message}", self.name)
             log.close()
             self.logs.append(log)
-            return 128, {"exitCode": 128, "reason": "StartError", "message": message,
-                         "startedAt": started, "finishedAt": now(),
-                         "containerID": self.container_id}  # fmt: skip
+            return 128, {
+                "exitCode": 128,
+                "reason": "StartError",
+                "message": message,
+                "startedAt": started,
+                "finishedAt": now(),
+                "containerID": self.container_id,
+            }
         with worker.lock:
             self._proc, self._oom = proc, False
             self.logs.append(log)
@@ -669,8 +770,13 @@ class ContainerRunner:
             self._proc = None
             oom = self._oom
         reason = "OOMKilled" if oom else ("Completed" if exit_code == 0 else "Error")
-        terminated = {"exitCode": exit_code, "reason": reason, "startedAt": started,
-                      "finishedAt": now(), "containerID": self.container_id}  # fmt: skip
+        terminated = {
+            "exitCode": exit_code,
+            "reason": reason,
+            "startedAt": started,
+            "finishedAt": now(),
+            "containerID": self.container_id,
+        }
         if code < 0:
             terminated["signal"] = -code
         return exit_code, terminated
@@ -703,4 +809,3 @@ def _pump(proc: subprocess.Popen[bytes], log: ContainerLog) -> None:
     with proc.stdout:
         for line in iter(proc.stdout.readline, b""):
             log.append(line, time.time())
-

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 Obj = dict[str, Any]
 
@@ -34,9 +33,16 @@ def new_uid() -> str:
     return str(uuid.uuid4())
 
 
-def deep(obj: Any) -> Any:
-    """A deep copy (objects in the store are never shared with callers)."""
-    return copy.deepcopy(obj)
+T = TypeVar("T")
+
+
+def deep(obj: T) -> T:
+    """A deep copy of JSON data (objects in the store are never shared with callers)."""
+    if isinstance(obj, dict):
+        return cast(T, {key: deep(value) for key, value in obj.items()})
+    if isinstance(obj, list):
+        return cast(T, [deep(value) for value in obj])
+    return obj
 
 
 def name_error(name: str) -> str | None:
@@ -137,26 +143,36 @@ def label_selector(text: str | None) -> LabelTest:
     """A predicate for a ``labelSelector`` (=, ==, !=, in, notin, exists, !exists)."""
     if not text:
         return lambda labels: True
-    tests: list[LabelTest] = []
+    requirements: list[tuple[str, str, frozenset[str]]] = []
     for part in _split_requirements(text):
         match = _REQ.match(part)
         if not match:
             raise bad_request(f"unable to parse requirement: {part!r}")
-        key, op, neg = match["key"], (match["op"] or "").strip(), bool(match["neg"])
-        value = match["value"]
+        key, op, value = match["key"], (match["op"] or "").strip(), match["value"] or ""
+        values = frozenset(v.strip() for v in value.strip("()").split(",") if v.strip())
         if not op:
-            tests.append(lambda labels, k=key, n=neg: (k in labels) != n)
+            op = "!exists" if match["neg"] else "exists"
         elif op in ("=", "=="):
-            tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
+            op, values = "in", frozenset({value})
         elif op == "!=":
-            tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
-        else:
-            values = {v.strip() for v in (value or "").strip("()").split(",") if v.strip()}
-            if op == "in":
-                tests.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-            else:
-                tests.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
-    return lambda labels: all(test(labels) for test in tests)
+            op, values = "notin", frozenset({value})
+        requirements.append((key, op, values))
+
+    def test(labels: Mapping[str, str]) -> bool:
+        for key, op, values in requirements:
+            if op == "exists":
+                ok = key in labels
+            elif op == "!exists":
+                ok = key not in labels
+            elif op == "in":
+                ok = labels.get(key) in values
+            else:  # notin: an absent key matches too
+                ok = labels.get(key) not in values
+            if not ok:
+                return False
+        return True
+
+    return test
 
 
 FieldTest = Callable[[Obj], bool]

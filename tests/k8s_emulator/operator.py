@@ -35,7 +35,7 @@ LABEL_TYPE = "training.kubeflow.org/replica-type"
 LABEL_INDEX = "training.kubeflow.org/replica-index"
 LABEL_ROLE = "training.kubeflow.org/job-role"
 #: The value the operator gives PYTHONUNBUFFERED (any non-empty value unbuffers Python).
-PYTHONUNBUFFERED = "0"
+PYTHONUNBUFFERED = "1"
 INIT_IMAGE = "alpine:3.10"
 
 
@@ -53,12 +53,30 @@ class Framework:
     order: tuple[str, ...]
 
 
-PYTORCH = Framework("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", "pytorch",
-                    "pytorchjob-port", 23456, "OnFailure", "None", "pytorchjob-controller",
-                    ("Master", "Worker"))  # fmt: skip
-TENSORFLOW = Framework("TFJob", "tfjobs", "tfReplicaSpecs", "tensorflow", "tfjob-port", 2222,
-                       "Never", "Running", "tfjob-controller",
-                       ("Chief", "Evaluator", "Master", "PS", "Worker"))  # fmt: skip
+PYTORCH = Framework(
+    "PyTorchJob",
+    "pytorchjobs",
+    "pytorchReplicaSpecs",
+    "pytorch",
+    "pytorchjob-port",
+    23456,
+    "OnFailure",
+    "None",
+    "pytorchjob-controller",
+    ("Master", "Worker"),
+)
+TENSORFLOW = Framework(
+    "TFJob",
+    "tfjobs",
+    "tfReplicaSpecs",
+    "tensorflow",
+    "tfjob-port",
+    2222,
+    "Never",
+    "Running",
+    "tfjob-controller",
+    ("Chief", "Evaluator", "Master", "PS", "Worker"),
+)
 FRAMEWORKS = (PYTORCH, TENSORFLOW)
 
 
@@ -82,8 +100,14 @@ def set_condition(status: Obj, kind: str, value: str, reason: str, message: str)
     if current and current["status"] == value and current.get("reason") == reason:
         return
     stamp = now()
-    new = {"type": kind, "status": value, "reason": reason, "message": message,
-           "lastUpdateTime": stamp, "lastTransitionTime": stamp}  # fmt: skip
+    new = {
+        "type": kind,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastUpdateTime": stamp,
+        "lastTransitionTime": stamp,
+    }
     if current and current["status"] == value:
         new["lastTransitionTime"] = current["lastTransitionTime"]
     kept = []
@@ -165,10 +189,10 @@ def pytorch_env(name: str, spec: Obj, rtype: str, index: int) -> list[Obj]:
     if elastic is None:
         env.append({"name": "PET_NNODES", "value": str(total)})
         return env
-    host = elastic.get("rdzvHost") or f"{name}-worker-0"
-    port = elastic.get("rdzvPort") or _port(PYTORCH, spec, "Worker")
+    rdzv_host = elastic.get("rdzvHost") or f"{name}-worker-0"
+    rdzv_port = elastic.get("rdzvPort") or _port(PYTORCH, spec, "Worker")
     env += [
-        {"name": "PET_RDZV_ENDPOINT", "value": f"{host}:{port}"},
+        {"name": "PET_RDZV_ENDPOINT", "value": f"{rdzv_host}:{rdzv_port}"},
         {"name": "PET_RDZV_BACKEND", "value": elastic.get("rdzvBackend") or "c10d"},
         {"name": "PET_NNODES", "value": f"{elastic['minReplicas']}:{elastic['maxReplicas']}"},
     ]
@@ -197,19 +221,30 @@ def tf_config(name: str, namespace: str, spec: Obj, rtype: str, index: int) -> s
             continue
         port = _port(TENSORFLOW, spec, kind)
         lower = kind.lower()
-        cluster[lower] = [f"{name}-{lower}-{i}.{namespace}.svc:{port}"
-                          for i in range(int(replicas[kind].get("replicas", 1)))]  # fmt: skip
-    config = {"cluster": cluster, "task": {"type": rtype.lower(), "index": index},
-              "environment": "cloud"}  # fmt: skip
+        cluster[lower] = [
+            f"{name}-{lower}-{i}.{namespace}.svc:{port}"
+            for i in range(int(replicas[kind].get("replicas", 1)))
+        ]
+    config = {
+        "cluster": cluster,
+        "task": {"type": rtype.lower(), "index": index},
+        "environment": "cloud",
+    }
     return json.dumps(config, separators=(",", ":"))
 
 
 def _init_container(master: str) -> Obj:
-    script = (f"err=1;for i in $(seq 100); do if nslookup {master}; then err=0 && break; fi;"
-              "echo waiting for master; sleep 2; done; exit $err")  # fmt: skip
-    return {"name": "init-pytorch", "image": INIT_IMAGE, "imagePullPolicy": "IfNotPresent",
-            "resources": {"limits": {"cpu": "100m", "memory": "20Mi"}},
-            "command": ["sh", "-c", script]}  # fmt: skip
+    script = (
+        f"err=1;for i in $(seq 100); do if nslookup {master}; then err=0 && break; fi;"
+        "echo waiting for master; sleep 2; done; exit $err"
+    )
+    return {
+        "name": "init-pytorch",
+        "image": INIT_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": {"limits": {"cpu": "100m", "memory": "20Mi"}},
+        "command": ["sh", "-c", script],
+    }
 
 
 # --- the controller ----------------------------------------------------------------------------
@@ -222,8 +257,7 @@ class Operator:
         self.api = api
         #: Resource per framework kind (PyTorchJob, TFJob).
         self.resources = resources
-        self._by_key = {r.key: fw for fw in FRAMEWORKS
-                        if (r := resources.get(fw.kind)) is not None}  # fmt: skip
+        self._by_key = {r.key: fw for fw in FRAMEWORKS if (r := resources.get(fw.kind)) is not None}
         self._tick = tick
         self._queue: queue.Queue[tuple[Framework, str, str] | None] = queue.Queue()
         self._pending: set[tuple[Framework, str, str]] = set()
@@ -285,7 +319,7 @@ class Operator:
             resource = self.resources.get(fw.kind)
             if resource is None:
                 continue
-            items, _ = self.api.store.list(resource.key)
+            items, _ = self.api.store.objects(resource.key)
             for job in items:
                 policy = job.get("spec", {}).get("runPolicy", {})
                 if "activeDeadlineSeconds" in policy or "ttlSecondsAfterFinished" in policy:
@@ -302,12 +336,16 @@ class Operator:
         old = job.get("status") or {}
         status = deep(old)
         if _condition(status, "Created") is None:
-            set_condition(status, "Created", "True", f"{fw.kind}Created",
-                          f"{fw.kind} {name} is created.")  # fmt: skip
+            set_condition(
+                status, "Created", "True", f"{fw.kind}Created", f"{fw.kind} {name} is created."
+            )
         status.setdefault("replicaStatuses", {})
         uid = job["metadata"]["uid"]
-        pods = [p for p in self.api.store.list(PODS.key, namespace)[0]
-                if p["metadata"].get("labels", {}).get(LABEL_JOB) == name and owned_by(p, uid)]  # fmt: skip
+        pods = [
+            p
+            for p in self.api.store.objects(PODS.key, namespace)[0]
+            if p["metadata"].get("labels", {}).get(LABEL_JOB) == name and owned_by(p, uid)
+        ]
         replicas = spec.get(fw.replicas_field, {})
         policy = spec["runPolicy"]
         if finished(status):
@@ -346,8 +384,9 @@ class Operator:
     def _write(self, resource: Resource, job: Obj, old: Obj, status: Obj) -> None:
         if status != old:
             meta = job["metadata"]
-            self.api.mutate(resource, meta["namespace"], meta["name"],
-                            lambda o: o.__setitem__("status", status))  # fmt: skip
+            self.api.mutate(
+                resource, meta["namespace"], meta["name"], lambda o: o.__setitem__("status", status)
+            )
 
     def _limit_exceeded(self, job: Obj, spec: Obj, status: Obj, pods: list[Obj]) -> str | None:
         name, policy = job["metadata"]["name"], spec["runPolicy"]
@@ -365,8 +404,9 @@ class Operator:
                     continue
                 for pod in pods:
                     if _type(pod) == rtype.lower() and _phase(pod) == "Running":
-                        statuses = (pod.get("status", {}).get("initContainerStatuses", [])
-                                    + pod.get("status", {}).get("containerStatuses", []))  # fmt: skip
+                        statuses = pod.get("status", {}).get("initContainerStatuses", []) + pod.get(
+                            "status", {}
+                        ).get("containerStatuses", [])
                         restarts += sum(int(s.get("restartCount", 0)) for s in statuses)
             past = restarts > 0 if int(limit) == 0 else restarts >= int(limit)
             if exceeds or past:
@@ -388,8 +428,11 @@ class Operator:
         for pod in pods:
             if pod["metadata"].get("deletionTimestamp"):
                 continue
-            if finished(status) and clean == "Running" and _phase(pod) not in ("Running",
-                                                                                "Pending"):
+            if (
+                finished(status)
+                and clean == "Running"
+                and _phase(pod) not in ("Running", "Pending")
+            ):
                 continue
             self._delete_pod(job, pod)
 
@@ -402,8 +445,13 @@ class Operator:
             except ApiError:
                 continue
             kind = "Pod" if resource is PODS else "Service"
-            self.api.record_event(job, "Normal", f"SuccessfulDelete{kind}",
-                                  f"Deleted {kind.lower()}: {name}", fw.controller)  # fmt: skip
+            self.api.record_event(
+                job,
+                "Normal",
+                f"SuccessfulDelete{kind}",
+                f"Deleted {kind.lower()}: {name}",
+                fw.controller,
+            )
 
     def _expire(self, resource: Resource, job: Obj, policy: Obj, status: Obj) -> None:
         ttl, done = policy.get("ttlSecondsAfterFinished"), status.get("completionTime")
@@ -415,9 +463,14 @@ class Operator:
             pass
 
     def _suspend(
-        self, fw: Framework, resource: Resource, job: Obj, old: Obj, status: Obj,
+        self,
+        fw: Framework,
+        resource: Resource,
+        job: Obj,
+        old: Obj,
+        status: Obj,
         pods: list[Obj],
-    ) -> None:  # fmt: skip
+    ) -> None:
         name = job["metadata"]["name"]
         self._clean(job, job.get("spec", {}).get("runPolicy", {}), status, pods)
         for counts in status["replicaStatuses"].values():
@@ -448,19 +501,21 @@ class Operator:
             code = _exit_code(pod, fw.container)
             if code is not None:
                 self.api.record_event(
-                    job, "Normal", "ExitedWithCode",
+                    job,
+                    "Normal",
+                    "ExitedWithCode",
                     f"Pod: {namespace}.{pod['metadata']['name']} exited with code {code}",
                     fw.controller,
-                )  # fmt: skip
+                )
             restart_policy = replica.get("restartPolicy")
-            retry = (restart_policy == "ExitCode" and code is not None and code >= 128) or \
-                restart_policy in ("OnFailure", "Always")  # fmt: skip
+            retry = (
+                restart_policy == "ExitCode" and code is not None and code >= 128
+            ) or restart_policy in ("OnFailure", "Always")
             if _phase(pod) == "Failed" and retry and not pod["metadata"].get("deletionTimestamp"):
                 self._delete_pod(job, pod)
                 if fw is TENSORFLOW and restart_policy == "ExitCode":
                     message = f"TFJob {name} is restarting because {rtype} replica(s) failed."
-                    self.api.record_event(job, "Warning", "TFJobRestarting", message,
-                                          fw.controller)  # fmt: skip
+                    self.api.record_event(job, "Warning", "TFJobRestarting", message, fw.controller)
                     set_condition(status, "Restarting", "True", "TFJobRestarting", message)
             phase, deleting = _phase(pod), bool(pod["metadata"].get("deletionTimestamp"))
             if phase == "Running" and not deleting:
@@ -477,8 +532,9 @@ class Operator:
     def _reconcile_services(self, fw: Framework, job: Obj, spec: Obj) -> None:
         """A headless Service per replica, all made before the pods that name them start."""
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-        services = {s["metadata"]["name"]
-                    for s in self.api.store.list(SERVICES.key, namespace)[0]}  # fmt: skip
+        services = {
+            s["metadata"]["name"] for s in self.api.store.objects(SERVICES.key, namespace)[0]
+        }
         for rtype in fw.order:
             replica = spec[fw.replicas_field].get(rtype)
             for index in range(int(replica.get("replicas", 1)) if replica else 0):
@@ -504,8 +560,14 @@ class Operator:
 
     def _owner(self, job: Obj) -> Obj:
         meta = job["metadata"]
-        return {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
-                "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+        return {
+            "apiVersion": job["apiVersion"],
+            "kind": job["kind"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
 
     def _create_pod(self, fw: Framework, job: Obj, spec: Obj, rtype: str, index: int) -> None:
         replica = spec[fw.replicas_field][rtype]
@@ -532,8 +594,10 @@ class Operator:
             config = tf_config(name, namespace, spec, rtype, index)
             for container in pod_spec.get("containers", []):
                 if config is not None and container.get("name") == fw.container:
-                    container["env"] = [*container.get("env", []),
-                                        {"name": "TF_CONFIG", "value": config}]  # fmt: skip
+                    container["env"] = [
+                        *container.get("env", []),
+                        {"name": "TF_CONFIG", "value": config},
+                    ]
                     break
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec}
         try:
@@ -541,11 +605,13 @@ class Operator:
         except ApiError as exc:
             if exc.code == 409:
                 return
-            self.api.record_event(job, "Warning", "FailedCreatePod",
-                                  f"Error creating: {exc.message}", fw.controller)  # fmt: skip
+            self.api.record_event(
+                job, "Warning", "FailedCreatePod", f"Error creating: {exc.message}", fw.controller
+            )
             return
-        self.api.record_event(job, "Normal", "SuccessfulCreatePod", f"Created pod: {pod_name}",
-                              fw.controller)  # fmt: skip
+        self.api.record_event(
+            job, "Normal", "SuccessfulCreatePod", f"Created pod: {pod_name}", fw.controller
+        )
 
     def _create_service(self, fw: Framework, job: Obj, spec: Obj, rtype: str, index: int) -> None:
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
@@ -553,26 +619,40 @@ class Operator:
         labels = self._labels(fw, job, rtype, index, spec)
         port = _port(fw, spec, rtype) or fw.default_port
         service = {
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": service_name, "namespace": namespace, "labels": labels,
-                         "ownerReferences": [self._owner(job)]},
-            "spec": {"clusterIP": "None", "selector": labels,
-                     "ports": [{"name": fw.port_name, "port": port, "targetPort": port,
-                                "protocol": "TCP"}]},
-        }  # fmt: skip
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": service_name,
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [self._owner(job)],
+            },
+            "spec": {
+                "clusterIP": "None",
+                "selector": labels,
+                "ports": [
+                    {"name": fw.port_name, "port": port, "targetPort": port, "protocol": "TCP"}
+                ],
+            },
+        }
         try:
             self.api.create(SERVICES, namespace, service)
         except ApiError:
             return
-        self.api.record_event(job, "Normal", "SuccessfulCreateService",
-                              f"Created service: {service_name}", fw.controller)  # fmt: skip
+        self.api.record_event(
+            job,
+            "Normal",
+            "SuccessfulCreateService",
+            f"Created service: {service_name}",
+            fw.controller,
+        )
 
     # --- UpdateJobStatus -----------------------------------------------------------------
 
     def _update_status(
         self, fw: Framework, job: Obj, spec: Obj, status: Obj, pods: list[Obj]
     ) -> None:
-        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        name = job["metadata"]["name"]
         if not status.get("startTime"):
             status["startTime"] = now()
         replicas = spec[fw.replicas_field]
@@ -607,32 +687,52 @@ class Operator:
             failed = counts.get("failed", 0)
             if "Master" in replicas and rtype == "Master":
                 if running > 0:
-                    set_condition(status, "Running", "True", "PyTorchJobRunning",
-                                  f"PyTorchJob {name} is running.")  # fmt: skip
+                    set_condition(
+                        status,
+                        "Running",
+                        "True",
+                        "PyTorchJobRunning",
+                        f"PyTorchJob {name} is running.",
+                    )
                 if total - succeeded == 0:
-                    self._succeed(PYTORCH, job, status,
-                                  f"PyTorchJob {name} is successfully completed.")  # fmt: skip
+                    self._succeed(
+                        PYTORCH, job, status, f"PyTorchJob {name} is successfully completed."
+                    )
                     return
             elif "Master" not in replicas and rtype == "Worker":
                 elastic_done = spec.get("elasticPolicy") is not None and succeeded > 0
                 if total - succeeded == 0 or elastic_done:
-                    self._succeed(PYTORCH, job, status,
-                                  f"PyTorchJob {namespace}/{name} successfully completed.")  # fmt: skip
+                    self._succeed(
+                        PYTORCH,
+                        job,
+                        status,
+                        f"PyTorchJob {namespace}/{name} successfully completed.",
+                    )
                 elif running > 0:
-                    set_condition(status, "Running", "True", "PyTorchJobRunning",
-                                  f"PyTorchJob {namespace}/{name} is running.")  # fmt: skip
+                    set_condition(
+                        status,
+                        "Running",
+                        "True",
+                        "PyTorchJobRunning",
+                        f"PyTorchJob {namespace}/{name} is running.",
+                    )
             if failed > 0 and total > succeeded + running:
                 if replicas[rtype].get("restartPolicy") != "Never":
-                    message = (f"PyTorchJob {name} is restarting because {failed} {rtype} "
-                               "replica(s) failed.")  # fmt: skip
-                    self.api.record_event(job, "Warning", "PyTorchJobRestarting", message,
-                                          PYTORCH.controller)  # fmt: skip
+                    message = (
+                        f"PyTorchJob {name} is restarting because {failed} {rtype} "
+                        "replica(s) failed."
+                    )
+                    self.api.record_event(
+                        job, "Warning", "PyTorchJobRestarting", message, PYTORCH.controller
+                    )
                     set_condition(status, "Restarting", "True", "PyTorchJobRestarting", message)
                 else:
-                    message = (f"PyTorchJob {name} is failed because {failed} {rtype} "
-                               "replica(s) failed.")  # fmt: skip
-                    self.api.record_event(job, "Normal", "PyTorchJobFailed", message,
-                                          PYTORCH.controller)  # fmt: skip
+                    message = (
+                        f"PyTorchJob {name} is failed because {failed} {rtype} replica(s) failed."
+                    )
+                    self.api.record_event(
+                        job, "Normal", "PyTorchJobFailed", message, PYTORCH.controller
+                    )
                     status.setdefault("completionTime", now())
                     set_condition(status, "Failed", "True", "PyTorchJobFailed", message)
 
@@ -641,10 +741,12 @@ class Operator:
         replicas = spec[TENSORFLOW.replicas_field]
         restarting = _condition(status, "Restarting")
         worker0 = "Worker" not in replicas or any(
-            _type(p) == "worker" and p["metadata"]["labels"].get(LABEL_INDEX) == "0"
-            and _phase(p) == "Succeeded" and _exit_code(p, TENSORFLOW.container) == 0
+            _type(p) == "worker"
+            and p["metadata"]["labels"].get(LABEL_INDEX) == "0"
+            and _phase(p) == "Succeeded"
+            and _exit_code(p, TENSORFLOW.container) == 0
             for p in pods
-        )  # fmt: skip
+        )
         chief = "Chief" in replicas or "Master" in replicas
         for rtype in TENSORFLOW.order:
             if rtype not in replicas:
@@ -656,8 +758,13 @@ class Operator:
             done = f"TFJob {namespace}/{name} successfully completed."
             if chief and rtype in ("Chief", "Master"):
                 if running > 0:
-                    set_condition(status, "Running", "True", "TFJobRunning",
-                                  f"TFJob {namespace}/{name} is running.")  # fmt: skip
+                    set_condition(
+                        status,
+                        "Running",
+                        "True",
+                        "TFJobRunning",
+                        f"TFJob {namespace}/{name} is running.",
+                    )
                 if total - succeeded == 0:
                     self._succeed(TENSORFLOW, job, status, done)
             elif not chief and rtype == "Worker":
@@ -665,17 +772,26 @@ class Operator:
                 if total - succeeded == 0 or (worker0 and not all_workers):
                     self._succeed(TENSORFLOW, job, status, done)
                 elif running > 0:
-                    set_condition(status, "Running", "True", "TFJobRunning",
-                                  f"TFJob {namespace}/{name} is running.")  # fmt: skip
+                    set_condition(
+                        status,
+                        "Running",
+                        "True",
+                        "TFJobRunning",
+                        f"TFJob {namespace}/{name} is running.",
+                    )
             if failed > 0:
                 if restarting is not None:
-                    set_condition(status, "Restarting", "True", restarting["reason"],
-                                  restarting["message"])  # fmt: skip
+                    set_condition(
+                        status, "Restarting", "True", restarting["reason"], restarting["message"]
+                    )
                 elif not (spec.get("enableDynamicWorker") and rtype == "Worker"):
-                    message = (f"TFJob {namespace}/{name} has failed because {failed} {rtype} "
-                               "replica(s) failed.")  # fmt: skip
-                    self.api.record_event(job, "Normal", "TFJobFailed", message,
-                                          TENSORFLOW.controller)  # fmt: skip
+                    message = (
+                        f"TFJob {namespace}/{name} has failed because {failed} {rtype} "
+                        "replica(s) failed."
+                    )
+                    self.api.record_event(
+                        job, "Normal", "TFJobFailed", message, TENSORFLOW.controller
+                    )
                     status.setdefault("completionTime", now())
                     set_condition(status, "Failed", "True", "TFJobFailed", message)
 
@@ -690,7 +806,8 @@ def _type(pod: Obj) -> str:
 
 def _active(pod: Obj) -> bool:
     return _phase(pod) not in ("Succeeded", "Failed") and not pod["metadata"].get(
-        "deletionTimestamp")
+        "deletionTimestamp"
+    )
 
 
 def _exit_code(pod: Obj, container: str) -> int | None:

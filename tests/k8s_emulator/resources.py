@@ -10,15 +10,16 @@ from typing import Any
 
 import yaml
 
-from ..crd_schema import CRD_DIR
-
 _META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 _ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
 @dataclass(frozen=True, eq=False)
 class Resource:
-    """One REST resource (``pods``, ``pytorchjobs``...) of one group/version (compared by identity)."""
+    """One REST resource (``pods``, ``pytorchjobs``...) of one group/version.
+
+    Resources compare by identity: each is defined once.
+    """
 
     group: str  # "" for the core group
     version: str
@@ -63,19 +64,37 @@ def _core(plural: str, kind: str, **extra: Any) -> Resource:
 
 
 POD_FIELDS = _META_FIELDS | {
-    "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-    "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName",
-}  # fmt: skip
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+}
 EVENT_FIELDS = _META_FIELDS | {
-    "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-    "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
-    "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
-}  # fmt: skip
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+}
 
 PODS = _core(
-    "pods", "Pod", short_names=("po",), subresources=("log", "status"),
-    field_selectors=frozenset(POD_FIELDS), categories=("all",),
-)  # fmt: skip
+    "pods",
+    "Pod",
+    short_names=("po",),
+    subresources=("log", "status"),
+    field_selectors=frozenset(POD_FIELDS),
+    categories=("all",),
+)
 CONFIGMAPS = _core("configmaps", "ConfigMap", short_names=("cm",))
 SECRETS = _core("secrets", "Secret", field_selectors=_META_FIELDS | {"type"})
 EVENTS = _core("events", "Event", short_names=("ev",), field_selectors=frozenset(EVENT_FIELDS))
@@ -83,17 +102,26 @@ SERVICES = _core(
     "services", "Service", short_names=("svc",), subresources=("status",), categories=("all",)
 )
 NAMESPACES = _core(
-    "namespaces", "Namespace", namespaced=False, short_names=("ns",),
+    "namespaces",
+    "Namespace",
+    namespaced=False,
+    short_names=("ns",),
     verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
     field_selectors=frozenset({"metadata.name", "status.phase"}),
-)  # fmt: skip
+)
 
 #: CustomResourceDefinitions, read-only: the emulator installs them (``Emulator.install_crd``).
 CRDS = Resource(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
-    "CustomResourceDefinition", namespaced=False, short_names=("crd", "crds"),
-    verbs=("get", "list", "watch"), field_selectors=frozenset({"metadata.name"}),
-)  # fmt: skip
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "customresourcedefinition",
+    "CustomResourceDefinition",
+    namespaced=False,
+    short_names=("crd", "crds"),
+    verbs=("get", "list", "watch"),
+    field_selectors=frozenset({"metadata.name"}),
+)
 
 CORE: tuple[Resource, ...] = (PODS, CONFIGMAPS, SECRETS, EVENTS, SERVICES, NAMESPACES, CRDS)
 
@@ -113,6 +141,8 @@ def _load_crd(path: Path) -> dict[str, Any]:
 
 def load_crd(path: str | Path) -> dict[str, Any]:
     """The CustomResourceDefinition in ``path`` (a file name in ``k8s-crds/`` or a path)."""
+    from ..crd_schema import CRD_DIR  # (jsonschema takes seconds to import: only when used)
+
     crd_path = Path(path)
     if not crd_path.is_absolute() and not crd_path.exists():
         crd_path = CRD_DIR / crd_path

@@ -77,10 +77,6 @@ class Network:
                 self._ports[key] = free_port(set(self._ports.values()))
             return self._ports[key]
 
-    def ports(self) -> dict[tuple[str, str, int], int]:
-        with self._lock:
-            return dict(self._ports)
-
     def release(self, namespace: str, service: str) -> None:
         with self._lock:
             for key in [k for k in self._ports if k[:2] == (namespace, service)]:

@@ -17,9 +17,6 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-import jsonschema
-
-from ..crd_schema import to_json_schema
 from .meta import Obj
 from .resources import Resource
 
@@ -28,6 +25,10 @@ _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", 
 
 @functools.cache
 def _validator(resource: Resource) -> Any:
+    import jsonschema  # (seconds to import: only when a custom resource is checked)
+
+    from ..crd_schema import to_json_schema
+
     assert resource.schema is not None
     schema = to_json_schema(resource.schema, strict=False)
     # metadata is the API server's business (ObjectMeta), not the CRD's.
@@ -50,7 +51,8 @@ def _path(parts: Iterable[Any]) -> str:
     return out
 
 
-def _cause(error: jsonschema.ValidationError) -> Obj:
+def _cause(error: Any) -> Obj:
+    """A 422 cause for a ``jsonschema.ValidationError``."""
     field = _path(error.absolute_path)
     value = error.instance
     if error.validator == "required":

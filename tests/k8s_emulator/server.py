@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +15,7 @@ import tornado.httpserver
 import tornado.iostream
 import tornado.web
 
-from .faults import UNAUTHORIZED, RequestInfo
+from .faults import RequestInfo, unauthorized
 from .logs import rfc3339_nano
 from .meta import ApiError, Obj, bad_request, field_selector, label_selector
 from .resources import PODS, Resource
@@ -24,12 +26,25 @@ if TYPE_CHECKING:
     from .emulator import Emulator
 
 VERSION = {
-    "major": "1", "minor": "31", "gitVersion": "v1.31.0", "gitCommit": "emulator",
-    "gitTreeState": "clean", "buildDate": "2024-08-13T00:00:00Z", "goVersion": "go1.22.5",
-    "compiler": "gc", "platform": "linux/amd64",
-}  # fmt: skip
-NOT_FOUND = ApiError(404, "NotFound", "the server could not find the requested resource", {})
+    "major": "1",
+    "minor": "31",
+    "gitVersion": "v1.31.0",
+    "gitCommit": "emulator",
+    "gitTreeState": "clean",
+    "buildDate": "2024-08-13T00:00:00Z",
+    "goVersion": "go1.22.5",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+def not_served() -> ApiError:
+    """The API server's answer for a path it does not serve."""
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
 DEFAULT_WATCH_SECONDS = 1800
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -58,11 +73,14 @@ def parse_path(path: str) -> Route | None:
         group, version, rest = "", parts[1], parts[2:]
     else:
         if len(parts) <= 3:
-            return Route("discovery", "apis", *(parts[1:] + ["", ""])[:2])
+            return Route("discovery", "apis", *[*parts[1:], "", ""][:2])
         group, version, rest = parts[1], parts[2], parts[3:]
     route = Route("resource", parts[0], group, version)
-    if rest[0] == "namespaces" and len(rest) >= 3 and not (len(rest) == 3 and rest[2] in (
-            "status", "finalize")):  # fmt: skip
+    if (
+        rest[0] == "namespaces"
+        and len(rest) >= 3
+        and not (len(rest) == 3 and rest[2] in ("status", "finalize"))
+    ):
         route.namespace, rest = rest[1], rest[2:]
     route.plural = rest[0]
     if len(rest) > 1:
@@ -73,19 +91,17 @@ def parse_path(path: str) -> Route | None:
 
 
 class CountingHTTPServer(tornado.httpserver.HTTPServer):
-    """Counts TCP connections (opened, open now, peak)."""
+    """Reports each TCP connection opening and closing to :attr:`on_connection`."""
 
-    def initialize(self, *args: Any, on_open: Callable[[], None], on_close: Callable[[], None],
-                   **kwargs: Any) -> None:  # fmt: skip
-        super().initialize(*args, **kwargs)
-        self._on_open, self._on_close = on_open, on_close
+    #: Called with +1 when a connection opens and -1 when it closes.
+    on_connection: Callable[[int], None] = staticmethod(lambda change: None)
 
     def handle_stream(self, stream: tornado.iostream.IOStream, address: tuple[Any, ...]) -> None:
-        self._on_open()
+        self.on_connection(+1)
         super().handle_stream(stream, address)
 
     def on_close(self, server_conn: object) -> None:
-        self._on_close()
+        self.on_connection(-1)
         super().on_close(server_conn)
 
 
@@ -161,28 +177,36 @@ class ApiHandler(tornado.web.RequestHandler):
         emulator = self.emulator
         route = parse_path(self.request.path)
         info = self._info(method, route)
-        emulator.accounting.request(info.verb, info.resource or (
-            route.kind if route is not None and route.kind != "resource" else "other"))
+        emulator.accounting.request(
+            info.verb,
+            info.resource
+            or (route.kind if route is not None and route.kind != "resource" else "other"),
+        )
         try:
             if emulator.token is not None:
                 header = self.request.headers.get("Authorization", "")
                 if header != f"Bearer {emulator.token}":
-                    raise UNAUTHORIZED
+                    raise unauthorized()
             refusal = emulator.faults.check(info)
             if refusal is not None:
                 raise refusal
             if route is None:
-                raise NOT_FOUND
+                raise not_served()
             if route.kind == "version":
                 self.send(VERSION)
             elif route.kind == "discovery":
-                self.send(emulator.discovery(route.root, route.group, route.version,
-                                             self.request.host))
+                self.send(
+                    emulator.discovery(route.root, route.group, route.version, self.request.host)
+                )
             else:
                 await self._resource(method, route, info)
         except ApiError as error:
             if not self._finished:
                 self.fail(error)
+        except Exception as exc:
+            logger.exception("%s %s failed", method, self.request.path)
+            if not self._finished:
+                self.fail(ApiError(500, "InternalError", f"Internal error occurred: {exc!r}"))
 
     def _info(self, method: str, route: Route | None) -> RequestInfo:
         if route is None or route.kind != "resource":
@@ -194,30 +218,42 @@ class ApiHandler(tornado.web.RequestHandler):
             if method == "DELETE" and route.name is None:
                 verb = "deletecollection"
         resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
-        return RequestInfo(verb, resource, route.group, route.namespace, route.name,
-                           self.request.path)  # fmt: skip
+        return RequestInfo(
+            verb, resource, route.group, route.namespace, route.name, self.request.path
+        )
 
     async def _resource(self, method: str, route: Route, info: RequestInfo) -> None:
         api = self.emulator.api
         resource = self.emulator.registry.find(route.group, route.version, route.plural)
-        if resource is None or (resource.namespaced and route.namespace is None and (
-                method != "GET" or route.name)) or (not resource.namespaced and route.namespace):  # fmt: skip
-            raise NOT_FOUND
+        if (
+            resource is None
+            or (resource.namespaced and route.namespace is None and (method != "GET" or route.name))
+            or (not resource.namespaced and route.namespace)
+        ):
+            raise not_served()
         sub = route.subresource
         if sub is not None and sub not in resource.subresources:
-            raise NOT_FOUND
+            raise not_served()
         if info.verb not in resource.verbs:
-            raise ApiError(405, "MethodNotAllowed",
-                           "the server does not allow this method on the requested resource")  # fmt: skip
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
         namespace = route.namespace or ""
         strict = self.arg("fieldValidation") == "Strict"
         dry = self.arg("dryRun") == "All"
         if info.verb == "watch":
             await self._watch(resource, route.namespace)
         elif info.verb == "list":
-            listing = api.list(resource, route.namespace, labels=self.arg("labelSelector"),
-                               fields=self.arg("fieldSelector"),
-                               limit=int(self.arg("limit") or 0), cont=self.arg("continue"))  # fmt: skip
+            listing = api.list_objects(
+                resource,
+                route.namespace,
+                labels=self.arg("labelSelector"),
+                fields=self.arg("fieldSelector"),
+                limit=int(self.arg("limit") or 0),
+                cont=self.arg("continue"),
+            )
             if self._wants_table():
                 listing = table(resource, listing["items"], listing["metadata"]["resourceVersion"])
             self.send(listing)
@@ -229,35 +265,55 @@ class ApiHandler(tornado.web.RequestHandler):
                 obj = table(resource, [obj], obj["metadata"]["resourceVersion"])
             self.send(obj)
         elif info.verb == "create":
-            created, warnings = api.create(resource, namespace, self.body_json(), dry_run=dry,
-                                           strict=strict)  # fmt: skip
+            created, warnings = api.create(
+                resource, namespace, self.body_json(), dry_run=dry, strict=strict
+            )
             self.warn(warnings)
             self.send(created, 201)
         elif info.verb == "update":
-            updated, warnings = api.replace(resource, namespace, route.name or "",
-                                            self.body_json(), subresource=sub, strict=strict)  # fmt: skip
+            updated, warnings = api.replace(
+                resource,
+                namespace,
+                route.name or "",
+                self.body_json(),
+                subresource=sub,
+                strict=strict,
+            )
             self.warn(warnings)
             self.send(updated)
         elif info.verb == "patch":
             content_type = self.request.headers.get("Content-Type", "")
-            updated, warnings = api.patch(resource, namespace, route.name or "",
-                                          self.body_json(), content_type, subresource=sub,
-                                          strict=strict)  # fmt: skip
+            updated, warnings = api.patch(
+                resource,
+                namespace,
+                route.name or "",
+                self.body_json(),
+                content_type,
+                subresource=sub,
+                strict=strict,
+            )
             self.warn(warnings)
             self.send(updated)
         elif info.verb == "delete":
             options = self.body_json() or {}
             grace = options.get("gracePeriodSeconds", self.arg("gracePeriodSeconds"))
             code, body = api.delete(
-                resource, namespace, route.name or "",
+                resource,
+                namespace,
+                route.name or "",
                 propagation=options.get("propagationPolicy") or self.arg("propagationPolicy"),
                 grace=None if grace is None else int(grace),
-                preconditions=options.get("preconditions"), dry_run=dry,
-            )  # fmt: skip
+                preconditions=options.get("preconditions"),
+                dry_run=dry,
+            )
             self.send(body, code)
         else:  # deletecollection
-            listing = api.list(resource, route.namespace, labels=self.arg("labelSelector"),
-                               fields=self.arg("fieldSelector"))  # fmt: skip
+            listing = api.list_objects(
+                resource,
+                route.namespace,
+                labels=self.arg("labelSelector"),
+                fields=self.arg("fieldSelector"),
+            )
             for item in listing["items"]:
                 api.delete(resource, namespace, item["metadata"]["name"])
             self.send({**listing, "apiVersion": resource.api_version, "kind": resource.list_kind})
@@ -285,8 +341,11 @@ class ApiHandler(tornado.web.RequestHandler):
                 loop.call_soon_threadsafe(wake.put_nowait, event)
 
         def matches(obj: Obj | None) -> bool:
-            return obj is not None and match_labels(obj["metadata"].get("labels") or {}) \
-                and match_fields(obj)  # fmt: skip
+            return (
+                obj is not None
+                and match_labels(obj["metadata"].get("labels") or {})
+                and match_fields(obj)
+            )
 
         def frame(kind: str, obj: Obj) -> str:
             if as_table:
@@ -307,45 +366,56 @@ class ApiHandler(tornado.web.RequestHandler):
         except ApiError as error:  # 410 Expired travels as an ERROR event
             self.finish(json.dumps({"type": "ERROR", "object": error.status()}) + "\n")
             return
-        emulator.accounting.open("watch")
-        emulator.streams.add(wake)
         deadline = time.monotonic() + timeout
-        try:
-            self.write("".join(text for e in first if (text := render(e))))
-            await self.flush()
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    event = await asyncio.wait_for(wake.get(), min(left, emulator.bookmark_interval))
-                except asyncio.TimeoutError:
+        with self._streaming("watch", wake, unsubscribe):
+            try:
+                self.write("".join(text for e in first if (text := render(e))))
+                await self.flush()
+                while (left := deadline - time.monotonic()) > 0:
+                    try:
+                        event = await asyncio.wait_for(
+                            wake.get(), min(left, emulator.bookmark_interval)
+                        )
+                    except asyncio.TimeoutError:
+                        if bookmarks:
+                            self._bookmark(resource)
+                            await self.flush()
+                        continue
+                    if event is None:  # the client left, or the emulator stops
+                        break
+                    text = render(event)
+                    if text:
+                        self.write(text)
+                        await self.flush()
+                else:
                     if bookmarks:
                         self._bookmark(resource)
-                        await self.flush()
-                    continue
-                if event is None:
-                    return
-                text = render(event)
-                if text:
-                    self.write(text)
-                    await self.flush()
-            if bookmarks:
-                self._bookmark(resource)
-            self.finish()
-        except tornado.iostream.StreamClosedError:
-            pass
+            except tornado.iostream.StreamClosedError:
+                pass
+        self._end()
+
+    @contextlib.contextmanager
+    def _streaming(
+        self, kind: str, wake: asyncio.Queue[Event | None], stop: Callable[[], None]
+    ) -> Iterator[None]:
+        """Account for a long-lived response (``kind``: watch or log) while it is open."""
+        emulator = self.emulator
+        emulator.accounting.open(kind)
+        emulator.streams.add(wake)
+        try:
+            yield
         finally:
-            unsubscribe()
+            stop()
             emulator.streams.discard(wake)
-            emulator.accounting.close("watch")
-            if not self._finished:
-                self._end()
+            emulator.accounting.close(kind)
 
     def _bookmark(self, resource: Resource) -> None:
         rv = str(self.emulator.api.store.resource_version)
-        obj = {"kind": resource.kind, "apiVersion": resource.api_version,
-               "metadata": {"resourceVersion": rv}}  # fmt: skip
+        obj = {
+            "kind": resource.kind,
+            "apiVersion": resource.api_version,
+            "metadata": {"resourceVersion": rv},
+        }
         self.write(json.dumps({"type": "BOOKMARK", "object": obj}) + "\n")
 
     def _end(self) -> None:
@@ -358,6 +428,7 @@ class ApiHandler(tornado.web.RequestHandler):
 
     async def _logs(self, pod: Obj) -> None:
         emulator = self.emulator
+        assert emulator.kubelet is not None
         log = emulator.kubelet.log(pod, self.arg("container"), self.flag("previous"))
         tail = self.arg("tailLines")
         since = self.arg("sinceSeconds")
@@ -370,15 +441,16 @@ class ApiHandler(tornado.web.RequestHandler):
             cutoff = time.time() - int(since)
             lines = [line for line in lines if line[0] >= cutoff]
         if tail is not None:
-            lines = lines[-int(tail):] if int(tail) > 0 else []
+            lines = lines[-int(tail) :] if int(tail) > 0 else []
         self.set_header("Content-Type", "text/plain")
         sent = 0
 
         def write(batch: list[tuple[float, bytes]]) -> bool:
             """Write lines; False once limitBytes is reached."""
             nonlocal sent
-            data = b"".join((rfc3339_nano(t).encode() + b" " if stamps else b"") + line
-                            for t, line in batch)  # fmt: skip
+            data = b"".join(
+                (rfc3339_nano(t).encode() + b" " if stamps else b"") + line for t, line in batch
+            )
             if limit and sent + len(data) >= limit:
                 self.write(data[: limit - sent])
                 return False
@@ -392,29 +464,27 @@ class ApiHandler(tornado.web.RequestHandler):
         loop = asyncio.get_running_loop()
         wake: asyncio.Queue[Event | None] = asyncio.Queue()
         self._wake = wake
-        stop = log.listen(lambda: loop.call_soon_threadsafe(wake.put_nowait, None))
-        emulator.accounting.open("log")
-        emulator.streams.add(wake)
-        try:
-            await self.flush()
-            while not emulator.closing:
-                await wake.get()
-                lines, closed = log.read(index)
-                index += len(lines)
-                if not write(lines):
-                    break
+
+        def wake_up() -> None:
+            loop.call_soon_threadsafe(wake.put_nowait, None)
+
+        stop = log.listen(wake_up)
+        wake_up()  # look again: the run may have ended before the listener was in place
+        with self._streaming("log", wake, stop):
+            try:
                 await self.flush()
-                if closed or self._gone:
-                    break
-            self.finish()
-        except tornado.iostream.StreamClosedError:
-            pass
-        finally:
-            stop()
-            emulator.streams.discard(wake)
-            emulator.accounting.close("log")
-            if not self._finished:
-                self._end()
+                while not emulator.closing:
+                    await wake.get()
+                    lines, closed = log.read(index)
+                    index += len(lines)
+                    if not write(lines):
+                        break
+                    await self.flush()
+                    if closed or self._gone:
+                        break
+            except tornado.iostream.StreamClosedError:
+                pass
+        self._end()
 
 
 def make_app(emulator: Emulator) -> tornado.web.Application:
@@ -422,4 +492,3 @@ def make_app(emulator: Emulator) -> tornado.web.Application:
         [(r"/.*", ApiHandler, {"emulator": emulator})],
         log_function=lambda handler: None,
     )
-

@@ -42,9 +42,10 @@ class Stats:
     def count(self, verb: str | None = None, resource: str | None = None) -> int:
         """Requests with this verb and/or resource."""
         return sum(
-            n for (v, r), n in self.requests.items()
+            n
+            for (v, r), n in self.requests.items()
             if (verb is None or v == verb) and (resource is None or r == resource)
-        )  # fmt: skip
+        )
 
 
 class _Counter:
@@ -98,5 +99,10 @@ class Accounting:
     def snapshot(self) -> Stats:
         with self._lock:
             g = self._gauges
-            return Stats(dict(self._requests), g["watch"].gauge(), g["log"].gauge(),
-                         g["stream"].gauge(), g["conn"].gauge())  # fmt: skip
+            return Stats(
+                dict(self._requests),
+                g["watch"].gauge(),
+                g["log"].gauge(),
+                g["stream"].gauge(),
+                g["conn"].gauge(),
+            )

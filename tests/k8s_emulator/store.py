@@ -67,7 +67,7 @@ class Store:
             obj = self._objects.get(resource, {}).get((namespace, name))
             return deep(obj) if obj is not None else None
 
-    def list(self, resource: str, namespace: str | None = None) -> tuple[list[Obj], int]:
+    def objects(self, resource: str, namespace: str | None = None) -> tuple[list[Obj], int]:
         """Copies of the objects (in ``namespace``, or all), sorted by namespace/name."""
         with self.lock:
             items = [
@@ -158,17 +158,21 @@ class Store:
         """
         with self.lock:
             if since is None:
-                items, _ = self.list(resource, namespace)
-                first = [Event(int(o["metadata"]["resourceVersion"]), ADDED, resource, o, None)
-                         for o in items]  # fmt: skip
+                items, _ = self.objects(resource, namespace)
+                first = [
+                    Event(int(o["metadata"]["resourceVersion"]), ADDED, resource, o, None)
+                    for o in items
+                ]
             else:
                 if since < self._compacted:
                     raise Expired(since, self._compacted + 1)
                 first = [
-                    event for event in self._history
-                    if event.rv > since and event.resource == resource
+                    event
+                    for event in self._history
+                    if event.rv > since
+                    and event.resource == resource
                     and (namespace is None or event.namespace == namespace)
-                ]  # fmt: skip
+                ]
             return first, self.subscribe(listener)
 
     def compact(self) -> None:

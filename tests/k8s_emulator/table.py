@@ -70,8 +70,12 @@ def _columns(resource: Resource) -> list[tuple[str, str]]:
     if resource is SERVICES:
         return [("Type", "string"), ("Cluster-IP", "string")]
     if resource is EVENTS:
-        return [("Type", "string"), ("Reason", "string"), ("Object", "string"),
-                ("Message", "string")]  # fmt: skip
+        return [
+            ("Type", "string"),
+            ("Reason", "string"),
+            ("Object", "string"),
+            ("Message", "string"),
+        ]
     return [(c["name"], "string") for c in resource.printer_columns if c["name"] != "Age"]
 
 
@@ -84,23 +88,42 @@ def _cells(resource: Resource, obj: Obj) -> list[Any]:
         return [obj["spec"].get("type", "ClusterIP"), obj["spec"].get("clusterIP", "")]
     if resource is EVENTS:
         ref = obj.get("involvedObject", {})
-        return [obj.get("type"), obj.get("reason"),
-                f"{str(ref.get('kind', '')).lower()}/{ref.get('name')}", obj.get("message")]  # fmt: skip
+        return [
+            obj.get("type"),
+            obj.get("reason"),
+            f"{str(ref.get('kind', '')).lower()}/{ref.get('name')}",
+            obj.get("message"),
+        ]
     return [_jsonpath(obj, c["jsonPath"]) for c in resource.printer_columns if c["name"] != "Age"]
 
 
 def table(resource: Resource, items: list[Obj], resource_version: str) -> Obj:
     """A Table of ``items`` with NAME, the resource's own columns and AGE."""
     names = [("Name", "string"), *_columns(resource), ("Age", "string")]
-    columns = [{"name": name, "type": kind, "format": "name" if name == "Name" else "",
-                "description": "", "priority": 0} for name, kind in names]  # fmt: skip
+    columns = [
+        {
+            "name": name,
+            "type": kind,
+            "format": "name" if name == "Name" else "",
+            "description": "",
+            "priority": 0,
+        }
+        for name, kind in names
+    ]
     rows = []
     for obj in items:
         meta = obj["metadata"]
-        partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                   "metadata": meta}  # fmt: skip
+        partial = {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": meta,
+        }
         cells = [meta["name"], *_cells(resource, obj), age(meta.get("creationTimestamp"))]
         rows.append({"cells": cells, "object": partial})
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": resource_version},
-            "columnDefinitions": columns, "rows": rows}  # fmt: skip
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": columns,
+        "rows": rows,
+    }

@@ -49,10 +49,11 @@ def _write_files(target: Path, source: Obj, spec: dict[str, Any], secret: bool) 
         os.chmod(path, int(item.get("mode", default_mode)))
 
 
-def materialise(
-    pod: Obj, pod_dir: Path, claims_dir: Path, lookup: Lookup
-) -> dict[str, Path]:
-    """A local directory per volume of ``pod``; raises :class:`MountError` if a source is missing."""
+def materialise(pod: Obj, pod_dir: Path, claims_dir: Path, lookup: Lookup) -> dict[str, Path]:
+    """A local directory per volume of ``pod``.
+
+    Raises :class:`MountError` when a ConfigMap or Secret it needs is missing.
+    """
     out: dict[str, Path] = {}
     namespace = pod["metadata"].get("namespace", "default")
     for volume in pod["spec"].get("volumes", []):

@@ -92,6 +92,10 @@ def rank_label(ranks: tuple[int, ...]) -> str:
 Search = str | re.Pattern[str] | None
 
 
+#: Storage form of a line: (seq, rank, n, t, text), the fields of :class:`LogLine`.
+_Row = tuple[int, int, int, float, str]
+
+
 class LogBuffer:
     """Per-rank ring buffers of log lines.
 
@@ -105,7 +109,9 @@ class LogBuffer:
             raise ValueError("limit and max_chars must be positive")
         self.limit = limit
         self.max_chars = max_chars
-        self._lines: dict[int, deque[LogLine]] = {}
+        # Plain tuples, not LogLine: the collector stops tracking tuples of
+        # atomic values, so a full buffer costs full garbage collections nothing.
+        self._lines: dict[int, deque[_Row]] = {}
         self._counts: dict[int, int] = {}
         self._seq = 0
         self._dropped = 0
@@ -121,10 +127,10 @@ class LogBuffer:
             self._dropped += 1
         n = self._counts.get(rank, 0)
         self._counts[rank] = n + 1
-        line = LogLine(self._seq, rank, n, t, text)
+        row = (self._seq, rank, n, t, text)
         self._seq += 1
-        lines.append(line)
-        return line
+        lines.append(row)
+        return LogLine._make(row)
 
     @property
     def dropped(self) -> int:
@@ -168,11 +174,11 @@ class LogBuffer:
             *(reversed(self._lines[r]) for r in self._select(ranks)), key=_minus_seq
         )
         out: list[LogLine] = []
-        for line in newest_first:
-            if since is not None and line.seq <= since:
+        for row in newest_first:
+            if since is not None and row[0] <= since:
                 break
-            if match is None or match(line.text):
-                out.append(line)
+            if match is None or match(row[4]):
+                out.append(LogLine._make(row))
                 if limit is not None and len(out) >= limit:
                     break
         out.reverse()
@@ -240,7 +246,11 @@ class LogBuffer:
         that printed fewer lines is behind, not divergent. Job-wide lines are
         ignored. ``None`` when the ranks agree everywhere they overlap.
         """
-        held = {r: list(self._lines[r]) for r in self._select(ranks) if r != JOB_RANK}
+        held = {
+            r: [LogLine._make(row) for row in self._lines[r]]
+            for r in self._select(ranks)
+            if r != JOB_RANK
+        }
         if len(held) < 2:
             return None
         first = min(lines[0].n for lines in held.values() if lines)
@@ -265,8 +275,8 @@ class LogBuffer:
         return sorted({r for r in ranks if r in self._lines})
 
 
-def _minus_seq(line: LogLine) -> int:
-    return -line.seq
+def _minus_seq(row: _Row) -> int:
+    return -row[0]
 
 
 def _matcher(search: Search) -> Callable[[str], bool] | None:

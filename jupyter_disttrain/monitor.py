@@ -609,6 +609,11 @@ class JobMonitor:
         with self._lock:
             return self._version
 
+    @property
+    def log_limit(self) -> int:
+        """Log lines kept per rank; older lines are dropped (and counted)."""
+        return self._logs.limit
+
     def elapsed(self, now: float | None = None) -> float:
         """Seconds from the first event to the terminal event, or to ``now``."""
         with self._lock:

@@ -40,15 +40,19 @@ class _Text:
 class LiveView:
     """Follows one job and renders it in ``mode``.
 
-    Modes: ``text`` (a display refreshed in place), ``lines`` (rank-prefixed
-    log lines, periodic metrics and state changes, printed as they come),
-    ``none``. Events come from a backend thread through :meth:`on_event`.
+    Modes: ``widget`` (the :class:`~jupyter_disttrain.widgets.Dashboard`;
+    ``blocking`` says the cell waits for the job), ``text`` (a display
+    refreshed in place), ``lines`` (rank-prefixed log lines, periodic
+    metrics and state changes, printed as they come), ``none``. Events come
+    from a backend thread through :meth:`on_event`.
     """
 
-    def __init__(self, mode: str = "text") -> None:
-        if mode not in ("text", "lines", "none"):
+    def __init__(self, mode: str = "text", *, blocking: bool = False) -> None:
+        if mode not in ("widget", "text", "lines", "none"):
             raise ValueError(f"unknown live mode {mode!r}")
         self.mode = mode
+        self.blocking = blocking
+        self._dashboard: Any = None
         self.job: Job | None = None
         self._dirty = threading.Event()
         self._closed = threading.Event()
@@ -62,6 +66,12 @@ class LiveView:
         self.job = job
         if self.mode == "none":
             return
+        if self.mode == "widget":
+            from .widgets import Dashboard
+
+            self._dashboard = Dashboard.for_job(job, blocking=self.blocking)
+            self._dashboard.show()
+            return
         if self.mode == "text":
             from IPython.display import display
 
@@ -71,6 +81,8 @@ class LiveView:
 
     def on_event(self, event: ev.Event) -> None:
         """Note an event (cheap; rendering happens on the view's own schedule)."""
+        if self.mode == "widget":
+            return  # the dashboard polls the monitor's version
         if self.mode == "lines":
             with self._lock:
                 self._pending.append(event)
@@ -78,6 +90,9 @@ class LiveView:
 
     def close(self) -> None:
         """Render the final state once more and stop refreshing."""
+        if self._dashboard is not None:
+            self._dashboard.close()
+            return
         if self._thread is None:
             return
         self._closed.set()

@@ -58,12 +58,15 @@ def payload_files(payload: Payload) -> dict[str, bytes]:
     return files
 
 
-def notebook_versions() -> dict[str, str]:
-    """Versions the payload was made with (they pick the default image)."""
+def notebook_versions(framework: str = "pytorch") -> dict[str, str]:
+    """Versions the payload was made with (they pick the default image of ``framework``)."""
     out = {"python": platform.python_version()}
-    torch = package_version("torch")
-    if torch:
-        out["torch"] = torch
+    if framework == "tensorflow":
+        version = package_version("tensorflow") or package_version("tensorflow-cpu")
+    else:
+        version = package_version("torch")
+    if version:
+        out["tensorflow" if framework == "tensorflow" else "torch"] = version
     return out
 
 
@@ -102,6 +105,7 @@ class KubernetesRun(Submission):
         self._has_leader = True
         self._terminal: tuple[ev.JobState, str, str] | None = None
         self._state = ""
+        self._pending_why: tuple[str, str] | None = None
         self._errors: list[str] = []
 
     # -- Submission ------------------------------------------------------------
@@ -200,6 +204,8 @@ class KubernetesRun(Submission):
                 continue
             last = current
             self._state = current[0]
+            if current[0] == "Pending" and self._pending_why:  # keep the known cause
+                current = ("Pending", *self._pending_why)
             if current[0] in ev.TERMINAL_STATES:
                 self._finish(current)
                 return
@@ -240,6 +246,7 @@ class KubernetesRun(Submission):
             self.sink(ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"}))
             reason = str(item["object"].get("reason"))
             if reason in PENDING_REASONS and self._state in ("", "Pending"):
+                self._pending_why = (reason, text)
                 self.sink(ev.job_event("Pending", reason, text))  # why it does not start
 
     def _follow(self, pod: str, restarts: int) -> None:
@@ -346,8 +353,8 @@ class KubernetesBackend(Backend):
     def payload_extra(self, spec: JobSpec) -> dict[str, Any]:
         """The image that matches the notebook's versions, named if a worker's Python differs."""
         opts = self.options(spec)
-        image = default_image(spec.framework, notebook_versions(), gpus=opts.gpus,
-                              policy=self.images)  # fmt: skip
+        image = opts.image or default_image(spec.framework, notebook_versions(spec.framework),
+                                            gpus=opts.gpus, policy=self.images)  # fmt: skip
         return {"image_hint": f"image {image}"}
 
     def objects(self, spec: JobSpec, payload: Payload) -> list[dict[str, Any]]:
@@ -357,7 +364,7 @@ class KubernetesBackend(Backend):
             spec,
             opts,
             payload_files(payload),
-            notebook_versions(),
+            notebook_versions(spec.framework),
             notebook=self.notebook,
             images=self.images,
         )
@@ -576,7 +583,13 @@ def record_from_object(obj: dict[str, Any], framework: str) -> JobRecord:
         ended=ended,
         reason=state[2] if state else "",
         owner=str(meta.get("namespace", "")),
+        extra={"notebook": notebook} if (notebook := notebook_annotation(meta)) else {},
     )
+
+
+def notebook_annotation(meta: dict[str, Any]) -> str:
+    """The notebook that created the job, from its annotation ("" when absent)."""
+    return str((meta.get("annotations") or {}).get(mf.ANNOTATION_NOTEBOOK) or "")
 
 
 def _timestamp(text: Any) -> float | None:

@@ -1,0 +1,211 @@
+"""Monitor and dashboard benchmark: parsing, kernel latency under a log flood, downsampling.
+
+(a) event-parse throughput: worker lines through ``events.parse_line`` and
+    ``JobMonitor.feed`` (8 ranks; plain log lines and protocol metric lines);
+(b) a real Jupyter kernel showing the dashboard of a job whose 8 ranks print
+    5,000 lines a second each: time for another cell to run, renders per
+    second, memory growth (``tests/widgets/kernel_flood.py`` drives it);
+(c) downsampling 1,000,000 points (``downsample.lttb`` / ``minmax`` and the
+    plot's incremental min/max buckets), and what the plot sends to the
+    browser while a series grows to 1,000,000 points.
+
+``python bench/monitor.py [--flood-seconds 10]`` prints the figures and
+rewrites the "Monitor" section of ``BENCHMARKS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
+from results import write_section  # noqa: E402
+
+from jupyter_disttrain.downsample import lttb, minmax  # noqa: E402
+from jupyter_disttrain.events import Event, parse_line  # noqa: E402
+from jupyter_disttrain.monitor import JobMonitor  # noqa: E402
+from jupyter_disttrain.runtime.protocol import encode  # noqa: E402
+
+
+def best_of(fn: Callable[[], object], reps: int = 5) -> float:
+    """Fastest of ``reps`` runs, seconds."""
+    times = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def parse_throughput(n: int = 400_000) -> dict[str, float]:
+    """Lines per second through parse_line + JobMonitor.feed."""
+    plain = [(f"step {i // 8} rank {i % 8}: loss=0.{i % 997:03d} lr=3e-4", i % 8) for i in range(n)]
+    metrics = [
+        (encode("metric", i % 8, step=i // 8, values={"loss": 1 / (i + 1), "lr": 3e-4}), i % 8)
+        for i in range(n // 4)
+    ]
+    mixed = [metrics[i // 10] if i % 10 == 0 else plain[i] for i in range(n)]
+    out = {}
+    for name, lines in (("log lines", plain), ("metric lines", metrics), ("mixed 9:1", mixed)):
+
+        def run(lines: list[tuple[str, int]] = lines) -> None:
+            mon = JobMonitor("bench", "local", 8, nodes=2, nproc=4)
+            feed = mon.feed
+            for text, rank in lines:
+                feed(parse_line(text, rank, 1.0))
+
+        out[name] = len(lines) / best_of(run, 3)
+    return out
+
+
+def downsampling(n: int = 1_000_000, n_out: int = 2000) -> dict[str, float]:
+    """Milliseconds to reduce ``n`` points to ``n_out``."""
+    from jupyter_disttrain.widgets.trace_feed import MinMaxReducer
+
+    rng = np.random.default_rng(0)
+    x = np.arange(n, dtype=np.float64)
+    y = np.cumsum(rng.normal(size=n))
+    return {
+        "downsample.lttb": best_of(lambda: lttb(x, y, n_out)) * 1000,
+        "downsample.minmax": best_of(lambda: minmax(x, y, n_out)) * 1000,
+        "plot buckets (MinMaxReducer)": best_of(lambda: MinMaxReducer(n_out).push(x, y)) * 1000,
+    }
+
+
+def plot_traffic(n: int = 1_000_000, chunk: int = 10_000, budget: int = 4000) -> dict[str, float]:
+    """A series growing to ``n`` points in ``chunk`` s, a render after each: what is sent."""
+    from jupyter_disttrain.widgets.plot import MetricPlot
+
+    mon = JobMonitor("bench", "local", 1)
+    plot = MetricPlot(mon, budget=budget)
+    plot.render(mon.snapshot())
+    plot.figure._handle_custom_msg({"type": "ready"}, [])
+    rng = np.random.default_rng(1)
+    values = (np.cumsum(rng.normal(size=n)) + 1e4).tolist()
+    renders = 0
+    started = time.perf_counter()
+    render_s = 0.0
+    for start in range(0, n, chunk):
+        mon.feed_many(
+            Event("metric", 0, 1.0 + i, {"step": i, "values": {"loss": values[i]}})
+            for i in range(start, start + chunk)
+        )
+        t = time.perf_counter()
+        plot.render(mon.snapshot())
+        render_s += time.perf_counter() - t
+        renders += 1
+    stats = plot.figure.stats
+    return {
+        "points": float(n),
+        "renders": float(renders),
+        "points sent": float(stats.points),
+        "bytes sent": float(stats.bytes),
+        "shown": float(plot.figure.shown_points()),
+        "render ms": render_s / renders * 1000,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def kernel_flood(seconds: float) -> dict[str, float]:
+    """Latency of a trivial cell while 8 ranks x 5,000 lines/s flood the dashboard."""
+    from tests.widgets.kernel_flood import flood, kernel
+
+    with kernel() as k:
+        idle = []
+        for _ in range(20):
+            elapsed, _ = k.execute("1 + 1")
+            idle.append(elapsed)
+            time.sleep(0.05)
+        result = flood(k, seconds=seconds, ranks=8, rate=5000)
+    return {
+        "idle p50 ms": statistics.median(idle) * 1000,
+        "lines/s": result.line_rate,
+        "probes": float(len(result.latencies)),
+        "p50 ms": result.median_latency() * 1000,
+        "p95 ms": result.latency(0.95) * 1000,
+        "max ms": max(result.latencies) * 1000,
+        "renders/s": result.render_rate,
+        "widget updates": float(result.widget_updates),
+        "rss growth MiB": result.rss_growth / 2**20,
+        "kept": float(result.kept),
+        "total": float(result.total),
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flood-seconds", type=float, default=10.0)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+
+    machine = (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (shared), "
+        f"Python {platform.python_version()}"
+    )
+    print(f"machine: {machine}")
+    parse = parse_throughput()
+    for name, rate in parse.items():
+        print(f"parse+feed {name}: {rate:,.0f} lines/s")
+    down = downsampling()
+    for name, ms in down.items():
+        print(f"1,000,000 -> 2,000 points, {name}: {ms:.1f} ms")
+    traffic = plot_traffic()
+    print(f"plot traffic: {traffic}")
+    flood = kernel_flood(args.flood_seconds)
+    print(f"kernel flood: {flood}")
+
+    body = f"""
+Machine: {machine}, {time.strftime("%Y-%m-%d")}. Script: `bench/monitor.py` (`make bench`).
+
+**Event parsing** (`events.parse_line` + `JobMonitor.feed`, 8 ranks, one thread):
+
+| lines | lines/s |
+|---|---|
+""" + "".join(f"| {name} | {rate:,.0f} |\n" for name, rate in parse.items())
+    body += f"""
+**Kernel under a log flood**: a real kernel (jupyter_client) shows the dashboard of a
+job whose 8 ranks print 5,000 lines/s each (plus a metric line per rank every 10 ms),
+fed through `parse_line` and `Job.feed` from a thread for {args.flood_seconds:g} s, while
+the client runs `1 + 1` every 0.2 s and times it to its reply.
+
+| measure | value |
+|---|---|
+| lines fed | {flood["lines/s"]:,.0f} lines/s |
+| trivial cell, idle kernel (median) | {flood["idle p50 ms"]:.1f} ms |
+| trivial cell under the flood: median / p95 / max of {flood["probes"]:.0f} | {flood["p50 ms"]:.1f} / {flood["p95 ms"]:.1f} / {flood["max ms"]:.1f} ms |
+| dashboard renders | {flood["renders/s"]:.1f} per second (limit 10) |
+| widget updates published from the render thread | {flood["widget updates"]:.0f} |
+| log lines received / kept (ring buffers) | {flood["total"]:,.0f} / {flood["kept"]:,.0f} |
+| RSS growth after the first second | {flood["rss growth MiB"]:.1f} MiB |
+
+**Downsampling 1,000,000 points to 2,000** (best of 5):
+
+| method | ms |
+|---|---|
+""" + "".join(f"| {name} | {ms:.1f} |\n" for name, ms in down.items())  # noqa: E501
+    body += (
+        f"\n**Plot traffic for a growing series**: one series grows to "
+        f"{traffic['points']:,.0f} points, {traffic['renders']:.0f} renders of 10,000 new points "
+        f"each (plot budget 4,000 points). Sent to the browser in all: "
+        f"{traffic['points sent']:,.0f} points ({traffic['bytes sent'] / 1024:,.0f} KiB); "
+        f"shown at the end: {traffic['shown']:,.0f} points; {traffic['render ms']:.1f} ms "
+        "per render.\n"
+    )
+    if not args.no_write:
+        write_section(ROOT / "BENCHMARKS.md", "Monitor", body)
+        print("wrote the Monitor section of BENCHMARKS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

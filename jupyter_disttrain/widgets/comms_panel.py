@@ -1,0 +1,147 @@
+"""The communication panel: NCCL / c10d / gloo summary and diagnosis of a job's log lines.
+
+Every log line the monitor receives goes through one
+:class:`~jupyter_disttrain.nccl.NcclParser` (lines that are not about
+communication cost a few substring tests). The panel reads the monitor's
+lines incrementally; lines pushed out of the monitor's ring buffer before
+a render read them are counted as not scanned (only under floods beyond
+the buffer per render interval).
+
+DOM contract: ``.distrain-comms`` with ``data-backend`` and
+``data-failure``; the diagnosis is ``.distrain-diagnosis``; raw lines are
+``.distrain-raw`` inside an accordion titled with their count.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ipywidgets as w
+
+from ..logbuffer import format_ranks
+from ..monitor import JobMonitor, Snapshot
+from ..nccl import RAW_HEAD, NcclParser, NcclSummary
+from .text import esc
+
+__all__ = ["CommsPanel", "comms_html", "raw_lines_html"]
+
+
+def _backend(summary: NcclSummary, dist_backend: str | None) -> str:
+    return dist_backend or summary.backend
+
+
+def comms_html(summary: NcclSummary, dist_backend: str | None, *, unscanned: int = 0) -> str:
+    """The summary block: one sentence of diagnosis and the per-job facts."""
+    backend = _backend(summary, dist_backend)
+    attrs = f'data-backend="{esc(backend)}" data-failure="{esc(summary.failure)}"'
+    parts: list[str] = []
+    if backend == "gloo":
+        parts.append(
+            "<div>Process-group backend: <b>gloo</b> (collectives over TCP, on CPU); "
+            f"NCCL is not in use. {len(summary.comm_lines) + summary.comm_dropped} c10d / gloo "
+            "lines.</div>"
+        )
+        if summary.failure != "none" and summary.diagnosis:
+            parts.append(f'<div class="distrain-diagnosis">{esc(summary.diagnosis)}</div>')
+    elif backend == "unknown" and not summary.raw_lines and not summary.comm_lines:
+        parts.append("<div>No communication lines yet.</div>")
+    else:
+        if summary.diagnosis:
+            parts.append(f'<div class="distrain-diagnosis">{esc(summary.diagnosis)}</div>')
+        parts.append(_facts(summary, backend))
+    if unscanned:
+        parts.append(
+            f'<div class="distrain-note">{unscanned:,} lines left the log buffer before '
+            "they were scanned.</div>"
+        )
+    return f'<div class="distrain-comms" {attrs}>{"".join(parts)}</div>'
+
+
+def _facts(s: NcclSummary, backend: str) -> str:
+    def unknown(value: object) -> str:
+        return "unknown" if value is None or value == "" else str(value)
+
+    transport = "; ".join(
+        f"{name} (ranks {format_ranks(ranks)})" if ranks else name
+        for name, ranks in s.transport.items()
+    )
+    init = {True: "complete on every rank", False: "failed", None: "unknown"}[s.init_complete]
+    rows = [
+        ("backend", backend),
+        ("NCCL version", unknown(s.nccl_version)),
+        ("ranks", unknown(s.nranks)),
+        ("init", init),
+        ("transport", transport or "unknown"),
+        ("interfaces", ", ".join(s.interfaces) or "unknown"),
+        ("warnings", str(s.warnings)),
+        ("failure", s.failure),
+    ]
+    cells = "".join(
+        f'<tr data-field="{esc(name)}"><td>{esc(name)}</td><td>{esc(value)}</td></tr>'
+        for name, value in rows
+    )
+    return f"<table>{cells}</table>"
+
+
+def raw_lines_html(lines: list[str], dropped: int) -> str:
+    """Raw lines in a ``<pre>``, with a marker where lines were left out."""
+    if not lines:
+        return '<div class="distrain-raw">(none)</div>'
+    shown = list(lines)
+    if dropped:
+        shown.insert(RAW_HEAD, f"… {dropped:,} lines not kept …")
+    return f'<div class="distrain-raw">{esc(chr(10).join(shown))}</div>'
+
+
+class CommsPanel:
+    """Summary plus raw lines one click away (``widget``).
+
+    :meth:`render` runs on the render thread; :meth:`summary` is thread-safe.
+    """
+
+    def __init__(self, monitor: JobMonitor) -> None:
+        self.monitor = monitor
+        self.parser = NcclParser()
+        self._lock = threading.Lock()
+        self._last_seq = -1
+        self._unscanned = 0
+        self._summary: NcclSummary | None = None
+        self.summary_html = w.HTML(comms_html(NcclSummary(), None))
+        self.raw = w.HTML()
+        self.accordion = w.Accordion(children=[self.raw], selected_index=None)
+        self.accordion.set_title(0, "Raw lines (0)")
+        self.widget = w.VBox([self.summary_html, self.accordion])
+        self.widget.add_class("distrain-comms-panel")
+
+    def scan(self) -> bool:
+        """Feed lines received since the last scan to the parser; True if there were any."""
+        lines = self.monitor.log_lines(since=self._last_seq)
+        if not lines:
+            return False
+        for line in lines:
+            self.parser.feed(line.text, line.rank if line.rank >= 0 else None)
+        expected = lines[-1].seq - self._last_seq
+        self._unscanned += max(0, expected - len(lines))
+        self._last_seq = lines[-1].seq
+        return True
+
+    def summary(self) -> NcclSummary:
+        """The parser's current summary (scans new lines first)."""
+        with self._lock:
+            if self.scan() or self._summary is None:
+                self._summary = self.parser.summary()
+            return self._summary
+
+    def render(self, snap: Snapshot) -> None:
+        """Refresh from lines received since the last render."""
+        summary = self.summary()
+        backend = _backend(summary, snap["dist_backend"])
+        self.summary_html.value = comms_html(
+            summary, snap["dist_backend"], unscanned=self._unscanned
+        )
+        if backend == "gloo" or (not summary.raw_lines and summary.comm_lines):
+            lines, dropped, title = summary.comm_lines, summary.comm_dropped, "c10d / gloo lines"
+        else:
+            lines, dropped, title = summary.raw_lines, summary.raw_dropped, "Raw NCCL lines"
+        self.accordion.set_title(0, f"{title} ({len(lines) + dropped:,})")
+        self.raw.value = raw_lines_html(lines, dropped)

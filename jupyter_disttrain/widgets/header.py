@@ -1,0 +1,119 @@
+"""The dashboard's header: job name, backend, state, elapsed, world size, rate, Stop.
+
+DOM contract: ``.distrain-header`` with ``data-job`` and ``data-state``; its
+fields are ``span[data-field=...]``; the Stop button has class
+``distrain-stop``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import ipywidgets as w
+
+from ..events import TERMINAL_STATES
+from ..monitor import Snapshot
+from .text import duration, esc, rate, state_class
+
+__all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html"]
+
+#: Shown while a ``--wait`` cell blocks the kernel (button clicks wait for the kernel).
+BLOCKING_NOTE = (
+    "This cell waits for the job (--wait), so the kernel handles the Stop button only "
+    "after it returns: interrupt the kernel (the stop button of the notebook, or Ctrl-C) "
+    "to stop the job now."
+)
+
+
+def header_html(snap: Snapshot, *, note: str = "") -> str:
+    """The header line for ``snap``, with an optional note under it."""
+    backend = snap["backend"] + (f" · {snap['dist_backend']}" if snap["dist_backend"] else "")
+    fields = [
+        f'<span class="distrain-job-name" data-field="name">{esc(snap["name"])}</span>',
+        f'<span class="distrain-badge {state_class(snap["state"])}" data-field="state">'
+        f"{esc(snap['state'])}</span>",
+        f'<span data-field="backend">{esc(backend)}</span>',
+        f'<span data-field="elapsed">{duration(snap["elapsed"])}</span>',
+        f'<span data-field="world">{snap["world_size"]} ranks '
+        f"({snap['nodes']} node{'s' if snap['nodes'] != 1 else ''} x {snap['nproc']})</span>",
+    ]
+    if snap["step"] is not None:
+        fields.append(f'<span data-field="step">step {snap["step"]}</span>')
+    fields.append(f'<span data-field="rate">{rate(snap["steps_per_s"])} steps/s</span>')
+    if snap["restarts"]:
+        n = snap["restarts"]
+        fields.append(f'<span data-field="restarts">{n} restart{"s" if n != 1 else ""}</span>')
+    lines = [
+        f'<div class="distrain-header" data-job="{esc(snap["name"])}" '
+        f'data-state="{esc(snap["state"])}">{"".join(fields)}</div>'
+    ]
+    why = ": ".join(p for p in (snap["reason"], snap["message"]) if p)
+    if why and snap["state"] in ("Failed", "Stopped", "Restarting"):
+        lines.append(f'<div class="distrain-reason">{esc(why)}</div>')
+    if note:
+        lines.append(f'<div class="distrain-note">{esc(note)}</div>')
+    return "".join(lines)
+
+
+class HeaderPanel:
+    """Header line plus the Stop button.
+
+    ``stop`` is called once, on the kernel thread, when the button is
+    clicked; it must return promptly (``job.stop(wait=False)``). The button
+    is disabled without a ``stop`` callable and once the job has ended.
+    """
+
+    def __init__(self, stop: Callable[[], object] | None, *, blocking: bool = False) -> None:
+        self._stop = stop
+        self.blocking = blocking
+        self._stopping = False
+        self._error = ""
+        self._lock = threading.Lock()
+        self.html = w.HTML()
+        self.button = w.Button(
+            description="Stop",
+            icon="stop",
+            button_style="danger",
+            disabled=stop is None,
+            tooltip="Stop the job: every process of it ends",
+            layout=w.Layout(width="auto", flex="0 0 auto"),
+        )
+        self.button.add_class("distrain-stop")
+        self.button.on_click(self._clicked)
+        self.widget = w.HBox(
+            [self.html, self.button],
+            layout=w.Layout(justify_content="space-between", align_items="center"),
+        )
+
+    def _clicked(self, _button: object) -> None:
+        with self._lock:
+            if self._stopping or self._stop is None:
+                return
+            self._stopping = True
+        self.button.disabled = True
+        self.button.description = "Stopping…"
+        try:
+            self._stop()
+        except Exception as exc:  # shown in the header; the job keeps its own state
+            self._error = f"stop failed: {type(exc).__name__}: {exc}"
+            self.button.disabled = False
+            self.button.description = "Stop"
+            with self._lock:
+                self._stopping = False
+
+    @property
+    def stopping(self) -> bool:
+        """True once Stop was clicked (until the stop call failed)."""
+        return self._stopping
+
+    def render(self, snap: Snapshot) -> None:
+        """Refresh from ``snap`` (render thread)."""
+        ended = snap["state"] in TERMINAL_STATES
+        note = self._error
+        if not note and self.blocking and not ended:
+            note = BLOCKING_NOTE
+        self.html.value = header_html(snap, note=note)
+        if ended:
+            self.button.disabled = True
+            self.button.description = "Stop"

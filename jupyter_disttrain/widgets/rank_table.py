@@ -1,0 +1,116 @@
+"""The worker table: one HTML row per rank, from a monitor snapshot (pure).
+
+DOM contract (read by the browser test): ``table.distrain-ranks``; each row
+``tr.distrain-rank-row`` with ``data-rank``, ``data-state``, ``data-node``
+and ``data-step``, state classes ``distrain-state-<state>``, and
+``distrain-failed`` / ``distrain-first-failure`` / ``distrain-straggler``
+where they apply; each cell ``td[data-col=<column>]``.
+"""
+
+from __future__ import annotations
+
+from ..monitor import RankRow, Snapshot
+from .text import ago, esc, rate, state_class
+
+__all__ = ["COLUMNS", "rank_table_html", "shown_ranks"]
+
+#: ``(data-col, header)`` of each column, in order.
+COLUMNS = (
+    ("rank", "rank"),
+    ("node", "node"),
+    ("host", "host / pod"),
+    ("state", "state"),
+    ("restarts", "restarts"),
+    ("step", "step"),
+    ("rate", "steps/s"),
+    ("heard", "last heard"),
+    ("exit", "exit / reason"),
+)
+
+
+def shown_ranks(snap: Snapshot, max_rows: int) -> list[RankRow]:
+    """The rows to show: all, or ranks needing attention first, then the rest in order."""
+    rows = snap["ranks"]
+    if len(rows) <= max_rows:
+        return rows
+    lagging = set(snap["stragglers"])
+    first = snap["first_failure"]
+    urgent = {
+        r["rank"]
+        for r in rows
+        if r["state"] not in ("Running", "Succeeded")
+        or r["rank"] in lagging
+        or (first is not None and r["rank"] == first["rank"])
+    }
+    rest = [r for r in rows if r["rank"] not in urgent]
+    keep = {r["rank"] for r in [*(r for r in rows if r["rank"] in urgent), *rest][:max_rows]}
+    return [r for r in rows if r["rank"] in keep]
+
+
+def rank_table_html(snap: Snapshot, *, max_rows: int = 64) -> str:
+    """``<table class="distrain-ranks">`` for ``snap`` (at most ``max_rows`` rows, then a count)."""
+    lagging = set(snap["stragglers"])
+    first = snap["first_failure"]
+    first_rank = None if first is None else first["rank"]
+    shown = shown_ranks(snap, max_rows)
+    head = "".join(f'<th data-col="{col}">{esc(title)}</th>' for col, title in COLUMNS)
+    body = [_row(r, r["rank"] == first_rank, r["rank"] in lagging) for r in shown]
+    hidden = len(snap["ranks"]) - len(shown)
+    if hidden:
+        counts: dict[str, int] = {}
+        visible = {r["rank"] for r in shown}
+        for r in snap["ranks"]:
+            if r["rank"] not in visible:
+                counts[r["state"]] = counts.get(r["state"], 0) + 1
+        states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        body.append(
+            f'<tr class="distrain-more"><td colspan="{len(COLUMNS)}">'
+            f"… {hidden} more ranks ({esc(states)})</td></tr>"
+        )
+    return (
+        f'<table class="distrain-ranks" data-ranks="{len(snap["ranks"])}">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _row(r: RankRow, first_failure: bool, straggler: bool) -> str:
+    classes = ["distrain-rank-row", state_class(r["state"])]
+    if r["state"] == "Failed":
+        classes.append("distrain-failed")
+    if first_failure:
+        classes.append("distrain-first-failure")
+    if straggler:
+        classes.append("distrain-straggler")
+    step = "" if r["step"] is None else str(r["step"])
+    cells = {
+        "rank": str(r["rank"]),
+        "node": str(r["node"]),
+        "host": r["pod"] or r["host"] or "-",
+        "state": f'<span class="distrain-badge {state_class(r["state"])}">{esc(r["state"])}</span>',
+        "restarts": str(r["restarts"]),
+        "step": step or "-",
+        "rate": rate(r["step_rate"]),
+        "heard": ago(r["silent_s"]),
+        "exit": exit_text(r),
+    }
+    tds = "".join(
+        f'<td data-col="{col}">{cells[col] if col == "state" else esc(cells[col])}</td>'
+        for col, _ in COLUMNS
+    )
+    title = ' title="first failing rank"' if first_failure else ""
+    title = ' title="straggler: far behind the median step"' if straggler and not title else title
+    return (
+        f'<tr class="{" ".join(classes)}" data-rank="{r["rank"]}" data-state="{esc(r["state"])}" '
+        f'data-node="{r["node"]}" data-step="{step}"{title}>{tds}</tr>'
+    )
+
+
+def exit_text(r: RankRow) -> str:
+    """``exit 137: OOMKilled``, the reason alone, or the exit code alone."""
+    code = "" if r["exit_code"] is None else f"exit {r['exit_code']}"
+    reason = r["reason"]
+    if len(reason) > 120:
+        reason = reason[:117] + "..."
+    if code and reason and f"exit code {r['exit_code']}" not in reason:
+        return f"{code}: {reason}"
+    return reason or code

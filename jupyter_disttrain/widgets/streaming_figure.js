@@ -1,0 +1,180 @@
+// Front end of jupyter_disttrain's StreamingFigure: plotly's own FigureWidget
+// front end (its module travels in the _plotly_esm trait) plus two messages
+// from the kernel:
+//   {type: "append", traces: [i...], keep: [k...]} with two float64 buffers
+//       (x, y) per trace: each trace keeps its first k points and gets the new
+//       ones, in the model (for views made later) and in every view;
+//   {type: "redraw"}: every view redraws from the model's data and layout.
+// Once the model is set up it sends {type: "ready"}; the kernel answers with
+// its full state, so nothing sent before this module listened is lost.
+// Each view's element carries data-distrain-appends and
+// data-distrain-appended-points: what arrived as appends so far (for tests).
+
+const loaded = (globalThis.__distrainPlotlyWidget ??= new Map());
+
+function plotlyWidget(model) {
+  const key = model.get("_plotly_version");
+  if (!loaded.has(key)) {
+    const source = new Blob([model.get("_plotly_esm")], { type: "text/javascript" });
+    const url = URL.createObjectURL(source);
+    loaded.set(
+      key,
+      import(/* webpackIgnore: true */ url).finally(() => URL.revokeObjectURL(url)),
+    );
+  }
+  return loaded.get(key);
+}
+
+const TYPES = {
+  float64: Float64Array,
+  float32: Float32Array,
+  int8: Int8Array,
+  int16: Int16Array,
+  int32: Int32Array,
+  uint8: Uint8Array,
+  uint16: Uint16Array,
+  uint32: Uint32Array,
+};
+
+function isPacked(value) {
+  return (
+    value !== null &&
+    typeof value === "object" &&
+    "dtype" in value &&
+    "shape" in value &&
+    ("value" in value || "buffer" in value)
+  );
+}
+
+function copyBytes(view) {
+  if (view instanceof ArrayBuffer) return view.slice(0);
+  return view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength);
+}
+
+// A packed array ({dtype, shape, value}) as a typed array of its own.
+function unpack(value) {
+  return new TYPES[value.dtype](copyBytes(value.value ?? value.buffer));
+}
+
+// The packed form plotly's serializers use; `array` must own its whole buffer.
+function pack(array) {
+  return { dtype: "float64", shape: [array.length], value: new DataView(array.buffer) };
+}
+
+// Model state (packed arrays inside) as plain plotly data.
+function decode(value) {
+  if (Array.isArray(value)) return value.map(decode);
+  if (isPacked(value)) return unpack(value);
+  if (ArrayBuffer.isView(value)) return value;
+  if (value !== null && typeof value === "object") {
+    const out = {};
+    for (const [key, item] of Object.entries(value)) out[key] = decode(item);
+    return out;
+  }
+  return value === "_undefined_" ? undefined : value;
+}
+
+function asFloat64(value) {
+  if (value === undefined || value === null) return new Float64Array(0);
+  const array = isPacked(value) ? unpack(value) : value;
+  if (array instanceof Float64Array) return array;
+  return Float64Array.from(array, (item) => (item === null ? NaN : Number(item)));
+}
+
+function spliced(old, keep, extra) {
+  const kept = Math.min(keep, old.length);
+  const out = new Float64Array(kept + extra.length);
+  out.set(old.subarray(0, kept));
+  out.set(extra, kept);
+  return out;
+}
+
+export default () => {
+  let inner = null;
+  const views = new Set();
+  const received = { appends: 0, points: 0 };
+
+  function mark(el) {
+    el.dataset.distrainAppends = String(received.appends);
+    el.dataset.distrainAppendedPoints = String(received.points);
+  }
+
+  function redraw(model, view) {
+    const layout = decode(model.get("_widget_layout")) ?? {};
+    if (!layout.height) layout.height = 360;
+    window.Plotly.react(view.el, decode(model.get("_widget_data")), layout);
+  }
+
+  function append(model, msg, buffers) {
+    const data = model.get("_widget_data");
+    const traces = [];
+    const xs = [];
+    const ys = [];
+    msg.traces.forEach((index, k) => {
+      const trace = data[index];
+      if (!trace) return; // the kernel resends everything on the next "ready"
+      const x = spliced(asFloat64(trace.x), msg.keep[k], new Float64Array(copyBytes(buffers[2 * k])));
+      const y = spliced(asFloat64(trace.y), msg.keep[k], new Float64Array(copyBytes(buffers[2 * k + 1])));
+      trace.x = pack(x);
+      trace.y = pack(y);
+      traces.push(index);
+      xs.push(x);
+      ys.push(y);
+    });
+    if (traces.length === 0) return;
+    received.appends += 1;
+    received.points += msg.traces.reduce((n, _, k) => n + buffers[2 * k].byteLength / 8, 0);
+    for (const view of views) {
+      mark(view.el);
+      if (!view.ready) {
+        view.stale = true;
+        continue;
+      }
+      const update = { x: xs, y: ys, _doNotReportToPy: true };
+      window.Plotly.restyle(view.el, update, traces);
+    }
+  }
+
+  function onMessage(model, msg, buffers) {
+    if (msg?.type === "append") {
+      append(model, msg, buffers ?? []);
+    } else if (msg?.type === "redraw") {
+      for (const view of views) {
+        if (view.ready) redraw(model, view);
+        else view.stale = true;
+      }
+    }
+  }
+
+  return {
+    async initialize({ model }) {
+      const module = await plotlyWidget(model);
+      inner = module.default();
+      inner.initialize({ model });
+      model.on("msg:custom", (msg, buffers) => onMessage(model, msg, buffers));
+      model.send({ type: "ready" });
+    },
+    render({ model, el }) {
+      const view = { el, ready: false, stale: false };
+      const rendered = (event) => {
+        if (event.detail?.element !== el) return;
+        document.removeEventListener("plotlywidget-after-render", rendered);
+        view.ready = true;
+        if (view.stale) {
+          view.stale = false;
+          redraw(model, view);
+        }
+      };
+      document.addEventListener("plotlywidget-after-render", rendered);
+      views.add(view);
+      el.classList.add("distrain-plot");
+      mark(el);
+      const dispose = inner.render({ model, el });
+      return () => {
+        views.delete(view);
+        document.removeEventListener("plotlywidget-after-render", rendered);
+        if (typeof dispose === "function") dispose();
+      };
+    },
+  };
+};

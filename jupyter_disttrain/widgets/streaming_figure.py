@@ -1,0 +1,173 @@
+"""A plotly ``FigureWidget`` whose lines grow without resending what the browser holds.
+
+plotly's widget can only replace a trace's arrays. :class:`StreamingFigure`
+keeps plotly's front end (loaded by a small wrapper, ``streaming_figure.js``)
+and adds one message, *append*: trace ``i`` keeps its first ``keep`` points
+and gets new ones, sent as binary float64 buffers. The front end applies it
+to the model and every view; this class applies it to the Python-side
+figure, so ``fig.data[i].x`` is always what the browser shows.
+
+Appends are sent only after the front end said it is listening (its
+*ready* message); the answer to *ready* is the full state, so a figure
+built before the browser loaded it, or a reloaded page, shows the same data.
+Everything the widget sends is counted in :attr:`StreamingFigure.stats`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import plotly
+import plotly.graph_objects as go
+import traitlets
+
+from .trace_feed import Update
+
+__all__ = ["SendStats", "StreamingFigure", "plotly_bundle"]
+
+_JS = Path(__file__).with_name("streaming_figure.js")
+
+
+@cache
+def plotly_bundle() -> str:
+    """plotly's own FigureWidget front-end module (read once)."""
+    return (Path(plotly.__file__).parent / "package_data" / "widgetbundle.js").read_text("utf-8")
+
+
+@dataclass
+class SendStats:
+    """What the figure sent to the front end since it was created.
+
+    ``points`` counts ``(x, y)`` points in data-carrying messages (appends,
+    trace replacements, full resyncs); ``bytes`` every message's JSON plus
+    binary buffers; ``resets`` the messages that replaced whole traces.
+    """
+
+    messages: int = 0
+    bytes: int = 0
+    points: int = 0
+    appends: int = 0
+    resets: int = 0
+
+
+class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
+    """``FigureWidget`` with incremental appends (see the module docstring).
+
+    Thread-safe: a render thread may call :meth:`append` and
+    :meth:`replace_traces` while the kernel thread handles messages.
+    """
+
+    _esm = _JS
+    _plotly_esm = traitlets.Unicode("").tag(sync=True)
+    _plotly_version = traitlets.Unicode(plotly.__version__).tag(sync=True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._lock = threading.RLock()
+        self._stats = SendStats()
+        self._frontend_ready = False
+        super().__init__(*args, **kwargs)
+        self.on_msg(self._on_frontend_msg)
+
+    @property
+    def stats(self) -> SendStats:
+        """What was sent so far (see :class:`SendStats`)."""
+        return self._stats
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while the figure changes; hold it to change the layout from another thread."""
+        return self._lock
+
+    @property
+    def frontend_ready(self) -> bool:
+        """True once a front end said it listens (appends are sent from then on)."""
+        return self._frontend_ready
+
+    @traitlets.default("_plotly_esm")
+    def _default_plotly_esm(self) -> str:
+        return plotly_bundle()
+
+    # -- data ------------------------------------------------------------------
+
+    def replace_traces(self, traces: Sequence[go.Scatter]) -> None:
+        """Remove every trace and add ``traces`` (their data is sent in full)."""
+        with self._lock:
+            self._stats.points += sum(_points(t) for t in traces)
+            self._stats.resets += 1
+            self.data = ()
+            if traces:
+                self.add_traces(list(traces))
+
+    def append(self, updates: Sequence[tuple[int, Update]]) -> None:
+        """Apply :class:`Update` s to traces by index; sends only the new points."""
+        with self._lock:
+            todo = [(i, u) for i, u in updates if 0 <= i < len(self._data)]
+            if not todo:
+                return
+            for i, u in todo:
+                trace = self._data[i]
+                trace["x"] = _spliced(trace.get("x"), u.keep, u.x)
+                trace["y"] = _spliced(trace.get("y"), u.keep, u.y)
+            if not self._frontend_ready:
+                return
+            buffers: list[bytes] = []
+            for _, u in todo:
+                buffers.append(np.ascontiguousarray(u.x, dtype=np.float64).tobytes())
+                buffers.append(np.ascontiguousarray(u.y, dtype=np.float64).tobytes())
+            self._stats.points += sum(u.x.size for _, u in todo)
+            self._stats.appends += 1
+            self._stats.resets += sum(1 for _, u in todo if u.keep == 0)
+            self.send(
+                {
+                    "type": "append",
+                    "traces": [i for i, _ in todo],
+                    "keep": [u.keep for _, u in todo],
+                },
+                buffers,
+            )
+
+    def shown_points(self) -> int:
+        """Points the figure holds over all traces (what a browser shows)."""
+        with self._lock:
+            return sum(_points(t) for t in self._data)
+
+    # -- front end ----------------------------------------------------------------
+
+    def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and content.get("type") == "ready":
+            self.resync()
+
+    def resync(self) -> None:
+        """Send the full state and have every view redraw (answer to *ready*)."""
+        with self._lock:
+            self._frontend_ready = True
+            self._stats.points += self.shown_points()
+            self._widget_layout = copy.deepcopy(self._layout_obj._props)
+            self._widget_data = copy.deepcopy(self._data)
+            self.send({"type": "redraw"})
+
+    def _send(self, msg: dict[str, Any], buffers: list[Any] | None = None) -> None:
+        """Count, then send (every message of this widget goes through here)."""
+        self._stats.messages += 1
+        self._stats.bytes += len(json.dumps(msg, default=str)) + sum(
+            memoryview(b).nbytes for b in buffers or ()
+        )
+        super()._send(msg, buffers)
+
+
+def _points(trace: Any) -> int:
+    x = trace.get("x") if isinstance(trace, dict) else trace.x
+    return 0 if x is None else len(x)
+
+
+def _spliced(old: Any, keep: int, new: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    head = np.empty(0) if old is None else np.asarray(old, dtype=np.float64)[:keep]
+    return np.concatenate((head, new))

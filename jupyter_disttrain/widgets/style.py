@@ -1,0 +1,46 @@
+"""The dashboard's stylesheet (class names are part of the DOM contract tests read)."""
+
+from __future__ import annotations
+
+__all__ = ["CSS", "style_tag"]
+
+CSS = """
+.distrain-dashboard { font-size: 12px; gap: 6px; }
+.distrain-header { display: flex; flex-wrap: wrap; gap: 4px 14px; align-items: baseline; }
+.distrain-job-name { font-weight: 600; font-size: 13px; }
+.distrain-badge { padding: 1px 7px; border-radius: 9px; color: #fff; font-weight: 600;
+  background: #80868b; }
+.distrain-badge.distrain-state-running { background: #1a73e8; }
+.distrain-badge.distrain-state-restarting { background: #e37400; }
+.distrain-badge.distrain-state-succeeded { background: #188038; }
+.distrain-badge.distrain-state-failed { background: #c5221f; }
+.distrain-badge.distrain-state-stopped, .distrain-badge.distrain-state-exited {
+  background: #5f6368; }
+.distrain-dashboard .widget-html-content { line-height: 1.4; }
+.distrain-note { color: #80868b; }
+.distrain-reason { color: #c5221f; }
+table.distrain-ranks { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+table.distrain-ranks th { text-align: left; font-weight: 600; border-bottom: 1px solid #ccc; }
+table.distrain-ranks th, table.distrain-ranks td { padding: 2px 10px 2px 4px; }
+tr.distrain-failed { background: rgba(197, 34, 31, 0.12); }
+tr.distrain-first-failure td[data-col="rank"]::before { content: "\\25B6  "; color: #c5221f; }
+tr.distrain-straggler { background: rgba(227, 116, 0, 0.15); }
+.distrain-more { color: #80868b; }
+.distrain-logs { font-family: var(--jp-code-font-family, monospace); font-size: 11.5px;
+  max-height: 260px; overflow: auto; display: flex; flex-direction: column-reverse;
+  white-space: pre-wrap; word-break: break-all; border: 1px solid #e0e0e0; padding: 2px 4px; }
+.distrain-logs[data-view="divergence"] { flex-direction: column; }
+.distrain-log-rank { color: #1a73e8; }
+.distrain-log-line[data-ranks="job"] .distrain-log-rank { color: #80868b; }
+.distrain-log-diverge { background: rgba(197, 34, 31, 0.15); }
+.distrain-comms table { border-collapse: collapse; }
+.distrain-comms td { padding: 1px 10px 1px 0; vertical-align: top; }
+.distrain-diagnosis { font-weight: 600; margin: 2px 0 4px 0; }
+.distrain-raw { font-family: var(--jp-code-font-family, monospace); font-size: 11px;
+  max-height: 240px; overflow: auto; white-space: pre; }
+"""
+
+
+def style_tag() -> str:
+    """The stylesheet as a ``<style>`` element."""
+    return f"<style>{CSS}</style>"

@@ -1,0 +1,143 @@
+"""A JupyterLab server on 127.0.0.1 for the browser tests, with its own notebook dir and homes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+OUTPUT = REPO / "test-output" / "browser"
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+LAB_SETTINGS = {
+    # every cell stays in the DOM (no virtual scrolling), no news or update checks
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "checkForUpdates": False,
+        "fetchNews": "false",
+    },
+}
+
+
+@dataclass
+class Lab:
+    url: str
+    root: Path
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/api/status", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(f"jupyter lab not answering at {url} after {timeout} s")
+
+
+def _stop(lab: Lab, procs: list[psutil.Process]) -> list[str]:
+    """Stop the server (it shuts its kernels down), then anything of it left; what was left."""
+    if lab.process.poll() is None:
+        lab.process.send_signal(signal.SIGTERM)
+        try:
+            lab.process.wait(30)
+        except subprocess.TimeoutExpired:
+            lab.process.kill()
+            lab.process.wait(10)
+    _, alive = psutil.wait_procs(procs, timeout=15)
+    left = []
+    for proc in alive:
+        try:
+            left.append(f"{proc.pid}: {' '.join(proc.cmdline())[:120]}")
+            proc.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=5)
+    return left
+
+
+@pytest.fixture
+def browser_ready() -> None:
+    """Chromium and the Node harness must be installed (``make browser-deps`` does it)."""
+    missing = []
+    if not CHROMIUM.exists():
+        missing.append(f"{CHROMIUM} (apt-get install -y chromium)")
+    if not (HERE / "node_modules" / "playwright-core").is_dir():
+        missing.append("tests/browser/node_modules (npm ci in tests/browser)")
+    if missing:
+        pytest.fail(
+            "browser test prerequisites missing: " + "; ".join(missing) + "; run make browser-deps"
+        )
+
+
+@pytest.fixture
+def lab(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
+    """``jupyter lab`` on 127.0.0.1, token-less, rooted in a temporary directory."""
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    settings = tmp_path / "lab-settings"
+    for name, values in LAB_SETTINGS.items():
+        target = settings / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(values))
+    env = dict(os.environ)
+    env.update(
+        DISTRAIN_HOME=str(tmp_path / "distrain-home"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
+    )
+    port = _free_port()
+    log = tmp_path / "jupyterlab.log"
+    cmd = [
+        sys.executable, "-m", "jupyterlab", "--allow-root", "--no-browser",
+        "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+        "--IdentityProvider.token=", "--ServerApp.password=",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]  # fmt: skip
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    lab = Lab(f"http://127.0.0.1:{port}", root, process, log)
+    procs: list[psutil.Process] = []
+    try:
+        _wait_ready(lab.url, process, 90)
+        yield lab
+        procs = lab.descendants()
+    finally:
+        procs = procs or lab.descendants()
+        left = _stop(lab, procs)
+    assert not left, f"processes left behind by the browser test: {left}"

@@ -1,0 +1,219 @@
+// Drives JupyterLab in Debian's Chromium to check the "Distributed Training" sidebar.
+//
+//   node sidebar.mjs BASE_URL NOTEBOOK OUT_DIR
+//
+// The notebook (written by test_sidebar_browser.py) has three code cells:
+// load the extension, a short 2x2 job ("sidebar-ok"), a long job
+// ("sidebar-stop"). The script opens the sidebar from the status bar item,
+// watches the first job's row until Succeeded, expands it, opens its logs
+// (all ranks, then rank 2), stops the second job from its row, saves
+// screenshots in OUT_DIR and prints one JSON object of what it saw. Exit
+// code 1 (with {"error": ...}) when a step times out.
+
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+const [baseUrl, notebook, outDir] = process.argv.slice(2);
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const JOB_TIMEOUT = 180_000;
+
+const result = { console: [] };
+fs.mkdirSync(outDir, { recursive: true });
+const profile = fs.mkdtempSync(path.join(os.tmpdir(), "distrain-chromium-"));
+
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: CHROMIUM,
+  headless: true,
+  viewport: { width: 1500, height: 1000 },
+  args: [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--disable-sync",
+    "--no-first-run",
+    "--metrics-recording-only",
+  ],
+});
+
+const page = context.pages()[0] ?? (await context.newPage());
+page.on("console", (msg) => {
+  if (msg.type() === "error" && result.console.length < 50) result.console.push(msg.text());
+});
+page.on("pageerror", (err) => {
+  if (result.console.length < 50) result.console.push(`pageerror: ${err.message}`);
+});
+
+const row = (id) => `.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"]`;
+const detail = (id) => `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`;
+
+// Runs a cell; retries when JupyterLab dropped the request (kernel not connected yet).
+async function runCell(index) {
+  const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
+  const prompt = cell.locator(".jp-InputPrompt").filter({ hasText: /\[(\*|\d+)\]/ });
+  for (let attempt = 0; attempt < 3; attempt++) {
+    await cell.locator(".jp-InputArea-editor").click();
+    await page.keyboard.press("Shift+Enter");
+    try {
+      await prompt.waitFor({ timeout: 10_000 });
+      return cell;
+    } catch {
+      // not started: try again
+    }
+  }
+  throw new Error(`cell ${index} did not start`);
+}
+
+async function waitForPrompt(cell) {
+  await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: 60_000 });
+}
+
+// Every state the row shows, sampled in the page until it reaches `final`.
+async function watchStates(id, final, timeout) {
+  return page.evaluate(
+    ({ sel, final, timeout }) =>
+      new Promise((resolve, reject) => {
+        const seen = [];
+        let maxRunning = 0;
+        const started = Date.now();
+        const timer = setInterval(() => {
+          const state = document.querySelector(sel)?.dataset.state;
+          const running = Number(document.querySelector(".jp-Disttrain-status")?.dataset.running ?? 0);
+          maxRunning = Math.max(maxRunning, running);
+          if (state && seen[seen.length - 1] !== state) seen.push(state);
+          if (state === final) {
+            clearInterval(timer);
+            resolve({ seen, maxRunning });
+          } else if (Date.now() - started > timeout) {
+            clearInterval(timer);
+            reject(new Error(`${sel} did not reach ${final}; saw ${seen.join(" -> ")}`));
+          }
+        }, 100);
+      }),
+    { sel: row(id), final, timeout },
+  );
+}
+
+async function cells(id) {
+  return page.locator(row(id)).evaluate((tr) =>
+    Object.fromEntries([...tr.querySelectorAll("td")].map((td) => [td.className.split(" ")[0].replace("jp-Disttrain-", ""), td.textContent])),
+  );
+}
+
+async function ranks(id) {
+  return page.locator(`${detail(id)} tr.jp-Disttrain-rank`).evaluateAll((trs) =>
+    trs.map((tr) => ({
+      rank: Number(tr.dataset.rank),
+      state: tr.dataset.state,
+      cells: [...tr.querySelectorAll("td")].map((td) => td.textContent),
+    })),
+  );
+}
+
+try {
+  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
+  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
+  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+
+  // The status bar item opens the sidebar.
+  const status = page.locator(".jp-Disttrain-status");
+  await status.waitFor({ timeout: 30_000 });
+  result.statusBefore = await status.textContent();
+  await status.click();
+  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
+  await page.locator(".jp-DisttrainPanel .jp-Disttrain-empty").waitFor({ timeout: 10_000 });
+  result.emptyText = await page.locator(".jp-DisttrainPanel .jp-Disttrain-empty").textContent();
+
+  // 1: load the extension; 2: the short job, watched in the sidebar to the end.
+  await waitForPrompt(await runCell(0));
+  await runCell(1);
+  await page.locator(row("local/sidebar-ok")).waitFor({ timeout: 60_000 });
+  result.firstSeen = await cells("local/sidebar-ok");
+  const watched = await watchStates("local/sidebar-ok", "Succeeded", JOB_TIMEOUT);
+  result.okStates = watched.seen;
+  result.maxRunning = watched.maxRunning;
+  await page.locator(row("local/sidebar-ok")).click();
+  await page.waitForFunction(
+    (sel) => document.querySelectorAll(`${sel} tr.jp-Disttrain-rank[data-state="Succeeded"]`).length === 4,
+    detail("local/sidebar-ok"),
+    { timeout: 30_000 },
+  );
+  await page.waitForTimeout(500);
+  result.ok = {
+    cells: await cells("local/sidebar-ok"),
+    ranks: await ranks("local/sidebar-ok"),
+    metrics: await page.locator(`${detail("local/sidebar-ok")} dt[data-metric]`).allTextContents(),
+    stopEnabled: await page.locator(`${detail("local/sidebar-ok")} button[data-action="stop"]`).isEnabled(),
+    notebookEnabled: await page.locator(`${detail("local/sidebar-ok")} button[data-action="notebook"]`).isEnabled(),
+    notebookTitle: await page.locator(`${detail("local/sidebar-ok")} button[data-action="notebook"]`).getAttribute("title"),
+    notebookFile: await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-notebook`).textContent(),
+  };
+  await page.locator(`${detail("local/sidebar-ok")} button[data-action="checkpoints"]`).click();
+  await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-checkpoints`).waitFor({ timeout: 10_000 });
+  result.ok.checkpoints = await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-checkpoints`).textContent();
+
+  // Its logs in the main area: every rank, then rank 2 only.
+  await page.locator(`${detail("local/sidebar-ok")} button[data-action="logs"]`).click();
+  const viewer = page.locator('.jp-DisttrainLogs[data-job-id="local/sidebar-ok"]');
+  const text = viewer.locator(".jp-DisttrainLogs-text");
+  await page.waitForFunction(
+    () => (document.querySelector('.jp-DisttrainLogs[data-job-id="local/sidebar-ok"] .jp-DisttrainLogs-text')?.textContent ?? "").includes("[rank 3]"),
+    null,
+    { timeout: 30_000 },
+  );
+  result.logsAll = (await text.textContent()).split("\n");
+  await viewer.locator("select.jp-DisttrainLogs-rank").selectOption("2");
+  await page.locator('.jp-DisttrainLogs[data-job-id="local/sidebar-ok"][data-rank="2"]').waitFor({ timeout: 15_000 });
+  result.logsRank2 = (await text.textContent()).split("\n");
+  result.logTab = await page.locator(".jp-MainAreaWidget.jp-DisttrainLogsPanel").count();
+  await page.screenshot({ path: path.join(outDir, "sidebar-logs.png") });
+
+  // Open notebook: brings the notebook that started the job back to the front.
+  await page.locator(`${detail("local/sidebar-ok")} button[data-action="notebook"]`).click();
+  await page.locator(".jp-NotebookPanel:visible").first().waitFor({ timeout: 15_000 });
+  result.afterOpenNotebook = await page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").first().textContent();
+  await page.locator(row("local/sidebar-ok")).click(); // collapse
+
+  // 3: the long job, stopped from its row.
+  await runCell(2);
+  await page.locator(row("local/sidebar-stop")).waitFor({ timeout: 60_000 });
+  await page.locator(`${row("local/sidebar-stop")}[data-state="Running"]`).waitFor({ timeout: JOB_TIMEOUT });
+  await page.waitForFunction(
+    (sel) => Number(document.querySelector(`${sel} td.jp-Disttrain-step`)?.textContent) >= 3,
+    row("local/sidebar-stop"),
+    { timeout: 60_000 },
+  );
+  result.statusRunning = await status.getAttribute("data-running");
+  await page.locator(row("local/sidebar-stop")).click();
+  const stop = page.locator(`${detail("local/sidebar-stop")} button[data-action="stop"]`);
+  await stop.waitFor({ timeout: 10_000 });
+  result.beforeStop = { cells: await cells("local/sidebar-stop"), stopEnabled: await stop.isEnabled() };
+  const clicked = Date.now();
+  await stop.click();
+  await page.locator(`${row("local/sidebar-stop")}[data-state="Stopped"]`).waitFor({ timeout: 60_000 });
+  result.stopSeconds = (Date.now() - clicked) / 1000;
+  await page.waitForTimeout(2000); // the detail's next poll
+  result.stopped = {
+    cells: await cells("local/sidebar-stop"),
+    ranks: await ranks("local/sidebar-stop"),
+    stopEnabled: await page.locator(`${detail("local/sidebar-stop")} button[data-action="stop"]`).isEnabled(),
+    note: await page.locator(`${detail("local/sidebar-stop")} .jp-Disttrain-note`).textContent().catch(() => ""),
+  };
+  result.statusAfter = await status.getAttribute("data-running");
+  await page.screenshot({ path: path.join(outDir, "sidebar.png") });
+} catch (err) {
+  result.error = String(err?.stack ?? err);
+  await page.screenshot({ path: path.join(outDir, "failure.png") }).catch(() => {});
+} finally {
+  await context.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+}
+
+process.stdout.write(JSON.stringify(result) + "\n");
+process.exit(result.error ? 1 : 0);

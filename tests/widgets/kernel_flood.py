@@ -1,0 +1,239 @@
+"""A real Jupyter kernel under a log flood, driven over jupyter_client (tests and bench).
+
+Inside the kernel a :class:`~jupyter_disttrain.job.Job` shows its dashboard
+exactly as ``%%distrain`` does (``LiveView("widget")``), and a thread feeds
+it synthetic worker lines at ``ranks x rate`` lines per second through
+``events.parse_line`` and ``Job.feed`` (the backend's path). Meanwhile the
+client runs small cells and times them, and reads everything the kernel
+publishes (the dashboard's widget updates come from its render thread).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager, start_new_kernel
+
+SETUP = """
+import json, os, sys, threading, time
+import psutil
+from jupyter_disttrain.backends.registry import get_backend
+from jupyter_disttrain.events import job_event, parse_line
+from jupyter_disttrain.job import Job
+from jupyter_disttrain.progress import LiveView
+from jupyter_disttrain.runtime.protocol import encode
+from jupyter_disttrain.spec import JobSpec
+
+flood_job = Job(JobSpec(name="flood", nodes=2, nproc={nproc}), get_backend("local"))
+flood_view = LiveView("widget")
+flood_job.add_listener(flood_view.on_event)
+flood_view.attach(flood_job)
+flood_stats = {{}}
+
+def _flood(seconds, ranks, rate, tick=0.01):
+    proc = psutil.Process()
+    per_tick = max(1, round(rate * tick))
+    flood_job.feed(job_event("Running"))
+    for r in range(ranks):
+        flood_job.feed(parse_line(encode("hello", r, local_rank=r % {nproc}, world_size=ranks,
+                                         node_rank=r // {nproc}, host="node", pid=r,
+                                         backend="gloo"), r))
+    lines = log_lines = 0
+    start = time.monotonic()
+    k = 0
+    rss = []
+    renders0 = flood_view._dashboard.renders
+    while time.monotonic() - start < seconds:
+        now = time.time()
+        for r in range(ranks):
+            for j in range(per_tick):
+                flood_job.feed(parse_line(
+                    f"step {{k}} micro-batch {{j}} rank {{r}}: loss=0.{{k % 997:03d}} "
+                    "lr=3.0e-4 tokens/s=81234.5", r, now))
+            metric = encode("metric", r, step=k, values={{"loss": 1 / (k + 1)}})
+            flood_job.feed(parse_line(metric, r, now))
+            lines += per_tick + 1
+            log_lines += per_tick
+        k += 1
+        if k % 50 == 0:
+            rss.append(proc.memory_info().rss)
+        delay = start + k * tick - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    elapsed = time.monotonic() - start
+    snap = flood_job.monitor.snapshot()
+    flood_stats.update(lines=lines, log_lines=log_lines, seconds=elapsed, rss=rss,
+                       renders=flood_view._dashboard.renders - renders0,
+                       kept=snap["logs"]["kept"], total=snap["logs"]["total"],
+                       log_limit=flood_job.monitor.log_limit,
+                       errors=flood_view._dashboard.render_errors)
+
+flood_thread = None
+"""
+
+START = """
+flood_thread = threading.Thread(target=_flood, args=({seconds}, {ranks}, {rate}), daemon=True)
+flood_thread.start()
+"""
+
+FINISH = """
+flood_thread.join(60)
+flood_job.feed(job_event("Succeeded"))
+flood_view.close()
+print(json.dumps(flood_stats))
+"""
+
+
+@dataclass
+class FloodResult:
+    """What a flood run measured (latencies in seconds, memory in bytes)."""
+
+    lines: int
+    log_lines: int
+    seconds: float
+    latencies: list[float]
+    rss: list[int]
+    renders: int
+    kept: int
+    total: int
+    log_limit: int
+    errors: list[str]
+    widget_updates: int
+    displays: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def line_rate(self) -> float:
+        return self.lines / self.seconds
+
+    @property
+    def render_rate(self) -> float:
+        return self.renders / self.seconds
+
+    @property
+    def rss_growth(self) -> int:
+        """RSS at the end minus RSS one second into the flood."""
+        return self.rss[-1] - self.rss[min(1, len(self.rss) - 1)]
+
+    def latency(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def median_latency(self) -> float:
+        return statistics.median(self.latencies)
+
+
+class Kernel:
+    """A kernel started with jupyter_client, with helpers to run code and read iopub."""
+
+    def __init__(self, km: KernelManager, kc: BlockingKernelClient) -> None:
+        self.km = km
+        self.kc = kc
+        self.iopub: list[dict[str, Any]] = []
+
+    def drain(self, timeout: float = 0.0) -> None:
+        """Move published messages to :attr:`iopub`."""
+        while True:
+            try:
+                self.iopub.append(self.kc.get_iopub_msg(timeout=timeout))
+            except queue.Empty:
+                return
+
+    def execute(self, code: str, timeout: float = 120.0) -> tuple[float, dict[str, Any]]:
+        """Run ``code``; seconds until its ``execute_reply``, and the reply."""
+        started = time.perf_counter()
+        msg_id = self.kc.execute(code)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no reply within {timeout} s to {code[:60]!r}")
+            try:
+                reply = self.kc.get_shell_msg(timeout=min(left, 0.05))
+            except queue.Empty:
+                self.drain()
+                continue
+            if reply["parent_header"].get("msg_id") == msg_id:
+                elapsed = time.perf_counter() - started
+                if reply["content"]["status"] != "ok":
+                    raise RuntimeError("".join(reply["content"].get("traceback", [])))
+                return elapsed, reply
+
+    def run(self, code: str, timeout: float = 120.0) -> str:
+        """Run ``code`` and return what it printed (after the kernel went idle)."""
+        start = len(self.iopub)
+        _, reply = self.execute(code, timeout)
+        msg_id = reply["parent_header"]["msg_id"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.drain(0.05)
+            mine = [m for m in self.iopub[start:] if m["parent_header"].get("msg_id") == msg_id]
+            if any(
+                m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+                for m in mine
+            ):
+                return "".join(m["content"]["text"] for m in mine if m["msg_type"] == "stream")
+        raise TimeoutError(f"kernel not idle after {code[:60]!r}")
+
+
+@contextmanager
+def kernel(home: str | None = None) -> Iterator[Kernel]:
+    """A fresh python3 kernel (its own ``DISTRAIN_HOME``), shut down on exit."""
+    env = dict(os.environ)
+    env["DISTRAIN_HOME"] = home or tempfile.mkdtemp(prefix="distrain-kernel-home-")
+    km, kc = start_new_kernel(kernel_name="python3", env=env)
+    try:
+        yield Kernel(km, kc)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+
+
+def flood(
+    k: Kernel, *, seconds: float = 5.0, ranks: int = 8, rate: int = 5000, probe: float = 0.2
+) -> FloodResult:
+    """Flood the kernel's dashboard and time a trivial cell every ``probe`` seconds."""
+    k.run(SETUP.format(nproc=ranks // 2))
+    k.drain()
+    mark = len(k.iopub)
+    k.execute(START.format(seconds=seconds, ranks=ranks, rate=rate))
+    latencies: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end - probe:
+        time.sleep(probe)
+        elapsed, _ = k.execute("1 + 1")
+        latencies.append(elapsed)
+    stats = json.loads(k.run(FINISH))
+    k.drain(0.2)
+    published = k.iopub[mark:]
+    updates = sum(
+        1
+        for m in published
+        if m["msg_type"] == "comm_msg" and m["content"]["data"].get("method") == "update"
+    )
+    displays = [
+        m["content"] for m in k.iopub if m["msg_type"] in ("display_data", "update_display_data")
+    ]
+    return FloodResult(
+        lines=stats["lines"],
+        log_lines=stats["log_lines"],
+        seconds=stats["seconds"],
+        latencies=latencies,
+        rss=stats["rss"],
+        renders=stats["renders"],
+        kept=stats["kept"],
+        total=stats["total"],
+        log_limit=stats["log_limit"],
+        errors=stats["errors"],
+        widget_updates=updates,
+        displays=displays,
+    )

@@ -1,0 +1,109 @@
+"""The whole dashboard over JobMonitors fed recorded and synthetic streams (dashboard.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from jupyter_disttrain.events import TERMINAL_STATES, job_event
+from jupyter_disttrain.monitor import JobMonitor
+from jupyter_disttrain.widgets import Dashboard
+from jupyter_disttrain.widgets.dashboard import WIDGET_MIME
+
+from .dom import parse
+from .streams import T0, mixed_events, monitor_of, recorded
+
+
+def test_dashboard_of_a_recorded_job_shows_every_panel() -> None:
+    mon = monitor_of("restart_recovery")
+    dash = Dashboard(mon)
+    assert dash.render_errors == []
+    assert "distrain-dashboard" in dash.widget._dom_classes
+    assert "distrain-job-restart-recovery" in dash.widget._dom_classes
+    assert 'data-state="Succeeded"' in dash.header.html.value
+    rows = parse(dash.table.value).find_all("distrain-rank-row")
+    assert [r.attrs["data-state"] for r in rows] == ["Succeeded"] * 4
+    assert {t.name for t in dash.plot.figure.data} == {
+        "rank 0",
+        "rank 1",
+        "rank 2",
+        "rank 3",
+        "mean",
+    }
+    assert "[ranks 0-3] training finished" in parse(dash.logs.lines.value).all_text()
+    assert 'data-backend="gloo"' in dash.comms.summary_html.value
+
+
+def test_display_bundle_carries_a_static_snapshot() -> None:
+    mon = monitor_of("oom_straggler", nodes=1, nproc=4)
+    dash = Dashboard(mon)
+    bundle = dash._repr_mimebundle_()
+    assert bundle[WIDGET_MIME]["model_id"] == dash.widget.model_id
+    text = bundle["text/plain"]
+    assert text.startswith("oom-straggler [local/nccl] Failed")
+    assert "first failure: rank 1: OOMKilled (exit code 137)" in text
+    html = parse(bundle["text/html"])
+    rows = html.find_all("distrain-rank-row")
+    assert len(rows) == 4 and "distrain-first-failure" in rows[1].classes
+    assert html.find_all(tag="svg"), "a sparkline of the mean loss"
+    assert "DistBackendError" in bundle["text/html"]
+
+
+def test_stop_button_and_close() -> None:
+    mon = JobMonitor("s", "local", 2)
+    mon.feed(job_event("Running", t=T0))
+    stopped: list[bool] = []
+    dash = Dashboard(mon, stop=lambda: stopped.append(True))
+    dash.header.button.click()
+    assert stopped == [True]
+    mon.feed(job_event("Stopped", "stopped by user", t=T0 + 1))
+    dash.close()
+    assert 'data-state="Stopped"' in dash.header.html.value
+    assert dash.header.button.disabled
+
+
+def test_renders_stay_under_ten_per_second_whatever_the_event_rate() -> None:
+    """100k events in 2 s (500 every 10 ms), from a feeder thread."""
+    mon = JobMonitor("flood", "local", 8, nodes=2, nproc=4)
+    dash = Dashboard(mon, finished=lambda: False)
+    events = list(mixed_events(100_000))
+
+    def feed() -> None:
+        t0 = time.monotonic()
+        for k, i in enumerate(range(0, len(events), 500)):
+            mon.feed_many(events[i : i + 500])
+            time.sleep(max(0.0, t0 + (k + 1) * 0.01 - time.monotonic()))
+
+    before = dash.renders
+    started = time.monotonic()
+    dash.start()
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    feeder.join(120)
+    dash.close()
+    window = time.monotonic() - started
+    renders = dash.renders - before
+    assert dash.render_errors == []
+    assert window / 2 <= renders <= 10 * window + 1, f"{renders} renders in {window:.2f} s"
+    assert mon.snapshot()["logs"]["total"] == 90_000
+    assert len(parse(dash.logs.lines.value).find_all("distrain-log-line")) == 200
+
+
+def test_the_loop_ends_by_itself_when_the_job_ends() -> None:
+    mon = JobMonitor("e", "local", 4, nodes=2, nproc=2)
+    dash = Dashboard(mon)
+    dash.start()
+    mon.feed_many(recorded("restart_recovery"))
+    deadline = time.monotonic() + 10
+    while dash._loop.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not dash._loop.running
+    assert mon.state in TERMINAL_STATES
+    assert 'data-state="Succeeded"' in dash.header.html.value
+
+
+def test_widgets_are_only_offered_in_a_kernel() -> None:
+    from jupyter_disttrain.widgets import available
+
+    assert not available(None)
+    assert not available(object())  # a terminal IPython is not a ZMQ shell

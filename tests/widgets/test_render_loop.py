@@ -1,0 +1,79 @@
+"""The throttled render thread (widgets/render_loop.py)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from jupyter_disttrain.widgets.render_loop import RenderLoop
+
+
+def test_renders_at_most_max_rate_per_second_while_the_version_churns() -> None:
+    version = [0]
+    starts: list[float] = []
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            version[0] += 1
+
+    loop = RenderLoop(lambda: starts.append(time.monotonic()), lambda: version[0], lambda: False)
+    feeder = threading.Thread(target=churn)
+    feeder.start()
+    loop.start()
+    time.sleep(1.5)
+    stop.set()
+    feeder.join()
+    loop.stop()
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(starts) >= 5
+    assert min(gaps[:-1]) >= loop.interval * 0.95  # the final render may follow a tick early
+
+
+def test_idle_loop_renders_on_the_clock_tick_only() -> None:
+    renders: list[float] = []
+    loop = RenderLoop(lambda: renders.append(time.monotonic()), lambda: 7, lambda: False, tick=0.3)
+    loop.start()
+    time.sleep(1.0)
+    loop.stop()
+    assert 3 <= len(renders) <= 6  # first, ~3 ticks, the final one
+
+
+def test_wake_renders_soon_and_finish_ends_with_a_final_render() -> None:
+    renders: list[str] = []
+    finished = threading.Event()
+    done: list[bool] = []
+    loop = RenderLoop(
+        lambda: renders.append("r"),
+        lambda: 1,
+        finished.is_set,
+        lambda: done.append(True),
+        tick=60,
+    )
+    loop.start()
+    time.sleep(0.3)
+    count = len(renders)
+    loop.wake()
+    time.sleep(0.25)
+    assert len(renders) == count + 1
+    finished.set()
+    deadline = time.monotonic() + 5
+    while loop.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not loop.running and done == [True]
+    assert len(renders) >= count + 2
+
+
+def test_a_failing_render_is_kept_and_the_loop_goes_on() -> None:
+    calls = [0]
+
+    def render() -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise ValueError("boom")
+
+    loop = RenderLoop(render, lambda: calls[0], lambda: False)
+    loop.render_now()
+    loop.render_now()
+    assert loop.errors == ["ValueError: boom"] and loop.renders == 2

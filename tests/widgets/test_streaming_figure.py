@@ -1,0 +1,106 @@
+"""StreamingFigure: appends reach the browser as new points only (widgets/streaming_figure.py).
+
+The figure is a real plotly FigureWidget; its comm's ``send`` is wrapped to
+record what would go over the wire, and the front end's *ready* message is
+delivered the way ipywidgets delivers custom messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from jupyter_disttrain.widgets.streaming_figure import StreamingFigure
+from jupyter_disttrain.widgets.trace_feed import Update
+
+
+class Wire:
+    """Records every message the widget's comm sends."""
+
+    def __init__(self, widget: Any) -> None:
+        self.messages: list[tuple[dict[str, Any], list[Any]]] = []
+        original = widget.comm.send
+
+        def send(data: Any = None, metadata: Any = None, buffers: Any = None) -> None:
+            self.messages.append((data, list(buffers or [])))
+            original(data=data, metadata=metadata, buffers=buffers)
+
+        widget.comm.send = send
+
+    def custom(self) -> list[tuple[dict[str, Any], list[Any]]]:
+        return [(m["content"], b) for m, b in self.messages if m.get("method") == "custom"]
+
+    def bytes(self) -> int:
+        return sum(memoryview(b).nbytes for _, bufs in self.messages for b in bufs)
+
+
+def ready(fig: StreamingFigure) -> None:
+    """What the front end sends once it listens."""
+    fig._handle_custom_msg({"type": "ready"}, [])
+
+
+@pytest.fixture
+def fig() -> StreamingFigure:
+    figure = StreamingFigure()
+    figure.replace_traces([go.Scatter(x=np.arange(3.0), y=np.zeros(3)), go.Scatter(x=[], y=[])])
+    return figure
+
+
+def test_appends_before_the_front_end_listens_only_change_the_python_side(
+    fig: StreamingFigure,
+) -> None:
+    wire = Wire(fig)
+    fig.append([(0, Update(2, np.array([7.0, 8.0]), np.array([1.0, 2.0])))])
+    assert list(fig.data[0].x) == [0.0, 1.0, 7.0, 8.0]
+    assert list(fig.data[0].y) == [0.0, 0.0, 1.0, 2.0]
+    assert wire.messages == []
+
+
+def test_ready_resyncs_then_appends_carry_only_new_points(fig: StreamingFigure) -> None:
+    fig.append([(1, Update(0, np.arange(1000.0), np.ones(1000)))])
+    wire = Wire(fig)
+    ready(fig)
+    assert fig.frontend_ready
+    state = [m for m, _ in wire.messages if m.get("method") == "update"]
+    assert state and "_widget_data" in state[0]["state"]
+    assert wire.custom()[-1][0] == {"type": "redraw"}
+    resync_bytes = wire.bytes()
+    assert resync_bytes >= 1003 * 16  # the full data, once
+
+    wire.messages.clear()
+    fig.append(
+        [
+            (0, Update(3, np.array([3.0]), np.array([5.0]))),
+            (1, Update(999, np.array([1000.0, 1001.0]), np.array([2.0, 3.0]))),
+        ]
+    )
+    [(content, buffers)] = wire.custom()
+    assert content == {"type": "append", "traces": [0, 1], "keep": [3, 999]}
+    assert [np.frombuffer(b, dtype=np.float64).tolist() for b in buffers] == [
+        [3.0],
+        [5.0],
+        [1000.0, 1001.0],
+        [2.0, 3.0],
+    ]
+    assert wire.bytes() == 6 * 8
+    assert len(fig.data[1].x) == 1001 and fig.data[1].x[-1] == 1001.0
+    assert fig.stats.appends == 1 and fig.shown_points() == 4 + 1001
+
+
+def test_appends_to_missing_traces_are_ignored(fig: StreamingFigure) -> None:
+    ready(fig)
+    wire = Wire(fig)
+    fig.append([(5, Update(0, np.array([1.0]), np.array([1.0])))])
+    assert wire.messages == []
+
+
+def test_every_message_is_counted(fig: StreamingFigure) -> None:
+    ready(fig)
+    wire = Wire(fig)
+    before = fig.stats.messages
+    fig.append([(0, Update(0, np.arange(10.0), np.arange(10.0)))])
+    fig.update_layout(yaxis_type="log")
+    assert fig.stats.messages - before == len(wire.messages)

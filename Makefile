@@ -4,9 +4,10 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTHON  ?= python3
 
-.PHONY: venv demo test lint typecheck unit notebooks bench clean browser-deps
+.PHONY: venv demo test lint typecheck unit notebooks bench clean browser-deps labextension-test binder-check
 
-$(STAMP): pyproject.toml constraints.txt
+# The editable install also builds the lab extension (labextension/ -> jupyter_disttrain/labextension).
+$(STAMP): pyproject.toml constraints.txt labextension/package.json $(wildcard labextension/src/*.ts labextension/style/*)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,tensorflow]'
 	@touch $(STAMP)
@@ -29,13 +30,23 @@ browser-deps:
 	@test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 	@test -d tests/browser/node_modules/playwright-core || (cd tests/browser && npm ci --no-audit --no-fund)
 
-test: venv lint typecheck browser-deps
+# TypeScript unit tests of the lab extension (jest; jlpm comes with the venv).
+labextension-test: venv
+	@test -d labextension/node_modules || (cd labextension && ../$(VENV)/bin/jlpm install)
+	cd labextension && ../$(VENV)/bin/jlpm test --ci
+
+# The Binder recipe in a fresh venv: install, both extensions enabled, quickstart runs.
+binder-check:
+	bash scripts/binder_check.sh
+
+test: venv lint typecheck browser-deps labextension-test
 	$(PY) -m pytest -p no:cacheprovider --nbval-lax tests notebooks
 
 bench: venv
 	$(PY) bench/launch.py
 	$(PY) bench/monitor.py
 	$(PY) bench/k8s_api.py
+	$(PY) bench/checkpoints.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

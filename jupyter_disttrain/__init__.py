@@ -18,9 +18,12 @@ from typing import Any
 from .runtime.report import report
 
 __version__ = "0.1.0"
-__all__ = ["Job", "JobSpec", "__version__", "load_ipython_extension", "report", "submit"]
+__all__ = ["CheckpointStore", "Job", "JobSpec", "__version__", "every", "load_checkpoint",
+           "load_ipython_extension", "report", "save_checkpoint", "submit"]  # fmt: skip
 
-_LAZY = {"Job": "job", "submit": "job", "JobSpec": "spec"}
+_LAZY = {"Job": "job", "submit": "job", "JobSpec": "spec", "CheckpointStore": "checkpoints",
+         "save_checkpoint": "runtime.checkpoint", "load_checkpoint": "runtime.checkpoint",
+         "every": "runtime.checkpoint"}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

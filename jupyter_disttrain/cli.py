@@ -1,7 +1,8 @@
 """The ``disttrain`` command: the same jobs for training code kept in files.
 
 ``disttrain run SCRIPT.py --nodes N --nproc M``, ``disttrain jobs``,
-``disttrain logs NAME``, ``disttrain stop NAME``, ``disttrain nccl LOGFILE``.
+``disttrain logs NAME``, ``disttrain stop NAME``, ``disttrain nccl LOGFILE``,
+``disttrain checkpoints URI``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     nccl = sub.add_parser("nccl", help="summarise NCCL / communication lines of a log file")
     nccl.add_argument("logfile")
     nccl.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ckpt = sub.add_parser("checkpoints", help="list the checkpoints of a directory or URL")
+    ckpt.add_argument("uri", help="checkpoint directory: a path or fsspec URL (s3://...)")
+    ckpt.add_argument("--verify", action="store_true", help="check every checkpoint's sha256")
+    ckpt.add_argument("--json", action="store_true", help="print the records as JSON")
     return parser
 
 
@@ -63,7 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         spec = spec_from_args(args)
         backend = get_backend(spec.backend, launch_mode=args.launch)
-        payload = build_payload(source, {}, job=spec.name, dist_backend=spec.dist_backend,
+        payload = build_payload(source, {}, job=spec.name, framework=spec.framework,
+                                dist_backend=spec.dist_backend,
                                 extra=backend.payload_extra(spec))  # fmt: skip
         plan = str(backend.dryrun(spec, payload)) if args.dry_run or args.export else ""
     except (SpecError, CaptureError, BackendError) as exc:
@@ -118,7 +124,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     try:
         spec = spec_from_args(args)
         backend = get_backend("kubernetes")
-        payload = build_payload(source, {}, job=spec.name, dist_backend=spec.dist_backend,
+        payload = build_payload(source, {}, job=spec.name, framework=spec.framework,
+                                dist_backend=spec.dist_backend,
                                 extra=backend.payload_extra(spec))  # fmt: skip
         text = str(backend.dryrun(spec, payload))
     except (SpecError, CaptureError, BackendError) as exc:
@@ -149,6 +156,32 @@ def cmd_nccl(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    """List a checkpoint directory; exit 1 when a checkpoint is damaged."""
+    from dataclasses import asdict
+
+    from .checkpoints import CheckpointError, CheckpointStore, format_table
+
+    try:
+        store = CheckpointStore(args.uri)
+        if args.verify:
+            store.verify()
+        infos = store.list()
+    except CheckpointError as exc:
+        print(f"disttrain: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the storage's own errors (credentials, network)
+        print(f"disttrain: cannot read {args.uri}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        rows = [{k: v for k, v in asdict(c).items() if k != "record"} for c in infos]
+        print(json.dumps(rows, indent=1))
+    else:
+        print(f"{store.uri}: {len(infos)} checkpoint(s)")
+        print(format_table(infos))
+    return 0 if all(c.ok for c in infos) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``disttrain``."""
     args = build_parser().parse_args(argv)
@@ -158,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_nccl(args)
     if args.command == "render":
         return cmd_render(args)
+    if args.command == "checkpoints":
+        return cmd_checkpoints(args)
     backend = get_backend("local")
     try:
         if args.command == "jobs":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import events as ev
 from .backends.base import Backend, BackendError, Submission
@@ -18,6 +18,9 @@ from .monitor import JobMonitor
 from .payload import Payload
 from .remote import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
+
+if TYPE_CHECKING:
+    from .checkpoints import CheckpointStore
 
 Listener = Callable[[ev.Event], None]
 
@@ -182,6 +185,12 @@ class Job:
     def metrics(self) -> MetricsTable:
         """Every reported metric as a table (see :class:`MetricsTable`)."""
         return MetricsTable(self.monitor.metrics_table())
+
+    def checkpoints(self) -> CheckpointStore:
+        """The job's checkpoint directory as a :class:`~.checkpoints.CheckpointStore`."""
+        from .checkpoints import CheckpointStore, job_dir_uri
+
+        return CheckpointStore(job_dir_uri(self))
 
     def stop(self, wait: bool = True, timeout: float = 30.0) -> str:
         """Stop the job; every process of it ends. Returns the final state."""

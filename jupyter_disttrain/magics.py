@@ -1,13 +1,15 @@
 """IPython magics: a thin argument-parsing layer over :mod:`jupyter_disttrain.job`.
 
 ``%%distrain`` runs the cell as a distributed job; ``%distrain_jobs``,
-``%distrain_logs``, ``%distrain_stop`` and ``%distrain_config`` manage jobs
-and defaults. User mistakes raise :class:`~IPython.core.error.UsageError`
-with a message that names the problem and the fix.
+``%distrain_logs``, ``%distrain_stop``, ``%distrain_checkpoints`` and
+``%distrain_config`` manage jobs, checkpoints and defaults. User mistakes
+raise :class:`~IPython.core.error.UsageError` with a message that names the
+problem and the fix.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,8 +61,8 @@ class DistrainMagics(Magics):
     ).tag(config=True)
     live = Unicode(
         "auto",
-        help="Live output: 'auto' (display in notebooks, lines in terminals), 'text', "
-        "'lines' or 'none'.",
+        help="Live output: 'auto' (dashboard in notebooks, lines in terminals), 'widget', "
+        "'text', 'lines' or 'none'.",
     ).tag(config=True)
 
     CONFIG_KEYS = ("nodes", "nproc", "backend", "timeout", "max_capture_mb", "launch_mode",
@@ -96,12 +98,15 @@ class DistrainMagics(Magics):
         try:
             spec = spec_from_args(args, self._defaults())
             backend = get_backend(spec.backend, launch_mode=self.launch_mode)
+            backend.notebook = notebook_path(self.shell)
             payload = build_payload(
                 cell,
                 self.shell.user_ns if self.shell else {},
                 job=spec.name,
+                framework=spec.framework,
                 dist_backend=spec.dist_backend,
                 max_capture_bytes=int(self.max_capture_mb * 1024 * 1024),
+                extra=backend.payload_extra(spec),
             )
             if args.dry_run or args.export:
                 plan = str(backend.dryrun(spec, payload))
@@ -119,18 +124,18 @@ class DistrainMagics(Magics):
         if args.dry_run:
             print(plan)
             return None
-        view = LiveView(self._live_mode())
+        view = LiveView(self._live_mode(), blocking=args.wait)
         print(f"{spec.name}: {payload.describe()}")
         try:
             job = jobs.submit(spec, payload, backend, listeners=[view.on_event])
         except BackendError as exc:
             raise UsageError(str(exc)) from None
-        view.attach(job)
         if args.output:
             self.shell.user_ns[args.output] = job  # type: ignore[union-attr]
-        if not args.wait:
-            return job
-        try:
+        try:  # Ctrl-C at any point from here on stops the job
+            view.attach(job)
+            if not args.wait:
+                return job
             job.wait()
         except KeyboardInterrupt:
             job.stop()
@@ -148,12 +153,19 @@ class DistrainMagics(Magics):
             raise UsageError("%distrain_jobs takes no arguments")
         mine = jobs.registered()
         records = get_backend("local").list_jobs()
-        shown = [
-            r
-            for r in records
-            if r.name in mine or r.state not in ("Succeeded", "Failed", "Stopped")
-        ]
+        notes = []
+        if self.backend == "kubernetes" or any(
+            j.spec.backend == "kubernetes" for j in mine.values()
+        ):
+            try:
+                records += get_backend("kubernetes").list_jobs()
+            except BackendError as exc:
+                notes.append(f"kubernetes: {exc}")
+        live = ("Pending", "Running", "Restarting")
+        shown = [r for r in records if r.name in mine or r.state in live]
         print(format_job_table(shown, set(mine)))
+        for note in notes:
+            print(note)
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("name", help="job name")
@@ -240,6 +252,37 @@ class DistrainMagics(Magics):
                 ) from None
         print(", ".join(f"{k}={getattr(self, k)!r}" for k in (i.split("=")[0] for i in items)))
 
+    @line_magic
+    def distrain_checkpoints(self, line: str) -> Any:
+        """Browse checkpoints: ``%distrain_checkpoints [URI | JOB]`` (default: the last job).
+
+        JOB is a job name or the notebook variable holding the job (``-o NAME``).
+
+        Shows the checkpoint browser (sortable table, contents, Load / Resume
+        / Delete) in a notebook, a text table elsewhere.
+        """
+        from .checkpoints import CheckpointError, format_table, store_for
+
+        target = line.strip() or None
+        known = jobs.registered()
+        value = self.shell.user_ns.get(target) if self.shell and target else None
+        if isinstance(value, jobs.Job):  # the variable of -o NAME
+            known[str(target)] = value
+        try:
+            store, job = store_for(target, known)
+            infos = store.list()
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # the storage's own errors (credentials, network)
+            raise UsageError(f"cannot read checkpoints of {target}: {exc}") from None
+        if self._live_mode() == "widget":
+            from .widgets.checkpoints import CheckpointBrowser
+
+            return CheckpointBrowser(store, job=job, shell=self.shell)
+        print(f"{store.uri}: {len(infos)} checkpoint(s)")
+        print(format_table(infos))
+        return None
+
     # -- helpers -----------------------------------------------------------------
     def _defaults(self) -> dict[str, Any]:
         return {
@@ -253,7 +296,18 @@ class DistrainMagics(Magics):
         if self.live != "auto":
             return str(self.live)
         shell = type(self.shell).__name__ if self.shell else ""
-        return "text" if "ZMQ" in shell else "lines"
+        if "ZMQ" not in shell:
+            return "lines"
+        from .widgets import available
+
+        return "widget" if available(self.shell) else "text"
+
+
+def notebook_path(shell: Any) -> str | None:
+    """The notebook this kernel serves, when the server told it (jupyter_server >= 2)."""
+    namespace = getattr(shell, "user_ns", None) or {}
+    path = namespace.get("__session__") or os.environ.get("JPY_SESSION_NAME")
+    return str(path) if path else None
 
 
 def load(ipython: Any) -> None:
@@ -263,6 +317,10 @@ def load(ipython: Any) -> None:
     import atexit
 
     atexit.register(jobs.stop_all)
+    if magics.live in ("auto", "widget"):
+        from .widgets import prewarm as prewarm_widgets
+
+        prewarm_widgets(ipython)
     if magics.prewarm and magics.backend == "local" and magics.launch_mode == "fork":
         from .backends.launcher import prewarm
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import secrets
 from typing import Any
 
 from .backends.k8s_options import EXAMPLES as K8S_EXAMPLES
 from .backends.k8s_options import REPEATABLE as K8S_REPEATABLE
-from .spec import BACKENDS, DIST_BACKENDS, JobSpec, SpecError, parse_env, validate
+from .spec import BACKENDS, DIST_BACKENDS, FRAMEWORKS, JobSpec, SpecError, parse_env, validate
 
 Option = tuple[tuple[str, ...], dict[str, Any]]
 
@@ -32,11 +33,18 @@ JOB_OPTIONS: list[Option] = [
                   "help": "environment variable for every worker (repeatable)"}),
     (("--timeout",), {"type": float, "default": None, "metavar": "SECONDS",
                       "help": "stop the job if it runs longer than this"}),
+    (("--framework",), {"default": None, "metavar": "NAME",
+                        "help": f"{' or '.join(FRAMEWORKS)}; default pytorch"}),
     (("--dist-backend",), {"default": "auto", "metavar": "NAME",
                            "help": f"process group backend: {', '.join(DIST_BACKENDS)}; auto "
                            "picks nccl with CUDA, else gloo"}),
     (("--max-restarts",), {"type": int, "default": 0, "metavar": "N",
                            "help": "restart all workers up to N times after a failure"}),
+    (("--checkpoint-dir",), {"default": None, "metavar": "URI",
+                             "help": "where save_checkpoint() writes: a path or fsspec URL "
+                             "(s3://...); local default: the job directory"}),
+    (("--resume",), {"default": None, "metavar": "latest|STEP|URI",
+                     "help": "load_checkpoint() returns this checkpoint when the job starts"}),
     (("--dry-run",), {"action": "store_true",
                       "help": "print the exact launch plan (or Kubernetes YAML) and run nothing"}),
     (("--export",), {"default": None, "metavar": "FILE.yaml",
@@ -116,16 +124,51 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
         )
     if getattr(args, "export", None) and backend != "kubernetes":
         raise SpecError("--export writes Kubernetes YAML; add --backend kubernetes")
-    return validate(
+    framework = str(pick("framework", "pytorch")).lower()
+    if framework == "tensorflow":
+        _check_tensorflow(args, backend, extra)
+    spec = validate(
         JobSpec(
             name=args.name or default_name(),
             nodes=int(pick("nodes", 1)),
             nproc=int(pick("nproc", 1)),
             backend=backend,
+            framework=framework,  # type: ignore[arg-type]
             dist_backend=str(args.dist_backend).lower(),  # type: ignore[arg-type]
             env=parse_env(list(args.env or [])),
             timeout=float(timeout) if timeout is not None else None,
             max_restarts=int(args.max_restarts),
+            checkpoint_dir=getattr(args, "checkpoint_dir", None),
+            resume=getattr(args, "resume", None),
             options=extra,
         )
     )
+    from .checkpoints import preflight  # checks the directory and the resume target
+
+    return preflight(spec)
+
+
+def _check_tensorflow(
+    args: argparse.Namespace, backend: str, extra: tuple[tuple[str, str], ...]
+) -> None:
+    """Options that cannot run a TensorFlow job here; the message says what to change."""
+    if backend == "local" and int(getattr(args, "max_restarts", 0) or 0) > 0:
+        raise SpecError(
+            "--max-restarts with --framework tensorflow needs --backend kubernetes (the TFJob "
+            "restarts failed pods); locally a TensorFlow job runs once: remove --max-restarts"
+        )
+    if any(key == "elastic" for key, _ in extra):
+        raise SpecError(
+            "--elastic is a PyTorch (torchrun) option; TensorFlow jobs have a fixed number "
+            "of workers: remove --elastic or use --framework pytorch"
+        )
+    if backend == "kubernetes" and any(key == "image" for key, _ in extra):
+        return  # the image brings TensorFlow; the notebook need not have it
+    if importlib.util.find_spec("tensorflow") is None:
+        where = "to run the workers" if backend == "local" else "to pick the matching image"
+        raise SpecError(
+            f"--framework tensorflow needs TensorFlow in this environment {where}: "
+            "pip install 'jupyter_disttrain[tensorflow]' (installs tensorflow-cpu; "
+            "tensorflow on a GPU machine)"
+            + ("" if backend == "local" else ", or pass --image with a TensorFlow image")
+        )

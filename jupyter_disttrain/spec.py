@@ -109,6 +109,9 @@ def validate(spec: JobSpec) -> JobSpec:
         raise SpecError(f"--timeout must be a positive number of seconds, got {spec.timeout}")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}")
+    _check_checkpoint_options(spec)
+    if spec.framework == "tensorflow":
+        _check_tensorflow(spec)
     for key, _ in spec.env:
         if not ENV_KEY_RE.match(key):
             raise SpecError(f"environment variable name {key!r} is not valid")
@@ -118,6 +121,21 @@ def validate(spec: JobSpec) -> JobSpec:
                 f"worker ({key}); remove it and read the value the launcher provides"
             )
     return spec
+
+
+def _check_tensorflow(spec: JobSpec) -> None:
+    """TensorFlow runs one process per node, with no PyTorch process-group settings."""
+    if spec.nproc != 1:
+        raise SpecError(
+            f"--nproc {spec.nproc} with --framework tensorflow: TensorFlow runs one process "
+            "per worker, and MultiWorkerMirroredStrategy uses every device of its machine; "
+            f"use --nodes {spec.nodes * spec.nproc} --nproc 1 for {spec.nodes * spec.nproc} workers"
+        )
+    if spec.dist_backend != "auto":
+        raise SpecError(
+            f"--dist-backend {spec.dist_backend} is a PyTorch process-group setting; "
+            "TensorFlow picks its own collectives (ring on CPU, NCCL on GPUs): remove it"
+        )
 
 
 #: Variables the launcher owns; a user override would break the job.
@@ -134,3 +152,26 @@ RESERVED_ENV: frozenset[str] = frozenset(
         "TORCHELASTIC_RUN_ID",
     }
 )
+
+
+def _check_checkpoint_options(spec: JobSpec) -> None:
+    """``--checkpoint-dir`` and ``--resume latest|STEP|URI``, as far as text can tell."""
+    if spec.checkpoint_dir is not None and not spec.checkpoint_dir.strip():
+        raise SpecError("--checkpoint-dir is empty; give a path or a URL such as s3://bucket/run")
+    if spec.resume is None:
+        return
+    resume = spec.resume.strip()
+    if not resume:
+        raise SpecError("--resume is empty; use --resume latest, a step number or a checkpoint URI")
+    if resume == "latest" or resume.isdigit():
+        if not spec.checkpoint_dir:
+            raise SpecError(
+                f"--resume {resume} needs --checkpoint-dir (the directory to resume from), "
+                "or give the checkpoint's URI: --resume PATH_OR_URL"
+            )
+    elif resume.lstrip("-").isdigit():
+        raise SpecError(f"--resume {resume}: a step must be 0 or more")
+    elif "/" not in resume:
+        raise SpecError(
+            f"--resume {resume!r} is not 'latest', a step number or a checkpoint path or URL"
+        )

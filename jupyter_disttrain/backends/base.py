@@ -66,6 +66,8 @@ class Backend(abc.ABC):
     """A place jobs run. Implementations document where they differ."""
 
     name: str = "?"
+    #: The notebook that submits jobs (a path), recorded with each job when known.
+    notebook: str | None = None
 
     def payload_extra(self, spec: JobSpec) -> dict[str, Any]:
         """Fields this backend adds to the payload (e.g. an image that would work)."""

@@ -6,10 +6,16 @@ Agents and workers are forked from the warm launcher (see
 ``runtime/zygote.py``) when it is available, otherwise started as fresh
 interpreters. Every process of a job is in one process group, or a child of
 a member, so stop, timeout, failure and owner exit end all of them.
+
+With ``--framework tensorflow`` each node is one worker process instead of an
+agent: a fresh interpreter (TensorFlow starts threads when it is imported, so
+forking a warm one is unsafe) running the worker runtime with the
+``TF_CONFIG`` a cluster would give it, workers on free ports of 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -17,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +43,8 @@ KILL_GRACE_SECONDS = 3.0
 #: After a rank's error with no restarts left, give the others this long to report.
 FAILURE_GRACE_SECONDS = 2.0
 LOOPBACK = "127.0.0.1"
+TORCHRUN = "torch.distributed.run"
+WORKER_MODULE = "jupyter_disttrain.runtime.worker"
 
 
 def free_port() -> int:
@@ -45,19 +54,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that are free right now."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((LOOPBACK, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 @dataclass(frozen=True)
 class NodeLaunch:
-    """How one node agent is started."""
+    """How one node is started: ``python -m MODULE ARGV`` (torchrun, or a TensorFlow worker)."""
 
     node: int
-    argv: tuple[str, ...]  # torchrun arguments
+    argv: tuple[str, ...]  # arguments of ``module``
     env: dict[str, str]  # set on top of the owner's environment
-    log: str
+    log: str  # the process's own output, before the worker redirects to its rank log
+    module: str = TORCHRUN
 
     def command(self) -> str:
         """The equivalent shell command line."""
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return f"{envs} torchrun {shlex.join(self.argv)}"
+        program = "torchrun" if self.module == TORCHRUN else f"python -m {self.module}"
+        return f"{envs} {program} {shlex.join(self.argv)}"
 
 
 @dataclass(frozen=True)
@@ -75,14 +98,19 @@ class LocalPlan:
 
     def __str__(self) -> str:
         spec = self.spec
+        tf = spec.framework == "tensorflow"
         lines = [
             f"job {spec.name}: {spec.nodes} node(s) x {spec.nproc} process(es) = "
             f"{spec.world_size} rank(s), local backend",
-            f"rendezvous: c10d at {self.rdzv_endpoint} (node 0 hosts the store)",
+            f"cluster: TF_CONFIG workers {self.rdzv_endpoint} (worker 0 is the chief)"
+            if tf
+            else f"rendezvous: c10d at {self.rdzv_endpoint} (node 0 hosts the store)",
             f"launch: {self.mode} "
             + (
                 "(agents and workers forked from a warm launcher)"
                 if self.mode == "fork"
+                else "(a fresh interpreter per worker: TensorFlow is not fork-safe)"
+                if tf
                 else "(fresh interpreters)"
             ),
             f"job directory: {self.job_dir}",
@@ -103,8 +131,13 @@ def build_plan(
     mode: str,
     port: int,
     base_env: dict[str, str] | None = None,
+    ports: Sequence[int] = (),
 ) -> LocalPlan:
-    """The launch plan for ``spec`` (pure apart from the arguments given)."""
+    """The launch plan for ``spec`` (pure apart from the arguments given).
+
+    ``port`` is the c10d rendezvous port; a TensorFlow job's workers listen on
+    ``ports`` (one per node; free ones are picked when not given).
+    """
     payload_path = str(directory / "payload.pkl")
     logs = jobdir.logs_dir(directory)
     endpoint = f"{LOOPBACK}:{port}"
@@ -119,12 +152,21 @@ def build_plan(
         "DISTRAIN_JOB_ID": spec.name,
         "DISTRAIN_JOB_DIR": str(directory),
         "DISTRAIN_LOG_DIR": str(logs),
+        "DISTRAIN_CHECKPOINT_DIR": spec.checkpoint_dir or str(directory / "checkpoints"),
         "PYTHONUNBUFFERED": "1",
         "GLOO_SOCKET_IFNAME": "lo",
         "NCCL_SOCKET_IFNAME": "lo",
     }
     if spec.timeout:
         env.setdefault("DISTRAIN_PG_TIMEOUT", str(max(30, int(spec.timeout))))
+    if spec.nproc > 1:  # torchrun's own default, without its warning in every agent log
+        env.setdefault("OMP_NUM_THREADS", "1")
+    if spec.resume:
+        env["DISTRAIN_RESUME"] = spec.resume
+    if spec.max_restarts:  # restarted workers must not meet the last round's store keys
+        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    if spec.framework == "tensorflow":
+        return _tf_plan(spec, payload, directory, env, list(ports) or free_ports(spec.nodes))
     nodes = []
     for node in range(spec.nodes):
         argv = (
@@ -146,6 +188,31 @@ def build_plan(
     return LocalPlan(
         spec, str(directory), endpoint, mode, tuple(nodes), len(payload.data),
         payload.describe(), notes,
+    )  # fmt: skip
+
+
+def _tf_plan(
+    spec: JobSpec, payload: Payload, directory: Path, env: dict[str, str], ports: list[int]
+) -> LocalPlan:
+    """One fresh worker process per node, each with its task's ``TF_CONFIG``."""
+    if len(set(ports)) != spec.nodes:
+        raise ValueError(f"a TensorFlow job of {spec.nodes} nodes needs as many distinct ports")
+    logs = jobdir.logs_dir(directory)
+    cluster = {"worker": [f"{LOOPBACK}:{p}" for p in ports]}
+    nodes = []
+    for node in range(spec.nodes):
+        config = {"cluster": cluster, "task": {"type": "worker", "index": node}}
+        node_env = {
+            **env, "TF_CONFIG": json.dumps(config, separators=(",", ":")),
+            "RANK": str(node), "WORLD_SIZE": str(spec.nodes), "GROUP_RANK": str(node),
+            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        }  # fmt: skip
+        argv = (str(directory / "payload.pkl"),)
+        log = str(logs / f"agent-{node}.log")
+        nodes.append(NodeLaunch(node, argv, node_env, log, module=WORKER_MODULE))
+    return LocalPlan(
+        spec, str(directory), ",".join(cluster["worker"]), "exec", tuple(nodes),
+        len(payload.data), payload.describe(),
     )  # fmt: skip
 
 
@@ -242,8 +309,15 @@ class LogTailer:
 class LocalRun(Submission):
     """A local job followed by this process: starts agents, tails logs, decides the end."""
 
-    def __init__(self, plan: LocalPlan, sink: EventSink, launcher: Launcher | None) -> None:
+    def __init__(
+        self,
+        plan: LocalPlan,
+        sink: EventSink,
+        launcher: Launcher | None,
+        notebook: str | None = None,
+    ) -> None:
         self.plan = plan
+        self.notebook = notebook
         self.spec = plan.spec
         self.dir = Path(plan.job_dir)
         self.sink = sink
@@ -291,9 +365,11 @@ class LocalRun(Submission):
             self._state = {
                 "name": spec.name, "backend": "local", "nodes": spec.nodes,
                 "nproc": spec.nproc, "world_size": spec.world_size, "created": time.time(),
+                "framework": spec.framework,
                 "owner_pid": os.getpid(), "mode": self.plan.mode,
                 "launcher_pid": self.launcher.pid if self.launcher else None,
                 "rdzv_endpoint": self.plan.rdzv_endpoint, "timeout": spec.timeout,
+                "notebook": self.notebook,
             }  # fmt: skip
         self._state.update(changes)
         if changes.get("state") in ev.TERMINAL_STATES:
@@ -458,7 +534,7 @@ class _ExecAgent:
 
         with open(node.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", *node.argv],
+                [sys.executable, "-m", node.module, *node.argv],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 process_group=pgid,
             )  # fmt: skip
@@ -478,10 +554,14 @@ class LocalBackend(Backend):
             raise ValueError(f"launch mode must be 'fork' or 'exec', got {mode!r}")
         self.mode = mode
 
+    def launch_mode(self, spec: JobSpec) -> str:
+        """``fork`` or ``exec``; TensorFlow workers always start as fresh interpreters."""
+        return "exec" if spec.framework == "tensorflow" else self.mode
+
     def dryrun(self, spec: JobSpec, payload: Payload) -> LocalPlan:
         """The launch plan, with a port chosen now; nothing is written or started."""
         return build_plan(
-            spec, payload, jobdir.job_dir(spec.name), mode=self.mode, port=free_port()
+            spec, payload, jobdir.job_dir(spec.name), mode=self.launch_mode(spec), port=free_port()
         )
 
     def submit(self, spec: JobSpec, payload: Payload, sink: EventSink) -> LocalRun:
@@ -500,15 +580,16 @@ class LocalBackend(Backend):
         jobdir.logs_dir(directory).mkdir(parents=True)
         (directory / "payload.pkl").write_bytes(payload.data)
         launcher: Launcher | None = None
-        mode = self.mode
+        mode = self.launch_mode(spec)
         if mode == "fork":
             try:
                 launcher = shared_launcher()
                 launcher.wait_ready()
             except LauncherError:
                 launcher, mode = None, "exec"
-        plan = build_plan(spec, payload, directory, mode=mode, port=free_port())
-        run = LocalRun(plan, sink, launcher)
+        run_id = {"DISTRAIN_RUN_ID": os.urandom(6).hex()}  # tells restarts from new submissions
+        plan = build_plan(spec, payload, directory, mode=mode, port=free_port(), base_env=run_id)
+        run = LocalRun(plan, sink, launcher, notebook=self.notebook)
         run.start()
         return run
 
@@ -519,7 +600,8 @@ class LocalBackend(Backend):
         if state is None:
             raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
         spec = JobSpec(name=name, nodes=int(state.get("nodes", 1)),
-                       nproc=int(state.get("nproc", 1)))  # fmt: skip
+                       nproc=int(state.get("nproc", 1)),
+                       framework=state.get("framework", "pytorch"))  # fmt: skip
         replay = LocalReplay(directory, sink)
         replay.start()
         return spec, replay
@@ -594,4 +676,5 @@ def _record(state: dict[str, Any]) -> JobRecord:
         world_size=int(state.get("world_size", 0)), nodes=int(state.get("nodes", 0)),
         nproc=int(state.get("nproc", 0)), created=float(state.get("created", 0.0)),
         ended=state.get("ended"), reason=reason, owner=str(state.get("owner_pid", "")),
+        extra={"notebook": state["notebook"]} if state.get("notebook") else {},
     )  # fmt: skip

@@ -230,6 +230,38 @@ def check(spec: JobSpec, opts: K8sOptions) -> None:
         raise ConflictingOptionsError(
             f"--env PYTHONUSERBASE=... hides the packages --pip installs in {PIP_DIR}; remove it"
         )
+    _check_checkpoint_paths(spec, opts)
+
+
+def _check_checkpoint_paths(spec: JobSpec, opts: K8sOptions) -> None:
+    """A path given to --checkpoint-dir or --resume must be on a --volume every pod mounts."""
+    for flag, value in (("--checkpoint-dir", spec.checkpoint_dir), ("--resume", spec.resume)):
+        if not value or value == "latest" or value.isdigit():
+            continue
+        if "://" in value and not value.startswith("file://"):
+            continue  # a URL (s3://, gs://): the pods need its fsspec package
+        path = value.removeprefix("file://")
+        top = "/" + path.strip("/").split("/", 1)[0]
+        if not path.startswith("/"):
+            raise ConflictingOptionsError(
+                f"{flag} {value}: on Kubernetes a checkpoint path is a path inside the pods and "
+                f"must be absolute and on a --volume, e.g. --volume CLAIM:/checkpoints "
+                f"{flag} /checkpoints/run1"
+            )
+        under = [v for v in opts.volumes if path == v.path or path.startswith(v.path + "/")]
+        mount = under[0] if under else None
+        if mount is None:
+            raise ConflictingOptionsError(
+                f"{flag} {value} is a path inside the pods, but no --volume is mounted there: "
+                "each pod would write to its own disk and lose it when the pod restarts. Add "
+                f"--volume CLAIM:{top} (a PersistentVolumeClaim every pod mounts; ReadWriteMany "
+                "for several nodes) or use an s3:// or gs:// URL"
+            )
+        if flag == "--checkpoint-dir" and mount.read_only:
+            raise ConflictingOptionsError(
+                f"--checkpoint-dir {value} is on the read-only --volume {mount.claim}:"
+                f"{mount.path}; mount it writable (drop :ro)"
+            )
 
 
 # --- Pod template --------------------------------------------------------------------------
@@ -248,6 +280,13 @@ def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, str]]:
     if opts.pip:
         env["PYTHONUSERBASE"] = PIP_DIR
     env.update(opts.nccl_env())
+    if spec.checkpoint_dir:  # the job's name lets restarted pods resume its own checkpoints
+        env["DISTRAIN_CHECKPOINT_DIR"] = spec.checkpoint_dir.replace("$", "$$")
+        env["DISTRAIN_JOB_ID"] = spec.name
+    if spec.resume:
+        env["DISTRAIN_RESUME"] = spec.resume.replace("$", "$$")
+    if opts.elastic is not None and spec.max_restarts:  # a fresh worker store per round
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     for key, value in _user_env(spec).items():
         env[key] = f"{PAYLOAD_DIR}:{value}" if key == "PYTHONPATH" else value
     return [{"name": key, "value": value} for key, value in env.items()]

@@ -79,7 +79,8 @@ def supervise(conn: socket.socket, pid: int) -> int:
         outcome = json.loads(line)
     if "signal" in outcome:
         signum = int(outcome["signal"])
-        signal.signal(signum, signal.SIG_DFL)
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught anyway
+            signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return 128 + signum
     return int(outcome.get("exit", 1))

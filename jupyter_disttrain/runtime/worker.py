@@ -1,7 +1,8 @@
 """The per-rank worker: load the payload, initialise the process group, run the cell.
 
 Run as ``python -m jupyter_disttrain.runtime.worker PAYLOAD`` under torchrun
-(or forked by the local backend's launcher, which calls :func:`main`).
+(or forked by the local backend's launcher, which calls :func:`main`), or,
+for TensorFlow, once per task with ``TF_CONFIG`` set (see :mod:`.tf`).
 Everything it tells the notebook goes through the line protocol on stdout.
 Exit status: 0 when the cell ran, 1 when it raised, 2 when the payload
 could not run here (version mismatch, unreadable payload).
@@ -21,7 +22,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import rankprefix
+from . import checkpoint as _checkpoint
+from . import rankprefix, tf
 from . import report as _report
 from .cell import CELL_FILENAME, main_module, run_cell
 
@@ -153,6 +155,15 @@ def _make_reinit_harmless(dist: Any) -> None:
     dist._distrain_real_destroy = real_destroy
 
 
+def init_framework(
+    payload: dict[str, Any], rank: int
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Set up the payload's framework: ``(backend, names for the cell, extra hello fields)``."""
+    if payload.get("framework") == "tensorflow":
+        return tf.init()
+    return init_torch_distributed(payload, rank), {}, {}
+
+
 def finish_torch_distributed() -> None:
     """Tear down the default process group if the cell left it up."""
     dist = sys.modules.get("torch.distributed")
@@ -166,10 +177,13 @@ def finish_torch_distributed() -> None:
 
 
 def build_namespace(payload: dict[str, Any]) -> dict[str, Any]:
-    """The cell's globals: captured notebook values, its imports, and ``report``."""
+    """The cell's globals: captured notebook values, its imports, ``report`` and checkpoints."""
     import importlib
 
-    namespace: dict[str, Any] = {"__name__": "__main__", "report": _report.report}
+    namespace: dict[str, Any] = {"__name__": "__main__", "report": _report.report,
+                                 "save_checkpoint": _checkpoint.save_checkpoint,
+                                 "load_checkpoint": _checkpoint.load_checkpoint,
+                                 "every": _checkpoint.every}  # fmt: skip
     for alias, module in payload.get("imports", {}).items():
         try:
             namespace[alias] = importlib.import_module(module)
@@ -247,7 +261,7 @@ def run(payload_path: str) -> int:
     try:
         payload = load_payload(payload_path)
         check_versions(payload)
-        backend = init_torch_distributed(payload, rank)
+        backend, names, hello = init_framework(payload, rank)
     except BaseException as exc:
         _report.emit("error", **encode_exception(exc))
         return EXIT_SETUP_ERROR
@@ -261,10 +275,12 @@ def run(payload_path: str) -> int:
         backend=backend,
         restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
         versions=versions(),
+        **hello,
     )
     try:
-        module = main_module(build_namespace(payload))
+        module = main_module({**build_namespace(payload), **names})
         value = run_cell(payload["source"], module.__dict__, CELL_FILENAME)
+        _checkpoint.wait_for_saves()  # a background save fails the cell if it fails
         if rank == 0:
             _report.emit("result", **encode_result(value, os.environ.get("DISTRAIN_JOB_DIR")))
     except BaseException as exc:
@@ -272,6 +288,7 @@ def run(payload_path: str) -> int:
         sys.stdout.flush()
         return EXIT_USER_ERROR
     finally:
+        _checkpoint.wait_for_saves(raise_errors=False)
         finish_torch_distributed()
     _report.emit("done", seconds=round(time.time() - started, 3))
     return EXIT_OK
@@ -283,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m jupyter_disttrain.runtime.worker PAYLOAD", file=sys.stderr)
         return EXIT_SETUP_ERROR
+    tf.apply_env(os.environ)  # a TensorFlow task's rank comes from TF_CONFIG
     prefixed = os.environ.get("DISTRAIN_RANK_PREFIX") == "1"
     if prefixed:
         rankprefix.start(int(os.environ.get("RANK", "0")))

@@ -22,6 +22,7 @@ import ipywidgets as w
 from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
 from . import gc_freeze
+from .checkpoint_marks import CheckpointMarks
 from .comms_panel import CommsPanel
 from .header import HeaderPanel
 from .log_panel import LogPanel
@@ -73,6 +74,7 @@ class Dashboard:
         self.table = w.HTML()
         self.table.add_class("distrain-table")
         self.plot = MetricPlot(monitor, budget=plot_budget, on_change=wake)
+        self.checkpoint_marks = CheckpointMarks()  # checkpoints on the loss curve
         self.logs = LogPanel(monitor, max_lines=log_lines, on_change=wake)
         self.comms = CommsPanel(monitor)
         self.errors = w.HTML()
@@ -156,6 +158,7 @@ class Dashboard:
         self.header.render(snap)
         self.table.value = rank_table_html(snap, max_rows=self.max_rows)
         self.plot.render(snap)
+        self.checkpoint_marks.render(self.plot)
         self.logs.render(snap)
         self.comms.render(snap)
         errors = self._loop.errors

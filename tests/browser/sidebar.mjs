@@ -101,9 +101,12 @@ async function watchStates(id, final, timeout) {
 }
 
 async function cells(id) {
-  return page.locator(row(id)).evaluate((tr) =>
-    Object.fromEntries([...tr.querySelectorAll("td")].map((td) => [td.className.split(" ")[0].replace("jp-Disttrain-", ""), td.textContent])),
-  );
+  return page.locator(row(id)).evaluate((tr) => ({
+    ...Object.fromEntries(
+      [...tr.querySelectorAll("td")].map((td) => [td.className.split(" ")[0].replace("jp-Disttrain-", ""), td.textContent]),
+    ),
+    worldTitle: tr.querySelector("td.jp-Disttrain-world")?.title ?? "",
+  }));
 }
 
 async function ranks(id) {
@@ -128,6 +131,16 @@ try {
   await status.click();
   await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
   await page.locator(".jp-DisttrainPanel .jp-Disttrain-empty").waitFor({ timeout: 10_000 });
+  // widen the sidebar as a user would (drag the handle between it and the main area)
+  const handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first();
+  const box = await handle.boundingBox();
+  if (box) {
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(box.x + 220, box.y + box.height / 2, { steps: 5 });
+    await page.mouse.up();
+  }
+  result.panelWidth = await page.locator(".jp-DisttrainPanel").evaluate((el) => el.clientWidth);
   result.emptyText = await page.locator(".jp-DisttrainPanel .jp-Disttrain-empty").textContent();
 
   // 1: load the extension; 2: the short job, watched in the sidebar to the end.
@@ -152,7 +165,7 @@ try {
     stopEnabled: await page.locator(`${detail("local/sidebar-ok")} button[data-action="stop"]`).isEnabled(),
     notebookEnabled: await page.locator(`${detail("local/sidebar-ok")} button[data-action="notebook"]`).isEnabled(),
     notebookTitle: await page.locator(`${detail("local/sidebar-ok")} button[data-action="notebook"]`).getAttribute("title"),
-    notebookFile: await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-notebook`).textContent(),
+    notebookFile: await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-notebook-file`).textContent(),
   };
   await page.locator(`${detail("local/sidebar-ok")} button[data-action="checkpoints"]`).click();
   await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-checkpoints`).waitFor({ timeout: 10_000 });
@@ -203,7 +216,7 @@ try {
     cells: await cells("local/sidebar-stop"),
     ranks: await ranks("local/sidebar-stop"),
     stopEnabled: await page.locator(`${detail("local/sidebar-stop")} button[data-action="stop"]`).isEnabled(),
-    note: await page.locator(`${detail("local/sidebar-stop")} .jp-Disttrain-note`).textContent().catch(() => ""),
+    reason: await page.locator(`${detail("local/sidebar-stop")} .jp-Disttrain-reason`).textContent().catch(() => ""),
   };
   result.statusAfter = await status.getAttribute("data-running");
   await page.screenshot({ path: path.join(outDir, "sidebar.png") });

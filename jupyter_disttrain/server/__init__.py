@@ -1,0 +1,25 @@
+"""The jupyter_server extension: a jobs API for the lab extension's sidebar.
+
+Enabled by ``etc/jupyter/jupyter_server_config.d/jupyter_disttrain.json``
+(installed with the package). :mod:`.manager` does the work without any web
+code; :mod:`.handlers` exposes it under ``/disttrain/api/``; :mod:`.views`
+defines the JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "jupyter_disttrain.server"}]
+
+
+def _load_jupyter_server_extension(server_app: Any) -> None:
+    """Create the job manager and register the API handlers."""
+    from .handlers import setup_handlers
+    from .manager import JobManager
+
+    manager = JobManager(root_dir=str(server_app.root_dir))
+    setup_handlers(server_app.web_app, manager)
+    server_app.log.info("jupyter_disttrain: jobs API at /disttrain/api/jobs")

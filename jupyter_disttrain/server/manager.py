@@ -1,0 +1,259 @@
+"""JobManager: every job of every configured backend, for the lab extension (no web code).
+
+Backends are the local one (job directories) and, when a kubeconfig or an
+in-cluster service account exists, the Kubernetes one (jobs this tool made in
+the current context's namespace). Each listing asks every backend with a
+time limit; a backend that fails or does not answer in time becomes an error
+entry of :class:`~.views.BackendStatus` and the others are still listed.
+
+Progress, ranks and metrics come from a :class:`~jupyter_disttrain.monitor.JobMonitor`
+fed by the backend's own ``attach`` (for local jobs a
+:class:`~jupyter_disttrain.backends.local.LocalReplay`: the job's
+``events.jsonl`` and rank logs replayed, then followed while the job runs).
+Local jobs are followed as soon as they are listed (reading files is cheap);
+Kubernetes jobs only once their detail is asked for while they run (following
+costs watches on the API server). Thread-safe: handlers call it from a pool.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..backends.base import Backend, BackendError, JobNotFound, JobRecord, Submission
+from ..events import TERMINAL_STATES
+from ..monitor import JobMonitor
+from .ckpts import list_checkpoints
+from .views import BackendStatus, JobJSON, JobListJSON, LogsJSON, StopJSON, job_json
+
+#: Seconds a backend may take to list its jobs before it is reported as not answering.
+LIST_TIMEOUT = 5.0
+#: Reuse a backend's listing for this long (Kubernetes: spare the API server a list per poll).
+CACHE_SECONDS = {"local": 0.0, "kubernetes": 3.0}
+#: Local jobs followed at once (the newest); older ones show without progress.
+MAX_FOLLOWED = 64
+#: Largest ``tail`` a log request may ask for.
+MAX_TAIL = 5000
+#: Seconds to wait for the replay of a finished job when it is first listed.
+REPLAY_WAIT = 1.0
+#: Log lines a followed job keeps in memory (the log viewer reads the files).
+FOLLOW_LOG_LINES = 200
+
+
+def kubernetes_configured() -> bool:
+    """True when a kubeconfig file exists or this process runs in a pod."""
+    first = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    if Path(os.path.expanduser(first or "~/.kube/config")).is_file():
+        return True
+    return (
+        bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").is_file()
+    )
+
+
+def configured_backends() -> list[Backend]:
+    """The backends a user has configured right now (local always)."""
+    from ..backends.local import LocalBackend
+
+    out: list[Backend] = [LocalBackend()]
+    if kubernetes_configured():
+        from ..backends.kubernetes import KubernetesBackend
+
+        out.append(KubernetesBackend())
+    return out
+
+
+@dataclass
+class _Listing:
+    records: list[JobRecord]
+    error: str
+    at: float
+
+
+@dataclass
+class _Followed:
+    created: float
+    monitor: JobMonitor
+    submission: Submission
+
+
+class JobManager:
+    """Lists, follows, stops and reads the logs of jobs of several backends.
+
+    ``backends`` is called at each listing (default :func:`configured_backends`,
+    so a kubeconfig created later is picked up); instances are kept by name.
+    ``root_dir`` is the server's root, to turn recorded notebook paths into
+    openable ones. Raises :class:`JobNotFound` for an unknown backend or job and
+    :class:`BackendError` when a backend refuses an action.
+    """
+
+    def __init__(
+        self,
+        backends: Callable[[], Sequence[Backend]] = configured_backends,
+        *,
+        root_dir: str | None = None,
+        list_timeout: float = LIST_TIMEOUT,
+        cache_seconds: dict[str, float] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._backend_factory = backends
+        self.root_dir = root_dir
+        self.list_timeout = list_timeout
+        self.cache_seconds = CACHE_SECONDS if cache_seconds is None else cache_seconds
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._backends: dict[str, Backend] = {}
+        self._listings: dict[str, _Listing] = {}
+        self._inflight: dict[str, cf.Future[list[JobRecord]]] = {}
+        self._followed: dict[tuple[str, str], _Followed] = {}
+        self._pool = cf.ThreadPoolExecutor(4, thread_name_prefix="distrain-list")
+
+    # ------------------------------------------------------------------ queries
+
+    def list_jobs(self) -> JobListJSON:
+        """Every job of every backend, newest first, with the backends' status."""
+        statuses: list[BackendStatus] = []
+        records: list[tuple[Backend, JobRecord]] = []
+        for backend in self._current_backends():
+            listing = self._listing(backend)
+            statuses.append(BackendStatus(name=backend.name, ok=not listing.error,
+                                          error=listing.error))  # fmt: skip
+            records.extend((backend, r) for r in listing.records)
+        records.sort(key=lambda br: -br[1].created)
+        now = self.clock()
+        jobs = [self._json(backend, record, now, detail=False) for backend, record in records]
+        running = sum(1 for j in jobs if j["state"] not in TERMINAL_STATES)
+        return JobListJSON(jobs=jobs, backends=statuses, running=running, now=now)
+
+    def job(self, backend: str, name: str) -> JobJSON:
+        """One job with its ranks, metrics and checkpoints (starts following it if it runs)."""
+        found, record = self._find(backend, name)
+        if found.name != "local" and record.state not in TERMINAL_STATES:
+            self._follow(found, record)
+        return self._json(found, record, self.clock(), detail=True)
+
+    def logs(self, backend: str, name: str, rank: int | None, tail: int | None) -> LogsJSON:
+        """The last ``tail`` lines of ``rank`` (every rank, prefixed, when None)."""
+        if tail is not None:
+            tail = max(0, min(tail, MAX_TAIL))
+        found, record = self._find(backend, name)
+        text, message = "", ""
+        try:
+            text = found.logs(name, rank=rank, tail=tail)
+        except JobNotFound as exc:  # e.g. a rank that has printed nothing yet
+            message = str(exc)
+        if not text and not message:
+            message = "no output yet"
+        return LogsJSON(id=f"{found.name}/{name}", rank=rank, tail=tail,
+                        ranks=list(range(record.world_size)), text=text,
+                        message=message)  # fmt: skip
+
+    def stop(self, backend: str, name: str) -> StopJSON:
+        """Stop a job of any owner; ``stopped`` is False when it was not running."""
+        found, _ = self._find(backend, name)
+        stopped = found.stop(name)
+        with self._lock:
+            self._listings.pop(found.name, None)
+        _, record = self._find(backend, name)
+        return StopJSON(stopped=stopped, job=self._json(found, record, self.clock(), detail=False))
+
+    def close(self) -> None:
+        """Stop listing threads (followers end with their jobs)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ internals
+
+    def _current_backends(self) -> list[Backend]:
+        with self._lock:
+            out = []
+            for backend in self._backend_factory():
+                out.append(self._backends.setdefault(backend.name, backend))
+            return out
+
+    def _backend(self, name: str) -> Backend:
+        for backend in self._current_backends():
+            if backend.name == name:
+                return backend
+        raise JobNotFound(f"no backend named {name!r} is configured")
+
+    def _find(self, backend: str, name: str) -> tuple[Backend, JobRecord]:
+        found = self._backend(backend)
+        listing = self._listing(found)
+        if listing.error:
+            raise BackendError(f"{found.name}: {listing.error}")
+        for record in listing.records:
+            if record.name == name:
+                return found, record
+        raise JobNotFound(f"no {found.name} job named {name!r}")
+
+    def _listing(self, backend: Backend) -> _Listing:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._listings.get(backend.name)
+            ttl = self.cache_seconds.get(backend.name, 0.0)
+            if cached is not None and not cached.error and now - cached.at < ttl:
+                return cached
+            future = self._inflight.get(backend.name)
+            if future is None or future.done():
+                future = self._pool.submit(backend.list_jobs)
+                self._inflight[backend.name] = future
+        try:
+            listing = _Listing(future.result(timeout=self.list_timeout), "", now)
+        except cf.TimeoutError:
+            listing = _Listing([], f"no answer within {self.list_timeout:g} s", now)
+        except Exception as exc:  # any failure of one backend stays its own
+            listing = _Listing([], str(exc) or type(exc).__name__, now)
+        with self._lock:
+            self._listings[backend.name] = listing
+            if not listing.error:
+                self._prune(backend, listing.records)
+        return listing
+
+    def _prune(self, backend: Backend, records: list[JobRecord]) -> None:
+        """Forget followers of jobs gone or re-created; follow the newest local jobs."""
+        current = {r.name: r for r in records}
+        for key in [k for k in self._followed if k[0] == backend.name]:
+            record = current.get(key[1])
+            if record is None or record.created != self._followed[key].created:
+                del self._followed[key]
+        if backend.name == "local":
+            for record in records[:MAX_FOLLOWED]:
+                self._follow(backend, record)
+            keep = {r.name for r in records[:MAX_FOLLOWED]}
+            for key in [k for k in self._followed if k[0] == "local" and k[1] not in keep]:
+                del self._followed[key]
+
+    def _follow(self, backend: Backend, record: JobRecord) -> None:
+        key = (backend.name, record.name)
+        with self._lock:
+            if key in self._followed:
+                return
+            attach = getattr(backend, "attach", None)
+            if attach is None:
+                return
+            monitor = JobMonitor(
+                record.name, backend.name, max(1, record.world_size),
+                nodes=max(1, record.nodes), nproc=max(1, record.nproc),
+                log_limit=FOLLOW_LOG_LINES,
+            )  # fmt: skip
+            try:
+                _, submission = attach(record.name, monitor.feed)
+            except BackendError:
+                return  # shown from its record alone
+            self._followed[key] = _Followed(record.created, monitor, submission)
+        if record.state in TERMINAL_STATES:
+            submission.join(REPLAY_WAIT)  # a finished job shows complete from its first listing
+
+    def _json(self, backend: Backend, record: JobRecord, now: float, *, detail: bool) -> JobJSON:
+        with self._lock:
+            followed = self._followed.get((backend.name, record.name))
+        snapshot = followed.monitor.snapshot(now) if followed is not None else None
+        return job_json(
+            record, snapshot, now=now, detail=detail, root_dir=self.root_dir,
+            checkpoints=lambda reported: list_checkpoints(record, reported),
+        )  # fmt: skip

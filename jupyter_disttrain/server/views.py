@@ -1,0 +1,245 @@
+"""The JSON the lab extension sees. :func:`job_json` is the one place a job object is built.
+
+Every response of ``/disttrain/api/...`` is one of the TypedDicts below;
+``labextension/src/api.ts`` mirrors them. Floats are finite or, for metric
+values, the strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (see
+:data:`~jupyter_disttrain.monitor.JSONFloat`), so the JSON is always valid.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from pathlib import PurePosixPath
+from typing import TypedDict
+
+from ..backends.base import JobRecord
+from ..events import TERMINAL_STATES
+from ..monitor import ErrorRow, JSONFloat, MetricRow, Snapshot
+
+
+class BackendStatus(TypedDict):
+    """One configured backend: ``error`` says why its jobs are missing ("" when listed)."""
+
+    name: str
+    ok: bool
+    error: str
+
+
+class RankJSON(TypedDict):
+    """One rank of a job, with its latest metric values."""
+
+    rank: int
+    node: int
+    local_rank: int
+    host: str
+    state: str
+    restarts: int
+    step: int | None
+    exit_code: int | None
+    reason: str
+    latest: dict[str, JSONFloat]
+
+
+class CheckpointJSON(TypedDict):
+    """A checkpoint of the job.
+
+    ``status``: ``ok``, ``incomplete`` or ``corrupt`` as its directory's
+    manifest says, or ``reported`` (a rank reported it; the directory was not read).
+    """
+
+    step: int
+    uri: str
+    bytes: int | None
+    rank: int | None
+    t: float
+    status: str
+
+
+class JobDetail(TypedDict):
+    """What an expanded row shows (``None`` in listings)."""
+
+    ranks: list[RankJSON]
+    metrics: dict[str, MetricRow]
+    checkpoints: list[CheckpointJSON]
+    errors: list[ErrorRow]
+    stragglers: list[int]
+    followed: bool  # False: no event stream read for this job (ranks unknown)
+
+
+class JobJSON(TypedDict):
+    """A job as a row of the sidebar table.
+
+    ``id`` is ``backend/name`` (names are unique per backend only).
+    ``step`` is the highest step any rank reported; ``metrics`` the mean of
+    each metric over the ranks' latest values. ``notebook`` is the notebook
+    that started the job as a path the server's contents API opens, ``None``
+    when unknown or outside the server root; ``notebook_file`` is the path as
+    recorded ("" when unknown).
+    """
+
+    id: str
+    name: str
+    backend: str
+    state: str
+    reason: str
+    world_size: int
+    nodes: int
+    nproc: int
+    created: float
+    ended: float | None
+    elapsed: float
+    step: int | None
+    steps_per_s: float | None
+    metrics: dict[str, JSONFloat]
+    notebook: str | None
+    notebook_file: str
+    can_stop: bool
+    detail: JobDetail | None
+
+
+class JobListJSON(TypedDict):
+    """``GET /disttrain/api/jobs``: jobs of every backend, newest first."""
+
+    jobs: list[JobJSON]
+    backends: list[BackendStatus]
+    running: int
+    now: float
+
+
+class LogsJSON(TypedDict):
+    """``GET .../logs?rank=&tail=``: a rank's (or every rank's) last lines."""
+
+    id: str
+    rank: int | None
+    tail: int | None
+    ranks: list[int]
+    text: str
+    message: str
+
+
+class StopJSON(TypedDict):
+    """``POST .../stop``: whether a running job was asked to stop, and the job now."""
+
+    stopped: bool
+    job: JobJSON
+
+
+def job_json(
+    record: JobRecord,
+    snapshot: Snapshot | None,
+    *,
+    now: float,
+    detail: bool = False,
+    root_dir: str | None = None,
+    checkpoints: Callable[[list[CheckpointJSON]], list[CheckpointJSON]] | None = None,
+) -> JobJSON:
+    """The sidebar's view of one job.
+
+    The state, times and scale come from the backend's ``record`` (the
+    authority on whether a job runs); progress, ranks, metrics and
+    checkpoints from the ``snapshot`` of a monitor fed with the job's event
+    stream, when one is followed. ``detail`` adds :class:`JobDetail`, whose
+    checkpoints are ``checkpoints(reported)`` (default: the ``reported`` ones).
+    """
+    recorded = str(record.extra.get("notebook") or "")
+    terminal = record.state in TERMINAL_STATES
+    if snapshot is not None and snapshot["created"] is not None:  # events were read
+        elapsed = snapshot["elapsed"]
+        step, rate = snapshot["step"], snapshot["steps_per_s"]
+        metrics = {name: row["mean"] for name, row in snapshot["metrics"].items()}
+    else:
+        end = record.ended if record.ended is not None else (None if terminal else now)
+        elapsed = max(0.0, end - record.created) if end is not None and record.created else 0.0
+        step, rate, metrics = None, None, {}
+    return JobJSON(
+        id=f"{record.backend}/{record.name}",
+        name=record.name,
+        backend=record.backend,
+        state=record.state,
+        reason=record.reason,
+        world_size=record.world_size,
+        nodes=record.nodes,
+        nproc=record.nproc,
+        created=record.created,
+        ended=record.ended,
+        elapsed=_finite(elapsed),
+        step=step,
+        steps_per_s=None if rate is None else _finite(rate),
+        metrics=metrics,
+        notebook=notebook_api_path(recorded, root_dir),
+        notebook_file=recorded,
+        can_stop=not terminal,
+        detail=_detail(snapshot, checkpoints) if detail else None,
+    )
+
+
+def _detail(
+    snapshot: Snapshot | None,
+    checkpoints: Callable[[list[CheckpointJSON]], list[CheckpointJSON]] | None,
+) -> JobDetail:
+    if snapshot is None:
+        listed = checkpoints([]) if checkpoints else []
+        return JobDetail(
+            ranks=[], metrics={}, checkpoints=listed, errors=[], stragglers=[], followed=False
+        )
+    ranks = [
+        RankJSON(
+            rank=r["rank"],
+            node=r["node"],
+            local_rank=r["local_rank"],
+            host=r["host"],
+            state=r["state"],
+            restarts=r["restarts"],
+            step=r["step"],
+            exit_code=r["exit_code"],
+            reason=r["reason"],
+            latest=r["latest"],
+        )
+        for r in snapshot["ranks"]
+    ]
+    reported = [
+        CheckpointJSON(
+            step=c["step"],
+            uri=c["uri"],
+            bytes=c["bytes"],
+            rank=c["rank"],
+            t=c["t"],
+            status="reported",
+        )
+        for c in snapshot["checkpoints"]
+    ]
+    return JobDetail(
+        ranks=ranks,
+        metrics=snapshot["metrics"],
+        checkpoints=checkpoints(reported) if checkpoints else reported,
+        errors=snapshot["errors"],
+        stragglers=snapshot["stragglers"],
+        followed=True,
+    )
+
+
+def notebook_api_path(recorded: str, root_dir: str | None) -> str | None:
+    """``recorded`` (absolute, or relative to the server root) as a contents-API path.
+
+    ``None`` when nothing is recorded, or the notebook lies outside ``root_dir``.
+    """
+    if not recorded:
+        return None
+    if os.path.isabs(recorded):
+        if not root_dir:
+            return None
+        root = os.path.realpath(os.path.expanduser(root_dir))
+        path = os.path.realpath(recorded)
+        if os.path.commonpath([root, path]) != root:
+            return None
+        recorded = os.path.relpath(path, root)
+    parts = PurePosixPath(recorded.replace(os.sep, "/")).parts
+    if not parts or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0

@@ -1,0 +1,268 @@
+// The sidebar's state, kept apart from the DOM so it is unit-tested without JupyterLab.
+//
+// Polling, not a server-sent stream: a listing is a few hundred bytes, the
+// server answers it from monitors it already keeps up to date, and a plain
+// request survives server restarts, proxies that buffer streams (JupyterHub,
+// Binder) and a laptop waking from sleep without reconnection logic. The
+// interval is short while the panel is visible, and slow when only the
+// status bar needs the running count.
+
+import { IJob, IJobsAPI, IBackendStatus, JSONFloat, TERMINAL_STATES } from './types';
+
+/** Poll intervals in milliseconds. */
+export const FAST_MS = 1500;
+export const IDLE_MS = 5000;
+export const HIDDEN_MS = 10000;
+
+/** How long to wait before the next poll (a visible panel shows new jobs at once). */
+export function pollInterval(visible: boolean, running: number): number {
+  if (visible) {
+    return FAST_MS;
+  }
+  return running > 0 ? IDLE_MS : HIDDEN_MS;
+}
+
+/** "0s", "42s", "3m 04s", "2h 05m". */
+export function formatDuration(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) {
+    return `${s}s`;
+  }
+  if (s < 3600) {
+    return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`;
+  }
+  return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+}
+
+/** A metric value in four significant digits ("NaN" etc. kept as sent). */
+export function formatValue(value: JSONFloat): string {
+  if (typeof value === 'string') {
+    return value;
+  }
+  if (Number.isInteger(value)) {
+    return String(value);
+  }
+  const abs = Math.abs(value);
+  return abs !== 0 && (abs < 1e-3 || abs >= 1e5) ? value.toExponential(3) : value.toPrecision(4);
+}
+
+/** "1.2 MB" etc.; "" when unknown. */
+export function formatBytes(bytes: number | null): string {
+  if (bytes === null) {
+    return '';
+  }
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
+/** The step column: "-" before any report. */
+export function formatStep(step: number | null): string {
+  return step === null ? '-' : String(step);
+}
+
+/** The status bar's text for `running` jobs. */
+export function statusText(running: number): string {
+  return running === 1 ? '1 training job running' : `${running} training jobs running`;
+}
+
+/** True while a job may still change. */
+export function isActive(job: { state: string }): boolean {
+  return !TERMINAL_STATES.has(job.state);
+}
+
+/** A log request: one rank or all (null), the last `tail` lines. */
+export interface ILogQuery {
+  rank: number | null;
+  tail: number;
+}
+
+type Listener = () => void;
+
+/**
+ * Jobs of every backend, the expanded rows' details, and polling.
+ *
+ * `refresh()` does one poll (the listing, then the detail of each expanded
+ * job); `start()` keeps polling at `pollInterval`. Listeners are called after
+ * every change. Errors are kept in `error` (the last listing failure) and
+ * never thrown from polling.
+ */
+export class JobsModel {
+  jobs: IJob[] = [];
+  backends: IBackendStatus[] = [];
+  running = 0;
+  error = '';
+  loaded = false;
+  readonly expanded = new Set<string>();
+  readonly details = new Map<string, IJob>();
+  readonly showCheckpoints = new Set<string>();
+  /** Per job: the message of its last action (stop), shown in its row. */
+  readonly notes = new Map<string, string>();
+
+  constructor(
+    readonly api: IJobsAPI,
+    private readonly timers: {
+      set(fn: () => void, ms: number): unknown;
+      clear(handle: unknown): void;
+    } = {
+      set: (fn, ms) => setTimeout(fn, ms),
+      clear: handle => clearTimeout(handle as ReturnType<typeof setTimeout>)
+    }
+  ) {}
+
+  private listeners = new Set<Listener>();
+  private timer: unknown = null;
+  private polling = false;
+  private visible = false;
+  private inflight: Promise<void> | null = null;
+
+  /** Call `fn` after every change; returns a function that removes it. */
+  subscribe(fn: Listener): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  job(id: string): IJob | undefined {
+    return this.details.get(id) ?? this.jobs.find(j => j.id === id);
+  }
+
+  /** One poll; concurrent calls share the request in flight. */
+  refresh(): Promise<void> {
+    if (this.inflight === null) {
+      this.inflight = this.poll().finally(() => {
+        this.inflight = null;
+      });
+    }
+    return this.inflight;
+  }
+
+  private async poll(): Promise<void> {
+    try {
+      const listing = await this.api.list();
+      this.jobs = listing.jobs;
+      this.backends = listing.backends;
+      this.running = listing.running;
+      this.error = '';
+      this.loaded = true;
+    } catch (err) {
+      this.error = `cannot list jobs: ${(err as Error).message ?? err}`;
+      this.emit();
+      return;
+    }
+    const ids = new Set(this.jobs.map(j => j.id));
+    for (const id of [...this.expanded]) {
+      if (!ids.has(id)) {
+        this.expanded.delete(id);
+        this.details.delete(id);
+      }
+    }
+    for (const id of [...this.details.keys()]) {
+      if (!this.expanded.has(id)) {
+        this.details.delete(id);
+      }
+    }
+    await Promise.all([...this.expanded].map(id => this.loadDetail(id)));
+    this.emit();
+  }
+
+  private async loadDetail(id: string): Promise<void> {
+    try {
+      this.details.set(id, await this.api.job(id));
+    } catch (err) {
+      this.notes.set(id, `cannot read the job: ${(err as Error).message ?? err}`);
+    }
+  }
+
+  /** Expand or collapse a row (expanding reads its detail at once). */
+  async toggle(id: string): Promise<void> {
+    if (this.expanded.has(id)) {
+      this.expanded.delete(id);
+      this.details.delete(id);
+      this.emit();
+      return;
+    }
+    this.expanded.add(id);
+    this.emit();
+    await this.loadDetail(id);
+    this.emit();
+  }
+
+  /** Show or hide a job's checkpoint list. */
+  toggleCheckpoints(id: string): void {
+    if (!this.showCheckpoints.delete(id)) {
+      this.showCheckpoints.add(id);
+    }
+    this.emit();
+  }
+
+  /** Ask the server to stop a job; the row shows what happened. */
+  async stopJob(id: string): Promise<void> {
+    this.notes.set(id, 'stopping...');
+    this.emit();
+    try {
+      const result = await this.api.stop(id);
+      this.notes.set(id, result.stopped ? 'stop requested' : 'was not running');
+      this.jobs = this.jobs.map(j => (j.id === id ? { ...result.job, detail: null } : j));
+    } catch (err) {
+      this.notes.set(id, `stop failed: ${(err as Error).message ?? err}`);
+    }
+    this.emit();
+    await this.refresh();
+  }
+
+  /** Keep polling (faster while `visible`); `stopPolling` ends it. */
+  start(): void {
+    if (this.polling) {
+      return;
+    }
+    this.polling = true;
+    void this.tick();
+  }
+
+  stopPolling(): void {
+    this.polling = false;
+    if (this.timer !== null) {
+      this.timers.clear(this.timer);
+      this.timer = null;
+    }
+  }
+
+  /** The panel became visible or hidden: poll at once when it shows. */
+  setVisible(visible: boolean): void {
+    const wasHidden = !this.visible;
+    this.visible = visible;
+    if (visible && wasHidden && this.polling) {
+      if (this.timer !== null) {
+        this.timers.clear(this.timer);
+        this.timer = null;
+      }
+      void this.tick();
+    }
+  }
+
+  private async tick(): Promise<void> {
+    await this.refresh();
+    if (!this.polling || this.timer !== null) {
+      return;
+    }
+    this.timer = this.timers.set(() => {
+      this.timer = null;
+      void this.tick();
+    }, pollInterval(this.visible, this.running));
+  }
+
+  private emit(): void {
+    for (const fn of [...this.listeners]) {
+      try {
+        fn();
+      } catch (err) {
+        console.error('disttrain: listener failed', err);
+      }
+    }
+  }
+}

@@ -1,0 +1,282 @@
+// The "Distributed Training" sidebar: the jobs table; a row expands to its ranks,
+// latest metrics and actions. Stable hooks for tests: class names below and
+// data-job-id / data-state / data-action / data-rank attributes.
+
+import { Widget } from '@lumino/widgets';
+
+import {
+  JobsModel,
+  formatBytes,
+  formatDuration,
+  formatStep,
+  formatValue,
+  isActive
+} from './model';
+import { IJob } from './types';
+
+export interface IPanelActions {
+  showLogs(job: IJob): void;
+  openNotebook(path: string): void;
+}
+
+const COLUMNS = ['Name', 'Backend', 'State', 'World', 'Step', 'Elapsed'];
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className = '',
+  text = ''
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+function button(action: string, label: string, title: string, onClick: () => void): HTMLButtonElement {
+  const node = el('button', `jp-Button jp-mod-styled jp-Disttrain-action jp-Disttrain-action-${action}`, label);
+  node.dataset.action = action;
+  node.title = title;
+  node.addEventListener('click', event => {
+    event.stopPropagation();
+    onClick();
+  });
+  return node;
+}
+
+/** The sidebar widget; re-renders from the model after each change. */
+export class JobsPanel extends Widget {
+  constructor(
+    readonly model: JobsModel,
+    private readonly actions: IPanelActions
+  ) {
+    super();
+    this.id = 'jp-disttrain-panel';
+    this.addClass('jp-DisttrainPanel');
+    this.title.caption = 'Distributed Training';
+    this.node.dataset.disttrainPanel = '';
+    this.unsubscribe = model.subscribe(() => this.render());
+    this.render();
+  }
+
+  private unsubscribe: () => void;
+
+  dispose(): void {
+    this.unsubscribe();
+    super.dispose();
+  }
+
+  protected onAfterShow(): void {
+    this.model.setVisible(true);
+  }
+
+  protected onAfterHide(): void {
+    this.model.setVisible(false);
+  }
+
+  render(): void {
+    const model = this.model;
+    const root = el('div', 'jp-Disttrain-content');
+    const header = el('div', 'jp-Disttrain-header');
+    header.appendChild(el('h2', 'jp-Disttrain-title', 'Distributed Training'));
+    header.appendChild(
+      button('refresh', 'Refresh', 'List the jobs again', () => void model.refresh())
+    );
+    root.appendChild(header);
+    if (model.error) {
+      root.appendChild(el('div', 'jp-Disttrain-error', model.error));
+    }
+    for (const backend of model.backends.filter(b => !b.ok)) {
+      const note = el('div', 'jp-Disttrain-backend-error', `${backend.name}: ${backend.error}`);
+      note.dataset.backend = backend.name;
+      root.appendChild(note);
+    }
+    if (model.loaded && model.jobs.length === 0) {
+      root.appendChild(
+        el('p', 'jp-Disttrain-empty', 'No jobs yet: run a cell with %%distrain to start one.')
+      );
+    }
+    if (model.jobs.length > 0) {
+      root.appendChild(el('div', 'jp-Disttrain-tablebox')).appendChild(this.table());
+    }
+    this.node.replaceChildren(root);
+  }
+
+  private table(): HTMLTableElement {
+    const table = el('table', 'jp-Disttrain-table');
+    const head = el('tr');
+    for (const name of COLUMNS) {
+      head.appendChild(el('th', '', name));
+    }
+    table.appendChild(el('thead')).appendChild(head);
+    const body = table.appendChild(el('tbody'));
+    for (const job of this.model.jobs) {
+      body.appendChild(this.row(job));
+      if (this.model.expanded.has(job.id)) {
+        body.appendChild(this.detailRow(this.model.job(job.id) ?? job, job));
+      }
+    }
+    return table;
+  }
+
+  private row(job: IJob): HTMLTableRowElement {
+    const row = el('tr', 'jp-Disttrain-job');
+    row.dataset.jobId = job.id;
+    row.dataset.state = job.state;
+    row.dataset.backend = job.backend;
+    row.title = job.reason ? `${job.state}: ${job.reason}` : job.state;
+    if (this.model.expanded.has(job.id)) {
+      row.classList.add('jp-mod-expanded');
+    }
+    const cells: [string, string][] = [
+      ['name', job.name],
+      ['backend', job.backend],
+      ['state', job.state],
+      ['world', String(job.world_size)],
+      ['step', formatStep(job.step)],
+      ['elapsed', formatDuration(job.elapsed)]
+    ];
+    for (const [key, text] of cells) {
+      const cell = el('td', `jp-Disttrain-${key}`, text);
+      if (key === 'state') {
+        cell.classList.add(`jp-Disttrain-state-${job.state.toLowerCase()}`);
+      } else if (key === 'world') {
+        cell.title = `${job.nodes} node(s) x ${job.nproc} process(es)`;
+      }
+      row.appendChild(cell);
+    }
+    row.addEventListener('click', () => void this.model.toggle(job.id));
+    return row;
+  }
+
+  private detailRow(job: IJob, listed: IJob): HTMLTableRowElement {
+    const row = el('tr', 'jp-Disttrain-detail');
+    row.dataset.jobId = job.id;
+    const cell = el('td');
+    cell.colSpan = COLUMNS.length;
+    row.appendChild(cell);
+    const model = this.model;
+
+    const actions = cell.appendChild(el('div', 'jp-Disttrain-actions'));
+    const stop = button('stop', 'Stop', 'Stop every process of this job', () => void model.stopJob(job.id));
+    stop.disabled = !listed.can_stop;
+    actions.appendChild(stop);
+    actions.appendChild(button('logs', 'Show logs', 'Open the ranks\' output', () => this.actions.showLogs(job)));
+    const notebook = listed.notebook;
+    const open = button(
+      'notebook',
+      'Open notebook',
+      notebook ? `Open ${notebook}` : 'The notebook that started this job is not known',
+      () => notebook && this.actions.openNotebook(notebook)
+    );
+    open.disabled = !notebook;
+    actions.appendChild(open);
+    const count = job.detail?.checkpoints.length ?? 0;
+    actions.appendChild(
+      button('checkpoints', `Checkpoints (${count})`, 'The checkpoints this job wrote', () =>
+        model.toggleCheckpoints(job.id)
+      )
+    );
+    const note = model.notes.get(job.id);
+    if (note && note !== listed.reason) {
+      cell.appendChild(el('div', 'jp-Disttrain-note', note));
+    }
+    if (listed.reason) {
+      cell.appendChild(el('div', 'jp-Disttrain-reason', listed.reason));
+    }
+    if (listed.notebook_file) {
+      cell.appendChild(el('div', 'jp-Disttrain-notebook-file', `notebook: ${listed.notebook_file}`));
+    }
+    const detail = job.detail;
+    if (detail === null) {
+      cell.appendChild(el('div', 'jp-Disttrain-loading', 'loading...'));
+      return row;
+    }
+    if (model.showCheckpoints.has(job.id)) {
+      cell.appendChild(this.checkpoints(job));
+    }
+    const metrics = Object.entries(detail.metrics);
+    if (metrics.length > 0) {
+      const list = cell.appendChild(el('dl', 'jp-Disttrain-metrics'));
+      for (const [name, row] of metrics) {
+        const term = list.appendChild(el('dt', '', name));
+        term.dataset.metric = name;
+        const value = list.appendChild(
+          el('dd', '', `${formatValue(row.mean)} (min ${formatValue(row.min)}, max ${formatValue(row.max)}, step ${row.step})`)
+        );
+        value.dataset.metric = name;
+      }
+    }
+    if (!detail.followed) {
+      cell.appendChild(
+        el('div', 'jp-Disttrain-unfollowed', isActive(listed) ? 'reading the job...' : 'ranks not recorded')
+      );
+    }
+    if (detail.ranks.length > 0) {
+      cell.appendChild(this.ranks(job, Object.keys(detail.metrics)));
+    }
+    for (const error of detail.errors.slice(0, 3)) {
+      const where = error.rank === null ? 'job' : `rank ${error.rank}`;
+      cell.appendChild(el('pre', 'jp-Disttrain-rank-error', `${where}: ${error.type}: ${error.message}`));
+    }
+    return row;
+  }
+
+  private ranks(job: IJob, metricNames: string[]): HTMLTableElement {
+    const table = el('table', 'jp-Disttrain-ranks');
+    const head = el('tr');
+    for (const name of ['Rank', 'Node', 'State', 'Step', ...metricNames]) {
+      head.appendChild(el('th', '', name));
+    }
+    table.appendChild(el('thead')).appendChild(head);
+    const body = table.appendChild(el('tbody'));
+    const stragglers = new Set(job.detail?.stragglers ?? []);
+    for (const rank of job.detail?.ranks ?? []) {
+      const row = body.appendChild(el('tr', 'jp-Disttrain-rank'));
+      row.dataset.rank = String(rank.rank);
+      row.dataset.state = rank.state;
+      if (stragglers.has(rank.rank)) {
+        row.classList.add('jp-mod-straggler');
+      }
+      row.title = rank.reason || `${rank.host} local rank ${rank.local_rank}`;
+      row.appendChild(el('td', '', String(rank.rank)));
+      row.appendChild(el('td', '', String(rank.node)));
+      row.appendChild(el('td', `jp-Disttrain-state-${rank.state.toLowerCase()}`, rank.state));
+      row.appendChild(el('td', '', formatStep(rank.step)));
+      for (const name of metricNames) {
+        const value = rank.latest[name];
+        row.appendChild(el('td', '', value === undefined ? '' : formatValue(value)));
+      }
+    }
+    return table;
+  }
+
+  private checkpoints(job: IJob): HTMLElement {
+    const box = el('div', 'jp-Disttrain-checkpoints');
+    box.dataset.jobId = job.id;
+    const items = job.detail?.checkpoints ?? [];
+    if (items.length === 0) {
+      box.appendChild(el('p', '', 'No checkpoint reported yet.'));
+      return box;
+    }
+    const list = box.appendChild(el('ul'));
+    for (const ckpt of items) {
+      const item = list.appendChild(el('li', 'jp-Disttrain-checkpoint'));
+      item.dataset.step = String(ckpt.step);
+      item.dataset.status = ckpt.status;
+      item.appendChild(el('span', 'jp-Disttrain-checkpoint-step', `step ${ckpt.step}`));
+      if (ckpt.status !== 'ok' && ckpt.status !== 'reported') {
+        item.appendChild(el('span', 'jp-Disttrain-checkpoint-status', ckpt.status));
+      }
+      item.appendChild(el('code', 'jp-Disttrain-checkpoint-uri', ckpt.uri));
+      const size = formatBytes(ckpt.bytes);
+      if (size) {
+        item.appendChild(el('span', 'jp-Disttrain-checkpoint-size', size));
+      }
+    }
+    return box;
+  }
+}

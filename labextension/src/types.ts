@@ -1,0 +1,112 @@
+// The JSON of /disttrain/api/... : mirrors jupyter_disttrain/server/views.py (keep in step).
+
+/** A metric value: a number, or "NaN" / "Infinity" / "-Infinity". */
+export type JSONFloat = number | string;
+
+export interface IBackendStatus {
+  name: string;
+  ok: boolean;
+  error: string;
+}
+
+export interface IRank {
+  rank: number;
+  node: number;
+  local_rank: number;
+  host: string;
+  state: string;
+  restarts: number;
+  step: number | null;
+  exit_code: number | null;
+  reason: string;
+  latest: Record<string, JSONFloat>;
+}
+
+export interface IMetricRow {
+  step: number;
+  mean: JSONFloat;
+  min: JSONFloat;
+  max: JSONFloat;
+  ranks: number;
+}
+
+export interface ICheckpoint {
+  step: number;
+  uri: string;
+  bytes: number | null;
+  rank: number | null;
+  t: number;
+  /** ok, incomplete or corrupt (from the checkpoint directory), or reported (by a rank). */
+  status: string;
+}
+
+export interface IErrorRow {
+  rank: number | null;
+  t: number;
+  type: string;
+  message: string;
+  traceback: string;
+}
+
+export interface IJobDetail {
+  ranks: IRank[];
+  metrics: Record<string, IMetricRow>;
+  checkpoints: ICheckpoint[];
+  errors: IErrorRow[];
+  stragglers: number[];
+  followed: boolean;
+}
+
+export interface IJob {
+  /** "backend/name": names are unique per backend only. */
+  id: string;
+  name: string;
+  backend: string;
+  state: string;
+  reason: string;
+  world_size: number;
+  nodes: number;
+  nproc: number;
+  created: number;
+  ended: number | null;
+  elapsed: number;
+  step: number | null;
+  steps_per_s: number | null;
+  metrics: Record<string, JSONFloat>;
+  /** Contents-API path of the notebook that started the job, null when unknown. */
+  notebook: string | null;
+  notebook_file: string;
+  can_stop: boolean;
+  detail: IJobDetail | null;
+}
+
+export interface IJobList {
+  jobs: IJob[];
+  backends: IBackendStatus[];
+  running: number;
+  now: number;
+}
+
+export interface ILogs {
+  id: string;
+  rank: number | null;
+  tail: number | null;
+  ranks: number[];
+  text: string;
+  message: string;
+}
+
+export interface IStopResult {
+  stopped: boolean;
+  job: IJob;
+}
+
+/** What the model needs from the server (the real one is in api.ts; tests pass fakes). */
+export interface IJobsAPI {
+  list(): Promise<IJobList>;
+  job(id: string): Promise<IJob>;
+  stop(id: string): Promise<IStopResult>;
+  logs(id: string, rank: number | null, tail: number): Promise<ILogs>;
+}
+
+export const TERMINAL_STATES: ReadonlySet<string> = new Set(['Succeeded', 'Failed', 'Stopped']);

@@ -1,0 +1,123 @@
+"""The lab extension's sidebar in a real browser: JupyterLab on 127.0.0.1, Debian's Chromium.
+
+A notebook starts a 2x2 local job; the "Distributed Training" sidebar (opened
+from its status bar item) shows it appear and reach Succeeded, its row
+expands to four Succeeded ranks, its logs open in the main area (all ranks,
+then rank 2), "Open notebook" knows the notebook that started it. A second,
+long job is stopped from its row. Screenshots land in ``test-output/sidebar/``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from .conftest import HERE, REPO, Lab
+
+OUTPUT = REPO / "test-output" / "sidebar"
+
+CELLS = [
+    "%load_ext jupyter_disttrain\n%distrain_config live=none",
+    """%%distrain --nodes 2 --nproc 2 --name sidebar-ok
+import time
+import torch.distributed as dist
+
+rank = dist.get_rank()
+for step in range(40):
+    report(step=step, loss=1.0 / (step + 1) + 0.01 * rank)
+    print(f"rank {rank} step {step}")
+    time.sleep(0.1)
+print(f"rank {rank} finished")""",
+    """%%distrain --nodes 1 --nproc 2 --name sidebar-stop
+import time
+
+for step in range(3000):
+    report(step=step, loss=1.0 / (step + 1))
+    time.sleep(0.1)""",
+]
+
+
+def write_notebook(root: Path) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}  # fmt: skip
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
+    nbformat.write(nb, root / "sidebar.ipynb")
+    return "sidebar.ipynb"
+
+
+def run_browser(lab: Lab, notebook: str) -> dict[str, Any]:
+    if OUTPUT.exists():
+        shutil.rmtree(OUTPUT)
+    OUTPUT.mkdir(parents=True)
+    node = shutil.which("node")
+    assert node is not None, "node is needed for the browser test"
+    proc = subprocess.run(
+        [node, str(HERE / "sidebar.mjs"), lab.url, notebook, str(OUTPUT)],
+        cwd=HERE, capture_output=True, text=True, timeout=480,
+    )  # fmt: skip
+    (OUTPUT / "harness.log").write_text(proc.stdout + proc.stderr)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result from the browser harness:\n{proc.stdout}\n{proc.stderr}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    assert "error" not in result, f"{result['error']}\nconsole: {result['console']}"
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sidebar_in_jupyterlab(lab: Lab) -> None:
+    result = run_browser(lab, write_notebook(lab.root))
+
+    assert result["statusBefore"] == "0 training jobs running"
+    assert "No jobs yet" in result["emptyText"]
+    # the job appeared while it ran and was watched to the end
+    assert result["panelWidth"] > 400  # the sidebar was widened
+    first = result["firstSeen"]
+    assert first["backend"] == "local" and first["world"] == "4"
+    assert first["worldTitle"] == "2 node(s) x 2 process(es)"
+    assert "Running" in result["okStates"] and result["okStates"][-1] == "Succeeded"
+    assert result["maxRunning"] == 1
+
+    ok = result["ok"]
+    assert ok["cells"]["state"] == "Succeeded" and ok["cells"]["step"] == "39"
+    assert [r["rank"] for r in ok["ranks"]] == [0, 1, 2, 3]
+    assert {r["state"] for r in ok["ranks"]} == {"Succeeded"}
+    assert all(r["cells"][3] == "39" for r in ok["ranks"])
+    assert ok["metrics"] == ["loss"]
+    assert not ok["stopEnabled"]
+    # the notebook that started the job (JPY_SESSION_NAME in the kernel)
+    assert ok["notebookEnabled"] and ok["notebookTitle"] == "Open sidebar.ipynb"
+    assert ok["notebookFile"] == f"notebook: {lab.root / 'sidebar.ipynb'}"
+    assert "No checkpoint reported yet." in ok["checkpoints"]
+
+    assert result["logTab"] == 1
+    assert "[rank 3] rank 3 finished" in result["logsAll"]
+    assert "[rank 0] rank 0 step 0" in result["logsAll"]
+    rank2 = result["logsRank2"]
+    assert rank2[-1] == "rank 2 finished" and "rank 2 step 0" in rank2
+    assert not [line for line in rank2 if line.startswith("[rank ") or "rank 3 " in line]
+    assert result["afterOpenNotebook"] == "sidebar.ipynb"
+
+    assert result["statusRunning"] == "1"
+    assert (
+        result["beforeStop"]["stopEnabled"] and result["beforeStop"]["cells"]["state"] == "Running"
+    )
+    assert result["stopSeconds"] < 30
+    stopped = result["stopped"]
+    assert stopped["cells"]["state"] == "Stopped" and not stopped["stopEnabled"]
+    assert {r["state"] for r in stopped["ranks"]} == {"Stopped"}
+    assert stopped["reason"] == "stop requested"
+    assert result["statusAfter"] == "0"
+
+    errors = [e for e in result["console"] if e.startswith("pageerror")]
+    assert not errors, errors
+    for name in ("sidebar.png", "sidebar-logs.png"):
+        assert (OUTPUT / name).stat().st_size > 10_000

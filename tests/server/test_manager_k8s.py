@@ -1,0 +1,78 @@
+"""JobManager with the Kubernetes backend, over HTTP against the API emulator."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_disttrain import job as jobs
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.server.manager import JobManager
+from jupyter_disttrain.spec import JobSpec
+from tests.k8s_emulator.emulator import Emulator
+
+from .jobdirs import write_job
+
+CELL = (
+    "import time\nfor i in range(600):\n    report(step=i, loss=1.0 / (i + 1))\n    time.sleep(0.1)"
+)
+
+
+@pytest.fixture
+def cluster(job_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
+    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}) as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        yield emulator
+
+
+def wait_for(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    value = read()
+    while not ok(value):
+        assert time.monotonic() < deadline, f"condition not reached: {value}"
+        time.sleep(0.2)
+        value = read()
+    return value
+
+
+@pytest.mark.slow
+def test_kubernetes_jobs_are_listed_followed_and_stopped(cluster: Emulator, tmp_path: Path) -> None:
+    write_job("local-one")
+    submitter = KubernetesBackend()
+    submitter.notebook = str(tmp_path / "nb" / "k8s.ipynb")
+    spec = JobSpec(name="k8s-side", nodes=2, nproc=1, backend="kubernetes", timeout=240)
+    job = jobs.submit(spec, build_payload(CELL, {}, job="k8s-side"), submitter)
+    # the configured backends (a kubeconfig exists); no listing cache, to see faults at once
+    manager = JobManager(root_dir=str(tmp_path), cache_seconds={})
+    try:
+        listing = manager.list_jobs()
+        assert [b["name"] for b in listing["backends"]] == ["local", "kubernetes"]
+        assert {j["id"] for j in listing["jobs"]} == {"local/local-one", "kubernetes/k8s-side"}
+        found = wait_for(
+            lambda: manager.job("kubernetes", "k8s-side"),
+            lambda j: j["state"] == "Running" and (j["step"] or 0) >= 2,
+        )
+        assert found["notebook"] == "nb/k8s.ipynb" and found["world_size"] == 2
+        assert found["detail"]["followed"]  # the detail started following its event stream
+        assert {r["state"] for r in found["detail"]["ranks"]} == {"Running"}
+        logs = manager.logs("kubernetes", "k8s-side", rank=None, tail=5)
+        assert logs["ranks"] == [0, 1] and logs["message"] in ("", "no output yet")
+
+        cluster.unauthorized(count=1)  # the next request answers 401
+        broken = manager.list_jobs()
+        assert [j["id"] for j in broken["jobs"]] == ["local/local-one"]
+        assert "401" in broken["backends"][1]["error"]
+
+        assert manager.stop("kubernetes", "k8s-side")["stopped"]
+        wait_for(lambda: manager.list_jobs()["jobs"], lambda js: len(js) == 1)
+        assert job.wait(60) in ("Stopped", "Failed")
+        wait_for(lambda: cluster.processes(), lambda procs: not procs, 30)
+    finally:
+        manager.close()
+        if not job.done:
+            job.stop()

@@ -178,3 +178,12 @@ def test_worker_without_tensorflow_says_how_to_install(tmp_path: Path) -> None:
     assert error.kind == "error" and error.rank == 0
     assert "TensorFlow is not installed in this worker" in error.get("message")
     assert "pip install 'jupyter_disttrain[tensorflow]'" in error.get("message")
+
+
+def test_tensorflow_checkpoint_names() -> None:
+    from jupyter_disttrain.runtime import ckptformat as fmt
+
+    name = fmt.payload_name(40, "1a2b3c", fmt.TF)
+    assert name == "step-000000040-1a2b3c.tf" and fmt.PAYLOAD_RE.match(name)
+    assert fmt.payload_name(40, "1a2b3c", fmt.SHARDED).endswith(".dcp")
+    assert fmt.payload_name(40, "1a2b3c", fmt.FULL).endswith(".pt")

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import jobdir
-from .payload import format_bytes
 from .runtime import ckpt_tf
 from .runtime import ckptformat as fmt
 from .runtime.checkpoint import find_checkpoint, load_sharded
 from .runtime.ckptdir import CheckpointDir
 from .runtime.ckptformat import CheckpointError, CorruptCheckpoint
 from .spec import JobSpec, SpecError
+from .units import format_bytes
 
 if TYPE_CHECKING:
     from .job import Job

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 from .events import JOB_STATES, TERMINAL_STATES, Event, JobState
 from .logbuffer import JOB_RANK, Divergence, FoldedLine, LogBuffer, LogLine, Search, rank_label
 from .logbuffer import format_ranks as format_ranks
+from .units import duration, format_bytes
 
 __all__ = [
     "RANK_STATES",
@@ -1029,7 +1030,7 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
             )
     if snap["checkpoints"]:
         last = snap["checkpoints"][-1]
-        size = "" if last["bytes"] is None else f", {_size(last['bytes'])}"
+        size = "" if last["bytes"] is None else f", {format_bytes(last['bytes'])}"
         lines.append(
             f"checkpoints: {len(snap['checkpoints'])}, latest step {last['step']}: "
             f"{last['uri']}{size}"
@@ -1044,7 +1045,7 @@ def _header(snap: Snapshot) -> str:
     backend = snap["backend"] + (f"/{snap['dist_backend']}" if snap["dist_backend"] else "")
     parts = [
         f"{snap['name']} [{backend}] {snap['state']}",
-        _duration(snap["elapsed"]),
+        duration(snap["elapsed"]),
         f"world {snap['world_size']} ({snap['nodes']}x{snap['nproc']})",
     ]
     if snap["step"] is not None:
@@ -1082,7 +1083,7 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
             str(r["restarts"]),
             "-" if r["step"] is None else str(r["step"]),
             "-" if r["step_rate"] is None else f"{r['step_rate']:.3g}",
-            "-" if r["silent_s"] is None else f"{_duration(r['silent_s'])} ago",
+            "-" if r["silent_s"] is None else f"{duration(r['silent_s'])} ago",
             _exit(r),
         )
         for r in shown
@@ -1135,22 +1136,3 @@ def _error_lines(errors: list[ErrorRow]) -> list[str]:
 
 def _num(value: JSONFloat) -> str:
     return value.lower() if isinstance(value, str) else f"{value:.6g}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
-def _size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"

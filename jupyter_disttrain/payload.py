@@ -20,6 +20,8 @@ from typing import Any
 
 import cloudpickle
 
+from .units import format_bytes
+
 PAYLOAD_FORMAT = 1
 DEFAULT_MAX_CAPTURE_BYTES = 64 * 1024 * 1024
 
@@ -91,16 +93,6 @@ class Payload:
             else:
                 parts.append(f"{cap.name} ({cap.type_name}, {format_bytes(cap.size)})")
         return f"captures {', '.join(parts)}; payload {format_bytes(len(self.data))}"
-
-
-def format_bytes(n: int) -> str:
-    """``1536`` -> ``1.5 KB``."""
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def transform_cell(cell: str) -> str:

@@ -9,7 +9,7 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from jupyter_disttrain.payload import CaptureError, build_payload, format_bytes, free_names
+from jupyter_disttrain.payload import CaptureError, build_payload, free_names
 
 
 def test_free_names_follow_scoping() -> None:
@@ -103,9 +103,3 @@ def test_oversized_capture_is_refused_with_advice() -> None:
 def test_bad_cells(cell: str, needle: str) -> None:
     with pytest.raises(CaptureError, match=needle):
         build_payload(cell, {}, job="t")
-
-
-def test_format_bytes() -> None:
-    assert format_bytes(10) == "10 B"
-    assert format_bytes(1536) == "1.5 KB"
-    assert format_bytes(3 * 1024 * 1024) == "3.0 MB"

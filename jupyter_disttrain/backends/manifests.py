@@ -32,8 +32,8 @@ from typing import Any, Final
 
 import yaml
 
-from ..payload import format_bytes
 from ..spec import JobSpec, SpecError
+from ..units import format_bytes
 from .k8s_options import (
     RUNTIME_ROOT,
     SHM_PATH,

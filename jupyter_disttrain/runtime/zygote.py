@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 PRELOAD = (
@@ -286,13 +287,10 @@ def _redirect(log: str) -> None:
     os.close(fd)
 
 
-def _run_agent(argv: list[str]) -> int:
-    """Run torchrun's main in this (forked) process; return its exit status."""
+def _exit_status(run: Callable[[], int | None]) -> int:
+    """Call ``run`` in a forked child; its exit status (tracebacks go to the log)."""
     try:
-        from torch.distributed import run as torchrun
-
-        torchrun.main(argv)
-        code = 0
+        code = run() or 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -301,6 +299,17 @@ def _run_agent(argv: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     return code
+
+
+def _run_agent(argv: list[str]) -> int:
+    """Run torchrun's main in this (forked) process; return its exit status."""
+
+    def agent() -> None:
+        from torch.distributed import run as torchrun
+
+        torchrun.main(argv)
+
+    return _exit_status(agent)
 
 
 def _watch_lifeline(conn: socket.socket) -> None:
@@ -319,22 +328,17 @@ def _watch_lifeline(conn: socket.socket) -> None:
 
 def _run_worker(argv: list[str], env: dict[str, str]) -> int:
     """Run the worker runtime in this (forked) process; return its exit status."""
-    try:
+
+    def work() -> int:
         import torch
 
         threads = env.get("OMP_NUM_THREADS")
         torch.set_num_threads(int(threads) if threads else (os.cpu_count() or 1))
         from . import worker
 
-        code = worker.main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    return code
+        return worker.main(argv)
+
+    return _exit_status(work)
 
 
 def main(argv: list[str] | None = None) -> int:

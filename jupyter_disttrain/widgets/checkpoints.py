@@ -31,7 +31,7 @@ from ..checkpoints import (
     format_time,
     resume_cell,
 )
-from ..payload import format_bytes
+from ..units import format_bytes
 from .text import esc
 
 if TYPE_CHECKING:

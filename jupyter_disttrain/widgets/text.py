@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import html
 
+from ..units import duration
+
 __all__ = ["ago", "duration", "esc", "rate", "state_class"]
 
 
 def esc(value: object) -> str:
     """HTML-escaped ``str(value)`` (quotes included, safe in attributes)."""
     return html.escape(str(value), quote=True)
-
-
-def duration(seconds: float) -> str:
-    """``4.2s``, ``3m05s`` or ``2h07m``."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 def ago(seconds: float | None) -> str:

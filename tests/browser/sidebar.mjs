@@ -11,68 +11,19 @@
 // code 1 (with {"error": ...}) when a step times out.
 
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { chromium } from "playwright-core";
+import { openBrowser, runCell as runCellOn, waitForPrompt } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const JOB_TIMEOUT = 180_000;
 
-const result = { console: [] };
 fs.mkdirSync(outDir, { recursive: true });
-const profile = fs.mkdtempSync(path.join(os.tmpdir(), "distrain-chromium-"));
-
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: CHROMIUM,
-  headless: true,
-  viewport: { width: 1500, height: 1000 },
-  args: [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--disable-sync",
-    "--no-first-run",
-    "--metrics-recording-only",
-  ],
-});
-
-const page = context.pages()[0] ?? (await context.newPage());
-page.on("console", (msg) => {
-  if (msg.type() === "error" && result.console.length < 50) result.console.push(msg.text());
-});
-page.on("pageerror", (err) => {
-  if (result.console.length < 50) result.console.push(`pageerror: ${err.message}`);
-});
+const { page, result, close } = await openBrowser({ width: 1500, height: 1000 });
 
 const row = (id) => `.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"]`;
 const detail = (id) => `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`;
 
-// Runs a cell; retries when JupyterLab dropped the request (kernel not connected yet).
-async function runCell(index) {
-  const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
-  const prompt = cell.locator(".jp-InputPrompt").filter({ hasText: /\[(\*|\d+)\]/ });
-  for (let attempt = 0; attempt < 3; attempt++) {
-    await cell.locator(".jp-InputArea-editor").click();
-    await page.keyboard.press("Shift+Enter");
-    try {
-      await prompt.waitFor({ timeout: 10_000 });
-      return cell;
-    } catch {
-      // not started: try again
-    }
-  }
-  throw new Error(`cell ${index} did not start`);
-}
-
-async function waitForPrompt(cell) {
-  await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: 60_000 });
-}
+const runCell = (index) => runCellOn(page, index);
 
 // Every state the row shows, sampled in the page until it reaches `final`.
 async function watchStates(id, final, timeout) {
@@ -224,8 +175,7 @@ try {
   result.error = String(err?.stack ?? err);
   await page.screenshot({ path: path.join(outDir, "failure.png") }).catch(() => {});
 } finally {
-  await context.close();
-  fs.rmSync(profile, { recursive: true, force: true });
+  await close();
 }
 
 process.stdout.write(JSON.stringify(result) + "\n");

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from jupyter_disttrain.runtime import checkpoint as ck
 from jupyter_disttrain.runtime import ckptformat as fmt
 from jupyter_disttrain.runtime.ckptdir import CheckpointDir
 from jupyter_disttrain.spec import JobSpec
+from tests.backends.test_local import Collector
 from tests.conftest import REPO, assert_no_processes
 
 # -- the format (pure) ---------------------------------------------------------------
@@ -345,22 +345,6 @@ def test_concurrent_writers_lose_no_record(tmp_path: Path) -> None:
 # -- real jobs: a killed rank, sharded checkpoints across ranks ---------------------------------
 
 
-class Events:
-    """An event sink that keeps everything."""
-
-    def __init__(self) -> None:
-        self.events: list[ev.Event] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, event: ev.Event) -> None:
-        with self.lock:
-            self.events.append(event)
-
-    def kinds(self, kind: str) -> list[ev.Event]:
-        with self.lock:
-            return [e for e in self.events if e.kind == kind]
-
-
 TRAIN = textwrap.dedent(
     """
     import os, time, torch, torch.distributed as dist
@@ -403,7 +387,7 @@ def test_killed_rank_restarts_and_resumes_from_last_checkpoint(tmp_path: Path) -
     steps, directory = 60, tmp_path / "fault"
     spec = JobSpec("ckpt-fault", nodes=2, nproc=2, max_restarts=3, timeout=150,
                    checkpoint_dir=str(directory))  # fmt: skip
-    sink = Events()
+    sink = Collector()
     payload = build_payload(TRAIN, {"STEPS": steps, "DELAY": 0.05}, job=spec.name)
     run = LocalBackend().submit(spec, payload, sink)
     deadline = time.monotonic() + 90
@@ -461,7 +445,7 @@ SHARDED = textwrap.dedent(
 def test_sharded_checkpoint_across_ranks_and_resume_by_step(tmp_path: Path) -> None:
     directory = tmp_path / "sharded"
     spec = JobSpec("ckpt-sharded", nodes=1, nproc=2, timeout=120, checkpoint_dir=str(directory))
-    sink = Events()
+    sink = Collector()
     run = LocalBackend().submit(spec, build_payload(SHARDED, {}, job=spec.name), sink)
     assert run.join(120)
     assert sink.kinds("job")[-1].get("state") == "Succeeded", sink.kinds("error")
@@ -473,7 +457,7 @@ def test_sharded_checkpoint_across_ranks_and_resume_by_step(tmp_path: Path) -> N
     files = CheckpointStore(str(directory)).info(2, verify=True).record["files"]
     assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= set(files)
     resume = spec.with_(name="ckpt-resumed", resume="3")
-    sink2 = Events()
+    sink2 = Collector()
     cell = "x = load_checkpoint()\nx['w'].tolist()"
     run2 = LocalBackend().submit(resume, build_payload(cell, {}, job=resume.name), sink2)
     assert run2.join(120)

@@ -1,0 +1,67 @@
+// Shared by the browser tests: Debian's Chromium on a JupyterLab page, and notebook cells.
+
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+
+// Chromium headless in a fresh profile, with no background network traffic.
+// Returns { page, result, close }; console errors are collected in result.console.
+export async function openBrowser(viewport) {
+  const result = { console: [] };
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "distrain-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport,
+    args: [
+      "--no-sandbox",
+      "--headless",
+      "--disable-gpu",
+      "--disable-dev-shm-usage",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-default-apps",
+      "--disable-extensions",
+      "--disable-sync",
+      "--no-first-run",
+      "--metrics-recording-only",
+    ],
+  });
+  const page = context.pages()[0] ?? (await context.newPage());
+  page.on("console", (msg) => {
+    if (msg.type() === "error" && result.console.length < 50) result.console.push(msg.text());
+  });
+  page.on("pageerror", (err) => {
+    if (result.console.length < 50) result.console.push(`pageerror: ${err.message}`);
+  });
+  const close = async () => {
+    await context.close();
+    fs.rmSync(profile, { recursive: true, force: true });
+  };
+  return { page, result, close };
+}
+
+// Runs notebook cell `index`; retries when JupyterLab dropped the request (kernel not connected yet).
+export async function runCell(page, index) {
+  const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
+  const prompt = cell.locator(".jp-InputPrompt").filter({ hasText: /\[(\*|\d+)\]/ });
+  for (let attempt = 0; attempt < 3; attempt++) {
+    await cell.locator(".jp-InputArea-editor").click();
+    await page.keyboard.press("Shift+Enter");
+    try {
+      await prompt.waitFor({ timeout: 10_000 });
+      return cell;
+    } catch {
+      // not started: try again
+    }
+  }
+  throw new Error(`cell ${index} did not start`);
+}
+
+// Waits until a cell has run: its prompt reads "[3]:" (while running it shows "[*]:").
+export async function waitForPrompt(cell) {
+  await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: 60_000 });
+}

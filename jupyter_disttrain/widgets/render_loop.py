@@ -110,14 +110,8 @@ class RenderLoop:
             self._pause_until(last_start + self._gap)
             woken = self._wake.is_set()
             self._wake.clear()
-            version = self._version()
-            now = time.monotonic()
-            if ended or woken or version != last_version or now - last_start >= self.tick:
-                last_start = now
-                last_version = version
-                self.render_now()
-            if ended:
-                self._pause_until(last_start + self._gap)  # late events of the end
+            ended = ended or self._stop.is_set()
+            if ended:  # one last render, a render gap after the previous (late events)
                 self.render_now()
                 if self._on_finish is not None:
                     try:
@@ -125,6 +119,12 @@ class RenderLoop:
                     except Exception:
                         log.exception("dashboard final update failed")
                 return
+            version = self._version()
+            now = time.monotonic()
+            if woken or version != last_version or now - last_start >= self.tick:
+                last_start = now
+                last_version = version
+                self.render_now()
 
     def _pause_until(self, when: float) -> None:
         delay = when - time.monotonic()

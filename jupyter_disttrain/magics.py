@@ -25,7 +25,7 @@ from .backends.registry import get_backend
 from .options import JOB_OPTIONS, spec_from_args
 from .payload import CaptureError, build_payload
 from .progress import LiveView, format_job_table
-from .spec import BACKENDS, SpecError
+from .spec import BACKENDS, FRAMEWORKS, SpecError
 
 
 def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -47,6 +47,9 @@ class DistrainMagics(Magics):
     backend = Enum(list(BACKENDS), default_value="local", help="Default --backend.").tag(
         config=True
     )
+    framework = Enum(list(FRAMEWORKS), default_value="pytorch", help="Default --framework.").tag(
+        config=True
+    )
     timeout = Float(0.0, help="Default --timeout in seconds (0: none).").tag(config=True)
     max_capture_mb = Float(
         64.0, help="Largest total size of notebook values a cell may capture, in MB."
@@ -65,8 +68,8 @@ class DistrainMagics(Magics):
         "'text', 'lines' or 'none'.",
     ).tag(config=True)
 
-    CONFIG_KEYS = ("nodes", "nproc", "backend", "timeout", "max_capture_mb", "launch_mode",
-                   "prewarm", "live")  # fmt: skip
+    CONFIG_KEYS = ("nodes", "nproc", "backend", "framework", "timeout", "max_capture_mb",
+                   "launch_mode", "prewarm", "live")  # fmt: skip
 
     # -- %%distrain ------------------------------------------------------------
     @magic_arguments.magic_arguments()
@@ -289,6 +292,7 @@ class DistrainMagics(Magics):
             "nodes": self.nodes,
             "nproc": self.nproc,
             "backend": self.backend,
+            "framework": self.framework,
             "timeout": self.timeout or None,
         }
 

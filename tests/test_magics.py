@@ -158,3 +158,14 @@ def test_wait_returns_result_and_background_returns_handle(
     shell.run_line_magic("distrain_logs", "mg-bg --rank 0")
     with pytest.raises(UsageError, match="no log for rank 7"):
         shell.run_line_magic("distrain_logs", "mg-bg --rank 7")
+
+
+def test_framework_default_is_configurable(shell: InteractiveShell) -> None:
+    shell.run_line_magic("distrain_config", "framework=tensorflow")
+    try:
+        with pytest.raises(UsageError, match="one process per worker"):
+            cell(shell, "--nodes 2 --nproc 2 --dry-run", "1")
+    finally:
+        shell.run_line_magic("distrain_config", "framework=pytorch")
+    with pytest.raises(UsageError, match="not valid"):
+        shell.run_line_magic("distrain_config", "framework=jax")

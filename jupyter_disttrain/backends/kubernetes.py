@@ -106,6 +106,7 @@ class KubernetesRun(Submission):
         self._terminal: tuple[ev.JobState, str, str] | None = None
         self._state = ""
         self._pending_why: tuple[str, str] | None = None
+        self._got_result = False
         self._errors: list[str] = []
 
     # -- Submission ------------------------------------------------------------
@@ -273,7 +274,10 @@ class KubernetesRun(Submission):
 
     def _pump(self, pod: str, follow: bool) -> None:
         for line in self.backend.stream_log(self.conn, pod, self.container, follow=follow):
-            self.sink(parse_pod_line(line, pod))
+            event = parse_pod_line(line, pod)
+            if event.kind == "result":
+                self._got_result = True
+            self.sink(event)
 
     def _deadline(self) -> None:
         assert self.spec.timeout is not None
@@ -296,6 +300,12 @@ class KubernetesRun(Submission):
         if outcome[0] == "Succeeded":  # and the other pods report how they ended
             while time.monotonic() < deadline and not self._pods_ended():
                 time.sleep(0.05)
+            if not self._got_result:  # an elastic restart moved rank 0 to another pod
+                with self._lock:
+                    followed = {key.split("#")[0] for key in self._followed}
+                    others = sorted(set(self._pods) - followed)
+                for pod in others:
+                    self._pump(pod, follow=False)
         self.sink(ev.job_event(*outcome))
         self._done.set()
         for w in list(self._watches):

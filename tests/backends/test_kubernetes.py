@@ -201,7 +201,7 @@ def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator) -> No
     cell = textwrap.dedent(
         """
         import os, time, torch.distributed as dist
-        for i in range(30):
+        for i in range(60):
             report(step=i, x=float(i))
             time.sleep(0.1)
         dist.barrier()
@@ -211,7 +211,15 @@ def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator) -> No
     spec = k8s_spec("k8s-kill", nodes=2, max_restarts=3, options=(("elastic", "2:2"),))
     job = jobs.submit(spec, build_payload(cell, {}, job="k8s-kill"), KubernetesBackend())
     wait_for(lambda: len(job.metrics()) >= 3, 120)
-    cluster.kill_pod("k8s-kill-worker-1")  # its agent restarts and re-joins the rendezvous
+
+    def kill_worker() -> bool:  # its agent restarts and re-joins the rendezvous
+        try:
+            cluster.kill_pod("k8s-kill-worker-1")
+        except ValueError:  # its container is not running (yet)
+            return False
+        return True
+
+    wait_for(kill_worker, 60)
     assert job.result(timeout=240) == "finished"
     assert job.monitor.restarts >= 1
     wait_for(lambda: not cluster.processes(), 15)

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .logbuffer import format_ranks
+
 #: Every value of :attr:`NcclSummary.failure`.
 FAILURES: Final = ("none", "connection", "ib", "cuda-oom", "timeout", "shm", "other")
 #: ``raw_lines`` and ``comm_lines`` keep the first ``RAW_HEAD`` and the last ``RAW_TAIL`` lines.
@@ -799,16 +801,7 @@ def _strip_rank_prefix(text: str) -> str:
 
 def _ranks_text(ranks: Iterable[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
-    items = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
-            j += 1
-        parts.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
-        i = j + 1
-    return ", ".join(parts)
+    return format_ranks(ranks).replace(",", ", ")
 
 
 def _size_text(text: str) -> str:

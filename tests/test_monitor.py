@@ -10,27 +10,11 @@ import numpy as np
 import pytest
 
 from jupyter_disttrain.events import Event, job_event, rank_event, restart_event
-from jupyter_disttrain.events import from_json as event_from_json
 from jupyter_disttrain.monitor import JobMonitor, format_text
+from tests.widgets.streams import recorded, upto
 
 EVENTS = Path(__file__).parent / "data" / "events"
 T0 = 1_700_000_000.0
-
-
-def recorded(name: str) -> list[Event]:
-    with open(EVENTS / name, encoding="utf-8") as f:
-        return [event_from_json(line) for line in f if line.strip()]
-
-
-def upto(events: list[Event], kind: str, nth: int = 0) -> list[Event]:
-    """The events before the ``nth`` event of ``kind``."""
-    seen = -1
-    for i, ev in enumerate(events):
-        if ev.kind == kind:
-            seen += 1
-            if seen == nth:
-                return events[:i]
-    raise AssertionError(f"no {kind} #{nth}")
 
 
 def state_of(mon: JobMonitor) -> str:
@@ -51,7 +35,7 @@ def hello(rank: int, t: float, **fields: object) -> Event:
 
 @pytest.fixture
 def restart_events() -> list[Event]:
-    return recorded("restart_recovery.jsonl")
+    return recorded("restart_recovery")
 
 
 def test_restart_stream_before_crash_is_running(restart_events: list[Event]) -> None:
@@ -204,7 +188,7 @@ def test_restart_stream_snapshot_and_text(restart_events: list[Event]) -> None:
 
 @pytest.fixture
 def oom_events() -> list[Event]:
-    return recorded("oom_straggler.jsonl")
+    return recorded("oom_straggler")
 
 
 def test_oom_stream_straggler_before_failure(oom_events: list[Event]) -> None:

@@ -8,16 +8,10 @@ Stop button and shows Stopped. Screenshots land in ``test-output/browser/``.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
-from typing import Any
-
-import nbformat
 import pytest
 
-from .conftest import HERE, OUTPUT, Lab
+from .conftest import OUTPUT, Lab
+from .harness import run_harness, write_notebook
 
 CELLS = [
     "%load_ext jupyter_disttrain",
@@ -42,44 +36,11 @@ for step in range(3000):
 ]
 
 
-def write_notebook(root: Path) -> str:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.metadata["language_info"] = {"name": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    nbformat.write(nb, root / "dashboard.ipynb")
-    return "dashboard.ipynb"
-
-
-def run_browser(lab: Lab, notebook: str) -> dict[str, Any]:
-    if OUTPUT.exists():
-        shutil.rmtree(OUTPUT)
-    OUTPUT.mkdir(parents=True)
-    node = shutil.which("node")
-    assert node is not None, "node is needed for the browser test"
-    proc = subprocess.run(
-        [node, str(HERE / "dashboard.mjs"), lab.url, notebook, str(OUTPUT)],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=480,
-    )
-    (OUTPUT / "harness.log").write_text(proc.stdout + proc.stderr)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"no result from the browser harness:\n{proc.stdout}\n{proc.stderr}"
-    result: dict[str, Any] = json.loads(lines[-1])
-    assert "error" not in result, f"{result['error']}\nconsole: {result['console']}"
-    return result
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_dashboard_in_jupyterlab(lab: Lab) -> None:
-    result = run_browser(lab, write_notebook(lab.root))
+    notebook = write_notebook(lab.root, "dashboard.ipynb", CELLS)
+    result = run_harness("dashboard.mjs", lab, notebook, OUTPUT)
 
     ok = result["ok"]
     assert ok["state"] == "Succeeded"

@@ -9,16 +9,10 @@ long job is stopped from its row. Screenshots land in ``test-output/sidebar/``.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
-from typing import Any
-
-import nbformat
 import pytest
 
-from .conftest import HERE, REPO, Lab
+from .conftest import REPO, Lab
+from .harness import run_harness, write_notebook
 
 OUTPUT = REPO / "test-output" / "sidebar"
 
@@ -43,38 +37,11 @@ for step in range(3000):
 ]
 
 
-def write_notebook(root: Path) -> str:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}  # fmt: skip
-    nb.metadata["language_info"] = {"name": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    nbformat.write(nb, root / "sidebar.ipynb")
-    return "sidebar.ipynb"
-
-
-def run_browser(lab: Lab, notebook: str) -> dict[str, Any]:
-    if OUTPUT.exists():
-        shutil.rmtree(OUTPUT)
-    OUTPUT.mkdir(parents=True)
-    node = shutil.which("node")
-    assert node is not None, "node is needed for the browser test"
-    proc = subprocess.run(
-        [node, str(HERE / "sidebar.mjs"), lab.url, notebook, str(OUTPUT)],
-        cwd=HERE, capture_output=True, text=True, timeout=480,
-    )  # fmt: skip
-    (OUTPUT / "harness.log").write_text(proc.stdout + proc.stderr)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"no result from the browser harness:\n{proc.stdout}\n{proc.stderr}"
-    result: dict[str, Any] = json.loads(lines[-1])
-    assert "error" not in result, f"{result['error']}\nconsole: {result['console']}"
-    return result
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sidebar_in_jupyterlab(lab: Lab) -> None:
-    result = run_browser(lab, write_notebook(lab.root))
+    notebook = write_notebook(lab.root, "sidebar.ipynb", CELLS)
+    result = run_harness("sidebar.mjs", lab, notebook, OUTPUT)
 
     assert result["statusBefore"] == "0 training jobs running"
     assert "No jobs yet" in result["emptyText"]

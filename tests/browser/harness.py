@@ -1,0 +1,43 @@
+"""Running a browser-test notebook through a Node harness script (shared by the browser tests)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from .conftest import HERE, Lab
+
+
+def write_notebook(root: Path, name: str, cells: list[str]) -> str:
+    """Write ``cells`` as notebook ``name`` (python3 kernelspec) under ``root``; its path."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}  # fmt: skip
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nbformat.write(nb, root / name)
+    return name
+
+
+def run_harness(script: str, lab: Lab, notebook: str, output: Path) -> dict[str, Any]:
+    """Run ``node script URL NOTEBOOK OUTPUT``; the JSON it printed (failing on its error)."""
+    if output.exists():
+        shutil.rmtree(output)
+    output.mkdir(parents=True)
+    node = shutil.which("node")
+    assert node is not None, "node is needed for the browser test"
+    proc = subprocess.run(
+        [node, str(HERE / script), lab.url, notebook, str(output)],
+        cwd=HERE, capture_output=True, text=True, timeout=480,
+    )  # fmt: skip
+    (output / "harness.log").write_text(proc.stdout + proc.stderr)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result from the browser harness:\n{proc.stdout}\n{proc.stderr}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    assert "error" not in result, f"{result['error']}\nconsole: {result['console']}"
+    return result

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import job as jobs
 from .backends.base import BackendError
@@ -71,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         payload = build_payload(source, {}, job=spec.name, framework=spec.framework,
                                 dist_backend=spec.dist_backend,
                                 extra=backend.payload_extra(spec))  # fmt: skip
-        plan = str(backend.dryrun(spec, payload)) if args.dry_run or args.export else ""
+        plan = _plan_text(backend, spec, payload) if args.dry_run or args.export else ""
     except (SpecError, CaptureError, BackendError) as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 2
@@ -127,7 +128,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         payload = build_payload(source, {}, job=spec.name, framework=spec.framework,
                                 dist_backend=spec.dist_backend,
                                 extra=backend.payload_extra(spec))  # fmt: skip
-        text = str(backend.dryrun(spec, payload))
+        text = _plan_text(backend, spec, payload)
     except (SpecError, CaptureError, BackendError) as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 2
@@ -206,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _plan_text(backend: Any, spec: Any, payload: Any) -> str:
+    plan = backend.plan(spec, payload)
+    return plan.export() or str(plan)
 
 
 if __name__ == "__main__":

@@ -220,7 +220,7 @@ def submit(
     job = Job(spec, backend)
     for listener in listeners:
         job.add_listener(listener)
-    job.submission = backend.submit(spec, payload, job.feed)
+    job.submission = backend.submit(backend.plan(spec, payload), job.feed)
     with _registry_lock:
         _registry[spec.name] = job
     return job

@@ -112,7 +112,7 @@ class DistrainMagics(Magics):
                 extra=backend.payload_extra(spec),
             )
             if args.dry_run or args.export:
-                plan = str(backend.dryrun(spec, payload))
+                plan = _plan_text(backend, spec, payload)
         except (SpecError, CaptureError, BackendError) as exc:
             raise UsageError(str(exc)) from None
         if args.export:
@@ -329,3 +329,8 @@ def load(ipython: Any) -> None:
         from .backends.launcher import prewarm
 
         prewarm()
+
+
+def _plan_text(backend: Any, spec: Any, payload: Any) -> str:
+    plan = backend.plan(spec, payload)
+    return plan.export() or str(plan)

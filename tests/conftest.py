@@ -7,6 +7,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -59,3 +60,8 @@ def assert_no_processes(job_dir: Path, pids: Sequence[int] = (), wait: float = 5
 def home() -> Iterator[Path]:
     """The job home of this test process."""
     yield Path(os.environ["DISTRAIN_HOME"])
+
+
+def submit_now(backend: Any, spec: Any, payload: Any, sink: Any) -> Any:
+    """Plan ``spec`` on ``backend`` and submit that plan (the service's two steps)."""
+    return backend.submit(backend.plan(spec, payload), sink)

@@ -34,6 +34,7 @@ from jupyter_disttrain.runtime import checkpoint as ck
 from jupyter_disttrain.runtime import ckptformat as fmt
 from jupyter_disttrain.runtime.ckptdir import CheckpointDir
 from jupyter_disttrain.spec import JobSpec, SpecError
+from tests.conftest import submit_now
 
 
 def save_steps(directory: Path | str, steps: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -366,7 +367,7 @@ def test_a_job_checkpoints_to_s3_and_resumes_from_it(s3: dict[str, str]) -> None
         sink = events.append  # list.append is atomic
 
         payload = build_payload(S3_CELL, {"SHARDS": shards}, job=name)
-        run = LocalBackend().submit(preflight(spec), payload, sink)
+        run = submit_now(LocalBackend(), preflight(spec), payload, sink)
         assert run.join(120)
         final = [e for e in events if e.kind == "job"][-1]
         assert final.get("state") == "Succeeded", [e.fields for e in events if e.kind == "error"]

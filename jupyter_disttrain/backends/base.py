@@ -1,10 +1,15 @@
 """The Backend interface: what every place a job can run provides.
 
 A backend turns a :class:`~jupyter_disttrain.spec.JobSpec` plus a
-:class:`~jupyter_disttrain.payload.Payload` into running workers, and reports
-everything it observes as :class:`~jupyter_disttrain.events.Event` objects
-through a sink. ``dryrun`` returns the exact request ``submit`` would make,
-printable, so plans are unit-testable and ``--dry-run`` costs nothing.
+:class:`~jupyter_disttrain.payload.Payload` into a :class:`Plan` (pure
+apart from choosing names and free ports: printable, what ``--dry-run``,
+``--export`` and ``disttrain render`` show), and ``submit(plan)`` runs
+exactly that plan, reporting everything it observes as
+:class:`~jupyter_disttrain.events.Event` objects through a sink (the
+torchx ``submit_dryrun`` -> ``schedule`` pattern).
+
+What differs between backends is declared in :class:`Capabilities` and
+:attr:`Backend.options`; nothing outside ``backends/`` compares backend names.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..events import Event
 from ..payload import Payload
@@ -34,6 +39,55 @@ class JobExists(BackendError):
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; front doors and the service read these, never the name.
+
+    ``has_pods``: workers run in pods (scheduling, image pulls, pod events).
+    ``survives_kernel``: a job keeps running when the notebook's kernel exits.
+    ``elastic``: ``--elastic MIN:MAX`` node counts.
+    ``frameworks``: the ``--framework`` values it runs.
+    ``restart_frameworks``: frameworks whose failed workers it restarts (``--max-restarts``).
+    ``checkpoints_on_path``: its jobs' default checkpoint directory is a path this
+    machine can read (so the notebook can list a job's checkpoints without a URI).
+    ``renders_manifests``: ``--export`` / ``disttrain render`` produce files to apply elsewhere.
+    ``needs_configuration``: usable only once configured (e.g. a kubeconfig); see
+    :meth:`Backend.configured`.
+    ``lists_runtimes``: :meth:`Backend.runtimes` lists training runtimes (Kubeflow Trainer).
+    """
+
+    has_pods: bool = False
+    survives_kernel: bool = False
+    elastic: bool = False
+    frameworks: frozenset[str] = frozenset({"pytorch"})
+    restart_frameworks: frozenset[str] = frozenset({"pytorch"})
+    checkpoints_on_path: bool = False
+    renders_manifests: bool = False
+    needs_configuration: bool = False
+    lists_runtimes: bool = False
+
+
+@dataclass(frozen=True)
+class BackendOption:
+    """A command-line option a backend declares (``--flag``), carried in ``JobSpec.options``.
+
+    ``key`` is the option's name with ``_`` (``node_selector`` for
+    ``--node-selector``). ``repeatable`` options may be given more than once;
+    ``switch`` options take no value (present means ``"true"``).
+    """
+
+    key: str
+    help: str
+    repeatable: bool = False
+    switch: bool = False
+    metavar: str = "VALUE"
+
+    @property
+    def flag(self) -> str:
+        """The option as typed: ``--node-selector``."""
+        return "--" + self.key.replace("_", "-")
+
+
+@dataclass(frozen=True)
 class JobRecord:
     """A job as a listing shows it (possibly from another process or kernel)."""
 
@@ -50,8 +104,40 @@ class JobRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RuntimeRecord:
+    """A training runtime a backend offers (a Kubeflow (Cluster)TrainingRuntime)."""
+
+    name: str
+    scope: str  # "cluster" or a namespace
+    framework: str
+    image: str
+    nodes: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Plan(abc.ABC):
+    """Everything ``submit`` will do for one job, decided before anything runs.
+
+    ``str(plan)`` is what ``--dry-run`` prints; :meth:`export` is the text
+    ``--export`` writes (``None`` when the backend has nothing to export).
+    A plan is submitted at most once.
+    """
+
+    spec: JobSpec
+    payload: Payload
+
+    @abc.abstractmethod
+    def __str__(self) -> str:
+        """The plan as a user reads it."""
+
+    def export(self) -> str | None:
+        """Files to apply elsewhere (Kubernetes YAML), or ``None``."""
+        return None
+
+
 class Submission(abc.ABC):
-    """A job this process submitted and follows."""
+    """A job this process submitted (or attached to) and follows."""
 
     @abc.abstractmethod
     def stop(self, reason: str = "stopped by user") -> None:
@@ -65,24 +151,43 @@ class Submission(abc.ABC):
 class Backend(abc.ABC):
     """A place jobs run. Implementations document where they differ."""
 
-    name: str = "?"
+    name: ClassVar[str] = "?"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Options only this backend understands; they travel in ``JobSpec.options``.
+    options: ClassVar[tuple[BackendOption, ...]] = ()
     #: The notebook that submits jobs (a path), recorded with each job when known.
     notebook: str | None = None
+
+    @classmethod
+    def configured(cls) -> bool:
+        """True when this backend can be used here without more set-up."""
+        return not cls.capabilities.needs_configuration
+
+    def check(self, spec: JobSpec) -> None:
+        """Raise :class:`~jupyter_disttrain.spec.SpecError` for what this backend cannot run."""
+        return None
 
     def payload_extra(self, spec: JobSpec) -> dict[str, Any]:
         """Fields this backend adds to the payload (e.g. an image that would work)."""
         return {}
 
     @abc.abstractmethod
-    def dryrun(self, spec: JobSpec, payload: Payload) -> Any:
-        """The exact launch request for ``spec``, printable with ``str()``; runs nothing."""
+    def plan(self, spec: JobSpec, payload: Payload) -> Plan:
+        """The exact launch request for ``spec``; writes and starts nothing."""
 
     @abc.abstractmethod
-    def submit(self, spec: JobSpec, payload: Payload, sink: EventSink) -> Submission:
-        """Start the job and report its events to ``sink`` from a background thread.
+    def submit(self, plan: Plan, sink: EventSink) -> Submission:
+        """Run exactly ``plan`` and report its events to ``sink`` from a background thread.
 
         The sink receives a terminal ``job`` event last. Raises
         :class:`JobExists` when a job of that name is running.
+        """
+
+    @abc.abstractmethod
+    def attach(self, name: str, sink: EventSink) -> tuple[JobSpec, Submission]:
+        """Follow an existing job from the start of its event stream.
+
+        Raises :class:`JobNotFound` when there is no such job.
         """
 
     @abc.abstractmethod
@@ -96,3 +201,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def stop(self, name: str) -> bool:
         """Stop job ``name`` (also one started elsewhere); False if it was not running."""
+
+    def checkpoint_dir(self, record: JobRecord) -> str | None:
+        """Where job ``record`` writes checkpoints by default, readable from here; or None."""
+        return None
+
+    def runtimes(self) -> list[RuntimeRecord]:
+        """Training runtimes offered (only where ``capabilities.lists_runtimes``)."""
+        raise BackendError(f"the {self.name} backend has no training runtimes to list")

@@ -27,7 +27,7 @@ from ..runtime import rankprefix
 from ..runtime.protocol import PREFIX
 from ..spec import JobSpec
 from . import manifests as mf
-from .base import Backend, EventSink, JobNotFound, JobRecord, Submission
+from .base import Backend, EventSink, JobNotFound, JobRecord, Plan, Submission
 from .k8s_client import Connection, connect, explain
 from .k8s_options import STOCK_IMAGES, ImagePolicy, K8sOptions, default_image, parse_options
 from .k8s_status import JOB_NAME_LABEL, job_condition, pod_facts, rank_events, warning_message
@@ -71,14 +71,20 @@ def notebook_versions(framework: str = "pytorch") -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class KubernetesPlan:
+class KubernetesPlan(Plan):
     """The objects ``submit`` creates; ``str()`` is the YAML ``--dry-run`` prints."""
 
+    spec: JobSpec
+    payload: Payload
     objects: tuple[dict[str, Any], ...]
     namespace: str
 
     def __str__(self) -> str:
         return mf.render_yaml(self.objects)
+
+    def export(self) -> str:
+        """The YAML for ``kubectl create -f``."""
+        return str(self)
 
 
 class KubernetesRun(Submission):
@@ -345,7 +351,7 @@ class KubernetesBackend(Backend):
         self._conn: Connection | None = None
 
     # -- helpers -----------------------------------------------------------------
-    def options(self, spec: JobSpec) -> K8sOptions:
+    def settings(self, spec: JobSpec) -> K8sOptions:
         """The spec's Kubernetes options, validated."""
         return parse_options(spec.options)
 
@@ -362,14 +368,14 @@ class KubernetesBackend(Backend):
 
     def payload_extra(self, spec: JobSpec) -> dict[str, Any]:
         """The image that matches the notebook's versions, named if a worker's Python differs."""
-        opts = self.options(spec)
+        opts = self.settings(spec)
         image = opts.image or default_image(spec.framework, notebook_versions(spec.framework),
                                             gpus=opts.gpus, policy=self.images)  # fmt: skip
         return {"image_hint": f"image {image}"}
 
     def objects(self, spec: JobSpec, payload: Payload) -> list[dict[str, Any]]:
         """The payload object and the job (pure; raises before anything is created)."""
-        opts = self.options(spec)
+        opts = self.settings(spec)
         return mf.manifests(
             spec,
             opts,
@@ -433,15 +439,21 @@ class KubernetesBackend(Backend):
             resp.release_conn()
 
     # -- Backend -----------------------------------------------------------------
-    def dryrun(self, spec: JobSpec, payload: Payload) -> KubernetesPlan:
+    def plan(self, spec: JobSpec, payload: Payload) -> KubernetesPlan:
         """The exact objects, as YAML; nothing is sent to the cluster."""
         objs = self.objects(spec, payload)
-        return KubernetesPlan(tuple(objs), self.options(spec).namespace or "<context namespace>")
+        namespace = self.settings(spec).namespace or "<context namespace>"
+        return KubernetesPlan(spec, payload, tuple(objs), namespace)
 
-    def submit(self, spec: JobSpec, payload: Payload, sink: EventSink) -> KubernetesRun:
+    def submit(self, plan: Plan, sink: EventSink) -> KubernetesRun:
         """Create payload and job, own the payload by the job, start following."""
-        opts = self.options(spec)
-        payload_obj, job_obj = self.objects(spec, payload)
+        if not isinstance(plan, KubernetesPlan):
+            raise TypeError(
+                f"the kubernetes backend runs KubernetesPlans, not {type(plan).__name__}"
+            )
+        spec = plan.spec
+        opts = self.settings(spec)
+        payload_obj, job_obj = plan.objects
         conn = self.connection(opts)
         plural, kind = PLURALS[spec.framework]
         core = conn.core

@@ -15,6 +15,7 @@ forking a warm one is unsafe) running the worker runtime with the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -35,7 +36,7 @@ from .. import jobdir
 from ..payload import Payload
 from ..runtime.protocol import PREFIX
 from ..spec import JobSpec
-from .base import Backend, EventSink, JobExists, JobNotFound, JobRecord, Submission
+from .base import Backend, EventSink, JobExists, JobNotFound, JobRecord, Plan, Submission
 from .launcher import Launcher, LauncherError, ProcessHandle, shared_launcher
 
 POLL_SECONDS = 0.05
@@ -84,10 +85,11 @@ class NodeLaunch:
 
 
 @dataclass(frozen=True)
-class LocalPlan:
+class LocalPlan(Plan):
     """Everything ``submit`` will do for a job; ``str()`` prints it for ``--dry-run``."""
 
     spec: JobSpec
+    payload: Payload
     job_dir: str
     rdzv_endpoint: str
     mode: str  # "fork" (warm launcher) or "exec" (fresh interpreters)
@@ -186,7 +188,7 @@ def build_plan(
     if spec.dist_backend == "nccl":
         notes = ("note: nccl needs CUDA; without it the workers fall back to gloo",)
     return LocalPlan(
-        spec, str(directory), endpoint, mode, tuple(nodes), len(payload.data),
+        spec, payload, str(directory), endpoint, mode, tuple(nodes), len(payload.data),
         payload.describe(), notes,
     )  # fmt: skip
 
@@ -211,7 +213,7 @@ def _tf_plan(
         log = str(logs / f"agent-{node}.log")
         nodes.append(NodeLaunch(node, argv, node_env, log, module=WORKER_MODULE))
     return LocalPlan(
-        spec, str(directory), ",".join(cluster["worker"]), "exec", tuple(nodes),
+        spec, payload, str(directory), ",".join(cluster["worker"]), "exec", tuple(nodes),
         len(payload.data), payload.describe(),
     )  # fmt: skip
 
@@ -558,15 +560,24 @@ class LocalBackend(Backend):
         """``fork`` or ``exec``; TensorFlow workers always start as fresh interpreters."""
         return "exec" if spec.framework == "tensorflow" else self.mode
 
-    def dryrun(self, spec: JobSpec, payload: Payload) -> LocalPlan:
-        """The launch plan, with a port chosen now; nothing is written or started."""
+    def plan(self, spec: JobSpec, payload: Payload) -> LocalPlan:
+        """The launch plan: job directory, port, launch mode and run id chosen now."""
+        run_id = {"DISTRAIN_RUN_ID": os.urandom(6).hex()}  # tells restarts from new submissions
         return build_plan(
-            spec, payload, jobdir.job_dir(spec.name), mode=self.launch_mode(spec), port=free_port()
+            spec,
+            payload,
+            jobdir.job_dir(spec.name),
+            mode=self.launch_mode(spec),
+            port=free_port(),
+            base_env=run_id,
         )
 
-    def submit(self, spec: JobSpec, payload: Payload, sink: EventSink) -> LocalRun:
-        """Create the job directory and start the agents in the background."""
-        directory = jobdir.job_dir(spec.name)
+    def submit(self, plan: Plan, sink: EventSink) -> LocalRun:
+        """Create the job directory and start the agents of ``plan`` in the background."""
+        if not isinstance(plan, LocalPlan):
+            raise TypeError(f"the local backend runs LocalPlans, not {type(plan).__name__}")
+        spec = plan.spec
+        directory = Path(plan.job_dir)
         old = jobdir.read_state(directory)
         if old is not None and _is_live(old):
             raise JobExists(
@@ -578,17 +589,15 @@ class LocalBackend(Backend):
 
             shutil.rmtree(directory)
         jobdir.logs_dir(directory).mkdir(parents=True)
-        (directory / "payload.pkl").write_bytes(payload.data)
+        (directory / "payload.pkl").write_bytes(plan.payload.data)
         launcher: Launcher | None = None
-        mode = self.launch_mode(spec)
-        if mode == "fork":
+        if plan.mode == "fork":
             try:
                 launcher = shared_launcher()
                 launcher.wait_ready()
             except LauncherError:
-                launcher, mode = None, "exec"
-        run_id = {"DISTRAIN_RUN_ID": os.urandom(6).hex()}  # tells restarts from new submissions
-        plan = build_plan(spec, payload, directory, mode=mode, port=free_port(), base_env=run_id)
+                launcher = None
+                plan = dataclasses.replace(plan, mode="exec")  # FIXME decided at plan time
         run = LocalRun(plan, sink, launcher, notebook=self.notebook)
         run.start()
         return run

@@ -19,6 +19,7 @@ from jupyter_disttrain.backends.manifests import PayloadTooLarge
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_local import Collector
+from tests.conftest import submit_now
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.emulator import Emulator
 
@@ -115,7 +116,7 @@ def test_job_runs_end_to_end_and_stop_cleans_up(cluster: Emulator, tmp_path: Pat
     assert "[rank 0] cost $HOME" in logs.stdout, logs.stderr
     # A taken name is a 409 with a clear message; nothing extra is left behind.
     with pytest.raises(BackendError, match=r"already exists .*409"):
-        backend.submit(k8s_spec("k8s-e2e"), payload, Collector())
+        submit_now(backend, k8s_spec("k8s-e2e"), payload, Collector())
     assert backend.stop("k8s-e2e")
     wait_for(lambda: resources(cluster, "k8s-e2e") == {"jobs": [], "pods": [], "configmaps": []})
     wait_for(lambda: not cluster.processes(), 15)
@@ -138,7 +139,7 @@ def test_stop_while_running_deletes_job_pods_and_payload(cluster: Emulator) -> N
 
 def test_dry_run_yaml_validates_against_the_crd(cluster: Emulator) -> None:
     spec = k8s_spec("k8s-yaml", nodes=3, nproc=2, options=(("gpus", "2"), ("volume", "d:/data")))
-    plan = KubernetesBackend().dryrun(spec, build_payload("1", {}, job="k8s-yaml"))
+    plan = KubernetesBackend().plan(spec, build_payload("1", {}, job="k8s-yaml"))
     import yaml
 
     docs = list(yaml.safe_load_all(str(plan)))
@@ -150,15 +151,18 @@ def test_dry_run_yaml_validates_against_the_crd(cluster: Emulator) -> None:
 def test_payload_too_large_is_refused_before_anything_is_created(cluster: Emulator) -> None:
     payload = build_payload("len(BLOB)", {"BLOB": os.urandom(1_200_000)}, job="k8s-big")
     with pytest.raises(PayloadTooLarge, match=r"over the 1.0 MB .*ConfigMap can hold.*--volume"):
-        KubernetesBackend().submit(k8s_spec("k8s-big"), payload, Collector())
+        submit_now(KubernetesBackend(), k8s_spec("k8s-big"), payload, Collector())
     assert cluster.stats().total == 0
 
 
 def test_no_kubeconfig_says_how_to_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     with pytest.raises(BackendError, match=r"no Kubernetes configuration found.*KUBECONFIG"):
-        KubernetesBackend().submit(
-            k8s_spec("k8s-nocfg"), build_payload("1", {}, job="k8s-nocfg"), Collector()
+        submit_now(
+            KubernetesBackend(),
+            k8s_spec("k8s-nocfg"),
+            build_payload("1", {}, job="k8s-nocfg"),
+            Collector(),
         )
 
 
@@ -173,8 +177,11 @@ def test_no_kubeconfig_says_how_to_fix(tmp_path: Path, monkeypatch: pytest.Monke
 def test_api_errors_name_the_fix(cluster: Emulator, fault: str, needle: str) -> None:
     getattr(cluster, fault)()
     with pytest.raises(BackendError, match=needle):
-        KubernetesBackend().submit(
-            k8s_spec("k8s-err"), build_payload("1", {}, job="k8s-err"), Collector()
+        submit_now(
+            KubernetesBackend(),
+            k8s_spec("k8s-err"),
+            build_payload("1", {}, job="k8s-err"),
+            Collector(),
         )
     cluster.clear_faults()
     assert resources(cluster, "k8s-err")["configmaps"] == []  # nothing left half-created

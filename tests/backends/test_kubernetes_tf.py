@@ -52,7 +52,7 @@ def test_tfjob_yaml_matches_the_crd() -> None:
     spec = JobSpec("tf-yaml", nodes=3, backend="kubernetes", framework="tensorflow")
     payload = build_payload("strategy.num_replicas_in_sync", {}, job=spec.name,
                             framework="tensorflow")  # fmt: skip
-    docs = list(yaml.safe_load_all(str(KubernetesBackend().dryrun(spec, payload))))
+    docs = list(yaml.safe_load_all(str(KubernetesBackend().plan(spec, payload))))
     assert [d["kind"] for d in docs] == ["ConfigMap", "TFJob"]
     job = docs[1]
     validate_manifest(job)

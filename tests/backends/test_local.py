@@ -20,7 +20,7 @@ from jupyter_disttrain.backends.local import LocalBackend, LocalRun, build_plan
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.remote import decode_result
 from jupyter_disttrain.spec import JobSpec
-from tests.conftest import assert_no_processes
+from tests.conftest import assert_no_processes, submit_now
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def run_job(
 ) -> tuple[Collector, LocalRun]:
     sink = Collector()
     payload = build_payload(cell, ns or {}, job=spec.name)
-    run = (backend or LocalBackend()).submit(spec, payload, sink)
+    run = submit_now((backend or LocalBackend()), spec, payload, sink)
     assert run.join(timeout), "job did not finish"
     return sink, run
 
@@ -130,7 +130,7 @@ def test_stop_ends_every_process() -> None:
     cell = "import time\nfor i in range(600):\n    report(step=i, x=i)\n    time.sleep(0.1)\n"
     sink = Collector()
     payload = build_payload(cell, {}, job="local-stop")
-    run = LocalBackend().submit(JobSpec("local-stop", nodes=2, nproc=2), payload, sink)
+    run = submit_now(LocalBackend(), JobSpec("local-stop", nodes=2, nproc=2), payload, sink)
     deadline = time.monotonic() + 60
     while len(sink.kinds("hello")) < 4 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -223,8 +223,10 @@ OWNER = textwrap.dedent(
     from jupyter_disttrain.payload import build_payload
     from jupyter_disttrain.spec import JobSpec
     cell = "import time\\nreport(step=0, up=1)\\ntime.sleep(300)"
-    run = LocalBackend().submit(JobSpec("local-owner", nodes=2, nproc=1),
-                                build_payload(cell, {}, job="local-owner"), lambda e: None)
+    backend = LocalBackend()
+    spec = JobSpec("local-owner", nodes=2, nproc=1)
+    run = backend.submit(backend.plan(spec, build_payload(cell, {}, job="local-owner")),
+                         lambda e: None)
     print("submitted", flush=True)
     time.sleep(600)
     """
@@ -265,5 +267,5 @@ def test_dry_run_plan_is_printable_and_starts_nothing(home: Path) -> None:
     assert text.count("torchrun --nnodes 2 --nproc-per-node 3") == 2
     assert "is_host=1" in text and "is_host=0" in text and "LR=0.1" in text
     assert not (home / "jobs" / "local-plan").exists()
-    dry = LocalBackend().dryrun(spec, payload)
+    dry = LocalBackend().plan(spec, payload)
     assert "127.0.0.1:" in str(dry) and not jobdir.job_dir("local-plan").exists()

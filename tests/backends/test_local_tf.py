@@ -23,7 +23,7 @@ from jupyter_disttrain.events import parse_line
 from jupyter_disttrain.payload import Payload, build_payload
 from jupyter_disttrain.spec import JobSpec, SpecError
 from tests.backends.test_local import Collector
-from tests.conftest import REPO, assert_no_processes
+from tests.conftest import REPO, assert_no_processes, submit_now
 
 NOTEBOOK = REPO / "notebooks" / "03-tensorflow.ipynb"
 
@@ -220,7 +220,7 @@ OWNER = textwrap.dedent(
     spec = JobSpec("tf-owner", framework="tensorflow")
     payload = build_payload("import time\\ntime.sleep(300)", {}, job=spec.name,
                             framework="tensorflow")
-    run = LocalBackend().submit(spec, payload, lambda e: None)
+    run = submit_now(LocalBackend(), spec, payload, lambda e: None)
     print("submitted", flush=True)
     time.sleep(600)
     """
@@ -241,7 +241,9 @@ def test_stop_timeout_and_owner_death_leave_no_processes() -> None:
     stopped, timed = tf_spec("tf-stop", nodes=2, timeout=200), tf_spec("tf-slow", timeout=10)
     sinks = {spec.name: Collector() for spec in (stopped, timed)}
     runs = {
-        spec.name: LocalBackend().submit(spec, tf_payload(cell, {}, spec.name), sinks[spec.name])
+        spec.name: submit_now(
+            LocalBackend(), spec, tf_payload(cell, {}, spec.name), sinks[spec.name]
+        )
         for spec in (stopped, timed)
     }
     assert owner.stdout is not None and owner.stdout.readline().strip() == "submitted"

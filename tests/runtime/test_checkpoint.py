@@ -27,7 +27,7 @@ from jupyter_disttrain.runtime import ckptformat as fmt
 from jupyter_disttrain.runtime.ckptdir import CheckpointDir
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_local import Collector
-from tests.conftest import REPO, assert_no_processes
+from tests.conftest import REPO, assert_no_processes, submit_now
 
 # -- the format (pure) ---------------------------------------------------------------
 
@@ -389,7 +389,7 @@ def test_killed_rank_restarts_and_resumes_from_last_checkpoint(tmp_path: Path) -
                    checkpoint_dir=str(directory))  # fmt: skip
     sink = Collector()
     payload = build_payload(TRAIN, {"STEPS": steps, "DELAY": 0.05}, job=spec.name)
-    run = LocalBackend().submit(spec, payload, sink)
+    run = submit_now(LocalBackend(), spec, payload, sink)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not any(
         e.rank == 2 and e.get("step") >= 25 for e in sink.kinds("metric")
@@ -446,7 +446,7 @@ def test_sharded_checkpoint_across_ranks_and_resume_by_step(tmp_path: Path) -> N
     directory = tmp_path / "sharded"
     spec = JobSpec("ckpt-sharded", nodes=1, nproc=2, timeout=120, checkpoint_dir=str(directory))
     sink = Collector()
-    run = LocalBackend().submit(spec, build_payload(SHARDED, {}, job=spec.name), sink)
+    run = submit_now(LocalBackend(), spec, build_payload(SHARDED, {}, job=spec.name), sink)
     assert run.join(120)
     assert sink.kinds("job")[-1].get("state") == "Succeeded", sink.kinds("error")
     value = decode_result(sink.kinds("result")[0].fields)
@@ -459,6 +459,6 @@ def test_sharded_checkpoint_across_ranks_and_resume_by_step(tmp_path: Path) -> N
     resume = spec.with_(name="ckpt-resumed", resume="3")
     sink2 = Collector()
     cell = "x = load_checkpoint()\nx['w'].tolist()"
-    run2 = LocalBackend().submit(resume, build_payload(cell, {}, job=resume.name), sink2)
+    run2 = submit_now(LocalBackend(), resume, build_payload(cell, {}, job=resume.name), sink2)
     assert run2.join(120)
     assert decode_result(sink2.kinds("result")[0].fields) == [0.0, 1.0, 2.0]

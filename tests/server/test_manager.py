@@ -29,11 +29,14 @@ class Broken(Backend):
     def __init__(self, hang: float = 0.0) -> None:
         self.hang = hang
 
-    def dryrun(self, spec, payload):  # type: ignore[no-untyped-def]
+    def plan(self, spec, payload):  # type: ignore[no-untyped-def]
         raise NotImplementedError
 
-    def submit(self, spec, payload, sink):  # type: ignore[no-untyped-def]
+    def submit(self, plan, sink):  # type: ignore[no-untyped-def]
         raise NotImplementedError
+
+    def attach(self, name, sink):  # type: ignore[no-untyped-def]
+        raise BackendError("unreachable")
 
     def list_jobs(self) -> list[JobRecord]:
         if self.hang:

@@ -311,8 +311,39 @@ def main(argv: list[str] | None = None) -> int:
             rankprefix.finish()
 
 
+def exit_process(code: int) -> None:
+    """End this worker with ``code`` without the interpreter's teardown.
+
+    By now the result and ``done`` lines are written and the process group is
+    destroyed. Python's finalisation and C++ static destructors can still
+    abort the process (``terminate called without an active exception``:
+    a framework thread object destroyed while joinable), which would turn a
+    finished rank into a failed one and make torchrun or the operator run
+    the training again. So: run the ``atexit`` handlers (user code may
+    rely on them), flush, and leave with ``os._exit`` as a forked worker does.
+    """
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
 if __name__ == "__main__":
     from .forkclient import die_with_parent
 
     die_with_parent()
-    sys.exit(main())
+    try:
+        status = main()
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else EXIT_SETUP_ERROR
+    except BaseException:
+        traceback.print_exc()
+        status = EXIT_SETUP_ERROR
+    exit_process(status)

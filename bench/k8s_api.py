@@ -36,8 +36,8 @@ from kubernetes import client as k8s  # noqa: E402
 from results import write_section  # noqa: E402
 
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend  # noqa: E402
-from jupyter_disttrain.job import attach  # noqa: E402
 from jupyter_disttrain.payload import build_payload  # noqa: E402
+from jupyter_disttrain.service import attach  # noqa: E402
 from jupyter_disttrain.spec import JobSpec  # noqa: E402
 from tests.k8s_emulator.emulator import Emulator  # noqa: E402
 

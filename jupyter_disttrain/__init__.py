@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 __all__ = ["CheckpointStore", "Job", "JobSpec", "__version__", "every", "load_checkpoint",
            "load_ipython_extension", "report", "save_checkpoint", "submit"]  # fmt: skip
 
-_LAZY = {"Job": "job", "submit": "job", "JobSpec": "spec", "CheckpointStore": "checkpoints",
+_LAZY = {"Job": "job", "submit": "service", "JobSpec": "spec", "CheckpointStore": "checkpoints",
          "save_checkpoint": "runtime.checkpoint", "load_checkpoint": "runtime.checkpoint",
          "every": "runtime.checkpoint"}  # fmt: skip
 

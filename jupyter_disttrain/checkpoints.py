@@ -14,25 +14,17 @@ from __future__ import annotations
 import builtins
 import datetime
 import io
-import os
-import pickle
-import secrets
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import jobdir
 from .runtime import ckpt_tf
 from .runtime import ckptformat as fmt
-from .runtime.checkpoint import find_checkpoint, load_sharded
+from .runtime.checkpoint import load_sharded
 from .runtime.ckptdir import CheckpointDir
 from .runtime.ckptformat import CheckpointError, CorruptCheckpoint
-from .spec import JobSpec, SpecError
 from .units import format_bytes
-
-if TYPE_CHECKING:
-    from .job import Job
 
 __all__ = [
     "CheckpointDetails",
@@ -42,7 +34,6 @@ __all__ = [
     "CorruptCheckpoint",
     "TensorInfo",
     "format_table",
-    "preflight",
 ]
 
 Step = int | str
@@ -362,133 +353,3 @@ def format_table(infos: list[CheckpointInfo]) -> str:
                  for i, (c, w) in enumerate(zip(row[:5], widths, strict=True))]  # fmt: skip
         lines.append("  ".join([*cells, row[5]]).rstrip())
     return "\n".join(lines)
-
-
-# -- jobs and options ------------------------------------------------------------
-
-
-def default_dir(name: str) -> str:
-    """Where a local job saves when no ``--checkpoint-dir`` is given."""
-    return str(jobdir.job_dir(name) / "checkpoints")
-
-
-def job_dir_uri(job: Job) -> str:
-    """The checkpoint directory of ``job``: its option, else where it reported, else the default."""
-    if job.spec.checkpoint_dir:
-        return job.spec.checkpoint_dir
-    reported = job.monitor.checkpoints()
-    if reported and "/" in reported[-1].uri:
-        return reported[-1].uri.rstrip("/").rsplit("/", 1)[0]
-    if job.spec.backend == "local":
-        return default_dir(job.name)
-    raise CheckpointError(
-        f"job {job.name} has no checkpoint directory: run it with --checkpoint-dir PATH_OR_URL"
-    )
-
-
-def store_for(target: str | None, jobs: Mapping[str, Job]) -> tuple[CheckpointStore, Job | None]:
-    """The store ``%distrain_checkpoints TARGET`` means: a job of this kernel, a URI or a local job.
-
-    No target: the last job of this kernel.
-    """
-    if not target:
-        if not jobs:
-            raise CheckpointError("no job in this kernel yet: give a checkpoint URI or a job name")
-        job = list(jobs.values())[-1]
-        return CheckpointStore(job_dir_uri(job)), job
-    if target in jobs:
-        return CheckpointStore(job_dir_uri(jobs[target])), jobs[target]
-    if "://" in target or os.sep in target or os.path.isdir(target):
-        return CheckpointStore(target), None
-    if (jobdir.job_dir(target) / "state.json").exists():
-        return CheckpointStore(default_dir(target)), None
-    raise CheckpointError(
-        f"{target!r} is neither a job of this kernel, a local job nor a checkpoint directory; "
-        "give a path or URL (e.g. s3://bucket/run1) or a job name (%distrain_jobs lists them)"
-    )
-
-
-def job_source(job: Job) -> str | None:
-    """The cell a local job ran (from its payload), if it can be read."""
-    try:
-        with open(jobdir.job_dir(job.name) / "payload.pkl", "rb") as fh:
-            envelope = pickle.load(fh)
-    except (OSError, pickle.UnpicklingError, EOFError):
-        return None
-    source = envelope.get("source") if isinstance(envelope, dict) else None
-    return source if isinstance(source, str) else None
-
-
-def resume_cell(uri: str, step: int, job: Job | None = None) -> str:
-    """A ``%%distrain`` cell that resumes from ``step`` of ``uri`` (the job's cell if known)."""
-    spec = job.spec if job is not None else None
-    flags = []
-    if spec is not None:
-        flags += [f"--nodes {spec.nodes}", f"--nproc {spec.nproc}"]
-        if spec.backend != "local":
-            flags.append(f"--backend {spec.backend}")
-        if spec.max_restarts:
-            flags.append(f"--max-restarts {spec.max_restarts}")
-    flags += [f"--checkpoint-dir {uri}", f"--resume {step}"]
-    body = job_source(job) if job is not None else None
-    if body is None:
-        body = (
-            f"state = load_checkpoint()  # step {step} of {uri}\n"
-            "# ... restore the model and optimizer from state, then train on\n"
-        )
-    return "%%distrain " + " ".join(flags) + "\n" + body.rstrip("\n") + "\n"
-
-
-class CheckpointOptionError(SpecError):
-    """``--checkpoint-dir`` or ``--resume`` cannot be used (the message says why)."""
-
-
-def preflight(spec: JobSpec) -> JobSpec:
-    """Check ``--checkpoint-dir``/``--resume`` of a local job before it starts; normalise paths.
-
-    Raises :class:`CheckpointOptionError` for an unwritable directory, a
-    protocol whose fsspec package is missing, or a resume target that is not
-    there. Other backends are left to their own checks.
-    """
-    if spec.backend != "local" or not (spec.checkpoint_dir or spec.resume):
-        return spec
-    changes: dict[str, object] = {}
-    cdir = None
-    if spec.checkpoint_dir:
-        try:
-            cdir = CheckpointDir(spec.checkpoint_dir)
-        except CheckpointError as exc:
-            raise CheckpointOptionError(f"--checkpoint-dir: {exc}") from None
-        _check_writable(cdir, spec.checkpoint_dir)
-        changes["checkpoint_dir"] = cdir.uri
-    if spec.resume:
-        which = fmt.parse_which(spec.resume)
-        try:
-            found = find_checkpoint(which, cdir)
-        except CheckpointError as exc:
-            raise CheckpointOptionError(f"--resume {spec.resume}: {exc}") from None
-        except Exception as exc:
-            raise CheckpointOptionError(f"--resume {spec.resume}: cannot read it: {exc}") from None
-        if found is None:
-            where = cdir.uri if cdir is not None and which == "latest" else spec.resume
-            raise CheckpointOptionError(
-                f"--resume {spec.resume}: no complete checkpoint in {where} yet; run without "
-                "--resume to start from scratch"
-            )
-        if isinstance(which, str) and which != "latest":
-            changes["resume"] = found[0].payload_uri(found[1])
-    return spec.with_(**changes) if changes else spec
-
-
-def _check_writable(cdir: CheckpointDir, given: str) -> None:
-    probe = cdir.fs.join(cdir.root, fmt.META_DIR, f"{fmt.TMP_PREFIX}probe-{secrets.token_hex(4)}")
-    try:
-        cdir.prepare()
-        cdir.fs.write_bytes(probe, b"", fsync=False)
-        cdir.fs.remove(probe)
-    except Exception as exc:
-        detail = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise CheckpointOptionError(
-            f"--checkpoint-dir {given} is not writable ({detail}); choose a directory you can "
-            "write to"
-        ) from None

@@ -11,15 +11,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from . import job as jobs
 from .backends.base import BackendError
-from .backends.registry import get_backend
-from .options import add_job_options, spec_from_args
-from .payload import CaptureError, build_payload
-from .progress import LiveView, format_job_table
+from .backends.registry import backend_class, names
+from .options import add_job_options
+from .payload import CaptureError
+from .progress import LiveView, format_job_table, format_runtime_table
 from .remote import JobFailed, JobStopped
+from .service import JobService
 from .spec import SpecError
 
 
@@ -41,13 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="print the Kubernetes YAML for a training script")
     render.add_argument("script", help="Python file to run on every rank")
     add_job_options(render)
-    sub.add_parser("jobs", help="list local jobs")
+    sub.add_parser("jobs", help="list jobs (running ones with their diagnosis)")
+    sub.add_parser("runtimes", help="list the training runtimes of the configured clusters")
     logs = sub.add_parser("logs", help="print a job's logs")
     logs.add_argument("name")
     logs.add_argument("--rank", type=int, default=None)
     logs.add_argument("--tail", type=int, default=None)
+    logs.add_argument("--backend", default=None, help="where the job runs")
     stop = sub.add_parser("stop", help="stop a job")
     stop.add_argument("name")
+    stop.add_argument("--backend", default=None, help="where the job runs")
     nccl = sub.add_parser("nccl", help="summarise NCCL / communication lines of a log file")
     nccl.add_argument("logfile")
     nccl.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -58,34 +60,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run a script; exit 0 when the job succeeded."""
-    path = Path(args.script)
+def _read(path: str) -> str | None:
     try:
-        source = path.read_text()
+        return Path(path).read_text()
     except OSError as exc:
         print(f"disttrain: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a script; exit 0 when the job succeeded."""
+    source = _read(args.script)
+    if source is None:
         return 2
+    service = JobService(launch_mode=args.launch)
     try:
-        spec = spec_from_args(args)
-        backend = get_backend(spec.backend, launch_mode=args.launch)
-        payload = build_payload(source, {}, job=spec.name, framework=spec.framework,
-                                dist_backend=spec.dist_backend,
-                                extra=backend.payload_extra(spec))  # fmt: skip
-        plan = _plan_text(backend, spec, payload) if args.dry_run or args.export else ""
+        spec = service.spec(args)
+        plan = service.plan(spec, source)
+        hint = service.export(plan, args.export) if args.export else ""
     except (SpecError, CaptureError, BackendError) as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 2
     if args.export:
-        Path(args.export).write_text(plan)
-        print(f"wrote {args.export}")
+        print(f"wrote {args.export} (submit with: {hint})")
         return 0
     if args.dry_run:
-        print(plan)
+        print(plan.export() or plan)
         return 0
     view = LiveView("lines")
     try:
-        job = jobs.submit(spec, payload, backend, listeners=[view.on_event])
+        job = service.run(plan, listeners=[view.on_event])
     except BackendError as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 2
@@ -112,31 +116,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    """Print (or with --export, write) the YAML a script would be submitted as."""
-    if args.backend not in (None, "kubernetes"):
-        print("disttrain render: only --backend kubernetes has YAML to render", file=sys.stderr)
+    """Print (or with --export, write) the manifests a script would be submitted as."""
+    makers = [n for n in names() if backend_class(n).capabilities.renders_manifests]
+    if args.backend is None:
+        args.backend = makers[0]
+    elif args.backend not in makers:
+        print(f"disttrain render: only --backend {' or '.join(makers)} has manifests to render",
+              file=sys.stderr)  # fmt: skip
         return 2
-    args.backend = "kubernetes"
-    try:
-        source = Path(args.script).read_text()
-    except OSError as exc:
-        print(f"disttrain: cannot read {args.script}: {exc.strerror}", file=sys.stderr)
+    source = _read(args.script)
+    if source is None:
         return 2
+    service = JobService()
     try:
-        spec = spec_from_args(args)
-        backend = get_backend("kubernetes")
-        payload = build_payload(source, {}, job=spec.name, framework=spec.framework,
-                                dist_backend=spec.dist_backend,
-                                extra=backend.payload_extra(spec))  # fmt: skip
-        text = _plan_text(backend, spec, payload)
+        plan = service.plan(service.spec(args), source)
+        if args.export:
+            service.export(plan, args.export)
     except (SpecError, CaptureError, BackendError) as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 2
     if args.export:
-        Path(args.export).write_text(text)
         print(f"wrote {args.export}")
     else:
-        print(text, end="")
+        print(plan.export() or plan, end="")
     return 0
 
 
@@ -183,6 +185,15 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     return 0 if all(c.ok for c in infos) else 1
 
 
+def cmd_jobs(service: JobService) -> int:
+    """Every job of the backends that need no set-up, with running jobs' diagnoses."""
+    listing = service.list_jobs(diagnose=True)
+    print(format_job_table(listing.records, set(), listing.diagnoses))
+    for backend, error in listing.errors.items():
+        print(f"disttrain: {backend}: {error}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``disttrain``."""
     args = build_parser().parse_args(argv)
@@ -194,24 +205,20 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_render(args)
     if args.command == "checkpoints":
         return cmd_checkpoints(args)
-    backend = get_backend("local")
+    service = JobService()
     try:
         if args.command == "jobs":
-            print(format_job_table(backend.list_jobs(), set()))
+            return cmd_jobs(service)
+        if args.command == "runtimes":
+            print(format_runtime_table(service.runtimes()))
         elif args.command == "logs":
-            print(backend.logs(args.name, rank=args.rank, tail=args.tail))
+            print(service.logs(args.name, rank=args.rank, tail=args.tail, backend=args.backend))
         elif args.command == "stop":
-            stopped = backend.stop(args.name)
-            print(f"{args.name}: {'stopped' if stopped else 'was not running'}")
+            print(f"{args.name}: {service.stop(args.name, backend=args.backend)}")
     except BackendError as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _plan_text(backend: Any, spec: Any, payload: Any) -> str:
-    plan = backend.plan(spec, payload)
-    return plan.export() or str(plan)
 
 
 if __name__ == "__main__":

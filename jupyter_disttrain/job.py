@@ -1,21 +1,19 @@
 """``Job``: the handle a user holds for a running or finished distributed job.
 
-The plain-Python API under the magics and the command line:
-:func:`submit` starts a job on a backend and returns a :class:`Job` that
-follows its event stream (through a :class:`~jupyter_disttrain.monitor.JobMonitor`).
+A :class:`Job` is a handle over its :class:`~jupyter_disttrain.monitor.JobMonitor`,
+which owns the job's state, result, errors and diagnosis; the
+:mod:`~jupyter_disttrain.service` creates jobs (submit, attach) and keeps
+this process's jobs by name.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
-from .backends.base import Backend, BackendError, Submission
+from .backends.base import Backend, Plan, Submission
 from .monitor import JobMonitor
-from .payload import Payload
 from .remote import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
 
@@ -23,10 +21,6 @@ if TYPE_CHECKING:
     from .checkpoints import CheckpointStore
 
 Listener = Callable[[ev.Event], None]
-
-#: Jobs submitted from this process, by name (the kernel's jobs).
-_registry: dict[str, Job] = {}
-_registry_lock = threading.Lock()
 
 
 class MetricsTable(list[dict[str, Any]]):
@@ -76,26 +70,29 @@ def _fmt(value: Any) -> str:
 
 
 class Job:
-    """A distributed job: status, result, logs, metrics and stop.
+    """A distributed job: status, result, logs, metrics, diagnosis and stop.
 
     Thread-safe: events arrive on a backend thread while the user calls the
-    methods from the notebook.
+    methods from the notebook. ``plan`` is the plan that was submitted (None
+    for a job attached to after the fact).
     """
 
-    def __init__(self, spec: JobSpec, backend: Backend, monitor: JobMonitor | None = None) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        backend: Backend,
+        monitor: JobMonitor | None = None,
+        *,
+        plan: Plan | None = None,
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.backend = backend
+        self.plan = plan
         self.monitor = monitor or JobMonitor(
             spec.name, backend.name, spec.world_size, nodes=spec.nodes, nproc=spec.nproc
         )
         self.submission: Submission | None = None
-        self.created = time.time()
-        self._cond = threading.Condition()
-        self._state: str = "Pending"
-        self._reason = ""
-        self._result: ev.Event | None = None
-        self._errors: list[ev.Event] = []
         self._listeners: list[Listener] = []
 
     # -- events --------------------------------------------------------------
@@ -106,15 +103,6 @@ class Job:
     def feed(self, event: ev.Event) -> None:
         """Take one event from the backend."""
         self.monitor.feed(event)
-        with self._cond:
-            if event.kind == "job":
-                self._state = str(event.get("state"))
-                self._reason = str(event.get("message") or event.get("reason") or "")
-            elif event.kind == "result" and event.rank in (0, None):
-                self._result = event
-            elif event.kind == "error":
-                self._errors.append(event)
-            self._cond.notify_all()
         for listener in list(self._listeners):
             try:
                 listener(event)
@@ -123,34 +111,25 @@ class Job:
 
     # -- user API ------------------------------------------------------------
     def status(self) -> str:
-        """Pending, Running, Restarting, Succeeded, Failed or Stopped."""
-        with self._cond:
-            return self._state
+        """Pending, Running, Restarting, Succeeded, Failed or Stopped (as the backend said)."""
+        return self.monitor.reported_state
 
     @property
     def done(self) -> bool:
         """True once the job reached a terminal state."""
-        return self.status() in ev.TERMINAL_STATES
+        return self.monitor.ended
 
     @property
     def reason(self) -> str:
         """Why the job is in its current state (empty while it runs normally)."""
-        with self._cond:
-            return self._reason
+        return self.monitor.reason
 
     def wait(self, timeout: float | None = None) -> str:
         """Block until the job ends; return its final state.
 
         Raises :class:`TimeoutError` if it has not ended after ``timeout`` s.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._state not in ev.TERMINAL_STATES:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"job {self.name} still {self._state} after {timeout:g} s")
-                self._cond.wait(0.2 if left is None else min(left, 0.2))
-            return self._state
+        return self.monitor.wait(timeout)
 
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's value of the cell's last expression.
@@ -161,22 +140,24 @@ class Job:
         otherwise, :class:`JobStopped` when it was stopped.
         """
         state = self.wait(timeout)
-        with self._cond:
-            errors = sorted(self._errors, key=lambda e: e.t)
-            result, reason = self._result, self._reason
+        result = self.monitor.result()
         if state == "Succeeded":
             return None if result is None else decode_result(result.fields)
+        errors = self.monitor.error_events()
         if errors:
             first = errors[0]
             raise recreate_exception(first.fields, first.rank)
         if state == "Stopped":
-            raise JobStopped(f"job {self.name} was stopped: {reason}")
-        raise JobFailed(f"job {self.name} failed: {reason}")
+            raise JobStopped(f"job {self.name} was stopped: {self.reason}")
+        raise JobFailed(f"job {self.name} failed: {self.reason}")
 
     def errors(self) -> list[dict[str, Any]]:
         """Every error reported by a rank: rank, type, message, traceback."""
-        with self._cond:
-            return [{"rank": e.rank, **e.fields} for e in sorted(self._errors, key=lambda e: e.t)]
+        return [{"rank": e.rank, **e.fields} for e in self.monitor.error_events()]
+
+    def diagnosis(self) -> str | None:
+        """The job's current one-sentence reading (communication, hang or failure), or None."""
+        return self.monitor.diagnosis()
 
     def logs(self, rank: int | None = None, tail: int | None = None) -> str:
         """What the ranks printed (one rank, or all prefixed with their rank)."""
@@ -188,9 +169,10 @@ class Job:
 
     def checkpoints(self) -> CheckpointStore:
         """The job's checkpoint directory as a :class:`~.checkpoints.CheckpointStore`."""
-        from .checkpoints import CheckpointStore, job_dir_uri
+        from .checkpoints import CheckpointStore
+        from .job_checkpoints import checkpoint_uri
 
-        return CheckpointStore(job_dir_uri(self))
+        return CheckpointStore(checkpoint_uri(self))
 
     def stop(self, wait: bool = True, timeout: float = 30.0) -> str:
         """Stop the job; every process of it ends. Returns the final state."""
@@ -203,70 +185,9 @@ class Job:
         return self.status()
 
     def __repr__(self) -> str:
-        extra = f" ({self._reason})" if self._reason and self.done else ""
+        reason = self.reason
+        extra = f" ({reason})" if reason and self.done else ""
         return (
             f"<Job {self.name}: {self.status()}{extra}, {self.spec.nodes} node(s) x "
             f"{self.spec.nproc} proc, backend {self.backend.name}>"
         )
-
-
-def submit(
-    spec: JobSpec,
-    payload: Payload,
-    backend: Backend,
-    listeners: Iterable[Listener] = (),
-) -> Job:
-    """Start ``spec`` on ``backend`` and return its :class:`Job` (registered by name)."""
-    job = Job(spec, backend)
-    for listener in listeners:
-        job.add_listener(listener)
-    job.submission = backend.submit(backend.plan(spec, payload), job.feed)
-    with _registry_lock:
-        _registry[spec.name] = job
-    return job
-
-
-def attach(name: str, backend: Backend, listeners: Iterable[Listener] = ()) -> Job:
-    """Follow an existing job of ``backend`` from the start of its event stream."""
-    attach_to = getattr(backend, "attach", None)
-    if attach_to is None:
-        raise BackendError(f"the {backend.name} backend cannot re-attach to jobs")
-    holder: list[Job] = []
-    pending: list[ev.Event] = []
-    lock = threading.Lock()
-
-    def sink(event: ev.Event) -> None:  # events may arrive before the Job exists
-        with lock:
-            if not holder:
-                pending.append(event)
-                return
-        holder[0].feed(event)
-
-    spec, submission = attach_to(name, sink)
-    job = Job(spec, backend)
-    for listener in listeners:
-        job.add_listener(listener)
-    job.submission = submission
-    with lock:
-        for event in pending:
-            job.feed(event)
-        holder.append(job)
-    with _registry_lock:
-        _registry[name] = job
-    return job
-
-
-def registered() -> dict[str, Job]:
-    """Jobs submitted from this process, by name."""
-    with _registry_lock:
-        return dict(_registry)
-
-
-def stop_all(timeout: float = 30.0) -> None:
-    """Stop every running job of this process (kernel shutdown)."""
-    for job in registered().values():
-        if not job.done and job.submission is not None:
-            job.submission.stop("owner shutting down")
-    for job in registered().values():
-        if job.submission is not None:
-            job.submission.join(timeout)

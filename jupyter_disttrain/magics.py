@@ -1,4 +1,4 @@
-"""IPython magics: a thin argument-parsing layer over :mod:`jupyter_disttrain.job`.
+"""IPython magics: a thin argument-parsing and display layer over :mod:`jupyter_disttrain.service`.
 
 ``%%distrain`` runs the cell as a distributed job; ``%distrain_jobs``,
 ``%distrain_logs``, ``%distrain_stop``, ``%distrain_checkpoints`` and
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from IPython.core import magic_arguments
@@ -19,13 +18,15 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import Bool, Enum, Float, Int, Unicode
 
-from . import job as jobs
 from .backends.base import BackendError
-from .backends.registry import get_backend
-from .options import JOB_OPTIONS, spec_from_args
-from .payload import CaptureError, build_payload
-from .progress import LiveView, format_job_table
-from .spec import BACKENDS, FRAMEWORKS, SpecError
+from .backends.registry import names
+from .job import Job
+from .job_checkpoints import store_for
+from .options import JOB_OPTIONS
+from .payload import CaptureError
+from .progress import LiveView, format_job_table, format_runtime_table
+from .service import JobService, default_service
+from .spec import FRAMEWORKS, SpecError
 
 
 def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,7 +45,7 @@ class DistrainMagics(Magics):
 
     nodes = Int(1, help="Default --nodes.").tag(config=True)
     nproc = Int(1, help="Default --nproc.").tag(config=True)
-    backend = Enum(list(BACKENDS), default_value="local", help="Default --backend.").tag(
+    backend = Enum(list(names()), default_value=names()[0], help="Default --backend.").tag(
         config=True
     )
     framework = Enum(list(FRAMEWORKS), default_value="pytorch", help="Default --framework.").tag(
@@ -98,39 +99,29 @@ class DistrainMagics(Magics):
         args = magic_arguments.parse_argstring(self.distrain, line)
         if args.output is not None and not args.output.isidentifier():
             raise UsageError(f"-o {args.output!r} is not a valid Python variable name")
+        service = self.service
         try:
-            spec = spec_from_args(args, self._defaults())
-            backend = get_backend(spec.backend, launch_mode=self.launch_mode)
-            backend.notebook = notebook_path(self.shell)
-            payload = build_payload(
+            spec = service.spec(args, self._defaults())
+            plan = service.plan(
+                spec,
                 cell,
                 self.shell.user_ns if self.shell else {},
-                job=spec.name,
-                framework=spec.framework,
-                dist_backend=spec.dist_backend,
                 max_capture_bytes=int(self.max_capture_mb * 1024 * 1024),
-                extra=backend.payload_extra(spec),
             )
-            if args.dry_run or args.export:
-                plan = _plan_text(backend, spec, payload)
+            if args.export:
+                hint = service.export(plan, args.export)
         except (SpecError, CaptureError, BackendError) as exc:
             raise UsageError(str(exc)) from None
         if args.export:
-            try:
-                Path(args.export).write_text(plan)
-            except OSError as exc:
-                raise UsageError(f"--export: cannot write {args.export}: {exc.strerror}") from None
-            print(
-                f"{spec.name}: wrote {args.export} (submit with: kubectl create -f {args.export})"
-            )
+            print(f"{spec.name}: wrote {args.export} (submit with: {hint})")
             return None
         if args.dry_run:
-            print(plan)
+            print(plan.export() or plan)
             return None
         view = LiveView(self._live_mode(), blocking=args.wait)
-        print(f"{spec.name}: {payload.describe()}")
+        print(f"{spec.name}: {plan.payload.describe()}")
         try:
-            job = jobs.submit(spec, payload, backend, listeners=[view.on_event])
+            job = service.run(plan, listeners=[view.on_event])
         except BackendError as exc:
             raise UsageError(str(exc)) from None
         if args.output:
@@ -151,24 +142,17 @@ class DistrainMagics(Magics):
     # -- line magics -------------------------------------------------------------
     @line_magic
     def distrain_jobs(self, line: str) -> None:
-        """List this kernel's jobs and every local job that is still running."""
+        """List this kernel's jobs and every job that is still running, with diagnoses."""
         if line.strip():
             raise UsageError("%distrain_jobs takes no arguments")
-        mine = jobs.registered()
-        records = get_backend("local").list_jobs()
-        notes = []
-        if self.backend == "kubernetes" or any(
-            j.spec.backend == "kubernetes" for j in mine.values()
-        ):
-            try:
-                records += get_backend("kubernetes").list_jobs()
-            except BackendError as exc:
-                notes.append(f"kubernetes: {exc}")
+        service = self.service
+        mine = service.registered()
+        listing = service.list_jobs(service.listing_backends(also=[self.backend]), diagnose=True)
         live = ("Pending", "Running", "Restarting")
-        shown = [r for r in records if r.name in mine or r.state in live]
-        print(format_job_table(shown, set(mine)))
-        for note in notes:
-            print(note)
+        shown = [r for r in listing.records if r.name in mine or r.state in live]
+        print(format_job_table(shown, set(mine), listing.diagnoses))
+        for backend, error in listing.errors.items():
+            print(f"{backend}: {error}")
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("name", help="job name")
@@ -180,10 +164,8 @@ class DistrainMagics(Magics):
         args = magic_arguments.parse_argstring(self.distrain_logs, line)
         if args.tail is not None and args.tail < 0:
             raise UsageError(f"--tail must be 0 or more, got {args.tail}")
-        job = jobs.registered().get(args.name)
-        backend = job.backend if job else get_backend("local")
         try:
-            print(backend.logs(args.name, rank=args.rank, tail=args.tail))
+            print(self.service.logs(args.name, rank=args.rank, tail=args.tail))
         except BackendError as exc:
             raise UsageError(str(exc)) from None
 
@@ -193,15 +175,20 @@ class DistrainMagics(Magics):
     def distrain_stop(self, line: str) -> None:
         """Stop a job; every process of it ends."""
         args = magic_arguments.parse_argstring(self.distrain_stop, line)
-        job = jobs.registered().get(args.name)
-        if job is not None:
-            print(f"{job.name}: {job.stop()}")
-            return
         try:
-            stopped = get_backend("local").stop(args.name)
+            print(f"{args.name}: {self.service.stop(args.name)}")
         except BackendError as exc:
             raise UsageError(str(exc)) from None
-        print(f"{args.name}: {'stopped' if stopped else 'was not running'}")
+
+    @line_magic
+    def distrain_runtimes(self, line: str) -> None:
+        """List the training runtimes of the configured clusters (Kubeflow Trainer)."""
+        if line.strip():
+            raise UsageError("%distrain_runtimes takes no arguments")
+        try:
+            print(format_runtime_table(self.service.runtimes()))
+        except BackendError as exc:
+            raise UsageError(str(exc)) from None
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("name", help="job name")
@@ -221,8 +208,9 @@ class DistrainMagics(Magics):
             raise UsageError(f"-o {args.output!r} is not a valid Python variable name")
         view = LiveView(self._live_mode())
         try:
-            backend = get_backend(args.backend or self.backend, launch_mode=self.launch_mode)
-            job = jobs.attach(args.name, backend, listeners=[view.on_event])
+            job = self.service.attach(
+                args.name, args.backend or self.backend, listeners=[view.on_event]
+            )
         except BackendError as exc:
             raise UsageError(str(exc)) from None
         view.attach(job)
@@ -264,12 +252,12 @@ class DistrainMagics(Magics):
         Shows the checkpoint browser (sortable table, contents, Load / Resume
         / Delete) in a notebook, a text table elsewhere.
         """
-        from .checkpoints import CheckpointError, format_table, store_for
+        from .checkpoints import CheckpointError, format_table
 
         target = line.strip() or None
-        known = jobs.registered()
+        known = self.service.registered()
         value = self.shell.user_ns.get(target) if self.shell and target else None
-        if isinstance(value, jobs.Job):  # the variable of -o NAME
+        if isinstance(value, Job):  # the variable of -o NAME
             known[str(target)] = value
         try:
             store, job = store_for(target, known)
@@ -287,6 +275,14 @@ class DistrainMagics(Magics):
         return None
 
     # -- helpers -----------------------------------------------------------------
+    @property
+    def service(self) -> JobService:
+        """The kernel's job service, set up with this kernel's launch mode and notebook."""
+        service = default_service()
+        service.launch_mode = self.launch_mode
+        service.notebook = notebook_path(self.shell)
+        return service
+
     def _defaults(self) -> dict[str, Any]:
         return {
             "nodes": self.nodes,
@@ -320,17 +316,10 @@ def load(ipython: Any) -> None:
     ipython.register_magics(magics)
     import atexit
 
-    atexit.register(jobs.stop_all)
+    atexit.register(default_service().stop_all)
     if magics.live in ("auto", "widget"):
         from .widgets import prewarm as prewarm_widgets
 
         prewarm_widgets(ipython)
-    if magics.prewarm and magics.backend == "local" and magics.launch_mode == "fork":
-        from .backends.launcher import prewarm
-
-        prewarm()
-
-
-def _plan_text(backend: Any, spec: Any, payload: Any) -> str:
-    plan = backend.plan(spec, payload)
-    return plan.export() or str(plan)
+    if magics.prewarm:
+        magics.service.backend(magics.backend).prewarm()

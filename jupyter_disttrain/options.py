@@ -13,9 +13,9 @@ import importlib.util
 import secrets
 from typing import Any
 
-from .backends.k8s_options import EXAMPLES as K8S_EXAMPLES
-from .backends.k8s_options import REPEATABLE as K8S_REPEATABLE
-from .spec import BACKENDS, DIST_BACKENDS, FRAMEWORKS, JobSpec, SpecError, parse_env, validate
+from .backends.base import BackendOption
+from .backends.registry import backend_class, names
+from .spec import DIST_BACKENDS, FRAMEWORKS, JobSpec, SpecError, parse_env, validate
 
 Option = tuple[tuple[str, ...], dict[str, Any]]
 
@@ -26,7 +26,7 @@ JOB_OPTIONS: list[Option] = [
     (("--nproc",), {"type": int, "default": None, "metavar": "M",
                     "help": "worker processes per node; default 1"}),
     (("--backend",), {"default": None, "metavar": "NAME",
-                      "help": f"where to run: {', '.join(BACKENDS)}; default local"}),
+                      "help": f"where to run: {', '.join(names())}; default {names()[0]}"}),
     (("--name",), {"default": None,
                    "help": "job name (lowercase, digits, '-'); default generated"}),
     (("--env",), {"action": "append", "default": [], "metavar": "K=V",
@@ -52,30 +52,40 @@ JOB_OPTIONS: list[Option] = [
 ]  # fmt: skip
 
 
-def _k8s_option(key: str) -> Option:
-    flag = "--" + key.replace("_", "-")
-    help_text = f"kubernetes: e.g. {K8S_EXAMPLES[key]}"
-    if key == "payload_secret":
-        return (flag,), {"action": "store_true", "help": help_text}
-    if key in K8S_REPEATABLE:
-        return (flag,), {"action": "append", "default": [], "metavar": "VALUE",
-                         "help": help_text + " (repeatable)"}  # fmt: skip
-    return (flag,), {"default": None, "metavar": "VALUE", "help": help_text}
+def _argparse(option: BackendOption, backend: str) -> Option:
+    help_text = option.help if option.help.startswith(backend) else f"{backend}: {option.help}"
+    if option.switch:
+        return (option.flag,), {"action": "store_true", "help": help_text}
+    if option.repeatable:
+        return (option.flag,), {"action": "append", "default": [], "metavar": option.metavar,
+                                "help": help_text + " (repeatable)"}  # fmt: skip
+    return (option.flag,), {"default": None, "metavar": option.metavar, "help": help_text}
 
 
-#: Options of the Kubernetes backend, carried in ``JobSpec.options``.
-K8S_OPTIONS: list[Option] = [_k8s_option(key) for key in K8S_EXAMPLES]
-JOB_OPTIONS.extend(K8S_OPTIONS)
+def declared_options() -> dict[str, tuple[str, BackendOption]]:
+    """Every backend's declared options by key: ``(backend name, option)``."""
+    out: dict[str, tuple[str, BackendOption]] = {}
+    for name in names():
+        for option in backend_class(name).options:
+            out.setdefault(option.key, (name, option))
+    return out
+
+
+#: Options only some backends understand (declared by them), carried in ``JobSpec.options``.
+BACKEND_OPTIONS: list[Option] = [
+    _argparse(option, backend) for backend, option in declared_options().values()
+]
+JOB_OPTIONS.extend(BACKEND_OPTIONS)
 
 
 def backend_options(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
     """The backend-specific options given, as ``(key, value)`` pairs."""
     out: list[tuple[str, str]] = []
-    for key in K8S_EXAMPLES:
+    for key, (_, option) in declared_options().items():
         value = getattr(args, key, None)
-        if key in K8S_REPEATABLE:
+        if option.repeatable:
             out.extend((key, str(v)) for v in value or [])
-        elif key == "payload_secret":
+        elif option.switch:
             if value:
                 out.append((key, "true"))
         elif value is not None:
@@ -114,17 +124,24 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
                 f"{flag} must be at least {0 if key == 'max_restarts' else 1}, got {value}"
             )
     timeout = pick("timeout", None)
-    backend = str(pick("backend", "local"))
+    backend = str(pick("backend", names()[0]))
+    if backend not in names():
+        raise SpecError(f"unknown --backend {backend!r}; choose one of: {', '.join(names())}")
+    caps = backend_class(backend).capabilities
     extra = backend_options(args)
-    if extra and backend != "kubernetes":
-        flags = ", ".join(sorted({"--" + k.replace("_", "-") for k, _ in extra}))
+    _check_declared(backend, extra)
+    if getattr(args, "export", None) and not caps.renders_manifests:
+        makers = [n for n in names() if backend_class(n).capabilities.renders_manifests]
         raise SpecError(
-            f"Kubernetes-only option(s) {flags} given without --backend kubernetes; remove "
-            "them to run locally, or add --backend kubernetes"
+            f"--export writes manifests to apply elsewhere; the {backend} backend has none: "
+            f"add --backend {' or '.join(makers)}, or use --dry-run to see the plan"
         )
-    if getattr(args, "export", None) and backend != "kubernetes":
-        raise SpecError("--export writes Kubernetes YAML; add --backend kubernetes")
     framework = str(pick("framework", "pytorch")).lower()
+    if framework not in caps.frameworks and framework in FRAMEWORKS:
+        raise SpecError(
+            f"--framework {framework} does not run on the {backend} backend; it runs "
+            f"{', '.join(sorted(caps.frameworks))}"
+        )
     if framework == "tensorflow":
         _check_tensorflow(args, backend, extra)
     spec = validate(
@@ -143,32 +160,51 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
             options=extra,
         )
     )
-    from .checkpoints import preflight  # checks the directory and the resume target
+    return spec
 
-    return preflight(spec)
+
+def _check_declared(backend: str, extra: tuple[tuple[str, str], ...]) -> None:
+    """Options another backend declares, given to ``backend``: name the fix."""
+    mine = {option.key for option in backend_class(backend).options}
+    declared = declared_options()
+    foreign = sorted({key for key, _ in extra if key not in mine})
+    if not foreign:
+        return
+    owners = sorted({declared[key][0] for key in foreign})
+    flags = ", ".join("--" + k.replace("_", "-") for k in foreign)
+    owner = " or ".join(owners)
+    raise SpecError(
+        f"{owner.capitalize()}-only option(s) {flags} given without --backend {owner}; remove "
+        f"them to run on the {backend} backend, or add --backend {owner}"
+    )
 
 
 def _check_tensorflow(
     args: argparse.Namespace, backend: str, extra: tuple[tuple[str, str], ...]
 ) -> None:
     """Options that cannot run a TensorFlow job here; the message says what to change."""
-    if backend == "local" and int(getattr(args, "max_restarts", 0) or 0) > 0:
+    caps = backend_class(backend).capabilities
+    if "tensorflow" not in caps.restart_frameworks and int(getattr(args, "max_restarts", 0) or 0):
+        restarting = [
+            n for n in names() if "tensorflow" in backend_class(n).capabilities.restart_frameworks
+        ]
         raise SpecError(
-            "--max-restarts with --framework tensorflow needs --backend kubernetes (the TFJob "
-            "restarts failed pods); locally a TensorFlow job runs once: remove --max-restarts"
+            f"--max-restarts with --framework tensorflow needs --backend {' or '.join(restarting)} "
+            f"(the TFJob restarts failed pods); on the {backend} backend a TensorFlow job runs "
+            "once: remove --max-restarts"
         )
     if any(key == "elastic" for key, _ in extra):
         raise SpecError(
             "--elastic is a PyTorch (torchrun) option; TensorFlow jobs have a fixed number "
             "of workers: remove --elastic or use --framework pytorch"
         )
-    if backend == "kubernetes" and any(key == "image" for key, _ in extra):
+    if caps.has_pods and any(key == "image" for key, _ in extra):
         return  # the image brings TensorFlow; the notebook need not have it
     if importlib.util.find_spec("tensorflow") is None:
-        where = "to run the workers" if backend == "local" else "to pick the matching image"
+        where = "to pick the matching image" if caps.has_pods else "to run the workers"
         raise SpecError(
             f"--framework tensorflow needs TensorFlow in this environment {where}: "
             "pip install 'jupyter_disttrain[tensorflow]' (installs tensorflow-cpu; "
             "tensorflow on a GPU machine)"
-            + ("" if backend == "local" else ", or pass --image with a TensorFlow image")
+            + (", or pass --image with a TensorFlow image" if caps.has_pods else "")
         )

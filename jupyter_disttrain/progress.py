@@ -11,11 +11,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
-from .backends.base import JobRecord
+from .backends.base import JobRecord, RuntimeRecord
 
 if TYPE_CHECKING:
     from .job import Job
@@ -158,14 +158,42 @@ def _when(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def format_job_table(records: Iterable[JobRecord], mine: set[str]) -> str:
-    """A plain-text table of jobs; ``mine`` marks this kernel's."""
+def format_job_table(
+    records: Iterable[JobRecord],
+    mine: set[str],
+    diagnoses: Mapping[tuple[str, str], str | None] | None = None,
+) -> str:
+    """A plain-text table of jobs; ``mine`` marks this kernel's.
+
+    Each job's diagnosis (by ``(backend, name)``) follows the table, one line
+    per job, as the dashboard and the sidebar show it.
+    """
     rows = [("NAME", "BACKEND", "STATE", "RANKS", "STARTED", "ENDED", "KERNEL", "NOTE")]
+    notes: list[str] = []
     for r in records:
         rows.append((r.name, r.backend, r.state, f"{r.nodes}x{r.nproc}", _when(r.created),
                      _when(r.ended), "this" if r.name in mine else "", r.reason[:60]))  # fmt: skip
+        diagnosis = (diagnoses or {}).get((r.backend, r.name))
+        if diagnosis:
+            notes.append(f"{r.name}: {diagnosis}")
     if len(rows) == 1:
         return "no jobs"
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)  # fmt: skip
+    table = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    return "\n".join(table + notes)
+
+
+def format_runtime_table(runtimes: Iterable[RuntimeRecord]) -> str:
+    """A plain-text table of training runtimes (name, scope, framework, image, nodes)."""
+    rows = [("NAME", "SCOPE", "FRAMEWORK", "NODES", "IMAGE")]
+    for r in runtimes:
+        rows.append((r.name, r.scope, r.framework or "-",
+                     "-" if r.nodes is None else str(r.nodes), r.image or "-"))  # fmt: skip
+    if len(rows) == 1:
+        return "no training runtimes (no configured cluster serves Kubeflow Trainer)"
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )

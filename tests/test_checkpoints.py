@@ -24,10 +24,9 @@ from jupyter_disttrain.checkpoints import (
     CheckpointStore,
     CorruptCheckpoint,
     format_table,
-    preflight,
-    resume_cell,
 )
 from jupyter_disttrain.job import Job
+from jupyter_disttrain.job_checkpoints import preflight, resume_cell
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.remote import decode_result
 from jupyter_disttrain.runtime import checkpoint as ck

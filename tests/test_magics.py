@@ -9,7 +9,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_disttrain import job as jobs
+from jupyter_disttrain import service as jobs
 
 
 @pytest.fixture(scope="module")

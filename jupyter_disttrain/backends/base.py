@@ -159,9 +159,18 @@ class Backend(abc.ABC):
     notebook: str | None = None
 
     @classmethod
+    def create(cls, **config: Any) -> Backend:
+        """An instance from front-door settings (e.g. ``launch_mode``); unknown keys are ignored."""
+        return cls()
+
+    @classmethod
     def configured(cls) -> bool:
         """True when this backend can be used here without more set-up."""
         return not cls.capabilities.needs_configuration
+
+    def prewarm(self) -> None:
+        """Start, in the background, what makes the first job start faster (optional)."""
+        return None
 
     def check(self, spec: JobSpec) -> None:
         """Raise :class:`~jupyter_disttrain.spec.SpecError` for what this backend cannot run."""

@@ -56,6 +56,8 @@ EXAMPLES: Final[Mapping[str, str]] = {
     "elastic": "--elastic 2:4",
 }
 REPEATABLE: Final = frozenset({"nccl", "volume", "node_selector", "toleration", "pip"})
+#: Options that take no value.
+SWITCHES: Final = frozenset({"payload_secret"})
 OPTION_KEYS: Final = tuple(EXAMPLES)
 
 

@@ -10,6 +10,7 @@ Failing pods' logs are read once when they end; other ranks' logs on demand.
 
 from __future__ import annotations
 
+import os
 import platform
 import threading
 import time
@@ -27,9 +28,27 @@ from ..runtime import rankprefix
 from ..runtime.protocol import PREFIX
 from ..spec import JobSpec
 from . import manifests as mf
-from .base import Backend, EventSink, JobNotFound, JobRecord, Plan, Submission
+from .base import (
+    Backend,
+    BackendOption,
+    Capabilities,
+    EventSink,
+    JobNotFound,
+    JobRecord,
+    Plan,
+    Submission,
+)
 from .k8s_client import Connection, connect, explain
-from .k8s_options import STOCK_IMAGES, ImagePolicy, K8sOptions, default_image, parse_options
+from .k8s_options import (
+    EXAMPLES,
+    REPEATABLE,
+    STOCK_IMAGES,
+    SWITCHES,
+    ImagePolicy,
+    K8sOptions,
+    default_image,
+    parse_options,
+)
 from .k8s_status import JOB_NAME_LABEL, job_condition, pod_facts, rank_events, warning_message
 
 GROUP, VERSION = "kubeflow.org", "v1"
@@ -336,6 +355,33 @@ class KubernetesBackend(Backend):
     """Kubeflow Training Operator jobs on the cluster of a kubeconfig context."""
 
     name = "kubernetes"
+    capabilities = Capabilities(
+        has_pods=True,
+        survives_kernel=True,
+        elastic=True,
+        frameworks=frozenset({"pytorch", "tensorflow"}),
+        restart_frameworks=frozenset({"pytorch", "tensorflow"}),
+        renders_manifests=True,
+        needs_configuration=True,
+    )
+    options = tuple(
+        BackendOption(
+            key,
+            f"kubernetes: e.g. {example}",
+            repeatable=key in REPEATABLE,
+            switch=key in SWITCHES,
+        )
+        for key, example in EXAMPLES.items()
+    )
+
+    @classmethod
+    def configured(cls) -> bool:
+        """True when a kubeconfig file exists or this process runs in a pod."""
+        first = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+        if Path(os.path.expanduser(first or "~/.kube/config")).is_file():
+            return True
+        token = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+        return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and token.is_file()
 
     def __init__(
         self,

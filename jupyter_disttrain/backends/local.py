@@ -36,7 +36,16 @@ from .. import jobdir
 from ..payload import Payload
 from ..runtime.protocol import PREFIX
 from ..spec import JobSpec
-from .base import Backend, EventSink, JobExists, JobNotFound, JobRecord, Plan, Submission
+from .base import (
+    Backend,
+    Capabilities,
+    EventSink,
+    JobExists,
+    JobNotFound,
+    JobRecord,
+    Plan,
+    Submission,
+)
 from .launcher import Launcher, LauncherError, ProcessHandle, shared_launcher
 
 POLL_SECONDS = 0.05
@@ -550,11 +559,36 @@ class LocalBackend(Backend):
     """Jobs as torchrun agents on this machine (see the module docstring)."""
 
     name = "local"
+    capabilities = Capabilities(
+        frameworks=frozenset({"pytorch", "tensorflow"}),
+        restart_frameworks=frozenset({"pytorch"}),
+        checkpoints_on_path=True,
+    )
 
     def __init__(self, mode: str = "fork") -> None:
         if mode not in ("fork", "exec"):
             raise ValueError(f"launch mode must be 'fork' or 'exec', got {mode!r}")
         self.mode = mode
+
+    @classmethod
+    def create(cls, **config: Any) -> LocalBackend:
+        """``launch_mode``: ``fork`` (warm launcher, the default) or ``exec``."""
+        return cls(mode=str(config.get("launch_mode") or "fork"))
+
+    def prewarm(self) -> None:
+        """Start the warm launcher now (fork mode), so the first job starts fast."""
+        if self.mode == "fork":
+            from .launcher import prewarm
+
+            prewarm()
+
+    def checkpoint_dir(self, record: JobRecord) -> str | None:
+        """The job directory's ``checkpoints`` folder (where the runtime saves by default)."""
+        return str(jobdir.job_dir(record.name) / "checkpoints")
+
+    def job_directory(self, name: str) -> str:
+        """The directory where job ``name`` keeps its payload, logs and state."""
+        return str(jobdir.job_dir(name))
 
     def launch_mode(self, spec: JobSpec) -> str:
         """``fork`` or ``exec``; TensorFlow workers always start as fresh interpreters."""

@@ -9,30 +9,19 @@ be read, the checkpoints the ranks reported are shown as ``reported``.
 
 from __future__ import annotations
 
-import os
-
-from ..backends.base import JobRecord
+from ..backends.base import Backend, JobRecord
 from .views import CheckpointJSON
 
 
-def checkpoint_dir(record: JobRecord, reported: list[CheckpointJSON]) -> str | None:
-    """Where the job's checkpoints are, or None when unknown."""
-    if reported and "/" in reported[-1]["uri"]:
-        return reported[-1]["uri"].rstrip("/").rsplit("/", 1)[0]
-    if record.backend == "local":
-        from ..checkpoints import default_dir
-
-        path = default_dir(record.name)
-        return path if os.path.isdir(path) else None
-    return None
-
-
-def list_checkpoints(record: JobRecord, reported: list[CheckpointJSON]) -> list[CheckpointJSON]:
+def list_checkpoints(
+    record: JobRecord, backend: Backend, reported: list[CheckpointJSON]
+) -> list[CheckpointJSON]:
     """The checkpoints of the job's directory by step, else ``reported`` (never raises)."""
     try:
         from ..checkpoints import CheckpointStore
+        from ..job_checkpoints import record_checkpoint_dir
 
-        uri = checkpoint_dir(record, reported)
+        uri = record_checkpoint_dir(record, backend, [c["uri"] for c in reported])
         if uri is None:
             return reported
         infos = CheckpointStore(uri).list()

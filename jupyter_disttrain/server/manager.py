@@ -18,23 +18,23 @@ costs watches on the API server). Thread-safe: handlers call it from a pool.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..backends.base import Backend, BackendError, JobNotFound, JobRecord, Submission
 from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
+from ..service import JobService
 from .ckpts import list_checkpoints
 from .views import BackendStatus, JobJSON, JobListJSON, LogsJSON, StopJSON, job_json
 
 #: Seconds a backend may take to list its jobs before it is reported as not answering.
 LIST_TIMEOUT = 5.0
-#: Reuse a backend's listing for this long (Kubernetes: spare the API server a list per poll).
-CACHE_SECONDS = {"local": 0.0, "kubernetes": 3.0}
+#: Reuse a listing of a backend that needs configuration (a cluster) for this long: spare
+#: its API server a list per poll. Other backends (reading local files) are listed each time.
+CLUSTER_CACHE_SECONDS = 3.0
 #: Local jobs followed at once (the newest); older ones show without progress.
 MAX_FOLLOWED = 64
 #: Largest ``tail`` a log request may ask for.
@@ -45,27 +45,9 @@ REPLAY_WAIT = 1.0
 FOLLOW_LOG_LINES = 200
 
 
-def kubernetes_configured() -> bool:
-    """True when a kubeconfig file exists or this process runs in a pod."""
-    first = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    if Path(os.path.expanduser(first or "~/.kube/config")).is_file():
-        return True
-    return (
-        bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").is_file()
-    )
-
-
 def configured_backends() -> list[Backend]:
-    """The backends a user has configured right now (local always)."""
-    from ..backends.local import LocalBackend
-
-    out: list[Backend] = [LocalBackend()]
-    if kubernetes_configured():
-        from ..backends.kubernetes import KubernetesBackend
-
-        out.append(KubernetesBackend())
-    return out
+    """The backends a user has configured right now."""
+    return JobService().configured_backends()
 
 
 @dataclass
@@ -104,7 +86,7 @@ class JobManager:
         self._backend_factory = backends
         self.root_dir = root_dir
         self.list_timeout = list_timeout
-        self.cache_seconds = CACHE_SECONDS if cache_seconds is None else cache_seconds
+        self.cache_seconds = cache_seconds
         self.clock = clock
         self._lock = threading.RLock()
         self._backends: dict[str, Backend] = {}
@@ -133,7 +115,7 @@ class JobManager:
     def job(self, backend: str, name: str) -> JobJSON:
         """One job with its ranks, metrics and checkpoints (starts following it if it runs)."""
         found, record = self._find(backend, name)
-        if found.name != "local" and record.state not in TERMINAL_STATES:
+        if found.capabilities.has_pods and record.state not in TERMINAL_STATES:
             self._follow(found, record)
         return self._json(found, record, self.clock(), detail=True)
 
@@ -195,7 +177,10 @@ class JobManager:
         now = time.monotonic()
         with self._lock:
             cached = self._listings.get(backend.name)
-            ttl = self.cache_seconds.get(backend.name, 0.0)
+            if self.cache_seconds is None:
+                ttl = CLUSTER_CACHE_SECONDS if backend.capabilities.needs_configuration else 0.0
+            else:
+                ttl = self.cache_seconds.get(backend.name, 0.0)
             if cached is not None and not cached.error and now - cached.at < ttl:
                 return cached
             future = self._inflight.get(backend.name)
@@ -221,11 +206,11 @@ class JobManager:
             record = current.get(key[1])
             if record is None or record.created != self._followed[key].created:
                 del self._followed[key]
-        if backend.name == "local":
+        if not backend.capabilities.has_pods:  # following reads files: cheap
             for record in records[:MAX_FOLLOWED]:
                 self._follow(backend, record)
             keep = {r.name for r in records[:MAX_FOLLOWED]}
-            for key in [k for k in self._followed if k[0] == "local" and k[1] not in keep]:
+            for key in [k for k in self._followed if k[0] == backend.name and k[1] not in keep]:
                 del self._followed[key]
 
     def _follow(self, backend: Backend, record: JobRecord) -> None:
@@ -233,17 +218,10 @@ class JobManager:
         with self._lock:
             if key in self._followed:
                 return
-            attach = getattr(backend, "attach", None)
-            if attach is None:
-                return
-            monitor = JobMonitor(
-                record.name, backend.name, max(1, record.world_size),
-                nodes=max(1, record.nodes), nproc=max(1, record.nproc),
-                log_limit=FOLLOW_LOG_LINES,
-            )  # fmt: skip
-            try:
-                _, submission = attach(record.name, monitor.feed)
-            except BackendError:
+            monitor, submission = JobService.open_monitor(
+                backend, record, log_limit=FOLLOW_LOG_LINES
+            )
+            if monitor is None or submission is None:
                 return  # shown from its record alone
             self._followed[key] = _Followed(record.created, monitor, submission)
         if record.state in TERMINAL_STATES:
@@ -255,5 +233,5 @@ class JobManager:
         snapshot = followed.monitor.snapshot(now) if followed is not None else None
         return job_json(
             record, snapshot, now=now, detail=detail, root_dir=self.root_dir,
-            checkpoints=lambda reported: list_checkpoints(record, reported),
+            checkpoints=lambda reported: list_checkpoints(record, backend, reported),
         )  # fmt: skip

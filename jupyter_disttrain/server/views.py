@@ -76,7 +76,8 @@ class JobJSON(TypedDict):
     each metric over the ranks' latest values. ``notebook`` is the notebook
     that started the job as a path the server's contents API opens, ``None``
     when unknown or outside the server root; ``notebook_file`` is the path as
-    recorded ("" when unknown).
+    recorded ("" when unknown). ``diagnosis`` is the job's one-sentence
+    reading (communication problem or failure), ``None`` when there is none.
     """
 
     id: str
@@ -96,6 +97,7 @@ class JobJSON(TypedDict):
     notebook: str | None
     notebook_file: str
     can_stop: bool
+    diagnosis: str | None
     detail: JobDetail | None
 
 
@@ -171,6 +173,7 @@ def job_json(
         notebook=notebook_api_path(recorded, root_dir),
         notebook_file=recorded,
         can_stop=not terminal,
+        diagnosis=snapshot["diagnosis"] if snapshot is not None else None,
         detail=_detail(snapshot, checkpoints) if detail else None,
     )
 

@@ -29,8 +29,8 @@ from ..checkpoints import (
     format_metrics,
     format_table,
     format_time,
-    resume_cell,
 )
+from ..job_checkpoints import resume_cell
 from ..units import format_bytes
 from .text import esc
 

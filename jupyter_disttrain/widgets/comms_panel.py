@@ -1,11 +1,9 @@
 """The communication panel: NCCL / c10d / gloo summary and diagnosis of a job's log lines.
 
-Every log line the monitor receives goes through one
-:class:`~jupyter_disttrain.nccl.NcclParser` (lines that are not about
-communication cost a few substring tests). The panel reads the monitor's
-lines incrementally; lines pushed out of the monitor's ring buffer before
-a render read them are counted as not scanned (only under floods beyond
-the buffer per render interval).
+The monitor parses every log line as it arrives
+(:meth:`~jupyter_disttrain.monitor.JobMonitor.comms`), so the reading does
+not depend on how often the panel renders, and the sidebar and the command
+line show the same diagnosis; the panel only renders it.
 
 DOM contract: ``.distrain-comms`` with ``data-backend`` and
 ``data-failure``; the diagnosis is ``.distrain-diagnosis``; raw lines are
@@ -14,13 +12,11 @@ DOM contract: ``.distrain-comms`` with ``data-backend`` and
 
 from __future__ import annotations
 
-import threading
-
 import ipywidgets as w
 
 from ..logbuffer import format_ranks
 from ..monitor import JobMonitor, Snapshot
-from ..nccl import RAW_HEAD, NcclParser, NcclSummary
+from ..nccl import RAW_HEAD, NcclSummary
 from .text import esc
 
 __all__ = ["CommsPanel", "comms_html", "raw_lines_html"]
@@ -30,7 +26,7 @@ def _backend(summary: NcclSummary, dist_backend: str | None) -> str:
     return dist_backend or summary.backend
 
 
-def comms_html(summary: NcclSummary, dist_backend: str | None, *, unscanned: int = 0) -> str:
+def comms_html(summary: NcclSummary, dist_backend: str | None) -> str:
     """The summary block: one sentence of diagnosis and the per-job facts."""
     backend = _backend(summary, dist_backend)
     attrs = f'data-backend="{esc(backend)}" data-failure="{esc(summary.failure)}"'
@@ -49,11 +45,6 @@ def comms_html(summary: NcclSummary, dist_backend: str | None, *, unscanned: int
         if summary.diagnosis:
             parts.append(f'<div class="distrain-diagnosis">{esc(summary.diagnosis)}</div>')
         parts.append(_facts(summary, backend))
-    if unscanned:
-        parts.append(
-            f'<div class="distrain-note">{unscanned:,} lines left the log buffer before '
-            "they were scanned.</div>"
-        )
     return f'<div class="distrain-comms" {attrs}>{"".join(parts)}</div>'
 
 
@@ -101,11 +92,6 @@ class CommsPanel:
 
     def __init__(self, monitor: JobMonitor) -> None:
         self.monitor = monitor
-        self.parser = NcclParser()
-        self._lock = threading.Lock()
-        self._last_seq = -1
-        self._unscanned = 0
-        self._summary: NcclSummary | None = None
         self.summary_html = w.HTML(comms_html(NcclSummary(), None))
         self.raw = w.HTML()
         self.accordion = w.Accordion(children=[self.raw], selected_index=None)
@@ -113,32 +99,15 @@ class CommsPanel:
         self.widget = w.VBox([self.summary_html, self.accordion])
         self.widget.add_class("distrain-comms-panel")
 
-    def scan(self) -> bool:
-        """Feed lines received since the last scan to the parser; True if there were any."""
-        lines = self.monitor.log_lines(since=self._last_seq)
-        if not lines:
-            return False
-        for line in lines:
-            self.parser.feed(line.text, line.rank if line.rank >= 0 else None)
-        expected = lines[-1].seq - self._last_seq
-        self._unscanned += max(0, expected - len(lines))
-        self._last_seq = lines[-1].seq
-        return True
-
     def summary(self) -> NcclSummary:
-        """The parser's current summary (scans new lines first)."""
-        with self._lock:
-            if self.scan() or self._summary is None:
-                self._summary = self.parser.summary()
-            return self._summary
+        """The monitor's communication reading."""
+        return self.monitor.comms()
 
     def render(self, snap: Snapshot) -> None:
         """Refresh from lines received since the last render."""
         summary = self.summary()
         backend = _backend(summary, snap["dist_backend"])
-        self.summary_html.value = comms_html(
-            summary, snap["dist_backend"], unscanned=self._unscanned
-        )
+        self.summary_html.value = comms_html(summary, snap["dist_backend"])
         if backend == "gloo" or (not summary.raw_lines and summary.comm_lines):
             lines, dropped, title = summary.comm_lines, summary.comm_dropped, "c10d / gloo lines"
         else:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_disttrain import job as jobs
+from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.base import BackendError
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.backends.manifests import PayloadTooLarge

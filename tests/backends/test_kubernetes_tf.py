@@ -12,7 +12,7 @@ import pytest
 import yaml
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_disttrain import job as jobs
+from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.events import parse_line
 from jupyter_disttrain.payload import build_payload, package_version

@@ -17,7 +17,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_disttrain import cli, jobdir
-from jupyter_disttrain import job as jobs
+from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.local import LocalBackend, build_plan
 from jupyter_disttrain.events import parse_line
 from jupyter_disttrain.payload import Payload, build_payload

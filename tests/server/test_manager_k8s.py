@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_disttrain import job as jobs
+from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.server.manager import JobManager

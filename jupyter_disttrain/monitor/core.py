@@ -2,8 +2,10 @@
 
 Pure (no I/O, no threads of its own) and thread-safe: a reader thread calls
 :meth:`JobMonitor.feed` while the kernel thread reads; one lock guards all
-state and every reader returns copies or immutable values. Widgets and the
-text fallback (:func:`format_text`) only render what this module keeps.
+state and every reader returns copies or immutable values. The monitor is
+the single owner of a job's state, result, errors and diagnosis: a
+:class:`~jupyter_disttrain.job.Job` is a handle over it, and widgets, the
+text view, the sidebar and the command line only render what it keeps.
 
 Times are the ``t`` of the events (Unix seconds); methods that need the
 current time take ``now`` (default: :func:`time.time`).
@@ -11,243 +13,39 @@ current time take ``now`` (default: :func:`time.time`).
 
 from __future__ import annotations
 
-import math
 import statistics
 import threading
-import time
-from array import array
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any, Final, NamedTuple, TypedDict
+from dataclasses import replace
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .events import JOB_STATES, TERMINAL_STATES, Event, JobState
-from .logbuffer import JOB_RANK, Divergence, FoldedLine, LogBuffer, LogLine, Search, rank_label
-from .logbuffer import format_ranks as format_ranks
-from .units import duration, format_bytes
-
-__all__ = [
-    "RANK_STATES",
-    "Checkpoint",
-    "ErrorInfo",
-    "Failure",
-    "JobMonitor",
-    "RankState",
-    "Series",
-    "Snapshot",
-    "format_ranks",
-    "format_text",
-]
-
-#: States of a rank row. Exited: the process ended with code 0 without ``done``.
-RANK_STATES: Final = (
-    "Pending",
-    "Running",
-    "Restarting",
-    "Succeeded",
-    "Failed",
-    "Stopped",
-    "Exited",
+from ..events import JOB_STATES, TERMINAL_STATES, Event, JobState
+from ..logbuffer import JOB_RANK, Divergence, FoldedLine, LogBuffer, LogLine, Search
+from ..nccl import NcclParser, NcclSummary
+from .metrics import MetricStore
+from .records import (
+    RANK_STATES,
+    Checkpoint,
+    CheckpointRow,
+    ErrorInfo,
+    ErrorRow,
+    Failure,
+    FailureRow,
+    JSONFloat,
+    LogSummary,
+    RankRow,
+    RankState,
+    Series,
+    Snapshot,
+    _finite_or_none,
+    _int,
+    _now,
+    _str,
 )
-
-#: A float in a JSON-able snapshot: non-finite values become ``"NaN"``,
-#: ``"Infinity"`` or ``"-Infinity"`` (what JavaScript's ``Number()`` parses).
-JSONFloat = float | str
-
-
-# --------------------------------------------------------------------------- records
-
-
-@dataclass
-class RankState:
-    """One row of the worker table (a copy when returned by the monitor).
-
-    ``node`` defaults to ``rank // nproc`` and ``local_rank`` to
-    ``rank % nproc`` until a ``hello`` or backend event says otherwise.
-    ``step_rate`` is steps/s over the last ``rate_window`` seconds of this
-    rank's metrics. ``exit_code``/``reason`` explain a failure or exit.
-    """
-
-    rank: int
-    node: int
-    local_rank: int
-    host: str = ""
-    pod: str = ""
-    pid: int | None = None
-    state: str = "Pending"
-    restarts: int = 0
-    step: int | None = None
-    step_rate: float | None = None
-    last_heard: float | None = None
-    exit_code: int | None = None
-    reason: str = ""
-    versions: dict[str, Any] = field(default_factory=dict)
-
-    def silent_for(self, now: float) -> float | None:
-        """Seconds since the worker last printed anything, ``None`` if never."""
-        return None if self.last_heard is None else max(0.0, now - self.last_heard)
-
-
-class Series(NamedTuple):
-    """Points of one metric of one rank (float64 arrays, copies)."""
-
-    steps: NDArray[np.float64]
-    times: NDArray[np.float64]
-    values: NDArray[np.float64]
-
-
-class Checkpoint(NamedTuple):
-    """A checkpoint a rank reported as completely written."""
-
-    step: int
-    uri: str
-    bytes: int | None
-    rank: int | None
-    t: float
-
-
-class ErrorInfo(NamedTuple):
-    """An exception that escaped user code (``rank`` is ``None`` if job-wide)."""
-
-    rank: int | None
-    t: float
-    type: str
-    message: str
-    traceback: str
-
-
-class Failure(NamedTuple):
-    """A rank failure: an ``error`` event or a non-zero exit (``attempt`` counts restarts)."""
-
-    t: float
-    rank: int
-    reason: str
-    attempt: int
-
-
-# --------------------------------------------------------------------------- snapshot shapes
-
-
-class RankRow(TypedDict):
-    """:class:`RankState` as JSON, plus ``silent_s`` and the rank's latest metric values."""
-
-    rank: int
-    node: int
-    local_rank: int
-    host: str
-    pod: str
-    pid: int | None
-    state: str
-    restarts: int
-    step: int | None
-    step_rate: float | None
-    last_heard: float | None
-    silent_s: float | None
-    exit_code: int | None
-    reason: str
-    latest: dict[str, JSONFloat]
-
-
-class FailureRow(TypedDict):
-    rank: int
-    t: float
-    reason: str
-
-
-class MetricRow(TypedDict):
-    """Latest value of one metric: over each rank's last point."""
-
-    step: int
-    mean: JSONFloat
-    min: JSONFloat
-    max: JSONFloat
-    ranks: int
-
-
-class CheckpointRow(TypedDict):
-    step: int
-    uri: str
-    bytes: int | None
-    rank: int | None
-    t: float
-
-
-class ErrorRow(TypedDict):
-    rank: int | None
-    t: float
-    type: str
-    message: str
-    traceback: str
-
-
-class LogSummary(TypedDict):
-    kept: int
-    total: int
-    dropped: int
-
-
-class Snapshot(TypedDict):
-    """Everything a dashboard or the text fallback shows, JSON-able.
-
-    ``elapsed`` runs from the first event to the terminal event (or ``now``).
-    ``step`` is the highest step any rank reached; ``steps_per_s`` the
-    overall rate (see :meth:`JobMonitor.steps_per_second`).
-    """
-
-    name: str
-    backend: str
-    dist_backend: str | None
-    state: str
-    reason: str
-    message: str
-    world_size: int
-    nodes: int
-    nproc: int
-    restarts: int
-    created: float | None
-    started: float | None
-    ended: float | None
-    now: float
-    elapsed: float
-    step: int | None
-    steps_per_s: float | None
-    ranks: list[RankRow]
-    first_failure: FailureRow | None
-    stragglers: list[int]
-    metrics: dict[str, MetricRow]
-    checkpoints: list[CheckpointRow]
-    errors: list[ErrorRow]
-    has_result: bool
-    logs: LogSummary
-    version: int
-
-
-# --------------------------------------------------------------------------- storage
-
-
-class _Points:
-    """Append-only (step, t, value) columns in compact ``array('d')`` storage."""
-
-    __slots__ = ("steps", "times", "values")
-
-    def __init__(self) -> None:
-        self.steps = array("d")
-        self.times = array("d")
-        self.values = array("d")
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def slice(self, start: int = 0) -> Series:
-        return Series(_np(self.steps, start), _np(self.times, start), _np(self.values, start))
-
-
-def _np(column: array[float], start: int) -> NDArray[np.float64]:
-    return np.frombuffer(column, dtype=np.float64)[start:].copy()
-
 
 # --------------------------------------------------------------------------- the monitor
 
@@ -311,17 +109,18 @@ class JobMonitor:
         self._recent: dict[int, deque[tuple[float, int]]] = {}
         self._failures: list[Failure] = []
         self._errors: list[ErrorInfo] = []
+        self._error_events: list[Event] = []
         self._checkpoints: list[Checkpoint] = []
         self._result: Event | None = None
         self._logs = LogBuffer(log_limit)
-        # metrics: per (name, rank) points, and one row per metric event
-        self._points: dict[str, dict[int, _Points]] = {}
-        self._ev_rank = array("q")
-        self._ev_step = array("d")
-        self._ev_t = array("d")
-        self._ev_names = array("q")
-        self._name_sets: list[tuple[str, ...]] = []
-        self._name_set_ids: dict[tuple[str, ...], int] = {}
+        self._metrics = MetricStore(self._lock)
+        # what the backend itself last said (the end is final only once it says so)
+        self._reported: JobState = "Pending"
+        self._changed = threading.Condition(self._lock)
+        # every log line goes through the NCCL / c10d / gloo parser as it arrives
+        self._comms = NcclParser()
+        self._comms_lines = 0
+        self._comms_summary: tuple[int, NcclSummary] | None = None
         self._first_metric: tuple[float, int] | None = None
         self._frontier: tuple[float, int] | None = None
 
@@ -331,12 +130,14 @@ class JobMonitor:
         """Apply one event (any kind; unknown kinds only count as activity)."""
         with self._lock:
             self._apply(event)
+            self._changed.notify_all()
 
     def feed_many(self, events: Iterable[Event]) -> None:
         """Apply events in order under one lock acquisition."""
         with self._lock:
             for event in events:
                 self._apply(event)
+            self._changed.notify_all()
 
     def _apply(self, ev: Event) -> None:
         self._version += 1
@@ -356,6 +157,7 @@ class JobMonitor:
         state = ev.get("state")
         if state not in JOB_STATES:
             return
+        self._reported = state
         self._explicit_terminal = False
         self._set_state(state, ev.t)
         self._explicit_terminal = state in TERMINAL_STATES
@@ -428,26 +230,7 @@ class JobMonitor:
             if self._state == "Pending":
                 self._derive("Running", ev.t)
         self._track_step(row, step, ev.t)
-        names: list[str] = []
-        if isinstance(values, dict):
-            for name, value in values.items():
-                if isinstance(name, str) and isinstance(value, int | float):
-                    points = self._points.setdefault(name, {}).get(row.rank)
-                    if points is None:
-                        points = self._points[name][row.rank] = _Points()
-                    points.steps.append(step)
-                    points.times.append(ev.t)
-                    points.values.append(float(value))
-                    names.append(name)
-        key = tuple(names)
-        set_id = self._name_set_ids.get(key)
-        if set_id is None:
-            set_id = self._name_set_ids[key] = len(self._name_sets)
-            self._name_sets.append(key)
-        self._ev_rank.append(row.rank)
-        self._ev_step.append(step)
-        self._ev_t.append(ev.t)
-        self._ev_names.append(set_id)
+        self._metrics.add(row.rank, step, ev.t, values)
 
     def _track_step(self, row: RankState, step: int, t: float) -> None:
         recent = self._recent.get(row.rank)
@@ -489,6 +272,7 @@ class JobMonitor:
             _str(ev.get("traceback")),
         )
         self._errors.append(info)
+        self._error_events.append(Event(ev.kind, ev.rank, ev.t, dict(ev.fields)))
         if row is None:
             return
         reason = f"{info.type}: {info.message}" if info.message else info.type
@@ -585,6 +369,60 @@ class JobMonitor:
         """The job state (one of :data:`~jupyter_disttrain.events.JOB_STATES`)."""
         with self._lock:
             return self._state
+
+    @property
+    def reported_state(self) -> JobState:
+        """The state the backend last reported (``job`` events only); final once terminal."""
+        with self._lock:
+            return self._reported
+
+    @property
+    def reason(self) -> str:
+        """Why the job is in its reported state (empty while it runs normally)."""
+        with self._lock:
+            return self._message or self._reason
+
+    @property
+    def ended(self) -> bool:
+        """True once the backend reported a terminal state."""
+        with self._lock:
+            return self._reported in TERMINAL_STATES
+
+    def wait(self, timeout: float | None = None) -> JobState:
+        """Block until the backend reports a terminal state; return it.
+
+        Raises :class:`TimeoutError` naming the job and its state after ``timeout`` s.
+        """
+        with self._changed:
+            if not self._changed.wait_for(
+                lambda: self._reported in TERMINAL_STATES, timeout=timeout
+            ):
+                raise TimeoutError(f"job {self.name} still {self._reported} after {timeout:g} s")
+            return self._reported
+
+    def comms(self) -> NcclSummary:
+        """The NCCL / c10d / gloo reading of every log line received so far."""
+        with self._lock:
+            cached = self._comms_summary
+            if cached is None or cached[0] != self._comms_lines:
+                cached = self._comms_summary = (self._comms_lines, self._comms.summary())
+            return cached[1]
+
+    def diagnosis(self) -> str | None:
+        """The job's current one-sentence reading (communication or failure), or None."""
+        with self._lock:
+            return self._diagnosis()
+
+    def _diagnosis(self) -> str | None:
+        comms = self.comms()
+        if comms.failure != "none" and comms.diagnosis:
+            return comms.diagnosis
+        failure = self._first_failure()
+        if self._state == "Failed" and failure is not None:
+            return f"rank {failure.rank} failed: {failure.reason}"
+        if self._state == "Failed" and (self._message or self._reason):
+            return f"the job failed: {self._message or self._reason}"
+        return None
 
     @property
     def world_size(self) -> int:
@@ -700,6 +538,12 @@ class JobMonitor:
             res = self._result
             return None if res is None else Event(res.kind, res.rank, res.t, dict(res.fields))
 
+    def error_events(self) -> list[Event]:
+        """Every ``error`` event (all fields, for re-raising), oldest first; copies."""
+        with self._lock:
+            found = sorted(self._error_events, key=lambda e: e.t)
+            return [Event(e.kind, e.rank, e.t, dict(e.fields)) for e in found]
+
     def errors(self) -> list[ErrorInfo]:
         """Every ``error`` event in arrival order."""
         with self._lock:
@@ -709,19 +553,15 @@ class JobMonitor:
 
     def metric_names(self) -> list[str]:
         """Metric names in order of first appearance."""
-        with self._lock:
-            return list(self._points)
+        return self._metrics.names()
 
     def metric_ranks(self, name: str) -> list[int]:
         """Ranks that reported ``name``, sorted."""
-        with self._lock:
-            return sorted(self._points.get(name, {}))
+        return self._metrics.ranks(name)
 
     def series_length(self, name: str, rank: int) -> int:
         """Number of points of ``name`` from ``rank`` (the next index for :meth:`points_since`)."""
-        with self._lock:
-            points = self._points.get(name, {}).get(rank)
-            return 0 if points is None else len(points)
+        return self._metrics.length(name, rank)
 
     def series(self, name: str, rank: int, *, by_step: bool = False) -> Series:
         """All points of ``name`` from ``rank`` in arrival order (empty if none).
@@ -729,19 +569,14 @@ class JobMonitor:
         After a restart steps may repeat; ``by_step=True`` returns one point
         per step (the latest), sorted by step.
         """
-        with self._lock:
-            points = self._points.get(name, {}).get(rank)
-            series = _EMPTY if points is None else points.slice()
-        return _latest_by_step(series) if by_step else series
+        return self._metrics.series(name, rank, by_step=by_step)
 
     def points_since(self, name: str, rank: int, index: int) -> Series:
         """Points from position ``index`` on, for incremental plotting.
 
         Series only grow, so a consumer keeps ``index += len(result.steps)``.
         """
-        with self._lock:
-            points = self._points.get(name, {}).get(rank)
-            return _EMPTY if points is None else points.slice(max(0, index))
+        return self._metrics.since(name, rank, index)
 
     def mean_series(self, name: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """``(steps, means)``: per step, the mean over the ranks that reported it.
@@ -749,61 +584,15 @@ class JobMonitor:
         Each rank contributes its latest value for a step; a NaN value makes
         that step's mean NaN.
         """
-        with self._lock:
-            per_rank = [points.slice() for points in self._points.get(name, {}).values()]
-        if not per_rank:
-            return np.empty(0), np.empty(0)
-        latest = [_latest_by_step(s) for s in per_rank]
-        steps = np.concatenate([s.steps for s in latest])
-        values = np.concatenate([s.values for s in latest])
-        unique, inverse = np.unique(steps, return_inverse=True)
-        sums = np.bincount(inverse, weights=values, minlength=unique.size)
-        counts = np.bincount(inverse, minlength=unique.size)
-        return unique, sums / counts
+        return self._metrics.mean(name)
 
     def metrics_table(self) -> list[dict[str, float | int]]:
         """One row per metric event: ``rank``, ``step``, ``t`` and each reported value."""
-        cols, present = self._metric_columns()
-        base = zip(cols["rank"].tolist(), cols["step"].tolist(), cols["t"].tolist(), strict=True)
-        rows: list[dict[str, float | int]] = [{"rank": r, "step": s, "t": t} for r, s, t in base]
-        for name, mask in present.items():
-            values = cols[name].tolist()
-            for i in np.flatnonzero(mask).tolist():
-                rows[i][name] = values[i]
-        return rows
+        return self._metrics.table()
 
     def metrics_columns(self) -> dict[str, NDArray[Any]]:
         """:meth:`metrics_table` as columns (NaN where an event lacks a metric)."""
-        return self._metric_columns()[0]
-
-    def _metric_columns(self) -> tuple[dict[str, NDArray[Any]], dict[str, NDArray[np.bool_]]]:
-        """Columns plus, per metric, which events carry it.
-
-        The k-th event of rank r that carries a metric holds the k-th point of
-        that metric's (name, r) series, so a stable sort of those events by
-        rank lines them up with the series concatenated in rank order.
-        """
-        with self._lock:
-            ranks = np.frombuffer(self._ev_rank, dtype=np.int64).copy()
-            set_ids = np.frombuffer(self._ev_names, dtype=np.int64)
-            cols: dict[str, NDArray[Any]] = {
-                "rank": ranks,
-                "step": np.frombuffer(self._ev_step, dtype=np.float64).astype(np.int64),
-                "t": np.frombuffer(self._ev_t, dtype=np.float64).copy(),
-            }
-            present: dict[str, NDArray[np.bool_]] = {}
-            for name, by_rank in self._points.items():
-                has = np.array([name in names for names in self._name_sets], dtype=bool)
-                mask = has[set_ids]
-                where = np.flatnonzero(mask)
-                order = where[np.argsort(ranks[where], kind="stable")]
-                column = np.full(ranks.size, np.nan)
-                column[order] = np.concatenate(
-                    [np.frombuffer(by_rank[r].values, dtype=np.float64) for r in sorted(by_rank)]
-                )
-                cols[name] = column
-                present[name] = mask
-            return cols, present
+        return self._metrics.columns_and_presence()[0]
 
     # ------------------------------------------------------------------ logs
 
@@ -835,7 +624,10 @@ class JobMonitor:
 
     def _on_log(self, ev: Event, row: RankState | None) -> None:
         rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
-        self._logs.append(rank, ev.t, _str(ev.get("text")))
+        text = _str(ev.get("text"))
+        self._logs.append(rank, ev.t, text)
+        self._comms.feed(text, rank if rank >= 0 else None)
+        self._comms_lines += 1
 
     # ------------------------------------------------------------------ snapshot
 
@@ -843,7 +635,7 @@ class JobMonitor:
         """A JSON-able summary of everything shown (see :class:`Snapshot`)."""
         with self._lock:
             at = _now(now)
-            latest = self._latest_values()
+            latest = self._metrics.latest_values()
             failure = self._first_failure()
             frontier = None if self._frontier is None else self._frontier[1]
             return Snapshot(
@@ -869,7 +661,7 @@ class JobMonitor:
                 if failure is None
                 else FailureRow(rank=failure.rank, t=failure.t, reason=failure.reason),
                 stragglers=self._stragglers(),
-                metrics=self._metric_rows(),
+                metrics=self._metrics.rows(),
                 checkpoints=[
                     CheckpointRow(step=c.step, uri=c.uri, bytes=c.bytes, rank=c.rank, t=c.t)
                     for c in self._checkpoints
@@ -885,14 +677,8 @@ class JobMonitor:
                     kept=len(self._logs), total=self._logs.total, dropped=self._logs.dropped
                 ),
                 version=self._version,
+                diagnosis=self._diagnosis(),
             )
-
-    def _latest_values(self) -> dict[int, dict[str, JSONFloat]]:
-        out: dict[int, dict[str, JSONFloat]] = {}
-        for name, by_rank in self._points.items():
-            for rank, points in by_rank.items():
-                out.setdefault(rank, {})[name] = _json_float(points.values[-1])
-        return out
 
     def _rank_row(
         self, row: RankState, now: float, latest: dict[int, dict[str, JSONFloat]]
@@ -915,20 +701,6 @@ class JobMonitor:
             latest=dict(latest.get(row.rank, {})),
         )
 
-    def _metric_rows(self) -> dict[str, MetricRow]:
-        rows: dict[str, MetricRow] = {}
-        for name, by_rank in self._points.items():
-            values = [points.values[-1] for points in by_rank.values()]
-            step = max(int(points.steps[-1]) for points in by_rank.values())
-            rows[name] = MetricRow(
-                step=step,
-                mean=_json_float(math.fsum(values) / len(values)),
-                min=_json_float(_nan_min(values)),
-                max=_json_float(_nan_max(values)),
-                ranks=len(values),
-            )
-        return rows
-
 
 _WORKER_SPEAKS: Final = frozenset(
     {"hello", "metric", "checkpoint", "result", "error", "done", "log"}
@@ -945,194 +717,3 @@ _HANDLERS: Final = {
     "done": JobMonitor._on_done,
     "log": JobMonitor._on_log,
 }
-_EMPTY: Final = Series(np.empty(0), np.empty(0), np.empty(0))
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _now(now: float | None) -> float:
-    return time.time() if now is None else now
-
-
-def _int(value: Any) -> int | None:
-    """An int from an int or an integral float; ``None`` otherwise (bools too)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _json_float(value: float) -> JSONFloat:
-    if math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def _nan_min(values: list[float]) -> float:
-    return math.nan if any(math.isnan(v) for v in values) else min(values)
-
-
-def _nan_max(values: list[float]) -> float:
-    return math.nan if any(math.isnan(v) for v in values) else max(values)
-
-
-def _latest_by_step(series: Series) -> Series:
-    """One point per step (the last one to arrive), sorted by step."""
-    if series.steps.size == 0:
-        return series
-    backwards = series.steps[::-1]
-    _, first = np.unique(backwards, return_index=True)
-    pick = series.steps.size - 1 - first
-    return Series(series.steps[pick], series.times[pick], series.values[pick])
-
-
-# --------------------------------------------------------------------------- text fallback
-
-
-def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
-    """A plain-text summary of a snapshot: header, rank table, metrics, errors.
-
-    With more than ``max_rows`` ranks, ranks that need attention (failed,
-    stragglers, not Running/Succeeded) are shown first and the rest counted.
-    """
-    lines = [_header(snap)]
-    if snap["reason"] or snap["message"]:
-        lines.append("  " + ": ".join(p for p in (snap["reason"], snap["message"]) if p))
-    failure = snap["first_failure"]
-    if failure is not None:
-        lines.append(f"first failure: rank {failure['rank']}: {failure['reason']}")
-    if snap["stragglers"]:
-        lines.append(f"stragglers: ranks {format_ranks(snap['stragglers'])}")
-    lines.append("")
-    lines.extend(_rank_table(snap, max_rows))
-    if snap["metrics"]:
-        lines.append("")
-        lines.append("metrics (latest per rank):")
-        for name, m in snap["metrics"].items():
-            spread = "" if m["ranks"] < 2 else f", min {_num(m['min'])}, max {_num(m['max'])}"
-            lines.append(
-                f"  {name} {_num(m['mean'])} (step {m['step']}, "
-                f"{m['ranks']} rank{'s' if m['ranks'] != 1 else ''}{spread})"
-            )
-    if snap["checkpoints"]:
-        last = snap["checkpoints"][-1]
-        size = "" if last["bytes"] is None else f", {format_bytes(last['bytes'])}"
-        lines.append(
-            f"checkpoints: {len(snap['checkpoints'])}, latest step {last['step']}: "
-            f"{last['uri']}{size}"
-        )
-    if snap["has_result"]:
-        lines.append("result: available")
-    lines.extend(_error_lines(snap["errors"]))
-    return "\n".join(lines)
-
-
-def _header(snap: Snapshot) -> str:
-    backend = snap["backend"] + (f"/{snap['dist_backend']}" if snap["dist_backend"] else "")
-    parts = [
-        f"{snap['name']} [{backend}] {snap['state']}",
-        duration(snap["elapsed"]),
-        f"world {snap['world_size']} ({snap['nodes']}x{snap['nproc']})",
-    ]
-    if snap["step"] is not None:
-        parts.append(f"step {snap['step']}")
-    if snap["steps_per_s"] is not None:
-        parts.append(f"{snap['steps_per_s']:.3g} steps/s")
-    if snap["restarts"]:
-        parts.append(f"{snap['restarts']} restart{'s' if snap['restarts'] != 1 else ''}")
-    return " | ".join(parts)
-
-
-def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
-    rows = snap["ranks"]
-    shown = rows
-    if len(rows) > max_rows:
-        lagging = set(snap["stragglers"])
-        first = snap["first_failure"]
-        urgent = [
-            r["rank"]
-            for r in rows
-            if r["state"] not in ("Running", "Succeeded")
-            or r["rank"] in lagging
-            or (first is not None and r["rank"] == first["rank"])
-        ]
-        flagged = set(urgent)
-        keep = set((urgent + [r["rank"] for r in rows if r["rank"] not in flagged])[:max_rows])
-        shown = [r for r in rows if r["rank"] in keep]
-    header = ("rank", "node", "host", "state", "restarts", "step", "steps/s", "heard", "exit")
-    table = [header] + [
-        (
-            str(r["rank"]),
-            str(r["node"]),
-            r["pod"] or r["host"] or "-",
-            r["state"],
-            str(r["restarts"]),
-            "-" if r["step"] is None else str(r["step"]),
-            "-" if r["step_rate"] is None else f"{r['step_rate']:.3g}",
-            "-" if r["silent_s"] is None else f"{duration(r['silent_s'])} ago",
-            _exit(r),
-        )
-        for r in shown
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
-    out = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
-        for row in table
-    ]
-    out = [line.rstrip() for line in out]
-    hidden = len(rows) - len(shown)
-    if hidden:
-        counts: dict[str, int] = {}
-        visible = {r["rank"] for r in shown}
-        for r in rows:
-            if r["rank"] not in visible:
-                counts[r["state"]] = counts.get(r["state"], 0) + 1
-        states = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        out.append(f"... {hidden} more ranks ({states})")
-    return out
-
-
-def _exit(row: RankRow) -> str:
-    code = "" if row["exit_code"] is None else f"exit {row['exit_code']}"
-    reason = row["reason"]
-    if len(reason) > 80:
-        reason = reason[:77] + "..."
-    if code and reason and f"exit code {row['exit_code']}" not in reason:
-        return f"{code}: {reason}"
-    return reason or code
-
-
-def _error_lines(errors: list[ErrorRow]) -> list[str]:
-    if not errors:
-        return []
-    groups: dict[tuple[str, str], list[int | None]] = {}
-    for e in errors:
-        groups.setdefault((e["type"], e["message"]), []).append(e["rank"])
-    lines = ["", "errors:"]
-    for (kind, message), ranks in groups.items():
-        known = [r for r in ranks if r is not None]
-        who = "job" if not known else rank_label(tuple(sorted(set(known))))
-        lines.append(f"  {who}: {kind}: {message}" if message else f"  {who}: {kind}")
-    tb = [line for line in errors[0]["traceback"].splitlines() if line.strip()]
-    if tb:
-        lines.append(f"traceback (rank {errors[0]['rank']}, last lines):")
-        lines.extend("    " + line for line in tb[-8:])
-    return lines
-
-
-def _num(value: JSONFloat) -> str:
-    return value.lower() if isinstance(value, str) else f"{value:.6g}"

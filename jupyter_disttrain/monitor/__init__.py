@@ -1,0 +1,50 @@
+"""The state of one job, built from its event stream: :class:`JobMonitor` and its records.
+
+``core`` holds the monitor (job and rank state, result, errors, logs,
+communication diagnosis), ``metrics`` the metric store, ``records`` the
+records and JSON-able snapshot shapes, ``text`` the plain-text view.
+"""
+
+from __future__ import annotations
+
+from ..logbuffer import format_ranks
+from .core import JobMonitor
+from .metrics import MetricStore
+from .records import (
+    RANK_STATES,
+    Checkpoint,
+    CheckpointRow,
+    ErrorInfo,
+    ErrorRow,
+    Failure,
+    FailureRow,
+    JSONFloat,
+    LogSummary,
+    MetricRow,
+    RankRow,
+    RankState,
+    Series,
+    Snapshot,
+)
+from .text import format_text
+
+__all__ = [
+    "RANK_STATES",
+    "Checkpoint",
+    "CheckpointRow",
+    "ErrorInfo",
+    "ErrorRow",
+    "Failure",
+    "FailureRow",
+    "JSONFloat",
+    "JobMonitor",
+    "LogSummary",
+    "MetricRow",
+    "MetricStore",
+    "RankRow",
+    "RankState",
+    "Series",
+    "Snapshot",
+    "format_ranks",
+    "format_text",
+]

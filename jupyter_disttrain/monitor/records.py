@@ -1,0 +1,274 @@
+"""Records and snapshot shapes of a job's state, and small pure helpers the monitor uses."""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple, TypedDict
+
+import numpy as np
+from numpy.typing import NDArray
+
+#: States of a rank row. Exited: the process ended with code 0 without ``done``.
+RANK_STATES: Final = (
+    "Pending",
+    "Running",
+    "Restarting",
+    "Succeeded",
+    "Failed",
+    "Stopped",
+    "Exited",
+)
+
+#: A float in a JSON-able snapshot: non-finite values become ``"NaN"``,
+#: ``"Infinity"`` or ``"-Infinity"`` (what JavaScript's ``Number()`` parses).
+JSONFloat = float | str
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass
+class RankState:
+    """One row of the worker table (a copy when returned by the monitor).
+
+    ``node`` defaults to ``rank // nproc`` and ``local_rank`` to
+    ``rank % nproc`` until a ``hello`` or backend event says otherwise.
+    ``step_rate`` is steps/s over the last ``rate_window`` seconds of this
+    rank's metrics. ``exit_code``/``reason`` explain a failure or exit.
+    """
+
+    rank: int
+    node: int
+    local_rank: int
+    host: str = ""
+    pod: str = ""
+    pid: int | None = None
+    state: str = "Pending"
+    restarts: int = 0
+    step: int | None = None
+    step_rate: float | None = None
+    last_heard: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    versions: dict[str, Any] = field(default_factory=dict)
+
+    def silent_for(self, now: float) -> float | None:
+        """Seconds since the worker last printed anything, ``None`` if never."""
+        return None if self.last_heard is None else max(0.0, now - self.last_heard)
+
+
+class Series(NamedTuple):
+    """Points of one metric of one rank (float64 arrays, copies)."""
+
+    steps: NDArray[np.float64]
+    times: NDArray[np.float64]
+    values: NDArray[np.float64]
+
+
+class Checkpoint(NamedTuple):
+    """A checkpoint a rank reported as completely written."""
+
+    step: int
+    uri: str
+    bytes: int | None
+    rank: int | None
+    t: float
+
+
+class ErrorInfo(NamedTuple):
+    """An exception that escaped user code (``rank`` is ``None`` if job-wide)."""
+
+    rank: int | None
+    t: float
+    type: str
+    message: str
+    traceback: str
+
+
+class Failure(NamedTuple):
+    """A rank failure: an ``error`` event or a non-zero exit (``attempt`` counts restarts)."""
+
+    t: float
+    rank: int
+    reason: str
+    attempt: int
+
+
+# --------------------------------------------------------------------------- snapshot shapes
+
+
+class RankRow(TypedDict):
+    """:class:`RankState` as JSON, plus ``silent_s`` and the rank's latest metric values."""
+
+    rank: int
+    node: int
+    local_rank: int
+    host: str
+    pod: str
+    pid: int | None
+    state: str
+    restarts: int
+    step: int | None
+    step_rate: float | None
+    last_heard: float | None
+    silent_s: float | None
+    exit_code: int | None
+    reason: str
+    latest: dict[str, JSONFloat]
+
+
+class FailureRow(TypedDict):
+    rank: int
+    t: float
+    reason: str
+
+
+class MetricRow(TypedDict):
+    """Latest value of one metric: over each rank's last point."""
+
+    step: int
+    mean: JSONFloat
+    min: JSONFloat
+    max: JSONFloat
+    ranks: int
+
+
+class CheckpointRow(TypedDict):
+    step: int
+    uri: str
+    bytes: int | None
+    rank: int | None
+    t: float
+
+
+class ErrorRow(TypedDict):
+    rank: int | None
+    t: float
+    type: str
+    message: str
+    traceback: str
+
+
+class LogSummary(TypedDict):
+    kept: int
+    total: int
+    dropped: int
+
+
+class Snapshot(TypedDict):
+    """Everything a dashboard or the text fallback shows, JSON-able.
+
+    ``elapsed`` runs from the first event to the terminal event (or ``now``).
+    ``step`` is the highest step any rank reached; ``steps_per_s`` the
+    overall rate (see :meth:`JobMonitor.steps_per_second`).
+    """
+
+    name: str
+    backend: str
+    dist_backend: str | None
+    state: str
+    reason: str
+    message: str
+    world_size: int
+    nodes: int
+    nproc: int
+    restarts: int
+    created: float | None
+    started: float | None
+    ended: float | None
+    now: float
+    elapsed: float
+    step: int | None
+    steps_per_s: float | None
+    ranks: list[RankRow]
+    first_failure: FailureRow | None
+    stragglers: list[int]
+    metrics: dict[str, MetricRow]
+    checkpoints: list[CheckpointRow]
+    errors: list[ErrorRow]
+    has_result: bool
+    logs: LogSummary
+    version: int
+    diagnosis: str | None
+
+
+# --------------------------------------------------------------------------- storage
+
+
+class _Points:
+    """Append-only (step, t, value) columns in compact ``array('d')`` storage."""
+
+    __slots__ = ("steps", "times", "values")
+
+    def __init__(self) -> None:
+        self.steps = array("d")
+        self.times = array("d")
+        self.values = array("d")
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def slice(self, start: int = 0) -> Series:
+        return Series(_np(self.steps, start), _np(self.times, start), _np(self.values, start))
+
+
+def _np(column: array[float], start: int) -> NDArray[np.float64]:
+    return np.frombuffer(column, dtype=np.float64)[start:].copy()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _int(value: Any) -> int | None:
+    """An int from an int or an integral float; ``None`` otherwise (bools too)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _json_float(value: float) -> JSONFloat:
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _nan_min(values: list[float]) -> float:
+    return math.nan if any(math.isnan(v) for v in values) else min(values)
+
+
+def _nan_max(values: list[float]) -> float:
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
+def _latest_by_step(series: Series) -> Series:
+    """One point per step (the last one to arrive), sorted by step."""
+    if series.steps.size == 0:
+        return series
+    backwards = series.steps[::-1]
+    _, first = np.unique(backwards, return_index=True)
+    pick = series.steps.size - 1 - first
+    return Series(series.steps[pick], series.times[pick], series.values[pick])
+
+
+_EMPTY: Final = Series(np.empty(0), np.empty(0), np.empty(0))

@@ -1,0 +1,144 @@
+"""The plain-text view of a job (terminals, logs, nbconvert output): :func:`format_text`."""
+
+from __future__ import annotations
+
+from ..logbuffer import format_ranks, rank_label
+from ..units import duration, format_bytes
+from .records import ErrorRow, JSONFloat, RankRow, Snapshot
+
+# --------------------------------------------------------------------------- text fallback
+
+
+def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
+    """A plain-text summary of a snapshot: header, rank table, metrics, errors.
+
+    With more than ``max_rows`` ranks, ranks that need attention (failed,
+    stragglers, not Running/Succeeded) are shown first and the rest counted.
+    """
+    lines = [_header(snap)]
+    if snap["reason"] or snap["message"]:
+        lines.append("  " + ": ".join(p for p in (snap["reason"], snap["message"]) if p))
+    failure = snap["first_failure"]
+    if failure is not None:
+        lines.append(f"first failure: rank {failure['rank']}: {failure['reason']}")
+    if snap["stragglers"]:
+        lines.append(f"stragglers: ranks {format_ranks(snap['stragglers'])}")
+    lines.append("")
+    lines.extend(_rank_table(snap, max_rows))
+    if snap["metrics"]:
+        lines.append("")
+        lines.append("metrics (latest per rank):")
+        for name, m in snap["metrics"].items():
+            spread = "" if m["ranks"] < 2 else f", min {_num(m['min'])}, max {_num(m['max'])}"
+            lines.append(
+                f"  {name} {_num(m['mean'])} (step {m['step']}, "
+                f"{m['ranks']} rank{'s' if m['ranks'] != 1 else ''}{spread})"
+            )
+    if snap["checkpoints"]:
+        last = snap["checkpoints"][-1]
+        size = "" if last["bytes"] is None else f", {format_bytes(last['bytes'])}"
+        lines.append(
+            f"checkpoints: {len(snap['checkpoints'])}, latest step {last['step']}: "
+            f"{last['uri']}{size}"
+        )
+    if snap["has_result"]:
+        lines.append("result: available")
+    lines.extend(_error_lines(snap["errors"]))
+    return "\n".join(lines)
+
+
+def _header(snap: Snapshot) -> str:
+    backend = snap["backend"] + (f"/{snap['dist_backend']}" if snap["dist_backend"] else "")
+    parts = [
+        f"{snap['name']} [{backend}] {snap['state']}",
+        duration(snap["elapsed"]),
+        f"world {snap['world_size']} ({snap['nodes']}x{snap['nproc']})",
+    ]
+    if snap["step"] is not None:
+        parts.append(f"step {snap['step']}")
+    if snap["steps_per_s"] is not None:
+        parts.append(f"{snap['steps_per_s']:.3g} steps/s")
+    if snap["restarts"]:
+        parts.append(f"{snap['restarts']} restart{'s' if snap['restarts'] != 1 else ''}")
+    return " | ".join(parts)
+
+
+def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
+    rows = snap["ranks"]
+    shown = rows
+    if len(rows) > max_rows:
+        lagging = set(snap["stragglers"])
+        first = snap["first_failure"]
+        urgent = [
+            r["rank"]
+            for r in rows
+            if r["state"] not in ("Running", "Succeeded")
+            or r["rank"] in lagging
+            or (first is not None and r["rank"] == first["rank"])
+        ]
+        flagged = set(urgent)
+        keep = set((urgent + [r["rank"] for r in rows if r["rank"] not in flagged])[:max_rows])
+        shown = [r for r in rows if r["rank"] in keep]
+    header = ("rank", "node", "host", "state", "restarts", "step", "steps/s", "heard", "exit")
+    table = [header] + [
+        (
+            str(r["rank"]),
+            str(r["node"]),
+            r["pod"] or r["host"] or "-",
+            r["state"],
+            str(r["restarts"]),
+            "-" if r["step"] is None else str(r["step"]),
+            "-" if r["step_rate"] is None else f"{r['step_rate']:.3g}",
+            "-" if r["silent_s"] is None else f"{duration(r['silent_s'])} ago",
+            _exit(r),
+        )
+        for r in shown
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    out = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
+        for row in table
+    ]
+    out = [line.rstrip() for line in out]
+    hidden = len(rows) - len(shown)
+    if hidden:
+        counts: dict[str, int] = {}
+        visible = {r["rank"] for r in shown}
+        for r in rows:
+            if r["rank"] not in visible:
+                counts[r["state"]] = counts.get(r["state"], 0) + 1
+        states = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        out.append(f"... {hidden} more ranks ({states})")
+    return out
+
+
+def _exit(row: RankRow) -> str:
+    code = "" if row["exit_code"] is None else f"exit {row['exit_code']}"
+    reason = row["reason"]
+    if len(reason) > 80:
+        reason = reason[:77] + "..."
+    if code and reason and f"exit code {row['exit_code']}" not in reason:
+        return f"{code}: {reason}"
+    return reason or code
+
+
+def _error_lines(errors: list[ErrorRow]) -> list[str]:
+    if not errors:
+        return []
+    groups: dict[tuple[str, str], list[int | None]] = {}
+    for e in errors:
+        groups.setdefault((e["type"], e["message"]), []).append(e["rank"])
+    lines = ["", "errors:"]
+    for (kind, message), ranks in groups.items():
+        known = [r for r in ranks if r is not None]
+        who = "job" if not known else rank_label(tuple(sorted(set(known))))
+        lines.append(f"  {who}: {kind}: {message}" if message else f"  {who}: {kind}")
+    tb = [line for line in errors[0]["traceback"].splitlines() if line.strip()]
+    if tb:
+        lines.append(f"traceback (rank {errors[0]['rank']}, last lines):")
+        lines.extend("    " + line for line in tb[-8:])
+    return lines
+
+
+def _num(value: JSONFloat) -> str:
+    return value.lower() if isinstance(value, str) else f"{value:.6g}"

@@ -1,0 +1,419 @@
+"""The one job service: plan, run, attach, list, logs, stop, checkpoints and runtimes.
+
+The magics, the ``disttrain`` command and the server extension are argument
+parsing and display over :class:`JobService`; none of them builds payloads
+or picks backend classes itself. A job's life here:
+
+    spec = service.spec(args)                      # options -> validated JobSpec
+    plan = service.plan(spec, source, namespace)   # payload + backend.plan: printable
+    job = service.run(plan, listeners)             # submits exactly that plan
+
+Backends are told apart by their declared
+:class:`~jupyter_disttrain.backends.base.Capabilities`, never by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import events as ev
+from .backends.base import (
+    Backend,
+    BackendError,
+    JobRecord,
+    Plan,
+    RuntimeRecord,
+    Submission,
+)
+from .backends.registry import backend_class, get_backend, names
+from .job import Job
+from .monitor import JobMonitor
+from .options import spec_from_args
+from .payload import Payload, build_payload
+from .spec import JobSpec, SpecError
+
+Listener = Callable[[ev.Event], None]
+
+#: Seconds to wait for a finished job's recorded events when attaching to read it.
+REPLAY_WAIT = 2.0
+#: Seconds a running job's recorded output may take to be read for a listing's diagnosis.
+CATCH_UP = 2.0
+
+
+@dataclass
+class Listing:
+    """Jobs of several backends, newest first, and the backends that could not be asked."""
+
+    records: list[JobRecord] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    diagnoses: dict[tuple[str, str], str | None] = field(default_factory=dict)
+
+    def diagnosis(self, record: JobRecord) -> str | None:
+        """The diagnosis found for ``record`` (None when none was asked or there is none)."""
+        return self.diagnoses.get((record.backend, record.name))
+
+
+class JobService:
+    """Every job operation, for one process (a kernel, a command, a server).
+
+    ``launch_mode`` and ``notebook`` configure the backends it creates;
+    instances are kept by name. Jobs this process submitted or attached to
+    are kept by name (:meth:`registered`). Raises
+    :class:`~jupyter_disttrain.spec.SpecError` for options that cannot run and
+    :class:`~jupyter_disttrain.backends.base.BackendError` when a backend refuses.
+    """
+
+    def __init__(self, *, launch_mode: str = "fork", notebook: str | None = None) -> None:
+        self.launch_mode = launch_mode
+        self.notebook = notebook
+        self._backends: dict[str, Backend] = {}
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ backends
+
+    def backend(self, name: str) -> Backend:
+        """The backend called ``name`` (created once, with this service's settings)."""
+        with self._lock:
+            found = self._backends.get(name)
+            if found is None or getattr(found, "mode", self.launch_mode) != self.launch_mode:
+                found = get_backend(name, launch_mode=self.launch_mode)
+                self._backends[name] = found
+            found.notebook = self.notebook
+            return found
+
+    def configured_backends(self) -> list[Backend]:
+        """Backends usable here now (every one that needs no set-up, plus configured ones)."""
+        return [self.backend(n) for n in names() if backend_class(n).configured()]
+
+    # ------------------------------------------------------------------ plan and run
+
+    def spec(self, args: argparse.Namespace, defaults: Mapping[str, Any] | None = None) -> JobSpec:
+        """A validated spec from parsed options (``defaults`` fill options left unset)."""
+        spec = spec_from_args(args, dict(defaults or {}))
+        backend = self.backend(spec.backend)
+        backend.check(spec)
+        if backend.capabilities.checkpoints_on_path:
+            from .job_checkpoints import preflight
+
+            spec = preflight(spec)
+        return spec
+
+    def plan(
+        self,
+        spec: JobSpec,
+        source: str,
+        namespace: Mapping[str, Any] | None = None,
+        *,
+        max_capture_bytes: int | None = None,
+    ) -> Plan:
+        """The cell (or script) ``source`` with what it uses of ``namespace``, planned.
+
+        Nothing runs; ``str(plan)`` is what ``--dry-run`` prints and
+        :meth:`run` submits exactly this plan.
+        """
+        backend = self.backend(spec.backend)
+        extra: dict[str, Any] = {"extra": backend.payload_extra(spec)}
+        if max_capture_bytes is not None:
+            extra["max_capture_bytes"] = max_capture_bytes
+        payload = build_payload(
+            source,
+            dict(namespace or {}),
+            job=spec.name,
+            framework=spec.framework,
+            dist_backend=spec.dist_backend,
+            **extra,
+        )
+        return backend.plan(spec, payload)
+
+    def export(self, plan: Plan, path: str) -> str:
+        """Write the plan's manifests to ``path``; returns what to run next."""
+        backend = self.backend(plan.spec.backend)
+        text = plan.export()
+        if text is None or not backend.capabilities.renders_manifests:
+            raise SpecError(
+                f"--export writes manifests to apply elsewhere; the {backend.name} backend has "
+                "none: use --dry-run to see its plan"
+            )
+        try:
+            with open(path, "w") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise SpecError(f"--export: cannot write {path}: {exc.strerror}") from None
+        return f"kubectl create -f {path}"
+
+    def run(self, plan: Plan, listeners: Iterable[Listener] = ()) -> Job:
+        """Submit ``plan`` and return its :class:`Job` (kept by name)."""
+        backend = self.backend(plan.spec.backend)
+        job = Job(plan.spec, backend, plan=plan)
+        for listener in listeners:
+            job.add_listener(listener)
+        job.submission = backend.submit(plan, job.feed)
+        self._keep(job)
+        return job
+
+    def submit(self, spec: JobSpec, payload: Payload, listeners: Iterable[Listener] = ()) -> Job:
+        """Plan and run an already-built payload (the Python API's one call)."""
+        return self.run(self.backend(spec.backend).plan(spec, payload), listeners)
+
+    def attach(
+        self,
+        name: str,
+        backend: str | Backend | None = None,
+        listeners: Iterable[Listener] = (),
+        *,
+        log_limit: int | None = None,
+        keep: bool = True,
+    ) -> Job:
+        """Follow an existing job from the start of its event stream.
+
+        ``backend`` None: this process's job of that name, else the first
+        configured backend that has it.
+        """
+        chosen = self._backend_of(name, backend)
+        holder: list[Job] = []
+        pending: list[ev.Event] = []
+        lock = threading.Lock()
+
+        def sink(event: ev.Event) -> None:  # events may arrive before the Job exists
+            with lock:
+                if not holder:
+                    pending.append(event)
+                    return
+            holder[0].feed(event)
+
+        spec, submission = chosen.attach(name, sink)
+        monitor = None
+        if log_limit is not None:
+            monitor = JobMonitor(spec.name, chosen.name, spec.world_size, nodes=spec.nodes,
+                                 nproc=spec.nproc, log_limit=log_limit)  # fmt: skip
+        job = Job(spec, chosen, monitor)
+        for listener in listeners:
+            job.add_listener(listener)
+        job.submission = submission
+        with lock:
+            for event in pending:
+                job.feed(event)
+            holder.append(job)
+        if keep:
+            self._keep(job)
+        return job
+
+    # ------------------------------------------------------------------ this process's jobs
+
+    def registered(self) -> dict[str, Job]:
+        """Jobs submitted or attached from this process, by name (oldest first)."""
+        with self._lock:
+            return dict(self._jobs)
+
+    def _keep(self, job: Job) -> None:
+        with self._lock:
+            self._jobs.pop(job.name, None)
+            self._jobs[job.name] = job
+
+    def stop_all(self, timeout: float = 30.0) -> None:
+        """Stop every running job of this process (kernel shutdown)."""
+        jobs = [j for j in self.registered().values() if j.submission is not None]
+        for job in jobs:
+            if not job.done and job.submission is not None:
+                job.submission.stop("owner shutting down")
+        for job in jobs:
+            if job.submission is not None:
+                job.submission.join(timeout)
+
+    # ------------------------------------------------------------------ listing
+
+    def list_jobs(
+        self,
+        backends: Iterable[Backend] | None = None,
+        *,
+        diagnose: bool = False,
+    ) -> Listing:
+        """Jobs of ``backends`` (default: :meth:`listing_backends`).
+
+        A backend that fails to list is reported in ``errors``; the others are
+        still listed. With ``diagnose``, each job that is not over gets its
+        current diagnosis (this process's jobs from their monitors, others by
+        reading their recorded output).
+        """
+        chosen = list(backends) if backends is not None else self.listing_backends()
+        listing = Listing()
+        for backend in chosen:
+            try:
+                listing.records.extend(backend.list_jobs())
+            except Exception as exc:  # one unreachable backend must not hide the others
+                listing.errors[backend.name] = str(exc) or type(exc).__name__
+        listing.records.sort(key=lambda r: -r.created)
+        if diagnose:
+            by_name = {b.name: b for b in chosen}
+            for record in listing.records:
+                if record.state not in ev.TERMINAL_STATES or self._mine(record) is not None:
+                    listing.diagnoses[(record.backend, record.name)] = self.diagnosis(
+                        record, by_name[record.backend]
+                    )
+        return listing
+
+    def listing_backends(self, also: Iterable[str] = ()) -> list[Backend]:
+        """Backends worth listing: those that need no set-up, ``also``, and this process's jobs'.
+
+        Backends that need configuration (a cluster) are asked only when named
+        in ``also`` or used by a job of this process, so a listing does not
+        wait on a cluster nobody uses here.
+        """
+        wanted = [n for n in names() if not backend_class(n).capabilities.needs_configuration]
+        wanted += [n for n in also if n in names()]
+        out = {n: self.backend(n) for n in wanted}
+        for job in self.registered().values():
+            out.setdefault(job.backend.name, job.backend)
+        return list(out.values())
+
+    def _mine(self, record: JobRecord) -> Job | None:
+        job = self.registered().get(record.name)
+        return job if job is not None and job.backend.name == record.backend else None
+
+    def diagnosis(self, record: JobRecord, backend: Backend) -> str | None:
+        """The current one-sentence reading of a listed job, without any dashboard open."""
+        mine = self._mine(record)
+        if mine is not None:
+            return mine.diagnosis()
+        monitor = self.follow(backend, record)
+        return None if monitor is None else monitor.diagnosis()
+
+    def follow(
+        self, backend: Backend, record: JobRecord, *, log_limit: int = 200
+    ) -> JobMonitor | None:
+        """A monitor fed with ``record``'s events so far (and on, while it runs); None if gone.
+
+        Returns once the recorded events are read: a finished job's replay
+        ended, or a running job's output stopped growing (at most
+        :data:`CATCH_UP` seconds).
+        """
+        monitor, submission = self.open_monitor(backend, record, log_limit=log_limit)
+        if monitor is None or submission is None:
+            return None
+        if record.state in ev.TERMINAL_STATES:
+            submission.join(REPLAY_WAIT)
+            return monitor
+        deadline = time.monotonic() + CATCH_UP
+        seen = -1
+        while time.monotonic() < deadline and monitor.version != seen:
+            seen = monitor.version
+            time.sleep(0.2)
+        return monitor
+
+    @staticmethod
+    def open_monitor(
+        backend: Backend, record: JobRecord, *, log_limit: int = 200
+    ) -> tuple[JobMonitor | None, Submission | None]:
+        """A monitor fed by the backend's attach for ``record``, and the follower's handle."""
+        monitor = JobMonitor(
+            record.name, backend.name, max(1, record.world_size),
+            nodes=max(1, record.nodes), nproc=max(1, record.nproc), log_limit=log_limit,
+        )  # fmt: skip
+        try:
+            _, submission = backend.attach(record.name, monitor.feed)
+        except BackendError:
+            return None, None
+        return monitor, submission
+
+    # ------------------------------------------------------------------ one job
+
+    def _backend_of(self, name: str, backend: str | Backend | None) -> Backend:
+        if isinstance(backend, Backend):
+            return backend
+        if backend is not None:
+            return self.backend(backend)
+        mine = self.registered().get(name)
+        if mine is not None:
+            return mine.backend
+        candidates = self.configured_backends()
+        for candidate in candidates:
+            try:
+                if any(r.name == name for r in candidate.list_jobs()):
+                    return candidate
+            except BackendError:
+                continue
+        return candidates[0]  # the default backend says in its own words that it has no such job
+
+    def logs(
+        self,
+        name: str,
+        rank: int | None = None,
+        tail: int | None = None,
+        backend: str | None = None,
+    ) -> str:
+        """What a job's ranks printed (one rank, or all prefixed with their rank)."""
+        return self._backend_of(name, backend).logs(name, rank=rank, tail=tail)
+
+    def stop(self, name: str, backend: str | None = None) -> str:
+        """Stop a job of any owner; returns what happened, for display."""
+        mine = self.registered().get(name)
+        if mine is not None and backend in (None, mine.backend.name):
+            return mine.stop()
+        stopped = self._backend_of(name, backend).stop(name)
+        return "stopped" if stopped else "was not running"
+
+    def runtimes(self) -> list[RuntimeRecord]:
+        """Training runtimes of every configured backend that has them."""
+        out: list[RuntimeRecord] = []
+        for backend in self.configured_backends():
+            if backend.capabilities.lists_runtimes:
+                out.extend(backend.runtimes())
+        return out
+
+    def checkpoint_dir(self, job: Job) -> str:
+        """Where ``job`` writes checkpoints (see :func:`.job_checkpoints.checkpoint_uri`)."""
+        from .job_checkpoints import checkpoint_uri
+
+        return checkpoint_uri(job)
+
+
+_default: JobService | None = None
+_default_lock = threading.Lock()
+
+
+def default_service() -> JobService:
+    """This process's service (the magics, the command and the Python API share it)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = JobService()
+        return _default
+
+
+def submit(
+    spec: JobSpec, payload: Payload, backend: Backend | None = None,
+    listeners: Iterable[Listener] = (),
+) -> Job:  # fmt: skip
+    """Start ``spec`` with a built payload; ``backend`` overrides the service's instance."""
+    service = default_service()
+    if backend is None:
+        return service.submit(spec, payload, listeners)
+    job = Job(spec, backend, plan=backend.plan(spec, payload))
+    for listener in listeners:
+        job.add_listener(listener)
+    assert job.plan is not None
+    job.submission = backend.submit(job.plan, job.feed)
+    service._keep(job)
+    return job
+
+
+def attach(name: str, backend: Backend | str | None = None,
+           listeners: Iterable[Listener] = ()) -> Job:  # fmt: skip
+    """Follow an existing job (see :meth:`JobService.attach`)."""
+    return default_service().attach(name, backend, listeners)
+
+
+def registered() -> dict[str, Job]:
+    """Jobs of this process, by name."""
+    return default_service().registered()
+
+
+def stop_all(timeout: float = 30.0) -> None:
+    """Stop every running job of this process (kernel shutdown)."""
+    default_service().stop_all(timeout)

@@ -4,7 +4,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTHON  ?= python3
 
-.PHONY: venv demo test lint typecheck unit notebooks bench clean browser-deps labextension-test binder-check
+.PHONY: venv demo test lint typecheck importlint unit notebooks bench clean browser-deps labextension-test binder-check
 
 # The editable install also builds the lab extension (labextension/ -> jupyter_disttrain/labextension).
 $(STAMP): pyproject.toml constraints.txt labextension/package.json $(wildcard labextension/src/*.ts labextension/style/*)
@@ -24,6 +24,10 @@ lint: venv
 typecheck: venv
 	$(PY) -m mypy
 
+# DESIGN.md's layers as import-linter contracts (pyproject.toml [tool.importlinter]).
+importlint: venv
+	$(VENV)/bin/lint-imports
+
 # The browser test needs Debian's Chromium and its Node harness: installed here when missing.
 CHROMIUM ?= /usr/bin/chromium
 browser-deps:
@@ -39,7 +43,7 @@ labextension-test: venv
 binder-check:
 	bash scripts/binder_check.sh
 
-test: venv lint typecheck browser-deps labextension-test
+test: venv lint typecheck importlint browser-deps labextension-test
 	$(PY) -m pytest -p no:cacheprovider --nbval-lax tests notebooks
 
 bench: venv

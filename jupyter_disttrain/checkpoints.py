@@ -353,3 +353,10 @@ def format_table(infos: list[CheckpointInfo]) -> str:
                  for i, (c, w) in enumerate(zip(row[:5], widths, strict=True))]  # fmt: skip
         lines.append("  ".join([*cells, row[5]]).rstrip())
     return "\n".join(lines)
+
+
+def reported_dir(uris: list[str]) -> str | None:
+    """The directory of the last checkpoint a job reported, if the URIs name one."""
+    if uris and "/" in uris[-1]:
+        return uris[-1].rstrip("/").rsplit("/", 1)[0]
+    return None

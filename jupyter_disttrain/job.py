@@ -9,16 +9,14 @@ this process's jobs by name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import events as ev
-from .backends.base import Backend, Plan, Submission
+from .backends.base import Backend, JobRecord, Plan, Submission
+from .checkpoints import CheckpointError, CheckpointStore, reported_dir
 from .monitor import JobMonitor
 from .remote import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
-
-if TYPE_CHECKING:
-    from .checkpoints import CheckpointStore
 
 Listener = Callable[[ev.Event], None]
 
@@ -167,12 +165,30 @@ class Job:
         """Every reported metric as a table (see :class:`MetricsTable`)."""
         return MetricsTable(self.monitor.metrics_table())
 
+    def checkpoint_dir(self) -> str:
+        """Where the job writes checkpoints: its option, where it reported, else the default.
+
+        Raises :class:`~.checkpoints.CheckpointError` when none of those is known.
+        """
+        if self.spec.checkpoint_dir:
+            return self.spec.checkpoint_dir
+        found = reported_dir([c.uri for c in self.monitor.checkpoints()])
+        if found is None and self.backend.capabilities.checkpoints_on_path:
+            spec = self.spec
+            found = self.backend.checkpoint_dir(JobRecord(
+                spec.name, self.backend.name, self.status(), spec.world_size, spec.nodes,
+                spec.nproc, 0.0,
+            ))  # fmt: skip
+        if found is None:
+            raise CheckpointError(
+                f"job {self.name} has no checkpoint directory: run it with --checkpoint-dir "
+                "PATH_OR_URL"
+            )
+        return found
+
     def checkpoints(self) -> CheckpointStore:
         """The job's checkpoint directory as a :class:`~.checkpoints.CheckpointStore`."""
-        from .checkpoints import CheckpointStore
-        from .job_checkpoints import checkpoint_uri
-
-        return CheckpointStore(checkpoint_uri(self))
+        return CheckpointStore(self.checkpoint_dir())
 
     def stop(self, wait: bool = True, timeout: float = 30.0) -> str:
         """Stop the job; every process of it ends. Returns the final state."""

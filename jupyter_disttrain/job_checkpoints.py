@@ -12,44 +12,21 @@ import os
 import pickle
 import secrets
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from .backends.base import Backend, JobRecord
 from .backends.registry import backend_class, names
-from .checkpoints import CheckpointStore
+from .checkpoints import CheckpointStore, reported_dir
+from .job import Job
 from .runtime import ckptformat as fmt
 from .runtime.checkpoint import find_checkpoint
 from .runtime.ckptdir import CheckpointDir
 from .runtime.ckptformat import CheckpointError
 from .spec import JobSpec, SpecError
 
-if TYPE_CHECKING:
-    from .job import Job
-
-
-def reported_dir(uris: list[str]) -> str | None:
-    """The directory of the last checkpoint a job reported, if the URIs name one."""
-    if uris and "/" in uris[-1]:
-        return uris[-1].rstrip("/").rsplit("/", 1)[0]
-    return None
-
-
-def _record(spec: JobSpec, backend: Backend) -> JobRecord:
-    return JobRecord(spec.name, backend.name, "", spec.world_size, spec.nodes, spec.nproc, 0.0)
-
 
 def checkpoint_uri(job: Job) -> str:
-    """The checkpoint directory of ``job``: its option, where it reported, else the default."""
-    if job.spec.checkpoint_dir:
-        return job.spec.checkpoint_dir
-    found = reported_dir([c.uri for c in job.monitor.checkpoints()])
-    if found is None and job.backend.capabilities.checkpoints_on_path:
-        found = job.backend.checkpoint_dir(_record(job.spec, job.backend))
-    if found is None:
-        raise CheckpointError(
-            f"job {job.name} has no checkpoint directory: run it with --checkpoint-dir PATH_OR_URL"
-        )
-    return found
+    """Where ``job`` writes checkpoints (see :meth:`~.job.Job.checkpoint_dir`)."""
+    return job.checkpoint_dir()
 
 
 def record_checkpoint_dir(record: JobRecord, backend: Backend, reported: list[str]) -> str | None:

@@ -64,10 +64,10 @@ def payload_files(payload: Payload) -> dict[str, bytes]:
     """What the pods need beside the image: payload, worker runtime, cloudpickle."""
     import cloudpickle
 
-    import jupyter_disttrain
+    from .. import runtime
 
     files = {mf.PAYLOAD_FILE: payload.data}
-    package = Path(jupyter_disttrain.__file__).parent
+    package = Path(runtime.__file__).parent.parent
     files["jupyter_disttrain/__init__.py"] = (package / "__init__.py").read_bytes()
     for path in sorted((package / "runtime").glob("*.py")):
         if path.name != "zygote.py":  # the local launcher; pods run torchrun's own

@@ -15,7 +15,6 @@ forking a warm one is unsafe) running the worker runtime with the
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
@@ -38,6 +37,7 @@ from ..runtime.protocol import PREFIX
 from ..spec import JobSpec
 from .base import (
     Backend,
+    BackendError,
     Capabilities,
     EventSink,
     JobExists,
@@ -595,15 +595,20 @@ class LocalBackend(Backend):
         return "exec" if spec.framework == "tensorflow" else self.mode
 
     def plan(self, spec: JobSpec, payload: Payload) -> LocalPlan:
-        """The launch plan: job directory, port, launch mode and run id chosen now."""
+        """The launch plan: job directory, port, run id and launch mode, all chosen now.
+
+        In fork mode the warm launcher is made ready here, so the plan says
+        ``exec`` when it cannot be used (and ``submit`` then does exactly that).
+        """
+        mode = self.launch_mode(spec)
+        if mode == "fork":
+            try:
+                shared_launcher().wait_ready()
+            except LauncherError:
+                mode = "exec"
         run_id = {"DISTRAIN_RUN_ID": os.urandom(6).hex()}  # tells restarts from new submissions
         return build_plan(
-            spec,
-            payload,
-            jobdir.job_dir(spec.name),
-            mode=self.launch_mode(spec),
-            port=free_port(),
-            base_env=run_id,
+            spec, payload, jobdir.job_dir(spec.name), mode=mode, port=free_port(), base_env=run_id
         )
 
     def submit(self, plan: Plan, sink: EventSink) -> LocalRun:
@@ -618,20 +623,22 @@ class LocalBackend(Backend):
                 f"a local job named {spec.name!r} is still {old.get('state')}; stop it with "
                 f"%distrain_stop {spec.name} or choose another --name"
             )
+        launcher: Launcher | None = None
+        if plan.mode == "fork":
+            try:
+                launcher = shared_launcher()
+                launcher.wait_ready()
+            except LauncherError as exc:
+                raise BackendError(
+                    f"the warm launcher this plan forks from stopped ({exc}); plan the job "
+                    "again (it will start fresh interpreters if the launcher cannot run)"
+                ) from None
         if directory.exists():
             import shutil
 
             shutil.rmtree(directory)
         jobdir.logs_dir(directory).mkdir(parents=True)
         (directory / "payload.pkl").write_bytes(plan.payload.data)
-        launcher: Launcher | None = None
-        if plan.mode == "fork":
-            try:
-                launcher = shared_launcher()
-                launcher.wait_ready()
-            except LauncherError:
-                launcher = None
-                plan = dataclasses.replace(plan, mode="exec")  # FIXME decided at plan time
         run = LocalRun(plan, sink, launcher, notebook=self.notebook)
         run.start()
         return run

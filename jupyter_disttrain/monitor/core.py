@@ -14,21 +14,17 @@ current time take ``now`` (default: :func:`time.time`).
 from __future__ import annotations
 
 import statistics
-import threading
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ..events import JOB_STATES, TERMINAL_STATES, Event, JobState
-from ..logbuffer import JOB_RANK, Divergence, FoldedLine, LogBuffer, LogLine, Search
-from ..nccl import NcclParser, NcclSummary
-from .metrics import MetricStore
+from ..events import TERMINAL_STATES, Event, JobState
+from ..logbuffer import Divergence, FoldedLine, LogLine, Search
+from ..nccl import NcclSummary
 from .records import (
-    RANK_STATES,
     Checkpoint,
     CheckpointRow,
     ErrorInfo,
@@ -42,15 +38,14 @@ from .records import (
     Series,
     Snapshot,
     _finite_or_none,
-    _int,
     _now,
-    _str,
 )
 
 # --------------------------------------------------------------------------- the monitor
+from .state import MonitorState
 
 
-class JobMonitor:
+class JobMonitor(MonitorState):
     """State of one job: job state, per-rank rows, metrics, checkpoints, logs.
 
     Job state: ``job`` events set it explicitly, and an explicit terminal
@@ -65,302 +60,6 @@ class JobMonitor:
     ``max(straggler_steps, straggler_fraction * median)`` (defaults 10 steps
     and 20%).
     """
-
-    def __init__(
-        self,
-        name: str,
-        backend: str,
-        world_size: int,
-        nodes: int = 1,
-        nproc: int = 1,
-        *,
-        log_limit: int = 2000,
-        straggler_steps: int = 10,
-        straggler_fraction: float = 0.2,
-        rate_window: float = 30.0,
-    ) -> None:
-        if world_size < 1 or nodes < 1 or nproc < 1:
-            raise ValueError("world_size, nodes and nproc must be positive")
-        self.name = name
-        self.backend = backend
-        self.nodes = nodes
-        self.nproc = nproc
-        self.straggler_steps = straggler_steps
-        self.straggler_fraction = straggler_fraction
-        self.rate_window = rate_window
-        self._lock = threading.RLock()
-        self._world_size = world_size
-        self._rows: dict[int, RankState] = {}
-        for rank in range(world_size):
-            self._row(rank)
-        self._state: JobState = "Pending"
-        self._explicit_terminal = False
-        self._reason = ""
-        self._message = ""
-        self._dist_backend: str | None = None
-        self._attempt = 0
-        self._first_t: float | None = None
-        self._started_t: float | None = None
-        self._end_t: float | None = None
-        self._version = 0
-        # per rank: attempt of the last hello, recent (t, step) points
-        self._hello_attempt: dict[int, int] = {}
-        self._restart_counted: set[int] = set()
-        self._recent: dict[int, deque[tuple[float, int]]] = {}
-        self._failures: list[Failure] = []
-        self._errors: list[ErrorInfo] = []
-        self._error_events: list[Event] = []
-        self._checkpoints: list[Checkpoint] = []
-        self._result: Event | None = None
-        self._logs = LogBuffer(log_limit)
-        self._metrics = MetricStore(self._lock)
-        # what the backend itself last said (the end is final only once it says so)
-        self._reported: JobState = "Pending"
-        self._changed = threading.Condition(self._lock)
-        # every log line goes through the NCCL / c10d / gloo parser as it arrives
-        self._comms = NcclParser()
-        self._comms_lines = 0
-        self._comms_summary: tuple[int, NcclSummary] | None = None
-        self._first_metric: tuple[float, int] | None = None
-        self._frontier: tuple[float, int] | None = None
-
-    # ------------------------------------------------------------------ feeding
-
-    def feed(self, event: Event) -> None:
-        """Apply one event (any kind; unknown kinds only count as activity)."""
-        with self._lock:
-            self._apply(event)
-            self._changed.notify_all()
-
-    def feed_many(self, events: Iterable[Event]) -> None:
-        """Apply events in order under one lock acquisition."""
-        with self._lock:
-            for event in events:
-                self._apply(event)
-            self._changed.notify_all()
-
-    def _apply(self, ev: Event) -> None:
-        self._version += 1
-        if self._first_t is None:
-            self._first_t = ev.t
-        rank = ev.rank
-        row = self._row(rank) if rank is not None and rank >= 0 else None
-        if row is not None and ev.kind in _WORKER_SPEAKS:
-            row.last_heard = ev.t if row.last_heard is None else max(row.last_heard, ev.t)
-        handler = _HANDLERS.get(ev.kind)
-        if handler is not None:
-            handler(self, ev, row)
-
-    def _on_job(self, ev: Event, row: RankState | None) -> None:
-        self._reason = _str(ev.get("reason"))
-        self._message = _str(ev.get("message"))
-        state = ev.get("state")
-        if state not in JOB_STATES:
-            return
-        self._reported = state
-        self._explicit_terminal = False
-        self._set_state(state, ev.t)
-        self._explicit_terminal = state in TERMINAL_STATES
-        if state in ("Stopped", "Failed"):
-            for other in self._rows.values():
-                if other.state in ("Pending", "Running", "Restarting"):
-                    other.state = "Stopped"
-
-    def _on_restart(self, ev: Event, row: RankState | None) -> None:
-        attempt = _int(ev.get("attempt"))
-        self._attempt = max(self._attempt + 1, attempt or 0)
-        reason = _str(ev.get("reason"))
-        if not self._explicit_terminal:
-            self._reason = reason
-            self._message = ""
-        self._derive("Restarting", ev.t)
-        for other in self._rows.values():
-            other.restarts += 1
-            other.state = "Restarting"
-            other.step = other.step_rate = None  # the new processes report afresh
-        self._recent.clear()
-        self._restart_counted.clear()
-
-    def _on_hello(self, ev: Event, row: RankState | None) -> None:
-        if row is None:
-            return
-        if self._hello_attempt.get(row.rank) == self._attempt:
-            # A second hello in the same attempt: this rank was restarted on its own.
-            if row.rank not in self._restart_counted:
-                row.restarts += 1
-            row.step = row.step_rate = None
-        self._restart_counted.discard(row.rank)
-        self._hello_attempt[row.rank] = self._attempt
-        local_rank = _int(ev.get("local_rank"))
-        node = _int(ev.get("node_rank"))
-        pid = _int(ev.get("pid"))
-        if local_rank is not None:
-            row.local_rank = local_rank
-        if node is not None:
-            row.node = node
-        if pid is not None:
-            row.pid = pid
-        row.host = _str(ev.get("host")) or row.host
-        versions = ev.get("versions")
-        if isinstance(versions, dict):
-            row.versions = dict(versions)
-        backend = ev.get("backend")
-        if isinstance(backend, str) and backend:
-            self._dist_backend = backend
-        world = _int(ev.get("world_size"))
-        if world is not None and world > 0 and world != self._world_size:
-            self._resize(world)
-        self._recent.pop(row.rank, None)
-        if self._explicit_terminal:
-            return  # the backend said the job is over; keep its verdict on the rows
-        row.state = "Running"
-        row.exit_code = None
-        row.reason = ""
-        # A late hello from a healthy rank does not hide another rank's failure.
-        if self._state != "Failed" or all(r.state != "Failed" for r in self._rows.values()):
-            self._derive("Running", ev.t)
-
-    def _on_metric(self, ev: Event, row: RankState | None) -> None:
-        step = _int(ev.get("step"))
-        values = ev.get("values")
-        if row is None or step is None:
-            return
-        if row.state == "Pending":
-            row.state = "Running"
-            if self._state == "Pending":
-                self._derive("Running", ev.t)
-        self._track_step(row, step, ev.t)
-        self._metrics.add(row.rank, step, ev.t, values)
-
-    def _track_step(self, row: RankState, step: int, t: float) -> None:
-        recent = self._recent.get(row.rank)
-        if recent is None or (recent and step < recent[-1][1]):
-            recent = self._recent[row.rank] = deque(maxlen=1024)
-        recent.append((t, step))
-        while len(recent) > 2 and t - recent[1][0] >= self.rate_window:
-            recent.popleft()
-        t0, s0 = recent[0]
-        row.step_rate = (step - s0) / (t - t0) if t > t0 and step >= s0 else None
-        row.step = step
-        if self._first_metric is None:
-            self._first_metric = (t, step)
-        if self._frontier is None or step > self._frontier[1]:
-            self._frontier = (t, step)
-
-    def _on_checkpoint(self, ev: Event, row: RankState | None) -> None:
-        step = _int(ev.get("step"))
-        self._checkpoints.append(
-            Checkpoint(
-                step if step is not None else -1,
-                _str(ev.get("uri")),
-                _int(ev.get("bytes")),
-                ev.rank,
-                ev.t,
-            )
-        )
-
-    def _on_result(self, ev: Event, row: RankState | None) -> None:
-        if self._result is None or ev.rank == 0 or self._result.rank != 0:
-            self._result = Event(ev.kind, ev.rank, ev.t, dict(ev.fields))
-
-    def _on_error(self, ev: Event, row: RankState | None) -> None:
-        info = ErrorInfo(
-            ev.rank,
-            ev.t,
-            _str(ev.get("type")) or "Error",
-            _str(ev.get("message")),
-            _str(ev.get("traceback")),
-        )
-        self._errors.append(info)
-        self._error_events.append(Event(ev.kind, ev.rank, ev.t, dict(ev.fields)))
-        if row is None:
-            return
-        reason = f"{info.type}: {info.message}" if info.message else info.type
-        if self._explicit_terminal and row.state == "Stopped":
-            return
-        row.state = "Failed"
-        row.reason = reason
-        self._fail(row, ev.t, reason)
-
-    def _on_done(self, ev: Event, row: RankState | None) -> None:
-        if row is None:
-            return
-        row.state = "Succeeded"
-        world = range(self._world_size)
-        if all(r in self._rows and self._rows[r].state == "Succeeded" for r in world):
-            self._derive("Succeeded", ev.t)
-
-    def _on_rank(self, ev: Event, row: RankState | None) -> None:
-        if row is None:
-            return
-        state = _str(ev.get("state"))
-        code = _int(ev.get("exit_code"))
-        reason = _str(ev.get("reason"))
-        node = _int(ev.get("node"))
-        if node is not None:
-            row.node = node
-        row.host = _str(ev.get("host")) or row.host
-        row.pod = _str(ev.get("pod")) or row.pod
-        if code is not None:
-            row.exit_code = code
-        if self._explicit_terminal and row.state == "Stopped":
-            return  # teardown of a job that is already over: not a failure
-        if state == "Failed" or (code is not None and code != 0):
-            why = reason or "failed"
-            if code is not None:
-                why = f"{reason} (exit code {code})" if reason else f"exit code {code}"
-            if row.state != "Failed" or not row.reason:
-                row.reason = why
-            row.state = "Failed"
-            self._fail(row, ev.t, why)
-            return
-        if state not in RANK_STATES:
-            row.reason = reason or state
-            return
-        if state == "Exited" and row.state == "Succeeded":
-            return
-        if state == "Restarting" and row.state != "Restarting":
-            row.restarts += 1
-            self._restart_counted.add(row.rank)
-        row.state = state
-        row.reason = reason
-        if state == "Running":
-            row.exit_code = None
-
-    # ------------------------------------------------------------------ state helpers
-
-    def _row(self, rank: int) -> RankState:
-        row = self._rows.get(rank)
-        if row is None:
-            row = self._rows[rank] = RankState(rank, rank // self.nproc, rank % self.nproc)
-        return row
-
-    def _resize(self, world: int) -> None:
-        self._world_size = world
-        for rank in range(world):
-            self._row(rank)
-        for rank in [r for r, row in self._rows.items() if r >= world]:
-            row = self._rows[rank]
-            if row.state == "Pending" and row.last_heard is None:
-                del self._rows[rank]
-
-    def _fail(self, row: RankState, t: float, reason: str) -> None:
-        self._failures.append(Failure(t, row.rank, reason, self._attempt))
-        self._derive("Failed", t)
-
-    def _derive(self, state: JobState, t: float) -> None:
-        """A state inferred from worker facts; ignored once the backend said terminal."""
-        if not self._explicit_terminal and state != self._state:
-            self._set_state(state, t)
-
-    def _set_state(self, state: JobState, t: float) -> None:
-        self._state = state
-        if state in TERMINAL_STATES:
-            self._end_t = t
-        else:
-            self._end_t = None
-        if state == "Running" and self._started_t is None:
-            self._started_t = t
 
     # ------------------------------------------------------------------ job-level readers
 
@@ -622,13 +321,6 @@ class JobMonitor:
         with self._lock:
             return self._logs.first_divergence(ranks)
 
-    def _on_log(self, ev: Event, row: RankState | None) -> None:
-        rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
-        text = _str(ev.get("text"))
-        self._logs.append(rank, ev.t, text)
-        self._comms.feed(text, rank if rank >= 0 else None)
-        self._comms_lines += 1
-
     # ------------------------------------------------------------------ snapshot
 
     def snapshot(self, now: float | None = None) -> Snapshot:
@@ -700,20 +392,3 @@ class JobMonitor:
             reason=row.reason,
             latest=dict(latest.get(row.rank, {})),
         )
-
-
-_WORKER_SPEAKS: Final = frozenset(
-    {"hello", "metric", "checkpoint", "result", "error", "done", "log"}
-)
-_HANDLERS: Final = {
-    "job": JobMonitor._on_job,
-    "restart": JobMonitor._on_restart,
-    "rank": JobMonitor._on_rank,
-    "hello": JobMonitor._on_hello,
-    "metric": JobMonitor._on_metric,
-    "checkpoint": JobMonitor._on_checkpoint,
-    "result": JobMonitor._on_result,
-    "error": JobMonitor._on_error,
-    "done": JobMonitor._on_done,
-    "log": JobMonitor._on_log,
-}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import os
 import secrets
 import sys
 import threading
@@ -24,13 +23,20 @@ from typing import Any
 
 from . import ckpt_tf
 from . import ckptformat as fmt
-from . import report as _report
+from .ckptcommit import (
+    _env,
+    _finish_commit,
+    _fsync,
+    _prepare,
+    _rank,
+    _versions,
+    _world_size,
+)
 from .ckptdir import CheckpointDir, HashingWriter
 from .ckptformat import CheckpointError, CorruptCheckpoint
 
 ENV_DIR = "DISTRAIN_CHECKPOINT_DIR"
 ENV_RESUME = "DISTRAIN_RESUME"
-ENV_FSYNC = "DISTRAIN_CHECKPOINT_FSYNC"
 
 __all__ = [
     "CheckpointError",
@@ -43,12 +49,7 @@ __all__ = [
 ]
 
 _dirs: dict[str, CheckpointDir] = {}
-_prepared: set[str] = set()
 _lock = threading.Lock()
-
-
-def _env(name: str) -> str:
-    return os.environ.get(name, "").strip()
 
 
 def checkpoint_dir(uri: str | None = None) -> CheckpointDir:
@@ -64,21 +65,6 @@ def checkpoint_dir(uri: str | None = None) -> CheckpointDir:
         if found is None:
             found = _dirs[uri] = CheckpointDir(uri)
         return found
-
-
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def _versions() -> dict[str, str]:
-    import platform
-
-    out = {"python": platform.python_version()}
-    for name in ("torch", "tensorflow", "numpy"):
-        mod = sys.modules.get(name)
-        if mod is not None:
-            out[name] = str(getattr(mod, "__version__", "?"))
-    return out
 
 
 def _floats(metrics: Mapping[str, Any] | None) -> dict[str, float]:
@@ -116,36 +102,6 @@ def _count(state: Any) -> tuple[int, int]:
     return tensors, elements
 
 
-def _fsync() -> bool:
-    return _env(ENV_FSYNC) not in ("0", "false", "no")
-
-
-def _prepare(cdir: CheckpointDir) -> None:
-    if cdir.uri not in _prepared:
-        try:
-            cdir.prepare()
-        except OSError as exc:
-            raise CheckpointError(f"cannot create checkpoint directory {cdir.uri}: {exc}") from exc
-        _prepared.add(cdir.uri)
-
-
-def _finish_commit(
-    cdir: CheckpointDir,
-    entry: fmt.Entry,
-    keep_last: int | None,
-    keep_best: str | None,
-) -> str:
-    """Record ``entry``, apply retention, tell the notebook; return the checkpoint's URI."""
-    committed = cdir.commit(entry)
-    if keep_last is not None:
-        cdir.prune(keep_last, keep_best, protect=[committed["entry"]])
-    uri = cdir.payload_uri(entry)
-    _report.emit(
-        "checkpoint", step=entry["step"], uri=uri, bytes=entry["bytes"], metrics=entry["metrics"]
-    )
-    return uri
-
-
 def _write_full(
     cdir: CheckpointDir,
     state: Any,
@@ -170,10 +126,6 @@ def _write_full(
         tensors=tensors, parameters=elements,
     )  # fmt: skip
     return _finish_commit(cdir, entry, keep_last, keep_best)
-
-
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _write_sharded(

@@ -57,7 +57,7 @@ def save(
     keep_best: str | None,
 ) -> str | None:
     """Write ``state`` as checkpoint ``step`` (on every worker); the chief returns its URI."""
-    from . import checkpoint as ck
+    from . import ckptcommit as ck
     from .tf import barrier
 
     tf = sys.modules["tensorflow"]

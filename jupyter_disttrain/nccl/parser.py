@@ -1,273 +1,61 @@
-"""Read NCCL, PyTorch c10d and gloo communication logs: a summary and a diagnosis.
-
-Pure: no I/O. :class:`NcclParser` is fed every plain log line of every rank
-and keeps only what the summary needs, so a line that is not about
-communication costs a few substring tests and memory stays bounded.
-:meth:`NcclParser.summary` returns an :class:`NcclSummary`: the NCCL version,
-the transports per rank, the interfaces, the number of ranks, whether init
-completed, the warning count, a failure class and one sentence of diagnosis
-with the fix.
-
-Failure classes, most likely root cause first when several are present:
-``cuda-oom``, ``shm``, ``ib``, ``connection``, ``other`` (a specific
-error outside those), ``timeout``; then ``other`` again for a suspect
-configuration (sockets on loopback, a Docker bridge address, an IPv6
-link-local address) or an NCCL error with no recognised cause; else
-``none``. Errors on other ranks usually follow from the root cause (a rank
-that runs out of memory makes its peers see closed connections and
-timeouts), hence the order.
-"""
+"""NcclParser: reads communication lines one at a time and keeps what the summary needs."""
 
 from __future__ import annotations
 
-import re
-from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Final
-
-from .logbuffer import format_ranks
-
-#: Every value of :attr:`NcclSummary.failure`.
-FAILURES: Final = ("none", "connection", "ib", "cuda-oom", "timeout", "shm", "other")
-#: ``raw_lines`` and ``comm_lines`` keep the first ``RAW_HEAD`` and the last ``RAW_TAIL`` lines.
-RAW_HEAD: Final = 500
-RAW_TAIL: Final = 500
-
-_ROOT_CAUSE_ORDER: Final = ("cuda-oom", "shm", "ib", "connection", "other", "timeout")
-_MAX_TRACKED: Final = 4096  # ranks, processes, hosts and addresses remembered
-_MAX_IFACES: Final = 32
-_MAX_TEXT: Final = 240
-_EXPLICIT: Final = 1 << 62  # "communicator size" of a rank given to feed()
-
-Source = int | str  # a global rank, or "host:pid" until the rank is known
-
-# Substrings that make a line worth a closer look; checked before any regex.
-_MARKERS: Final = (
-    "NCCL",
-    "nccl",
-    "c10d",
-    "ProcessGroup",
-    "Gloo",
-    "gloo",
-    "torch.distributed",
-    "TCPStore",
-    "Rendezvous",
-    "Last error",
+from .patterns import (
+    _BARRIER,
+    _BENIGN_WARN,
+    _BOOTSTRAP,
+    _BYTES,
+    _COMM,
+    _EXPLICIT,
+    _FILE_TRANSPORTS,
+    _GLOG,
+    _GLOO_PEERS,
+    _GLOO_RANK,
+    _HEADER,
+    _IB_DEV,
+    _MAX_IFACES,
+    _MAX_TEXT,
+    _NNODES,
+    _NVLS_CHANNELS,
+    _OOB,
+    _OPTYPE,
+    _PG_SIZE,
+    _RANK_PREFIX,
+    _RANK_TAG,
+    _RING,
+    _ROOT_CAUSE_ORDER,
+    _RULES,
+    _SEQ,
+    _SOCKET_IF,
+    _TIMEOUT_MS,
+    _TRACE,
+    _TRANSPORT_FILE,
+    _USING_NET,
+    _VERSION,
+    _VIA,
+    Source,
 )
-
-_HEADER = re.compile(r"([^\s:\[\]]+):(\d+):\d+ \[(\d+)\] ")
-_VERSION = re.compile(r"NCCL version:? (\d+\.\d+\.\d+(?:\+cuda\d+(?:\.\d+)*)?)")
-_COMM = re.compile(r"\brank (\d+) nranks (\d+)", re.IGNORECASE)
-_NNODES = re.compile(r"\bnNodes (\d+)")
-_PG_SIZE = re.compile(r"\bsize: (\d+), global rank: (\d+)")
-_GLOO_PEERS = re.compile(r"\[Gloo\] Rank (\d+) is connected to \d+ peer ranks.*?is : (\d+)")
-_RING = re.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
-_VIA = re.compile(r" via ([^\s/]+)(?:/([^\s/]+))?")
-_USING_NET = re.compile(r"Using network (\S.*?)\s*$")
-_NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels")
-_TRANSPORT_FILE = re.compile(
-    r"(?:^|[\s/])(?:(?:transport/)?(p2p|shm|net_ib|net_socket|nvls|coll_net)(?:/\w+)?\.cc"
-    r"|(ib_plugin|p2p_plugin)\.c):\d+"
+from .summary import (
+    NcclSummary,
+    _add,
+    _Finding,
+    _Lines,
+    _relevant,
 )
-_BOOTSTRAP = re.compile(r"Bootstrap ?: Using ?(?:\[\d+\])?([^\s:<\[\]]+):(\S+?)<\d+>")
-_SOCKET_IF = re.compile(r"\[\d+\]([^\s:<\[\]]+):(\S+?)<\d+>")
-_IB_DEV = re.compile(r"([A-Za-z][\w.\-]*:\d+/(?:IB|RoCE|ETH))\b")
-_OOB = re.compile(r"OOB ([^\s:<]+):(\S+?)<\d+>")
-_TRACE = re.compile(r"(?:^|[\s/])(init|bootstrap|proxy|enqueue|group)\.cc:\d+ -> ([1-9]\d*)")
-_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
-_RANK_TAG = re.compile(r"\[(?:PG (?:ID )?0 (?:PG GUID \S+ )?)?Rank (\d+)\]")
-_GLOO_RANK = re.compile(r"\[Gloo\] Rank (\d+)")
-# glog severity prefix of PyTorch C++ logs: "[W socket.cpp:464]", "[E1206 18:44:12.7 x.cpp:607]".
-_GLOG = re.compile(
-    r"(?:^|[\s\[])([IWEF])(?:\d{4} [\d:.]+(?: +\d+)?)? ?[\w.\-]+\.(?:cpp|cc|hpp|h):\d+\]"
+from .text import (
+    _connection_text,
+    _hint_text,
+    _ib_text,
+    _net_name,
+    _oom_text,
+    _other_text,
+    _ranks_text,
+    _sentence,
+    _size_text,
+    _strip_rank_prefix,
 )
-_SEQ = re.compile(r"SeqNum=(\d+)")
-_OPTYPE = re.compile(r"OpType=(\w+)")
-_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
-_BARRIER = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier")
-_NCCL_PEER = re.compile(r"([\w.:%\-]+)<(\d+)>")
-_C10D_PEER = re.compile(r"\[([^\]\s]+)\]:(\d+)|\(([^,()\s]+), (\d+)\)")
-_IB_STATUS = re.compile(r"status=(?:[A-Za-z_ ]*\()?(\d+)")
-_IB_VENDOR = re.compile(r"vendor[ _]err[ =](\d+)")
-_BYTES = re.compile(r"(\d{4,}) bytes|size (\d{4,})")
-_BENIGN_WARN = re.compile(r"ignoring|Failed to open libibverbs|NET/Plugin|No plugin found")
-
-# (failure class, cause, pattern) tried in order on error lines; the first match wins.
-# Class None marks a failure whose cause is not recognised.
-_RULES: Final[tuple[tuple[str | None, str, re.Pattern[str]], ...]] = (
-    (
-        "cuda-oom",
-        "oom",
-        re.compile(
-            r"out of memory|Failed to CUDA (?:calloc|malloc|host alloc)"
-            r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation",
-            re.IGNORECASE,
-        ),
-    ),
-    ("shm", "shm", re.compile(r"/dev/shm|shared memory|shmutils|posix_fallocate|\bshm\.", re.I)),
-    ("ib", "qp", re.compile(r"ibv_create_qp")),
-    ("ib", "mr", re.compile(r"ibv_reg_(?:dmabuf_)?mr")),
-    ("ib", "modify_qp", re.compile(r"ibv_modify_qp")),
-    ("ib", "completion", re.compile(r"Got completion from peer")),
-    ("ib", "async", re.compile(r"Got async (?:error )?event")),
-    ("ib", "ib", re.compile(r"\bibv_\w+ failed|NET/IB\w*\s*:.*(?:fail|error|unable)", re.I)),
-    (
-        "connection",
-        "no-iface",
-        re.compile(
-            r"no socket interface found|No usable listening interface|Unable to find address for",
-            re.IGNORECASE,
-        ),
-    ),
-    ("connection", "addr-in-use", re.compile(r"Address already in use|EADDRINUSE")),
-    ("connection", "refused", re.compile(r"Connection refused|ECONNREFUSED")),
-    (
-        "connection",
-        "unreachable",
-        re.compile(
-            r"No route to host|Network is unreachable|Name or service not known"
-            r"|Temporary failure in name resolution|Cannot assign requested address"
-        ),
-    ),
-    (
-        "connection",
-        "closed",
-        re.compile(
-            r"Connection (?:reset|closed) by (?:remote )?peer|Software caused connection abort"
-            r"|Broken pipe|Transport endpoint is not connected|ECONNRESET|ECONNABORTED"
-        ),
-    ),
-    (
-        "connection",
-        "rendezvous",
-        re.compile(
-            r"clients joined|waiting for clients|Rendezvous\w*(?:Timeout|Connection|Closed)Error"
-            r"|client socket has timed out|connect\(\) timed out|Connection timed out"
-            r"|Socket Timeout",
-            re.IGNORECASE,
-        ),
-    ),
-    ("connection", "remote", re.compile(r"ncclRemoteError|remote process exit", re.I)),
-    ("other", "dup-gpu", re.compile(r"Duplicate GPU detected")),
-    ("other", "invalid", re.compile(r"invalid usage|ncclInvalidUsage|ncclInvalidArgument", re.I)),
-    ("other", "cuda", re.compile(r"Cuda failure|unhandled cuda error|CUDA error", re.I)),
-    ("timeout", "watchdog", re.compile(r"collective operation timeout|Timeout at NCCL work")),
-    ("timeout", "barrier", re.compile(r"failed to pass monitoredBarrier")),
-    (
-        "timeout",
-        "stuck",
-        re.compile(r"watchdog got stuck|Heartbeat monitor timed out|Timed out waiting \d+ms"),
-    ),
-    (
-        None,
-        "error",
-        re.compile(
-            r"NCCL error|nccl\w*Error|unhandled system error|internal error"
-            r"|Failed to execute operation",
-            re.IGNORECASE,
-        ),
-    ),
-)
-
-_FILE_TRANSPORTS: Final = {
-    "p2p": "P2P",
-    "shm": "SHM",
-    "net_ib": "IB",
-    "net_socket": "Socket",
-    "nvls": "NVLS",
-    "coll_net": "CollNet",
-    "ib_plugin": "IB",
-}
-_IB_STATUS_NAMES: Final = {
-    4: "local protection error",
-    5: "work request flushed",
-    10: "remote access error",
-    11: "remote operation error",
-    12: "transport retry counter exceeded",
-    13: "RNR retry counter exceeded",
-}
-
-
-@dataclass
-class NcclSummary:
-    """What a job's communication lines say.
-
-    ``None`` means the lines do not say. ``transport`` maps each transport
-    seen (``IB``, ``Socket``, ``P2P``, ``SHM``, ``NVLS``, ``CollNet`` or a
-    net plugin's name) to the sorted global ranks known to use it; the list
-    is empty where no line tied it to a rank. ``init_complete`` is ``True``
-    when a communicator reported ``Init COMPLETE`` and no rank's init
-    failed (NCCL's init is collective, so one rank completing means every
-    rank got through bootstrap), ``False`` when a rank's init failed.
-    ``failure`` is one of :data:`FAILURES`. ``raw_lines`` holds the NCCL
-    lines and ``comm_lines`` the other c10d / gloo lines, each bounded to
-    the first :data:`RAW_HEAD` and the last :data:`RAW_TAIL`; the
-    ``*_dropped`` counts say how many were left out between the two.
-    """
-
-    nccl_version: str | None = None
-    transport: dict[str, list[int]] = field(default_factory=dict)
-    interfaces: list[str] = field(default_factory=list)
-    nranks: int | None = None
-    init_complete: bool | None = None
-    warnings: int = 0
-    failure: str = "none"
-    diagnosis: str = ""
-    backend: str = "unknown"
-    raw_lines: list[str] = field(default_factory=list)
-    comm_lines: list[str] = field(default_factory=list)
-    ranks: list[int] = field(default_factory=list)
-    raw_dropped: int = 0
-    comm_dropped: int = 0
-
-
-@dataclass
-class _Finding:
-    cause: str
-    text: str
-    source: Source | None
-    host: str | None
-    dev: str | None
-
-
-class _Lines:
-    """The first RAW_HEAD and the last RAW_TAIL lines added."""
-
-    def __init__(self) -> None:
-        self.head: list[str] = []
-        self.tail: deque[str] = deque(maxlen=RAW_TAIL)
-        self.seen = 0
-
-    def add(self, line: str) -> None:
-        self.seen += 1
-        if len(self.head) < RAW_HEAD:
-            self.head.append(line)
-        else:
-            self.tail.append(line)
-
-    def lines(self) -> list[str]:
-        return [*self.head, *self.tail]
-
-    def dropped(self) -> int:
-        return self.seen - len(self.head) - len(self.tail)
-
-
-def _add(bounded: set[Any] | dict[Any, Any], key: Any, value: Any = None) -> None:
-    """Add to a set (or dict) unless it already holds _MAX_TRACKED entries."""
-    if key in bounded or len(bounded) >= _MAX_TRACKED:
-        return
-    if isinstance(bounded, dict):
-        bounded[key] = value
-    else:
-        bounded.add(key)
-
-
-def _relevant(line: str) -> bool:
-    for marker in _MARKERS:
-        if marker in line:
-            return True
-    return False
 
 
 class NcclParser:
@@ -783,254 +571,3 @@ class NcclParser:
             count = "1 warning" if self._warnings == 1 else f"{self._warnings} warnings"
             note = f" ({count} that did not stop it: '{self._first_warning}')"
         return f"{version} set up{size}{over} with no errors{note}: nothing to fix"
-
-
-def _net_name(name: str) -> str:
-    """'IB', 'IBext', 'IBext_v8' -> 'IB'; 'Socket' -> 'Socket'; a plugin keeps its name."""
-    if name.upper().startswith("IB"):
-        return "IB"
-    if name.lower() == "socket":
-        return "Socket"
-    return name
-
-
-def _strip_rank_prefix(text: str) -> str:
-    found = _RANK_PREFIX.match(text)
-    return text[found.end() :].strip() if found else text.strip()
-
-
-def _ranks_text(ranks: Iterable[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    return format_ranks(ranks).replace(",", ", ")
-
-
-def _size_text(text: str) -> str:
-    found = _BYTES.search(text)
-    if found is None:
-        return ""
-    size = int(found.group(1) or found.group(2))
-    return f"{size / 2**20:.1f} MiB"
-
-
-def _peer(text: str) -> str:
-    found = _NCCL_PEER.search(text)
-    if found is not None:
-        return f"{found.group(1)}:{found.group(2)}"
-    found = _C10D_PEER.search(text)
-    if found is not None:
-        return f"{found.group(1) or found.group(3)}:{found.group(2) or found.group(4)}"
-    return "the peer"
-
-
-def _hint_text(kind: str, iface: str, address: str) -> tuple[str, str]:
-    """(cause, fix) for a suspect network configuration."""
-    if kind == "link-local":
-        return (
-            f"NCCL's sockets use {iface}, which has only the IPv6 link-local address {address} "
-            "that other nodes cannot connect to",
-            "set NCCL_SOCKET_IFNAME to an interface with a routable IPv4 address, or "
-            "NCCL_SOCKET_FAMILY=AF_INET",
-        )
-    if kind == "loopback":
-        return (
-            f"NCCL's sockets are on the loopback interface ({iface}, {address}), which cannot "
-            "reach other nodes",
-            "for a multi-node job set NCCL_SOCKET_IFNAME to the routable interface "
-            "(and NCCL_IB_DISABLE=0 if the nodes have RDMA)",
-        )
-    private = "private bridge networks" if kind == "shared-address" else "the Docker bridge"
-    return (
-        f"NCCL's sockets use {iface} at {address} on {private}, which other hosts cannot reach "
-        "through NAT",
-        "run the containers with --network=host (and --ipc=host) or set NCCL_SOCKET_IFNAME "
-        "to an interface the nodes share",
-    )
-
-
-def _oom_text(where: str, size: int, consequences: bool) -> str:
-    alloc = f" allocating {size / 2**20:.1f} MiB" if size else ""
-    after = ", and the errors elsewhere follow from it" if consequences else ""
-    return (
-        f"NCCL ran out of GPU memory{where}{alloc} for its buffers{after}: create the process "
-        "group and run a first collective before the model fills the GPU, or leave headroom "
-        "(smaller batch, lower NCCL_BUFFSIZE)"
-    )
-
-
-def _ib_text(finding: _Finding, where: str) -> str:
-    if finding.cause == "qp":
-        return (
-            f"NCCL could not create InfiniBand queue pairs{where}: raise the locked-memory "
-            "limit (ulimit -l unlimited, memlock in the container runtime) and make the RDMA "
-            "devices available inside the container (/dev/infiniband, IPC_LOCK)"
-        )
-    if finding.cause == "mr":
-        return (
-            f"NCCL could not register memory with the RDMA device{where}: raise the "
-            "locked-memory limit (ulimit -l unlimited) and for GPU buffers load nvidia-peermem, "
-            "or turn GPUDirect RDMA off with NCCL_NET_GDR_LEVEL=LOC"
-        )
-    if finding.cause == "modify_qp":
-        return (
-            f"NCCL could not bring up InfiniBand/RoCE queue pairs to the peer{where}: check "
-            "NCCL_IB_GID_INDEX (RoCE v2 usually needs the IPv4-mapped GID), the port state "
-            "(ibstat) and the routes between the nodes"
-        )
-    if finding.cause == "completion":
-        status = _IB_STATUS.search(finding.text)
-        vendor = _IB_VENDOR.search(finding.text)
-        code = int(status.group(1)) if status else -1
-        name = _IB_STATUS_NAMES.get(code, "an error")
-        detail = f"status={code} ({name}{f', vendor err {vendor.group(1)}' if vendor else ''})"
-        peer = _peer(finding.text)
-        if code in (12, 13):
-            return (
-                f"RDMA transfers with {peer} failed{where} with {detail}, so the peer became "
-                "unreachable on the fabric (link flap, PFC/ECN or GID/route misconfiguration): "
-                "check NIC and switch port counters and the lossless-network setup"
-            )
-        if code in (4, 10, 11):
-            return (
-                f"RDMA transfers with {peer} failed{where} with {detail}, a memory registration "
-                "or access problem: check GPUDirect RDMA (nvidia-peermem, PCIe ACS) or turn it "
-                "off with NCCL_NET_GDR_LEVEL=LOC"
-            )
-        return (
-            f"RDMA transfers with {peer} failed{where} with {detail}: read the first error on "
-            "both ends, then check the link (ibstat) and switch counters"
-        )
-    if finding.cause == "async":
-        return (
-            f"the RDMA device reported an asynchronous error{where} ({finding.text}): "
-            "check the port (ibstat), cables and switch"
-        )
-    return (
-        f"the InfiniBand/RoCE transport failed{where} ({finding.text}): check the RDMA device "
-        "(ibstat, ibv_devinfo) and NCCL_IB_HCA"
-    )
-
-
-def _connection_text(finding: _Finding, where: str, bootstrap: bool) -> str:
-    peer = _peer(finding.text)
-    if finding.cause == "no-iface":
-        return (
-            f"no usable network interface matches NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME{where}: "
-            "unset it or name an interface that exists in the container"
-        )
-    if finding.cause == "addr-in-use":
-        return (
-            "the rendezvous port is already in use (an earlier job still running?): "
-            "stop it or choose another MASTER_PORT"
-        )
-    if finding.cause == "refused" and bootstrap:
-        return (
-            f"a rank could not reach the NCCL bootstrap at {peer} (connection refused), so "
-            "nothing listens there: the rendezvous is stale or points at the wrong host (a "
-            "leftover file:// init file, a wrong MASTER_ADDR) or rank 0 died; use a fresh "
-            "rendezvous and check that every node reaches the same live MASTER_ADDR:MASTER_PORT"
-        )
-    if finding.cause == "refused":
-        return (
-            f"the connection to {peer} was refused{where}: nothing listens there (the peer "
-            "exited or the port is wrong); read the peer's log first, then check "
-            "MASTER_ADDR/MASTER_PORT and firewalls"
-        )
-    if finding.cause == "unreachable":
-        return (
-            f"{peer} is unreachable{where}: the chosen interface has no route to the other "
-            "nodes; set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface they share"
-        )
-    if finding.cause == "rendezvous":
-        return (
-            f"the rendezvous timed out before every rank joined{where}: some workers did not "
-            "start or cannot reach MASTER_ADDR:MASTER_PORT; check that every pod or node is "
-            "running and can connect to it"
-        )
-    if finding.cause == "remote":
-        return (
-            f"a peer rank exited or its network failed{where} (ncclRemoteError): the root "
-            "cause is the first error in another rank's log"
-        )
-    return (
-        f"the TCP connection to {peer} was aborted or closed{where}: a firewall or a wrong "
-        "interface blocks traffic between the nodes, or the peer exited; set "
-        "NCCL_SOCKET_IFNAME to the interface the nodes share, open the ports between them "
-        "and read the peer's log"
-    )
-
-
-def _other_text(finding: _Finding, where: str, first_warning: str | None) -> str:
-    if finding.cause == "dup-gpu":
-        return (
-            f"two ranks were given the same GPU{where}: call torch.cuda.set_device(local_rank) "
-            "before init_process_group and check CUDA_VISIBLE_DEVICES and nproc_per_node"
-        )
-    if finding.cause == "invalid":
-        return (
-            f"NCCL rejected a call as invalid usage{where} ({finding.text}): the ranks disagree "
-            "on a collective's arguments or a communicator is misused; run with "
-            "TORCH_DISTRIBUTED_DEBUG=DETAIL"
-        )
-    if finding.cause == "cuda":
-        return (
-            f"a CUDA call inside NCCL failed{where} ({finding.text}): check GPU health "
-            "(nvidia-smi, Xid errors in dmesg) and that the driver supports the CUDA version"
-        )
-    detail = first_warning or finding.text
-    return (
-        f"NCCL failed{where} ({detail}): rerun with NCCL_DEBUG=INFO and "
-        "NCCL_DEBUG_SUBSYS=INIT,NET and read the first WARN of the first failing rank"
-    )
-
-
-def _sentence(text: str) -> str:
-    text = text.strip()
-    if not text:
-        return text
-    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
-
-
-def summarize(lines: Iterable[str]) -> NcclSummary:
-    """Summarise lines (e.g. an open log file) with a fresh :class:`NcclParser`."""
-    parser = NcclParser()
-    for line in lines:
-        parser.feed(line)
-    return parser.summary()
-
-
-def summary_to_json(s: NcclSummary) -> dict[str, Any]:
-    """The JSON object ``disttrain nccl LOGFILE --json`` prints (exactly these keys)."""
-    return {
-        "nccl_version": s.nccl_version,
-        "transport": {name: list(ranks) for name, ranks in s.transport.items()},
-        "interfaces": list(s.interfaces),
-        "nranks": s.nranks,
-        "init_complete": s.init_complete,
-        "warnings": s.warnings,
-        "failure": s.failure,
-        "diagnosis": s.diagnosis,
-    }
-
-
-def format_summary(s: NcclSummary) -> str:
-    """A short multi-line text for people."""
-
-    def unknown(value: object) -> str:
-        return "unknown" if value is None or value == "" else str(value)
-
-    transports = "; ".join(
-        f"{name} (ranks {_ranks_text(ranks)})" if ranks else name
-        for name, ranks in s.transport.items()
-    )
-    init = {True: "complete", False: "failed", None: "unknown"}[s.init_complete]
-    rows = [
-        ("backend", s.backend + (f", NCCL {s.nccl_version}" if s.nccl_version else "")),
-        ("ranks", unknown(s.nranks)),
-        ("init", init),
-        ("transport", transports or "unknown"),
-        ("interfaces", ", ".join(s.interfaces) or "unknown"),
-        ("warnings", str(s.warnings)),
-        ("failure", s.failure),
-        ("diagnosis", s.diagnosis),
-    ]
-    return "\n".join(f"{name:<11}{value}" for name, value in rows)

@@ -1,0 +1,166 @@
+"""The patterns NCCL, c10d and gloo lines are read with, and the failure rules."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: Every value of :attr:`NcclSummary.failure`.
+FAILURES: Final = ("none", "connection", "ib", "cuda-oom", "timeout", "shm", "other")
+#: ``raw_lines`` and ``comm_lines`` keep the first ``RAW_HEAD`` and the last ``RAW_TAIL`` lines.
+RAW_HEAD: Final = 500
+RAW_TAIL: Final = 500
+
+_ROOT_CAUSE_ORDER: Final = ("cuda-oom", "shm", "ib", "connection", "other", "timeout")
+_MAX_TRACKED: Final = 4096  # ranks, processes, hosts and addresses remembered
+_MAX_IFACES: Final = 32
+_MAX_TEXT: Final = 240
+_EXPLICIT: Final = 1 << 62  # "communicator size" of a rank given to feed()
+
+Source = int | str  # a global rank, or "host:pid" until the rank is known
+
+# Substrings that make a line worth a closer look; checked before any regex.
+_MARKERS: Final = (
+    "NCCL",
+    "nccl",
+    "c10d",
+    "ProcessGroup",
+    "Gloo",
+    "gloo",
+    "torch.distributed",
+    "TCPStore",
+    "Rendezvous",
+    "Last error",
+)
+
+_HEADER = re.compile(r"([^\s:\[\]]+):(\d+):\d+ \[(\d+)\] ")
+_VERSION = re.compile(r"NCCL version:? (\d+\.\d+\.\d+(?:\+cuda\d+(?:\.\d+)*)?)")
+_COMM = re.compile(r"\brank (\d+) nranks (\d+)", re.IGNORECASE)
+_NNODES = re.compile(r"\bnNodes (\d+)")
+_PG_SIZE = re.compile(r"\bsize: (\d+), global rank: (\d+)")
+_GLOO_PEERS = re.compile(r"\[Gloo\] Rank (\d+) is connected to \d+ peer ranks.*?is : (\d+)")
+_RING = re.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
+_VIA = re.compile(r" via ([^\s/]+)(?:/([^\s/]+))?")
+_USING_NET = re.compile(r"Using network (\S.*?)\s*$")
+_NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels")
+_TRANSPORT_FILE = re.compile(
+    r"(?:^|[\s/])(?:(?:transport/)?(p2p|shm|net_ib|net_socket|nvls|coll_net)(?:/\w+)?\.cc"
+    r"|(ib_plugin|p2p_plugin)\.c):\d+"
+)
+_BOOTSTRAP = re.compile(r"Bootstrap ?: Using ?(?:\[\d+\])?([^\s:<\[\]]+):(\S+?)<\d+>")
+_SOCKET_IF = re.compile(r"\[\d+\]([^\s:<\[\]]+):(\S+?)<\d+>")
+_IB_DEV = re.compile(r"([A-Za-z][\w.\-]*:\d+/(?:IB|RoCE|ETH))\b")
+_OOB = re.compile(r"OOB ([^\s:<]+):(\S+?)<\d+>")
+_TRACE = re.compile(r"(?:^|[\s/])(init|bootstrap|proxy|enqueue|group)\.cc:\d+ -> ([1-9]\d*)")
+_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
+_RANK_TAG = re.compile(r"\[(?:PG (?:ID )?0 (?:PG GUID \S+ )?)?Rank (\d+)\]")
+_GLOO_RANK = re.compile(r"\[Gloo\] Rank (\d+)")
+# glog severity prefix of PyTorch C++ logs: "[W socket.cpp:464]", "[E1206 18:44:12.7 x.cpp:607]".
+_GLOG = re.compile(
+    r"(?:^|[\s\[])([IWEF])(?:\d{4} [\d:.]+(?: +\d+)?)? ?[\w.\-]+\.(?:cpp|cc|hpp|h):\d+\]"
+)
+_SEQ = re.compile(r"SeqNum=(\d+)")
+_OPTYPE = re.compile(r"OpType=(\w+)")
+_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
+_BARRIER = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier")
+_NCCL_PEER = re.compile(r"([\w.:%\-]+)<(\d+)>")
+_C10D_PEER = re.compile(r"\[([^\]\s]+)\]:(\d+)|\(([^,()\s]+), (\d+)\)")
+_IB_STATUS = re.compile(r"status=(?:[A-Za-z_ ]*\()?(\d+)")
+_IB_VENDOR = re.compile(r"vendor[ _]err[ =](\d+)")
+_BYTES = re.compile(r"(\d{4,}) bytes|size (\d{4,})")
+_BENIGN_WARN = re.compile(r"ignoring|Failed to open libibverbs|NET/Plugin|No plugin found")
+
+# (failure class, cause, pattern) tried in order on error lines; the first match wins.
+# Class None marks a failure whose cause is not recognised.
+_RULES: Final[tuple[tuple[str | None, str, re.Pattern[str]], ...]] = (
+    (
+        "cuda-oom",
+        "oom",
+        re.compile(
+            r"out of memory|Failed to CUDA (?:calloc|malloc|host alloc)"
+            r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation",
+            re.IGNORECASE,
+        ),
+    ),
+    ("shm", "shm", re.compile(r"/dev/shm|shared memory|shmutils|posix_fallocate|\bshm\.", re.I)),
+    ("ib", "qp", re.compile(r"ibv_create_qp")),
+    ("ib", "mr", re.compile(r"ibv_reg_(?:dmabuf_)?mr")),
+    ("ib", "modify_qp", re.compile(r"ibv_modify_qp")),
+    ("ib", "completion", re.compile(r"Got completion from peer")),
+    ("ib", "async", re.compile(r"Got async (?:error )?event")),
+    ("ib", "ib", re.compile(r"\bibv_\w+ failed|NET/IB\w*\s*:.*(?:fail|error|unable)", re.I)),
+    (
+        "connection",
+        "no-iface",
+        re.compile(
+            r"no socket interface found|No usable listening interface|Unable to find address for",
+            re.IGNORECASE,
+        ),
+    ),
+    ("connection", "addr-in-use", re.compile(r"Address already in use|EADDRINUSE")),
+    ("connection", "refused", re.compile(r"Connection refused|ECONNREFUSED")),
+    (
+        "connection",
+        "unreachable",
+        re.compile(
+            r"No route to host|Network is unreachable|Name or service not known"
+            r"|Temporary failure in name resolution|Cannot assign requested address"
+        ),
+    ),
+    (
+        "connection",
+        "closed",
+        re.compile(
+            r"Connection (?:reset|closed) by (?:remote )?peer|Software caused connection abort"
+            r"|Broken pipe|Transport endpoint is not connected|ECONNRESET|ECONNABORTED"
+        ),
+    ),
+    (
+        "connection",
+        "rendezvous",
+        re.compile(
+            r"clients joined|waiting for clients|Rendezvous\w*(?:Timeout|Connection|Closed)Error"
+            r"|client socket has timed out|connect\(\) timed out|Connection timed out"
+            r"|Socket Timeout",
+            re.IGNORECASE,
+        ),
+    ),
+    ("connection", "remote", re.compile(r"ncclRemoteError|remote process exit", re.I)),
+    ("other", "dup-gpu", re.compile(r"Duplicate GPU detected")),
+    ("other", "invalid", re.compile(r"invalid usage|ncclInvalidUsage|ncclInvalidArgument", re.I)),
+    ("other", "cuda", re.compile(r"Cuda failure|unhandled cuda error|CUDA error", re.I)),
+    ("timeout", "watchdog", re.compile(r"collective operation timeout|Timeout at NCCL work")),
+    ("timeout", "barrier", re.compile(r"failed to pass monitoredBarrier")),
+    (
+        "timeout",
+        "stuck",
+        re.compile(r"watchdog got stuck|Heartbeat monitor timed out|Timed out waiting \d+ms"),
+    ),
+    (
+        None,
+        "error",
+        re.compile(
+            r"NCCL error|nccl\w*Error|unhandled system error|internal error"
+            r"|Failed to execute operation",
+            re.IGNORECASE,
+        ),
+    ),
+)
+
+_FILE_TRANSPORTS: Final = {
+    "p2p": "P2P",
+    "shm": "SHM",
+    "net_ib": "IB",
+    "net_socket": "Socket",
+    "nvls": "NVLS",
+    "coll_net": "CollNet",
+    "ib_plugin": "IB",
+}
+_IB_STATUS_NAMES: Final = {
+    4: "local protection error",
+    5: "work request flushed",
+    10: "remote access error",
+    11: "remote operation error",
+    12: "transport retry counter exceeded",
+    13: "RNR retry counter exceeded",
+}

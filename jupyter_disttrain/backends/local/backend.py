@@ -1,0 +1,183 @@
+"""The local backend: N real torchrun node agents on this machine, over loopback.
+
+Each "node" is a torchrun agent doing real c10d rendezvous on 127.0.0.1 and
+a free port, with ``--nproc`` workers: the launch path of a cluster, smaller.
+Agents and workers are forked from the warm launcher (see
+``runtime/zygote.py``) when it is available, otherwise started as fresh
+interpreters. Every process of a job is in one process group, or a child of
+a member, so stop, timeout, failure and owner exit end all of them.
+
+With ``--framework tensorflow`` each node is one worker process instead of an
+agent: a fresh interpreter (TensorFlow starts threads when it is imported, so
+forking a warm one is unsafe) running the worker runtime with the
+``TF_CONFIG`` a cluster would give it, workers on free ports of 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ... import jobdir
+from ...payload import Payload
+from ...runtime.protocol import PREFIX
+from ...spec import JobSpec
+from ..base import (
+    Backend,
+    BackendError,
+    Capabilities,
+    EventSink,
+    JobExists,
+    JobNotFound,
+    JobRecord,
+    Plan,
+    Submission,
+)
+from ..launcher import Launcher, LauncherError, shared_launcher
+from .plan import (
+    LocalPlan,
+    build_plan,
+    free_port,
+)
+from .run import (
+    LocalReplay,
+    LocalRun,
+    _is_live,
+    _record,
+    stop_job,
+)
+
+
+class LocalBackend(Backend):
+    """Jobs as torchrun agents on this machine (see the module docstring)."""
+
+    name = "local"
+    capabilities = Capabilities(
+        frameworks=frozenset({"pytorch", "tensorflow"}),
+        restart_frameworks=frozenset({"pytorch"}),
+        checkpoints_on_path=True,
+    )
+
+    def __init__(self, mode: str = "fork") -> None:
+        if mode not in ("fork", "exec"):
+            raise ValueError(f"launch mode must be 'fork' or 'exec', got {mode!r}")
+        self.mode = mode
+
+    @classmethod
+    def create(cls, **config: Any) -> LocalBackend:
+        """``launch_mode``: ``fork`` (warm launcher, the default) or ``exec``."""
+        return cls(mode=str(config.get("launch_mode") or "fork"))
+
+    def prewarm(self) -> None:
+        """Start the warm launcher now (fork mode), so the first job starts fast."""
+        if self.mode == "fork":
+            from .launcher import prewarm
+
+            prewarm()
+
+    def checkpoint_dir(self, record: JobRecord) -> str | None:
+        """The job directory's ``checkpoints`` folder (where the runtime saves by default)."""
+        return str(jobdir.job_dir(record.name) / "checkpoints")
+
+    def job_directory(self, name: str) -> str:
+        """The directory where job ``name`` keeps its payload, logs and state."""
+        return str(jobdir.job_dir(name))
+
+    def launch_mode(self, spec: JobSpec) -> str:
+        """``fork`` or ``exec``; TensorFlow workers always start as fresh interpreters."""
+        return "exec" if spec.framework == "tensorflow" else self.mode
+
+    def plan(self, spec: JobSpec, payload: Payload) -> LocalPlan:
+        """The launch plan: job directory, port, run id and launch mode, all chosen now.
+
+        In fork mode the warm launcher is made ready here, so the plan says
+        ``exec`` when it cannot be used (and ``submit`` then does exactly that).
+        """
+        mode = self.launch_mode(spec)
+        if mode == "fork":
+            try:
+                shared_launcher().wait_ready()
+            except LauncherError:
+                mode = "exec"
+        run_id = {"DISTRAIN_RUN_ID": os.urandom(6).hex()}  # tells restarts from new submissions
+        return build_plan(
+            spec, payload, jobdir.job_dir(spec.name), mode=mode, port=free_port(), base_env=run_id
+        )
+
+    def submit(self, plan: Plan, sink: EventSink) -> LocalRun:
+        """Create the job directory and start the agents of ``plan`` in the background."""
+        if not isinstance(plan, LocalPlan):
+            raise TypeError(f"the local backend runs LocalPlans, not {type(plan).__name__}")
+        spec = plan.spec
+        directory = Path(plan.job_dir)
+        old = jobdir.read_state(directory)
+        if old is not None and _is_live(old):
+            raise JobExists(
+                f"a local job named {spec.name!r} is still {old.get('state')}; stop it with "
+                f"%distrain_stop {spec.name} or choose another --name"
+            )
+        launcher: Launcher | None = None
+        if plan.mode == "fork":
+            try:
+                launcher = shared_launcher()
+                launcher.wait_ready()
+            except LauncherError as exc:
+                raise BackendError(
+                    f"the warm launcher this plan forks from stopped ({exc}); plan the job "
+                    "again (it will start fresh interpreters if the launcher cannot run)"
+                ) from None
+        if directory.exists():
+            import shutil
+
+            shutil.rmtree(directory)
+        jobdir.logs_dir(directory).mkdir(parents=True)
+        (directory / "payload.pkl").write_bytes(plan.payload.data)
+        run = LocalRun(plan, sink, launcher, notebook=self.notebook)
+        run.start()
+        return run
+
+    def attach(self, name: str, sink: EventSink) -> tuple[JobSpec, Submission]:
+        """Replay a local job's recorded events and logs; follow it while it still runs."""
+        directory = jobdir.job_dir(name)
+        state = jobdir.read_state(directory)
+        if state is None:
+            raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
+        spec = JobSpec(name=name, nodes=int(state.get("nodes", 1)),
+                       nproc=int(state.get("nproc", 1)),
+                       framework=state.get("framework", "pytorch"))  # fmt: skip
+        replay = LocalReplay(directory, sink)
+        replay.start()
+        return spec, replay
+
+    def list_jobs(self) -> list[JobRecord]:
+        """Local jobs recorded under the job root, newest first."""
+        out = []
+        for directory in jobdir.list_job_dirs():
+            state = jobdir.read_state(directory)
+            if state is None:
+                continue
+            out.append(_record(state))
+        return out
+
+    def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
+        """What the job's ranks printed, from its log files (protocol lines left out)."""
+        directory = jobdir.job_dir(name)
+        if jobdir.read_state(directory) is None:
+            raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
+        files = jobdir.rank_logs(directory)
+        if rank is not None:
+            if rank not in files:
+                raise JobNotFound(
+                    f"job {name!r} has no log for rank {rank}; ranks with logs: "
+                    f"{', '.join(map(str, files)) or 'none yet'}"
+                )
+            return "\n".join(jobdir.tail_lines(files[rank], tail, PREFIX))
+        lines: list[str] = []
+        for r, path in files.items():
+            lines.extend(f"[rank {r}] {line}" for line in jobdir.tail_lines(path, tail, PREFIX))
+        return "\n".join(lines)
+
+    def stop(self, name: str) -> bool:
+        """Stop a job of any owner: mark it, then end its processes."""
+        return stop_job(name)

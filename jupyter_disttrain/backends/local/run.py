@@ -1,0 +1,321 @@
+"""A local job's run state machine (LocalRun), its replay for other processes, and stop."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ... import events as ev
+from ... import jobdir
+from ..base import (
+    EventSink,
+    JobNotFound,
+    JobRecord,
+    Submission,
+)
+from ..launcher import Launcher, ProcessHandle
+from .plan import (
+    FAILURE_GRACE_SECONDS,
+    POLL_SECONDS,
+    LocalPlan,
+    NodeLaunch,
+)
+from .processes import (
+    terminate,
+)
+from .tailer import (
+    LogTailer,
+)
+
+
+class LocalRun(Submission):
+    """A local job followed by this process: starts agents, tails logs, decides the end."""
+
+    def __init__(
+        self,
+        plan: LocalPlan,
+        sink: EventSink,
+        launcher: Launcher | None,
+        notebook: str | None = None,
+    ) -> None:
+        self.plan = plan
+        self.notebook = notebook
+        self.spec = plan.spec
+        self.dir = Path(plan.job_dir)
+        self.sink = sink
+        self.launcher = launcher
+        self.agents: list[ProcessHandle | Any] = []
+        self.pgid: int | None = None
+        self._stop_reason: str | None = None
+        self._done = threading.Event()
+        self._state: dict[str, Any] = {}
+        self._thread = threading.Thread(
+            target=self._run, name=f"distrain-{self.spec.name}", daemon=True
+        )
+
+    # -- Submission --------------------------------------------------------
+    def start(self) -> None:
+        """Write the initial state and start following the job."""
+        self._emit(ev.job_event("Pending", "Submitted", f"{self.spec.world_size} ranks"))
+        self._thread.start()
+
+    def stop(self, reason: str = "stopped by user") -> None:
+        """Ask the job to end (returns at once)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the terminal state."""
+        return self._done.wait(timeout)
+
+    # -- internals ---------------------------------------------------------
+    def _emit(self, event: ev.Event) -> None:
+        if event.kind in ev.BACKEND_KINDS:
+            with open(self.dir / "events.jsonl", "a") as fh:
+                fh.write(ev.to_json(event) + "\n")
+            if event.kind == "job":
+                self._write_state(
+                    state=event.fields["state"],
+                    reason=event.fields["reason"],
+                    message=event.fields["message"],
+                )
+        self.sink(event)
+
+    def _write_state(self, **changes: Any) -> None:
+        spec = self.spec
+        if not self._state:
+            self._state = {
+                "name": spec.name, "backend": "local", "nodes": spec.nodes,
+                "nproc": spec.nproc, "world_size": spec.world_size, "created": time.time(),
+                "framework": spec.framework,
+                "owner_pid": os.getpid(), "mode": self.plan.mode,
+                "launcher_pid": self.launcher.pid if self.launcher else None,
+                "rdzv_endpoint": self.plan.rdzv_endpoint, "timeout": spec.timeout,
+                "notebook": self.notebook,
+            }  # fmt: skip
+        self._state.update(changes)
+        if changes.get("state") in ev.TERMINAL_STATES:
+            self._state["ended"] = time.time()
+        jobdir.write_json_atomic(self.dir / "state.json", self._state)
+
+    def _start_agents(self) -> None:
+        env = dict(os.environ)
+        for node in self.plan.nodes:
+            node_env = {**env, **node.env}
+            if self.pgid:
+                node_env["DISTRAIN_PGID"] = str(self.pgid)
+            handle: ProcessHandle | Any
+            if self.launcher is not None:
+                node_env["DISTRAIN_LAUNCHER"] = self.launcher.socket_path
+                handle = self.launcher.request({
+                    "op": "agent", "argv": list(node.argv), "env": node_env,
+                    "cwd": os.getcwd(), "pgid": self.pgid or 0, "log": node.log,
+                })  # fmt: skip
+                if self.pgid is None:
+                    self.pgid = handle.pgid
+            else:
+                handle = _ExecAgent(node, node_env, self.pgid or 0)
+                if self.pgid is None:
+                    self.pgid = handle.pid
+            self.agents.append(handle)
+            self._write_state(pgid=self.pgid, agents=[a.pid for a in self.agents])
+
+    def _run(self) -> None:
+        try:
+            self._follow()
+        except BaseException as exc:  # never leave processes behind on our own bug
+            terminate(self.pgid, [a.pid for a in self.agents])
+            self._emit(ev.job_event("Failed", "BackendError", f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._done.set()
+
+    def _follow(self) -> None:
+        tailer = LogTailer(jobdir.logs_dir(self.dir))
+        started = time.monotonic()
+        self._start_agents()
+        attempt = 0
+        running = False
+        failed_at: float | None = None
+        first_error = ""
+        outcome: tuple[ev.JobState, str, str] | None = None
+        while outcome is None:
+            for event in tailer.poll():
+                if event.kind == "hello":
+                    restart = int(event.get("restart", 0))
+                    if restart > attempt:
+                        attempt = restart
+                        self._emit(ev.restart_event(attempt, "workers restarted by torchrun"))
+                    if not running:
+                        running = True
+                        self._emit(ev.job_event("Running", "Started", "all agents rendezvoused"))
+                elif event.kind == "error" and not first_error:
+                    first_error = f"rank {event.rank}: {event.get('type')}: {event.get('message')}"
+                    if self.spec.max_restarts == 0:
+                        failed_at = time.monotonic()
+                self.sink(event)
+            codes = [a.poll() for a in self.agents]
+            if (self.dir / "stop").exists() and self._stop_reason is None:
+                self._stop_reason = "stop requested"
+            if self._stop_reason is not None:
+                outcome = ("Stopped", "Stopped", self._stop_reason)
+            elif all(c is not None for c in codes):
+                if all(c == 0 for c in codes):
+                    outcome = ("Succeeded", "Succeeded", f"{self.spec.world_size} ranks done")
+                else:
+                    outcome = ("Failed", "WorkerFailed", first_error or _agent_failure(codes))
+            elif any(c not in (None, 0) for c in codes):
+                outcome = ("Failed", "WorkerFailed", first_error or _agent_failure(codes))
+            elif failed_at is not None and time.monotonic() - failed_at > FAILURE_GRACE_SECONDS:
+                outcome = ("Failed", "WorkerFailed", first_error)
+            elif self.spec.timeout and time.monotonic() - started > self.spec.timeout:
+                outcome = ("Failed", "Timeout", f"did not finish within {self.spec.timeout:g} s")
+            else:
+                time.sleep(POLL_SECONDS)
+        if outcome[0] != "Succeeded" or any(a.poll() is None for a in self.agents):
+            terminate(self.pgid, [a.pid for a in self.agents])
+        for handle in self.agents:
+            handle.poll()
+        for event in tailer.poll(final=True):
+            self.sink(event)
+        self._write_state(exit_codes=[a.poll() for a in self.agents])
+        self._emit(ev.job_event(*outcome))
+
+
+class LocalReplay(Submission):
+    """A recorded local job fed again as events (and followed while its owner runs it)."""
+
+    def __init__(self, directory: Path, sink: EventSink) -> None:
+        self.dir = directory
+        self.sink = sink
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="distrain-replay", daemon=True)
+
+    def start(self) -> None:
+        """Start replaying in the background."""
+        self._thread.start()
+
+    def stop(self, reason: str = "stopped by user") -> None:
+        """Stop the job if it still runs (through its owner)."""
+        stop_job(self.dir.name)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until the replay reached the job's terminal state."""
+        return self._done.wait(timeout)
+
+    def _recorded(self) -> list[ev.Event]:
+        try:
+            lines = (self.dir / "events.jsonl").read_text().splitlines()
+        except OSError:
+            return []
+        return [ev.from_json(line) for line in lines if line.strip()]
+
+    def _run(self) -> None:
+        try:
+            tailer = LogTailer(jobdir.logs_dir(self.dir))
+            recorded = self._recorded()
+            final = [
+                e for e in recorded if e.kind == "job" and e.get("state") in ev.TERMINAL_STATES
+            ]
+            for event in recorded:
+                if event not in final:
+                    self.sink(event)
+            while True:
+                for event in tailer.poll():
+                    self.sink(event)
+                state = jobdir.read_state(self.dir) or {}
+                if state.get("state") in ev.TERMINAL_STATES or not _is_live(state):
+                    break
+                time.sleep(POLL_SECONDS)
+            for event in tailer.poll(final=True):
+                self.sink(event)
+            final = [e for e in self._recorded() if e.kind == "job"
+                     and e.get("state") in ev.TERMINAL_STATES]  # fmt: skip
+            if final:
+                self.sink(final[-1])
+            else:
+                record = _record(jobdir.read_state(self.dir) or {"name": self.dir.name})
+                self.sink(ev.job_event(record.state, "Lost", record.reason))  # type: ignore[arg-type]
+        finally:
+            self._done.set()
+
+
+def _agent_failure(codes: list[int | None]) -> str:
+    bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+    return "; ".join(
+        f"node {i} agent {'killed by signal ' + str(-c) if c < 0 else 'exited with code ' + str(c)}"
+        for i, c in bad
+        if c is not None
+    )
+
+
+class _ExecAgent:
+    """A node agent started as a fresh interpreter (no launcher)."""
+
+    def __init__(self, node: NodeLaunch, env: dict[str, str], pgid: int) -> None:
+        import subprocess
+
+        with open(node.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", node.module, *node.argv],
+                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                process_group=pgid,
+            )  # fmt: skip
+        self.pid = self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _is_live(state: dict[str, Any]) -> bool:
+    """A recorded job is live while it is not terminal and its owner still runs."""
+    return state.get("state") not in ev.TERMINAL_STATES and _alive(int(state.get("owner_pid", 0)))
+
+
+def _record(state: dict[str, Any]) -> JobRecord:
+    status = str(state.get("state", "Pending"))
+    reason = str(state.get("message") or state.get("reason") or "")
+    if status not in ev.TERMINAL_STATES and not _alive(int(state.get("owner_pid", 0))):
+        status, reason = "Stopped", "its kernel or command exited"
+    return JobRecord(
+        name=str(state["name"]), backend="local", state=status,
+        world_size=int(state.get("world_size", 0)), nodes=int(state.get("nodes", 0)),
+        nproc=int(state.get("nproc", 0)), created=float(state.get("created", 0.0)),
+        ended=state.get("ended"), reason=reason, owner=str(state.get("owner_pid", "")),
+        extra={"notebook": state["notebook"]} if state.get("notebook") else {},
+    )  # fmt: skip
+
+
+def stop_job(name: str) -> bool:
+    """Stop local job ``name`` of any owner: mark it, then end its processes.
+
+    False when it is not running; :class:`JobNotFound` when there is no such job.
+    """
+    directory = jobdir.job_dir(name)
+    state = jobdir.read_state(directory)
+    if state is None:
+        raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
+    if not _is_live(state):
+        return False
+    (directory / "stop").touch()
+    if not _alive(int(state.get("owner_pid", 0))):
+        terminate(state.get("pgid"), list(state.get("agents", [])))
+        state.update(state="Stopped", reason="Stopped", message="stop requested",
+                     ended=time.time())  # fmt: skip
+        jobdir.write_json_atomic(directory / "state.json", state)
+    return True

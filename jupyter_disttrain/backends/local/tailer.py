@@ -1,0 +1,54 @@
+"""Reading the ranks' and agents' log files as events, line by line as they grow."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ... import events as ev
+from ... import jobdir
+
+
+class LogTailer:
+    """Reads new complete lines from a job's log files and turns them into events."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.offsets: dict[str, int] = {}
+        self.partial: dict[str, bytes] = {}
+
+    def poll(self, final: bool = False) -> list[ev.Event]:
+        """Events for lines written since the last poll (all remaining when ``final``)."""
+        out: list[ev.Event] = []
+        if not self.logs.is_dir():
+            return out
+        for path in sorted(self.logs.iterdir()):
+            name = path.name
+            match = jobdir.RANK_LOG_RE.match(name)
+            if match is None and not name.startswith("agent-"):
+                continue
+            rank = int(match.group(1)) if match else None
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(self.offsets.get(name, 0))
+                    data = fh.read()
+            except OSError:
+                continue
+            if not data and not (final and self.partial.get(name)):
+                continue
+            self.offsets[name] = self.offsets.get(name, 0) + len(data)
+            data = self.partial.pop(name, b"") + data
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            if rest:
+                if final:
+                    lines.append(rest)
+                else:
+                    self.partial[name] = rest
+            now = time.time()
+            for raw in lines:
+                event = ev.parse_line(raw.decode("utf-8", "replace"), rank, now)
+                if rank is None:
+                    event.fields["source"] = name[: -len(".log")]
+                out.append(event)
+        return out

@@ -11,19 +11,15 @@ Failing pods' logs are read once when they end; other ranks' logs on demand.
 from __future__ import annotations
 
 import os
-import platform
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from .. import events as ev
-from ..payload import Payload, package_version
+from ..payload import Payload
 from ..runtime import rankprefix
 from ..runtime.protocol import PREFIX
 from ..spec import JobSpec
@@ -36,57 +32,25 @@ from .base import (
     JobNotFound,
     JobRecord,
     Plan,
-    Submission,
 )
 from .k8s_client import Connection, connect, explain
+from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
 from .k8s_options import (
     EXAMPLES,
     REPEATABLE,
-    STOCK_IMAGES,
     SWITCHES,
-    ImagePolicy,
     K8sOptions,
-    default_image,
     parse_options,
 )
-from .k8s_status import JOB_NAME_LABEL, job_condition, pod_facts, rank_events, warning_message
-
-GROUP, VERSION = "kubeflow.org", "v1"
-PLURALS = {"pytorch": ("pytorchjobs", "PyTorchJob"), "tensorflow": ("tfjobs", "TFJob")}
-CONTAINERS = {"pytorch": "pytorch", "tensorflow": "tensorflow"}
-WATCH_SECONDS = 60
-DRAIN_SECONDS = 15.0
-#: Warning reasons that explain a job that does not start.
-PENDING_REASONS = frozenset({"FailedScheduling", "Failed", "BackOff", "FailedMount"})
-
-
-def payload_files(payload: Payload) -> dict[str, bytes]:
-    """What the pods need beside the image: payload, worker runtime, cloudpickle."""
-    import cloudpickle
-
-    from .. import runtime
-
-    files = {mf.PAYLOAD_FILE: payload.data}
-    package = Path(runtime.__file__).parent.parent
-    files["jupyter_disttrain/__init__.py"] = (package / "__init__.py").read_bytes()
-    for path in sorted((package / "runtime").glob("*.py")):
-        if path.name != "zygote.py":  # the local launcher; pods run torchrun's own
-            files[f"jupyter_disttrain/runtime/{path.name}"] = path.read_bytes()
-    for path in sorted(Path(cloudpickle.__file__).parent.glob("*.py")):
-        files[f"cloudpickle/{path.name}"] = path.read_bytes()
-    return files
-
-
-def notebook_versions(framework: str = "pytorch") -> dict[str, str]:
-    """Versions the payload was made with (they pick the default image of ``framework``)."""
-    out = {"python": platform.python_version()}
-    if framework == "tensorflow":
-        version = package_version("tensorflow") or package_version("tensorflow-cpu")
-    else:
-        version = package_version("torch")
-    if version:
-        out["tensorflow" if framework == "tensorflow" else "torch"] = version
-    return out
+from .k8s_status import JOB_NAME_LABEL, job_condition
+from .k8s_watch import (
+    GROUP,
+    PLURALS,
+    VERSION,
+    KubernetesRun,
+    notebook_versions,
+    payload_files,
+)
 
 
 @dataclass(frozen=True)
@@ -104,251 +68,6 @@ class KubernetesPlan(Plan):
     def export(self) -> str:
         """The YAML for ``kubectl create -f``."""
         return str(self)
-
-
-class KubernetesRun(Submission):
-    """Follows one job: watches translate to events; stop deletes the job."""
-
-    def __init__(
-        self, backend: KubernetesBackend, conn: Connection, spec: JobSpec, sink: EventSink
-    ) -> None:
-        self.backend = backend
-        self.conn = conn
-        self.spec = spec
-        self.sink = sink
-        self.name = spec.name
-        self.plural, self.kind = PLURALS[spec.framework]
-        self.container = CONTAINERS[spec.framework]
-        self._done = threading.Event()
-        self._stopping = threading.Event()
-        self._stop_reason = ""
-        self._lock = threading.Lock()
-        self._pods: dict[str, tuple[str, int, str]] = {}  # pod -> (state, restarts, reason)
-        self._followed: dict[str, threading.Thread] = {}
-        self._read_once: set[tuple[str, int]] = set()
-        self._watches: list[watch.Watch] = []
-        self._has_leader = True
-        self._terminal: tuple[ev.JobState, str, str] | None = None
-        self._state = ""
-        self._pending_why: tuple[str, str] | None = None
-        self._got_result = False
-        self._errors: list[str] = []
-
-    # -- Submission ------------------------------------------------------------
-    def start(self) -> None:
-        """Start the watches (each on its own daemon thread)."""
-        for target in (self._watch_job, self._watch_pods, self._watch_warnings):
-            threading.Thread(
-                target=self._guard(target), daemon=True, name=f"distrain-k8s-{target.__name__}"
-            ).start()
-        if self.spec.timeout:
-            threading.Thread(target=self._deadline, daemon=True).start()
-
-    def stop(self, reason: str = "stopped by user") -> None:
-        """Delete the job (foreground propagation): its pods and payload go with it."""
-        if self._done.is_set() or self._stopping.is_set():
-            return
-        self._stop_reason = reason
-        self._stopping.set()
-        self.backend.delete(self.conn, self.spec.framework, self.name)
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the terminal state."""
-        return self._done.wait(timeout)
-
-    # -- plumbing --------------------------------------------------------------
-    def _guard(self, target: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                target()
-            except Exception as exc:  # report instead of dying silently
-                if not self._done.is_set():
-                    self.sink(
-                        ev.Event(
-                            "log",
-                            None,
-                            time.time(),
-                            {"text": f"watch error: {exc!r}", "source": "kubernetes"},
-                        )
-                    )
-
-        return run
-
-    def _stream(
-        self, func: Callable[..., Any], *args: Any, **kwargs: Any
-    ) -> Iterator[dict[str, Any]]:
-        """Watch events until the job is done, re-opening after server time-outs."""
-        version: str | None = None
-        while not self._done.is_set():
-            w = watch.Watch()
-            self._watches.append(w)
-            try:
-                for item in w.stream(
-                    func, *args, timeout_seconds=WATCH_SECONDS, resource_version=version, **kwargs
-                ):
-                    obj = item["object"]
-                    data = self.conn.plain(obj)
-                    version = data.get("metadata", {}).get("resourceVersion") or version
-                    yield {"type": item["type"], "object": data}
-                    if self._done.is_set():
-                        return
-            except ApiException as exc:
-                if exc.status == 410:  # too old: start over from now
-                    version = None
-                    continue
-                raise
-            finally:
-                self._watches.remove(w)
-
-    def _watch_job(self) -> None:
-        last: tuple[ev.JobState, str, str] | None = None
-        for item in self._stream(
-            self.conn.custom.list_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            self.conn.namespace,
-            self.plural,
-            field_selector=f"metadata.name={self.name}",
-        ):
-            if item["type"] == "DELETED":
-                if self._stopping.is_set():
-                    self._finish(("Stopped", "Stopped", self._stop_reason))
-                else:
-                    self._finish(("Failed", "Deleted", f"the {self.kind} was deleted"))
-                return
-            specs = (
-                item["object"]
-                .get("spec", {})
-                .get(
-                    "pytorchReplicaSpecs" if self.spec.framework == "pytorch" else "tfReplicaSpecs",
-                    {},
-                )
-            )
-            self._has_leader = bool({"Master", "Chief"} & set(specs))
-            current = job_condition(item["object"])
-            if current is None or current == last:
-                continue
-            last = current
-            self._state = current[0]
-            if current[0] == "Pending" and self._pending_why:  # keep the known cause
-                current = ("Pending", *self._pending_why)
-            if current[0] in ev.TERMINAL_STATES:
-                self._finish(current)
-                return
-            self.sink(ev.job_event(*current))
-
-    def _watch_pods(self) -> None:
-        for item in self._stream(
-            self.conn.core.list_namespaced_pod,
-            self.conn.namespace,
-            label_selector=f"{JOB_NAME_LABEL}={self.name}",
-        ):
-            if item["type"] == "DELETED":
-                continue
-            facts = pod_facts(item["object"], self.container, self._has_leader)
-            key = (facts.state, facts.restarts, facts.reason)
-            with self._lock:
-                previous = self._pods.get(facts.name)
-                self._pods[facts.name] = key
-            if previous is not None and previous[1] < facts.restarts:
-                self.sink(ev.restart_event(facts.restarts, f"{facts.name} restarted"))
-            if previous != key:
-                for event in rank_events(facts, self.spec.nproc):
-                    self.sink(event)
-            if facts.node == 0 and facts.started:
-                self._follow(facts.name, facts.restarts)
-            elif facts.state == "Failed":
-                self._read_log_once(facts.name, facts.restarts)
-
-    def _watch_warnings(self) -> None:
-        prefix = f"{self.name}-"
-        for item in self._stream(
-            self.conn.core.list_namespaced_event, self.conn.namespace, field_selector="type=Warning"
-        ):
-            involved = str((item["object"].get("involvedObject") or {}).get("name", ""))
-            if involved != self.name and not involved.startswith(prefix):
-                continue
-            text = warning_message(item["object"])
-            self.sink(ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"}))
-            reason = str(item["object"].get("reason"))
-            if reason in PENDING_REASONS and self._state in ("", "Pending"):
-                self._pending_why = (reason, text)
-                self.sink(ev.job_event("Pending", reason, text))  # why it does not start
-
-    def _follow(self, pod: str, restarts: int) -> None:
-        key = f"{pod}#{restarts}"
-        with self._lock:
-            if key in self._followed:
-                return
-            thread = threading.Thread(
-                target=self._guard(lambda: self._pump(pod, True)),
-                daemon=True,
-                name=f"distrain-log-{pod}",
-            )
-            self._followed[key] = thread
-        thread.start()
-
-    def _read_log_once(self, pod: str, restarts: int) -> None:
-        with self._lock:
-            if (pod, restarts) in self._read_once or any(
-                k.startswith(pod + "#") for k in self._followed
-            ):
-                return
-            self._read_once.add((pod, restarts))
-        threading.Thread(target=self._guard(lambda: self._pump(pod, False)), daemon=True).start()
-
-    def _pump(self, pod: str, follow: bool) -> None:
-        for line in self.backend.stream_log(self.conn, pod, self.container, follow=follow):
-            event = parse_pod_line(line, pod)
-            if event.kind == "result":
-                self._got_result = True
-            self.sink(event)
-
-    def _deadline(self) -> None:
-        assert self.spec.timeout is not None
-        if self._done.wait(self.spec.timeout + 5):
-            return
-        self._stop_reason = f"did not finish within {self.spec.timeout:g} s"
-        self._stopping.set()
-        self.backend.delete(self.conn, self.spec.framework, self.name)
-        self._finish(("Failed", "Timeout", self._stop_reason))
-
-    def _finish(self, outcome: tuple[ev.JobState, str, str]) -> None:
-        with self._lock:
-            if self._terminal is not None:
-                return
-            self._terminal = outcome
-            followers = list(self._followed.values())
-        deadline = time.monotonic() + DRAIN_SECONDS
-        for thread in followers:  # let rank 0's log deliver its last lines (the result)
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if outcome[0] == "Succeeded":  # and the other pods report how they ended
-            while time.monotonic() < deadline and not self._pods_ended():
-                time.sleep(0.05)
-            if not self._got_result:  # an elastic restart moved rank 0 to another pod
-                with self._lock:
-                    followed = {key.split("#")[0] for key in self._followed}
-                    others = sorted(set(self._pods) - followed)
-                for pod in others:
-                    self._pump(pod, follow=False)
-        self.sink(ev.job_event(*outcome))
-        self._done.set()
-        for w in list(self._watches):
-            w.stop()
-
-    def _pods_ended(self) -> bool:
-        with self._lock:
-            states = [state for state, _, _ in self._pods.values()]
-        return len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
-
-
-def parse_pod_line(line: str, pod: str) -> ev.Event:
-    """One pod log line -> an event attributed to its rank (``[rank R]`` prefix)."""
-    rank, text = rankprefix.split(line)
-    event = ev.parse_line(text, rank)
-    if rank is None and event.kind == "log":
-        event.fields["source"] = pod
-    return event
 
 
 class KubernetesBackend(Backend):

@@ -34,20 +34,19 @@ import yaml
 
 from ..spec import JobSpec, SpecError
 from ..units import format_bytes
+from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
+from .k8s_kinds import BY_FRAMEWORK, PYTORCHJOB, TFJOB
 from .k8s_options import (
     RUNTIME_ROOT,
     SHM_PATH,
-    STOCK_IMAGES,
     ConflictingOptionsError,
-    ImagePolicy,
     K8sOptions,
-    default_image,
     is_dns_label,
 )
 
 Manifest = dict[str, Any]
 
-KUBEFLOW_API: Final = "kubeflow.org/v1"
+KUBEFLOW_API: Final = PYTORCHJOB.api_version
 MANAGED_BY: Final = "jupyter-disttrain"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_JOB: Final = "disttrain.jupyter.org/job"
@@ -63,8 +62,7 @@ MAX_PAYLOAD_BYTES: Final = 1024 * 1024
 
 #: The training container of each framework: name, port name and port the operator expects.
 _CONTAINERS: Final = {
-    "pytorch": ("pytorch", "pytorchjob-port", 23456),
-    "tensorflow": ("tensorflow", "tfjob-port", 2222),
+    fw: (kind.container, kind.port_name, kind.port) for fw, kind in BY_FRAMEWORK.items()
 }
 
 _KEY_PART = re.compile(r"^[-_a-zA-Z0-9][-._a-zA-Z0-9]*$")
@@ -482,8 +480,8 @@ def pytorchjob(
         min_available = spec.nodes
     body["runPolicy"] = _run_policy(spec, opts, min_available)
     return {
-        "apiVersion": KUBEFLOW_API,
-        "kind": "PyTorchJob",
+        "apiVersion": PYTORCHJOB.api_version,
+        "kind": PYTORCHJOB.kind,
         "metadata": _job_meta(spec, opts, versions, notebook),
         "spec": body,
     }
@@ -504,8 +502,8 @@ def tfjob(
     if spec.nodes > 1:
         replicas["Worker"] = _replica(spec.nodes - 1, _plain(template))
     return {
-        "apiVersion": KUBEFLOW_API,
-        "kind": "TFJob",
+        "apiVersion": TFJOB.api_version,
+        "kind": TFJOB.kind,
         "metadata": _job_meta(spec, opts, versions, notebook),
         "spec": {"tfReplicaSpecs": replicas, "runPolicy": _run_policy(spec, opts, spec.nodes)},
     }

@@ -10,16 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
+from jupyter_disttrain.backends.k8s_images import ImageError, ImagePolicy, default_image
 from jupyter_disttrain.backends.k8s_options import (
     ConflictingOptionsError,
-    ImageError,
-    ImagePolicy,
     K8sOptions,
     OptionError,
     OptionValueError,
     RepeatedOptionError,
     UnknownOptionError,
-    default_image,
     parse_options,
 )
 from jupyter_disttrain.backends.manifests import (

@@ -72,7 +72,7 @@ class LocalBackend(Backend):
     def prewarm(self) -> None:
         """Start the warm launcher now (fork mode), so the first job starts fast."""
         if self.mode == "fork":
-            from .launcher import prewarm
+            from ..launcher import prewarm
 
             prewarm()
 

@@ -47,6 +47,37 @@ def logs_dir(directory: Path) -> Path:
     return directory / "logs"
 
 
+#: Job state is the owner's only: a payload holds the notebook values a cell captured
+#: (tokens included) and is unpickled by the workers.
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and its parents up to :func:`home`, each readable by the owner only."""
+    directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    root = home()
+    path = directory
+    while True:
+        os.chmod(path, DIR_MODE)
+        if path == root or path.parent == path or root not in path.parents:
+            break
+        path = path.parent
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file only the owner can read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def open_private(path: Path | str, mode: str = "ab") -> Any:
+    """Open ``path`` for appending (``a``/``ab``), creating it readable by the owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+    return os.fdopen(fd, mode)
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` so that a reader sees the old or the new file, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)

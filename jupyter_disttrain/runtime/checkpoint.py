@@ -346,9 +346,14 @@ def load_checkpoint(
     *,
     into: Any = None,
     map_location: Any = "cpu",
-    weights_only: bool = False,
+    weights_only: bool = True,
 ) -> Any:
     """The saved state, or ``None`` when there is none to load.
+
+    Loads with torch's safe loader (``weights_only=True``: tensors, numbers,
+    strings and containers of them). A checkpoint holding other Python objects
+    needs ``weights_only=False``, which runs the pickled code: only for
+    checkpoints you trust.
 
     ``which``: ``None`` (what this run resumes from, see the module
     docstring), ``"latest"``, a step, or a checkpoint or directory URI. A

@@ -42,7 +42,7 @@ def redirect_output(log_dir: str | None, rank: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     path = os.path.join(log_dir, f"rank-{rank}.log")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the owner's only
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -236,7 +236,7 @@ def encode_result(value: Any, result_dir: str | None) -> dict[str, Any]:
     if len(data) > RESULT_INLINE_LIMIT and result_dir:
         path = os.path.join(result_dir, "result.pkl")
         tmp = path + ".tmp"
-        with open(tmp, "wb") as fh:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
         return {"encoding": "cloudpickle", "uri": path, "bytes": len(data)}

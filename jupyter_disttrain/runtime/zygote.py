@@ -166,7 +166,8 @@ class Launcher:
         env = {str(k): str(v) for k, v in req["env"].items()}
         pgid = int(req.get("pgid", 0))
         if thread_count() > 1:  # never run Python after fork in a threaded process
-            with open(req["log"], "ab") as log:
+            fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "ab") as log:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "torch.distributed.run", *argv],
                     env=env,
@@ -281,7 +282,7 @@ def _group_alive(group: int) -> bool:
 
 
 def _redirect(log: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

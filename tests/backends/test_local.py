@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -214,6 +215,65 @@ def test_exec_mode_runs_fresh_interpreters() -> None:
     assert run.plan.mode == "exec"
     assert sink.final().get("state") == "Succeeded", sink.final().fields
     assert len(sink.kinds("hello")) == 2
+
+
+def job_logs(run: LocalRun) -> str:
+    """Every agent's and rank's log of a job, for assertion messages."""
+    logs = Path(run.plan.job_dir) / "logs"
+    return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                     for p in sorted(logs.glob("*.log")))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_twenty_exec_mode_jobs_all_succeed() -> None:
+    """Fresh interpreters end cleanly: teardown after ``done`` never fails a finished rank."""
+    backend = LocalBackend(mode="exec")
+    for i in range(20):
+        sink, run = run_job(JobSpec(f"local-exec20-{i}", nodes=2, nproc=2, timeout=120), TRAIN,
+                            {"STEPS": 3}, backend=backend, timeout=150)  # fmt: skip
+        final = sink.final()
+        assert final.get("state") == "Succeeded", (i, final.fields, job_logs(run))
+        assert "warning" not in str(final.get("message")), (i, final.fields, job_logs(run))
+        assert_no_processes(Path(run.plan.job_dir), sink.pids())
+
+
+ABORT_AFTER_DONE = textwrap.dedent(
+    """
+    import atexit, os, signal
+    import torch.distributed as dist
+    if dist.get_rank() == 1:
+        atexit.register(lambda: os.kill(os.getpid(), signal.SIGABRT))
+    report(step=0, ok=1)
+    dist.get_rank()
+    """
+)
+
+
+def test_a_rank_that_dies_after_done_leaves_the_job_succeeded_with_a_warning() -> None:
+    sink, run = run_job(JobSpec("local-late-abort", nodes=1, nproc=2, timeout=120),
+                        ABORT_AFTER_DONE, backend=LocalBackend(mode="exec"),
+                        timeout=150)  # fmt: skip
+    final = sink.final()
+    assert final.get("state") == "Succeeded", (final.fields, job_logs(run))
+    assert "rank 1 (SIGABRT) died after finishing" in str(final.get("message")), final.fields
+    assert (Path(run.plan.job_dir) / "logs" / "rank-1.log").exists()
+    assert len(sink.kinds("done")) == 2
+
+
+def test_job_state_is_readable_by_its_owner_only(home: Path) -> None:
+    """The payload holds captured notebook values: nobody else may read it or the logs."""
+    sink, run = run_job(JobSpec("local-private", nodes=1, nproc=2, timeout=120), "1",
+                        backend=LocalBackend(mode="exec"), timeout=150)  # fmt: skip
+    assert sink.final().get("state") == "Succeeded", job_logs(run)
+    directory = Path(run.plan.job_dir)
+    for path in (home, home / "jobs", directory, directory / "logs"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    files = [p for p in directory.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"payload.pkl", "state.json", "events.jsonl",
+                                       "rank-0.log", "rank-1.log", "agent-0.log"}  # fmt: skip
+    loose = {str(p): oct(stat.S_IMODE(p.stat().st_mode)) for p in files
+             if stat.S_IMODE(p.stat().st_mode) & 0o077}  # fmt: skip
+    assert not loose, loose
 
 
 OWNER = textwrap.dedent(

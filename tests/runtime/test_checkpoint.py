@@ -106,6 +106,22 @@ def model_state(step: int) -> dict[str, Any]:
     return {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}
 
 
+class Custom:
+    """A Python object torch's safe loader refuses to build."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def test_load_uses_the_safe_loader_unless_told_otherwise(ckenv: Path) -> None:
+    ck.save_checkpoint({"w": torch.ones(2), "extra": Custom(7)}, 1)
+    ck.save_checkpoint({"w": torch.zeros(2), "step": 2}, 2)
+    assert float(ck.load_checkpoint(2)["w"].sum()) == 0.0  # tensors and numbers: safe
+    with pytest.raises(Exception, match=r"[Ww]eights only load failed|weights_only"):
+        ck.load_checkpoint(1)
+    assert ck.load_checkpoint(1, weights_only=False)["extra"].value == 7
+
+
 def test_save_load_retention_and_protocol_line(
     ckenv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -131,8 +131,8 @@ class LocalBackend(Backend):
             import shutil
 
             shutil.rmtree(directory)
-        jobdir.logs_dir(directory).mkdir(parents=True)
-        (directory / "payload.pkl").write_bytes(plan.payload.data)
+        jobdir.make_private_dirs(jobdir.logs_dir(directory))
+        jobdir.write_private(directory / "payload.pkl", plan.payload.data)
         run = LocalRun(plan, sink, launcher, notebook=self.notebook)
         run.start()
         return run

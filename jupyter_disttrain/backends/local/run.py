@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -77,7 +78,7 @@ class LocalRun(Submission):
     # -- internals ---------------------------------------------------------
     def _emit(self, event: ev.Event) -> None:
         if event.kind in ev.BACKEND_KINDS:
-            with open(self.dir / "events.jsonl", "a") as fh:
+            with jobdir.open_private(self.dir / "events.jsonl", "a") as fh:
                 fh.write(ev.to_json(event) + "\n")
             if event.kind == "job":
                 self._write_state(
@@ -143,13 +144,17 @@ class LocalRun(Submission):
         running = False
         failed_at: float | None = None
         first_error = ""
+        done: set[int] = set()  # ranks that finished cleanly in the current attempt
         outcome: tuple[ev.JobState, str, str] | None = None
         while outcome is None:
             for event in tailer.poll():
+                if event.kind == "done" and event.rank is not None:
+                    done.add(event.rank)
                 if event.kind == "hello":
                     restart = int(event.get("restart", 0))
                     if restart > attempt:
                         attempt = restart
+                        done.clear()
                         self._emit(ev.restart_event(attempt, "workers restarted by torchrun"))
                     if not running:
                         running = True
@@ -167,9 +172,11 @@ class LocalRun(Submission):
             elif all(c is not None for c in codes):
                 if all(c == 0 for c in codes):
                     outcome = ("Succeeded", "Succeeded", f"{self.spec.world_size} ranks done")
+                elif len(done) >= self.spec.world_size and not first_error:
+                    outcome = ("Succeeded", "Succeeded", self._died_after_done(codes))
                 else:
                     outcome = ("Failed", "WorkerFailed", first_error or _agent_failure(codes))
-            elif any(c not in (None, 0) for c in codes):
+            elif any(c not in (None, 0) for c in codes) and len(done) < self.spec.world_size:
                 outcome = ("Failed", "WorkerFailed", first_error or _agent_failure(codes))
             elif failed_at is not None and time.monotonic() - failed_at > FAILURE_GRACE_SECONDS:
                 outcome = ("Failed", "WorkerFailed", first_error)
@@ -185,6 +192,32 @@ class LocalRun(Submission):
             self.sink(event)
         self._write_state(exit_codes=[a.poll() for a in self.agents])
         self._emit(ev.job_event(*outcome))
+
+    def _died_after_done(self, codes: list[int | None]) -> str:
+        """The end message of a job whose every rank finished, though a process died after."""
+        logs = jobdir.logs_dir(self.dir)
+        deaths = []
+        for node, code in enumerate(codes):
+            if code in (None, 0):
+                continue
+            try:
+                text = (logs / f"agent-{node}.log").read_text(errors="replace")
+            except OSError:
+                text = ""
+            found = [
+                f"rank {r} ({sig or f'exit code {c}'})" for r, c, sig in _AGENT_EXIT.findall(text)
+            ]
+            deaths.extend(found or [f"node {node} agent (exit code {code})"])
+        return (
+            f"{self.spec.world_size} ranks done; warning: {', '.join(deaths)} died after "
+            "finishing (logs kept)"
+        )
+
+
+#: torchrun's report of a failed worker: its rank, exit code and signal name.
+_AGENT_EXIT = re.compile(
+    r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)[^\n]*?(?:\((SIG\w+)\))?\s*$", re.M
+)
 
 
 class LocalReplay(Submission):
@@ -260,7 +293,7 @@ class _ExecAgent:
     def __init__(self, node: NodeLaunch, env: dict[str, str], pgid: int) -> None:
         import subprocess
 
-        with open(node.log, "ab") as log:
+        with jobdir.open_private(node.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", node.module, *node.argv],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

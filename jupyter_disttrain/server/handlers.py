@@ -7,6 +7,10 @@
 
 Errors answer ``{"message": ...}`` with 404 (unknown backend or job), 400 (bad
 query) or 502 (the backend refused or could not be reached).
+
+Authorization goes through jupyter_server's authorizer with the resource
+``disttrain``: listing, detail and logs need ``read``, stop needs ``write``
+(a read-only user sees jobs but gets 403 on stop).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
@@ -27,7 +32,13 @@ T = TypeVar("T")
 NAME = r"(?P<backend>[a-z0-9-]+)/(?P<name>[a-z0-9-]+)"
 
 
+#: The resource name jupyter_server's authorizer is asked about.
+AUTH_RESOURCE = "disttrain"
+
+
 class _Base(APIHandler):
+    auth_resource = AUTH_RESOURCE
+
     @property
     def manager(self) -> JobManager:
         manager: JobManager = self.settings["disttrain_manager"]
@@ -53,6 +64,7 @@ class _Base(APIHandler):
 
 class JobsHandler(_Base):
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         data = await self.call(self.manager.list_jobs)
         if data is not None:
@@ -61,6 +73,7 @@ class JobsHandler(_Base):
 
 class JobHandler(_Base):
     @web.authenticated
+    @authorized
     async def get(self, backend: str, name: str) -> None:
         data = await self.call(self.manager.job, backend, name)
         if data is not None:
@@ -69,6 +82,7 @@ class JobHandler(_Base):
 
 class StopHandler(_Base):
     @web.authenticated
+    @authorized
     async def post(self, backend: str, name: str) -> None:
         data = await self.call(self.manager.stop, backend, name)
         if data is not None:
@@ -77,6 +91,7 @@ class StopHandler(_Base):
 
 class LogsHandler(_Base):
     @web.authenticated
+    @authorized
     async def get(self, backend: str, name: str) -> None:
         try:
             rank = _optional_int(self.get_query_argument("rank", ""), "rank")

@@ -169,7 +169,7 @@ class Launcher:
             fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(fd, "ab") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "torch.distributed.run", *argv],
+                    [sys.executable, "-m", "jupyter_disttrain.runtime.agent", *argv],
                     env=env,
                     cwd=req.get("cwd") or None,
                     stdin=subprocess.DEVNULL,
@@ -306,9 +306,9 @@ def _run_agent(argv: list[str]) -> int:
     """Run torchrun's main in this (forked) process; return its exit status."""
 
     def agent() -> None:
-        from torch.distributed import run as torchrun
+        from . import agent
 
-        torchrun.main(argv)
+        agent.main(argv)
 
     return _exit_status(agent)
 

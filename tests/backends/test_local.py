@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from jupyter_disttrain import events as ev
@@ -274,6 +275,44 @@ def test_job_state_is_readable_by_its_owner_only(home: Path) -> None:
     loose = {str(p): oct(stat.S_IMODE(p.stat().st_mode)) for p in files
              if stat.S_IMODE(p.stat().st_mode) & 0o077}  # fmt: skip
     assert not loose, loose
+
+
+def listening(pgid: int) -> list[tuple[str, int, str]]:
+    """(address, port, command) of every listening socket of a process group's members."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if os.getpgid(proc.pid) != pgid:
+                continue
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    found.append((conn.laddr.ip, conn.laddr.port,
+                                  " ".join(proc.info["cmdline"] or [])[:80]))  # fmt: skip
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("mode", ["fork", "exec"])
+def test_every_listening_socket_of_a_job_is_on_loopback(mode: str) -> None:
+    spec = JobSpec(f"local-listen-{mode}", nodes=2, nproc=1, timeout=120)
+    sink = Collector()
+    payload = build_payload("import time\nreport(step=0, up=1)\ntime.sleep(60)", {},
+                            job=spec.name)  # fmt: skip
+    run = submit_now(LocalBackend(mode=mode), spec, payload, sink)
+    try:
+        deadline = time.monotonic() + 120
+        while len(sink.kinds("metric")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(sink.kinds("metric")) == 2, job_logs(run)
+        assert run.pgid is not None
+        sockets = listening(run.pgid)
+        assert len(sockets) >= 2, sockets  # the rendezvous store and the workers' store at least
+        wide = [s for s in sockets if s[0] not in ("127.0.0.1", "::1")]
+        assert not wide, (wide, job_logs(run))
+    finally:
+        run.stop()
+        run.join(30)
 
 
 OWNER = textwrap.dedent(

@@ -326,3 +326,30 @@ def test_checkpoints_of_a_tensorflow_job() -> None:
     leftovers = [p.name for p in (jobdir.job_dir(spec.name) / "checkpoints").iterdir()]
     assert not [n for n in leftovers if n.startswith(".tmp-")], leftovers
     assert_no_processes(jobdir.job_dir(spec.name), sink.pids())
+
+
+@pytest.mark.slow
+def test_only_the_workers_grpc_ports_listen_beyond_loopback() -> None:
+    """TensorFlow's gRPC server binds every address (no option for it): the README's exception.
+
+    Nothing else of the job listens beyond loopback, and those are exactly
+    the workers' ports of TF_CONFIG.
+    """
+    from tests.backends.test_local import listening
+
+    spec = tf_spec("tf-listen", nodes=2, timeout=120)
+    cell = "import time\nreport(step=0, up=1)\ntime.sleep(60)"
+    sink = Collector()
+    run = submit_now(LocalBackend(), spec, tf_payload(cell, {}, spec.name), sink)
+    try:
+        deadline = time.monotonic() + 120
+        while len(sink.kinds("metric")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(sink.kinds("metric")) == 2, sink.events[-5:]
+        assert run.pgid is not None
+        wide = {port for ip, port, _ in listening(run.pgid) if ip not in ("127.0.0.1", "::1")}
+        ports = {int(a.rsplit(":", 1)[1]) for a in run.plan.rdzv_endpoint.split(",")}
+        assert wide <= ports, (wide, ports, listening(run.pgid))
+    finally:
+        run.stop()
+        run.join(30)

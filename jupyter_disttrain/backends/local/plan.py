@@ -21,7 +21,7 @@ KILL_GRACE_SECONDS = 3.0
 #: After a rank's error with no restarts left, give the others this long to report.
 FAILURE_GRACE_SECONDS = 2.0
 LOOPBACK = "127.0.0.1"
-TORCHRUN = "torch.distributed.run"
+TORCHRUN = "jupyter_disttrain.runtime.agent"  # torchrun, with loopback-only stores
 WORKER_MODULE = "jupyter_disttrain.runtime.worker"
 
 

@@ -1,0 +1,75 @@
+"""A torchrun node agent whose stores listen on loopback only.
+
+``python -m jupyter_disttrain.runtime.agent ARGV`` is ``torchrun ARGV`` for
+local jobs, with one difference: every TCPStore the agent hosts (the c10d
+rendezvous store and the workers' store) listens on 127.0.0.1 instead of
+every address. torch's ``TCPStore`` accepts an already-bound listening
+socket (``master_listen_fd``); the agent creates it on loopback. Standard
+library and torch only.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+
+_ARGS = ("host_name", "port", "world_size", "is_master", "timeout", "wait_for_workers",
+         "multi_tenant", "master_listen_fd", "use_libuv")  # fmt: skip
+
+
+def _listen(port: int) -> int | None:
+    """A socket listening on ``LOOPBACK:port``, as a file descriptor; None if the port is taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((LOOPBACK, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            return None
+        raise
+    return sock.detach()  # the store owns the descriptor from here on
+
+
+def bind_stores_to_loopback() -> None:
+    """Make every TCPStore this process hosts listen on 127.0.0.1 (idempotent)."""
+    import torch.distributed as dist
+
+    base: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's stubs' exports)
+    if getattr(base, "_distrain_loopback", False):
+        return
+
+    class LoopbackTCPStore(base):  # type: ignore[misc]
+        """A TCPStore whose server, when this process hosts one, listens on loopback."""
+
+        _distrain_loopback = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.update(zip(_ARGS, args, strict=False))
+            if kwargs.get("is_master") and kwargs.get("master_listen_fd") is None:
+                fd = _listen(int(kwargs.get("port") or 0))
+                if fd is not None:  # taken: a multi-tenant server of this process reuses it
+                    kwargs["master_listen_fd"] = fd
+            super().__init__(**kwargs)
+
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
+
+    for module in (dist, c10d_rendezvous_backend):  # the backend imported the name itself
+        setattr(module, "TCPStore", LoopbackTCPStore)  # noqa: B010
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run torchrun's main with loopback-only stores."""
+    bind_stores_to_loopback()
+    from torch.distributed import run as torchrun
+
+    torchrun.main(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict, cast
 
 from .runtime.protocol import KINDS as PROTOCOL_KINDS
 from .runtime.protocol import PREFIX
@@ -25,6 +25,97 @@ BACKEND_KINDS: Final = ("job", "rank", "restart")
 JobState = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Stopped"]
 JOB_STATES: Final = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Stopped")
 TERMINAL_STATES: Final = frozenset({"Succeeded", "Failed", "Stopped"})
+
+
+# --- the fields of each kind (what arrives may lack any of them: read with .get) --------
+
+
+class HelloFields(TypedDict, total=False):
+    """``hello``: a rank is up, with its process group initialised."""
+
+    local_rank: int
+    world_size: int
+    node_rank: int
+    host: str
+    pid: int
+    backend: str
+    versions: dict[str, str]
+    restart: int
+    task: dict[str, Any]
+
+
+class MetricFields(TypedDict, total=False):
+    """``metric``: ``report(step=..., **values)``."""
+
+    step: int
+    values: dict[str, float]
+
+
+class CheckpointFields(TypedDict, total=False):
+    """``checkpoint``: a checkpoint is fully written."""
+
+    step: int
+    uri: str
+    bytes: int
+    metrics: dict[str, float]
+
+
+class ResultFields(TypedDict, total=False):
+    """``result``: rank 0's value, inline (``data``) or in a file (``uri``)."""
+
+    encoding: str
+    data: str
+    uri: str
+    bytes: int
+
+
+class ErrorFields(TypedDict, total=False):
+    """``error``: an exception escaped user code."""
+
+    type: str
+    module: str
+    message: str
+    traceback: str
+    type_pickle: str
+
+
+class DoneFields(TypedDict, total=False):
+    """``done``: the rank finished cleanly."""
+
+    seconds: float
+
+
+class LogFields(TypedDict, total=False):
+    """``log``: a plain line (``source`` names an agent log for job-wide lines)."""
+
+    text: str
+    source: str
+
+
+class JobFields(TypedDict, total=False):
+    """``job``: a job-wide state the backend observed."""
+
+    state: str
+    reason: str
+    message: str
+
+
+class RankFields(TypedDict, total=False):
+    """``rank``: a per-rank fact the backend observed."""
+
+    state: str
+    exit_code: int | None
+    reason: str
+    host: str
+    node: int | None
+    pod: str
+
+
+class RestartFields(TypedDict, total=False):
+    """``restart``: the backend restarted the workers."""
+
+    attempt: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -47,6 +138,47 @@ class Event:
     def get(self, key: str, default: Any = None) -> Any:
         """A payload field, or ``default``."""
         return self.fields.get(key, default)
+
+    # Typed views of ``fields`` by kind (the same dict; keys checked by the type checker).
+    def hello(self) -> HelloFields:
+        """The fields of a ``hello`` event."""
+        return cast(HelloFields, self.fields)
+
+    def metric(self) -> MetricFields:
+        """The fields of a ``metric`` event."""
+        return cast(MetricFields, self.fields)
+
+    def checkpoint(self) -> CheckpointFields:
+        """The fields of a ``checkpoint`` event."""
+        return cast(CheckpointFields, self.fields)
+
+    def result(self) -> ResultFields:
+        """The fields of a ``result`` event."""
+        return cast(ResultFields, self.fields)
+
+    def error(self) -> ErrorFields:
+        """The fields of an ``error`` event."""
+        return cast(ErrorFields, self.fields)
+
+    def done(self) -> DoneFields:
+        """The fields of a ``done`` event."""
+        return cast(DoneFields, self.fields)
+
+    def log(self) -> LogFields:
+        """The fields of a ``log`` event."""
+        return cast(LogFields, self.fields)
+
+    def job(self) -> JobFields:
+        """The fields of a ``job`` event."""
+        return cast(JobFields, self.fields)
+
+    def rank_fact(self) -> RankFields:
+        """The fields of a ``rank`` event."""
+        return cast(RankFields, self.fields)
+
+    def restart(self) -> RestartFields:
+        """The fields of a ``restart`` event."""
+        return cast(RestartFields, self.fields)
 
 
 def parse_line(line: str, rank: int | None, now: float | None = None) -> Event:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, cast
 
 from ..events import JOB_STATES, TERMINAL_STATES, Event, JobState
 from ..logbuffer import JOB_RANK, LogBuffer
@@ -119,11 +119,13 @@ class MonitorState:
             handler(self, ev, row)
 
     def _on_job(self, ev: Event, row: RankState | None) -> None:
-        self._reason = _str(ev.get("reason"))
-        self._message = _str(ev.get("message"))
-        state = ev.get("state")
-        if state not in JOB_STATES:
+        f = ev.job()
+        self._reason = _str(f.get("reason"))
+        self._message = _str(f.get("message"))
+        reported = f.get("state")
+        if reported not in JOB_STATES:
             return
+        state = cast(JobState, reported)
         self._reported = state
         self._explicit_terminal = False
         self._set_state(state, ev.t)
@@ -134,9 +136,10 @@ class MonitorState:
                     other.state = "Stopped"
 
     def _on_restart(self, ev: Event, row: RankState | None) -> None:
-        attempt = _int(ev.get("attempt"))
+        f = ev.restart()
+        attempt = _int(f.get("attempt"))
         self._attempt = max(self._attempt + 1, attempt or 0)
-        reason = _str(ev.get("reason"))
+        reason = _str(f.get("reason"))
         if not self._explicit_terminal:
             self._reason = reason
             self._message = ""
@@ -149,6 +152,7 @@ class MonitorState:
         self._restart_counted.clear()
 
     def _on_hello(self, ev: Event, row: RankState | None) -> None:
+        f = ev.hello()
         if row is None:
             return
         if self._hello_attempt.get(row.rank) == self._attempt:
@@ -158,23 +162,23 @@ class MonitorState:
             row.step = row.step_rate = None
         self._restart_counted.discard(row.rank)
         self._hello_attempt[row.rank] = self._attempt
-        local_rank = _int(ev.get("local_rank"))
-        node = _int(ev.get("node_rank"))
-        pid = _int(ev.get("pid"))
+        local_rank = _int(f.get("local_rank"))
+        node = _int(f.get("node_rank"))
+        pid = _int(f.get("pid"))
         if local_rank is not None:
             row.local_rank = local_rank
         if node is not None:
             row.node = node
         if pid is not None:
             row.pid = pid
-        row.host = _str(ev.get("host")) or row.host
-        versions = ev.get("versions")
+        row.host = _str(f.get("host")) or row.host
+        versions = f.get("versions")
         if isinstance(versions, dict):
             row.versions = dict(versions)
-        backend = ev.get("backend")
+        backend = f.get("backend")
         if isinstance(backend, str) and backend:
             self._dist_backend = backend
-        world = _int(ev.get("world_size"))
+        world = _int(f.get("world_size"))
         if world is not None and world > 0 and world != self._world_size:
             self._resize(world)
         self._recent.pop(row.rank, None)
@@ -188,8 +192,9 @@ class MonitorState:
             self._derive("Running", ev.t)
 
     def _on_metric(self, ev: Event, row: RankState | None) -> None:
-        step = _int(ev.get("step"))
-        values = ev.get("values")
+        f = ev.metric()
+        step = _int(f.get("step"))
+        values = f.get("values")
         if row is None or step is None:
             return
         if row.state == "Pending":
@@ -215,12 +220,13 @@ class MonitorState:
             self._frontier = (t, step)
 
     def _on_checkpoint(self, ev: Event, row: RankState | None) -> None:
-        step = _int(ev.get("step"))
+        f = ev.checkpoint()
+        step = _int(f.get("step"))
         self._checkpoints.append(
             Checkpoint(
                 step if step is not None else -1,
-                _str(ev.get("uri")),
-                _int(ev.get("bytes")),
+                _str(f.get("uri")),
+                _int(f.get("bytes")),
                 ev.rank,
                 ev.t,
             )
@@ -231,12 +237,13 @@ class MonitorState:
             self._result = Event(ev.kind, ev.rank, ev.t, dict(ev.fields))
 
     def _on_error(self, ev: Event, row: RankState | None) -> None:
+        f = ev.error()
         info = ErrorInfo(
             ev.rank,
             ev.t,
-            _str(ev.get("type")) or "Error",
-            _str(ev.get("message")),
-            _str(ev.get("traceback")),
+            _str(f.get("type")) or "Error",
+            _str(f.get("message")),
+            _str(f.get("traceback")),
         )
         self._errors.append(info)
         self._error_events.append(Event(ev.kind, ev.rank, ev.t, dict(ev.fields)))
@@ -258,16 +265,17 @@ class MonitorState:
             self._derive("Succeeded", ev.t)
 
     def _on_rank(self, ev: Event, row: RankState | None) -> None:
+        f = ev.rank_fact()
         if row is None:
             return
-        state = _str(ev.get("state"))
-        code = _int(ev.get("exit_code"))
-        reason = _str(ev.get("reason"))
-        node = _int(ev.get("node"))
+        state = _str(f.get("state"))
+        code = _int(f.get("exit_code"))
+        reason = _str(f.get("reason"))
+        node = _int(f.get("node"))
         if node is not None:
             row.node = node
-        row.host = _str(ev.get("host")) or row.host
-        row.pod = _str(ev.get("pod")) or row.pod
+        row.host = _str(f.get("host")) or row.host
+        row.pod = _str(f.get("pod")) or row.pod
         if code is not None:
             row.exit_code = code
         if self._explicit_terminal and row.state == "Stopped":
@@ -330,8 +338,9 @@ class MonitorState:
             self._started_t = t
 
     def _on_log(self, ev: Event, row: RankState | None) -> None:
+        f = ev.log()
         rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
-        text = _str(ev.get("text"))
+        text = _str(f.get("text"))
         self._logs.append(rank, ev.t, text)
         self._comms.feed(text, rank if rank >= 0 else None)
         self._comms_lines += 1

@@ -2,55 +2,27 @@
 
 from __future__ import annotations
 
-import queue
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager, start_new_kernel
 
 from jupyter_disttrain import jobdir
 from tests.conftest import assert_no_processes
+from tests.kernel_harness import Kernel
+from tests.kernel_harness import kernel as start_kernel
 
 pytestmark = pytest.mark.slow
 
 SLEEPER = "import time\nreport(step=0, up=1.0)\ntime.sleep(300)"
 
 
-class Kernel:
-    def __init__(self) -> None:
-        self.km: KernelManager
-        self.km, self.kc = start_new_kernel(kernel_name="python3")
-
-    def execute(self, code: str, timeout: float = 120) -> tuple[list[dict[str, Any]], str]:
-        """Run ``code``; return its iopub messages and the reply status."""
-        msg_id = self.kc.execute(code)
-        out = []
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise TimeoutError(code) from None
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            out.append(msg)
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                reply = self.kc.get_shell_msg(timeout=10)
-                return out, reply["content"]["status"]
-
-    def start(self, code: str) -> str:
-        return self.kc.execute(code)
-
-
 @pytest.fixture
-def kernel() -> Iterator[Kernel]:
-    k = Kernel()
-    yield k
-    if k.km.is_alive():
-        k.kc.stop_channels()
-        k.km.shutdown_kernel(now=True)
+def kernel(home: Path) -> Iterator[Kernel]:
+    with start_kernel(str(home)) as k:
+        yield k
 
 
 def wait_for_hello(name: str, ranks: int, timeout: float = 60) -> list[int]:
@@ -84,8 +56,7 @@ def test_interrupt_stops_a_waiting_job(kernel: Kernel, home: Any) -> None:
 def test_kernel_shutdown_ends_background_jobs(kernel: Kernel, home: Any) -> None:
     kernel.execute(f"import os; os.environ['DISTRAIN_HOME'] = {str(home)!r}")
     kernel.execute("%load_ext jupyter_disttrain")
-    _, status = kernel.execute(f"%%distrain --nodes 2 --nproc 2 --name kr-bg\n{SLEEPER}")
-    assert status == "ok"
+    kernel.execute(f"%%distrain --nodes 2 --nproc 2 --name kr-bg\n{SLEEPER}")  # raises unless ok
     pids = wait_for_hello("kr-bg", 4)
     kernel.kc.stop_channels()
     kernel.km.shutdown_kernel(now=False)

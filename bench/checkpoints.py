@@ -36,8 +36,8 @@ from results import write_section  # noqa: E402
 
 from jupyter_disttrain.checkpoints import CheckpointStore  # noqa: E402
 from jupyter_disttrain.runtime import checkpoint as ck  # noqa: E402
-from jupyter_disttrain.runtime import ckptformat as fmt  # noqa: E402
-from jupyter_disttrain.runtime.ckptdir import CheckpointDir  # noqa: E402
+from jupyter_disttrain.runtime import checkpoint_format as fmt  # noqa: E402
+from jupyter_disttrain.runtime.checkpoint_dir import CheckpointDir  # noqa: E402
 
 
 def timed(fn: Callable[[], object]) -> float:

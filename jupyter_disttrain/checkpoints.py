@@ -5,7 +5,7 @@ manifest, not the checkpoints), shows what one holds (``describe``), loads
 one into the notebook (``load``), and deletes or prunes. A checkpoint whose
 file is missing or whose checksum does not match is reported as
 ``incomplete`` or ``corrupt`` and never loaded. The format and the I/O are
-the workers' own (:mod:`.runtime.ckptformat`, :mod:`.runtime.ckptdir`), so
+the workers' own (:mod:`.runtime.checkpoint_format`, :mod:`.runtime.checkpoint_dir`), so
 both sides always agree. Paths use the standard library, URLs fsspec.
 """
 
@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .runtime import ckpt_tf
-from .runtime import ckptformat as fmt
+from .runtime import checkpoint_format as fmt
+from .runtime import checkpoint_tf
 from .runtime.checkpoint import load_sharded
-from .runtime.ckptdir import CheckpointDir
-from .runtime.ckptformat import CheckpointError, CorruptCheckpoint
+from .runtime.checkpoint_dir import CheckpointDir
+from .runtime.checkpoint_format import CheckpointError, CorruptCheckpoint
 from .units import format_bytes
 
 __all__ = [
@@ -66,7 +66,7 @@ class CheckpointInfo:
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> CheckpointInfo:
-        """Build from a record of :mod:`.runtime.ckptformat`."""
+        """Build from a record of :mod:`.runtime.checkpoint_format`."""
         return cls(
             step=int(entry["step"]), time=float(entry.get("time", 0.0)),
             bytes=int(entry.get("bytes", 0)), metrics=entry.get("metrics") or {},
@@ -217,7 +217,7 @@ class CheckpointStore:
 
     def _load_entry(self, entry: fmt.Entry, weights_only: bool, map_location: Any) -> Any:
         if entry.get("kind") == fmt.TF:  # variables by checkpoint key, as numpy arrays
-            return ckpt_tf.variables(self.dir, entry)
+            return checkpoint_tf.variables(self.dir, entry)
         import torch
 
         if entry.get("status") not in (fmt.OK, None):
@@ -242,7 +242,7 @@ class CheckpointStore:
         if entry.get("kind") == fmt.SHARDED:
             return self._describe_sharded(entry)
         if entry.get("kind") == fmt.TF:
-            saved = ckpt_tf.describe(self.dir, entry)
+            saved = checkpoint_tf.describe(self.dir, entry)
             found = [TensorInfo(key, shape, dtype, _numel(shape)) for key, shape, dtype in saved]
             keys = list(dict.fromkeys(t.name.split("/", 1)[0] for t in found))
             return CheckpointDetails(int(entry["step"]), keys, found, {})

@@ -17,10 +17,10 @@ from .backends.base import Backend, JobRecord
 from .backends.registry import backend_class, names
 from .checkpoints import CheckpointStore, reported_dir
 from .job import Job
-from .runtime import ckptformat as fmt
+from .runtime import checkpoint_format as fmt
 from .runtime.checkpoint import find_checkpoint
-from .runtime.ckptdir import CheckpointDir
-from .runtime.ckptformat import CheckpointError
+from .runtime.checkpoint_dir import CheckpointDir
+from .runtime.checkpoint_format import CheckpointError
 from .spec import JobSpec, SpecError
 
 

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import ckpt_tf
-from . import ckptformat as fmt
-from .ckptcommit import (
+from . import checkpoint_format as fmt
+from . import checkpoint_tf
+from .checkpoint_commit import (
     _env,
     _finish_commit,
     _fsync,
@@ -32,8 +32,8 @@ from .ckptcommit import (
     _versions,
     _world_size,
 )
-from .ckptdir import CheckpointDir, HashingWriter
-from .ckptformat import CheckpointError, CorruptCheckpoint
+from .checkpoint_dir import CheckpointDir, HashingWriter
+from .checkpoint_format import CheckpointError, CorruptCheckpoint
 
 ENV_DIR = "DISTRAIN_CHECKPOINT_DIR"
 ENV_RESUME = "DISTRAIN_RESUME"
@@ -53,7 +53,7 @@ _lock = threading.Lock()
 
 
 def checkpoint_dir(uri: str | None = None) -> CheckpointDir:
-    """The :class:`~.ckptdir.CheckpointDir` at ``uri`` or ``$DISTRAIN_CHECKPOINT_DIR`` (cached)."""
+    """The :class:`~.checkpoint_dir.CheckpointDir` at ``uri`` or the job's directory (cached)."""
     uri = uri or _env(ENV_DIR)
     if not uri:
         raise CheckpointError(
@@ -270,11 +270,13 @@ def save_checkpoint(
     if keep_best:
         fmt.parse_best(keep_best)
     cdir = checkpoint_dir(uri)
-    if ckpt_tf.is_tensorflow(state):  # every worker calls it; the chief writes (see .ckpt_tf)
+    if checkpoint_tf.is_tensorflow(
+        state
+    ):  # every worker calls it; the chief writes (see .checkpoint_tf)
         if sharded or background:
             raise CheckpointError("TensorFlow checkpoints take neither sharded= nor background=")
         wait_for_saves()
-        return ckpt_tf.save(cdir, state, step, values, keep_last, keep_best)
+        return checkpoint_tf.save(cdir, state, step, values, keep_last, keep_best)
     if sharded:
         if background:
             raise CheckpointError("background=True is for full checkpoints, not sharded=True")
@@ -398,7 +400,7 @@ def _load(
     cdir: CheckpointDir, entry: fmt.Entry, into: Any, map_location: Any, weights_only: bool
 ) -> Any:
     if entry.get("kind") == fmt.TF:
-        return ckpt_tf.load(cdir, entry, into)
+        return checkpoint_tf.load(cdir, entry, into)
     import torch
 
     if entry.get("status") not in (fmt.OK, None):

@@ -27,7 +27,7 @@ from ..backends.base import Backend, BackendError, JobNotFound, JobRecord, Submi
 from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
 from ..service import JobService
-from .ckpts import list_checkpoints
+from .checkpoint_list import list_checkpoints
 from .views import BackendStatus, JobJSON, JobListJSON, LogsJSON, StopJSON, job_json
 
 #: Seconds a backend may take to list its jobs before it is reported as not answering.

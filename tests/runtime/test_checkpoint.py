@@ -23,8 +23,8 @@ from jupyter_disttrain.checkpoints import CheckpointStore
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.remote import decode_result
 from jupyter_disttrain.runtime import checkpoint as ck
-from jupyter_disttrain.runtime import ckptformat as fmt
-from jupyter_disttrain.runtime.ckptdir import CheckpointDir
+from jupyter_disttrain.runtime import checkpoint_format as fmt
+from jupyter_disttrain.runtime.checkpoint_dir import CheckpointDir
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_local import Collector
 from tests.conftest import REPO, assert_no_processes, submit_now

@@ -181,7 +181,7 @@ def test_worker_without_tensorflow_says_how_to_install(tmp_path: Path) -> None:
 
 
 def test_tensorflow_checkpoint_names() -> None:
-    from jupyter_disttrain.runtime import ckptformat as fmt
+    from jupyter_disttrain.runtime import checkpoint_format as fmt
 
     name = fmt.payload_name(40, "1a2b3c", fmt.TF)
     assert name == "step-000000040-1a2b3c.tf" and fmt.PAYLOAD_RE.match(name)

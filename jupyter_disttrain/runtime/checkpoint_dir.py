@@ -1,8 +1,8 @@
 """One checkpoint directory: list, commit, verify, read and remove checkpoints.
 
-The I/O half of :mod:`.ckptformat`, shared by the workers
+The I/O half of :mod:`.checkpoint_format`, shared by the workers
 (:mod:`.checkpoint`) and the notebook (:mod:`jupyter_disttrain.checkpoints`).
-Standard library only (fsspec for URLs, through :mod:`.ckptfs`).
+Standard library only (fsspec for URLs, through :mod:`.checkpoint_storage`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from . import ckptformat as fmt
-from .ckptfs import FileSystem, LocalFS, open_fs
+from . import checkpoint_format as fmt
+from .checkpoint_storage import FileSystem, LocalFS, open_fs
 
 #: Rewrite the manifest once this many records are not in it yet.
 COMPACT_AFTER = 16
@@ -23,7 +23,7 @@ CHUNK = 1 << 20
 
 
 class CheckpointDir:
-    """A checkpoint directory at ``uri`` (a path or fsspec URL); see :mod:`.ckptformat`."""
+    """A checkpoint directory at ``uri`` (a path or fsspec URL); see :mod:`.checkpoint_format`."""
 
     def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
         self.fs: FileSystem
@@ -84,7 +84,7 @@ class CheckpointDir:
         return check_bytes(entry, data)
 
     def read_verified(self, entry: fmt.Entry) -> bytes:
-        """A full checkpoint's bytes, checked; raise :class:`~.ckptformat.CorruptCheckpoint`."""
+        """A full checkpoint's bytes, checked; raise :class:`CorruptCheckpoint` if damaged."""
         if entry.get("status") == fmt.CORRUPT:
             raise fmt.CorruptCheckpoint(f"step {entry['step']}: {entry.get('reason')}")
         data = self.fs.read_bytes(self.payload_path(entry))
@@ -155,7 +155,7 @@ class CheckpointDir:
         keep_best: str | None = None,
         protect: Iterable[str] = (),
     ) -> list[fmt.Entry]:
-        """Apply retention (see :func:`.ckptformat.to_prune`); return what was removed."""
+        """Apply retention (see :func:`.checkpoint_format.to_prune`); return what was removed."""
         victims = fmt.to_prune(self.entries(), keep_last, keep_best, protect)
         self.remove(victims)
         return victims

@@ -1,4 +1,4 @@
-"""TensorFlow checkpoints in the checkpoint directory format (see :mod:`.ckptformat`).
+"""TensorFlow checkpoints in the checkpoint directory format (see :mod:`.checkpoint_format`).
 
 ``save_checkpoint(state, step)`` with a ``tf.train.Checkpoint``, a Keras model
 or any other trackable (wrapped as ``tf.train.Checkpoint(model=state)``) must
@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import ckptformat as fmt
-from .ckptdir import CheckpointDir
-from .ckptformat import CheckpointError, CorruptCheckpoint
+from . import checkpoint_format as fmt
+from .checkpoint_dir import CheckpointDir
+from .checkpoint_format import CheckpointError, CorruptCheckpoint
 
 PREFIX = "ckpt"
 
@@ -57,7 +57,7 @@ def save(
     keep_best: str | None,
 ) -> str | None:
     """Write ``state`` as checkpoint ``step`` (on every worker); the chief returns its URI."""
-    from . import ckptcommit as ck
+    from . import checkpoint_commit as ck
     from .tf import barrier
 
     tf = sys.modules["tensorflow"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 import sys
 
-from . import ckptformat as fmt
+from . import checkpoint_format as fmt
 from . import report as _report
-from .ckptdir import CheckpointDir
-from .ckptformat import CheckpointError
+from .checkpoint_dir import CheckpointDir
+from .checkpoint_format import CheckpointError
 
 ENV_FSYNC = "DISTRAIN_CHECKPOINT_FSYNC"
 

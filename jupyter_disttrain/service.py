@@ -71,21 +71,21 @@ class JobService:
     def __init__(self, *, launch_mode: str = "fork", notebook: str | None = None) -> None:
         self.launch_mode = launch_mode
         self.notebook = notebook
-        self._backends: dict[str, Backend] = {}
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ backends
 
     def backend(self, name: str) -> Backend:
-        """The backend called ``name`` (created once, with this service's settings)."""
-        with self._lock:
-            found = self._backends.get(name)
-            if found is None or getattr(found, "mode", self.launch_mode) != self.launch_mode:
-                found = get_backend(name, launch_mode=self.launch_mode)
-                self._backends[name] = found
-            found.notebook = self.notebook
-            return found
+        """A backend called ``name``, with this service's settings.
+
+        A new instance each call: a backend reads its configuration (a
+        kubeconfig, the launch mode) when it is made, so a changed
+        configuration is picked up by the next job; a job keeps its own.
+        """
+        found = get_backend(name, launch_mode=self.launch_mode)
+        found.notebook = self.notebook
+        return found
 
     def configured_backends(self) -> list[Backend]:
         """Backends usable here now (every one that needs no set-up, plus configured ones)."""

@@ -220,7 +220,8 @@ OWNER = textwrap.dedent(
     spec = JobSpec("tf-owner", framework="tensorflow")
     payload = build_payload("import time\\ntime.sleep(300)", {}, job=spec.name,
                             framework="tensorflow")
-    run = submit_now(LocalBackend(), spec, payload, lambda e: None)
+    backend = LocalBackend()
+    run = backend.submit(backend.plan(spec, payload), lambda e: None)
     print("submitted", flush=True)
     time.sleep(600)
     """

@@ -118,7 +118,8 @@ def plot_traffic(n: int = 1_000_000, chunk: int = 10_000, budget: int = 4000) ->
 
 def kernel_flood(seconds: float) -> dict[str, float]:
     """Latency of a trivial cell while 8 ranks x 5,000 lines/s flood the dashboard."""
-    from tests.widgets.kernel_flood import flood, kernel
+    from tests.kernel_harness import kernel
+    from tests.widgets.kernel_flood import flood
 
     with kernel() as k:
         idle = []

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from .kernel_flood import Kernel, flood, kernel
+from tests.kernel_harness import Kernel, kernel
+
+from .kernel_flood import flood
 
 #: The kernel stays responsive: a trivial cell never waits a second behind the flood.
 #: The 200 ms target itself is measured (median, p95, max) by bench/monitor.py.

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
@@ -35,6 +35,8 @@ PLURALS = {fw: (k.plural, k.kind) for fw, k in BY_FRAMEWORK.items()}
 CONTAINERS = {fw: k.container for fw, k in BY_FRAMEWORK.items()}
 WATCH_SECONDS = 60
 DRAIN_SECONDS = 15.0
+#: Lines kept of a pod that did not fail, when its job failed.
+KEPT_TAIL_LINES = 200
 #: Warning reasons that explain a job that does not start.
 PENDING_REASONS = frozenset({"FailedScheduling", "Failed", "BackOff", "FailedMount"})
 
@@ -47,9 +49,16 @@ class Cluster(Protocol):
         ...
 
     def stream_log(
-        self, conn: Connection, pod: str, container: str, *, follow: bool, tail: int | None = None
+        self,
+        conn: Connection,
+        pod: str,
+        container: str,
+        *,
+        follow: bool,
+        tail: int | None = None,
+        previous: bool = False,
     ) -> Iterator[str]:
-        """The pod's log lines (followed while it runs with ``follow``)."""
+        """The pod's log lines (followed while it runs with ``follow``; ``previous`` run)."""
         ...
 
 
@@ -296,6 +305,8 @@ class KubernetesRun(Submission):
         deadline = time.monotonic() + DRAIN_SECONDS
         for thread in followers:  # let rank 0's log deliver its last lines (the result)
             thread.join(max(0.0, deadline - time.monotonic()))
+        if outcome[0] == "Failed" and outcome[1] not in ("Deleted", "Timeout"):
+            self._keep_logs_and_end_pods()
         if outcome[0] == "Succeeded":  # and the other pods report how they ended
             while time.monotonic() < deadline and not self._pods_ended():
                 time.sleep(0.05)
@@ -309,6 +320,51 @@ class KubernetesRun(Submission):
         self._done.set()
         for w in list(self._watches):
             w.stop()
+
+    def _keep_logs_and_end_pods(self) -> None:
+        """A failed job: keep failing pods' logs in full and others' tails, then end its pods.
+
+        The logs go into a ConfigMap owned by the job (so ``logs()`` still
+        works after the pods are gone, from any kernel); then the pods still
+        running are deleted: nothing keeps computing for a job that failed.
+        """
+        with self._lock:
+            pods = sorted(self._pods.items(), key=lambda kv: (kv[1][0] != "Failed", kv[0]))
+        texts: dict[str, str] = {}
+        for pod, (state, restarts, _) in pods:
+            failing = state == "Failed" or restarts > 0
+            tail = None if failing else KEPT_TAIL_LINES
+            try:
+                lines = list(self.backend.stream_log(self.conn, pod, self.container,
+                                                     follow=False, tail=tail))  # fmt: skip
+                if restarts > 0:  # the run that failed, then the one after it
+                    lines[:0] = self.backend.stream_log(
+                        self.conn, pod, self.container, follow=False, previous=True
+                    )
+                texts[pod] = "\n".join(lines)
+            except Exception as exc:  # a pod that is already gone: keep what can be kept
+                texts[pod] = f"(log not readable: {exc})"
+        ns = self.conn.namespace
+        try:
+            owner: Any = self.conn.custom.get_namespaced_custom_object(
+                GROUP, VERSION, ns, self.plural, self.name
+            )
+            record = mf.kept_logs(self.name, texts, self.conn.plain(owner))
+            self.conn.core.create_namespaced_config_map(ns, cast(Any, record))
+        except ApiException as exc:
+            self.sink(ev.Event("log", None, time.time(), {
+                "text": f"could not keep the job's logs ({exc.status} {exc.reason})",
+                "source": "kubernetes",
+            }))  # fmt: skip
+        try:
+            self.conn.core.delete_collection_namespaced_pod(
+                ns, label_selector=f"{JOB_NAME_LABEL}={self.name}", grace_period_seconds=0
+            )
+        except ApiException as exc:
+            self.sink(ev.Event("log", None, time.time(), {
+                "text": f"could not end the job's pods ({exc.status} {exc.reason})",
+                "source": "kubernetes",
+            }))  # fmt: skip
 
     def _pods_ended(self) -> bool:
         with self._lock:

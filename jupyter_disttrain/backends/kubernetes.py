@@ -175,9 +175,19 @@ class KubernetesBackend(Backend):
         return found
 
     def stream_log(
-        self, conn: Connection, pod: str, container: str, *, follow: bool, tail: int | None = None
+        self,
+        conn: Connection,
+        pod: str,
+        container: str,
+        *,
+        follow: bool,
+        tail: int | None = None,
+        previous: bool = False,
     ) -> Iterator[str]:
-        """Lines of a pod's log (following it until the container ends when ``follow``)."""
+        """Lines of a pod's log (following it until the container ends when ``follow``).
+
+        ``previous``: the log of the container's previous run (before its last restart).
+        """
         try:
             resp: Any = conn.core.read_namespaced_pod_log(
                 pod,
@@ -185,6 +195,7 @@ class KubernetesBackend(Backend):
                 container=container,
                 follow=follow,
                 tail_lines=tail,
+                previous=previous,
                 _preload_content=False,
             )
         except ApiException as exc:
@@ -305,27 +316,49 @@ class KubernetesBackend(Backend):
         return sorted(out, key=lambda r: -r.created)
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
-        """Pod logs of the job (one rank's lines, or all with their rank)."""
+        """Pod logs of the job (one rank's lines, or all with their rank).
+
+        A failed job's pods are gone once its logs were kept (see
+        :meth:`~.k8s_watch.KubernetesRun`): those are read from its record.
+        """
         conn = self.connection()
-        pods: Any = conn.core.list_namespaced_pod(
-            conn.namespace, label_selector=f"{JOB_NAME_LABEL}={name}"
-        )
-        if not pods.items:
-            raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
+        texts = self.kept_logs(conn, name)
+        if texts is None:
+            pods: Any = conn.core.list_namespaced_pod(
+                conn.namespace, label_selector=f"{JOB_NAME_LABEL}={name}"
+            )
+            if not pods.items:
+                raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
+            texts = {}
+            for pod in sorted(pods.items, key=lambda p: str(p.metadata.name)):
+                container = "tensorflow" if "tfjob" in str(pod.metadata.labels) else "pytorch"
+                names = [c.name for c in pod.spec.containers]
+                container = container if container in names else names[0]
+                texts[str(pod.metadata.name)] = "\n".join(
+                    self.stream_log(conn, pod.metadata.name, container, follow=False)
+                )
         lines: list[str] = []
-        for pod in sorted(pods.items, key=lambda p: str(p.metadata.name)):
-            container = "tensorflow" if "tfjob" in str(pod.metadata.labels) else "pytorch"
-            names = [c.name for c in pod.spec.containers]
-            container = container if container in names else names[0]
-            for line in self.stream_log(conn, pod.metadata.name, container, follow=False):
+        for pod_name in sorted(texts):
+            for line in texts[pod_name].splitlines():
                 got, text = rankprefix.split(line)
                 if PREFIX in text:
                     continue
                 if rank is None:
-                    lines.append(line if got is not None else f"[{pod.metadata.name}] {line}")
+                    lines.append(line if got is not None else f"[{pod_name}] {line}")
                 elif got == rank:
                     lines.append(text)
         return "\n".join(lines if tail is None else lines[-tail:] if tail > 0 else [])
+
+    def kept_logs(self, conn: Connection, name: str) -> dict[str, str] | None:
+        """The logs kept when job ``name`` failed (pod -> text), or None if there are none."""
+        try:
+            found: Any = conn.core.read_namespaced_config_map(mf.logs_name(name), conn.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise explain(exc, kind="ConfigMap", name=mf.logs_name(name),
+                          namespace=conn.namespace) from None  # fmt: skip
+        return {str(k): str(v) for k, v in (found.data or {}).items()}
 
     def stop(self, name: str) -> bool:
         """Delete job ``name`` (either framework)."""

@@ -298,3 +298,37 @@ def test_quickstart_cell_with_backend_kubernetes(cluster: Emulator) -> None:
     assert kjob.backend.name == "kubernetes" and len(kjob.metrics()) > 10
     shell.run_line_magic("distrain_jobs", "")
     assert kjob.stop() in ("Succeeded", "Stopped")
+
+
+@pytest.mark.slow
+def test_a_failed_job_keeps_its_logs_and_ends_its_pods(cluster: Emulator) -> None:
+    """Rank 1 raises while rank 0 would sleep on: the survivor ends, every log stays readable."""
+    cell = textwrap.dedent(
+        """
+        import time, torch.distributed as dist
+        print("rank", dist.get_rank(), "up", flush=True)
+        report(step=0, up=1)
+        if dist.get_rank() == 1:
+            raise ValueError("bad shard on rank 1")
+        time.sleep(300)
+        """
+    )
+    spec = k8s_spec("k8s-fail", nodes=2, timeout=240)
+    job = jobs.submit(spec, build_payload(cell, {}, job="k8s-fail"), KubernetesBackend())
+    started = time.monotonic()
+    assert job.wait(180) == "Failed", job.reason
+    with pytest.raises(ValueError, match="bad shard on rank 1"):
+        job.result()
+
+    def survivors() -> list[str]:
+        return [p for p in resources(cluster, "k8s-fail")["pods"]]
+
+    wait_for(lambda: not survivors() and not cluster.processes(), 60)
+    assert time.monotonic() - started < 150
+    assert "k8s-fail" in resources(cluster, "k8s-fail")["jobs"]  # the record stays
+    assert "k8s-fail-logs" in resources(cluster, "k8s-fail")["configmaps"]
+    failing = job.logs(rank=1)
+    assert "rank 1 up" in failing, failing
+    assert {e["rank"] for e in job.errors()} == {1}, job.errors()
+    assert "rank 0 up" in job.logs(rank=0)
+    assert "[rank 0]" in job.logs() and "[rank 1]" in job.logs()

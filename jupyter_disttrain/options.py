@@ -43,6 +43,10 @@ JOB_OPTIONS: list[Option] = [
     (("--checkpoint-dir",), {"default": None, "metavar": "URI",
                              "help": "where save_checkpoint() writes: a path or fsspec URL "
                              "(s3://...); local default: the job directory"}),
+    (("--grace-period",), {"type": float, "default": None, "metavar": "SECONDS",
+                           "help": "after SIGTERM (preemption), save a last checkpoint within "
+                           "this time, then exit for a restart (default 30; pods' "
+                           "terminationGracePeriodSeconds)"}),
     (("--resume",), {"default": None, "metavar": "latest|STEP|URI",
                      "help": "load_checkpoint() returns this checkpoint when the job starts"}),
     (("--dry-run",), {"action": "store_true",
@@ -157,6 +161,7 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
             max_restarts=int(args.max_restarts),
             checkpoint_dir=getattr(args, "checkpoint_dir", None),
             resume=getattr(args, "resume", None),
+            grace_period=getattr(args, "grace_period", None),
             options=extra,
         )
     )

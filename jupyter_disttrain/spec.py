@@ -36,7 +36,8 @@ class JobSpec:
 
     ``nodes`` x ``nproc`` workers run the same payload. ``env`` is added to
     every worker's environment. ``timeout`` (seconds, ``None`` for none)
-    bounds the whole job. ``options`` carries backend-specific settings
+    bounds the whole job. ``grace_period`` (seconds) is how long a worker
+    has after SIGTERM to save a last checkpoint. ``options`` carries backend-specific settings
     (image, resources, ...) as plain strings so the spec stays neutral.
     """
 
@@ -51,6 +52,7 @@ class JobSpec:
     max_restarts: int = 0
     checkpoint_dir: str | None = None
     resume: str | None = None
+    grace_period: float | None = None
     options: tuple[tuple[str, str], ...] = field(default=())
 
     @property
@@ -107,6 +109,11 @@ def validate(spec: JobSpec) -> JobSpec:
         )
     if spec.timeout is not None and not spec.timeout > 0:
         raise SpecError(f"--timeout must be a positive number of seconds, got {spec.timeout}")
+    if spec.grace_period is not None and not spec.grace_period >= 1:
+        raise SpecError(
+            f"--grace-period must be at least 1 second, got {spec.grace_period:g}; it is how "
+            "long a worker has, after SIGTERM, to save a last checkpoint"
+        )
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}")
     _check_checkpoint_options(spec)

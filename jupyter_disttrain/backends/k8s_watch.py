@@ -20,6 +20,7 @@ from .. import events as ev
 from ..payload import Payload, package_version
 from ..runtime import rankprefix
 from ..spec import JobSpec
+from . import k8s_logs
 from . import manifests as mf
 from .base import (
     EventSink,
@@ -349,7 +350,7 @@ class KubernetesRun(Submission):
             owner: Any = self.conn.custom.get_namespaced_custom_object(
                 GROUP, VERSION, ns, self.plural, self.name
             )
-            record = mf.kept_logs(self.name, texts, self.conn.plain(owner))
+            record = k8s_logs.kept_logs(self.name, texts, self.conn.plain(owner))
             self.conn.core.create_namespaced_config_map(ns, cast(Any, record))
         except ApiException as exc:
             self.sink(ev.Event("log", None, time.time(), {

@@ -23,6 +23,7 @@ from ..payload import Payload
 from ..runtime import rankprefix
 from ..runtime.protocol import PREFIX
 from ..spec import JobSpec
+from . import k8s_logs
 from . import manifests as mf
 from .base import (
     Backend,
@@ -352,12 +353,14 @@ class KubernetesBackend(Backend):
     def kept_logs(self, conn: Connection, name: str) -> dict[str, str] | None:
         """The logs kept when job ``name`` failed (pod -> text), or None if there are none."""
         try:
-            found: Any = conn.core.read_namespaced_config_map(mf.logs_name(name), conn.namespace)
+            found: Any = conn.core.read_namespaced_config_map(
+                k8s_logs.logs_name(name), conn.namespace
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise explain(exc, kind="ConfigMap", name=mf.logs_name(name),
-                          namespace=conn.namespace) from None  # fmt: skip
+            record = k8s_logs.logs_name(name)
+            raise explain(exc, kind="ConfigMap", name=record, namespace=conn.namespace) from None
         return {str(k): str(v) for k, v in (found.data or {}).items()}
 
     def stop(self, name: str) -> bool:

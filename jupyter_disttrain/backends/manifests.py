@@ -283,6 +283,8 @@ def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, str]]:
         env["DISTRAIN_JOB_ID"] = spec.name
     if spec.resume:
         env["DISTRAIN_RESUME"] = spec.resume.replace("$", "$$")
+    if spec.grace_period:
+        env["DISTRAIN_GRACE_PERIOD"] = f"{spec.grace_period:g}"
     if opts.elastic is not None and spec.max_restarts:  # a fresh worker store per round
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     for key, value in _user_env(spec).items():
@@ -360,6 +362,8 @@ def _pod_template(
     if resources:
         main["resources"] = resources
     pod: dict[str, Any] = {"containers": [main], "volumes": volumes}
+    if spec.grace_period:  # the kubelet's SIGTERM-to-SIGKILL time covers the last save
+        pod["terminationGracePeriodSeconds"] = math.ceil(spec.grace_period) + 5
     if opts.pip:
         init_env = {**_user_env(spec), "PYTHONUSERBASE": PIP_DIR}
         init: dict[str, Any] = {
@@ -564,35 +568,3 @@ def render_yaml(objs: Sequence[Mapping[str, Any]]) -> str:
         ]
     body = yaml.safe_dump_all(clean, sort_keys=False, explicit_start=True, width=100)
     return "\n".join(header) + "\n" + body
-
-
-#: What one kept-logs ConfigMap holds at most (the API server's limit is 1 MiB).
-KEPT_LOGS_BYTES: Final = 900 * 1024
-
-
-def logs_name(job: str) -> str:
-    """The ConfigMap that keeps a failed job's logs once its pods are gone."""
-    return f"{job}-logs"
-
-
-def kept_logs(job: str, texts: Mapping[str, str], owner: Mapping[str, Any]) -> dict[str, Any]:
-    """A ConfigMap owned by the job with each pod's log (the ends kept when too large).
-
-    Failing pods come first in ``texts`` and keep more of their log: each pod gets
-    an equal share of :data:`KEPT_LOGS_BYTES`, what a short log leaves unused
-    going to the pods after it.
-    """
-    data: dict[str, str] = {}
-    left = KEPT_LOGS_BYTES
-    pods = list(texts.items())
-    for i, (pod, text) in enumerate(pods):
-        share = left // (len(pods) - i)
-        raw = text.encode("utf-8", "replace")
-        if len(raw) > share:
-            raw = raw[-share:]
-            text = "[earlier lines not kept]\n" + raw.decode("utf-8", "replace").split("\n", 1)[-1]
-        data[pod] = text
-        left -= len(text.encode("utf-8", "replace"))
-    meta = {"name": logs_name(job), "labels": labels(job),
-            "ownerReferences": [owner_reference(owner)]}  # fmt: skip
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}

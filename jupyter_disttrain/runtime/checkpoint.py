@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import checkpoint_format as fmt
-from . import checkpoint_tf
+from . import checkpoint_tf, preemption
 from .checkpoint_commit import (
     _env,
     _finish_commit,
@@ -457,6 +457,8 @@ class Every:
         """Whether to act at ``step``."""
         step = fmt.check_step(step)
         due = self.n is not None and step > 0 and step % self.n == 0
+        if not due and _rank() == 0 and preemption.pending():  # the writer saves a last one
+            due = True
         now = time.monotonic()
         if self.seconds is not None and now - self._last >= self.seconds:
             due = True

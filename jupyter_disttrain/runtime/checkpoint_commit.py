@@ -9,6 +9,7 @@ import os
 import sys
 
 from . import checkpoint_format as fmt
+from . import preemption
 from . import report as _report
 from .checkpoint_dir import CheckpointDir
 from .checkpoint_format import CheckpointError
@@ -64,6 +65,7 @@ def _finish_commit(
     _report.emit(
         "checkpoint", step=entry["step"], uri=uri, bytes=entry["bytes"], metrics=entry["metrics"]
     )
+    preemption.checkpoint_saved(int(entry["step"]))  # exits if a SIGTERM asked for this one
     return uri
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import checkpoint as _checkpoint
-from . import rankprefix, tf
+from . import preemption, rankprefix, tf
 from . import report as _report
 from .cell import CELL_FILENAME, main_module, run_cell
 
@@ -277,6 +277,8 @@ def run(payload_path: str) -> int:
         versions=versions(),
         **hello,
     )
+    if preemption.uses_checkpoints(str(payload["source"])):
+        preemption.install()  # SIGTERM: one last checkpoint, then an exit for a restart
     try:
         module = main_module({**build_namespace(payload), **names})
         value = run_cell(payload["source"], module.__dict__, CELL_FILENAME)

@@ -368,3 +368,50 @@ def test_dry_run_plan_is_printable_and_starts_nothing(home: Path) -> None:
     assert not (home / "jobs" / "local-plan").exists()
     dry = LocalBackend().plan(spec, payload)
     assert "127.0.0.1:" in str(dry) and not jobdir.job_dir("local-plan").exists()
+
+
+PREEMPTED = textwrap.dedent(
+    """
+    import time, torch, torch.distributed as dist
+    state = load_checkpoint() or {"step": -1, "w": torch.zeros(1)}
+    start, w = state["step"] + 1, state["w"]
+    for step in range(start, 80):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        w += 1
+        report(step=step, w=float(w))
+        if every(1000, step):  # no periodic checkpoint would be reached
+            save_checkpoint({"step": step, "w": w}, step)
+        time.sleep(0.05)
+    {"w": float(w), "start": start}
+    """
+)
+
+
+def test_sigterm_to_a_rank_saves_a_last_checkpoint_and_resumes_with_no_lost_step(
+    tmp_path: Path,
+) -> None:
+    spec = JobSpec("local-preempt", nodes=2, nproc=2, max_restarts=1, timeout=240,
+                   checkpoint_dir=str(tmp_path / "ckpt"), grace_period=20)  # fmt: skip
+    sink = Collector()
+    run = submit_now(LocalBackend(), spec, build_payload(PREEMPTED, {}, job=spec.name), sink)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        steps = [e.get("step") for e in sink.kinds("metric") if e.rank == 2]
+        if steps and max(steps) >= 10:
+            break
+        time.sleep(0.1)
+    reached = max(e.get("step") for e in sink.kinds("metric") if e.rank == 2)
+    rank2 = next(int(e.get("pid")) for e in sink.kinds("hello") if e.rank == 2)
+    os.kill(rank2, signal.SIGTERM)
+    assert run.join(240), job_logs(run)
+    final = sink.final()
+    assert final.get("state") == "Succeeded", (final.fields, job_logs(run))
+    result = [e for e in sink.kinds("result")][-1]
+    from jupyter_disttrain.remote import decode_result
+
+    value = decode_result(result.fields)
+    assert value["w"] == 80.0, (value, job_logs(run))  # every step counted exactly once
+    assert value["start"] > reached, (value, reached, job_logs(run))  # resumed past it
+    assert len(sink.kinds("checkpoint")) == 1, sink.kinds("checkpoint")
+    assert_no_processes(Path(run.plan.job_dir), sink.pids())

@@ -142,6 +142,8 @@ def build_plan(
         env.setdefault("OMP_NUM_THREADS", "1")
     if spec.resume:
         env["DISTRAIN_RESUME"] = spec.resume
+    if spec.grace_period:
+        env["DISTRAIN_GRACE_PERIOD"] = f"{spec.grace_period:g}"
     if spec.max_restarts:  # restarted workers must not meet the last round's store keys
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     if spec.framework == "tensorflow":

@@ -332,3 +332,31 @@ def test_a_failed_job_keeps_its_logs_and_ends_its_pods(cluster: Emulator) -> Non
     assert {e["rank"] for e in job.errors()} == {1}, job.errors()
     assert "rank 0 up" in job.logs(rank=0)
     assert "[rank 0]" in job.logs() and "[rank 1]" in job.logs()
+
+
+@pytest.mark.slow
+def test_ten_consecutive_jobs_finish_with_no_pod_restarts(cluster: Emulator) -> None:
+    """A worker that finished exits 0 (teardown cannot abort it), so no pod is run twice."""
+    from kubernetes import client as k
+
+    api = cluster.api_client()
+    try:
+        core = k.CoreV1Api(api)
+        for i in range(10):
+            name = f"k8s-ten-{i}"
+            payload = build_payload(CELL, {"STEPS": 2}, job=name)
+            job = jobs.submit(k8s_spec(name, nodes=2, timeout=180), payload, KubernetesBackend())
+            assert job.wait(180) == "Succeeded", (i, job.reason, job.logs())
+            assert job.result()["world"] == 2
+            pods = core.list_namespaced_pod(
+                "default", label_selector=f"training.kubeflow.org/job-name={name}"
+            ).items
+            restarts = {
+                p.metadata.name: sum(c.restart_count for c in p.status.container_statuses or [])
+                for p in pods
+            }
+            assert restarts and not any(restarts.values()), (i, restarts, job.logs())
+            assert job.monitor.restarts == 0, (i, job.logs())
+            job.stop()
+    finally:
+        api.close()

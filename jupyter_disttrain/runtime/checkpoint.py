@@ -117,11 +117,16 @@ def _write_full(
     path = cdir.fs.join(cdir.root, fmt.payload_name(step, token, fmt.FULL))
     with cdir.fs.atomic_write(path, fsync=_fsync()) as fh:
         writer = HashingWriter(fh)
-        torch.save(state, writer)  # type: ignore[arg-type]
+        try:
+            torch.save(state, writer)  # type: ignore[arg-type]
+        except BaseException:
+            writer.close()
+            raise
+    digest = writer.hexdigest()  # hashed while the file was written and fsynced
     tensors, elements = _count(state)
     entry = fmt.make_entry(
         step=step, token=token, kind=fmt.FULL, time=time.time(), nbytes=writer.bytes,
-        sha256=writer.sha.hexdigest(), metrics=metrics, world_size=_world_size(),
+        sha256=digest, metrics=metrics, world_size=_world_size(),
         versions=_versions(), job=_env("DISTRAIN_JOB_ID"), run=_env("DISTRAIN_RUN_ID"),
         tensors=tensors, parameters=elements,
     )  # fmt: skip

@@ -8,6 +8,8 @@ Standard library only (fsspec for URLs, through :mod:`.checkpoint_storage`).
 from __future__ import annotations
 
 import hashlib
+import queue
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -190,20 +192,51 @@ def check_bytes(entry: fmt.Entry, data: bytes) -> tuple[str, str]:
     return fmt.OK, ""
 
 
+#: Writes at least this large are hashed from the caller's buffer, without a copy.
+SHARED_CHUNK_BYTES = 1 << 20
+
+
 class HashingWriter:
-    """A write-only file wrapper that counts and sha256-hashes what passes through."""
+    """A write-only file wrapper that counts what passes through and sha256-hashes it.
+
+    The hash is computed on a thread of its own while the data is written
+    (hashlib releases the GIL on large buffers), so a save costs about the
+    write and fsync, not write + hash. The buffers written must stay
+    unchanged until :meth:`hexdigest` returns (``torch.save`` writes a state
+    that does not change while it saves).
+    """
 
     def __init__(self, fh: Any) -> None:
         self._fh = fh
-        self.sha = hashlib.sha256()
+        self._sha = hashlib.sha256()
+        self._chunks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._hash, name="distrain-sha256", daemon=True)
+        self._thread.start()
         self.bytes = 0
 
+    def _hash(self) -> None:
+        while (chunk := self._chunks.get()) is not None:
+            self._sha.update(chunk)
+
     def write(self, data: Any) -> int:
-        self.sha.update(data)
         n = memoryview(data).nbytes
         self.bytes += n
+        # Large buffers are tensor storages, unchanged while the state is saved: hashed
+        # while they are written. Small ones may be a writer's reused buffer: copied.
+        self._chunks.put(data if n >= SHARED_CHUNK_BYTES else bytes(data))
         self._fh.write(data)
         return n
+
+    def hexdigest(self) -> str:
+        """The sha256 of everything written (waits for the hashing thread)."""
+        self.close()
+        return self._sha.hexdigest()
+
+    def close(self) -> None:
+        """End the hashing thread (idempotent); call it also when the write failed."""
+        if self._thread.is_alive():
+            self._chunks.put(None)
+            self._thread.join()
 
     def flush(self) -> None:
         self._fh.flush()

@@ -59,7 +59,7 @@ def run_job(
     sink = Collector()
     payload = build_payload(cell, ns or {}, job=spec.name)
     run = submit_now((backend or LocalBackend()), spec, payload, sink)
-    assert run.join(timeout), "job did not finish"
+    assert run.join(timeout), f"job did not finish\n{job_logs(run)}"
     return sink, run
 
 

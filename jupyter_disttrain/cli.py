@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 
 from .backends.base import BackendError
-from .backends.registry import backend_class, names
 from .options import add_job_options
 from .payload import CaptureError
 from .progress import LiveView, format_job_table, format_runtime_table
 from .remote import JobFailed, JobStopped
-from .service import JobService
+from .service import JobService, manifest_backends
 from .spec import SpecError
 
 
@@ -117,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     """Print (or with --export, write) the manifests a script would be submitted as."""
-    makers = [n for n in names() if backend_class(n).capabilities.renders_manifests]
+    makers = manifest_backends()
     if args.backend is None:
         args.backend = makers[0]
     elif args.backend not in makers:

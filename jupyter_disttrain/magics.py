@@ -19,13 +19,12 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import Bool, Enum, Float, Int, Unicode
 
 from .backends.base import BackendError
-from .backends.registry import names
 from .job import Job
 from .job_checkpoints import store_for
 from .options import JOB_OPTIONS
 from .payload import CaptureError
 from .progress import LiveView, format_job_table, format_runtime_table
-from .service import JobService, default_service
+from .service import JobService, backend_names, default_service
 from .spec import FRAMEWORKS, SpecError
 
 
@@ -45,9 +44,9 @@ class DistrainMagics(Magics):
 
     nodes = Int(1, help="Default --nodes.").tag(config=True)
     nproc = Int(1, help="Default --nproc.").tag(config=True)
-    backend = Enum(list(names()), default_value=names()[0], help="Default --backend.").tag(
-        config=True
-    )
+    backend = Enum(
+        list(backend_names()), default_value=backend_names()[0], help="Default --backend."
+    ).tag(config=True)
     framework = Enum(list(FRAMEWORKS), default_value="pytorch", help="Default --framework.").tag(
         config=True
     )

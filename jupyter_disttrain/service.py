@@ -373,6 +373,16 @@ class JobService:
         return checkpoint_uri(job)
 
 
+def backend_names() -> tuple[str, ...]:
+    """Every backend a job can name, the default first."""
+    return names()
+
+
+def manifest_backends() -> list[str]:
+    """Backends whose plans are manifests to apply elsewhere (``--export``, ``render``)."""
+    return [n for n in names() if backend_class(n).capabilities.renders_manifests]
+
+
 _default: JobService | None = None
 _default_lock = threading.Lock()
 

@@ -127,7 +127,9 @@ export class JobsPanel extends Widget {
     row.dataset.jobId = job.id;
     row.dataset.state = job.state;
     row.dataset.backend = job.backend;
-    row.title = job.reason ? `${job.state}: ${job.reason}` : job.state;
+    row.title = [job.reason ? `${job.state}: ${job.reason}` : job.state, job.diagnosis ?? '']
+      .filter(Boolean)
+      .join('\n');
     if (this.model.expanded.has(job.id)) {
       row.classList.add('jp-mod-expanded');
     }
@@ -186,6 +188,9 @@ export class JobsPanel extends Widget {
     }
     if (listed.reason) {
       cell.appendChild(el('div', 'jp-Disttrain-reason', listed.reason));
+    }
+    if (listed.diagnosis) {
+      cell.appendChild(el('div', 'jp-Disttrain-diagnosis', listed.diagnosis));
     }
     if (listed.notebook_file) {
       cell.appendChild(el('div', 'jp-Disttrain-notebook-file', `notebook: ${listed.notebook_file}`));

@@ -77,6 +77,8 @@ export interface IJob {
   notebook: string | null;
   notebook_file: string;
   can_stop: boolean;
+  /** The job's one-sentence reading (communication problem or failure), null when none. */
+  diagnosis?: string | null;
   detail: IJobDetail | null;
 }
 

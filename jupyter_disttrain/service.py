@@ -281,30 +281,26 @@ class JobService:
         mine = self._mine(record)
         if mine is not None:
             return mine.diagnosis()
-        monitor = self.follow(backend, record)
-        return None if monitor is None else monitor.diagnosis()
-
-    def follow(
-        self, backend: Backend, record: JobRecord, *, log_limit: int = 200
-    ) -> JobMonitor | None:
-        """A monitor fed with ``record``'s events so far (and on, while it runs); None if gone.
-
-        Returns once the recorded events are read: a finished job's replay
-        ended, or a running job's output stopped growing (at most
-        :data:`CATCH_UP` seconds).
-        """
-        monitor, submission = self.open_monitor(backend, record, log_limit=log_limit)
+        monitor, submission = self.open_monitor(backend, record)
         if monitor is None or submission is None:
             return None
+        try:
+            self._catch_up(monitor, submission, record)
+            return monitor.diagnosis()
+        finally:
+            submission.detach()  # read what is there; following it on is not this call's job
+
+    @staticmethod
+    def _catch_up(monitor: JobMonitor, submission: Submission, record: JobRecord) -> None:
+        """Wait until the recorded events are read (the replay ended, or output stopped growing)."""
         if record.state in ev.TERMINAL_STATES:
             submission.join(REPLAY_WAIT)
-            return monitor
+            return
         deadline = time.monotonic() + CATCH_UP
         seen = -1
         while time.monotonic() < deadline and monitor.version != seen:
             seen = monitor.version
             time.sleep(0.2)
-        return monitor
 
     @staticmethod
     def open_monitor(

@@ -147,6 +147,10 @@ class Submission(abc.ABC):
     def join(self, timeout: float | None = None) -> bool:
         """Wait until the backend has reported the terminal state; True when it has."""
 
+    def detach(self) -> None:
+        """Stop following (the job itself runs on); no more events after it returns soon."""
+        return None
+
 
 class Backend(abc.ABC):
     """A place jobs run. Implementations document where they differ."""

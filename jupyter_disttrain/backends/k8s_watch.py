@@ -140,6 +140,12 @@ class KubernetesRun(Submission):
         """Wait for the terminal state."""
         return self._done.wait(timeout)
 
+    def detach(self) -> None:
+        """Close the watches and log streams; the job runs on."""
+        self._done.set()
+        for w in list(self._watches):
+            w.stop()
+
     # -- plumbing --------------------------------------------------------------
     def _guard(self, target: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:

@@ -227,6 +227,7 @@ class LocalReplay(Submission):
         self.dir = directory
         self.sink = sink
         self._done = threading.Event()
+        self._detached = threading.Event()
         self._thread = threading.Thread(target=self._run, name="distrain-replay", daemon=True)
 
     def start(self) -> None:
@@ -240,6 +241,10 @@ class LocalReplay(Submission):
     def join(self, timeout: float | None = None) -> bool:
         """Wait until the replay reached the job's terminal state."""
         return self._done.wait(timeout)
+
+    def detach(self) -> None:
+        """Stop reading the job's files; the job runs on."""
+        self._detached.set()
 
     def _recorded(self) -> list[ev.Event]:
         try:
@@ -264,7 +269,8 @@ class LocalReplay(Submission):
                 state = jobdir.read_state(self.dir) or {}
                 if state.get("state") in ev.TERMINAL_STATES or not _is_live(state):
                     break
-                time.sleep(POLL_SECONDS)
+                if self._detached.wait(POLL_SECONDS):
+                    return
             for event in tailer.poll(final=True):
                 self.sink(event)
             final = [e for e in self._recorded() if e.kind == "job"

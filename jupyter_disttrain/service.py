@@ -32,6 +32,7 @@ from .backends.base import (
 )
 from .backends.registry import backend_class, get_backend, names
 from .job import Job
+from .job_checkpoints import preflight
 from .monitor import JobMonitor
 from .options import spec_from_args
 from .payload import Payload, build_payload
@@ -61,9 +62,9 @@ class Listing:
 class JobService:
     """Every job operation, for one process (a kernel, a command, a server).
 
-    ``launch_mode`` and ``notebook`` configure the backends it creates;
-    instances are kept by name. Jobs this process submitted or attached to
-    are kept by name (:meth:`registered`). Raises
+    ``launch_mode`` and ``notebook`` configure the backends it creates (one
+    per call, see :meth:`backend`). Jobs this process submitted or attached
+    to are kept by name (:meth:`registered`). Raises
     :class:`~jupyter_disttrain.spec.SpecError` for options that cannot run and
     :class:`~jupyter_disttrain.backends.base.BackendError` when a backend refuses.
     """
@@ -99,8 +100,6 @@ class JobService:
         backend = self.backend(spec.backend)
         backend.check(spec)
         if backend.capabilities.checkpoints_on_path:
-            from .job_checkpoints import preflight
-
             spec = preflight(spec)
         return spec
 

@@ -217,13 +217,14 @@ class JobService:
 
     def stop_all(self, timeout: float = 30.0) -> None:
         """Stop every running job of this process (kernel shutdown)."""
-        jobs = [j for j in self.registered().values() if j.submission is not None]
+        jobs = [j for j in self.registered().values() if j.submission is not None and not j.done]
         for job in jobs:
-            if not job.done and job.submission is not None:
-                job.submission.stop("owner shutting down")
+            try:
+                job.submission.stop("owner shutting down")  # type: ignore[union-attr]
+            except Exception:  # a backend gone away must not keep the others running
+                continue
         for job in jobs:
-            if job.submission is not None:
-                job.submission.join(timeout)
+            job.submission.join(timeout)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ listing
 

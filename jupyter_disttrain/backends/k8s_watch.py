@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+import urllib3
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
@@ -35,6 +36,8 @@ GROUP, VERSION = PYTORCHJOB.group, PYTORCHJOB.version
 PLURALS = {fw: (k.plural, k.kind) for fw, k in BY_FRAMEWORK.items()}
 CONTAINERS = {fw: k.container for fw, k in BY_FRAMEWORK.items()}
 WATCH_SECONDS = 60
+#: Consecutive watch streams cut by the connection before the follower gives up.
+MAX_DROPPED_WATCHES = 5
 DRAIN_SECONDS = 15.0
 #: Lines kept of a pod that did not fail, when its job failed.
 KEPT_TAIL_LINES = 200
@@ -169,6 +172,7 @@ class KubernetesRun(Submission):
     ) -> Iterator[dict[str, Any]]:
         """Watch events until the job is done, re-opening after server time-outs."""
         version: str | None = None
+        dropped = 0  # consecutive watches cut off by the connection
         while not self._done.is_set():
             w = watch.Watch()
             self._watches.append(w)
@@ -187,8 +191,15 @@ class KubernetesRun(Submission):
                     version = None
                     continue
                 raise
+            except urllib3.exceptions.HTTPError:  # the stream was cut: watch again from here
+                dropped += 1
+                if dropped > MAX_DROPPED_WATCHES:
+                    raise
+                time.sleep(0.2 * dropped)
+                continue
             finally:
                 self._watches.remove(w)
+            dropped = 0
 
     def _watch_job(self) -> None:
         last: tuple[ev.JobState, str, str] | None = None

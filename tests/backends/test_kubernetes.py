@@ -104,6 +104,11 @@ def test_job_runs_end_to_end_and_stop_cleans_up(cluster: Emulator, tmp_path: Pat
     assert listed["k8s-e2e"].state == "Succeeded" and listed["k8s-e2e"].world_size == 2
     # A second kernel re-attaches and rebuilds the same result from the log streams.
     again = jobs.attach("k8s-e2e", KubernetesBackend())
+    try:
+        again.wait(60)
+    except TimeoutError:
+        seen = [(line.rank, line.text) for line in again.monitor.log_lines()]
+        raise AssertionError(f"re-attach did not end: {again.monitor.snapshot()}\n{seen}") from None
     assert again.result(timeout=60) == {"world": 2, "rank": 0}
     assert len(again.metrics()) >= 4
     # kubectl, an independent client, sees the job and its logs.

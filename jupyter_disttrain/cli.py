@@ -1,7 +1,8 @@
 """The ``disttrain`` command: the same jobs for training code kept in files.
 
 ``disttrain run SCRIPT.py --nodes N --nproc M``, ``disttrain jobs``,
-``disttrain logs NAME``, ``disttrain stop NAME``, ``disttrain nccl LOGFILE``,
+``disttrain logs NAME``, ``disttrain where NAME``, ``disttrain stop NAME``,
+``disttrain nccl LOGFILE``,
 ``disttrain checkpoints URI``.
 """
 
@@ -46,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--rank", type=int, default=None)
     logs.add_argument("--tail", type=int, default=None)
     logs.add_argument("--backend", default=None, help="where the job runs")
+    where = sub.add_parser("where", help="print where a job's ranks are (their stacks)")
+    where.add_argument("name")
+    where.add_argument("--timeout", type=float, default=10.0)
+    where.add_argument("--backend", default=None, help="where the job runs")
     stop = sub.add_parser("stop", help="stop a job")
     stop.add_argument("name")
     stop.add_argument("--backend", default=None, help="where the job runs")
@@ -212,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             print(format_runtime_table(service.runtimes()))
         elif args.command == "logs":
             print(service.logs(args.name, rank=args.rank, tail=args.tail, backend=args.backend))
+        elif args.command == "where":
+            print(service.where(args.name, backend=args.backend, timeout=args.timeout).text())
         elif args.command == "stop":
             print(f"{args.name}: {service.stop(args.name, backend=args.backend)}")
     except BackendError as exc:

@@ -85,6 +85,32 @@ class DoneFields(TypedDict, total=False):
     seconds: float
 
 
+class StackFrame(TypedDict, total=False):
+    """One thread of a ``stacks`` event: ``frames`` outermost first, ``[file, line, function]``."""
+
+    name: str
+    main: bool
+    frames: list[list[Any]]
+    call: str
+    cell_line: int | None
+
+
+class StacksFields(TypedDict, total=False):
+    """``stacks``: a rank's threads, on request (``reason`` ``asked``) or at a hang (``hang``).
+
+    ``request`` names the request (one event per request and rank counts);
+    ``quiet`` is how long no rank had written anything (hangs);
+    ``collective`` the last collective the rank entered, when torch records them.
+    """
+
+    request: str
+    reason: str
+    quiet: float
+    threads: list[StackFrame]
+    collective: dict[str, Any] | None
+    pid: int
+
+
 class LogFields(TypedDict, total=False):
     """``log``: a plain line (``source`` names an agent log for job-wide lines)."""
 
@@ -179,6 +205,10 @@ class Event:
     def restart(self) -> RestartFields:
         """The fields of a ``restart`` event."""
         return cast(RestartFields, self.fields)
+
+    def stacks(self) -> StacksFields:
+        """The fields of a ``stacks`` event."""
+        return cast(StacksFields, self.fields)
 
 
 def parse_line(line: str, rank: int | None, now: float | None = None) -> Event:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from . import events as ev
-from .backends.base import Backend, JobRecord, Plan, Submission
+from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .checkpoints import CheckpointError, CheckpointStore, reported_dir
-from .monitor import JobMonitor
+from .monitor import JobMonitor, Where
 from .remote import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
 
@@ -156,6 +156,33 @@ class Job:
     def diagnosis(self) -> str | None:
         """The job's current one-sentence reading (communication, hang or failure), or None."""
         return self.monitor.diagnosis()
+
+    def where(self, timeout: float = 10.0) -> Where:
+        """Where every rank is: its threads' stacks, grouped by identical stacks.
+
+        A running job whose backend can ask (``capabilities.stacks_on_request``)
+        is asked now, and this waits up to ``timeout`` s for every rank that is
+        still up; otherwise the newest stacks the job sent (at a hang) are
+        returned. Raises :class:`~.backends.base.BackendError` when there are none.
+        """
+        if self.backend.capabilities.stacks_on_request and not self.done:
+            request = self.backend.request_stacks(self.name)
+            found = self.monitor.wait_for_stacks(request, timeout)
+            if found is not None:
+                return found
+            raise BackendError(
+                f"no rank of job {self.name} answered within {timeout:g} s (state "
+                f"{self.status()}); its ranks may not have started yet"
+            )
+        found = self.monitor.where()
+        if found is None:
+            raise BackendError(
+                f"job {self.name} has sent no stacks: on the {self.backend.name} backend its "
+                "ranks send them when they hang (--hang-after SECONDS)"
+                if not self.done
+                else f"job {self.name} has ended and sent no stacks"
+            )
+        return found
 
     def logs(self, rank: int | None = None, tail: int | None = None) -> str:
         """What the ranks printed (one rank, or all prefixed with their rank)."""

@@ -51,6 +51,9 @@ class DistrainMagics(Magics):
         config=True
     )
     timeout = Float(0.0, help="Default --timeout in seconds (0: none).").tag(config=True)
+    hang_after = Float(300.0, help="Default --hang-after in seconds (0: never read a hang).").tag(
+        config=True
+    )
     max_capture_mb = Float(
         64.0, help="Largest total size of notebook values a cell may capture, in MB."
     ).tag(config=True)
@@ -68,8 +71,8 @@ class DistrainMagics(Magics):
         "'text', 'lines' or 'none'.",
     ).tag(config=True)
 
-    CONFIG_KEYS = ("nodes", "nproc", "backend", "framework", "timeout", "max_capture_mb",
-                   "launch_mode", "prewarm", "live")  # fmt: skip
+    CONFIG_KEYS = ("nodes", "nproc", "backend", "framework", "timeout", "hang_after",
+                   "max_capture_mb", "launch_mode", "prewarm", "live")  # fmt: skip
 
     # -- %%distrain ------------------------------------------------------------
     @magic_arguments.magic_arguments()
@@ -165,6 +168,22 @@ class DistrainMagics(Magics):
             raise UsageError(f"--tail must be 0 or more, got {args.tail}")
         try:
             print(self.service.logs(args.name, rank=args.rank, tail=args.tail))
+        except BackendError as exc:
+            raise UsageError(str(exc)) from None
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("name", help="job name")
+    @magic_arguments.argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the ranks' stacks"
+    )
+    @line_magic
+    def distrain_where(self, line: str) -> None:
+        """Print where a job's ranks are: their stacks, grouped, the odd ranks named."""
+        args = magic_arguments.parse_argstring(self.distrain_where, line)
+        if not args.timeout > 0:
+            raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+        try:
+            print(self.service.where(args.name, timeout=args.timeout).text())
         except BackendError as exc:
             raise UsageError(str(exc)) from None
 
@@ -289,6 +308,7 @@ class DistrainMagics(Magics):
             "backend": self.backend,
             "framework": self.framework,
             "timeout": self.timeout or None,
+            "hang_after": self.hang_after,
         }
 
     def _live_mode(self) -> str:

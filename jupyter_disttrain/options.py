@@ -47,6 +47,10 @@ JOB_OPTIONS: list[Option] = [
                            "help": "after SIGTERM (preemption), save a last checkpoint within "
                            "this time, then exit for a restart (default 30; pods' "
                            "terminationGracePeriodSeconds)"}),
+    (("--hang-after",), {"type": float, "default": None, "metavar": "SECONDS",
+                         "help": "when no rank wrote anything for this long, take every "
+                         "rank's stacks and say which ranks hold the others up (default 300; "
+                         "0: never)"}),
     (("--resume",), {"default": None, "metavar": "latest|STEP|URI",
                      "help": "load_checkpoint() returns this checkpoint when the job starts"}),
     (("--dry-run",), {"action": "store_true",
@@ -162,10 +166,15 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
             checkpoint_dir=getattr(args, "checkpoint_dir", None),
             resume=getattr(args, "resume", None),
             grace_period=getattr(args, "grace_period", None),
+            hang_after=_float_or_none(pick("hang_after", None)),
             options=extra,
         )
     )
     return spec
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _check_declared(backend: str, extra: tuple[tuple[str, str], ...]) -> None:

@@ -33,7 +33,7 @@ from .backends.base import (
 from .backends.registry import backend_class, get_backend, names
 from .job import Job
 from .job_checkpoints import preflight
-from .monitor import JobMonitor
+from .monitor import JobMonitor, Where
 from .options import spec_from_args
 from .payload import Payload, build_payload
 from .spec import JobSpec, SpecError
@@ -345,6 +345,26 @@ class JobService:
     ) -> str:
         """What a job's ranks printed (one rank, or all prefixed with their rank)."""
         return self._backend_of(name, backend).logs(name, rank=rank, tail=tail)
+
+    def where(self, name: str, backend: str | None = None, timeout: float = 10.0) -> Where:
+        """Where the ranks of job ``name`` are (see :meth:`Job.where`).
+
+        This process's job answers itself; another process's job is followed
+        for as long as it takes, then left.
+        """
+        mine = self.registered().get(name)
+        if mine is not None and (backend is None or mine.backend.name == backend):
+            return mine.where(timeout)
+        job = self.attach(name, backend, log_limit=200, keep=False)
+        try:
+            self._catch_up(job.monitor, job.submission, JobRecord(  # type: ignore[arg-type]
+                name, job.backend.name, job.status(), job.spec.world_size, job.spec.nodes,
+                job.spec.nproc, 0.0,
+            ))  # fmt: skip
+            return job.where(timeout)
+        finally:
+            if job.submission is not None:
+                job.submission.detach()
 
     def stop(self, name: str, backend: str | None = None) -> str:
         """Stop a job of any owner; returns what happened, for display."""

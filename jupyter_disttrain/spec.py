@@ -37,8 +37,11 @@ class JobSpec:
     ``nodes`` x ``nproc`` workers run the same payload. ``env`` is added to
     every worker's environment. ``timeout`` (seconds, ``None`` for none)
     bounds the whole job. ``grace_period`` (seconds) is how long a worker
-    has after SIGTERM to save a last checkpoint. ``options`` carries backend-specific settings
-    (image, resources, ...) as plain strings so the spec stays neutral.
+    has after SIGTERM to save a last checkpoint. ``hang_after`` (seconds, 0 for
+    never, ``None`` for the runtime's default) is how long every rank may stay
+    silent before the job takes its ranks' stacks and reads a hang. ``options``
+    carries backend-specific settings (image, resources, ...) as plain strings
+    so the spec stays neutral.
     """
 
     name: str
@@ -53,6 +56,7 @@ class JobSpec:
     checkpoint_dir: str | None = None
     resume: str | None = None
     grace_period: float | None = None
+    hang_after: float | None = None
     options: tuple[tuple[str, str], ...] = field(default=())
 
     @property
@@ -113,6 +117,11 @@ def validate(spec: JobSpec) -> JobSpec:
         raise SpecError(
             f"--grace-period must be at least 1 second, got {spec.grace_period:g}; it is how "
             "long a worker has, after SIGTERM, to save a last checkpoint"
+        )
+    if spec.hang_after is not None and not (spec.hang_after == 0 or spec.hang_after >= 1):
+        raise SpecError(
+            f"--hang-after must be 0 (never) or at least 1 second, got {spec.hang_after:g}; it "
+            "is how long every rank may stay silent before the job reads where they are"
         )
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}")

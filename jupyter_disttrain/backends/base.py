@@ -53,6 +53,8 @@ class Capabilities:
     ``needs_configuration``: usable only once configured (e.g. a kubeconfig); see
     :meth:`Backend.configured`.
     ``lists_runtimes``: :meth:`Backend.runtimes` lists training runtimes (Kubeflow Trainer).
+    ``stacks_on_request``: :meth:`Backend.request_stacks` asks a running job's ranks for
+    their stacks (every backend's ranks send them by themselves at a hang).
     """
 
     has_pods: bool = False
@@ -64,6 +66,7 @@ class Capabilities:
     renders_manifests: bool = False
     needs_configuration: bool = False
     lists_runtimes: bool = False
+    stacks_on_request: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,18 @@ class Backend(abc.ABC):
     def checkpoint_dir(self, record: JobRecord) -> str | None:
         """Where job ``record`` writes checkpoints by default, readable from here; or None."""
         return None
+
+    def request_stacks(self, name: str) -> str:
+        """Ask every rank of job ``name`` for its stacks; return the request's id.
+
+        Only where ``capabilities.stacks_on_request``; the ranks answer with
+        ``stacks`` events carrying that id. Every backend's jobs send their
+        stacks by themselves when they hang (``--hang-after``).
+        """
+        raise BackendError(
+            f"the {self.name} backend cannot ask a running job for its stacks; its jobs send "
+            "them when they hang (--hang-after SECONDS)"
+        )
 
     def runtimes(self) -> list[RuntimeRecord]:
         """Training runtimes offered (only where ``capabilities.lists_runtimes``)."""

@@ -285,6 +285,8 @@ def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, str]]:
         env["DISTRAIN_RESUME"] = spec.resume.replace("$", "$$")
     if spec.grace_period:
         env["DISTRAIN_GRACE_PERIOD"] = f"{spec.grace_period:g}"
+    if spec.hang_after is not None:
+        env["DISTRAIN_HANG_AFTER"] = f"{spec.hang_after:g}"
     if opts.elastic is not None and spec.max_restarts:  # a fresh worker store per round
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     for key, value in _user_env(spec).items():

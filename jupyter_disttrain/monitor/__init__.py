@@ -2,7 +2,8 @@
 
 ``core`` holds the monitor (job and rank state, result, errors, logs,
 communication diagnosis), ``metrics`` the metric store, ``records`` the
-records and JSON-able snapshot shapes, ``text`` the plain-text view.
+records and JSON-able snapshot shapes, ``text`` the plain-text view, ``where``
+the ranks' stacks grouped.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .records import (
     Snapshot,
 )
 from .text import format_text
+from .where import StackGroup, Where, where_from
 
 __all__ = [
     "RANK_STATES",
@@ -45,6 +47,9 @@ __all__ = [
     "RankState",
     "Series",
     "Snapshot",
+    "StackGroup",
+    "Where",
     "format_ranks",
     "format_text",
+    "where_from",
 ]

@@ -43,6 +43,12 @@ from .records import (
 
 # --------------------------------------------------------------------------- the monitor
 from .state import MonitorState
+from .where import Where, where_from
+
+#: Seconds a hang's stacks may take to arrive from every rank before it is read with some.
+HANG_GATHER = 8.0
+#: Rank states of a rank that will send no more stacks.
+_ENDED_RANK = frozenset({"Succeeded", "Failed", "Stopped", "Exited"})
 
 
 class JobMonitor(MonitorState):
@@ -108,7 +114,11 @@ class JobMonitor(MonitorState):
             return cached[1]
 
     def diagnosis(self) -> str | None:
-        """The job's current one-sentence reading (communication or failure), or None."""
+        """The job's current one-sentence reading (communication, hang or failure), or None.
+
+        A communication failure wins; a hang is read while the job runs and no
+        rank wrote anything since its stacks were taken.
+        """
         with self._lock:
             return self._diagnosis()
 
@@ -116,12 +126,57 @@ class JobMonitor(MonitorState):
         comms = self.comms()
         if comms.failure != "none" and comms.diagnosis:
             return comms.diagnosis
+        hang = self._hang()
+        if hang is not None and self._state not in TERMINAL_STATES:
+            return hang.sentence()
         failure = self._first_failure()
         if self._state == "Failed" and failure is not None:
             return f"rank {failure.rank} failed: {failure.reason}"
         if self._state == "Failed" and (self._message or self._reason):
             return f"the job failed: {self._message or self._reason}"
         return None
+
+    def where(self, request: str | None = None) -> Where | None:
+        """The stacks of ``request`` (default: the newest), grouped; None if none arrived."""
+        with self._lock:
+            if request is None:
+                request = next(reversed(self._stacks), None)
+            if request is None or request not in self._stacks:
+                return None
+            return where_from(request, self._stacks[request], self._world_size)
+
+    def wait_for_stacks(self, request: str, timeout: float) -> Where | None:
+        """Wait until every rank that is still up sent its stacks for ``request``.
+
+        Returns what arrived by then (None when nothing did).
+        """
+
+        with self._changed:
+            self._changed.wait_for(lambda: self._stacks_complete(request), timeout=timeout)
+            if request not in self._stacks:
+                return None
+            return where_from(request, self._stacks[request], self._world_size)
+
+    def hang(self) -> Where | None:
+        """The newest hang's stacks while no rank wrote anything since; else None."""
+        with self._lock:
+            return self._hang()
+
+    def _hang(self, now: float | None = None) -> Where | None:
+        for request in reversed(self._stacks):
+            if request.startswith("h"):
+                first = self._stacks_t[request]
+                if self._output_t is not None and self._output_t > first:
+                    return None
+                if not self._stacks_complete(request) and _now(now) - first < HANG_GATHER:
+                    return None  # rank 0 is still relaying the others' stacks
+                return where_from(request, self._stacks[request], self._world_size)
+        return None
+
+    def _stacks_complete(self, request: str) -> bool:
+        seen = self._stacks.get(request, {})
+        up = [r.rank for r in self._rows.values() if r.state not in _ENDED_RANK]
+        return bool(seen) and all(rank in seen for rank in up)
 
     @property
     def world_size(self) -> int:

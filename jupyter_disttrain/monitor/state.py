@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Final, cast
 
-from ..events import JOB_STATES, TERMINAL_STATES, Event, JobState
+from ..events import JOB_STATES, TERMINAL_STATES, Event, JobState, StacksFields
 from ..logbuffer import JOB_RANK, LogBuffer
 from ..nccl import NcclParser, NcclSummary
 from .metrics import MetricStore
@@ -89,6 +89,10 @@ class MonitorState:
         self._comms_lines = 0
         self._comms_summary: tuple[int, NcclSummary] | None = None
         self._first_metric: tuple[float, int] | None = None
+        # stacks by request (newest last), and when a rank last wrote anything
+        self._stacks: dict[str, dict[int, StacksFields]] = {}
+        self._stacks_t: dict[str, float] = {}
+        self._output_t: float | None = None
         self._frontier: tuple[float, int] | None = None
 
     # ------------------------------------------------------------------ feeding
@@ -193,6 +197,7 @@ class MonitorState:
 
     def _on_metric(self, ev: Event, row: RankState | None) -> None:
         f = ev.metric()
+        self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
         step = _int(f.get("step"))
         values = f.get("values")
         if row is None or step is None:
@@ -337,8 +342,22 @@ class MonitorState:
         if state == "Running" and self._started_t is None:
             self._started_t = t
 
+    def _on_stacks(self, ev: Event, row: RankState | None) -> None:
+        f = ev.stacks()
+        request = _str(f.get("request"))
+        if row is None or not request:
+            return
+        seen = self._stacks.setdefault(request, {})
+        self._stacks_t.setdefault(request, ev.t)
+        seen.setdefault(row.rank, f)  # rank 0 relays what a rank also wrote itself
+        while len(self._stacks) > MAX_STACK_REQUESTS:
+            oldest = next(iter(self._stacks))
+            del self._stacks[oldest], self._stacks_t[oldest]
+
     def _on_log(self, ev: Event, row: RankState | None) -> None:
         f = ev.log()
+        if ev.rank is not None and ev.rank >= 0:
+            self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
         rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
         text = _str(f.get("text"))
         self._logs.append(rank, ev.t, text)
@@ -360,4 +379,7 @@ _HANDLERS: Final = {
     "error": MonitorState._on_error,
     "done": MonitorState._on_done,
     "log": MonitorState._on_log,
+    "stacks": MonitorState._on_stacks,
 }
+#: Stack requests kept per job (the oldest is dropped first).
+MAX_STACK_REQUESTS: Final = 8

@@ -13,7 +13,7 @@ from typing import Any
 
 PREFIX = "##distrain "
 VERSION = 1
-KINDS = ("hello", "metric", "checkpoint", "result", "error", "done")
+KINDS = ("hello", "metric", "checkpoint", "result", "error", "done", "stacks")
 
 
 def encode(kind: str, rank: int, **fields: Any) -> str:

@@ -16,6 +16,8 @@ import threading
 PREFIX_RE = re.compile(r"^\[rank (\d+)\] ")
 
 _pump: threading.Thread | None = None
+#: Chunks of output pumped so far (a rank's activity, read by the hang watch).
+chunks = 0
 
 
 def start(rank: int) -> None:
@@ -33,9 +35,11 @@ def start(rank: int) -> None:
     tag = f"[rank {rank}] ".encode()
 
     def pump() -> None:
+        global chunks
         pending = b""
         with os.fdopen(read_fd, "rb", buffering=0) as src, os.fdopen(target, "wb", 0) as dst:
             while chunk := src.read(65536):
+                chunks += 1
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 if lines:

@@ -11,6 +11,8 @@ from .protocol import encode
 
 _lock = threading.Lock()
 _auto_step = 0
+#: Protocol lines written so far (a rank's activity, read by the hang watch).
+emitted = 0
 
 
 def rank() -> int:
@@ -20,8 +22,15 @@ def rank() -> int:
 
 def emit(kind: str, **fields: Any) -> None:
     """Write one protocol line to stdout and flush it."""
-    line = encode(kind, rank(), **fields) + "\n"
+    emit_as(rank(), kind, **fields)
+
+
+def emit_as(rank: int, kind: str, **fields: Any) -> None:
+    """Write one protocol line on behalf of ``rank`` (rank 0 relays others' lines)."""
+    global emitted
+    line = encode(kind, rank, **fields) + "\n"
     with _lock:
+        emitted += 1
         sys.stdout.write(line)
         sys.stdout.flush()
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import checkpoint as _checkpoint
-from . import preemption, rankprefix, tf
+from . import hangwatch, preemption, rankprefix, stacks, tf
 from . import report as _report
 from .cell import CELL_FILENAME, main_module, run_cell
 
@@ -127,6 +127,7 @@ def init_torch_distributed(payload: dict[str, Any], rank: int) -> str:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     timeout = datetime.timedelta(seconds=float(os.environ.get("DISTRAIN_PG_TIMEOUT", "1800")))
     if not dist.is_initialized():
+        stacks.enable_flight_recorder()  # where() names the first collective a rank missed
         dist.init_process_group(backend=backend, timeout=timeout)
     _make_reinit_harmless(dist)
     return backend
@@ -277,6 +278,7 @@ def run(payload_path: str) -> int:
         versions=versions(),
         **hello,
     )
+    hangwatch.start(rank, int(os.environ.get("WORLD_SIZE", "1")))
     if preemption.uses_checkpoints(str(payload["source"])):
         preemption.install()  # SIGTERM: one last checkpoint, then an exit for a restart
     try:
@@ -291,6 +293,7 @@ def run(payload_path: str) -> int:
         return EXIT_USER_ERROR
     finally:
         _checkpoint.wait_for_saves(raise_errors=False)
+        hangwatch.stop()
         finish_torch_distributed()
     _report.emit("done", seconds=round(time.time() - started, 3))
     return EXIT_OK

@@ -58,6 +58,7 @@ class Dashboard:
         stop: Callable[[], object] | None = None,
         finished: Callable[[], bool] | None = None,
         blocking: bool = False,
+        where: Callable[[], str] | None = None,
         max_rate: float = 10.0,
         plot_budget: int = 20_000,
         log_lines: int = 200,
@@ -70,7 +71,7 @@ class Dashboard:
         self._closed = threading.Event()
         self._held = False
         wake = self._wake
-        self.header = HeaderPanel(stop, blocking=blocking)
+        self.header = HeaderPanel(stop, blocking=blocking, where=where)
         self.table = w.HTML()
         self.table.add_class("distrain-table")
         self.plot = MetricPlot(monitor, budget=plot_budget, on_change=wake)
@@ -103,10 +104,11 @@ class Dashboard:
 
     @classmethod
     def for_job(cls, job: Job, *, blocking: bool = False, **options: Any) -> Dashboard:
-        """A dashboard of ``job``: Stop calls ``job.stop(wait=False)``; done when the job is."""
+        """A dashboard of ``job``: Stop calls ``job.stop(wait=False)``, Where ``job.where()``."""
         return cls(
             job.monitor,
             stop=lambda: job.stop(wait=False),
+            where=lambda: job.where().text(),
             finished=lambda: job.done,
             blocking=blocking,
             **options,

@@ -1,8 +1,9 @@
-"""The dashboard's header: job name, backend, state, elapsed, world size, rate, Stop.
+"""The dashboard's header: job name, backend, state, elapsed, world size, rate, Stop, Where.
 
 DOM contract: ``.distrain-header`` with ``data-job`` and ``data-state``; its
-fields are ``span[data-field=...]``; the Stop button has class
-``distrain-stop``.
+fields are ``span[data-field=...]``; the job's diagnosis is
+``.distrain-diagnosis``; the Stop button has class ``distrain-stop``, the
+Where button ``distrain-where`` and the stacks it shows ``.distrain-where-out``.
 """
 
 from __future__ import annotations
@@ -51,21 +52,33 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     why = ": ".join(p for p in (snap["reason"], snap["message"]) if p)
     if why and snap["state"] in ("Failed", "Stopped", "Restarting"):
         lines.append(f'<div class="distrain-reason">{esc(why)}</div>')
+    diagnosis = snap.get("diagnosis")
+    if diagnosis:
+        lines.append(f'<div class="distrain-diagnosis">{esc(diagnosis)}</div>')
     if note:
         lines.append(f'<div class="distrain-note">{esc(note)}</div>')
     return "".join(lines)
 
 
 class HeaderPanel:
-    """Header line plus the Stop button.
+    """Header line plus the Stop and Where buttons.
 
     ``stop`` is called once, on the kernel thread, when the button is
     clicked; it must return promptly (``job.stop(wait=False)``). The button
     is disabled without a ``stop`` callable and once the job has ended.
+    ``where`` returns the text of the ranks' stacks (it may take seconds: it
+    runs on a thread of its own); the Where button is hidden without it.
     """
 
-    def __init__(self, stop: Callable[[], object] | None, *, blocking: bool = False) -> None:
+    def __init__(
+        self,
+        stop: Callable[[], object] | None,
+        *,
+        blocking: bool = False,
+        where: Callable[[], str] | None = None,
+    ) -> None:
         self._stop = stop
+        self._where = where
         self.blocking = blocking
         self._stopping = False
         self._error = ""
@@ -81,10 +94,40 @@ class HeaderPanel:
         )
         self.button.add_class("distrain-stop")
         self.button.on_click(self._clicked)
-        self.widget = w.HBox(
-            [self.html, self.button],
+        self.where_button = w.Button(
+            description="Where?",
+            icon="search",
+            tooltip="Show where every rank is now (their stacks, grouped)",
+            layout=w.Layout(
+                width="auto", flex="0 0 auto", display="" if where is not None else "none"
+            ),
+        )
+        self.where_button.add_class("distrain-where")
+        self.where_button.on_click(self._where_clicked)
+        self.where_out = w.HTML()
+        self.where_out.add_class("distrain-where-out")
+        row = w.HBox(
+            [self.html, w.HBox([self.where_button, self.button])],
             layout=w.Layout(justify_content="space-between", align_items="center"),
         )
+        self.widget = w.VBox([row, self.where_out])
+
+    def _where_clicked(self, _button: object) -> None:
+        where = self._where
+        if where is None or self.where_button.disabled:
+            return
+        self.where_button.disabled = True
+        self.where_out.value = '<pre class="distrain-where-text">asking every rank…</pre>'
+
+        def ask() -> None:
+            try:
+                text = where()
+            except Exception as exc:  # shown where the stacks would be
+                text = f"{type(exc).__name__}: {exc}"
+            self.where_out.value = f'<pre class="distrain-where-text">{esc(text)}</pre>'
+            self.where_button.disabled = False
+
+        threading.Thread(target=ask, name="distrain-where-button", daemon=True).start()
 
     def _clicked(self, _button: object) -> None:
         with self._lock:
@@ -117,3 +160,4 @@ class HeaderPanel:
         if ended:
             self.button.disabled = True
             self.button.description = "Stop"
+            self.where_button.layout.display = "none"

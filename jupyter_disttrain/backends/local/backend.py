@@ -21,6 +21,7 @@ from typing import Any
 
 from ... import jobdir
 from ...payload import Payload
+from ...runtime import hangwatch
 from ...runtime.protocol import PREFIX
 from ...spec import JobSpec
 from ..base import (
@@ -57,6 +58,7 @@ class LocalBackend(Backend):
         frameworks=frozenset({"pytorch", "tensorflow"}),
         restart_frameworks=frozenset({"pytorch"}),
         checkpoints_on_path=True,
+        stacks_on_request=True,
     )
 
     def __init__(self, mode: str = "fork") -> None:
@@ -79,6 +81,21 @@ class LocalBackend(Backend):
     def checkpoint_dir(self, record: JobRecord) -> str | None:
         """The job directory's ``checkpoints`` folder (where the runtime saves by default)."""
         return str(jobdir.job_dir(record.name) / "checkpoints")
+
+    def request_stacks(self, name: str) -> str:
+        """Raise the counter in the job directory's request file; every rank's watch reads it."""
+        directory = jobdir.job_dir(name)
+        if not directory.is_dir():
+            raise JobNotFound(f"no local job named {name!r}")
+        path = directory / hangwatch.REQUEST_FILE
+        try:
+            asked = int(path.read_text(encoding="utf-8").strip() or 0)
+        except (OSError, ValueError):
+            asked = 0
+        tmp = directory / f".{hangwatch.REQUEST_FILE}.tmp"
+        jobdir.write_private(tmp, str(asked + 1).encode())
+        os.replace(tmp, path)  # a rank reads the old or the new counter, never a torn one
+        return f"a{asked + 1}"
 
     def job_directory(self, name: str) -> str:
         """The directory where job ``name`` keeps its payload, logs and state."""

@@ -1,0 +1,163 @@
+"""Where the ranks are: their stacks grouped, and the sentence that names the odd ranks.
+
+Pure: built from the ``stacks`` events of one request. Ranks whose main
+threads have the same frames form one group. The ranks that hold the
+others up are those that entered fewer collectives than the rest (torch's
+flight recorder, where it records), else the ranks outside the one
+largest group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ..events import StackFrame, StacksFields
+from ..logbuffer import format_ranks
+
+#: Calls in which a rank waits for its peers.
+COLLECTIVES: Final = frozenset({
+    "all_reduce", "broadcast", "barrier", "monitored_barrier", "all_gather",
+    "all_gather_into_tensor", "all_gather_object", "reduce_scatter", "reduce_scatter_tensor",
+    "reduce", "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all",
+    "all_to_all_single", "broadcast_object_list", "send", "recv", "isend", "irecv",
+    "batch_isend_irecv", "wait", "synchronize",
+})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """Ranks whose main threads stand in the same frames."""
+
+    ranks: tuple[int, ...]
+    call: str
+    cell_line: int | None
+    frames: tuple[tuple[str, int, str], ...]
+    threads: int
+
+    def place(self) -> str:
+        """``"wait in all_reduce (cell line 9)"`` for these ranks."""
+        verb = "wait in" if self.call in COLLECTIVES else "are in"
+        if len(self.ranks) == 1:
+            verb = "waits in" if self.call in COLLECTIVES else "is in"
+        where = f" (cell line {self.cell_line})" if self.cell_line is not None else ""
+        return f"{verb} {self.call or 'an unknown call'}{where}"
+
+
+@dataclass(frozen=True)
+class Where:
+    """The stacks of one request: groups, the odd ranks, missing ranks, the sentence."""
+
+    request: str
+    reason: str
+    quiet: float | None
+    groups: tuple[StackGroup, ...]
+    odd: tuple[int, ...]
+    missing: tuple[int, ...]
+    missed_collective: tuple[int, str] | None
+    stacks: Mapping[int, StacksFields]
+
+    def sentence(self) -> str:
+        """One sentence: who is where, the odd ranks first named."""
+        if not self.groups:
+            return "No rank's stacks arrived."
+        parts = [f"{_ranks(g.ranks)} {g.place()}" for g in self.groups]
+        text = "; ".join(parts)
+        if self.odd:
+            who = _ranks(self.odd)
+            text = f"{who[0].upper()}{who[1:]} {'holds' if len(self.odd) == 1 else 'hold'} " \
+                f"up the others: {text}"  # fmt: skip
+        if self.missed_collective is not None:
+            seq, op = self.missed_collective
+            what = f" ({op})" if op else ""
+            text += f"; {_ranks(self.odd)} never entered collective {seq}{what}"
+        if self.missing:
+            text += f"; no stacks from {_ranks(self.missing)}"
+        if self.reason == "hang":
+            quiet = f" for {self.quiet:g} s" if self.quiet is not None else ""
+            return f"Hang: no rank wrote anything{quiet}. {text}."
+        return f"{text}."
+
+    def text(self) -> str:
+        """The sentence, then each group's stack (innermost call last)."""
+        lines = [self.sentence()]
+        for group in self.groups:
+            lines.append("")
+            lines.append(f"{_ranks(group.ranks)} ({group.threads} thread(s) each at most):")
+            for file, line, func in group.frames:
+                lines.append(f'  File "{file}", line {line}, in {func}')
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def _repr_pretty_(self, p: object, cycle: bool) -> None:
+        p.text(self.text())  # type: ignore[attr-defined]
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + format_ranks(list(ranks))
+
+
+def _main_thread(fields: StacksFields) -> StackFrame | None:
+    threads = fields.get("threads") or []
+    for thread in threads:
+        if thread.get("main"):
+            return thread
+    return threads[0] if threads else None
+
+
+def where_from(request: str, stacks: Mapping[int, StacksFields], world_size: int) -> Where:
+    """Group one request's stacks by identical main-thread frames, odd ranks named."""
+    keyed: dict[tuple[tuple[str, int, str], ...], list[int]] = {}
+    info: dict[tuple[tuple[str, int, str], ...], StackFrame] = {}
+    for rank in sorted(stacks):
+        main = _main_thread(stacks[rank])
+        frames = tuple(
+            (str(f[0]), int(f[1]), str(f[2])) for f in (main or {}).get("frames", []) if len(f) == 3
+        )
+        keyed.setdefault(frames, []).append(rank)
+        info.setdefault(frames, main or StackFrame())
+    groups = [
+        StackGroup(
+            ranks=tuple(ranks),
+            call=str(info[key].get("call") or ""),
+            cell_line=info[key].get("cell_line"),
+            frames=key,
+            threads=max(len(stacks[r].get("threads") or []) for r in ranks),
+        )
+        for key, ranks in keyed.items()
+    ]
+    groups.sort(key=lambda g: (-len(g.ranks), g.ranks))
+    odd: tuple[int, ...] = ()
+    missed: tuple[int, str] | None = None
+    seqs = {
+        rank: (int(c["seq"]), str(c.get("op", "")))
+        for rank, fields in stacks.items()
+        if isinstance(c := fields.get("collective"), dict) and isinstance(c.get("seq"), int)
+    }
+    if len(seqs) == len(stacks) and len(seqs) > 1:
+        top = max(seq for seq, _ in seqs.values())
+        behind = tuple(sorted(r for r, (seq, _) in seqs.items() if seq < top))
+        if behind:
+            odd = behind
+            first_missed = min(seqs[r][0] for r in behind) + 1
+            ahead = next(op for seq, op in seqs.values() if seq == top)
+            missed = (first_missed, ahead if top == first_missed else "")
+    if not odd and len(groups) > 1 and len(groups[0].ranks) > len(groups[1].ranks):
+        odd = tuple(sorted(r for g in groups[1:] for r in g.ranks))
+    if odd:  # the odd ranks' groups last
+        groups.sort(key=lambda g: (g.ranks[0] in odd, -len(g.ranks), g.ranks))
+    first = next(iter(stacks.values()), StacksFields())
+    quiet = first.get("quiet")
+    return Where(
+        request=request,
+        reason=str(first.get("reason") or "asked"),
+        quiet=float(quiet) if isinstance(quiet, int | float) else None,
+        groups=tuple(groups),
+        odd=odd,
+        missing=tuple(r for r in range(world_size) if r not in stacks),
+        missed_collective=missed,
+        stacks=dict(stacks),
+    )

@@ -1,0 +1,188 @@
+"""A rank's watch thread: its stacks on request, and the job's own hang detection.
+
+Standard library and torch only. One daemon thread per rank, started once
+the rank said hello, stopped before the process group is torn down.
+
+- **Requests.** A request is served once: every rank writes a ``stacks``
+  protocol line (all its threads; see :mod:`.stacks`). Requests come from a
+  file in the job directory (``where`` in ``DISTRAIN_JOB_DIR``, holding a
+  counter the notebook raises: local jobs) or from the job's store (a
+  counter rank 0 raises when it detects a hang: every backend).
+- **Hang detection** (``DISTRAIN_HANG_AFTER`` seconds, 0 turns it off):
+  every rank adds to a store counter each tick in which it wrote anything
+  (its log grew, a protocol line, a line through the rank prefixer). When
+  the counter stood still for that long, rank 0 raises a hang request.
+  Every rank also leaves its stacks in the store; rank 0 writes the lines
+  of the ranks that did so for them, so a notebook that follows only rank
+  0's log (Kubernetes) still gets every rank's stacks. Lines seen twice
+  are the same line (the notebook keeps one per request and rank).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Final
+
+from . import rankprefix, report, stacks
+from .cell import CELL_FILENAME
+
+ENV_HANG = "DISTRAIN_HANG_AFTER"
+DEFAULT_HANG_AFTER: Final = 300.0
+REQUEST_FILE: Final = "where"
+#: Seconds rank 0 waits for the other ranks' stacks in the store.
+GATHER_SECONDS: Final = 5.0
+
+_watch: _Watch | None = None
+
+
+def hang_after() -> float:
+    """Seconds of silence from every rank that make a hang (0: never)."""
+    try:
+        return max(0.0, float(os.environ.get(ENV_HANG, DEFAULT_HANG_AFTER)))
+    except ValueError:
+        return DEFAULT_HANG_AFTER
+
+
+def request_file(job_dir: str) -> str:
+    """The file whose counter asks a local job's ranks for their stacks."""
+    return os.path.join(job_dir, REQUEST_FILE)
+
+
+def _default_store() -> Any:
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_initialized():
+        return None
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        return _get_default_store()
+    except Exception:
+        return None
+
+
+def _key(what: str) -> str:
+    return f"distrain/where/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{what}"
+
+
+class _Watch:
+    def __init__(self, rank: int, world: int, job_dir: str | None, hang: float) -> None:
+        self.rank = rank
+        self.world = world
+        self.file = request_file(job_dir) if job_dir else None
+        self.hang = hang
+        self.tick = min(1.0, hang / 5) if hang else 1.0
+        self.store = _default_store()
+        self.stop = threading.Event()
+        self.served: set[str] = set()
+        self.token = self._activity()
+        self.thread = threading.Thread(target=self._run, name="distrain-where", daemon=True)
+
+    # --- what counts as activity -------------------------------------------------
+    def _activity(self) -> tuple[int, ...]:
+        sizes = []
+        for fd in (1, 2):
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                continue
+            sizes.append(st.st_size if st.st_mode & 0o170000 == 0o100000 else 0)
+        return (*sizes, rankprefix.chunks, report.emitted)
+
+    def _run(self) -> None:
+        count_seen = -1
+        quiet_since = time.monotonic()
+        hangs = 0
+        while not self.stop.wait(self.tick):
+            try:
+                token = self._activity()
+                if token != self.token:
+                    self.token = token
+                    if self.store is not None and self.hang:
+                        self.store.add(_key("active"), 1)
+                if self.rank == 0 and self.store is not None and self.hang:
+                    count = int(self.store.add(_key("active"), 0))
+                    now = time.monotonic()
+                    if count != count_seen:
+                        count_seen, quiet_since = count, now
+                    elif now - quiet_since >= self.hang:  # once per silence
+                        hangs += 1
+                        quiet = round(now - quiet_since, 1)
+                        self.store.set(_key(f"hang{hangs}"), json.dumps({"quiet": quiet}))
+                        self.store.add(_key("hangs"), 1)
+                        quiet_since = float("inf")
+                for request, why in self._requests():
+                    if request not in self.served:
+                        self.served.add(request)
+                        self._serve(request, why)
+                        self.token = self._activity()  # the dump itself is no activity
+            except Exception:
+                if self.stop.is_set():
+                    return
+                self.store = None  # the store went away (a peer's agent ended): files only
+
+    def _requests(self) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
+        if self.file is not None:
+            try:
+                with open(self.file, encoding="utf-8") as f:
+                    asked = int(f.read().strip() or 0)
+            except (OSError, ValueError):
+                asked = 0
+            if asked:
+                out.append((f"a{asked}", {"reason": "asked"}))
+        if self.store is not None and self.hang:
+            hangs = int(self.store.add(_key("hangs"), 0))
+            if hangs:
+                why: dict[str, Any] = {"reason": "hang"}
+                if self.store.check([_key(f"hang{hangs}")]):
+                    why.update(json.loads(self.store.get(_key(f"hang{hangs}"))))
+                out.append((f"h{hangs}", why))
+        return out
+
+    def _serve(self, request: str, why: dict[str, Any]) -> None:
+        me = threading.get_ident()
+        fields = {
+            "request": request,
+            **why,
+            "threads": stacks.all_stacks(CELL_FILENAME, skip={me}),
+            "collective": stacks.last_collective(),
+            "pid": os.getpid(),
+        }
+        report.emit_as(self.rank, "stacks", **fields)
+        if self.store is None or not request.startswith("h"):
+            return
+        self.store.set(_key(f"{request}/{self.rank}"), json.dumps(fields))
+        if self.rank != 0:
+            return
+        deadline = time.monotonic() + GATHER_SECONDS
+        pending = set(range(1, self.world))
+        while pending and time.monotonic() < deadline and not self.stop.is_set():
+            for rank in sorted(pending):
+                key = _key(f"{request}/{rank}")
+                if self.store.check([key]):
+                    pending.discard(rank)
+                    report.emit_as(rank, "stacks", **json.loads(self.store.get(key)))
+            time.sleep(0.1)
+
+
+def start(rank: int, world: int) -> None:
+    """Start this rank's watch (idempotent; call after the process group is up)."""
+    global _watch
+    if _watch is not None:
+        return
+    _watch = _Watch(rank, world, os.environ.get("DISTRAIN_JOB_DIR"), hang_after())
+    _watch.thread.start()
+
+
+def stop() -> None:
+    """Stop the watch before the process group is torn down."""
+    global _watch
+    if _watch is None:
+        return
+    _watch.stop.set()
+    _watch.thread.join(timeout=2.0)
+    _watch = None

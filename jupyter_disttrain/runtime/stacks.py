@@ -1,0 +1,136 @@
+"""Where a worker is: the Python stacks of all its threads, read without stopping it.
+
+Standard library only (torch is read when present). The stacks are taken
+from ``sys._current_frames()`` by another thread, so a main thread blocked
+in C (a collective waiting for a peer, ``time.sleep``) is read as it
+stands. Each thread's summary names the call it is in and the cell line
+it came from: the first function it entered below the cell (wrappers
+skipped), or, when the cell itself is in a C call, the call expression at
+the cell line (``time.sleep``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from types import FrameType
+from typing import Any, Final, TypedDict
+
+#: Frames kept per thread (the innermost), and threads kept per rank.
+MAX_FRAMES: Final = 40
+MAX_THREADS: Final = 32
+#: Decorator/wrapper frames skipped when naming the call a thread is in.
+WRAPPERS: Final = frozenset(
+    {"wrapper", "inner", "_fn", "decorate_context", "wrapped", "_wrapper", "new_func"}
+)
+#: The flight recorder's records kept per process group (``TORCH_FR_BUFFER_SIZE``).
+FLIGHT_RECORDER_SIZE: Final = 2000
+
+
+class ThreadStack(TypedDict):
+    """One thread: ``frames`` outermost first, each ``[file, line, function]``."""
+
+    name: str
+    main: bool
+    frames: list[list[Any]]
+    call: str
+    cell_line: int | None
+
+
+class Collective(TypedDict):
+    """The last collective this rank entered on the default group (flight recorder)."""
+
+    seq: int
+    op: str
+
+
+def _call_text(frame: FrameType) -> str | None:
+    """The callee of the call expression ``frame`` is executing, e.g. ``time.sleep``."""
+    code = frame.f_code
+    try:
+        positions = list(code.co_positions())
+        line, end_line, col, end_col = positions[frame.f_lasti // 2]
+    except (IndexError, ValueError, AttributeError):
+        return None
+    if line is None or col is None or end_col is None or line != end_line:
+        return None
+    import linecache
+
+    text = linecache.getline(code.co_filename, line)[col:end_col]
+    head = text.split("(", 1)[0].strip()
+    return head or None
+
+
+def thread_stack(
+    name: str, frame: FrameType | None, cell_filename: str, *, main: bool
+) -> ThreadStack:
+    """The summary of one thread whose innermost frame is ``frame``."""
+    chain: list[FrameType] = []
+    while frame is not None:
+        chain.append(frame)
+        frame = frame.f_back
+    chain.reverse()  # outermost first
+    cell_at = max(
+        (i for i, f in enumerate(chain) if f.f_code.co_filename == cell_filename), default=None
+    )
+    call = ""
+    cell_line: int | None = None
+    if cell_at is not None:
+        cell_line = chain[cell_at].f_lineno
+        below = [f for f in chain[cell_at + 1 :] if f.f_code.co_name not in WRAPPERS]
+        if below:
+            call = below[0].f_code.co_name
+        else:
+            call = _call_text(chain[cell_at]) or ""
+    elif chain:
+        call = chain[-1].f_code.co_name
+    frames = [[f.f_code.co_filename, f.f_lineno, f.f_code.co_name] for f in chain[-MAX_FRAMES:]]
+    return ThreadStack(name=name, main=main, frames=frames, call=call, cell_line=cell_line)
+
+
+def all_stacks(cell_filename: str, *, skip: set[int] | None = None) -> list[ThreadStack]:
+    """Every thread's stack but those in ``skip`` (thread idents); the main thread first."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    main_ident = threading.main_thread().ident
+    out: list[ThreadStack] = []
+    for ident, frame in sys._current_frames().items():
+        if skip and ident in skip:
+            continue
+        out.append(
+            thread_stack(
+                names.get(ident, f"thread-{ident}"), frame, cell_filename, main=ident == main_ident
+            )
+        )
+    out.sort(key=lambda s: (not s["main"], s["name"]))
+    return out[:MAX_THREADS]
+
+
+def enable_flight_recorder() -> None:
+    """Ask torch to record collectives (before the group is made; the user's setting wins)."""
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDER_SIZE))
+
+
+def last_collective() -> Collective | None:
+    """The default group's last collective this rank entered, when torch records them."""
+    if "torch.distributed" not in sys.modules:
+        return None
+    try:
+        import torch._C._distributed_c10d as c10d
+
+        dump = json.loads(c10d._dump_fr_trace_json(True, True))  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    best: Collective | None = None
+    for entry in dump.get("entries", []):
+        group = entry.get("process_group") or ["", ""]
+        if str(group[0]) != "0":
+            continue
+        seq = entry.get("collective_seq_id")
+        if not isinstance(seq, int) or seq <= 0:
+            continue
+        if best is None or seq > best["seq"]:
+            op = str(entry.get("profiling_name", "")).split(":")[-1]
+            best = Collective(seq=seq, op=op)
+    return best

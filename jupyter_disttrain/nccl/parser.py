@@ -15,6 +15,7 @@ from .patterns import (
     _GLOO_RANK,
     _HEADER,
     _IB_DEV,
+    _INIT_STARTED,
     _MAX_IFACES,
     _MAX_TEXT,
     _NNODES,
@@ -22,12 +23,15 @@ from .patterns import (
     _OOB,
     _OPTYPE,
     _PG_SIZE,
+    _PROBLEM,
     _RANK_PREFIX,
     _RANK_TAG,
     _RING,
     _ROOT_CAUSE_ORDER,
+    _ROOT_CAUSES,
     _RULES,
     _SEQ,
+    _SETTING,
     _SOCKET_IF,
     _TIMEOUT_MS,
     _TRACE,
@@ -35,6 +39,7 @@ from .patterns import (
     _USING_NET,
     _VERSION,
     _VIA,
+    MAX_PROBLEM_LINES,
     Source,
 )
 from .summary import (
@@ -101,6 +106,9 @@ class NcclParser:
         self._class_sources: dict[str | None, set[Source]] = {}
         self._watchdog: dict[Source, tuple[str | None, str | None, int | None]] = {}
         self._pending_last_error: set[Source | None] = set()
+        self._problems: list[str] = []  # lines that say something failed, in words no rule knows
+        self._init_started = False
+        self._from_info: set[tuple[str | None, str]] = set()  # findings read from INFO lines
 
     # -- feeding -----------------------------------------------------------
 
@@ -157,7 +165,11 @@ class NcclParser:
             if self._first_error_warning is None and not _BENIGN_WARN.search(message):
                 self._first_error_warning = message[:_MAX_TEXT]
             self._classify(message, src, host, dev)
-        elif header is None and "NCCL INFO" not in text:
+        elif "NCCL INFO" in text:
+            message = text[text.index("NCCL INFO") + 10 :].strip()
+            if not _BENIGN_WARN.search(message) and not _SETTING.search(message):
+                self._classify(message, src, host, dev, known_only=True)
+        elif header is None:
             level = _GLOG.search(text)
             if level is None or level.group(1) in "EF":
                 self._classify(_strip_rank_prefix(text), src, host, dev)
@@ -188,6 +200,8 @@ class NcclParser:
     ) -> None:
         if "NCCL INFO" in text:
             self._nccl_info_seen = True
+        if not self._init_started and _INIT_STARTED.search(text):
+            self._init_started = True
         if "anks " in text:
             comm = _COMM.search(text)
             if comm is not None:
@@ -316,13 +330,32 @@ class NcclParser:
             elif owner != host:
                 self._hints.setdefault("shared-address", (iface, address))
 
-    def _classify(self, text: str, src: Source | None, host: str | None, dev: str | None) -> None:
+    def _classify(
+        self,
+        text: str,
+        src: Source | None,
+        host: str | None,
+        dev: str | None,
+        *,
+        known_only: bool = False,
+    ) -> None:
+        """Find the rule a problem line matches; ``known_only``: informational lines."""
         for failure, cause, pattern in _RULES:
+            if known_only and failure not in ("connection", "timeout"):
+                continue  # an INFO line is trusted for network trouble only
             if pattern.search(text):
-                self._failed(failure, cause, text, src, host, dev)
+                self._failed(failure, cause, text, src, host, dev, weak=known_only)
                 if failure == "timeout":
                     self._see_timeout(cause, text, src)
                 return
+        if (
+            not known_only
+            and len(self._problems) < MAX_PROBLEM_LINES
+            and _PROBLEM.search(text)
+            and not _SETTING.search(text)
+            and not _BENIGN_WARN.search(text)
+        ):
+            self._problems.append(text.strip()[:_MAX_TEXT])
 
     def _failed(
         self,
@@ -332,8 +365,15 @@ class NcclParser:
         src: Source | None,
         host: str | None = None,
         dev: str | None = None,
+        *,
+        weak: bool = False,
     ) -> None:
         key = (failure, cause)
+        if key in self._from_info and not weak:  # a WARN or error line says it better
+            del self._found[key]
+            self._from_info.discard(key)
+        if weak and key not in self._found:
+            self._from_info.add(key)
         if failure == "cuda-oom":
             size = _BYTES.search(text)
             if size is not None:
@@ -366,11 +406,13 @@ class NcclParser:
             for name, sources in self._transports.items()
         }
         init: bool | None = None
+        failure, finding = self._failure()
         if self._init_failed - self._init_done:
             init = False
         elif self._init_done:
             init = True
-        failure, finding = self._failure()
+        elif self._init_started and finding is not None:
+            init = False  # initialisation started, and a failure came before Init COMPLETE
         return NcclSummary(
             nccl_version=self._version,
             transport=transport,
@@ -416,6 +458,10 @@ class NcclParser:
         return None
 
     def _failure(self) -> tuple[str, _Finding | None]:
+        for root in _ROOT_CAUSES:
+            for rule_failure, cause, _ in _RULES:
+                if cause == root and (rule_failure, cause) in self._found:
+                    return str(rule_failure), self._found[(rule_failure, cause)]
         for failure in _ROOT_CAUSE_ORDER:
             for rule_failure, cause, _ in _RULES:
                 if rule_failure == failure and (failure, cause) in self._found:
@@ -424,6 +470,9 @@ class NcclParser:
             return "other", None
         if (None, "error") in self._found:
             return "other", self._found[(None, "error")]
+        if self._problems or self._first_error_warning is not None:
+            lines = self._problems or [str(self._first_error_warning)]
+            return "other", _Finding("unrecognised", " | ".join(lines), None, None, None)
         return "none", None
 
     def _where(self, finding: _Finding) -> str:
@@ -566,8 +615,10 @@ class NcclParser:
         version = f"NCCL {self._version}" if self._version else "NCCL"
         size = f" for {self._nranks} ranks" if self._nranks else ""
         over = f" over {' + '.join(parts)}" if parts else ""
-        note = ""
         if self._first_warning is not None:
             count = "1 warning" if self._warnings == 1 else f"{self._warnings} warnings"
-            note = f" ({count} that did not stop it: '{self._first_warning}')"
-        return f"{version} set up{size}{over} with no errors{note}: nothing to fix"
+            return (
+                f"{version} set up{size}{over} with no errors, and {count} that did not stop "
+                f"it ('{self._first_warning}'): read it, it may cost performance"
+            )
+        return f"{version} set up{size}{over} with no errors: nothing to fix"

@@ -12,6 +12,8 @@ RAW_HEAD: Final = 500
 RAW_TAIL: Final = 500
 
 _ROOT_CAUSE_ORDER: Final = ("cuda-oom", "shm", "ib", "connection", "other", "timeout")
+# Causes that explain the errors that follow them, tried first whatever their class.
+_ROOT_CAUSES: Final = ("oom", "shm", "driver", "version", "dup-gpu", "duplicate-rank")
 _MAX_TRACKED: Final = 4096  # ranks, processes, hosts and addresses remembered
 _MAX_IFACES: Final = 32
 _MAX_TEXT: Final = 240
@@ -69,6 +71,20 @@ _IB_STATUS = re.compile(r"status=(?:[A-Za-z_ ]*\()?(\d+)")
 _IB_VENDOR = re.compile(r"vendor[ _]err[ =](\d+)")
 _BYTES = re.compile(r"(\d{4,}) bytes|size (\d{4,})")
 _BENIGN_WARN = re.compile(r"ignoring|Failed to open libibverbs|NET/Plugin|No plugin found")
+# A line that says something went wrong, in words no rule knows (never "nothing to fix").
+_PROBLEM = re.compile(
+    r"\b(?:error|errors|failed|failure|fails|abort(?:ed|ing)?|retry(?:ing)?|refused|unreachable"
+    r"|timed? ?out|timeout|exception|fatal|invalid|unable|cannot|could not|mismatch)\b",
+    re.IGNORECASE,
+)
+# Settings echoed at start-up ("NCCL_IB_TIMEOUT set by environment to 22") are no problem.
+_SETTING = re.compile(r"set by environment|\bNCCL_\w+\s*=|\bTORCH_\w+\s*=")
+# Lines that show NCCL's communicator initialisation under way.
+_INIT_STARTED = re.compile(
+    r"NCCL version|Bootstrap|bootstrap\.cc|init\.cc|Init START|ncclCommInit|cudaDriverVersion"
+)
+#: Lines quoted when no rule recognises a problem.
+MAX_PROBLEM_LINES: Final = 3
 
 # (failure class, cause, pattern) tried in order on error lines; the first match wins.
 # Class None marks a failure whose cause is not recognised.
@@ -83,6 +99,15 @@ _RULES: Final[tuple[tuple[str | None, str, re.Pattern[str]], ...]] = (
         ),
     ),
     ("shm", "shm", re.compile(r"/dev/shm|shared memory|shmutils|posix_fallocate|\bshm\.", re.I)),
+    (
+        "ib",
+        "gid",
+        re.compile(
+            r"ibv_query_gid|\bGID\b[^\n]*(?:fail|error|invalid|not found|mismatch|unable)"
+            r"|(?:fail|error|invalid|unable|no valid)[^\n]*\bGID\b",
+            re.I,
+        ),
+    ),
     ("ib", "qp", re.compile(r"ibv_create_qp")),
     ("ib", "mr", re.compile(r"ibv_reg_(?:dmabuf_)?mr")),
     ("ib", "modify_qp", re.compile(r"ibv_modify_qp")),
@@ -126,7 +151,45 @@ _RULES: Final[tuple[tuple[str | None, str, re.Pattern[str]], ...]] = (
         ),
     ),
     ("connection", "remote", re.compile(r"ncclRemoteError|remote process exit", re.I)),
+    (
+        "connection",
+        "retries",
+        re.compile(
+            r"retrying|retry \d+|retries exhausted|after \d+ retries|connect\(\) failed", re.I
+        ),
+    ),
     ("other", "dup-gpu", re.compile(r"Duplicate GPU detected")),
+    (
+        "other",
+        "duplicate-rank",
+        re.compile(
+            r"duplicate (?:rank|node|worker|global rank)|rank \S+ (?:is )?already (?:exists|"
+            r"joined|registered|in use)|(?:appears|checked in|joined) (?:twice|more than once)"
+            r"|same rank",
+            re.I,
+        ),
+    ),
+    (
+        "other",
+        "version",
+        re.compile(
+            r"version mismatch|mismatched versions?|incompatible (?:NCCL|nccl|version|library)"
+            r"|undefined symbol|symbol lookup error|version `\S+' not found|\bABI\b"
+            r"|NCCL version \S+ (?:does not match|differs)",
+            re.I,
+        ),
+    ),
+    (
+        "other",
+        "driver",
+        re.compile(
+            r"CUDA driver version is insufficient|cudaErrorInsufficientDriver|driver/library "
+            r"version mismatch|no CUDA-capable device|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE"
+            r"|Failed to initialize NVML|NVML (?:error|failure)|\bXid\b|cuInit\S* failed"
+            r"|cudaErrorSystemDriverMismatch|driver shutting down",
+            re.I,
+        ),
+    ),
     ("other", "invalid", re.compile(r"invalid usage|ncclInvalidUsage|ncclInvalidArgument", re.I)),
     ("other", "cuda", re.compile(r"Cuda failure|unhandled cuda error|CUDA error", re.I)),
     ("timeout", "watchdog", re.compile(r"collective operation timeout|Timeout at NCCL work")),

@@ -92,6 +92,12 @@ def _oom_text(where: str, size: int, consequences: bool) -> str:
 
 
 def _ib_text(finding: _Finding, where: str) -> str:
+    if finding.cause == "gid":
+        return (
+            f"NCCL found no usable RoCE GID{where} ({finding.text}): set NCCL_IB_GID_INDEX to "
+            "the RoCE v2 GID of the interface's IPv4 address (show_gids), and check that the "
+            "interface has that address inside the container"
+        )
     if finding.cause == "qp":
         return (
             f"NCCL could not create InfiniBand queue pairs{where}: raise the locked-memory "
@@ -180,6 +186,13 @@ def _connection_text(finding: _Finding, where: str, bootstrap: bool) -> str:
             "start or cannot reach MASTER_ADDR:MASTER_PORT; check that every pod or node is "
             "running and can connect to it"
         )
+    if finding.cause == "retries":
+        return (
+            f"a rank kept retrying to connect to {peer}{where}: nothing answered there yet (the "
+            "peer has not started, or exited) or the address is not reachable from this node; "
+            "check that the peer runs and that MASTER_ADDR / NCCL_SOCKET_IFNAME name an "
+            "address every node can reach"
+        )
     if finding.cause == "remote":
         return (
             f"a peer rank exited or its network failed{where} (ncclRemoteError): the root "
@@ -198,6 +211,29 @@ def _other_text(finding: _Finding, where: str, first_warning: str | None) -> str
         return (
             f"two ranks were given the same GPU{where}: call torch.cuda.set_device(local_rank) "
             "before init_process_group and check CUDA_VISIBLE_DEVICES and nproc_per_node"
+        )
+    if finding.cause == "duplicate-rank":
+        return (
+            f"a rank checked in twice{where} ({finding.text}): two workers were started with "
+            "the same rank (the same --node-rank on two nodes, or an old worker still alive "
+            "when its replacement joined); give each node its own rank and end old workers"
+        )
+    if finding.cause == "version":
+        return (
+            f"the ranks or their libraries disagree on versions{where} ({finding.text}): run "
+            "the same torch / NCCL build on every node (one image) and do not mix a system "
+            "NCCL or net plugin built for another version"
+        )
+    if finding.cause == "driver":
+        return (
+            f"the CUDA driver failed{where} ({finding.text}): check that the GPUs are visible "
+            "in the container (nvidia-smi), that the driver is new enough for this CUDA "
+            "build, and the node's health (Xid errors in dmesg)"
+        )
+    if finding.cause == "unrecognised":
+        return (
+            f"unrecognised problem: the log reports trouble this reading does not know "
+            f"('{finding.text}'): read those lines and the first failing rank's log"
         )
     if finding.cause == "invalid":
         return (

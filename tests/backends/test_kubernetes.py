@@ -53,10 +53,18 @@ def k8s_spec(name: str, **kw: Any) -> JobSpec:
     return JobSpec(name, backend="kubernetes", **kw)
 
 
-def wait_for(predicate: Any, timeout: float = 60.0) -> None:
+def wait_for(predicate: Any, timeout: float = 60.0, why: Any = None) -> None:
+    """Wait for ``predicate``; on timeout the assertion shows ``why()`` (a job's logs)."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
+        if time.monotonic() >= deadline:
+            detail = ""
+            if why is not None:
+                try:
+                    detail = str(why())
+                except Exception as exc:  # the logs are a courtesy; the timeout is the failure
+                    detail = f"(no logs: {exc!r})"
+            raise AssertionError(f"condition not reached in {timeout:g} s\n{detail}")
         time.sleep(0.1)
 
 
@@ -124,7 +132,7 @@ def test_job_runs_end_to_end_and_stop_cleans_up(cluster: Emulator, tmp_path: Pat
         submit_now(backend, k8s_spec("k8s-e2e"), payload, Collector())
     assert backend.stop("k8s-e2e")
     wait_for(lambda: resources(cluster, "k8s-e2e") == {"jobs": [], "pods": [], "configmaps": []})
-    wait_for(lambda: not cluster.processes(), 15)
+    wait_for(lambda: not cluster.processes(), 15, cluster.processes)
 
 
 @pytest.mark.slow
@@ -133,11 +141,11 @@ def test_stop_while_running_deletes_job_pods_and_payload(cluster: Emulator) -> N
     job = jobs.submit(
         k8s_spec("k8s-stop", nodes=2), build_payload(cell, {}, job="k8s-stop"), KubernetesBackend()
     )
-    wait_for(lambda: len(job.metrics()) > 2, 120)
+    wait_for(lambda: len(job.metrics()) > 2, 120, job.logs)
     assert job.status() == "Running"
     assert job.stop(timeout=60) == "Stopped"
     wait_for(lambda: resources(cluster, "k8s-stop") == {"jobs": [], "pods": [], "configmaps": []})
-    wait_for(lambda: not cluster.processes(), 15)
+    wait_for(lambda: not cluster.processes(), 15, cluster.processes)
     stats = cluster.stats()
     assert stats.streams.peak <= 4, stats
 
@@ -205,24 +213,29 @@ def test_unschedulable_and_image_pull_failures_explain_pending(cluster: Emulator
                          for r in pull.monitor.snapshot()["ranks"]), 30)  # fmt: skip
     for job in (sched, pull):
         assert job.stop(timeout=30) == "Stopped"
-    wait_for(lambda: not cluster.processes(), 15)
+    wait_for(lambda: not cluster.processes(), 15, cluster.processes)
 
 
 @pytest.mark.slow
-def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator) -> None:
+def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator, tmp_path: Path) -> None:
+    # The ranks train until the test says so: the kill cannot come after the end.
     cell = textwrap.dedent(
         """
         import os, time, torch.distributed as dist
-        for i in range(60):
+        i = 0
+        while not os.path.exists(FINISH) and i < 3000:
             report(step=i, x=float(i))
             time.sleep(0.1)
+            i += 1
         dist.barrier()
         "finished"
         """
     )
+    finish = tmp_path / "finish"
     spec = k8s_spec("k8s-kill", nodes=2, max_restarts=3, options=(("elastic", "2:2"),))
-    job = jobs.submit(spec, build_payload(cell, {}, job="k8s-kill"), KubernetesBackend())
-    wait_for(lambda: len(job.metrics()) >= 3, 120)
+    payload = build_payload(cell, {"FINISH": str(finish)}, job="k8s-kill")
+    job = jobs.submit(spec, payload, KubernetesBackend())
+    wait_for(lambda: len(job.metrics()) >= 3, 120, job.logs)
 
     def kill_worker() -> bool:  # its agent restarts and re-joins the rendezvous
         try:
@@ -231,10 +244,12 @@ def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator) -> No
             return False
         return True
 
-    wait_for(kill_worker, 60)
-    assert job.result(timeout=240) == "finished"
+    wait_for(kill_worker, 60, job.logs)
+    wait_for(lambda: job.monitor.restarts >= 1, 120, job.logs)
+    finish.touch()
+    assert job.result(timeout=240) == "finished", job.logs()
     assert job.monitor.restarts >= 1
-    wait_for(lambda: not cluster.processes(), 15)
+    wait_for(lambda: not cluster.processes(), 15, cluster.processes)
 
 
 def test_invalid_object_422_lists_the_field_errors(cluster: Emulator) -> None:

@@ -380,3 +380,31 @@ def test_ten_consecutive_jobs_finish_with_no_pod_restarts(cluster: Emulator) -> 
             job.stop()
     finally:
         api.close()
+
+
+@pytest.mark.slow
+def test_a_hung_job_on_pods_names_the_rank_through_rank_zeros_log(cluster: Emulator) -> None:
+    # Only rank 0's pod log is followed: rank 1's stacks reach the notebook through rank 0.
+    cell = textwrap.dedent(
+        """
+        import time, torch, torch.distributed as dist
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        report(step=0, total=t.item())
+        if dist.get_rank() != 1:
+            dist.all_reduce(t)
+        else:
+            time.sleep(600)
+        """
+    )
+    spec = k8s_spec("k8s-hang", nodes=2, nproc=1, hang_after=5)
+    job = jobs.submit(spec, build_payload(cell, {}, job="k8s-hang"), KubernetesBackend())
+    wait_for(lambda: (job.diagnosis() or "").startswith("Hang"), 120, job.logs)
+    sentence = job.diagnosis() or ""
+    assert "Rank 1 holds up the others" in sentence, sentence
+    assert "rank 0 waits in all_reduce (cell line 6)" in sentence, sentence
+    assert "rank 1 is in time.sleep (cell line 8)" in sentence, sentence
+    where = job.where()
+    assert [g.ranks for g in where.groups] == [(0,), (1,)] and not where.missing, where.text()
+    assert job.stop(timeout=60) == "Stopped"
+    wait_for(lambda: not cluster.processes(), 15, cluster.processes)

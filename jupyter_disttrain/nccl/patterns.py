@@ -33,6 +33,11 @@ _MARKERS: Final = (
     "TCPStore",
     "Rendezvous",
     "Last error",
+    "torch/distributed",
+    "torchelastic",
+    "Cuda failure",
+    "CUDA error",
+    "CUDA driver",
 )
 
 _HEADER = re.compile(r"([^\s:\[\]]+):(\d+):\d+ \[(\d+)\] ")
@@ -59,7 +64,7 @@ _RANK_TAG = re.compile(r"\[(?:PG (?:ID )?0 (?:PG GUID \S+ )?)?Rank (\d+)\]")
 _GLOO_RANK = re.compile(r"\[Gloo\] Rank (\d+)")
 # glog severity prefix of PyTorch C++ logs: "[W socket.cpp:464]", "[E1206 18:44:12.7 x.cpp:607]".
 _GLOG = re.compile(
-    r"(?:^|[\s\[])([IWEF])(?:\d{4} [\d:.]+(?: +\d+)?)? ?[\w.\-]+\.(?:cpp|cc|hpp|h):\d+\]"
+    r"(?:^|[\s\[])([IWEF])(?:\d{4} [\d:.]+(?: +\d+)?)? ?[\w.\-/]+\.(?:cpp|cc|hpp|h|py):\d+\]"
 )
 _SEQ = re.compile(r"SeqNum=(\d+)")
 _OPTYPE = re.compile(r"OpType=(\w+)")
@@ -70,7 +75,9 @@ _C10D_PEER = re.compile(r"\[([^\]\s]+)\]:(\d+)|\(([^,()\s]+), (\d+)\)")
 _IB_STATUS = re.compile(r"status=(?:[A-Za-z_ ]*\()?(\d+)")
 _IB_VENDOR = re.compile(r"vendor[ _]err[ =](\d+)")
 _BYTES = re.compile(r"(\d{4,}) bytes|size (\d{4,})")
-_BENIGN_WARN = re.compile(r"ignoring|Failed to open libibverbs|NET/Plugin|No plugin found")
+_BENIGN_WARN = re.compile(
+    r"ignoring|Failed to open libibverbs|NET/Plugin|No plugin found|falling back|fall back"
+)
 # A line that says something went wrong, in words no rule knows (never "nothing to fix").
 _PROBLEM = re.compile(
     r"\b(?:error|errors|failed|failure|fails|abort(?:ed|ing)?|retry(?:ing)?|refused|unreachable"
@@ -153,6 +160,11 @@ _RULES: Final[tuple[tuple[str | None, str, re.Pattern[str]], ...]] = (
     ("connection", "remote", re.compile(r"ncclRemoteError|remote process exit", re.I)),
     (
         "connection",
+        "gloo-mesh",
+        re.compile(r"connectFullMesh failed|gloo/transport/tcp/pair\.cc:\d+\] no error"),
+    ),
+    (
+        "connection",
         "retries",
         re.compile(
             r"retrying|retry \d+|retries exhausted|after \d+ retries|connect\(\) failed", re.I
@@ -192,6 +204,11 @@ _RULES: Final[tuple[tuple[str | None, str, re.Pattern[str]], ...]] = (
     ),
     ("other", "invalid", re.compile(r"invalid usage|ncclInvalidUsage|ncclInvalidArgument", re.I)),
     ("other", "cuda", re.compile(r"Cuda failure|unhandled cuda error|CUDA error", re.I)),
+    (
+        "other",
+        "worker-exit",
+        re.compile(r"failed \(exitcode: -?\d+\)|ChildFailedError|Worker group FAILED"),
+    ),
     ("timeout", "watchdog", re.compile(r"collective operation timeout|Timeout at NCCL work")),
     ("timeout", "barrier", re.compile(r"failed to pass monitoredBarrier")),
     (

@@ -193,6 +193,12 @@ def _connection_text(finding: _Finding, where: str, bootstrap: bool) -> str:
             "check that the peer runs and that MASTER_ADDR / NCCL_SOCKET_IFNAME name an "
             "address every node can reach"
         )
+    if finding.cause == "gloo-mesh":
+        return (
+            f"gloo could not connect every pair of ranks{where} (connectFullMesh): the ranks "
+            "cannot reach each other's gloo ports on the chosen interface; set "
+            "GLOO_SOCKET_IFNAME to the interface the nodes share and open the ports between them"
+        )
     if finding.cause == "remote":
         return (
             f"a peer rank exited or its network failed{where} (ncclRemoteError): the root "
@@ -229,6 +235,11 @@ def _other_text(finding: _Finding, where: str, first_warning: str | None) -> str
             f"the CUDA driver failed{where} ({finding.text}): check that the GPUs are visible "
             "in the container (nvidia-smi), that the driver is new enough for this CUDA "
             "build, and the node's health (Xid errors in dmesg)"
+        )
+    if finding.cause == "worker-exit":
+        return (
+            f"a worker process exited with an error{where} ({finding.text}): the cause is in "
+            "that rank's own output above (its traceback); the launcher only reports the exit"
         )
     if finding.cause == "unrecognised":
         return (

@@ -51,6 +51,7 @@ bench: venv
 	$(PY) bench/monitor.py
 	$(PY) bench/k8s_api.py
 	$(PY) bench/checkpoints.py
+	$(PY) bench/nccl_corpus.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

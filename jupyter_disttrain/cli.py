@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--backend", default=None, help="where the job runs")
     where = sub.add_parser("where", help="print where a job's ranks are (their stacks)")
     where.add_argument("name")
-    where.add_argument("--timeout", type=float, default=10.0)
+    where.add_argument("--timeout", type=float, default=None)
     where.add_argument("--backend", default=None, help="where the job runs")
     stop = sub.add_parser("stop", help="stop a job")
     stop.add_argument("name")

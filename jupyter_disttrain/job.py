@@ -157,14 +157,18 @@ class Job:
         """The job's current one-sentence reading (communication, hang or failure), or None."""
         return self.monitor.diagnosis()
 
-    def where(self, timeout: float = 10.0) -> Where:
+    def where(self, timeout: float | None = None) -> Where:
         """Where every rank is: its threads' stacks, grouped by identical stacks.
 
         A running job whose backend can ask (``capabilities.stacks_on_request``)
-        is asked now, and this waits up to ``timeout`` s for every rank that is
-        still up; otherwise the newest stacks the job sent (at a hang) are
-        returned. Raises :class:`~.backends.base.BackendError` when there are none.
+        is asked now, and this waits up to ``timeout`` s (default 10, or 90 where
+        workers run in pods: a kubelet passes the request on within its sync
+        period) for every rank that is still up; otherwise the newest stacks the
+        job sent (at a hang) are returned. Raises
+        :class:`~.backends.base.BackendError` when there are none.
         """
+        if timeout is None:
+            timeout = 90.0 if self.backend.capabilities.has_pods else 10.0
         if self.backend.capabilities.stacks_on_request and not self.done:
             request = self.backend.request_stacks(self.name)
             found = self.monitor.wait_for_stacks(request, timeout)

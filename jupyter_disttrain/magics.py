@@ -174,13 +174,14 @@ class DistrainMagics(Magics):
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("name", help="job name")
     @magic_arguments.argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for the ranks' stacks"
-    )
+        "--timeout", type=float, default=None,
+        help="seconds to wait for the ranks' stacks (default 10; 90 for pods)",
+    )  # fmt: skip
     @line_magic
     def distrain_where(self, line: str) -> None:
         """Print where a job's ranks are: their stacks, grouped, the odd ranks named."""
         args = magic_arguments.parse_argstring(self.distrain_where, line)
-        if not args.timeout > 0:
+        if args.timeout is not None and not args.timeout > 0:
             raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
         try:
             print(self.service.where(args.name, timeout=args.timeout).text())

@@ -346,7 +346,7 @@ class JobService:
         """What a job's ranks printed (one rank, or all prefixed with their rank)."""
         return self._backend_of(name, backend).logs(name, rank=rank, tail=tail)
 
-    def where(self, name: str, backend: str | None = None, timeout: float = 10.0) -> Where:
+    def where(self, name: str, backend: str | None = None, timeout: float | None = None) -> Where:
         """Where the ranks of job ``name`` are (see :meth:`Job.where`).
 
         This process's job answers itself; another process's job is followed

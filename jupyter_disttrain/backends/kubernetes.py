@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from .. import events as ev
 from ..payload import Payload
 from ..runtime import rankprefix
+from ..runtime.hangwatch import WHERE_ANNOTATION
 from ..runtime.protocol import PREFIX
 from ..spec import JobSpec
 from . import k8s_logs
@@ -43,7 +44,7 @@ from .k8s_options import (
     K8sOptions,
     parse_options,
 )
-from .k8s_status import JOB_NAME_LABEL, job_condition
+from .k8s_status import JOB_NAME_LABEL, REPLICA_TYPE_LABEL, job_condition, node_index
 from .k8s_watch import (
     GROUP,
     PLURALS,
@@ -83,6 +84,7 @@ class KubernetesBackend(Backend):
         restart_frameworks=frozenset({"pytorch", "tensorflow"}),
         renders_manifests=True,
         needs_configuration=True,
+        stacks_on_request=True,
     )
     options = tuple(
         BackendOption(
@@ -362,6 +364,35 @@ class KubernetesBackend(Backend):
             record = k8s_logs.logs_name(name)
             raise explain(exc, kind="ConfigMap", name=record, namespace=conn.namespace) from None
         return {str(k): str(v) for k, v in (found.data or {}).items()}
+
+    def request_stacks(self, name: str) -> str:
+        """Raise the request counter annotation on the pod of node 0.
+
+        The kubelet writes the pod's annotations into its downward-API file,
+        where rank 0's watch reads them (on a real cluster within the
+        kubelet's sync period, up to about a minute).
+        """
+        conn = self.connection()
+        pods: Any = conn.core.list_namespaced_pod(
+            conn.namespace, label_selector=f"{JOB_NAME_LABEL}={name}"
+        )
+        found = [p.to_dict() for p in pods.items]
+        leader = any(
+            str((p["metadata"].get("labels") or {}).get(REPLICA_TYPE_LABEL, "")).lower()
+            in ("master", "chief")
+            for p in found
+        )
+        first = [p for p in found if node_index(p, leader) == 0]
+        if not first:
+            raise JobNotFound(f"job {name!r} has no pod of node 0 in namespace {conn.namespace!r}")
+        meta = first[0]["metadata"]
+        asked = int((meta.get("annotations") or {}).get(WHERE_ANNOTATION, "0") or 0) + 1
+        patch = {"metadata": {"annotations": {WHERE_ANNOTATION: str(asked)}}}
+        try:
+            conn.core.patch_namespaced_pod(meta["name"], conn.namespace, patch)
+        except ApiException as exc:
+            raise explain(exc, kind="Pod", name=meta["name"], namespace=conn.namespace) from None
+        return f"a{asked}"
 
     def stop(self, name: str) -> bool:
         """Delete job ``name`` (either framework)."""

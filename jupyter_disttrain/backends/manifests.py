@@ -55,6 +55,8 @@ KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 
 PAYLOAD_DIR: Final = f"{RUNTIME_ROOT}/payload"
 PIP_DIR: Final = f"{RUNTIME_ROOT}/pip"
+#: The pod's own annotations (downward API): how the notebook asks rank 0 for the stacks.
+PODINFO_DIR: Final = f"{RUNTIME_ROOT}/podinfo"
 PAYLOAD_FILE: Final = "payload.pkl"
 WORKER_MODULE: Final = "jupyter_disttrain.runtime.worker"
 #: What the API server accepts in one ConfigMap or Secret (keys plus data).
@@ -272,7 +274,11 @@ def _user_env(spec: JobSpec) -> dict[str, str]:
 
 def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, str]]:
     # Several ranks share a pod's log: each line is prefixed "[rank R] ".
-    env = {"PYTHONPATH": PAYLOAD_DIR, "DISTRAIN_RANK_PREFIX": "1"}
+    env = {
+        "PYTHONPATH": PAYLOAD_DIR,
+        "DISTRAIN_RANK_PREFIX": "1",
+        "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
+    }
     if spec.timeout:
         env["DISTRAIN_PG_TIMEOUT"] = str(max(30, math.ceil(spec.timeout)))
     if opts.pip:
@@ -313,6 +319,9 @@ def _volumes(
         source = {"configMap": {"name": payload_name(name), **files_ref}}
     volumes: list[dict[str, Any]] = [{"name": "payload", **source}]
     mounts: list[dict[str, Any]] = [{"name": "payload", "mountPath": PAYLOAD_DIR, "readOnly": True}]
+    annotations = {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+    volumes.append({"name": "podinfo", "downwardAPI": {"items": [annotations]}})
+    mounts.append({"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True})
     if opts.shm:
         size = {"sizeLimit": opts.shm_size} if opts.shm_size else {}
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", **size}})

@@ -4,10 +4,13 @@ Standard library and torch only. One daemon thread per rank, started once
 the rank said hello, stopped before the process group is torn down.
 
 - **Requests.** A request is served once: every rank writes a ``stacks``
-  protocol line (all its threads; see :mod:`.stacks`). Requests come from a
-  file in the job directory (``where`` in ``DISTRAIN_JOB_DIR``, holding a
-  counter the notebook raises: local jobs) or from the job's store (a
-  counter rank 0 raises when it detects a hang: every backend).
+  protocol line (all its threads; see :mod:`.stacks`). The notebook asks by
+  raising a counter rank 0 reads: a file in the job directory (``where`` in
+  ``DISTRAIN_JOB_DIR``, local jobs) or an annotation of rank 0's pod, which
+  the kubelet writes into a downward-API file (``DISTRAIN_POD_ANNOTATIONS``).
+  Rank 0 passes the request on through the job's store; without a store
+  (TensorFlow) each rank reads the job-directory file itself. Rank 0 raises
+  hang requests the same way.
 - **Hang detection** (``DISTRAIN_HANG_AFTER`` seconds, 0 turns it off):
   every rank adds to a store counter each tick in which it wrote anything
   (its log grew, a protocol line, a line through the rank prefixer). When
@@ -31,6 +34,9 @@ from . import rankprefix, report, stacks
 from .cell import CELL_FILENAME
 
 ENV_HANG = "DISTRAIN_HANG_AFTER"
+#: A pod's annotations file (downward API): the notebook asks for stacks by annotating rank 0.
+ENV_ANNOTATIONS = "DISTRAIN_POD_ANNOTATIONS"
+WHERE_ANNOTATION: Final = "disttrain.jupyter.org/where"
 DEFAULT_HANG_AFTER: Final = 300.0
 REQUEST_FILE: Final = "where"
 #: Seconds rank 0 waits for the other ranks' stacks in the store.
@@ -50,6 +56,22 @@ def hang_after() -> float:
 def request_file(job_dir: str) -> str:
     """The file whose counter asks a local job's ranks for their stacks."""
     return os.path.join(job_dir, REQUEST_FILE)
+
+
+def annotation_counter(path: str, key: str) -> int:
+    """The integer value of annotation ``key`` in a downward-API annotations file (0: none).
+
+    The file has one ``key="value"`` line per annotation, values quoted as Go strings.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                name, sep, value = line.strip().partition("=")
+                if sep and name == key:
+                    return int(json.loads(value))
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _default_store() -> Any:
@@ -73,6 +95,9 @@ class _Watch:
         self.rank = rank
         self.world = world
         self.file = request_file(job_dir) if job_dir else None
+        control = os.environ.get(ENV_ANNOTATIONS)
+        self.annotations = control or None
+        self.forwarded = 0
         self.hang = hang
         self.tick = min(1.0, hang / 5) if hang else 1.0
         self.store = _default_store()
@@ -124,16 +149,29 @@ class _Watch:
                     return
                 self.store = None  # the store went away (a peer's agent ended): files only
 
-    def _requests(self) -> list[tuple[str, dict[str, Any]]]:
-        out: list[tuple[str, dict[str, Any]]] = []
+    def _asked(self) -> int:
+        """The highest request counter in this rank's control files (0: none)."""
+        asked = 0
         if self.file is not None:
             try:
                 with open(self.file, encoding="utf-8") as f:
                     asked = int(f.read().strip() or 0)
             except (OSError, ValueError):
-                asked = 0
-            if asked:
-                out.append((f"a{asked}", {"reason": "asked"}))
+                pass
+        if self.annotations is not None:
+            asked = max(asked, annotation_counter(self.annotations, WHERE_ANNOTATION))
+        return asked
+
+    def _requests(self) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
+        asked = self._asked() if self.rank == 0 or self.store is None else 0
+        if self.store is not None:  # rank 0 passes a request on; every rank reads it here
+            if asked > self.forwarded:
+                self.store.set(_key("asked"), str(asked))
+                self.forwarded = asked
+            asked = int(self.store.get(_key("asked"))) if self.store.check([_key("asked")]) else 0
+        if asked:
+            out.append((f"a{asked}", {"reason": "asked"}))
         if self.store is not None and self.hang:
             hangs = int(self.store.add(_key("hangs"), 0))
             if hangs:
@@ -153,7 +191,7 @@ class _Watch:
             "pid": os.getpid(),
         }
         report.emit_as(self.rank, "stacks", **fields)
-        if self.store is None or not request.startswith("h"):
+        if self.store is None:
             return
         self.store.set(_key(f"{request}/{self.rank}"), json.dumps(fields))
         if self.rank != 0:

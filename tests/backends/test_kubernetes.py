@@ -404,7 +404,9 @@ def test_a_hung_job_on_pods_names_the_rank_through_rank_zeros_log(cluster: Emula
     assert "Rank 1 holds up the others" in sentence, sentence
     assert "rank 0 waits in all_reduce (cell line 6)" in sentence, sentence
     assert "rank 1 is in time.sleep (cell line 8)" in sentence, sentence
-    where = job.where()
+    # Asked on request: the annotation of node 0's pod reaches rank 0 through the kubelet.
+    where = job.where(timeout=60)
+    assert where.reason == "asked", where.text()
     assert [g.ranks for g in where.groups] == [(0,), (1,)] and not where.missing, where.text()
     assert job.stop(timeout=60) == "Stopped"
     wait_for(lambda: not cluster.processes(), 15, cluster.processes)

@@ -23,6 +23,7 @@ from jupyter_disttrain.backends.k8s_options import (
 from jupyter_disttrain.backends.manifests import (
     MAX_PAYLOAD_BYTES,
     PAYLOAD_DIR,
+    PODINFO_DIR,
     PayloadTooLarge,
     manifests,
     payload_items,
@@ -147,6 +148,7 @@ def test_master_and_workers() -> None:
         assert env_of(container) == {
             "PYTHONPATH": PAYLOAD_DIR,
             "DISTRAIN_RANK_PREFIX": "1",
+            "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
             "DISTRAIN_PG_TIMEOUT": "3601",
             "LR": "0.1",
         }
@@ -156,6 +158,11 @@ def test_master_and_workers() -> None:
         assert mounts["shm"]["mountPath"] == "/dev/shm"
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes["shm"] == {"name": "shm", "emptyDir": {"medium": "Memory"}}
+        # the notebook asks rank 0 for the stacks by annotating its pod
+        assert volumes["podinfo"]["downwardAPI"]["items"] == [
+            {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+        ]
+        assert mounts["podinfo"] == {"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True}
         config_map = volumes["payload"]["configMap"]
         assert config_map["name"] == payload["metadata"]["name"] == "mnist-ddp-payload"
         assert {i["key"] for i in config_map["items"]} == set(payload["binaryData"])
@@ -219,6 +226,7 @@ def test_every_option() -> None:
         assert env_of(main) == {
             "PYTHONPATH": f"{PAYLOAD_DIR}:/data/lib",
             "DISTRAIN_RANK_PREFIX": "1",
+            "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
             "PYTHONUSERBASE": "/opt/disttrain/pip",
             "NCCL_IB_DISABLE": "0",
             "NCCL_NET_GDR_LEVEL": "PHB",
@@ -280,8 +288,9 @@ def test_shm_can_be_turned_off() -> None:
     for value in ("0", "none", "off"):
         _, job = build((("shm", value),))
         for pod in pods(job):
-            assert [v["name"] for v in pod["volumes"]] == ["payload"]
-            assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["payload"]
+            assert [v["name"] for v in pod["volumes"]] == ["payload", "podinfo"]
+            mounts = [m["name"] for m in pod["containers"][0]["volumeMounts"]]
+            assert mounts == ["payload", "podinfo"]
 
 
 # --- TFJob ---------------------------------------------------------------------------------

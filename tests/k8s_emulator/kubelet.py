@@ -37,7 +37,7 @@ from .meta import ApiError, Obj, bad_request, now
 from .resources import CONFIGMAPS, PODS, SECRETS, SERVICES
 from .rewrite import Network, expand, path_rewriter
 from .store import ADDED, DELETED, MODIFIED, Event
-from .volumes import MountError, materialise, mounts
+from .volumes import MountError, materialise, mounts, refresh_downward
 
 _PYTHON = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
@@ -133,6 +133,8 @@ class Kubelet:
                 meta = event.obj["metadata"]
                 if meta.get("deletionTimestamp"):
                     worker.request_stop(float(meta.get("deletionGracePeriodSeconds") or 0))
+                elif worker.volumes:  # annotations and labels reach the downward-API files
+                    refresh_downward(event.obj, worker.volumes)
 
     # --- queries and faults --------------------------------------------------------------
 

@@ -7,12 +7,17 @@
   (``hostPath`` is sandboxed under the pod, never the real host path).
 * ``persistentVolumeClaim``: one directory per claim under the emulator root,
   shared by every pod that mounts the claim (no PVC object is needed).
+* ``downwardAPI``: ``items`` with a ``fieldRef`` to ``metadata.annotations`` or
+  ``metadata.labels`` (``key="value"`` lines, sorted, Go-quoted values),
+  ``metadata.name``, ``metadata.namespace`` or ``metadata.uid``; written
+  atomically, and again when the pod's metadata changes (:func:`refresh_downward`).
 * Other volume types: an empty directory.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +54,31 @@ def _write_files(target: Path, source: Obj, spec: dict[str, Any], secret: bool) 
         os.chmod(path, int(item.get("mode", default_mode)))
 
 
+def _field(pod: Obj, path: str) -> str:
+    meta = pod["metadata"]
+    if path in ("metadata.annotations", "metadata.labels"):
+        values = meta.get(path.split(".")[1]) or {}
+        return "".join(f"{key}={json.dumps(str(values[key]))}\n" for key in sorted(values))
+    if path in ("metadata.name", "metadata.namespace", "metadata.uid"):
+        return str(meta.get(path.split(".")[1], ""))
+    return ""
+
+
+def refresh_downward(pod: Obj, volumes: dict[str, Path]) -> None:
+    """(Re)write every downward-API file of ``pod`` from its current metadata."""
+    for volume in pod["spec"].get("volumes", []):
+        target = volumes.get(volume["name"])
+        if "downwardAPI" not in volume or target is None:
+            continue
+        for item in volume["downwardAPI"].get("items", []):
+            ref = item.get("fieldRef") or {}
+            path = target / item["path"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(_field(pod, str(ref.get("fieldPath", ""))), encoding="utf-8")
+            os.replace(tmp, path)  # a reader sees the old or the new file, as with the kubelet
+
+
 def materialise(pod: Obj, pod_dir: Path, claims_dir: Path, lookup: Lookup) -> dict[str, Path]:
     """A local directory per volume of ``pod``.
 
@@ -81,6 +111,7 @@ def materialise(pod: Obj, pod_dir: Path, claims_dir: Path, lookup: Lookup) -> di
         else:
             target.mkdir(parents=True, exist_ok=True)
         out[name] = target
+    refresh_downward(pod, out)
     return out
 
 

@@ -107,3 +107,41 @@ def test_widgets_are_only_offered_in_a_kernel() -> None:
 
     assert not available(None)
     assert not available(object())  # a terminal IPython is not a ZMQ shell
+
+
+def test_where_button_shows_the_ranks_stacks_and_the_header_the_hang() -> None:
+    from jupyter_disttrain import events as ev
+
+    mon = JobMonitor("hang", "local", 2, nodes=1, nproc=2)
+    for rank in (0, 1):
+        mon.feed(ev.Event("hello", rank, T0, {"world_size": 2}))
+    frames = {0: [["<distrain-cell>", 9, "<module>"], ["/t/c10d.py", 1, "all_reduce"]],
+              1: [["<distrain-cell>", 11, "<module>"]]}  # fmt: skip
+    calls = {0: "all_reduce", 1: "time.sleep"}
+    for rank in (0, 1):
+        thread = {"name": "MainThread", "main": True, "frames": frames[rank],
+                  "call": calls[rank], "cell_line": frames[rank][0][1]}  # fmt: skip
+        fields = {"request": "h1", "reason": "hang", "quiet": 5.0, "threads": [thread]}
+        mon.feed(ev.Event("stacks", rank, T0 + 10, fields))
+    asked: list[int] = []
+
+    def where() -> str:
+        asked.append(1)
+        found = mon.where()
+        assert found is not None
+        return found.text()
+
+    dash = Dashboard(mon, where=where)
+    dash.render()
+    header = parse(dash.header.html.value)
+    (diagnosis,) = header.find_all("distrain-diagnosis")
+    assert "Hang: no rank wrote anything for 5 s" in diagnosis.all_text()
+    assert "distrain-where" in dash.header.where_button._dom_classes
+    dash.header.where_button.click()
+    deadline = time.monotonic() + 5
+    while "cell line" not in dash.header.where_out.value and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert asked == [1]
+    text = dash.header.where_out.value
+    assert "rank 1 is in time.sleep (cell line 11)" in text and "all_reduce" in text, text
+    dash.close()

@@ -278,6 +278,7 @@ def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, str]]:
         "PYTHONPATH": PAYLOAD_DIR,
         "DISTRAIN_RANK_PREFIX": "1",
         "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
+        "DISTRAIN_RELAY": "1",  # every rank's metrics reach node 0's log, the one followed
     }
     if spec.timeout:
         env["DISTRAIN_PG_TIMEOUT"] = str(max(30, math.ceil(spec.timeout)))

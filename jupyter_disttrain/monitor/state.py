@@ -93,6 +93,8 @@ class MonitorState:
         self._stacks: dict[str, dict[int, StacksFields]] = {}
         self._stacks_t: dict[str, float] = {}
         self._output_t: float | None = None
+        self._seen: set[tuple[str, int | None, float, object]] = set()
+        self._seen_order: deque[tuple[str, int | None, float, object]] = deque()
         self._frontier: tuple[float, int] | None = None
 
     # ------------------------------------------------------------------ feeding
@@ -111,6 +113,14 @@ class MonitorState:
             self._changed.notify_all()
 
     def _apply(self, ev: Event) -> None:
+        if ev.kind in _DEDUPED:  # one copy of a worker's line (rank 0 relays others' lines)
+            mark = (ev.kind, ev.rank, ev.t, ev.fields.get("step"))
+            if mark in self._seen:
+                return
+            self._seen.add(mark)
+            self._seen_order.append(mark)
+            if len(self._seen_order) > MAX_SEEN:
+                self._seen.discard(self._seen_order.popleft())
         self._version += 1
         if self._first_t is None:
             self._first_t = ev.t
@@ -381,5 +391,9 @@ _HANDLERS: Final = {
     "log": MonitorState._on_log,
     "stacks": MonitorState._on_stacks,
 }
+#: Worker protocol kinds that arrive once per line written (a copy seen again is dropped).
+_DEDUPED: Final = frozenset({"hello", "metric", "checkpoint", "result", "error", "done"})
+#: Protocol lines remembered for that (the oldest are forgotten first).
+MAX_SEEN: Final = 200_000
 #: Stack requests kept per job (the oldest is dropped first).
 MAX_STACK_REQUESTS: Final = 8

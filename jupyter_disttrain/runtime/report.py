@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .protocol import encode
@@ -13,6 +14,7 @@ _lock = threading.Lock()
 _auto_step = 0
 #: Protocol lines written so far (a rank's activity, read by the hang watch).
 emitted = 0
+_tap: Callable[[str], None] | None = None
 
 
 def rank() -> int:
@@ -32,6 +34,24 @@ def emit_as(rank: int, kind: str, **fields: Any) -> None:
     with _lock:
         emitted += 1
         sys.stdout.write(line)
+        sys.stdout.flush()
+        if _tap is not None:
+            _tap(line)
+
+
+def set_tap(tap: Callable[[str], None] | None) -> None:
+    """Also hand every protocol line this process writes to ``tap`` (the relay), or stop."""
+    global _tap
+    with _lock:
+        _tap = tap
+
+
+def write_lines(lines: list[str]) -> None:
+    """Write lines other ranks sent (already protocol lines) to this process's stdout."""
+    global emitted
+    with _lock:
+        emitted += 1
+        sys.stdout.write("".join(f"{line}\n" for line in lines if line))
         sys.stdout.flush()
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import checkpoint as _checkpoint
-from . import hangwatch, preemption, rankprefix, stacks, tf
+from . import hangwatch, preemption, rankprefix, relay, stacks, tf
 from . import report as _report
 from .cell import CELL_FILENAME, main_module, run_cell
 
@@ -278,9 +278,13 @@ def run(payload_path: str) -> int:
         versions=versions(),
         **hello,
     )
-    hangwatch.start(rank, int(os.environ.get("WORLD_SIZE", "1")))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    hangwatch.start(rank, world)
+    relay.start(rank, world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))))  # fmt: skip
     if preemption.uses_checkpoints(str(payload["source"])):
         preemption.install()  # SIGTERM: one last checkpoint, then an exit for a restart
+    failed = False
     try:
         module = main_module({**build_namespace(payload), **names})
         value = run_cell(payload["source"], module.__dict__, CELL_FILENAME)
@@ -290,9 +294,11 @@ def run(payload_path: str) -> int:
     except BaseException as exc:
         _report.emit("error", **encode_exception(exc))
         sys.stdout.flush()
+        failed = True
         return EXIT_USER_ERROR
     finally:
         _checkpoint.wait_for_saves(raise_errors=False)
+        relay.stop(wait=not failed)  # a failed rank 0 does not wait for the others' last lines
         hangwatch.stop()
         finish_torch_distributed()
     _report.emit("done", seconds=round(time.time() - started, 3))

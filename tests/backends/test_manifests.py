@@ -149,6 +149,7 @@ def test_master_and_workers() -> None:
             "PYTHONPATH": PAYLOAD_DIR,
             "DISTRAIN_RANK_PREFIX": "1",
             "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
+            "DISTRAIN_RELAY": "1",
             "DISTRAIN_PG_TIMEOUT": "3601",
             "LR": "0.1",
         }
@@ -227,6 +228,7 @@ def test_every_option() -> None:
             "PYTHONPATH": f"{PAYLOAD_DIR}:/data/lib",
             "DISTRAIN_RANK_PREFIX": "1",
             "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
+            "DISTRAIN_RELAY": "1",
             "PYTHONUSERBASE": "/opt/disttrain/pip",
             "NCCL_IB_DISABLE": "0",
             "NCCL_NET_GDR_LEVEL": "PHB",

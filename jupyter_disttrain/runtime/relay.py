@@ -1,0 +1,158 @@
+"""Every rank's protocol lines through rank 0's log, over the job's own store.
+
+Standard library and torch only. With ``DISTRAIN_RELAY=1`` (set in every
+pod: the notebook follows one log, node 0's), each rank on another node
+queues its protocol lines (metrics, checkpoints, hello, errors) and a
+thread sends them in batches through the job's c10d store; rank 0 takes
+them out and writes them to its own stdout, where the notebook reads them.
+Connections stay O(1) whatever the number of nodes: the store connections
+exist anyway, and the notebook follows one pod log.
+
+Batches are numbered by one store counter (``seq``); a batch is written
+after its number is taken, so the reader waits briefly for a number whose
+batch is not there yet and skips it after :data:`MISSING_SECONDS` (its
+writer died). At the end each sender flushes and says so (``closed``);
+rank 0 drains until every sender did, or :data:`DRAIN_SECONDS` passed.
+A line may reach the notebook twice (also from a failed pod's own log):
+the notebook keeps one copy of each protocol line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Final
+
+from . import report
+
+ENV_RELAY = "DISTRAIN_RELAY"
+TICK: Final = 0.3
+MISSING_SECONDS: Final = 5.0
+DRAIN_SECONDS: Final = 10.0
+
+_relay: _Relay | None = None
+
+
+def _key(what: str) -> str:
+    return f"distrain/relay/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{what}"
+
+
+def _default_store() -> Any:
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_initialized():
+        return None
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        return _get_default_store()
+    except Exception:
+        return None
+
+
+class _Relay:
+    def __init__(self, store: Any, rank: int, senders: int) -> None:
+        self.store = store
+        self.rank = rank
+        self.senders = senders
+        self.lock = threading.Lock()
+        self.queue: list[str] = []
+        self.stop = threading.Event()
+        self.next = 1  # the reader's next batch number
+        target = self._read if rank == 0 else self._send
+        self.thread = threading.Thread(target=target, name="distrain-relay", daemon=True)
+
+    # --- senders (ranks of nodes other than 0) ---------------------------------------
+    def tap(self, line: str) -> None:
+        with self.lock:
+            self.queue.append(line.rstrip("\n"))
+
+    def flush(self) -> None:
+        with self.lock:
+            lines, self.queue = self.queue, []
+        if lines:
+            seq = int(self.store.add(_key("seq"), 1))
+            self.store.set(_key(f"m{seq}"), "\n".join(lines))
+
+    def _send(self) -> None:
+        while not self.stop.wait(TICK):
+            try:
+                self.flush()
+            except Exception:
+                return  # the store went away: this rank's own log still has its lines
+
+    # --- rank 0 ----------------------------------------------------------------------
+    def drain(self, deadline: float | None = None) -> None:
+        """Write out every batch numbered so far (waiting for late writers)."""
+        last = int(self.store.add(_key("seq"), 0))
+        while self.next <= last:
+            key = _key(f"m{self.next}")
+            limit = time.monotonic() + MISSING_SECONDS
+            if deadline is not None:
+                limit = min(limit, deadline)
+            while not self.store.check([key]):
+                if time.monotonic() > limit:
+                    break
+                time.sleep(0.05)
+            else:
+                text = self.store.get(key).decode("utf-8", "replace")
+                self.store.delete_key(key)
+                report.write_lines(text.split("\n"))
+            self.next += 1
+
+    def _read(self) -> None:
+        while not self.stop.wait(TICK):
+            try:
+                self.drain()
+            except Exception:
+                return
+
+    def close(self, wait: bool) -> None:
+        self.stop.set()
+        self.thread.join(timeout=2.0)
+        try:
+            if self.rank != 0:
+                self.flush()
+                self.store.add(_key("closed"), 1)
+                return
+            deadline = time.monotonic() + (DRAIN_SECONDS if wait else 0.0)
+            while time.monotonic() < deadline:
+                closed = int(self.store.add(_key("closed"), 0))
+                self.drain(deadline)
+                if closed >= self.senders:
+                    self.drain(deadline)
+                    return
+                time.sleep(TICK)
+        except Exception:
+            pass  # a peer's agent (the store's host) ended first: what was sent is sent
+
+
+def start(rank: int, world: int, local_world: int, node: int) -> None:
+    """Relay this rank's protocol lines (other nodes) or collect them (rank 0), if asked."""
+    global _relay
+    if _relay is not None or os.environ.get(ENV_RELAY) != "1" or world <= local_world:
+        return
+    if rank != 0 and node == 0:
+        return  # node 0's log is the one the notebook follows
+    store = _default_store()
+    if store is None:
+        return
+    _relay = _Relay(store, rank, senders=world - local_world)
+    if rank != 0:
+        report.set_tap(_relay.tap)
+    _relay.thread.start()
+
+
+def stop(wait: bool = True) -> None:
+    """Send (or collect) the last lines; call before the process group is torn down.
+
+    Rank 0 waits up to :data:`DRAIN_SECONDS` for every sender's last batch
+    unless ``wait`` is false (it failed: the others may never get there).
+    """
+    global _relay
+    if _relay is None:
+        return
+    relay, _relay = _relay, None
+    report.set_tap(None)
+    relay.close(wait)

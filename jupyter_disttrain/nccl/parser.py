@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .patterns import (
-    _BARRIER,
     _BENIGN_WARN,
     _BOOTSTRAP,
     _BYTES,
@@ -60,6 +59,7 @@ from .text import (
     _sentence,
     _size_text,
     _strip_rank_prefix,
+    timeout_text,
 )
 
 
@@ -516,58 +516,9 @@ class NcclParser:
         return _other_text(finding, where, self._first_error_warning)
 
     def _timeout_text(self, finding: _Finding) -> str:
-        if finding.cause == "barrier":
-            late = _BARRIER.search(finding.text)
-            who = f"ranks {late.group(1)}" if late else "some ranks"
-            return (
-                f"{who} never reached the monitored barrier: see what they were doing "
-                "(py-spy dump) and why they fell behind"
-            )
-        if finding.cause == "stuck":
-            if "Timed out waiting" in finding.text:
-                return (
-                    "a gloo send/recv timed out: a peer rank stalled or exited; "
-                    "read that rank's log for its first error"
-                )
-            return (
-                "the ProcessGroupNCCL watchdog itself got stuck, so a CUDA or NCCL call hung: "
-                "check GPU health (nvidia-smi, Xid errors in dmesg) on the ranks that stopped"
-            )
         reports = {self._resolve(s): v for s, v in self._watchdog.items()}
-        ranks = sorted(r for r in reports if r is not None)
-        ranks += sorted(
-            r
-            for r in map(self._resolve, self._class_sources.get("timeout", ()))
-            if r is not None and r not in reports
-        )
-        ops = {(seq, op) for seq, op, _ in reports.values()}
-        limits = {limit for _, _, limit in reports.values() if limit}
-        limit_text = f" after {max(limits) // 1000} s" if limits else ""
-        who = f"ranks {_ranks_text(ranks)}" if ranks else "the reporting ranks"
-        silent = ""
-        if self._nranks and ranks:
-            missing = sorted(set(range(self._nranks)) - set(ranks))
-            if missing and len(missing) < self._nranks:
-                silent = f"; ranks {_ranks_text(missing)} reported no timeout, look there first"
-        if len(ops) > 1:
-            detail = ", ".join(
-                f"rank {r}: {op or '?'} SeqNum {seq or '?'}"
-                for r, (seq, op, _) in sorted(
-                    ((r, v) for r, v in reports.items() if r is not None), key=lambda x: x[0]
-                )[:4]
-            )
-            return (
-                f"ranks timed out in different collectives ({detail}), a desync: the ranks took "
-                "different code paths; run with TORCH_DISTRIBUTED_DEBUG=DETAIL to find the "
-                "mismatched call"
-            )
-        seq, op = next(iter(ops)) if ops else (None, None)
-        what = f" ({op}, SeqNum {seq})" if op or seq else ""
-        return (
-            f"{who} timed out in the same collective{what}{limit_text}, so one rank stalled or "
-            f"the network hung (not a desync){silent}: find the slow rank (py-spy dump, "
-            "TORCH_NCCL_DUMP_ON_TIMEOUT=1) before raising the timeout"
-        )
+        others = [self._resolve(s) for s in self._class_sources.get("timeout", ())]
+        return timeout_text(finding, reports, others, self._nranks)
 
     def _diagnose_healthy(self, transport: dict[str, list[int]]) -> str:
         backend = self._backend()

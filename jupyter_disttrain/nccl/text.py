@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from ..logbuffer import format_ranks
 from .patterns import (
+    _BARRIER,
     _BYTES,
     _C10D_PEER,
     _IB_STATUS,
@@ -261,6 +262,66 @@ def _other_text(finding: _Finding, where: str, first_warning: str | None) -> str
     return (
         f"NCCL failed{where} ({detail}): rerun with NCCL_DEBUG=INFO and "
         "NCCL_DEBUG_SUBSYS=INIT,NET and read the first WARN of the first failing rank"
+    )
+
+
+def timeout_text(
+    finding: _Finding,
+    reports: dict[int | None, tuple[str | None, str | None, int | None]],
+    others: list[int | None],
+    nranks: int | None,
+) -> str:
+    """The reading of collective timeouts: which collective, which sequence number, which ranks.
+
+    ``reports`` maps each reporting rank to its watchdog's (SeqNum, OpType,
+    timeout ms); ``others`` are ranks with other timeout lines.
+    """
+    if finding.cause == "barrier":
+        late = _BARRIER.search(finding.text)
+        who = f"ranks {late.group(1)}" if late else "some ranks"
+        return (
+            f"{who} never reached the monitored barrier: see what they were doing "
+            "(py-spy dump) and why they fell behind"
+        )
+    if finding.cause == "stuck":
+        if "Timed out waiting" in finding.text:
+            return (
+                "a gloo send/recv timed out: a peer rank stalled or exited; "
+                "read that rank's log for its first error"
+            )
+        return (
+            "the ProcessGroupNCCL watchdog itself got stuck, so a CUDA or NCCL call hung: "
+            "check GPU health (nvidia-smi, Xid errors in dmesg) on the ranks that stopped"
+        )
+    ranks = sorted(r for r in reports if r is not None)
+    ranks += sorted(r for r in others if r is not None and r not in reports)
+    ops = {(seq, op) for seq, op, _ in reports.values()}
+    limits = {limit for _, _, limit in reports.values() if limit}
+    limit_text = f" after {max(limits) // 1000} s" if limits else ""
+    who = f"ranks {_ranks_text(ranks)}" if ranks else "the reporting ranks"
+    silent = ""
+    if nranks and ranks:
+        missing = sorted(set(range(nranks)) - set(ranks))
+        if missing and len(missing) < nranks:
+            silent = f"; ranks {_ranks_text(missing)} reported no timeout, look there first"
+    if len(ops) > 1:
+        detail = ", ".join(
+            f"rank {r}: {op or '?'} SeqNum {seq or '?'}"
+            for r, (seq, op, _) in sorted(
+                ((r, v) for r, v in reports.items() if r is not None), key=lambda x: x[0]
+            )[:4]
+        )
+        return (
+            f"ranks timed out in different collectives ({detail}), a desync: the ranks took "
+            "different code paths; run with TORCH_DISTRIBUTED_DEBUG=DETAIL to find the "
+            "mismatched call"
+        )
+    seq, op = next(iter(ops)) if ops else (None, None)
+    what = f" ({op}, SeqNum {seq})" if op or seq else ""
+    return (
+        f"{who} timed out in the same collective{what}{limit_text}, so one rank stalled or "
+        f"the network hung (not a desync){silent}: find the slow rank (py-spy dump, "
+        "TORCH_NCCL_DUMP_ON_TIMEOUT=1) before raising the timeout"
     )
 
 

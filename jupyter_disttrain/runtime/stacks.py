@@ -112,9 +112,23 @@ def enable_flight_recorder() -> None:
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDER_SIZE))
 
 
+_base_seq = 0
+
+
+def mark_cell_start() -> None:
+    """Number later collectives from here (the runtime's own set-up ones do not count)."""
+    global _base_seq
+    found = last_collective()
+    _base_seq += found["seq"] if found is not None else 0  # FR may be off: then nothing counts
+
+
 def last_collective() -> Collective | None:
-    """The default group's last collective this rank entered, when torch records them."""
-    if "torch.distributed" not in sys.modules:
+    """The default group's last collective this rank entered, when torch records them.
+
+    ``seq`` counts the cell's collectives (1 is its first).
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_initialized():
         return None
     try:
         import torch._C._distributed_c10d as c10d
@@ -122,7 +136,7 @@ def last_collective() -> Collective | None:
         dump = json.loads(c10d._dump_fr_trace_json(True, True))  # type: ignore[attr-defined]
     except Exception:
         return None
-    best: Collective | None = None
+    best = Collective(seq=0, op="")  # recording, and no collective of the cell yet
     for entry in dump.get("entries", []):
         group = entry.get("process_group") or ["", ""]
         if str(group[0]) != "0":
@@ -130,7 +144,7 @@ def last_collective() -> Collective | None:
         seq = entry.get("collective_seq_id")
         if not isinstance(seq, int) or seq <= 0:
             continue
-        if best is None or seq > best["seq"]:
+        if seq - _base_seq > best["seq"]:
             op = str(entry.get("profiling_name", "")).split(":")[-1]
-            best = Collective(seq=seq, op=op)
+            best = Collective(seq=seq - _base_seq, op=op)
     return best

@@ -129,6 +129,11 @@ def init_torch_distributed(payload: dict[str, Any], rank: int) -> str:
     if not dist.is_initialized():
         stacks.enable_flight_recorder()  # where() names the first collective a rank missed
         dist.init_process_group(backend=backend, timeout=timeout)
+        # Every rank's side of the group is up before any cell runs: otherwise a rank whose
+        # cell needs no collective can finish and tear its connections down while a slower
+        # peer is still connecting to it (gloo: "connectFullMesh failed ... closed by peer").
+        dist.barrier()
+        stacks.mark_cell_start()  # collectives are numbered from the cell's first
     _make_reinit_harmless(dist)
     return backend
 

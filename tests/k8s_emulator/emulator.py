@@ -38,6 +38,7 @@ from .rewrite import Network
 from .server import CountingHTTPServer, make_app, not_served
 from .stats import Accounting, Stats
 from .store import Store
+from .trainer import JOBS, JOBSETS, TRAINER_CRDS, Kueue, TrainerController, default_runtime
 
 
 class Emulator:
@@ -51,7 +52,12 @@ class Emulator:
     default), kubelet timing (``restart_backoff``, ``max_restarts``,
     ``grace_cap`` on termination grace periods, ``image_backoff``), ``env``
     (extra variables for every container process), ``auto_namespaces``
-    (create a namespace on first use; False: 404 as a real cluster).
+    (create a namespace on first use; False: 404 as a real cluster),
+    ``apis``: which Kubeflow APIs the cluster serves: ``"kubeflow-v1"``
+    (the Training Operator's PyTorchJob/TFJob, the default) and/or
+    ``"trainer"`` (Kubeflow Trainer v2: TrainJob, (Cluster)TrainingRuntime,
+    JobSet and batch Jobs, the ``torch-distributed`` runtime installed, and
+    Kueue: :attr:`kueue`).
     """
 
     def __init__(
@@ -69,7 +75,14 @@ class Emulator:
         history: int = 10_000,
         env: dict[str, str] | None = None,
         auto_namespaces: bool = True,
+        apis: Iterable[str] = ("kubeflow-v1",),
     ) -> None:
+        self.apis = frozenset(apis)
+        unknown = self.apis - {"kubeflow-v1", "trainer"}
+        if unknown:
+            raise ValueError(f"unknown Kubeflow APIs {sorted(unknown)}: kubeflow-v1, trainer")
+        if "kubeflow-v1" not in self.apis:
+            crds = [c for c in crds if str(c) not in DEFAULT_CRDS]
         self.token = token
         self.bookmark_interval = bookmark_interval
         self.id = uuid.uuid4().hex[:12]
@@ -81,6 +94,18 @@ class Emulator:
         self._crds: dict[str, list[Obj]] = {}  # CRD objects by group
         for crd in crds:
             self.install_crd(crd)
+        self.kueue = Kueue()
+        self.trainer: TrainerController | None = None
+        if "trainer" in self.apis:
+            for crd in TRAINER_CRDS:
+                self.install_crd(crd)
+            self.registry.add(JOBSETS)
+            self.registry.add(JOBS)
+            runtime = default_runtime()
+            runtime["metadata"].update(uid=new_uid(), creationTimestamp=now(), generation=1)
+            kind = self.registry.of_kind("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime")
+            assert kind is not None
+            self.store.add(kind.key, runtime)
         self.faults = Faults()
         self.accounting = Accounting()
         self.network = Network(
@@ -113,6 +138,13 @@ class Emulator:
             if (r := self.registry.of_kind("kubeflow.org/v1", fw.kind)) is not None
         }
         self.operator = Operator(self.api, kinds)
+        if "trainer" in self.apis:
+            trainer_kinds = {
+                kind: r
+                for kind in ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")
+                if (r := self.registry.of_kind("trainer.kubeflow.org/v1alpha1", kind)) is not None
+            }
+            self.trainer = TrainerController(self.api, trainer_kinds, self.kueue)
         ready = threading.Event()
         errors: list[BaseException] = []
         self._thread = threading.Thread(
@@ -180,6 +212,8 @@ class Emulator:
                 self._thread.join(timeout=10)
         if self.operator is not None:
             self.operator.close()
+        if self.trainer is not None:
+            self.trainer.close()
         if self.kubelet is not None:
             self.kubelet.close()
         procs.kill_all(f"{self.id}/")

@@ -4,8 +4,9 @@
 * **Paths**: every occurrence of a volume's ``mountPath`` (as a whole path
   prefix) becomes the directory the emulator materialised for it.
 * **Hosts**: a Service name in any of its DNS forms (``name``, ``name.ns``,
-  ``name.ns.svc``, ``name.ns.svc.cluster.local``), and any ``*.ns.svc`` name,
-  becomes ``127.0.0.1``.
+  ``name.ns.svc``, ``name.ns.svc.cluster.local``), a pod's name under a
+  headless Service (``hostname.name``, as JobSet's pods are reached), and any
+  ``*.ns.svc`` name, becomes ``127.0.0.1``.
 * **Ports**: all pods share one host, so each (namespace, Service, port) gets
   its own free local port. ``host:port`` after a Service name is rewritten, and
   so is a bare number in a variable named ``<P>PORT`` when ``<P>ADDR``,
@@ -88,6 +89,9 @@ class Network:
         forms = [rf"{label}\.{label}\.svc(?:\.cluster\.local)?"]
         if known:
             forms.insert(0, rf"(?:{known})(?:\.{label}(?:\.svc(?:\.cluster\.local)?)?)?")
+            forms.insert(
+                0, rf"{label}\.(?:{known})(?![\w-])(?:\.{label}(?:\.svc(?:\.cluster\.local)?)?)?"
+            )
         return re.compile(
             rf"(?:(?<=//)|(?<![\w./-]))(?P<host>{'|'.join(forms)})(?::(?P<port>\d+))?(?![\w.-])"
         )
@@ -95,6 +99,8 @@ class Network:
     def _service(self, namespace: str, host: str, names: set[str]) -> tuple[str, str] | None:
         """(namespace, service) that ``host`` names, if it is a known Service."""
         parts = host.split(".")
+        if len(parts) > 1 and parts[0] not in names and parts[1] in names:
+            parts = parts[1:]  # a pod's hostname under a headless Service
         ns = parts[1] if len(parts) > 1 else namespace
         if ns == namespace and parts[0] in names:
             return ns, parts[0]

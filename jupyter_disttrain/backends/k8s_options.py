@@ -54,7 +54,13 @@ EXAMPLES: Final[Mapping[str, str]] = {
     "context": "--context gpu-cluster",
     "payload_secret": "--payload-secret",
     "elastic": "--elastic 2:4",
+    "kubeflow_api": "--kubeflow-api trainjob (Kubeflow Trainer v2) or pytorchjob (Training "
+    "Operator v1); default: what the cluster serves",
+    "runtime": "--runtime torch-distributed (a Kubeflow Trainer training runtime)",
 }
+#: ``--kubeflow-api`` values.
+KUBEFLOW_APIS: Final = ("trainjob", "pytorchjob")
+DEFAULT_RUNTIME: Final = "torch-distributed"
 REPEATABLE: Final = frozenset({"nccl", "volume", "node_selector", "toleration", "pip"})
 #: Options that take no value.
 SWITCHES: Final = frozenset({"payload_secret"})
@@ -334,6 +340,8 @@ class K8sOptions:
     context: str | None = None
     payload_secret: bool = False
     elastic: Elastic | None = None
+    kubeflow_api: str | None = None
+    runtime: str = DEFAULT_RUNTIME
 
     def __post_init__(self) -> None:
         if self.image is not None and not _IMAGE.match(self.image):
@@ -370,6 +378,14 @@ class K8sOptions:
                     "is not a valid object name",
                     "use lowercase letters, digits, '-' and '.'",
                 )
+        if self.kubeflow_api is not None and self.kubeflow_api not in KUBEFLOW_APIS:
+            raise _bad(
+                "kubeflow_api", self.kubeflow_api, "is not a Kubeflow API this tool creates",
+                f"use one of {', '.join(KUBEFLOW_APIS)}",
+            )  # fmt: skip
+        if not is_dns_subdomain(self.runtime):
+            raise _bad("runtime", self.runtime, "is not a valid object name",
+                       "name a training runtime, e.g. torch-distributed")  # fmt: skip
         for key, value in {"queue": self.queue, "namespace": self.namespace}.items():
             if value is not None and not is_dns_label(value):
                 raise _bad(
@@ -546,4 +562,6 @@ def parse_options(
         context=one.get("context"),
         payload_secret="payload_secret" in one and _bool("payload_secret", one["payload_secret"]),
         elastic=_elastic(one["elastic"]) if "elastic" in one else None,
+        kubeflow_api=one["kubeflow_api"].lower() if "kubeflow_api" in one else None,
+        runtime=one.get("runtime", DEFAULT_RUNTIME),
     )

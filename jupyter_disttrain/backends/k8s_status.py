@@ -58,9 +58,18 @@ class PodFacts:
     started: bool  # the training container has started at least once
 
 
+#: A JobSet pod's index in its Indexed Job (Kubeflow Trainer v2: the node rank).
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+
+
 def node_index(pod: dict[str, Any], has_leader: bool) -> int:
-    """Node number of a pod: the Master/Chief is node 0, Worker i is i+1 (or i without one)."""
+    """Node number of a pod: the Master/Chief is node 0, Worker i is i+1 (or i without one).
+
+    A TrainJob's pods are numbered by their Indexed Job's completion index.
+    """
     labels = pod.get("metadata", {}).get("labels") or {}
+    if COMPLETION_INDEX_LABEL in labels:
+        return int(labels[COMPLETION_INDEX_LABEL])
     kind = str(labels.get(REPLICA_TYPE_LABEL, "worker")).lower()
     index = int(labels.get(REPLICA_INDEX_LABEL, "0"))
     if kind in _LEADERS:

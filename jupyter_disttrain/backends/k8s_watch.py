@@ -28,13 +28,10 @@ from .base import (
     Submission,
 )
 from .k8s_client import Connection
-from .k8s_kinds import BY_FRAMEWORK, PYTORCHJOB
-from .k8s_status import JOB_NAME_LABEL, job_condition, pod_facts, rank_events, warning_message
+from .k8s_kinds import TRAINJOB, KubeflowKind, kind_of
+from .k8s_status import job_condition, pod_facts, rank_events, warning_message
+from .k8s_trainjob import trainjob_condition
 
-GROUP, VERSION = PYTORCHJOB.group, PYTORCHJOB.version
-#: Per framework: (plural, kind) of the custom resource it runs as.
-PLURALS = {fw: (k.plural, k.kind) for fw, k in BY_FRAMEWORK.items()}
-CONTAINERS = {fw: k.container for fw, k in BY_FRAMEWORK.items()}
 WATCH_SECONDS = 60
 #: Consecutive watch streams cut by the connection before the follower gives up.
 MAX_DROPPED_WATCHES = 5
@@ -48,7 +45,7 @@ PENDING_REASONS = frozenset({"FailedScheduling", "Failed", "BackOff", "FailedMou
 class Cluster(Protocol):
     """What a followed job needs of its backend: delete the job, stream a pod's log."""
 
-    def delete(self, conn: Connection, framework: str, name: str) -> bool:
+    def delete(self, conn: Connection, kind: KubeflowKind, name: str) -> bool:
         """Delete job ``name`` (foreground); False if it was not there."""
         ...
 
@@ -104,8 +101,9 @@ class KubernetesRun(Submission):
         self.spec = spec
         self.sink = sink
         self.name = spec.name
-        self.plural, self.kind = PLURALS[spec.framework]
-        self.container = CONTAINERS[spec.framework]
+        self.kubeflow = kind_of(spec.framework, dict(spec.options).get("kubeflow_api"))
+        self.plural, self.kind = self.kubeflow.plural, self.kubeflow.kind
+        self.container = self.kubeflow.container
         self._done = threading.Event()
         self._stopping = threading.Event()
         self._stop_reason = ""
@@ -137,7 +135,7 @@ class KubernetesRun(Submission):
             return
         self._stop_reason = reason
         self._stopping.set()
-        self.backend.delete(self.conn, self.spec.framework, self.name)
+        self.backend.delete(self.conn, self.kubeflow, self.name)
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the terminal state."""
@@ -205,8 +203,8 @@ class KubernetesRun(Submission):
         last: tuple[ev.JobState, str, str] | None = None
         for item in self._stream(
             self.conn.custom.list_namespaced_custom_object,
-            GROUP,
-            VERSION,
+            self.kubeflow.group,
+            self.kubeflow.version,
             self.conn.namespace,
             self.plural,
             field_selector=f"metadata.name={self.name}",
@@ -217,16 +215,13 @@ class KubernetesRun(Submission):
                 else:
                     self._finish(("Failed", "Deleted", f"the {self.kind} was deleted"))
                 return
-            specs = (
-                item["object"]
-                .get("spec", {})
-                .get(
-                    "pytorchReplicaSpecs" if self.spec.framework == "pytorch" else "tfReplicaSpecs",
-                    {},
-                )
-            )
-            self._has_leader = bool({"Master", "Chief"} & set(specs))
-            current = job_condition(item["object"])
+            if self.kubeflow is TRAINJOB:
+                self._has_leader = False
+                current = trainjob_condition(item["object"])
+            else:
+                specs = item["object"].get("spec", {}).get(self.kubeflow.replicas_field, {})
+                self._has_leader = bool({"Master", "Chief"} & set(specs))
+                current = job_condition(item["object"])
             if current is None or current == last:
                 continue
             last = current
@@ -242,7 +237,7 @@ class KubernetesRun(Submission):
         for item in self._stream(
             self.conn.core.list_namespaced_pod,
             self.conn.namespace,
-            label_selector=f"{JOB_NAME_LABEL}={self.name}",
+            label_selector=f"{self.kubeflow.pod_label}={self.name}",
         ):
             if item["type"] == "DELETED":
                 continue
@@ -311,7 +306,7 @@ class KubernetesRun(Submission):
             return
         self._stop_reason = f"did not finish within {self.spec.timeout:g} s"
         self._stopping.set()
-        self.backend.delete(self.conn, self.spec.framework, self.name)
+        self.backend.delete(self.conn, self.kubeflow, self.name)
         self._finish(("Failed", "Timeout", self._stop_reason))
 
     def _finish(self, outcome: tuple[ev.JobState, str, str]) -> None:
@@ -365,7 +360,7 @@ class KubernetesRun(Submission):
         ns = self.conn.namespace
         try:
             owner: Any = self.conn.custom.get_namespaced_custom_object(
-                GROUP, VERSION, ns, self.plural, self.name
+                self.kubeflow.group, self.kubeflow.version, ns, self.plural, self.name
             )
             record = k8s_logs.kept_logs(self.name, texts, self.conn.plain(owner))
             self.conn.core.create_namespaced_config_map(ns, cast(Any, record))
@@ -376,7 +371,7 @@ class KubernetesRun(Submission):
             }))  # fmt: skip
         try:
             self.conn.core.delete_collection_namespaced_pod(
-                ns, label_selector=f"{JOB_NAME_LABEL}={self.name}", grace_period_seconds=0
+                ns, label_selector=f"{self.kubeflow.pod_label}={self.name}", grace_period_seconds=0
             )
         except ApiException as exc:
             self.sink(ev.Event("log", None, time.time(), {

@@ -23,7 +23,7 @@ from ..payload import Payload
 from ..runtime import rankprefix
 from ..runtime.hangwatch import WHERE_ANNOTATION
 from ..runtime.protocol import PREFIX
-from ..spec import JobSpec
+from ..spec import JobSpec, SpecError
 from . import k8s_logs
 from . import manifests as mf
 from .base import (
@@ -34,9 +34,11 @@ from .base import (
     JobNotFound,
     JobRecord,
     Plan,
+    RuntimeRecord,
 )
 from .k8s_client import Connection, connect, explain
 from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
+from .k8s_kinds import KINDS, PYTORCHJOB, TRAINJOB, KubeflowKind, kind_of
 from .k8s_options import (
     EXAMPLES,
     REPEATABLE,
@@ -44,15 +46,23 @@ from .k8s_options import (
     K8sOptions,
     parse_options,
 )
-from .k8s_status import JOB_NAME_LABEL, REPLICA_TYPE_LABEL, job_condition, node_index
+from .k8s_status import REPLICA_TYPE_LABEL, job_condition, node_index
+from .k8s_trainjob import (
+    CLUSTER_RUNTIME,
+    LABEL_FRAMEWORK,
+    NAMESPACED_RUNTIME,
+    check_trainjob,
+    trainjob,
+    trainjob_condition,
+    trainjob_shape,
+)
 from .k8s_watch import (
-    GROUP,
-    PLURALS,
-    VERSION,
     KubernetesRun,
     notebook_versions,
     payload_files,
 )
+
+PYTORCH_API = PYTORCHJOB.api
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ class KubernetesBackend(Backend):
         restart_frameworks=frozenset({"pytorch", "tensorflow"}),
         renders_manifests=True,
         needs_configuration=True,
+        lists_runtimes=True,
         stacks_on_request=True,
     )
     options = tuple(
@@ -141,34 +152,125 @@ class KubernetesBackend(Backend):
                                             gpus=opts.gpus, policy=self.images)  # fmt: skip
         return {"image_hint": f"image {image}"}
 
-    def objects(self, spec: JobSpec, payload: Payload) -> list[dict[str, Any]]:
-        """The payload object and the job (pure; raises before anything is created)."""
+    def objects(
+        self, spec: JobSpec, payload: Payload, runtime_kind: str = CLUSTER_RUNTIME
+    ) -> list[dict[str, Any]]:
+        """The payload object and the job (pure; raises before anything is created).
+
+        The job is a TrainJob when the spec's ``kubeflow_api`` says so (on a
+        runtime of ``runtime_kind``), else a PyTorchJob or TFJob.
+        """
         opts = self.settings(spec)
-        return mf.manifests(
-            spec,
-            opts,
-            payload_files(payload),
-            notebook_versions(spec.framework),
-            notebook=self.notebook,
-            images=self.images,
+        files = payload_files(payload)
+        versions = notebook_versions(spec.framework)
+        if kind_of(spec.framework, opts.kubeflow_api) is TRAINJOB:
+            job = trainjob(spec, opts, files, versions, notebook=self.notebook,
+                           images=self.images, runtime_kind=runtime_kind)  # fmt: skip
+            payload_obj = mf.payload_object(spec.name, opts.namespace, files, opts.payload_secret)
+            return [payload_obj, job]
+        return mf.manifests(spec, opts, files, versions, notebook=self.notebook,
+                            images=self.images)  # fmt: skip
+
+    # -- Kubeflow APIs and training runtimes ---------------------------------------
+    def served_apis(self, conn: Connection) -> set[str]:
+        """The API groups the cluster serves (discovery)."""
+        from kubernetes import client
+
+        groups: Any = client.ApisApi(conn.api).get_api_versions(_request_timeout=10)
+        return {str(g.name) for g in groups.groups or []}
+
+    def resolve_api(self, spec: JobSpec) -> tuple[JobSpec, str]:
+        """The spec with its Kubeflow API decided, and the kind of its training runtime.
+
+        ``--kubeflow-api`` forces one; otherwise the cluster's discovery decides
+        (TrainJob where ``trainer.kubeflow.org`` is served), and without a
+        cluster to ask (render, export) it is TrainJob. TensorFlow is a TFJob.
+        """
+        opts = self.settings(spec)
+        if spec.framework == "tensorflow":
+            if opts.kubeflow_api == TRAINJOB.api:
+                check_trainjob(spec, opts)  # names the fix
+            return spec, CLUSTER_RUNTIME
+        api = opts.kubeflow_api
+        conn: Connection | None = None
+        if self.configured():
+            try:
+                conn = self.connection(opts)
+            except Exception:
+                conn = None
+        if api is None:
+            api = TRAINJOB.api
+            if conn is not None:
+                try:
+                    served = self.served_apis(conn)
+                except Exception:
+                    served = {TRAINJOB.group}  # unreachable: the current API
+                api = TRAINJOB.api if TRAINJOB.group in served else PYTORCH_API
+            spec = spec.with_(options=(*spec.options, ("kubeflow_api", api)))
+        if api != TRAINJOB.api:
+            return spec, CLUSTER_RUNTIME
+        check_trainjob(spec, opts)
+        if conn is None:
+            return spec, CLUSTER_RUNTIME
+        return spec, self._runtime_kind(conn, opts.runtime)
+
+    def _runtime_kind(self, conn: Connection, name: str) -> str:
+        """TrainingRuntime when the namespace has one of that name, else ClusterTrainingRuntime."""
+        found = {(r.scope, r.name) for r in self._runtimes(conn, missing_ok=False)}
+        if (conn.namespace, name) in found:
+            return NAMESPACED_RUNTIME
+        if ("cluster", name) in found:
+            return CLUSTER_RUNTIME
+        offered = ", ".join(sorted({n for _, n in found})) or "none"
+        raise SpecError(
+            f"--runtime {name}: no TrainingRuntime in namespace {conn.namespace!r} and no "
+            f"ClusterTrainingRuntime has that name; this cluster offers: {offered}"
         )
 
-    def delete(self, conn: Connection, framework: str, name: str) -> bool:
+    def _runtimes(self, conn: Connection, *, missing_ok: bool) -> list[RuntimeRecord]:
+        out: list[RuntimeRecord] = []
+        calls = (
+            ("cluster", lambda: conn.custom.list_cluster_custom_object(
+                TRAINJOB.group, TRAINJOB.version, "clustertrainingruntimes")),
+            (conn.namespace, lambda: conn.custom.list_namespaced_custom_object(
+                TRAINJOB.group, TRAINJOB.version, conn.namespace, "trainingruntimes")),
+        )  # fmt: skip
+        for scope, call in calls:
+            try:
+                listing: Any = call()  # type: ignore[no-untyped-call]
+            except ApiException as exc:
+                if exc.status == 404:
+                    if missing_ok:
+                        continue
+                    raise SpecError(
+                        "this cluster has no Kubeflow Trainer v2 (trainer.kubeflow.org is not "
+                        "served); use --kubeflow-api pytorchjob or install it"
+                    ) from None
+                raise explain(exc, kind="TrainingRuntime", name="*",
+                              namespace=conn.namespace) from None  # fmt: skip
+            for obj in listing.get("items", []):
+                out.append(runtime_record(obj, scope))
+        return out
+
+    def runtimes(self) -> list[RuntimeRecord]:
+        """The cluster's (Cluster)TrainingRuntimes: name, framework, image, nodes."""
+        return self._runtimes(self.connection(), missing_ok=True)
+
+    def delete(self, conn: Connection, kind: KubeflowKind, name: str) -> bool:
         """Delete a job and its payload; False when it did not exist."""
-        plural, kind = PLURALS[framework]
         try:
             conn.custom.delete_namespaced_custom_object(
-                GROUP,
-                VERSION,
+                kind.group,
+                kind.version,
                 conn.namespace,
-                plural,
+                kind.plural,
                 name,
                 propagation_policy="Foreground",
             )
             found = True
         except ApiException as exc:
             if exc.status != 404:
-                raise explain(exc, kind=kind, name=name, namespace=conn.namespace) from None
+                raise explain(exc, kind=kind.kind, name=name, namespace=conn.namespace) from None
             found = False
         for remove in (conn.core.delete_namespaced_config_map, conn.core.delete_namespaced_secret):
             try:
@@ -219,8 +321,9 @@ class KubernetesBackend(Backend):
 
     # -- Backend -----------------------------------------------------------------
     def plan(self, spec: JobSpec, payload: Payload) -> KubernetesPlan:
-        """The exact objects, as YAML; nothing is sent to the cluster."""
-        objs = self.objects(spec, payload)
+        """The exact objects, as YAML; nothing is created (discovery may be asked)."""
+        spec, runtime_kind = self.resolve_api(spec)
+        objs = self.objects(spec, payload, runtime_kind)
         namespace = self.settings(spec).namespace or "<context namespace>"
         return KubernetesPlan(spec, payload, tuple(objs), namespace)
 
@@ -234,7 +337,8 @@ class KubernetesBackend(Backend):
         opts = self.settings(spec)
         payload_obj, job_obj = plan.objects
         conn = self.connection(opts)
-        plural, kind = PLURALS[spec.framework]
+        kubeflow = kind_of(spec.framework, opts.kubeflow_api)
+        plural, kind = kubeflow.plural, kubeflow.kind
         core = conn.core
         ns = conn.namespace
         create_payload = (
@@ -250,7 +354,7 @@ class KubernetesBackend(Backend):
             ) from None
         try:
             created: Any = conn.custom.create_namespaced_custom_object(
-                GROUP, VERSION, ns, plural, job_obj
+                kubeflow.group, kubeflow.version, ns, plural, job_obj
             )
         except ApiException as exc:
             try:  # leave nothing behind
@@ -282,16 +386,17 @@ class KubernetesBackend(Backend):
     def attach(self, name: str, sink: EventSink) -> tuple[JobSpec, KubernetesRun]:
         """Follow an existing job from the start of its logs (after a kernel restart)."""
         conn = self.connection()
-        for framework, (plural, kind) in PLURALS.items():
+        for kubeflow in KINDS:
             try:
                 obj = conn.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, conn.namespace, plural, name
+                    kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural, name
                 )
             except ApiException as exc:
                 if exc.status == 404:
                     continue
-                raise explain(exc, kind=kind, name=name, namespace=conn.namespace) from None
-            spec = spec_from_object(conn.plain(obj), framework)
+                ns = conn.namespace
+                raise explain(exc, kind=kubeflow.kind, name=name, namespace=ns) from None
+            spec = spec_from_object(conn.plain(obj), kubeflow)
             run = KubernetesRun(self, conn, spec, sink)
             run.start()
             return spec, run
@@ -301,21 +406,21 @@ class KubernetesBackend(Backend):
         """Jobs this tool created in the namespace (by label), newest first."""
         conn = self.connection()
         out: list[JobRecord] = []
-        for framework, (plural, kind) in PLURALS.items():
+        for kubeflow in KINDS:
             try:
                 listing: Any = conn.custom.list_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
+                    kubeflow.group,
+                    kubeflow.version,
                     conn.namespace,
-                    plural,
+                    kubeflow.plural,
                     label_selector=f"{mf.LABEL_MANAGED_BY}={mf.MANAGED_BY}",
                 )
             except ApiException as exc:
-                if exc.status == 404:
+                if exc.status == 404:  # the cluster does not serve this Kubeflow API
                     continue
-                raise explain(exc, kind=kind, name="*", namespace=conn.namespace) from None
+                raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace) from None
             for obj in listing.get("items", []):
-                out.append(record_from_object(obj, framework))
+                out.append(record_from_object(obj, kubeflow))
         return sorted(out, key=lambda r: -r.created)
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
@@ -327,16 +432,13 @@ class KubernetesBackend(Backend):
         conn = self.connection()
         texts = self.kept_logs(conn, name)
         if texts is None:
-            pods: Any = conn.core.list_namespaced_pod(
-                conn.namespace, label_selector=f"{JOB_NAME_LABEL}={name}"
-            )
-            if not pods.items:
+            pods = self.job_pods(conn, name)
+            if not pods:
                 raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
             texts = {}
-            for pod in sorted(pods.items, key=lambda p: str(p.metadata.name)):
-                container = "tensorflow" if "tfjob" in str(pod.metadata.labels) else "pytorch"
+            for pod in sorted(pods, key=lambda p: str(p.metadata.name)):
                 names = [c.name for c in pod.spec.containers]
-                container = container if container in names else names[0]
+                container = next((k.container for k in KINDS if k.container in names), names[0])
                 texts[str(pod.metadata.name)] = "\n".join(
                     self.stream_log(conn, pod.metadata.name, container, follow=False)
                 )
@@ -351,6 +453,16 @@ class KubernetesBackend(Backend):
                 elif got == rank:
                     lines.append(text)
         return "\n".join(lines if tail is None else lines[-tail:] if tail > 0 else [])
+
+    def job_pods(self, conn: Connection, name: str) -> list[Any]:
+        """The pods of job ``name`` (of whichever Kubeflow kind it is)."""
+        for label in dict.fromkeys(k.pod_label for k in KINDS):
+            pods: Any = conn.core.list_namespaced_pod(
+                conn.namespace, label_selector=f"{label}={name}"
+            )
+            if pods.items:
+                return list(pods.items)
+        return []
 
     def kept_logs(self, conn: Connection, name: str) -> dict[str, str] | None:
         """The logs kept when job ``name`` failed (pod -> text), or None if there are none."""
@@ -373,10 +485,7 @@ class KubernetesBackend(Backend):
         kubelet's sync period, up to about a minute).
         """
         conn = self.connection()
-        pods: Any = conn.core.list_namespaced_pod(
-            conn.namespace, label_selector=f"{JOB_NAME_LABEL}={name}"
-        )
-        found = [p.to_dict() for p in pods.items]
+        found = [p.to_dict() for p in self.job_pods(conn, name)]
         leader = any(
             str((p["metadata"].get("labels") or {}).get(REPLICA_TYPE_LABEL, "")).lower()
             in ("master", "chief")
@@ -397,11 +506,37 @@ class KubernetesBackend(Backend):
     def stop(self, name: str) -> bool:
         """Delete job ``name`` (either framework)."""
         conn = self.connection()
-        return any(self.delete(conn, fw, name) for fw in PLURALS)
+        return any(self.delete(conn, kubeflow, name) for kubeflow in KINDS)
 
 
-def spec_from_object(obj: dict[str, Any], framework: str) -> JobSpec:
+def runtime_record(obj: dict[str, Any], scope: str) -> RuntimeRecord:
+    """A (Cluster)TrainingRuntime as a listing row: framework label, image, nodes."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    image = ""
+    for rjob in ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []:
+        pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
+        for container in (pod or {}).get("containers") or []:
+            if container.get("name") == TRAINJOB.container and container.get("image"):
+                image = str(container["image"])
+    nodes = (spec.get("mlPolicy") or {}).get("numNodes")
+    return RuntimeRecord(
+        name=str(meta.get("name", "")),
+        scope=scope,
+        framework=str((meta.get("labels") or {}).get(LABEL_FRAMEWORK, "")),
+        image=image,
+        nodes=int(nodes) if nodes is not None else None,
+    )
+
+
+def spec_from_object(obj: dict[str, Any], kubeflow: KubeflowKind) -> JobSpec:
     """A JobSpec describing an existing job (for attaching to it)."""
+    if kubeflow is TRAINJOB:
+        nodes, procs = trainjob_shape(obj)
+        return JobSpec(
+            name=str(obj["metadata"]["name"]), nodes=nodes, nproc=procs, backend="kubernetes",
+            options=(("kubeflow_api", TRAINJOB.api),),
+        )  # fmt: skip
+    framework = "tensorflow" if kubeflow.api == "" else "pytorch"
     spec = obj.get("spec", {})
     replicas = spec.get("pytorchReplicaSpecs") or spec.get("tfReplicaSpecs") or {}
     nodes = sum(int(r.get("replicas", 1)) for r in replicas.values()) or 1
@@ -416,13 +551,14 @@ def spec_from_object(obj: dict[str, Any], framework: str) -> JobSpec:
         nproc=nproc,
         backend="kubernetes",
         framework=cast(Any, framework),
+        options=(("kubeflow_api", kubeflow.api),) if kubeflow.api else (),
     )
 
 
-def record_from_object(obj: dict[str, Any], framework: str) -> JobRecord:
+def record_from_object(obj: dict[str, Any], kubeflow: KubeflowKind) -> JobRecord:
     """A job listing row from a custom object."""
-    spec = spec_from_object(obj, framework)
-    state = job_condition(obj)
+    spec = spec_from_object(obj, kubeflow)
+    state = trainjob_condition(obj) if kubeflow is TRAINJOB else job_condition(obj)
     meta = obj.get("metadata", {})
     created = _timestamp(meta.get("creationTimestamp"))
     ended = _timestamp((obj.get("status") or {}).get("completionTime"))

@@ -1,0 +1,196 @@
+"""Kubeflow Trainer v2 (``trainer.kubeflow.org/v1alpha1``): the TrainJob of a job, and its state.
+
+Pure. A TrainJob names a training runtime (``runtimeRef``) and says only what
+differs from it: ``trainer`` (nodes, processes per node, image, resources,
+environment, the exec-form torchrun command, which reads the ``PET_*``
+variables the runtime's torch plugin sets) and ``runtimePatches`` for what
+the runtime's pod template must gain (the payload and other volumes,
+``/dev/shm``, node selection, tolerations, service account, pull secret).
+Trainer v2.3.0's patches can touch only some pod fields: what they cannot
+express is refused with the fix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from .. import events as ev
+from ..spec import JobSpec
+from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
+from .k8s_kinds import TRAINJOB
+from .k8s_options import ConflictingOptionsError, K8sOptions
+from .manifests import (
+    KUEUE_QUEUE_LABEL,
+    PAYLOAD_FILE,
+    Manifest,
+    _env,
+    _job_meta,
+    _resources,
+    _volumes,
+    check,
+    labels,
+    worker_command,
+)
+
+#: Who owns the runtime patch this tool writes (``runtimePatches[].manager``).
+PATCH_MANAGER: Final = "disttrain.jupyter.org/manager"
+CLUSTER_RUNTIME: Final = "ClusterTrainingRuntime"
+NAMESPACED_RUNTIME: Final = "TrainingRuntime"
+LABEL_FRAMEWORK: Final = "trainer.kubeflow.org/framework"
+
+
+def check_trainjob(spec: JobSpec, opts: K8sOptions) -> None:
+    """Raise :class:`ConflictingOptionsError` for what a TrainJob cannot carry."""
+    if spec.framework != "pytorch":
+        raise ConflictingOptionsError(
+            f"--kubeflow-api trainjob runs PyTorch only (Kubeflow Trainer v2 has no "
+            f"{spec.framework} runtime); remove --kubeflow-api to run a TFJob"
+        )
+    if opts.elastic is not None:
+        raise ConflictingOptionsError(
+            "--elastic needs the Training Operator's PyTorchJob (elasticPolicy); Kubeflow "
+            "Trainer v2 has none: add --kubeflow-api pytorchjob or remove --elastic"
+        )
+    refused = {
+        "--pip": bool(opts.pip),  # an init container with its own command
+        "--priority-class": opts.priority_class is not None,
+        "--scheduler": opts.scheduler != "default",
+    }
+    for flag, given in refused.items():
+        if given:
+            raise ConflictingOptionsError(
+                f"{flag} cannot be set on a TrainJob: Kubeflow Trainer v2.3.0's runtimePatches "
+                "do not reach that pod field; set it in the training runtime, or add "
+                "--kubeflow-api pytorchjob"
+            )
+    if spec.max_restarts:
+        raise ConflictingOptionsError(
+            f"--max-restarts {spec.max_restarts}: a TrainJob's restarts are its training "
+            "runtime's JobSet failure policy; set them there, or add --kubeflow-api pytorchjob"
+        )
+
+
+def trainjob(
+    spec: JobSpec,
+    opts: K8sOptions,
+    files: Iterable[str],
+    versions: Mapping[str, str],
+    *,
+    notebook: str | None = None,
+    images: ImagePolicy = STOCK_IMAGES,
+    runtime_kind: str = CLUSTER_RUNTIME,
+) -> Manifest:
+    """The TrainJob of ``spec`` on runtime ``opts.runtime`` (of kind ``runtime_kind``)."""
+    check(spec, opts)
+    check_trainjob(spec, opts)
+    paths = list(files)
+    if PAYLOAD_FILE not in paths:
+        raise ValueError(f"the payload files must include {PAYLOAD_FILE}")
+    volumes, mounts = _volumes(spec.name, opts, paths)
+    trainer: dict[str, Any] = {
+        "numNodes": spec.nodes,
+        "numProcPerNode": spec.nproc,
+        "image": opts.image or default_image("pytorch", versions, gpus=opts.gpus, policy=images),
+        "command": worker_command("pytorch"),
+        "env": _env(spec, opts),
+    }
+    resources = _resources(opts, gpus=True)
+    if resources:
+        trainer["resourcesPerNode"] = resources
+    pod: dict[str, Any] = {
+        "volumes": volumes,
+        "containers": [{"name": TRAINJOB.container, "volumeMounts": mounts}],
+    }
+    if spec.grace_period:
+        pod["terminationGracePeriodSeconds"] = math.ceil(spec.grace_period) + 5
+    if opts.node_selector:
+        pod["nodeSelector"] = dict(opts.node_selector)
+    if opts.tolerations:
+        pod["tolerations"] = [t.to_dict() for t in opts.tolerations]
+    if opts.service_account:
+        pod["serviceAccountName"] = opts.service_account
+    if opts.image_pull_secret:
+        pod["imagePullSecrets"] = [{"name": opts.image_pull_secret}]
+    pod_meta = {
+        "labels": labels(spec.name),
+        "annotations": {"sidecar.istio.io/inject": "false"},
+    }
+    patch = {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": TRAINJOB.replicas[0],
+                            "template": {"spec": {"template": {"metadata": pod_meta, "spec": pod}}},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    body: dict[str, Any] = {
+        "runtimeRef": {
+            "apiGroup": TRAINJOB.group,
+            "kind": runtime_kind,
+            "name": opts.runtime,
+        },
+        "trainer": trainer,
+        "runtimePatches": [patch],
+    }
+    if opts.queue:
+        body["suspend"] = True  # Kueue admits it by lifting this
+    if spec.timeout is not None:
+        body["activeDeadlineSeconds"] = math.ceil(spec.timeout)
+    return {
+        "apiVersion": TRAINJOB.api_version,
+        "kind": TRAINJOB.kind,
+        "metadata": _job_meta(spec, opts, versions, notebook),
+        "spec": body,
+    }
+
+
+def _true(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and str(cond.get("status")) == "True":
+            return dict(cond)
+    return None
+
+
+def trainjob_condition(obj: Mapping[str, Any]) -> tuple[ev.JobState, str, str] | None:
+    """A TrainJob's state: (state, reason, message), from conditions and ``jobsStatus``.
+
+    Suspended with a Kueue queue label reads ``Pending``/``Queued``; ready
+    replicated jobs read ``Running``; ``Complete``/``Failed`` are the end.
+    """
+    for kind, state in (("Complete", "Succeeded"), ("Failed", "Failed")):
+        found = _true(obj, kind)
+        if found is not None:
+            return state, str(found.get("reason", "")), str(found.get("message", ""))  # type: ignore[return-value]
+    suspended = _true(obj, "Suspended")
+    queue = ((obj.get("metadata") or {}).get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+    spec = obj.get("spec") or {}
+    if suspended is not None or (spec.get("suspend") and queue):
+        if queue:
+            return "Pending", "Queued", f"waiting for Kueue admission in {queue}"
+        return "Pending", "Suspended", str((suspended or {}).get("message", "suspended"))
+    jobs = (obj.get("status") or {}).get("jobsStatus") or []
+    if jobs and all(int(j.get("ready") or 0) > 0 for j in jobs):
+        name = (obj.get("metadata") or {}).get("name")
+        return "Running", "Running", f"TrainJob {name} is running"
+    if jobs or (obj.get("status") or {}).get("conditions"):
+        return "Pending", "Created", "the TrainJob's pods are starting"
+    return None
+
+
+def trainjob_shape(obj: Mapping[str, Any]) -> tuple[int, int]:
+    """(nodes, processes per node) of a TrainJob."""
+    trainer = (obj.get("spec") or {}).get("trainer") or {}
+    try:
+        nproc = int(trainer.get("numProcPerNode") or 1)
+    except (TypeError, ValueError):
+        nproc = 1
+    return int(trainer.get("numNodes") or 1), nproc

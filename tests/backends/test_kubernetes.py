@@ -292,10 +292,20 @@ def test_render_command_prints_valid_yaml(cluster: Emulator, tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_quickstart_cell_with_backend_kubernetes(cluster: Emulator) -> None:
-    """The tutorial's training cell, plus --backend kubernetes, through the magic."""
+    """The tutorial's training cell, plus --backend kubernetes, through the magic (PyTorchJob)."""
+    kjob = run_quickstart("k8s-quickstart")
+    assert kjob.plan.objects[1]["kind"] == "PyTorchJob"
+
+
+def run_quickstart(name: str) -> Any:
+    """Run the quickstart notebook's training cell with --backend kubernetes; return its job.
+
+    Checks the result, and that the dashboard draws every rank's loss curve.
+    """
     import nbformat
     from IPython.core.interactiveshell import InteractiveShell
 
+    from jupyter_disttrain.widgets import Dashboard
     from tests.conftest import REPO
 
     nb = nbformat.read(REPO / "notebooks" / "01-quickstart.ipynb", as_version=4)
@@ -310,14 +320,21 @@ def test_quickstart_cell_with_backend_kubernetes(cluster: Emulator) -> None:
             shell.run_cell(cell)
     line = first.removeprefix("%%distrain").replace("-o job", "-o kjob") + " --backend kubernetes"
     try:
-        result = shell.run_cell_magic("distrain", line + " --name k8s-quickstart", body)
+        result = shell.run_cell_magic("distrain", line + f" --name {name}", body)
     finally:
         shell.run_line_magic("distrain_config", "live=auto")
     assert result["ranks"] == 4 and result["accuracy"] > 0.7, result
     kjob = shell.user_ns["kjob"]
     assert kjob.backend.name == "kubernetes" and len(kjob.metrics()) > 10
+    dashboard = Dashboard(kjob.monitor)
+    try:
+        curves = {t.name for t in dashboard.plot.figure.data}
+        assert {"rank 0", "rank 1", "rank 2", "rank 3"} <= curves, (curves, kjob.logs())
+    finally:
+        dashboard.close()
     shell.run_line_magic("distrain_jobs", "")
     assert kjob.stop() in ("Succeeded", "Stopped")
+    return kjob
 
 
 @pytest.mark.slow

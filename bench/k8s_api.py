@@ -15,6 +15,17 @@ The emulator counts API requests and the peak of concurrent long-lived
 responses (watches and log follows) and TCP connections. ``python
 bench/k8s_api.py`` prints a table and rewrites the "Kubernetes API" section of
 BENCHMARKS.md.
+
+``--trainjob`` measures the same for a 64-node Kubeflow Trainer v2 TrainJob
+(emulator with ``apis=("trainer",)``), against the Kubeflow SDK's
+``TrainerClient`` (``kubeflow`` package): ``wait_for_job_status`` and
+``get_job_logs(follow=True)``, which reads node 0. It also counts how many
+ranks' metrics each client ends up with. The workers are printers (64 torch
+processes do not fit this machine); in jupyter_disttrain's run node 0 also
+prints the other ranks' lines, as the runtime's relay does (tested for real
+with torch in ``tests/backends/test_kubernetes_trainjob.py``), and in the
+SDK's run every node prints only its own, as a job without the relay does.
+It rewrites the "Kubernetes API: TrainJob" section.
 """
 
 from __future__ import annotations
@@ -121,10 +132,130 @@ def measure(label: str, follow: Callable[[str], None]) -> dict[str, Any]:
         }
 
 
+RELAYING_PRINTER = (
+    "import json, os, time\n"
+    "node = int(os.environ.get('PET_NODE_RANK', '0'))\n"
+    "for step in range({steps}):\n"
+    "    for rank in (range({nodes}) if (node == 0 and {relay}) else [node]):\n"
+    "        line = {{'v': 1, 'kind': 'metric', 'rank': rank, 't': time.time() + rank * 1e-6,\n"
+    "                'step': step, 'values': {{'loss': 1.0 / (step + 1)}}}}\n"
+    "        print(f'[rank {{node}}] ##distrain ' + json.dumps(line), flush=True)\n"
+    "    time.sleep(0.5)\n"
+    "if node == 0:  # rank 0's value, as a worker reports it\n"
+    "    end = {{'v': 1, 'kind': 'result', 'rank': 0, 't': time.time(),\n"
+    "           'encoding': 'cloudpickle+base64', 'data': 'gAVLAS4='}}\n"
+    "    print('[rank 0] ##distrain ' + json.dumps(end), flush=True)\n"
+)
+
+
+def create_printing_trainjob(emulator: Emulator, name: str, relay: bool) -> None:
+    """Our TrainJob for 64 nodes, with the trainer command replaced by a printer."""
+    spec = JobSpec(name, nodes=NODES, backend="kubernetes",
+                   options=(("kubeflow_api", "trainjob"),))  # fmt: skip
+    payload_obj, job = KubernetesBackend().objects(spec, build_payload("1", {}, job=name))
+    code = RELAYING_PRINTER.format(steps=STEPS, nodes=NODES, relay=relay)
+    job["spec"]["trainer"]["command"] = ["python", "-c", code]
+    api = emulator.api_client()
+    k8s.CoreV1Api(api).create_namespaced_config_map("default", payload_obj)
+    k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", job
+    )
+    api.close()
+
+
+def follow_trainjob_with_disttrain(name: str) -> int:
+    job = attach(name, KubernetesBackend())
+    state = job.wait(timeout=600)
+    assert state == "Succeeded", (state, job.reason)
+    return len({row["rank"] for row in job.metrics()})
+
+
+def follow_trainjob_with_sdk(name: str, kubeconfig: str) -> int:
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import TrainerClient
+
+    sdk = TrainerClient(KubernetesBackendConfig(config_file=kubeconfig, namespace="default"))
+    sdk.wait_for_job_status(name, status={"Running", "Complete"}, timeout=600)
+    ranks: set[int] = set()
+
+    def read() -> None:
+        for line in sdk.get_job_logs(name, follow=True):
+            if "##distrain " in line:
+                ranks.add(int(line.split('"rank": ')[1].split(",")[0]))
+
+    logs = threading.Thread(target=read, daemon=True)
+    logs.start()
+    sdk.wait_for_job_status(name, status={"Complete"}, timeout=600)
+    logs.join(60)
+    return len(ranks)
+
+
+def measure_trainjob(label: str, relay: bool, follow: Callable[[str], int]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, Emulator(apis=("trainer",)) as emulator:
+        import os
+
+        os.environ["KUBECONFIG"] = str(emulator.write_kubeconfig(Path(tmp) / "kubeconfig"))
+        name = "bench-tj-" + label.split()[0].lower().replace("_", "-")
+        create_printing_trainjob(emulator, name, relay)
+        emulator.reset_stats()
+        t0 = time.monotonic()
+        ranks = follow(name)
+        seconds = time.monotonic() - t0
+        stats = emulator.stats()
+        return {"label": label, "requests": stats.total,
+                "non_stream": stats.total - stats.streams.opened,
+                "streams_peak": stats.streams.peak, "connections_peak": stats.connections.peak,
+                "seconds": seconds, "ranks": ranks,
+                "by_kind": dict(sorted(stats.requests.items()))}  # fmt: skip
+
+
+def trainjob_main(write: bool) -> int:
+    runs = [
+        measure_trainjob("jupyter_disttrain", True, follow_trainjob_with_disttrain),
+        measure_trainjob("TrainerClient (kubeflow SDK)", False,
+                         lambda n: follow_trainjob_with_sdk(n, _kubeconfig())),
+    ]  # fmt: skip
+    rows = [
+        "| client | API requests | of them one-shot | peak long-lived responses | "
+        "peak TCP connections | wall s | ranks' metrics seen |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        rows.append(
+            f"| {r['label']} | {r['requests']} | {r['non_stream']} | {r['streams_peak']} | "
+            f"{r['connections_peak']} | {r['seconds']:.1f} | {r['ranks']} of {NODES} |"
+        )
+        print(r["label"], r["by_kind"])
+    table = "\n".join(rows)
+    print(table)
+    if write:
+        body = (
+            f"`python bench/k8s_api.py --trainjob`, {time.strftime('%Y-%m-%d')}: one TrainJob "
+            f"of {NODES} nodes on the `torch-distributed` runtime (Kubeflow Trainer v2.3.0 as "
+            f"the emulator plays it), each node printing {STEPS} metric lines over about "
+            f"{STEPS // 2} s, followed to its end. jupyter_disttrain watches the TrainJob, its "
+            "pods and Warning events and follows node 0's log, where the runtime's relay puts "
+            "every rank's lines; the SDK polls the TrainJob (`wait_for_job_status`, every 2 s) "
+            "and follows node 0's log (`get_job_logs(follow=True)`), so it sees node 0's "
+            "output only.\n\n" + table + "\n\n"
+            "What each ships: the SDK's `CustomTrainer(func)` sends `inspect.getsource(func)` "
+            "as the container's command text: notebook globals and imports outside the "
+            "function do not travel, and the code is visible in the TrainJob. "
+            "jupyter_disttrain pickles the cell with the notebook values it uses into a "
+            "ConfigMap (or Secret) owned by the TrainJob; the command is fixed "
+            "(`python -m torch.distributed.run --module jupyter_disttrain.runtime.worker ...`)."
+        )
+        write_section(ROOT / "BENCHMARKS.md", "Kubernetes API: TrainJob", body)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
+    parser.add_argument("--trainjob", action="store_true", help="the TrainJob comparison")
     args = parser.parse_args()
+    if args.trainjob:
+        return trainjob_main(not args.no_write)
     runs = [
         measure("jupyter_disttrain", follow_with_disttrain),
         measure("TrainingClient (master logs)",

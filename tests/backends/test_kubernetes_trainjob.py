@@ -98,3 +98,26 @@ def test_the_quickstart_cell_runs_as_a_trainjob(trainer: Emulator) -> None:
     kjob = run_quickstart("tj-quickstart")
     assert kjob.plan.objects[1]["kind"] == "TrainJob"
     wait_for(lambda: not trainer.processes(), 30, trainer.processes)
+
+
+def test_kueue_preemption_and_readmission_show_as_state_changes(
+    trainer: Emulator, tmp_path: Path
+) -> None:
+    finish = tmp_path / "finish"
+    cell = (
+        "import os, time\nfor i in range(3000):\n    report(step=i, up=1)\n"
+        "    if os.path.exists(FINISH):\n        break\n    time.sleep(0.1)\n'done'"
+    )
+    payload = build_payload(cell, {"FINISH": str(finish)}, job="tj-preempt")
+    job = jobs.submit(spec("tj-preempt", ("queue", "team-b"), nodes=1, nproc=1), payload,
+                      KubernetesBackend())  # fmt: skip
+    wait_for(lambda: job.status() == "Running", 120, job.logs)
+    trainer.kueue.set_full("team-b")
+    trainer.kueue.preempt("tj-preempt")
+    wait_for(lambda: job.monitor.reason.startswith("waiting for Kueue"), 60, job.logs)
+    assert job.status() == "Pending"
+    wait_for(lambda: not trainer.processes(), 30, trainer.processes)  # its pods are gone
+    trainer.kueue.set_full("team-b", False)
+    wait_for(lambda: job.status() == "Running", 120, job.logs)
+    finish.touch()
+    assert job.result(timeout=120) == "done", job.logs()

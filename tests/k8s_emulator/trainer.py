@@ -233,9 +233,9 @@ class TrainerController:
                 item = self._queue.get(timeout=self._tick)
             except queue.Empty:
                 for job in self.api.store.objects(self.trainjobs.key)[0]:
-                    if job.get("spec", {}).get("suspend") or job["spec"].get(
-                        "activeDeadlineSeconds"
-                    ):
+                    spec = job.get("spec") or {}
+                    queued = LABEL_QUEUE in (job["metadata"].get("labels") or {})
+                    if queued or spec.get("suspend") or spec.get("activeDeadlineSeconds"):
                         self._enqueue(job["metadata"]["namespace"], job["metadata"]["name"])
                 continue
             if item is None:

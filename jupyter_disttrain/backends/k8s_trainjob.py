@@ -180,10 +180,27 @@ def trainjob_condition(obj: Mapping[str, Any]) -> tuple[ev.JobState, str, str] |
     jobs = (obj.get("status") or {}).get("jobsStatus") or []
     if jobs and all(int(j.get("ready") or 0) > 0 for j in jobs):
         name = (obj.get("metadata") or {}).get("name")
-        return "Running", "Running", f"TrainJob {name} is running"
+        progress = trainer_progress(obj)
+        return "Running", "Running", f"TrainJob {name} is running{progress}"
     if jobs or (obj.get("status") or {}).get("conditions"):
         return "Pending", "Created", "the TrainJob's pods are starting"
     return None
+
+
+def trainer_progress(obj: Mapping[str, Any]) -> str:
+    """``", 40% done, about 5 min left (loss 0.31)"`` from ``status.trainerStatus``, or ""."""
+    status = (obj.get("status") or {}).get("trainerStatus") or {}
+    parts = []
+    if status.get("progressPercentage") is not None:
+        parts.append(f"{int(status['progressPercentage'])}% done")
+    if status.get("estimatedRemainingSeconds") is not None:
+        left = int(status["estimatedRemainingSeconds"])
+        parts.append(f"about {left // 60} min left" if left >= 120 else f"about {left} s left")
+    metrics = ", ".join(
+        f"{m.get('name')} {m.get('value')}" for m in status.get("metrics") or [] if m.get("name")
+    )
+    text = ", " + ", ".join(parts) if parts else ""
+    return text + (f" ({metrics})" if metrics else "")
 
 
 def trainjob_shape(obj: Mapping[str, Any]) -> tuple[int, int]:

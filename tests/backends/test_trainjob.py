@@ -160,6 +160,14 @@ def test_state_from_conditions_jobs_status_and_kueue() -> None:
     assert trainjob_condition(starting)[0] == "Pending"  # type: ignore[index]
     running = _job([], jobsStatus=[{"name": "node", "ready": 1, "active": 1}])
     assert trainjob_condition(running)[0] == "Running"  # type: ignore[index]
+    reporting = _job([], jobsStatus=[{"name": "node", "ready": 1, "active": 1}],
+                     trainerStatus={"progressPercentage": 40, "estimatedRemainingSeconds": 300,
+                                    "metrics": [{"name": "loss", "value": "0.31"}]})  # fmt: skip
+    assert trainjob_condition(reporting) == (
+        "Running",
+        "Running",
+        "TrainJob tj is running, 40% done, about 5 min left (loss 0.31)",
+    )
     done = _job([{"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
                   "message": "jobset completed successfully"}])  # fmt: skip
     assert trainjob_condition(done) == ("Succeeded", "AllJobsCompleted",

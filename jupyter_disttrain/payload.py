@@ -4,7 +4,9 @@ The cell's free names are found with :mod:`symtable` (real scoping, so a
 name a function only uses locally is not captured). Each referenced value
 from the notebook namespace is pickled on its own with cloudpickle (by value
 for ``__main__`` objects, by reference for importable ones), which lets a
-failure or an oversized value be named. Modules travel as ``import`` by name.
+failure or an oversized value be named. Installed modules travel as
+``import`` by name; the user's own modules (see :mod:`.local_modules`) travel
+as source files.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import cloudpickle
 
+from .local_modules import ModuleTooLarge, collect, names_in_pickle, names_in_source
 from .units import format_bytes
 
 PAYLOAD_FORMAT = 1
@@ -66,7 +69,7 @@ class Capture:
     """One name the cell takes from the notebook."""
 
     name: str
-    kind: str  # "value" or "module"
+    kind: str  # "value", "module" or "local module" (its source files travel)
     type_name: str
     size: int  # pickled bytes (0 for modules)
     module: str = ""
@@ -88,7 +91,9 @@ class Payload:
             return f"ships the cell only ({format_bytes(len(self.data))})"
         parts = []
         for cap in self.captures:
-            if cap.kind == "module":
+            if cap.kind == "local module":
+                parts.append(f"{cap.name} (local module, {format_bytes(cap.size)})")
+            elif cap.kind == "module":
                 parts.append(f"{cap.name} (import {cap.module})")
             else:
                 parts.append(f"{cap.name} ({cap.type_name}, {format_bytes(cap.size)})")
@@ -221,6 +226,16 @@ def build_payload(
             "inside the cell (from a file or dataset), or raise the limit with "
             "%distrain_config max_capture_mb=N"
         )
+    wanted = {module.split(".")[0] for module in imports.values()} | names_in_source(source)
+    for blob in globals_.values():
+        wanted |= names_in_pickle(blob)
+    try:
+        modules = collect(wanted)
+    except ModuleTooLarge as exc:
+        raise CaptureError(str(exc)) from None
+    for name, files in modules.items():
+        size = sum(len(b) for b in files.values())
+        captures.append(Capture(name, "local module", "module", size, name))
     python = platform.python_version()
     torch_version = package_version("torch")
     envelope = {
@@ -233,6 +248,8 @@ def build_payload(
         "torch": torch_version,
         "framework": framework,
         "dist_backend": dist_backend,
+        # the user's own modules, as source files relative to a sys.path entry
+        "modules": {path: data for files in modules.values() for path, data in files.items()},
         **(extra or {}),
     }
     data = pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)

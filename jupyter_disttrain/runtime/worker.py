@@ -182,10 +182,34 @@ def finish_torch_distributed() -> None:
         pass
 
 
+def install_modules(files: dict[str, bytes]) -> None:
+    """Put the user's own modules that came with the cell first on ``sys.path``."""
+    if not files:
+        return
+    import importlib
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="distrain-modules-")  # the owner's only
+    for relative, data in files.items():
+        target = os.path.realpath(os.path.join(root, relative))
+        if not target.startswith(root + os.sep):
+            raise SetupError(f"the payload names a module file outside its folder: {relative!r}")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as fh:
+            fh.write(data)
+    sys.path.insert(0, root)
+    importlib.invalidate_caches()
+    import atexit
+    import shutil
+
+    atexit.register(shutil.rmtree, root, True)
+
+
 def build_namespace(payload: dict[str, Any]) -> dict[str, Any]:
     """The cell's globals: captured notebook values, its imports, ``report`` and checkpoints."""
     import importlib
 
+    install_modules(payload.get("modules") or {})
     namespace: dict[str, Any] = {"__name__": "__main__", "report": _report.report,
                                  "save_checkpoint": _checkpoint.save_checkpoint,
                                  "load_checkpoint": _checkpoint.load_checkpoint,

@@ -1,0 +1,125 @@
+"""Modules of the user's own (a ``mymodels.py`` beside the notebook) that must travel with a cell.
+
+A module is *local* when its file is neither in the standard library nor in
+an installed distribution's directory (site-packages): the workers cannot be
+expected to have it. The cell can use one directly (``import mymodels``, a
+captured module), through a name it imports in its text (``from mymodels
+import Net``), or through a captured object pickled by reference to it (an
+instance of ``mymodels.Net``). Each such module, or the whole package it
+belongs to, is shipped as source files inside the payload; workers put them
+on ``sys.path`` before anything is unpickled.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import pickletools
+import sys
+import sysconfig
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+#: Largest total size of local module files shipped with one cell.
+MAX_MODULE_BYTES: Final = 4 * 1024 * 1024
+#: Packages that are the tool's own (the runtime ships itself separately) or always present.
+_NEVER: Final = frozenset({"jupyter_disttrain", "cloudpickle", "__main__", "builtins"})
+
+
+class ModuleTooLarge(ValueError):
+    """A local module is too big to travel with the cell; the message names the fix."""
+
+
+def _system_dirs() -> list[str]:
+    paths = sysconfig.get_paths()
+    dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    dirs.update(p for p in sys.path if "site-packages" in p or "dist-packages" in p)
+    return [os.path.realpath(d) for d in dirs if d]
+
+
+def local_root(name: str) -> Path | None:
+    """Where top-level module ``name`` lives if it is local: its file or package directory."""
+    if name in _NEVER or name in sys.builtin_module_names:
+        return None
+    module = sys.modules.get(name)
+    origin = getattr(module, "__file__", None) if module is not None else None
+    if origin is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.origin or spec.origin in ("built-in", "frozen"):
+            return None
+        origin = spec.origin
+    path = Path(os.path.realpath(origin))
+    if path.suffix not in (".py", ".pyc"):
+        return None  # extension modules are built for one machine
+    if any(str(path).startswith(d + os.sep) for d in _system_dirs()):
+        return None
+    return path.parent if path.name == "__init__.py" else path
+
+
+def names_in_source(source: str) -> set[str]:
+    """Top-level module names the cell's text imports."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def names_in_pickle(blob: bytes) -> set[str]:
+    """Top-level module names a pickle refers to (objects pickled by reference)."""
+    out: set[str] = set()
+    strings: list[str] = []
+    try:
+        for op, arg, _ in pickletools.genops(blob):
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
+                strings.append(str(arg))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                out.add(strings[-2].split(".")[0])
+            elif op.name in ("GLOBAL", "INST") and isinstance(arg, str):
+                out.add(arg.split(" ")[0].split(".")[0])
+    except Exception:  # a pickle this reader does not follow: nothing found in it
+        return out
+    return out
+
+
+def collect(names: Iterable[str]) -> dict[str, dict[str, bytes]]:
+    """For each local top-level module among ``names``: its files (path relative to sys.path).
+
+    Raises :class:`ModuleTooLarge` when they exceed :data:`MAX_MODULE_BYTES`.
+    """
+    out: dict[str, dict[str, bytes]] = {}
+    total = 0
+    for name in sorted(set(names)):
+        root = local_root(name)
+        if root is None:
+            continue
+        files: dict[str, bytes] = {}
+        if root.is_dir():
+            for path in sorted(root.rglob("*.py")):
+                if "__pycache__" in path.parts:
+                    continue
+                files[str(path.relative_to(root.parent))] = path.read_bytes()
+        else:
+            files[root.name] = root.read_bytes()
+        size = sum(len(b) for b in files.values())
+        total += size
+        if total > MAX_MODULE_BYTES:
+            raise ModuleTooLarge(
+                f"local module {name!r} ({root}) is too big to travel with the cell "
+                f"({size / 2**20:.1f} MiB of source, limit {MAX_MODULE_BYTES // 2**20} MiB): "
+                "make it an installable package and install it on the workers (--pip, or the "
+                "image), or keep data files out of its directory"
+            )
+        out[name] = files
+    return out

@@ -57,13 +57,16 @@ EXAMPLES: Final[Mapping[str, str]] = {
     "kubeflow_api": "--kubeflow-api trainjob (Kubeflow Trainer v2) or pytorchjob (Training "
     "Operator v1); default: what the cluster serves",
     "runtime": "--runtime torch-distributed (a Kubeflow Trainer training runtime)",
+    "runai_project": "--runai-project team-a (Run:ai: namespace runai-team-a, its scheduler)",
+    "gpu_fraction": "--gpu-fraction 0.5 (Run:ai: a share of one GPU per pod)",
+    "host_network": "--host-network (pods on the node's network: RDMA NICs, no overlay)",
 }
 #: ``--kubeflow-api`` values.
 KUBEFLOW_APIS: Final = ("trainjob", "pytorchjob")
 DEFAULT_RUNTIME: Final = "torch-distributed"
 REPEATABLE: Final = frozenset({"nccl", "volume", "node_selector", "toleration", "pip"})
 #: Options that take no value.
-SWITCHES: Final = frozenset({"payload_secret"})
+SWITCHES: Final = frozenset({"payload_secret", "host_network"})
 OPTION_KEYS: Final = tuple(EXAMPLES)
 
 
@@ -342,6 +345,9 @@ class K8sOptions:
     elastic: Elastic | None = None
     kubeflow_api: str | None = None
     runtime: str = DEFAULT_RUNTIME
+    runai_project: str | None = None
+    gpu_fraction: float | None = None
+    host_network: bool = False
 
     def __post_init__(self) -> None:
         if self.image is not None and not _IMAGE.match(self.image):
@@ -383,6 +389,31 @@ class K8sOptions:
                 "kubeflow_api", self.kubeflow_api, "is not a Kubeflow API this tool creates",
                 f"use one of {', '.join(KUBEFLOW_APIS)}",
             )  # fmt: skip
+        if self.runai_project is not None:
+            if not is_dns_label(f"runai-{self.runai_project}"):
+                raise _bad("runai_project", self.runai_project, "is not a Run:ai project name",
+                           "use lowercase letters, digits and '-'")  # fmt: skip
+            if self.namespace not in (None, f"runai-{self.runai_project}"):
+                raise _bad(
+                    "namespace",
+                    self.namespace,
+                    f"is not project {self.runai_project}'s namespace",
+                    f"Run:ai runs it in runai-{self.runai_project}: drop --namespace",
+                )
+            if self.scheduler != "default":
+                raise _bad("scheduler", self.scheduler, "conflicts with --runai-project",
+                           "Run:ai schedules with runai-scheduler: drop --scheduler")  # fmt: skip
+        if self.gpu_fraction is not None:
+            if self.runai_project is None:
+                raise _bad("gpu_fraction", self.gpu_fraction, "needs --runai-project",
+                           "GPU fractions are Run:ai's; add --runai-project NAME")  # fmt: skip
+            if not 0 < self.gpu_fraction < 1 or self.gpus:
+                raise _bad(
+                    "gpu_fraction",
+                    self.gpu_fraction,
+                    "must be between 0 and 1, without --gpus",
+                    "use --gpu-fraction 0.5 for half a GPU, or --gpus N for whole ones",
+                )
         if not is_dns_subdomain(self.runtime):
             raise _bad("runtime", self.runtime, "is not a valid object name",
                        "name a training runtime, e.g. torch-distributed")  # fmt: skip
@@ -454,6 +485,13 @@ def _int(key: str, text: str) -> int:
         return int(text)
     except ValueError:
         raise _bad(key, text, "is not a whole number") from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise _bad("gpu_fraction", text, "is not a number", "e.g. --gpu-fraction 0.5") from None
 
 
 def _bool(key: str, text: str) -> bool:
@@ -558,10 +596,14 @@ def parse_options(
         service_account=one.get("service_account"),
         image_pull_secret=one.get("image_pull_secret"),
         pip=tuple(many["pip"]),
-        namespace=one.get("namespace"),
+        namespace=one.get("namespace")
+        or (f"runai-{one['runai_project']}" if "runai_project" in one else None),
         context=one.get("context"),
         payload_secret="payload_secret" in one and _bool("payload_secret", one["payload_secret"]),
         elastic=_elastic(one["elastic"]) if "elastic" in one else None,
         kubeflow_api=one["kubeflow_api"].lower() if "kubeflow_api" in one else None,
         runtime=one.get("runtime", DEFAULT_RUNTIME),
+        runai_project=one.get("runai_project"),
+        gpu_fraction=_fraction(one["gpu_fraction"]) if "gpu_fraction" in one else None,
+        host_network="host_network" in one and _bool("host_network", one["host_network"]),
     )

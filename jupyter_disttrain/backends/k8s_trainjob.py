@@ -21,6 +21,7 @@ from ..spec import JobSpec
 from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
 from .k8s_kinds import TRAINJOB
 from .k8s_options import ConflictingOptionsError, K8sOptions
+from .k8s_pods import pod_metadata
 from .manifests import (
     KUEUE_QUEUE_LABEL,
     PAYLOAD_FILE,
@@ -55,6 +56,7 @@ def check_trainjob(spec: JobSpec, opts: K8sOptions) -> None:
         )
     refused = {
         "--pip": bool(opts.pip),  # an init container with its own command
+        "--host-network": opts.host_network,
         "--priority-class": opts.priority_class is not None,
         "--scheduler": opts.scheduler != "default",
     }
@@ -113,10 +115,7 @@ def trainjob(
         pod["serviceAccountName"] = opts.service_account
     if opts.image_pull_secret:
         pod["imagePullSecrets"] = [{"name": opts.image_pull_secret}]
-    pod_meta = {
-        "labels": labels(spec.name),
-        "annotations": {"sidecar.istio.io/inject": "false"},
-    }
+    pod_meta = pod_metadata(labels(spec.name), opts)
     patch = {
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {

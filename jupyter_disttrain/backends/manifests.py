@@ -43,6 +43,7 @@ from .k8s_options import (
     K8sOptions,
     is_dns_label,
 )
+from .k8s_pods import RUNAI_PROJECT_LABEL, RUNAI_SCHEDULER, host_port, pod_metadata
 
 Manifest = dict[str, Any]
 
@@ -395,20 +396,20 @@ def _pod_template(
         pod["tolerations"] = [t.to_dict() for t in opts.tolerations]
     if opts.scheduler != "default":
         pod["schedulerName"] = opts.scheduler
+    if opts.runai_project:
+        pod["schedulerName"] = RUNAI_SCHEDULER
+    if opts.host_network:  # the node's network: its RDMA NICs, no overlay; DNS still the cluster's
+        pod["hostNetwork"] = True
+        pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+        main["ports"] = [{"name": port_name, "containerPort": host_port(spec.name, opts),
+                          "protocol": "TCP"}]  # fmt: skip
     if opts.priority_class:
         pod["priorityClassName"] = opts.priority_class
     if opts.service_account:
         pod["serviceAccountName"] = opts.service_account
     if opts.image_pull_secret:
         pod["imagePullSecrets"] = [{"name": opts.image_pull_secret}]
-    return {
-        "metadata": {
-            "labels": labels(spec.name),
-            # An injected service-mesh sidecar keeps a finished pod running forever.
-            "annotations": {"sidecar.istio.io/inject": "false"},
-        },
-        "spec": pod,
-    }
+    return {"metadata": pod_metadata(labels(spec.name), opts), "spec": pod}
 
 
 def _replica(replicas: int, template: dict[str, Any]) -> dict[str, Any]:
@@ -429,6 +430,8 @@ def _job_meta(
     if notebook:
         annotations[ANNOTATION_NOTEBOOK] = notebook
     meta = _meta(spec.name, spec.name, opts.namespace, annotations=annotations)
+    if opts.runai_project:
+        meta["labels"][RUNAI_PROJECT_LABEL] = opts.runai_project
     if opts.queue and opts.scheduler != "volcano":
         meta["labels"][KUEUE_QUEUE_LABEL] = opts.queue
     return meta

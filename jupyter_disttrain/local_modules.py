@@ -93,6 +93,27 @@ def names_in_pickle(blob: bytes) -> set[str]:
     return out
 
 
+def package_versions(names: Iterable[str]) -> dict[str, list[str]]:
+    """Installed third-party packages among top-level import ``names``: name -> [dist, version].
+
+    Standard-library, local and unknown modules are left out.
+    """
+    import importlib.metadata
+
+    dists = importlib.metadata.packages_distributions()
+    stdlib = set(sys.stdlib_module_names)
+    out: dict[str, list[str]] = {}
+    for name in sorted(set(names)):
+        if name in stdlib or name in _NEVER or name not in dists:
+            continue
+        dist = dists[name][0]
+        try:
+            out[name] = [dist, importlib.metadata.version(dist)]
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
 def collect(names: Iterable[str]) -> dict[str, dict[str, bytes]]:
     """For each local top-level module among ``names``: its files (path relative to sys.path).
 

@@ -22,7 +22,13 @@ from typing import Any
 
 import cloudpickle
 
-from .local_modules import ModuleTooLarge, collect, names_in_pickle, names_in_source
+from .local_modules import (
+    ModuleTooLarge,
+    collect,
+    names_in_pickle,
+    names_in_source,
+    package_versions,
+)
 from .units import format_bytes
 
 PAYLOAD_FORMAT = 1
@@ -236,6 +242,7 @@ def build_payload(
     for name, files in modules.items():
         size = sum(len(b) for b in files.values())
         captures.append(Capture(name, "local module", "module", size, name))
+    packages = package_versions(wanted - set(modules))
     python = platform.python_version()
     torch_version = package_version("torch")
     envelope = {
@@ -248,6 +255,8 @@ def build_payload(
         "torch": torch_version,
         "framework": framework,
         "dist_backend": dist_backend,
+        # third-party packages the cell uses: import name -> [distribution, version]
+        "packages": packages,
         # the user's own modules, as source files relative to a sys.path entry
         "modules": {path: data for files in modules.values() for path, data in files.items()},
         **(extra or {}),

@@ -79,6 +79,40 @@ def check_versions(payload: dict[str, Any]) -> None:
         )
 
 
+def check_packages(payload: dict[str, Any]) -> list[str]:
+    """Compare the cell's third-party packages with this worker's, before the cell runs.
+
+    A missing package fails the rank with the ``--pip`` fix; a different
+    version is returned as a warning (the caller prints it).
+    """
+    import importlib.metadata
+    import importlib.util
+
+    missing: list[str] = []
+    warnings: list[str] = []
+    for name, (dist, want) in sorted((payload.get("packages") or {}).items()):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(f"{dist}=={want}")
+            continue
+        try:
+            here = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if here != want:
+            warnings.append(f"{dist} {here} here, {want} in the notebook")
+    if missing:
+        pips = " ".join(f"--pip {m}" for m in missing)
+        raise SetupError(
+            f"the cell uses packages this worker does not have: {', '.join(missing)}; add "
+            f"{pips} (or install them in the image)"
+        )
+    return warnings
+
+
 def requested_backend(source: str) -> str | None:
     """The backend a pasted ``init_process_group("gloo")`` call asks for, if any."""
     try:
@@ -291,6 +325,9 @@ def run(payload_path: str) -> int:
     try:
         payload = load_payload(payload_path)
         check_versions(payload)
+        for warning in check_packages(payload):
+            print(f"distrain: warning: package versions differ: {warning}", file=sys.stderr,
+                  flush=True)  # fmt: skip
         backend, names, hello = init_framework(payload, rank)
     except BaseException as exc:
         _report.emit("error", **encode_exception(exc))

@@ -131,3 +131,31 @@ def test_worker_reports_python_version_mismatch(tmp_path: Path) -> None:
     error = next(parse_line(x, None) for x in proc.stdout.splitlines() if "##distrain" in x)
     assert error.kind == "error"
     assert "Python 2.7.18" in error.get("message") and "python:2.7 image" in error.get("message")
+
+
+def test_package_preflight_names_missing_packages_and_warns_on_other_versions() -> None:
+    import importlib.metadata
+
+    import pytest
+
+    from jupyter_disttrain.runtime.worker import SetupError, check_packages
+
+    numpy_version = importlib.metadata.version("numpy")
+    same = {"packages": {"numpy": ["numpy", numpy_version]}}
+    assert check_packages(same) == []
+    other = {"packages": {"numpy": ["numpy", "0.0.1"]}}
+    assert check_packages(other) == [f"numpy {numpy_version} here, 0.0.1 in the notebook"]
+    missing = {"packages": {"einops_xyz": ["einops-xyz", "0.8.0"], "numpy": ["numpy", "1"]}}
+    with pytest.raises(SetupError, match=r"does not have: einops-xyz==0\.8\.0; add --pip einops-xyz==0\.8\.0"):
+        check_packages(missing)
+
+
+def test_the_payload_records_the_cells_third_party_packages() -> None:
+    import importlib.metadata
+    import pickle
+
+    from jupyter_disttrain.payload import build_payload
+
+    payload = build_payload("import numpy as np\nimport json\nnp.ones(1)", {}, job="pk")
+    packages = pickle.loads(payload.data)["packages"]
+    assert packages == {"numpy": ["numpy", importlib.metadata.version("numpy")]}

@@ -281,8 +281,11 @@ class KubernetesRun(Submission):
                 daemon=True,
                 name=f"distrain-log-{pod}",
             )
+            # Started before anyone can see it: _finish joins every follower it finds, and
+            # joining a thread that is not started yet raises (that ended the job watch
+            # without a terminal state when the job ended as its node-0 pod was first seen).
+            thread.start()
             self._followed[key] = thread
-        thread.start()
 
     def _read_log_once(self, pod: str, restarts: int) -> None:
         with self._lock:

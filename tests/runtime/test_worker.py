@@ -146,7 +146,8 @@ def test_package_preflight_names_missing_packages_and_warns_on_other_versions() 
     other = {"packages": {"numpy": ["numpy", "0.0.1"]}}
     assert check_packages(other) == [f"numpy {numpy_version} here, 0.0.1 in the notebook"]
     missing = {"packages": {"einops_xyz": ["einops-xyz", "0.8.0"], "numpy": ["numpy", "1"]}}
-    with pytest.raises(SetupError, match=r"does not have: einops-xyz==0\.8\.0; add --pip einops-xyz==0\.8\.0"):
+    fix = r"does not have: einops-xyz==0\.8\.0; add --pip einops-xyz==0\.8\.0"
+    with pytest.raises(SetupError, match=fix):
         check_packages(missing)
 
 

@@ -6,14 +6,13 @@ import os
 import subprocess
 import sys
 import time
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
-from jupyter_disttrain.options import add_job_options
 from jupyter_disttrain.service import JobService
 from tests.conftest import REPO, assert_no_processes
+from tests.test_service import parse
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +29,6 @@ if rank != 2:
 else:
     time.sleep(600)
 """
-
-
-def parse(*argv: str) -> Namespace:
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    add_job_options(parser)
-    return parser.parse_args(list(argv))
 
 
 def test_a_rank_that_skips_a_collective_is_named_with_its_stacks(home: Path) -> None:

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from typing import Any, Final
 
 from . import rankprefix, report, stacks
 from .cell import CELL_FILENAME
+from .jobstore import default_store, round_key
 
 ENV_HANG = "DISTRAIN_HANG_AFTER"
 #: A pod's annotations file (downward API): the notebook asks for stacks by annotating rank 0.
@@ -74,20 +74,8 @@ def annotation_counter(path: str, key: str) -> int:
     return 0
 
 
-def _default_store() -> Any:
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_initialized():
-        return None
-    try:
-        from torch.distributed.distributed_c10d import _get_default_store
-
-        return _get_default_store()
-    except Exception:
-        return None
-
-
 def _key(what: str) -> str:
-    return f"distrain/where/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{what}"
+    return round_key("where", what)
 
 
 class _Watch:
@@ -100,7 +88,7 @@ class _Watch:
         self.forwarded = 0
         self.hang = hang
         self.tick = min(1.0, hang / 5) if hang else 1.0
-        self.store = _default_store()
+        self.store = default_store()
         self.stop = threading.Event()
         self.served: set[str] = set()
         self.token = self._activity()

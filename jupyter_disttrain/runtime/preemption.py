@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any
 
+from .jobstore import default_store, round_key
+
 ENV_GRACE = "DISTRAIN_GRACE_PERIOD"
 DEFAULT_GRACE = 30.0
 #: Seconds kept back from the grace period to exit before the sender kills.
@@ -54,19 +56,7 @@ def install() -> None:
 
 
 def _store_key(what: str = "asked") -> str:
-    return f"distrain/preempt/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{what}"
-
-
-def _store() -> Any:
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_initialized():
-        return None
-    try:
-        from torch.distributed.distributed_c10d import _get_default_store
-
-        return _get_default_store()
-    except Exception:
-        return None
+    return round_key("preempt", what)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -78,7 +68,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     grace = grace_period()
     print(f"distrain: SIGTERM: saving a last checkpoint at the next due step, then exiting "
           f"(within {grace:g} s)", flush=True)  # fmt: skip
-    store = _store()
+    store = default_store()
     if store is not None:
         try:
             store.set(_store_key("asked"), "1")
@@ -123,7 +113,7 @@ def pending() -> bool:
     if now - _store_checked < STORE_POLL_SECONDS:
         return False
     _store_checked = now
-    store = _store()
+    store = default_store()
     if store is None:
         return False
     try:
@@ -136,7 +126,7 @@ def pending() -> bool:
 def checkpoint_saved(step: int) -> None:
     """Called after a checkpoint was committed: exit for a restart if a stop was asked."""
     if pending():
-        store = _store()
+        store = default_store()
         if store is not None:
             try:
                 store.set(_store_key("saved"), str(step))

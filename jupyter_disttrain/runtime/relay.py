@@ -20,12 +20,12 @@ the notebook keeps one copy of each protocol line.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from typing import Any, Final
 
 from . import report
+from .jobstore import default_store, round_key
 
 ENV_RELAY = "DISTRAIN_RELAY"
 TICK: Final = 0.3
@@ -36,19 +36,7 @@ _relay: _Relay | None = None
 
 
 def _key(what: str) -> str:
-    return f"distrain/relay/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{what}"
-
-
-def _default_store() -> Any:
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_initialized():
-        return None
-    try:
-        from torch.distributed.distributed_c10d import _get_default_store
-
-        return _get_default_store()
-    except Exception:
-        return None
+    return round_key("relay", what)
 
 
 class _Relay:
@@ -135,7 +123,7 @@ def start(rank: int, world: int, local_world: int, node: int) -> None:
         return
     if rank != 0 and node == 0:
         return  # node 0's log is the one the notebook follows
-    store = _default_store()
+    store = default_store()
     if store is None:
         return
     _relay = _Relay(store, rank, senders=world - local_world)

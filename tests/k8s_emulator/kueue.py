@@ -7,8 +7,9 @@ label):
   of the manager ``kueue.x-k8s.io/manager``.
 * Admission, after :meth:`Kueue.admit_after` seconds unless the queue is full
   (:meth:`Kueue.set_full`): that patch gets, for each replicated job, the pod
-  label ``kueue.x-k8s.io/podset: <name>``, and ``suspend`` becomes false in the
-  same update; Events ``CreatedWorkload`` and ``Started`` (``Admitted by
+  labels ``kueue.x-k8s.io/podset: <name>``, ``kueue.x-k8s.io/local-queue-name``
+  and ``kueue.x-k8s.io/cluster-queue-name``, and ``suspend`` becomes false in
+  the same update; Events ``CreatedWorkload`` and ``Started`` (``Admitted by
   clusterQueue <cq>``).
 * Preemption (:meth:`Kueue.preempt`): ``suspend: true``; once the JobSet has no
   active Job, the patch is emptied again and the Event ``Stopped`` says why. The
@@ -32,6 +33,9 @@ from .store import DELETED, Event
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
+#: Pod labels of an admitted workload (Kueue's AssignQueueLabelsForPods, on by default).
+LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
+CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
 MANAGER = "kueue.x-k8s.io/manager"
 COMPONENT = "kueue-job-controller"
 DEFAULT_CLUSTER_QUEUE = "cluster-queue"
@@ -248,11 +252,19 @@ class KueueController(ControlLoop):
         if not podsets:
             self.enqueue(key, 0.1)  # the TrainJob's JobSet is not there yet
             return
+        queue = _queue(trainjob)
+        cluster_queue = self.settings.cluster_queue(queue)
+        labels = {CLUSTER_QUEUE_LABEL: cluster_queue, LOCAL_QUEUE_LABEL: queue}
         patches = [
             {
                 "name": name,
                 "template": {
-                    "spec": {"template": {"metadata": {"labels": {PODSET_LABEL: name}}, "spec": {}}}
+                    "spec": {
+                        "template": {
+                            "metadata": {"labels": {**labels, PODSET_LABEL: name}},
+                            "spec": {},
+                        }
+                    }
                 },
             }
             for name in podsets
@@ -271,7 +283,6 @@ class KueueController(ControlLoop):
             return
         self.pending.pop(key, None)
         self.admitted.add(key)
-        cluster_queue = self.settings.cluster_queue(_queue(trainjob))
         current = self.api.store.get(self.trainjobs.key, *key) or trainjob
         self.api.record_event(
             current, "Normal", "Started", f"Admitted by clusterQueue {cluster_queue}", COMPONENT

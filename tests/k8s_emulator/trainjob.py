@@ -87,7 +87,6 @@ DEPRECATION_URL = (
 
 SUSPENDED = ("Suspended", "TrainJob is suspended")
 RESUMED = ("Resumed", "TrainJob is resumed")
-NOT_SUPPORTED = "TrainingRuntimeNotSupported"
 DEADLINE_EXCEEDED = ("DeadlineExceeded", "TrainJob exceeded its active deadline")
 
 CLUSTER_KIND = "ClusterTrainingRuntime"
@@ -855,14 +854,13 @@ class TrainJobController(ControlLoop):
         kind, group = _runtime_kind(spec.get("runtimeRef") or {})
         error: str | None = None
         if group != GROUP or kind not in (CLUSTER_KIND, NAMESPACED_KIND):
-            text = (
-                f"unsupported runtime: {kind}.{group}" if group else f"unsupported runtime: {kind}"
-            )
-            set_condition(
-                status,
-                {"type": "Failed", "status": "True", "reason": NOT_SUPPORTED, "message": text},
-            )
-        elif not finished(status):
+            # v2.3.0 sets Failed/TrainingRuntimeNotSupported here, then calls the status
+            # plugin of the runtime it did not find: the reconcile panics (recovered by
+            # controller-runtime) before the status is written, and is retried with back-off.
+            # (The webhook refuses such a TrainJob in the first place.)
+            gk = f"{kind}.{group}" if group else kind
+            raise RetryLater(f"panic: unsupported runtime: {gk} (nil runtime)")
+        if not finished(status):
             try:
                 self._apply(trainjob)
             except (ApiError, RetryLater) as exc:

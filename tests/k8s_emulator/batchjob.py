@@ -25,7 +25,7 @@ What JobSet's child Jobs need, as Kubernetes 1.31 does it:
   ``JobResumed``), and pods made again on resume.
 * Status: ``active``, ``ready``, ``terminating``, ``succeeded``, ``failed``,
   ``completedIndexes``, ``uncountedTerminatedPods``, ``startTime``,
-  ``completionTime``, ``conditions``; Events ``SuccessfulCreate``,
+  ``completionTime`` (on success only), ``conditions``; Events ``SuccessfulCreate``,
   ``SuccessfulDelete``, ``Completed``, ``BackoffLimitExceeded``,
   ``Suspended``, ``Resumed``.
 """
@@ -325,7 +325,6 @@ class JobController(ControlLoop):
                 target = condition(status, "FailureTarget") or {}
                 reason, message = target.get("reason", ""), target.get("message", "")
                 _set_condition(status, "Failed", "True", reason, message)
-                status["completionTime"] = status.get("completionTime") or now()
                 events.append(("Warning", reason, message))
         elif finished is None and is_true(status, "SuccessCriteriaMet"):
             self._delete_pods(job, active, events)
@@ -363,14 +362,13 @@ class JobController(ControlLoop):
                 requeue = 0.0
             else:
                 requeue = self._create_pods(job, pods, active, succeeded_indexes, status, events)
-            active = [p for p in self._pods_of(job) if _active(p)]
             deadline = spec.get("activeDeadlineSeconds")
             if deadline is not None and failure is None and not done:
                 left = parse_time(status["startTime"]) + int(deadline) - time.time()
                 requeue = left if requeue is None else min(requeue, left)
-        if finished is not None or spec.get("suspend") or condition(status, "FailureTarget"):
-            active = [p for p in self._pods_of(job) if _active(p)]
-        terminating = [p for p in self._pods_of(job) if _deleting(p) and not _terminal(p)]
+        now_pods = self._pods_of(job)  # after this pass's creations and deletions
+        active = [p for p in now_pods if _active(p)]
+        terminating = [p for p in now_pods if _deleting(p) and not _terminal(p)]
         status["active"] = len(active)
         status["ready"] = sum(1 for p in active if _ready(p))
         status["terminating"] = len(terminating)

@@ -317,7 +317,9 @@ def build_jobset(trainjob: Obj, runtime: Obj) -> Obj:
             and rjob.get("name") == NODE
         )
         per_node = (trainer or {}).get("resourcesPerNode")
-        if per_node is not None and ((ancestor == ANCESTOR_TRAINER and ml_policy) or launcher):
+        if per_node is not None and (
+            (ancestor == ANCESTOR_TRAINER and ml_policy is not None) or launcher
+        ):
             container = _node_container(rjob)
             if container is not None:
                 container["resources"] = merge_resources(container.get("resources") or {}, per_node)

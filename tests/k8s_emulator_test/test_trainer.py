@@ -68,8 +68,11 @@ def trainjob(name: str, command: list[str] | None = None, **spec: Any) -> Obj:
     }
 
 
-def runtime(name: str, env: list[Obj] | None = None, **job_spec: Any) -> Obj:
-    """A TrainingRuntime like ``torch-distributed``, with ``env`` on its node container."""
+def runtime(
+    name: str, env: list[Obj] | None = None, jobset: Obj | None = None, **job_spec: Any
+) -> Obj:
+    """A TrainingRuntime like ``torch-distributed``, with ``env`` on its node container,
+    ``jobset`` in its JobSet spec and ``job_spec`` in its Job spec."""
     container: Obj = {"name": "node", "image": "pytorch/pytorch:2.3.0"}
     if env:
         container["env"] = env
@@ -86,7 +89,7 @@ def runtime(name: str, env: list[Obj] | None = None, **job_spec: Any) -> Obj:
         "metadata": {"name": name},
         "spec": {
             "mlPolicy": {"numNodes": 1, "torch": {}},
-            "template": {"spec": {"replicatedJobs": [rjob]}},
+            "template": {"spec": {"replicatedJobs": [rjob], **(jobset or {})}},
         },
     }
 
@@ -517,6 +520,38 @@ def test_a_failing_node_fails_the_trainjob_at_the_jobs_backoff_limit(cluster: Cl
     jobset = cluster.jobset("crash")
     assert jobset["status"]["terminalState"] == "Failed"
     wait_for(lambda: not cluster.pods("crash") or None, what="the sleeping node deleted")
+
+
+def test_a_jobset_failure_policy_restarts_the_jobs(cluster: Cluster, trainer: Emulator) -> None:
+    attempt = {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}}
+    strict = runtime(
+        "retry",
+        env=[{"name": "ATTEMPT", "valueFrom": attempt}],
+        jobset={"failurePolicy": {"maxRestarts": 1}},
+        backoffLimit=0,
+    )
+    cluster.create(strict)
+    code = (
+        "import os, sys; attempt = os.environ['ATTEMPT']; print('attempt', attempt); "
+        "sys.exit(attempt == '0')"
+    )
+    ref = {"name": "retry", "kind": "TrainingRuntime"}
+    cluster.create(
+        trainjob("retry", ["python", "-c", code], runtime_ref=ref, trainer={"numNodes": 2})
+    )
+    cluster.ended("retry")
+    status = cluster.jobset("retry")["status"]
+    assert (status["restarts"], status["restartsCountTowardsMax"]) == (1, 1)
+    restarting = next(c for c in status["conditions"] if c["type"] == "RestartingJobSet")
+    assert (restarting["status"], restarting["reason"]) == ("False", "JobSetCompleted")
+    events = {e.reason: e.message for e in cluster.events("retry", "JobSet")}
+    assert events["RestartJobSetFailurePolicyAction"] == (
+        "applying RestartJobSet failure policy action (first failed job: retry-node-0)"
+    )
+    (job,) = cluster.batch.list_namespaced_job(NS).items
+    assert job.metadata.labels["jobset.sigs.k8s.io/restart-attempt"] == "1"
+    for pod in cluster.pods("retry"):
+        assert trainer.pod_log(pod.metadata.name).strip() == "attempt 1"
 
 
 def test_a_crashing_node_under_on_failure_fails_after_six_restarts(cluster: Cluster) -> None:

@@ -746,3 +746,23 @@ def test_an_emulator_with_trainer_only_serves_its_groups(cluster: Cluster) -> No
     with pytest.raises(ApiException) as err:
         cluster.co.list_namespaced_custom_object("kubeflow.org", "v1", NS, "pytorchjobs")
     assert err.value.status == 404
+
+
+def test_both_apis_together_and_unknown_ones_refused() -> None:
+    with pytest.raises(ValueError, match="unknown APIs"):
+        Emulator(apis=("trainer", "kubeflow-v2"))
+    with Emulator(apis=("trainer", "kubeflow-v1")) as emu, emu.api_client() as api:
+        groups = [g.name for g in client.ApisApi(api).get_api_versions().groups]
+        assert groups == ["apiextensions.k8s.io", "batch", JOBSET, "kubeflow.org", TRAINER]
+        crds = client.ApiextensionsV1Api(api).list_custom_resource_definition().items
+        assert {c.metadata.name for c in crds} == {
+            "pytorchjobs.kubeflow.org",
+            "tfjobs.kubeflow.org",
+            "trainjobs.trainer.kubeflow.org",
+            "trainingruntimes.trainer.kubeflow.org",
+            "clustertrainingruntimes.trainer.kubeflow.org",
+        }
+        emu.remove_crds(TRAINER)
+        with pytest.raises(ApiException) as err:
+            client.CustomObjectsApi(api).get_api_resources(TRAINER, V1ALPHA1)
+        assert err.value.status == 404

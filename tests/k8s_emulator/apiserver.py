@@ -65,6 +65,15 @@ def owned_by(obj: Obj, uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences", ()))
 
 
+#: A mutating admission webhook: ``(operation, object, old object)``; changes the object in
+#: place, or raises an :class:`ApiError` to deny the request.
+Mutator = Callable[[str, Obj, Obj | None], None]
+#: A validating admission webhook: returns warnings, or raises an :class:`ApiError` to deny.
+Validator = Callable[[str, Obj, Obj | None], list[str]]
+#: Validation inside the API server (a CRD's CEL rules): 422 causes for ``(object, old)``.
+Rules = Callable[[Obj, Obj | None], list[Obj]]
+
+
 class ApiServer:
     """Object semantics over a :class:`Store`; every method is thread-safe."""
 
@@ -73,6 +82,13 @@ class ApiServer:
         self.registry = registry
         #: Create a missing namespace on first use (else: 404, as a real API server).
         self.auto_namespaces = auto_namespaces
+        #: Admission, by resource key: mutating webhooks, then the API server's own
+        #: validation (schema, :attr:`rules`), then validating webhooks.
+        self.mutating: dict[str, list[Mutator]] = {}
+        self.validating: dict[str, list[Validator]] = {}
+        self.rules: dict[str, list[Rules]] = {}
+        #: Built-in defaulting (what the API server's strategies fill in), by resource key.
+        self.defaulters: dict[str, Callable[[Obj], None]] = {}
         self._spam_filter = SpamFilter(EVENT_BURST, EVENT_REFILL_SECONDS)
         self._events: dict[tuple[Any, ...], str] = {}  # repeat key -> Event name
         for name in ("default", "kube-system", "kube-public"):
@@ -133,10 +149,14 @@ class ApiServer:
             meta["name"] = meta["generateName"] + _suffix()
         for key in _SERVER_META:
             meta.pop(key, None)
+        for mutate in self.mutating.get(resource.key, ()):
+            mutate("CREATE", obj, None)
         warnings = self._admit(resource, obj, strict=strict)
         if resource.custom and "status" in resource.subresources:
             obj.pop("status", None)
         self._defaults(resource, obj)
+        for validate in self.validating.get(resource.key, ()):
+            warnings += validate("CREATE", obj, None)
         with self.store.lock:
             if self.store.get(resource.key, namespace, meta["name"]) is not None:
                 raise ApiError(
@@ -183,13 +203,15 @@ class ApiServer:
 
     def _stamp(self, resource: Resource, obj: Obj) -> None:
         meta = obj["metadata"]
-        meta["uid"] = new_uid()
+        meta["uid"] = meta.get("uid") or new_uid()  # (a defaulter may have needed it already)
         meta["creationTimestamp"] = now()
         if resource.custom:
             meta["generation"] = 1
 
-    def _admit(self, resource: Resource, obj: Obj, *, strict: bool) -> list[str]:
-        """Validate ``obj`` (422) and prune unknown custom-resource fields."""
+    def _admit(
+        self, resource: Resource, obj: Obj, *, strict: bool, old: Obj | None = None
+    ) -> list[str]:
+        """Validate ``obj`` (422), prune unknown custom-resource fields, apply schema defaults."""
         name = obj["metadata"]["name"]
         causes: list[Obj] = []
         error = name_error(name)
@@ -210,8 +232,12 @@ class ApiServer:
                     listing = ", ".join(f'unknown field "{path}"' for path in unknown)
                     raise bad_request(f"strict decoding error: {listing}")
                 warnings = [f'unknown field "{path}"' for path in unknown]
+                if resource.defaulted:
+                    schema.apply_defaults(resource, obj)
         elif resource in (CONFIGMAPS, SECRETS):
             causes += self._data_causes(resource, obj)
+        for rules in self.rules.get(resource.key, ()):
+            causes += rules(obj, old)
         if causes:
             raise invalid(resource.kind, resource.group, name, causes)
         return warnings
@@ -280,6 +306,8 @@ class ApiServer:
                 container.setdefault("terminationMessagePath", "/dev/termination-log")
                 container.setdefault("terminationMessagePolicy", "File")
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif resource.key in self.defaulters:
+            self.defaulters[resource.key](obj)
         elif resource is SERVICES:
             spec = obj.setdefault("spec", {})
             spec.setdefault("type", "ClusterIP")
@@ -400,8 +428,12 @@ class ApiServer:
                     obj.pop("status", None)
                     if "status" in current:
                         obj["status"] = current["status"]
-                warnings = self._admit(resource, obj, strict=strict)
+                for mutate in self.mutating.get(resource.key, ()):
+                    mutate("UPDATE", obj, deep(current))
+                warnings = self._admit(resource, obj, strict=strict, old=current)
                 self._check_immutable(resource, current, obj)
+                for validate in self.validating.get(resource.key, ()):
+                    warnings += validate("UPDATE", obj, deep(current))
                 if resource.custom and obj.get("spec") != current.get("spec"):
                     meta["generation"] = current["metadata"].get("generation", 1) + 1
                 updated = obj
@@ -548,7 +580,11 @@ class ApiServer:
             def mark(o: Obj) -> None:
                 m = o["metadata"]
                 m.setdefault("deletionTimestamp", now())
-                m.setdefault("deletionGracePeriodSeconds", grace)
+                # A shorter grace period (the kubelet's final delete) replaces a longer one.
+                if m.get("deletionGracePeriodSeconds") is None or grace < int(
+                    m["deletionGracePeriodSeconds"]
+                ):
+                    m["deletionGracePeriodSeconds"] = grace
                 if finalizers:
                     m["finalizers"] = finalizers
 
@@ -562,6 +598,31 @@ class ApiServer:
                     if not self._blocking(marked["metadata"]["uid"]):
                         self._drop_finalizer(resource, marked, FOREGROUND)
             return 200, marked
+
+    def drop_finalizer(
+        self, resource: Resource, namespace: str, name: str, finalizer: str
+    ) -> Obj | None:
+        """Remove a controller's finalizer; an object being deleted goes once none is left
+        (a pod only once its graceful termination has ended: grace period 0)."""
+
+        def drop(obj: Obj) -> None:
+            left = [f for f in obj["metadata"].get("finalizers", []) if f != finalizer]
+            if left:
+                obj["metadata"]["finalizers"] = left
+            else:
+                obj["metadata"].pop("finalizers", None)
+
+        with self.store.lock:
+            updated = self.mutate(resource, namespace, name, drop)
+            if updated is None:
+                return None
+            meta = updated["metadata"]
+            terminated = (
+                resource is not PODS or int(meta.get("deletionGracePeriodSeconds") or 0) == 0
+            )
+            if meta.get("deletionTimestamp") and not meta.get("finalizers") and terminated:
+                self._remove(resource, updated)
+            return updated
 
     def _pod_grace(self, pod: Obj, grace: int | None) -> int:
         """Unscheduled and finished pods go at once; others after the kubelet stops them."""

@@ -19,16 +19,23 @@ import yaml
 
 from . import procs
 from .apiserver import ApiServer
+from .batchjob import JobController, default_job, job_rules
 from .faults import DEFAULT_USER, INSUFFICIENT_GPU, Faults
+from .jobset import JobSetController, default_jobset
 from .kubelet import Kubelet, KubeletSettings
+from .kueue import Kueue
+from .loop import ControlLoop
 from .meta import Obj, deep, new_uid, now
 from .operator import FRAMEWORKS, Operator
 from .resources import (
     CORE,
     CRDS,
     DEFAULT_CRDS,
+    JOBS,
+    JOBSETS,
     PODS,
     SERVICES,
+    TRAINER_CRDS,
     Registry,
     Resource,
     crd_resources,
@@ -38,7 +45,17 @@ from .rewrite import Network
 from .server import CountingHTTPServer, make_app, not_served
 from .stats import Accounting, Stats
 from .store import Store
-from .trainer import JOBS, JOBSETS, TRAINER_CRDS, Kueue, TrainerController, default_runtime
+from .trainjob import API_VERSION as TRAINER_API_VERSION
+from .trainjob import (
+    TrainerKinds,
+    TrainerWebhooks,
+    TrainJobController,
+    default_runtime,
+    trainjob_rules,
+)
+
+#: What ``Emulator(apis=...)`` can serve: the Training Operator v1 and Kubeflow Trainer v2.
+APIS = ("kubeflow-v1", "trainer")
 
 
 class Emulator:
@@ -52,12 +69,17 @@ class Emulator:
     default), kubelet timing (``restart_backoff``, ``max_restarts``,
     ``grace_cap`` on termination grace periods, ``image_backoff``), ``env``
     (extra variables for every container process), ``auto_namespaces``
-    (create a namespace on first use; False: 404 as a real cluster),
-    ``apis``: which Kubeflow APIs the cluster serves: ``"kubeflow-v1"``
-    (the Training Operator's PyTorchJob/TFJob, the default) and/or
-    ``"trainer"`` (Kubeflow Trainer v2: TrainJob, (Cluster)TrainingRuntime,
-    JobSet and batch Jobs, the ``torch-distributed`` runtime installed, and
-    Kueue: :attr:`kueue`).
+    (create a namespace on first use; False: 404 as a real cluster).
+
+    ``apis`` says which Kubeflow APIs the cluster has: ``"kubeflow-v1"`` (the
+    Training Operator's PyTorchJob and TFJob; the default) and/or ``"trainer"``
+    (Kubeflow Trainer v2: TrainJob, TrainingRuntime, ClusterTrainingRuntime with
+    ``torch-distributed`` installed, JobSet, batch Jobs, their controllers, and
+    Kueue: :attr:`kueue`). An API left out is absent as on a real cluster: not
+    in discovery, 404 on its paths. ``webhooks=False`` runs Trainer v2 without
+    its admission webhooks (a TrainJob naming a missing runtime is then
+    accepted, and the controller reports it); ``kueue=False`` without Kueue (the
+    queue-name label is ignored).
     """
 
     def __init__(
@@ -76,13 +98,15 @@ class Emulator:
         env: dict[str, str] | None = None,
         auto_namespaces: bool = True,
         apis: Iterable[str] = ("kubeflow-v1",),
+        webhooks: bool = True,
+        kueue: bool = True,
     ) -> None:
         self.apis = frozenset(apis)
-        unknown = self.apis - {"kubeflow-v1", "trainer"}
+        unknown = self.apis - set(APIS)
         if unknown:
-            raise ValueError(f"unknown Kubeflow APIs {sorted(unknown)}: kubeflow-v1, trainer")
+            raise ValueError(f"unknown APIs {sorted(unknown)}: choose from {', '.join(APIS)}")
         if "kubeflow-v1" not in self.apis:
-            crds = [c for c in crds if str(c) not in DEFAULT_CRDS]
+            crds = [c for c in crds if Path(str(c)).name not in DEFAULT_CRDS]
         self.token = token
         self.bookmark_interval = bookmark_interval
         self.id = uuid.uuid4().hex[:12]
@@ -94,28 +118,29 @@ class Emulator:
         self._crds: dict[str, list[Obj]] = {}  # CRD objects by group
         for crd in crds:
             self.install_crd(crd)
+        #: Kueue's control API (see :class:`Kueue`); it runs with Trainer v2 unless ``kueue=False``.
         self.kueue = Kueue()
-        self.trainer: TrainerController | None = None
+        self._with_kueue = kueue
+        self.trainer_kinds: TrainerKinds | None = None
         if "trainer" in self.apis:
-            for crd in TRAINER_CRDS:
-                self.install_crd(crd)
-            self.registry.add(JOBSETS)
-            self.registry.add(JOBS)
-            runtime = default_runtime()
-            runtime["metadata"].update(uid=new_uid(), creationTimestamp=now(), generation=1)
-            kind = self.registry.of_kind("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime")
-            assert kind is not None
-            self.store.add(kind.key, runtime)
+            self._install_trainer(webhooks)
         self.faults = Faults()
         self.accounting = Accounting()
         self.network = Network(
-            lambda ns: {s["metadata"]["name"] for s in self.store.objects(SERVICES.key, ns)[0]}
+            lambda ns: {s["metadata"]["name"] for s in self.store.objects(SERVICES.key, ns)[0]},
+            lambda ns: {
+                s["metadata"]["name"]
+                for s in self.store.objects(SERVICES.key, ns)[0]
+                if s.get("spec", {}).get("clusterIP") == "None"
+            },
         )
         self.kubelet_settings = KubeletSettings(
             node_name, restart_backoff, max_restarts, grace_cap, image_backoff, dict(env or {})
         )
         self.kubelet: Kubelet | None = None
         self.operator: Operator | None = None
+        #: Trainer v2's controllers (TrainJob, JobSet, Job), while running.
+        self.controllers: list[ControlLoop] = []
         #: Queues of the open streams (watches, log follows); woken on shutdown.
         self.streams: set[asyncio.Queue[Any]] = set()
         self.closing = False
@@ -138,13 +163,14 @@ class Emulator:
             if (r := self.registry.of_kind("kubeflow.org/v1", fw.kind)) is not None
         }
         self.operator = Operator(self.api, kinds)
-        if "trainer" in self.apis:
-            trainer_kinds = {
-                kind: r
-                for kind in ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")
-                if (r := self.registry.of_kind("trainer.kubeflow.org/v1alpha1", kind)) is not None
-            }
-            self.trainer = TrainerController(self.api, trainer_kinds, self.kueue)
+        if self.trainer_kinds is not None:
+            self.controllers = [
+                JobController(self.api, backoff=self.kubelet_settings.restart_backoff),
+                JobSetController(self.api),
+                TrainJobController(self.api, self.trainer_kinds),
+            ]
+            if self._with_kueue:
+                self.kueue.start(self.api, self.trainer_kinds.trainjobs)
         ready = threading.Event()
         errors: list[BaseException] = []
         self._thread = threading.Thread(
@@ -212,8 +238,9 @@ class Emulator:
                 self._thread.join(timeout=10)
         if self.operator is not None:
             self.operator.close()
-        if self.trainer is not None:
-            self.trainer.close()
+        self.kueue.close()
+        for controller in self.controllers:
+            controller.close()
         if self.kubelet is not None:
             self.kubelet.close()
         procs.kill_all(f"{self.id}/")
@@ -279,10 +306,31 @@ class Emulator:
 
     # --- discovery -----------------------------------------------------------------------
 
-    def install_crd(self, path: str | Path) -> list[Resource]:
-        """Serve the custom resources of a CRD file (e.g. Trainer v2's ``trainjobs``)."""
+    def _install_trainer(self, webhooks: bool) -> None:
+        """Kubeflow Trainer v2's CRDs, JobSet and batch Jobs, webhooks and default runtime."""
+        for crd in TRAINER_CRDS:
+            self.install_crd(crd, defaulted=True)
+        self.registry.add(JOBSETS)
+        self.registry.add(JOBS)
+        found = {
+            kind: self.registry.of_kind(TRAINER_API_VERSION, kind)
+            for kind in ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")
+        }
+        trainjobs, runtimes, cluster_runtimes = found.values()
+        assert trainjobs is not None and runtimes is not None and cluster_runtimes is not None
+        self.trainer_kinds = TrainerKinds(trainjobs, runtimes, cluster_runtimes)
+        self.api.defaulters[JOBS.key] = default_job
+        self.api.rules[JOBS.key] = [job_rules]
+        self.api.mutating[JOBSETS.key] = [default_jobset]
+        self.api.rules[trainjobs.key] = [trainjob_rules]
+        if webhooks:
+            TrainerWebhooks(self.api, self.trainer_kinds).install()
+        self.api.create(cluster_runtimes, "", default_runtime())
+
+    def install_crd(self, path: str | Path, *, defaulted: bool = False) -> list[Resource]:
+        """Serve the custom resources of a CRD file (``defaulted``: apply its schema defaults)."""
         crd = load_crd(path)
-        resources = crd_resources(crd)
+        resources = crd_resources(crd, defaulted=defaulted)
         for resource in resources:
             self.registry.add(resource)
         self._crds.setdefault(crd["spec"]["group"], []).append(crd)

@@ -6,6 +6,8 @@ Import them into a ``conftest.py``::
 
 * ``k8s_emulator``: a started :class:`Emulator` for one test; stopped (every
   pod process killed) afterwards.
+* ``k8s_trainer_emulator``: the same with Kubeflow Trainer v2 (and Kueue)
+  instead of the Training Operator v1: ``Emulator(apis=("trainer",))``.
 * ``k8s_api_client``: a ``kubernetes.client.ApiClient`` bound to it.
 * ``k8s_kubeconfig``: the path of a kubeconfig naming it (for ``kubectl`` and
   ``kubernetes.config.load_kube_config``).
@@ -25,6 +27,12 @@ from .emulator import Emulator
 @pytest.fixture
 def k8s_emulator() -> Iterator[Emulator]:
     with Emulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def k8s_trainer_emulator() -> Iterator[Emulator]:
+    with Emulator(apis=("trainer",)) as emulator:
         yield emulator
 
 

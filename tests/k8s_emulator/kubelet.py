@@ -467,7 +467,7 @@ class PodWorker(threading.Thread):
             **self.kubelet.base_env,
             "HOME": str(self.dir / "rootfs"),
             "TMPDIR": str(self.dir / "tmp"),
-            "HOSTNAME": self.name,
+            "HOSTNAME": self.pod["spec"].get("hostname") or self.name,
             **env,
         }
         if str(self.kubelet.shim_dir) not in full["PATH"].split(os.pathsep):

@@ -35,6 +35,8 @@ class Resource:
     #: The CRD's OpenAPI v3 schema (custom resources only).
     schema: dict[str, Any] | None = field(default=None, repr=False)
     categories: tuple[str, ...] = ()
+    #: Apply the schema's ``default`` values on create and update (custom resources only).
+    defaulted: bool = False
 
     @property
     def api_version(self) -> str:
@@ -125,8 +127,43 @@ CRDS = Resource(
 
 CORE: tuple[Resource, ...] = (PODS, CONFIGMAPS, SECRETS, EVENTS, SERVICES, NAMESPACES, CRDS)
 
+#: ``batch/v1`` Jobs (served with Kubeflow Trainer v2, whose JobSets make them).
+JOBS = Resource(
+    "batch",
+    "v1",
+    "jobs",
+    "job",
+    "Job",
+    subresources=("status",),
+    field_selectors=_META_FIELDS | {"status.successful"},
+    categories=("all",),
+)
+#: JobSet's CRD is not among the shared CRD files: its objects are kept as they come.
+_PRESERVE: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+JOBSETS = Resource(
+    "jobset.x-k8s.io",
+    "v1alpha2",
+    "jobsets",
+    "jobset",
+    "JobSet",
+    subresources=("status",),
+    printer_columns=(
+        {"name": "TerminalState", "type": "string", "jsonPath": ".status.terminalState"},
+        {"name": "Restarts", "type": "string", "jsonPath": ".status.restarts"},
+        {"name": "Suspended", "type": "string", "jsonPath": ".spec.suspend"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ),
+    schema=_PRESERVE,
+)
+
 #: The CRDs installed by default: the Training Operator's v1 jobs.
 DEFAULT_CRDS = ("kubeflow.org_pytorchjobs.yaml", "kubeflow.org_tfjobs.yaml")
+#: Kubeflow Trainer v2's CRDs (``trainer.kubeflow.org/v1alpha1``).
+TRAINER_CRDS = (
+    "trainer.kubeflow.org_trainjobs.yaml",
+    "trainer.kubeflow.org_trainingruntimes.yaml",
+    "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+)
 
 
 @functools.cache
@@ -149,7 +186,7 @@ def load_crd(path: str | Path) -> dict[str, Any]:
     return _load_crd(crd_path.resolve())
 
 
-def crd_resources(crd: dict[str, Any]) -> list[Resource]:
+def crd_resources(crd: dict[str, Any], *, defaulted: bool = False) -> list[Resource]:
     """A resource per served version of a CustomResourceDefinition."""
     spec, names = crd["spec"], crd["spec"]["names"]
     out = []
@@ -170,6 +207,7 @@ def crd_resources(crd: dict[str, Any]) -> list[Resource]:
                 printer_columns=tuple(version.get("additionalPrinterColumns", ())),
                 schema=version["schema"]["openAPIV3Schema"],
                 categories=tuple(names.get("categories", ())),
+                defaulted=defaulted,
             )
         )
     return out

@@ -5,12 +5,14 @@
   prefix) becomes the directory the emulator materialised for it.
 * **Hosts**: a Service name in any of its DNS forms (``name``, ``name.ns``,
   ``name.ns.svc``, ``name.ns.svc.cluster.local``), a pod's name under a
-  headless Service (``hostname.name``, as JobSet's pods are reached), and any
-  ``*.ns.svc`` name, becomes ``127.0.0.1``.
+  headless Service (``hostname.service`` and the same longer forms, as a
+  JobSet's pods are reached: ``job-node-0-0.job``), and any ``*.ns.svc`` name,
+  becomes ``127.0.0.1``.
 * **Ports**: all pods share one host, so each (namespace, Service, port) gets
-  its own free local port. ``host:port`` after a Service name is rewritten, and
-  so is a bare number in a variable named ``<P>PORT`` when ``<P>ADDR``,
-  ``<P>HOST`` or ``<P>ADDRESS`` names a Service (``MASTER_PORT`` with
+  its own free local port (and each pod name under a headless Service, each of
+  its ports). ``host:port`` after a Service name is rewritten, and so is a bare
+  number in a variable named ``<P>PORT`` when ``<P>ADDR``, ``<P>HOST`` or
+  ``<P>ADDRESS`` names a Service or such a pod (``MASTER_PORT`` with
   ``MASTER_ADDR``, ``PET_MASTER_PORT`` with ``PET_MASTER_ADDR``).
 """
 
@@ -64,9 +66,15 @@ def free_port(taken: set[int]) -> int:
 class Network:
     """Cluster DNS and Service ports, flattened onto 127.0.0.1."""
 
-    def __init__(self, services: Callable[[str], set[str]]) -> None:
+    def __init__(
+        self,
+        services: Callable[[str], set[str]],
+        headless: Callable[[str], set[str]] | None = None,
+    ) -> None:
         #: Service names in a namespace (looked up on every rewrite).
         self._services = services
+        #: The headless ones among them (pods under them have DNS names).
+        self._headless = headless or (lambda namespace: set())
         self._lock = threading.Lock()
         self._ports: dict[tuple[str, str, int], int] = {}
 
@@ -80,27 +88,40 @@ class Network:
 
     def release(self, namespace: str, service: str) -> None:
         with self._lock:
-            for key in [k for k in self._ports if k[:2] == (namespace, service)]:
+            for key in [
+                k
+                for k in self._ports
+                if k[0] == namespace and (k[1] == service or k[1].endswith(f".{service}"))
+            ]:
                 del self._ports[key]
 
-    def _pattern(self, names: set[str]) -> re.Pattern[str]:
+    def _pattern(self, names: set[str], headless: set[str] | None = None) -> re.Pattern[str]:
         label = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
         known = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
         forms = [rf"{label}\.{label}\.svc(?:\.cluster\.local)?"]
         if known:
             forms.insert(0, rf"(?:{known})(?:\.{label}(?:\.svc(?:\.cluster\.local)?)?)?")
-            forms.insert(
-                0, rf"{label}\.(?:{known})(?![\w-])(?:\.{label}(?:\.svc(?:\.cluster\.local)?)?)?"
-            )
+        subdomains = "|".join(re.escape(n) for n in sorted(headless or (), key=len, reverse=True))
+        if subdomains:
+            pod = rf"{label}\.(?:{subdomains})(?:\.{label}(?:\.svc(?:\.cluster\.local)?)?)?"
+            forms.insert(0, pod)
         return re.compile(
             rf"(?:(?<=//)|(?<![\w./-]))(?P<host>{'|'.join(forms)})(?::(?P<port>\d+))?(?![\w.-])"
         )
 
-    def _service(self, namespace: str, host: str, names: set[str]) -> tuple[str, str] | None:
-        """(namespace, service) that ``host`` names, if it is a known Service."""
+    def _service(
+        self, namespace: str, host: str, names: set[str], headless: set[str] | None = None
+    ) -> tuple[str, str] | None:
+        """(namespace, service) that ``host`` names, if it is a known Service; for a pod
+        under a headless Service, (namespace, ``hostname.service``)."""
         parts = host.split(".")
-        if len(parts) > 1 and parts[0] not in names and parts[1] in names:
-            parts = parts[1:]  # a pod's hostname under a headless Service
+        if len(parts) > 1 and parts[0] not in names:
+            ns = parts[2] if len(parts) > 2 and parts[2] != "svc" else namespace
+            subdomains = (
+                headless if ns == namespace and headless is not None else self._headless(ns)
+            )
+            if parts[1] in subdomains:
+                return ns, f"{parts[0]}.{parts[1]}"
         ns = parts[1] if len(parts) > 1 else namespace
         if ns == namespace and parts[0] in names:
             return ns, parts[0]
@@ -111,13 +132,14 @@ class Network:
     def rewrite(self, namespace: str, text: str) -> str:
         """``text`` with Service host names (and their ports) made local."""
         names = self._services(namespace)
-        pattern = self._pattern(names)
+        headless = self._headless(namespace)
+        pattern = self._pattern(names, headless)
 
         def sub(match: re.Match[str]) -> str:
             port = match.group("port")
             if port is None:
                 return "127.0.0.1"
-            service = self._service(namespace, match.group("host"), names)
+            service = self._service(namespace, match.group("host"), names, headless)
             if service is None:
                 return f"127.0.0.1:{port}"
             return f"127.0.0.1:{self.local_port(*service, int(port))}"
@@ -127,7 +149,8 @@ class Network:
     def rewrite_env(self, namespace: str, env: Mapping[str, str]) -> dict[str, str]:
         """The environment with hosts and ports made local (see the module docstring)."""
         names = self._services(namespace)
-        pattern = self._pattern(names)
+        headless = self._headless(namespace)
+        pattern = self._pattern(names, headless)
         out = {name: self.rewrite(namespace, value) for name, value in env.items()}
         for name, value in env.items():
             if not name.endswith("PORT") or not value.isdigit():
@@ -136,7 +159,7 @@ class Network:
             for partner in (f"{prefix}ADDR", f"{prefix}HOST", f"{prefix}ADDRESS"):
                 host = env.get(partner, "")
                 match = pattern.fullmatch(host)
-                service = self._service(namespace, host, names) if match else None
+                service = self._service(namespace, host, names, headless) if match else None
                 if service is not None:
                     out[name] = str(self.local_port(*service, int(value)))
                     break

@@ -6,8 +6,11 @@ without its strict mode) and reports each problem as a 422 cause with a
 ``FieldValueNotSupported``, ``FieldValueInvalid``). Fields the schema does not
 know are pruned, as the API server does for structural schemas; each one is
 reported so the handler can answer with a ``Warning`` header (the default
-``fieldValidation=Warn``) or a 400 (``fieldValidation=Strict``). CEL rules
-(``x-kubernetes-validations``) and schema defaults are not applied.
+``fieldValidation=Warn``) or a 400 (``fieldValidation=Strict``). Schema
+defaults are applied (after pruning) to the resources that ask for it
+(:attr:`Resource.defaulted`: Trainer v2's kinds); CEL rules
+(``x-kubernetes-validations``) are not evaluated here (the few a controller
+depends on are checked by hand, see :mod:`trainjob`).
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ def prune(resource: Resource, obj: Obj) -> list[str]:
     """Remove the fields the schema does not know from ``obj``; return their paths."""
     assert resource.schema is not None
     unknown: list[str] = []
+    if resource.schema.get("x-kubernetes-preserve-unknown-fields"):
+        return unknown
     for key in list(obj):
         if key == "metadata":
             continue
@@ -116,3 +121,35 @@ def _prune(value: Any, schema: dict[str, Any], path: str, unknown: list[str]) ->
         elif not keep_all:
             unknown.append(child)
             del value[key]
+
+
+def apply_defaults(resource: Resource, obj: Obj) -> None:
+    """Fill in the schema's ``default`` values, as the API server does for structural schemas.
+
+    A default is set where its field is absent from an object that is present
+    (defaults never create a missing parent object).
+    """
+    assert resource.schema is not None
+    for key, sub in (resource.schema.get("properties") or {}).items():
+        if key != "metadata" and key in obj:
+            _default(obj[key], sub)
+
+
+def _default(value: Any, schema: dict[str, Any]) -> None:
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            _default(item, schema["items"])
+        return
+    if not isinstance(value, dict):
+        return
+    props = schema.get("properties") or {}
+    for key, sub in props.items():
+        if key not in value and "default" in sub:
+            value[key] = json.loads(json.dumps(sub["default"]))
+        if key in value:
+            _default(value[key], sub)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key in value:
+            if key not in props:
+                _default(value[key], extra)

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from .meta import Obj, parse_time
-from .resources import CONFIGMAPS, EVENTS, PODS, SECRETS, SERVICES, Resource
+from .resources import CONFIGMAPS, EVENTS, JOBS, PODS, SECRETS, SERVICES, Resource
 
 
 def age(stamp: str | None) -> str:
@@ -62,6 +62,22 @@ def _pod_row(pod: Obj) -> list[Any]:
     return [f"{ready}/{total}", reason, restarts]
 
 
+def _job_row(job: Obj) -> list[Any]:
+    status = job.get("status") or {}
+    true = {c["type"] for c in status.get("conditions", []) if c.get("status") == "True"}
+    state = next(
+        (s for s in ("Complete", "Failed", "Suspended", "FailureTarget") if s in true), "Running"
+    )
+    completions = job.get("spec", {}).get("completions")
+    done = f"{status.get('succeeded', 0)}/{completions if completions is not None else 1}"
+    start, end = status.get("startTime"), status.get("completionTime")
+    duration = ""
+    if start:
+        seconds = int((parse_time(end) if end else time.time()) - parse_time(start))
+        duration = f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
+    return [state, done, duration]
+
+
 def _columns(resource: Resource) -> list[tuple[str, str]]:
     if resource is PODS:
         return [("Ready", "string"), ("Status", "string"), ("Restarts", "integer")]
@@ -69,6 +85,8 @@ def _columns(resource: Resource) -> list[tuple[str, str]]:
         return [("Data", "integer")]
     if resource is SERVICES:
         return [("Type", "string"), ("Cluster-IP", "string")]
+    if resource is JOBS:
+        return [("Status", "string"), ("Completions", "string"), ("Duration", "string")]
     if resource is EVENTS:
         return [
             ("Type", "string"),
@@ -86,6 +104,8 @@ def _cells(resource: Resource, obj: Obj) -> list[Any]:
         return [len(obj.get("data") or {}) + len(obj.get("binaryData") or {})]
     if resource is SERVICES:
         return [obj["spec"].get("type", "ClusterIP"), obj["spec"].get("clusterIP", "")]
+    if resource is JOBS:
+        return _job_row(obj)
     if resource is EVENTS:
         ref = obj.get("involvedObject", {})
         return [

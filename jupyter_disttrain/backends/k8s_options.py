@@ -384,36 +384,26 @@ class K8sOptions:
                     "is not a valid object name",
                     "use lowercase letters, digits, '-' and '.'",
                 )
-        if self.kubeflow_api is not None and self.kubeflow_api not in KUBEFLOW_APIS:
-            raise _bad(
-                "kubeflow_api", self.kubeflow_api, "is not a Kubeflow API this tool creates",
-                f"use one of {', '.join(KUBEFLOW_APIS)}",
-            )  # fmt: skip
-        if self.runai_project is not None:
-            if not is_dns_label(f"runai-{self.runai_project}"):
-                raise _bad("runai_project", self.runai_project, "is not a Run:ai project name",
-                           "use lowercase letters, digits and '-'")  # fmt: skip
-            if self.namespace not in (None, f"runai-{self.runai_project}"):
-                raise _bad(
-                    "namespace",
-                    self.namespace,
-                    f"is not project {self.runai_project}'s namespace",
-                    f"Run:ai runs it in runai-{self.runai_project}: drop --namespace",
-                )
-            if self.scheduler != "default":
-                raise _bad("scheduler", self.scheduler, "conflicts with --runai-project",
-                           "Run:ai schedules with runai-scheduler: drop --scheduler")  # fmt: skip
-        if self.gpu_fraction is not None:
-            if self.runai_project is None:
-                raise _bad("gpu_fraction", self.gpu_fraction, "needs --runai-project",
-                           "GPU fractions are Run:ai's; add --runai-project NAME")  # fmt: skip
-            if not 0 < self.gpu_fraction < 1 or self.gpus:
-                raise _bad(
-                    "gpu_fraction",
-                    self.gpu_fraction,
-                    "must be between 0 and 1, without --gpus",
-                    "use --gpu-fraction 0.5 for half a GPU, or --gpus N for whole ones",
-                )
+        project = self.runai_project
+        checks: tuple[tuple[bool, str, object, str, str], ...] = (
+            (self.kubeflow_api not in (None, *KUBEFLOW_APIS), "kubeflow_api", self.kubeflow_api,
+             "is not a Kubeflow API this tool creates", f"use one of {', '.join(KUBEFLOW_APIS)}"),
+            (project is not None and not is_dns_label(f"runai-{project}"), "runai_project",
+             project, "is not a Run:ai project name", "use lowercase letters, digits and '-'"),
+            (project is not None and self.namespace not in (None, f"runai-{project}"),
+             "namespace", self.namespace, f"is not project {project}'s namespace",
+             f"Run:ai runs it in runai-{project}: drop --namespace"),
+            (project is not None and self.scheduler != "default", "scheduler", self.scheduler,
+             "conflicts with --runai-project", "Run:ai uses runai-scheduler: drop --scheduler"),
+            (self.gpu_fraction is not None and project is None, "gpu_fraction",
+             self.gpu_fraction, "needs --runai-project", "add --runai-project NAME"),
+            (self.gpu_fraction is not None and (not 0 < self.gpu_fraction < 1 or self.gpus > 0),
+             "gpu_fraction", self.gpu_fraction, "must be between 0 and 1, without --gpus",
+             "use --gpu-fraction 0.5 for half a GPU, or --gpus N for whole ones"),
+        )  # fmt: skip
+        for failed, option, given, problem, fix in checks:
+            if failed:
+                raise _bad(option, given, problem, fix)
         if not is_dns_subdomain(self.runtime):
             raise _bad("runtime", self.runtime, "is not a valid object name",
                        "name a training runtime, e.g. torch-distributed")  # fmt: skip
@@ -491,7 +481,7 @@ def _fraction(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise _bad("gpu_fraction", text, "is not a number", "e.g. --gpu-fraction 0.5") from None
+        raise _bad("gpu_fraction", text, "is not a number") from None
 
 
 def _bool(key: str, text: str) -> bool:

@@ -111,6 +111,25 @@ class StacksFields(TypedDict, total=False):
     pid: int
 
 
+class StagingFields(TypedDict, total=False):
+    """``staging``: a ``--data`` source being copied into a pod before training (job-wide).
+
+    ``state`` is ``listing``, ``copying``, ``done`` or ``failed`` (with
+    ``message``); ``done``/``total`` are bytes (``total`` None while unknown);
+    ``host`` is the pod that copies.
+    """
+
+    src: str
+    dest: str
+    state: str
+    done: int
+    total: int | None
+    files_done: int
+    files_total: int
+    host: str
+    message: str
+
+
 class LogFields(TypedDict, total=False):
     """``log``: a plain line (``source`` names an agent log for job-wide lines)."""
 
@@ -209,6 +228,10 @@ class Event:
     def stacks(self) -> StacksFields:
         """The fields of a ``stacks`` event."""
         return cast(StacksFields, self.fields)
+
+    def staging(self) -> StagingFields:
+        """The fields of a ``staging`` event."""
+        return cast(StagingFields, self.fields)
 
 
 def parse_line(line: str, rank: int | None, now: float | None = None) -> Event:

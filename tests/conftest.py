@@ -12,6 +12,9 @@ from typing import Any
 import psutil
 import pytest
 
+#: Shared fixtures: ``s3`` (moto's S3 server on 127.0.0.1).
+pytest_plugins = ["tests.s3_server"]
+
 # Every test process keeps its local jobs in a private directory.
 os.environ.setdefault("DISTRAIN_HOME", tempfile.mkdtemp(prefix="distrain-test-home-"))
 

@@ -13,11 +13,11 @@ from typing import Any
 
 PREFIX = "##distrain "
 VERSION = 1
-KINDS = ("hello", "metric", "checkpoint", "result", "error", "done", "stacks")
+KINDS = ("hello", "metric", "checkpoint", "result", "error", "done", "stacks", "staging")
 
 
-def encode(kind: str, rank: int, **fields: Any) -> str:
-    """One protocol line (no trailing newline) for ``kind`` from ``rank``."""
+def encode(kind: str, rank: int | None, **fields: Any) -> str:
+    """One protocol line (no trailing newline) for ``kind`` from ``rank`` (None: job-wide)."""
     if kind not in KINDS:
         raise ValueError(f"unknown protocol kind {kind!r}")
     body = {"v": VERSION, "kind": kind, "rank": rank, "t": round(time.time(), 6)}

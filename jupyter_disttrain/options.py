@@ -64,6 +64,9 @@ def _argparse(option: BackendOption, backend: str) -> Option:
     help_text = option.help if option.help.startswith(backend) else f"{backend}: {option.help}"
     if option.switch:
         return (option.flag,), {"action": "store_true", "help": help_text}
+    if option.optional:
+        return (option.flag,), {"nargs": "?", "const": "true", "default": None,
+                                "metavar": option.metavar, "help": help_text}  # fmt: skip
     if option.repeatable:
         return (option.flag,), {"action": "append", "default": [], "metavar": option.metavar,
                                 "help": help_text + " (repeatable)"}  # fmt: skip

@@ -75,13 +75,15 @@ class BackendOption:
 
     ``key`` is the option's name with ``_`` (``node_selector`` for
     ``--node-selector``). ``repeatable`` options may be given more than once;
-    ``switch`` options take no value (present means ``"true"``).
+    ``switch`` options take no value (present means ``"true"``); ``optional``
+    options may be given alone (meaning ``"true"``) or with a value.
     """
 
     key: str
     help: str
     repeatable: bool = False
     switch: bool = False
+    optional: bool = False
     metavar: str = "VALUE"
 
     @property

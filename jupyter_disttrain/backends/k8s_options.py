@@ -15,8 +15,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from .k8s_parts import Elastic, Toleration, Volume, check_pip_spec
+from .k8s_parts import DataSource, Elastic, Toleration, Volume, check_pip_spec
 from .k8s_syntax import (
+    DEFAULT_METRICS_PORT,
     DEFAULT_RUNTIME,
     EXAMPLES,
     IMAGE_REF,
@@ -43,10 +44,12 @@ from .k8s_syntax import (
 )
 
 __all__ = [
+    "DEFAULT_METRICS_PORT",
     "DEFAULT_RUNTIME",
     "EXAMPLES",
     "KUBEFLOW_APIS",
     "NCCL_PRESETS",
+    "OPTIONAL_VALUE",
     "OPTION_KEYS",
     "REPEATABLE",
     "RESERVED_MOUNTS",
@@ -55,6 +58,7 @@ __all__ = [
     "SHM_PATH",
     "SWITCHES",
     "ConflictingOptionsError",
+    "DataSource",
     "Elastic",
     "K8sOptions",
     "OptionError",
@@ -70,11 +74,15 @@ __all__ = [
     "is_label_key",
     "is_label_value",
     "parse_options",
-]  # fmt: skip
+]
 
-REPEATABLE: Final = frozenset({"nccl", "volume", "node_selector", "toleration", "pip"})
+REPEATABLE: Final = frozenset({"nccl", "volume", "node_selector", "toleration", "pip", "data"})
 #: Options that take no value.
 SWITCHES: Final = frozenset({"payload_secret", "host_network"})
+#: Options that may be given alone (``--prometheus``) or with a value (``--prometheus 8000``).
+OPTIONAL_VALUE: Final = frozenset({"prometheus"})
+#: Ports the training containers already use (PyTorchJob, TFJob, TrainJob rendezvous).
+_TRAINING_PORTS: Final = (23456, 2222, 29500)
 OPTION_KEYS: Final = tuple(EXAMPLES)
 
 
@@ -118,10 +126,14 @@ class K8sOptions:
     runai_project: str | None = None
     gpu_fraction: float | None = None
     host_network: bool = False
+    data: tuple[DataSource, ...] = ()
+    data_image: str | None = None
+    prometheus: int | None = None
 
     def __post_init__(self) -> None:
-        if self.image is not None and not IMAGE_REF.match(self.image):
-            raise bad_value("image", self.image, "is not an image reference")
+        for key, image in (("image", self.image), ("data_image", self.data_image)):
+            if image is not None and not IMAGE_REF.match(image):
+                raise bad_value(key, image, "is not an image reference")
         if isinstance(self.gpus, bool) or self.gpus < 0:
             raise bad_value("gpus", self.gpus, "must be a whole number of GPUs per node, 0 or more")
         if self.cpu is not None:
@@ -224,6 +236,42 @@ class K8sOptions:
                 )
         for spec in self.pip:
             check_pip_spec(spec)
+        self._check_data()
+        port = self.prometheus
+        if port is not None and (not 0 < port < 65536 or port in _TRAINING_PORTS):
+            fix = "use a port in 1024-65535 other than 2222, 23456 and 29500"
+            raise bad_value("prometheus", port, "is not a free port for the metrics", fix)
+
+    def _check_data(self) -> None:
+        dests = [d.path for d in self.data]
+        for source in self.data:
+            text = f"{source.src}:{source.path}"
+            if dests.count(source.path) > 1:
+                raise ConflictingOptionsError(
+                    f"two --data options stage into {source.path}; give each its own directory"
+                )
+            if not source.is_url and self.volume_at(source.src) is None:
+                raise ConflictingOptionsError(
+                    f"--data {text}: {source.src} is a path inside the pods, but no --volume is "
+                    "mounted there; add --volume CLAIM:/path for the claim that holds it, or "
+                    "copy from a URL (s3://, gs://, https://)"
+                )
+            claim = self.volume_at(source.path)
+            if claim is not None and claim.read_only:
+                raise ConflictingOptionsError(
+                    f"--data {text} stages into the read-only --volume {claim.claim}:"
+                    f"{claim.path}; mount it writable (drop :ro) or stage elsewhere"
+                )
+        if self.data_image is not None and not self.data:
+            raise ConflictingOptionsError("--data-image runs the --data copier; add --data or "
+                                          "remove --data-image")  # fmt: skip
+
+    def volume_at(self, path: str) -> Volume | None:
+        """The --volume mounted at or above ``path``, if any."""
+        for volume in self.volumes:
+            if path == volume.path or path.startswith(volume.path + "/"):
+                return volume
+        return None
 
     def nccl_env(self) -> dict[str, str]:
         """The environment the NCCL presets set, in the order given."""
@@ -294,6 +342,23 @@ def _toleration(text: str) -> Toleration:
     return Toleration(key.strip(), value.strip(), effect, exists=not sep)
 
 
+def _data(text: str) -> DataSource:
+    rest, read_only = text, False
+    for mode, flag_value in ((":ro", True), (":rw", False)):
+        if rest.endswith(mode):
+            rest, read_only = rest[: -len(mode)], flag_value
+    src, sep, path = rest.rpartition(":")
+    if not sep or not src or not path.startswith("/"):
+        raise bad_value("data", text, "is not SRC:/path")
+    return DataSource(src.strip(), path.strip(), read_only)
+
+
+def _port(text: str) -> int:
+    if text.strip().lower() in ("", "true", "on", "yes"):
+        return DEFAULT_METRICS_PORT
+    return _int("prometheus", text)
+
+
 def _label(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep:
@@ -327,7 +392,7 @@ def parse_options(
             continue
         if key not in EXAMPLES:
             raise _unknown(key)
-        if not value and key != "payload_secret":
+        if not value and key not in ("payload_secret", *OPTIONAL_VALUE):
             raise OptionValueError(f"{flag(key)} needs a value, e.g. {EXAMPLES[key]}")
         if key in REPEATABLE:
             many[key].append(value)
@@ -366,4 +431,7 @@ def parse_options(
         runai_project=one.get("runai_project"),
         gpu_fraction=_fraction(one["gpu_fraction"]) if "gpu_fraction" in one else None,
         host_network="host_network" in one and _bool("host_network", one["host_network"]),
+        data=tuple(_data(v) for v in many["data"]),
+        data_image=one.get("data_image"),
+        prometheus=_port(one["prometheus"]) if "prometheus" in one else None,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
+from typing import Final
 
 from ..spec import MAX_NODES
 from .k8s_syntax import (
@@ -38,27 +39,7 @@ class Volume:
                 f"names claim {self.claim!r}, which is not a valid "
                 "PersistentVolumeClaim name (lowercase letters, digits, '-' and '.')",
             )
-        path = self.path
-        if (
-            not path.startswith("/")
-            or path == "/"
-            or ":" in path
-            or posixpath.normpath(path) != path
-        ):
-            raise bad_value(
-                "volume",
-                text,
-                f"mounts at {path!r}; the mount path must be an absolute, "
-                "normalised directory other than /",
-            )
-        for reserved in RESERVED_MOUNTS:
-            if path == reserved or path.startswith(reserved + "/"):
-                raise bad_value(
-                    "volume",
-                    text,
-                    f"mounts over {reserved}, which this tool uses",
-                    "choose another directory, e.g. /data",
-                )
+        check_mount_path("volume", text, self.path)
 
 
 @dataclass(frozen=True)
@@ -132,3 +113,51 @@ def check_pip_spec(spec: str) -> None:
             "e.g. --pip einops==0.8.0 or --pip 'timm>=1,<2'; for URLs, markers or pip "
             "options build an image and pass --image",
         )
+
+
+#: URL schemes ``--data`` copies from (anything else must be an absolute path on a --volume).
+DATA_SCHEMES: Final = ("s3", "gs", "gcs", "https", "http")
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """``--data SRC:/path[:ro]``: ``src`` staged into ``path`` before training starts."""
+
+    src: str
+    path: str
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        text = f"{self.src}:{self.path}"
+        scheme = self.src.partition("://")[0].lower() if "://" in self.src else ""
+        if scheme and (scheme not in DATA_SCHEMES or not self.src.partition("://")[2]):
+            raise bad_value(
+                "data", text, f"copies from {self.src!r}",
+                f"use {', '.join(s + '://' for s in DATA_SCHEMES)} or a path on a --volume",
+            )  # fmt: skip
+        if not scheme and (not self.src.startswith("/") or posixpath.normpath(self.src) == "/"):
+            raise bad_value(
+                "data", text, f"copies from {self.src!r}, which is neither a URL nor an "
+                "absolute path", "e.g. --data s3://bucket/dataset:/data",
+            )  # fmt: skip
+        check_mount_path("data", text, self.path)
+
+    @property
+    def is_url(self) -> bool:
+        """True for a URL, False for a path on a volume."""
+        return "://" in self.src
+
+
+def check_mount_path(key: str, text: str, path: str) -> None:
+    """Raise unless ``path`` is an absolute, normalised directory outside this tool's own."""
+    if not path.startswith("/") or path == "/" or ":" in path or posixpath.normpath(path) != path:
+        raise bad_value(
+            key, text, f"mounts at {path!r}; the mount path must be an absolute, "
+            "normalised directory other than /",
+        )  # fmt: skip
+    for reserved in RESERVED_MOUNTS:
+        if path == reserved or path.startswith(reserved + "/"):
+            raise bad_value(
+                key, text, f"mounts over {reserved}, which this tool uses",
+                "choose another directory, e.g. /data",
+            )  # fmt: skip

@@ -54,7 +54,14 @@ EXAMPLES: Final[Mapping[str, str]] = {
     "runai_project": "--runai-project team-a (Run:ai: namespace runai-team-a, its scheduler)",
     "gpu_fraction": "--gpu-fraction 0.5 (Run:ai: a share of one GPU per pod)",
     "host_network": "--host-network (pods on the node's network: RDMA NICs, no overlay)",
+    "data": "--data s3://bucket/dataset:/data (also gs://, https://, a path on a --volume; "
+    "append :ro for read-only)",
+    "data_image": "--data-image registry.example.com/tools/python-s3:1 (runs the --data copier; "
+    "needs python with fsspec)",
+    "prometheus": "--prometheus (rank 0 serves /metrics on port 9464) or --prometheus 8000",
 }
+#: The port ``--prometheus`` alone serves on (the OpenTelemetry Prometheus exporter's).
+DEFAULT_METRICS_PORT: Final = 9464
 #: ``--kubeflow-api`` values.
 KUBEFLOW_APIS: Final = ("trainjob", "pytorchjob")
 DEFAULT_RUNTIME: Final = "torch-distributed"

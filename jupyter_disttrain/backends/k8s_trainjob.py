@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from .. import events as ev
 from ..spec import JobSpec
+from . import k8s_data
 from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
 from .k8s_kinds import TRAINJOB
 from .k8s_options import ConflictingOptionsError, K8sOptions
@@ -67,6 +68,19 @@ def check_trainjob(spec: JobSpec, opts: K8sOptions) -> None:
                 "do not reach that pod field; set it in the training runtime, or add "
                 "--kubeflow-api pytorchjob"
             )
+    for source in opts.data:
+        if source.read_only:
+            raise ConflictingOptionsError(
+                f"--data {source.src}:{source.path}:ro on a TrainJob: its training container "
+                "stages the data itself (Trainer v2.3.0's runtimePatches cannot add an init "
+                "container), so it mounts it writable; drop :ro, or add --kubeflow-api pytorchjob"
+            )
+    if opts.data_image is not None:
+        raise ConflictingOptionsError(
+            "--data-image needs an init container, which Kubeflow Trainer v2.3.0's "
+            "runtimePatches cannot add; the TrainJob's training image copies the data: remove "
+            "--data-image, or add --kubeflow-api pytorchjob"
+        )
     if spec.max_restarts:
         raise ConflictingOptionsError(
             f"--max-restarts {spec.max_restarts}: a TrainJob's restarts are its training "
@@ -91,11 +105,16 @@ def trainjob(
     if PAYLOAD_FILE not in paths:
         raise ValueError(f"the payload files must include {PAYLOAD_FILE}")
     volumes, mounts = _volumes(spec.name, opts, paths)
+    data_vols, data_mounts = k8s_data.data_volumes(opts, init=False)
+    volumes, mounts = volumes + data_vols, mounts + data_mounts
+    command = worker_command("pytorch")
+    if opts.data:  # no init container through runtimePatches: copy first, then exec torchrun
+        command = k8s_data.stage_command(opts, then=command)
     trainer: dict[str, Any] = {
         "numNodes": spec.nodes,
         "numProcPerNode": spec.nproc,
         "image": opts.image or default_image("pytorch", versions, gpus=opts.gpus, policy=images),
-        "command": worker_command("pytorch"),
+        "command": command,
         "env": _env(spec, opts),
     }
     resources = _resources(opts, gpus=True)

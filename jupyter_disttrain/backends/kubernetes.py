@@ -11,6 +11,7 @@ Failing pods' logs are read once when they end; other ranks' logs on demand.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,25 +37,26 @@ from .base import (
     Plan,
     RuntimeRecord,
 )
+from .k8s_attached import create_owned
 from .k8s_client import Connection, connect, explain
 from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
 from .k8s_kinds import KINDS, PYTORCHJOB, TRAINJOB, KubeflowKind, kind_of
+from .k8s_metrics import metrics_objects
 from .k8s_options import (
     EXAMPLES,
+    OPTIONAL_VALUE,
     REPEATABLE,
     SWITCHES,
     K8sOptions,
     parse_options,
 )
-from .k8s_status import REPLICA_TYPE_LABEL, job_condition, node_index
+from .k8s_records import record_from_object, runtime_record, spec_from_object
+from .k8s_status import REPLICA_TYPE_LABEL, node_index
 from .k8s_trainjob import (
     CLUSTER_RUNTIME,
-    LABEL_FRAMEWORK,
     NAMESPACED_RUNTIME,
     check_trainjob,
     trainjob,
-    trainjob_condition,
-    trainjob_shape,
 )
 from .k8s_watch import (
     KubernetesRun,
@@ -103,6 +105,7 @@ class KubernetesBackend(Backend):
             f"kubernetes: e.g. {example}",
             repeatable=key in REPEATABLE,
             switch=key in SWITCHES,
+            optional=key in OPTIONAL_VALUE,
         )
         for key, example in EXAMPLES.items()
     )
@@ -167,7 +170,10 @@ class KubernetesBackend(Backend):
             job = trainjob(spec, opts, files, versions, notebook=self.notebook,
                            images=self.images, runtime_kind=runtime_kind)  # fmt: skip
             payload_obj = mf.payload_object(spec.name, opts.namespace, files, opts.payload_secret)
-            return [payload_obj, job]
+            extras = metrics_objects(
+                spec.name, opts.namespace, TRAINJOB, opts, mf.labels(spec.name)
+            )
+            return [payload_obj, job, *extras]
         return mf.manifests(spec, opts, files, versions, notebook=self.notebook,
                             images=self.images)  # fmt: skip
 
@@ -335,7 +341,7 @@ class KubernetesBackend(Backend):
             )
         spec = plan.spec
         opts = self.settings(spec)
-        payload_obj, job_obj = plan.objects
+        payload_obj, job_obj, *attached = plan.objects
         conn = self.connection(opts)
         kubeflow = kind_of(spec.framework, opts.kubeflow_api)
         plural, kind = kubeflow.plural, kubeflow.kind
@@ -379,6 +385,9 @@ class KubernetesBackend(Backend):
                 exc, kind=payload_obj["kind"], name=payload_obj["metadata"]["name"], namespace=ns
             ) from None
         sink(ev.job_event("Pending", "Created", f"{kind} {ns}/{spec.name} created"))
+        for warning in create_owned(conn, attached, conn.plain(created)):
+            sink(ev.Event("log", None, time.time(), {"text": f"warning: {warning}",
+                                                     "source": "kubernetes"}))  # fmt: skip
         run = KubernetesRun(self, conn, spec, sink)
         run.start()
         return run
@@ -507,87 +516,3 @@ class KubernetesBackend(Backend):
         """Delete job ``name`` (either framework)."""
         conn = self.connection()
         return any(self.delete(conn, kubeflow, name) for kubeflow in KINDS)
-
-
-def runtime_record(obj: dict[str, Any], scope: str) -> RuntimeRecord:
-    """A (Cluster)TrainingRuntime as a listing row: framework label, image, nodes."""
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    image = ""
-    for rjob in ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []:
-        pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
-        for container in (pod or {}).get("containers") or []:
-            if container.get("name") == TRAINJOB.container and container.get("image"):
-                image = str(container["image"])
-    nodes = (spec.get("mlPolicy") or {}).get("numNodes")
-    return RuntimeRecord(
-        name=str(meta.get("name", "")),
-        scope=scope,
-        framework=str((meta.get("labels") or {}).get(LABEL_FRAMEWORK, "")),
-        image=image,
-        nodes=int(nodes) if nodes is not None else None,
-    )
-
-
-def spec_from_object(obj: dict[str, Any], kubeflow: KubeflowKind) -> JobSpec:
-    """A JobSpec describing an existing job (for attaching to it)."""
-    if kubeflow is TRAINJOB:
-        nodes, procs = trainjob_shape(obj)
-        return JobSpec(
-            name=str(obj["metadata"]["name"]), nodes=nodes, nproc=procs, backend="kubernetes",
-            options=(("kubeflow_api", TRAINJOB.api),),
-        )  # fmt: skip
-    framework = "tensorflow" if kubeflow.api == "" else "pytorch"
-    spec = obj.get("spec", {})
-    replicas = spec.get("pytorchReplicaSpecs") or spec.get("tfReplicaSpecs") or {}
-    nodes = sum(int(r.get("replicas", 1)) for r in replicas.values()) or 1
-    nproc = spec.get("nprocPerNode") or (spec.get("elasticPolicy") or {}).get("nProcPerNode") or 1
-    try:
-        nproc = int(nproc)
-    except (TypeError, ValueError):
-        nproc = 1
-    return JobSpec(
-        name=str(obj["metadata"]["name"]),
-        nodes=nodes,
-        nproc=nproc,
-        backend="kubernetes",
-        framework=cast(Any, framework),
-        options=(("kubeflow_api", kubeflow.api),) if kubeflow.api else (),
-    )
-
-
-def record_from_object(obj: dict[str, Any], kubeflow: KubeflowKind) -> JobRecord:
-    """A job listing row from a custom object."""
-    spec = spec_from_object(obj, kubeflow)
-    state = trainjob_condition(obj) if kubeflow is TRAINJOB else job_condition(obj)
-    meta = obj.get("metadata", {})
-    created = _timestamp(meta.get("creationTimestamp"))
-    ended = _timestamp((obj.get("status") or {}).get("completionTime"))
-    return JobRecord(
-        name=spec.name,
-        backend="kubernetes",
-        state=state[0] if state else "Pending",
-        world_size=spec.world_size,
-        nodes=spec.nodes,
-        nproc=spec.nproc,
-        created=created or 0.0,
-        ended=ended,
-        reason=state[2] if state else "",
-        owner=str(meta.get("namespace", "")),
-        extra={"notebook": notebook} if (notebook := notebook_annotation(meta)) else {},
-    )
-
-
-def notebook_annotation(meta: dict[str, Any]) -> str:
-    """The notebook that created the job, from its annotation ("" when absent)."""
-    return str((meta.get("annotations") or {}).get(mf.ANNOTATION_NOTEBOOK) or "")
-
-
-def _timestamp(text: Any) -> float | None:
-    if not text:
-        return None
-    import datetime
-
-    try:
-        return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None

@@ -30,12 +30,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import yaml
-
 from ..spec import JobSpec, SpecError
 from ..units import format_bytes
+from . import k8s_data
 from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
 from .k8s_kinds import BY_FRAMEWORK, PYTORCHJOB, TFJOB
+from .k8s_metrics import PORT_NAME, metrics_env, metrics_objects
 from .k8s_options import (
     RUNTIME_ROOT,
     SHM_PATH,
@@ -44,6 +44,7 @@ from .k8s_options import (
     is_dns_label,
 )
 from .k8s_pods import RUNAI_PROJECT_LABEL, RUNAI_SCHEDULER, host_port, pod_metadata
+from .k8s_yaml import render_yaml as render_yaml  # re-exported: manifests, then their file
 
 Manifest = dict[str, Any]
 
@@ -69,10 +70,6 @@ _CONTAINERS: Final = {
 }
 
 _KEY_PART = re.compile(r"^[-_a-zA-Z0-9][-._a-zA-Z0-9]*$")
-_SERVER_FIELDS = (
-    "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
-    "ownerReferences", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds",
-)  # fmt: skip
 
 
 class PayloadTooLarge(SpecError):
@@ -232,6 +229,11 @@ def check(spec: JobSpec, opts: K8sOptions) -> None:
             f"--env PYTHONUSERBASE=... hides the packages --pip installs in {PIP_DIR}; remove it"
         )
     _check_checkpoint_paths(spec, opts)
+    if opts.prometheus is not None and spec.framework != "pytorch":
+        raise ConflictingOptionsError(
+            "--prometheus serves the metrics every rank reports through rank 0, which needs "
+            "--framework pytorch; remove --prometheus"
+        )
 
 
 def _check_checkpoint_paths(spec: JobSpec, opts: K8sOptions) -> None:
@@ -273,7 +275,7 @@ def _user_env(spec: JobSpec) -> dict[str, str]:
     return {key: value.replace("$", "$$") for key, value in spec.env}
 
 
-def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, str]]:
+def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
     # Several ranks share a pod's log: each line is prefixed "[rank R] ".
     env = {
         "PYTHONPATH": PAYLOAD_DIR,
@@ -299,7 +301,7 @@ def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, str]]:
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     for key, value in _user_env(spec).items():
         env[key] = f"{PAYLOAD_DIR}:{value}" if key == "PYTHONPATH" else value
-    return [{"name": key, "value": value} for key, value in env.items()]
+    return [{"name": key, "value": value} for key, value in env.items()] + metrics_env(opts)
 
 
 def _resources(opts: K8sOptions, *, gpus: bool) -> dict[str, dict[str, str]]:
@@ -362,13 +364,16 @@ def _pod_template(
         raise ValueError(f"the payload files must include {PAYLOAD_FILE}")
     image = opts.image or default_image(framework, versions, gpus=opts.gpus, policy=images)
     name, port_name, port = _CONTAINERS[framework]
+    metrics_port = []
+    if opts.prometheus is not None:
+        metrics_port = [{"name": PORT_NAME, "containerPort": opts.prometheus, "protocol": "TCP"}]
     volumes, mounts = _volumes(spec.name, opts, paths)
     main: dict[str, Any] = {
         "name": name,
         "image": image,
         "command": worker_command(framework),
         "env": _env(spec, opts),
-        "ports": [{"name": port_name, "containerPort": port, "protocol": "TCP"}],
+        "ports": [{"name": port_name, "containerPort": port, "protocol": "TCP"}, *metrics_port],
         "volumeMounts": mounts,
     }
     resources = _resources(opts, gpus=True)
@@ -377,6 +382,7 @@ def _pod_template(
     pod: dict[str, Any] = {"containers": [main], "volumes": volumes}
     if spec.grace_period:  # the kubelet's SIGTERM-to-SIGKILL time covers the last save
         pod["terminationGracePeriodSeconds"] = math.ceil(spec.grace_period) + 5
+    inits: list[dict[str, Any]] = []
     if opts.pip:
         init_env = {**_user_env(spec), "PYTHONUSERBASE": PIP_DIR}
         init: dict[str, Any] = {
@@ -389,7 +395,19 @@ def _pod_template(
         init_resources = _resources(opts, gpus=False)
         if init_resources:
             init["resources"] = init_resources
-        pod["initContainers"] = [init]
+        inits.append(init)
+    if opts.data:
+        data_vols, data_mounts = k8s_data.data_volumes(opts)
+        volumes.extend(data_vols)
+        mounts.extend(data_mounts)
+        stage_env = {"PYTHONPATH": PAYLOAD_DIR}
+        for key, value in _user_env(spec).items():
+            stage_env[key] = f"{PAYLOAD_DIR}:{value}" if key == "PYTHONPATH" else value
+        env_list = [{"name": key, "value": value} for key, value in stage_env.items()]
+        inits.append(k8s_data.init_container(opts, image, env_list, mounts[0],
+                                             _resources(opts, gpus=False)))  # fmt: skip
+    if inits:
+        pod["initContainers"] = inits
     if opts.node_selector:
         pod["nodeSelector"] = dict(opts.node_selector)
     if opts.tolerations:
@@ -402,7 +420,7 @@ def _pod_template(
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
         main["ports"] = [{"name": port_name, "containerPort": host_port(spec.name, opts),
-                          "protocol": "TCP"}]  # fmt: skip
+                          "protocol": "TCP"}, *metrics_port]  # fmt: skip
     if opts.priority_class:
         pod["priorityClassName"] = opts.priority_class
     if opts.service_account:
@@ -537,7 +555,8 @@ def manifests(
     notebook: str | None = None,
     images: ImagePolicy = STOCK_IMAGES,
 ) -> list[Manifest]:
-    """Every object of job ``spec`` in creation order: payload object, then the job.
+    """Every object of job ``spec`` in creation order: payload object, the job, then its
+    ``--prometheus`` Service and ServiceMonitor.
 
     ``payload_files`` maps relative paths (``payload.pkl``,
     ``jupyter_disttrain/runtime/worker.py``, ...) to contents; they appear
@@ -548,38 +567,7 @@ def manifests(
     """
     build = tfjob if spec.framework == "tensorflow" else pytorchjob
     job = build(spec, opts, payload_files, versions, notebook=notebook, images=images)
-    return [payload_object(spec.name, opts.namespace, payload_files, opts.payload_secret), job]
-
-
-# --- YAML export ---------------------------------------------------------------------------
-
-
-def render_yaml(objs: Sequence[Mapping[str, Any]]) -> str:
-    """``objs`` as one multi-document YAML file for ``kubectl create -f``.
-
-    Server-set metadata (uid, resourceVersion, ownerReferences, ...) and
-    ``status`` are dropped, so the file also works for objects read back from
-    a cluster. Consequently the payload object in the file has no owner and
-    outlives the job; the header says how to delete both.
-    """
-    clean: list[dict[str, Any]] = []
-    for obj in objs:
-        copy = _plain(obj)
-        copy.pop("status", None)
-        for key in _SERVER_FIELDS:
-            copy.get("metadata", {}).pop(key, None)
-        clean.append(copy)
-    kinds = {str(obj.get("kind")) for obj in clean} & {"ConfigMap", "Secret"}
-    header = [
-        "# Created by jupyter-disttrain. Submit with: kubectl create -f FILE",
-        "# (or kubectl apply --server-side -f FILE; client-side apply keeps a copy of each",
-        "# object in an annotation limited to 256 KiB, which a large payload exceeds).",
-    ]
-    if kinds:
-        kind = "/".join(sorted(kinds))
-        header += [
-            f"# The payload {kind} has no ownerReference here (that needs the job's uid, known",
-            "# only once the job exists), so deleting the job leaves it: kubectl delete -f FILE",
-        ]
-    body = yaml.safe_dump_all(clean, sort_keys=False, explicit_start=True, width=100)
-    return "\n".join(header) + "\n" + body
+    payload_obj = payload_object(spec.name, opts.namespace, payload_files, opts.payload_secret)
+    kind = TFJOB if spec.framework == "tensorflow" else PYTORCHJOB
+    extras = metrics_objects(spec.name, opts.namespace, kind, opts, labels(spec.name))
+    return [payload_obj, job, *extras]

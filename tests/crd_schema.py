@@ -34,6 +34,8 @@ from jsonschema.exceptions import ValidationError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CRD_DIR = SHARED / "k8s-crds"
+#: CRDs of other projects that manifests use (the Prometheus Operator's ServiceMonitor).
+OTHER_CRD_DIR = Path(__file__).resolve().parent / "k8s_emulator" / "crds"
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _DROPPED = frozenset(
@@ -149,12 +151,12 @@ def _object_meta(name_pattern: str) -> dict[str, Any]:
 
 @functools.cache
 def _crds() -> dict[tuple[str, str], dict[str, Any]]:
-    """Every CRD in :data:`CRD_DIR` by (group, kind)."""
+    """Every CRD in :data:`CRD_DIR` and :data:`OTHER_CRD_DIR` by (group, kind)."""
     if not CRD_DIR.is_dir():
         raise FileNotFoundError(f"CRD directory {CRD_DIR} is missing (a sibling of the repo)")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(CRD_DIR.glob("*.yaml")):
+    for path in [*sorted(CRD_DIR.glob("*.yaml")), *sorted(OTHER_CRD_DIR.glob("*.yaml"))]:
         with path.open(encoding="utf-8") as fh:
             for doc in yaml.load_all(fh, Loader=loader):
                 if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":

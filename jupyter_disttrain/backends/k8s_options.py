@@ -347,10 +347,12 @@ def _data(text: str) -> DataSource:
     for mode, flag_value in ((":ro", True), (":rw", False)):
         if rest.endswith(mode):
             rest, read_only = rest[: -len(mode)], flag_value
+    scheme, found, after = rest.partition("://")
+    prefix, rest = (scheme + found, after) if found else ("", rest)
     src, sep, path = rest.rpartition(":")
     if not sep or not src or not path.startswith("/"):
         raise bad_value("data", text, "is not SRC:/path")
-    return DataSource(src.strip(), path.strip(), read_only)
+    return DataSource((prefix + src).strip(), path.strip(), read_only)
 
 
 def _port(text: str) -> int:

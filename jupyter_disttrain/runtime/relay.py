@@ -15,6 +15,10 @@ writer died). At the end each sender flushes and says so (``closed``);
 rank 0 drains until every sender did, or :data:`DRAIN_SECONDS` passed.
 A line may reach the notebook twice (also from a failed pod's own log):
 the notebook keeps one copy of each protocol line.
+
+With rank 0's metrics endpoint on (``DISTRAIN_METRICS_PORT``), the other
+ranks of node 0 send too, in batches marked for observing only: rank 0's
+endpoint sees them, its log does not repeat what their own lines said.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from . import report
 from .jobstore import default_store, round_key
 
 ENV_RELAY = "DISTRAIN_RELAY"
+ENV_METRICS_PORT = "DISTRAIN_METRICS_PORT"
+#: First line of a batch that rank 0 observes without writing it to its log.
+OBSERVE_ONLY: Final = "#observe"
 TICK: Final = 0.3
 MISSING_SECONDS: Final = 5.0
 DRAIN_SECONDS: Final = 10.0
@@ -40,10 +47,11 @@ def _key(what: str) -> str:
 
 
 class _Relay:
-    def __init__(self, store: Any, rank: int, senders: int) -> None:
+    def __init__(self, store: Any, rank: int, senders: int, echo: bool = True) -> None:
         self.store = store
         self.rank = rank
         self.senders = senders
+        self.echo = echo  # a sender's lines go to rank 0's log too (not only its observers)
         self.lock = threading.Lock()
         self.queue: list[str] = []
         self.stop = threading.Event()
@@ -60,6 +68,8 @@ class _Relay:
         with self.lock:
             lines, self.queue = self.queue, []
         if lines:
+            if not self.echo:
+                lines.insert(0, OBSERVE_ONLY)
             seq = int(self.store.add(_key("seq"), 1))
             self.store.set(_key(f"m{seq}"), "\n".join(lines))
 
@@ -84,9 +94,10 @@ class _Relay:
                     break
                 time.sleep(0.05)
             else:
-                text = self.store.get(key).decode("utf-8", "replace")
+                lines = self.store.get(key).decode("utf-8", "replace").split("\n")
                 self.store.delete_key(key)
-                report.write_lines(text.split("\n"))
+                echo = lines[0] != OBSERVE_ONLY
+                report.write_lines(lines if echo else lines[1:], echo=echo)
             self.next += 1
 
     def _read(self) -> None:
@@ -119,14 +130,17 @@ class _Relay:
 def start(rank: int, world: int, local_world: int, node: int) -> None:
     """Relay this rank's protocol lines (other nodes) or collect them (rank 0), if asked."""
     global _relay
-    if _relay is not None or os.environ.get(ENV_RELAY) != "1" or world <= local_world:
+    relay = os.environ.get(ENV_RELAY) == "1" and world > local_world
+    observe = bool(os.environ.get(ENV_METRICS_PORT)) and world > 1
+    if _relay is not None or not (relay or observe):
         return
-    if rank != 0 and node == 0:
+    if rank != 0 and node == 0 and not observe:
         return  # node 0's log is the one the notebook follows
     store = default_store()
     if store is None:
         return
-    _relay = _Relay(store, rank, senders=world - local_world)
+    senders = (world - 1) if observe else (world - local_world)
+    _relay = _Relay(store, rank, senders, echo=relay and node != 0)
     if rank != 0:
         report.set_tap(_relay.tap)
     _relay.thread.start()

@@ -15,6 +15,8 @@ _auto_step = 0
 #: Protocol lines written so far (a rank's activity, read by the hang watch).
 emitted = 0
 _tap: Callable[[str], None] | None = None
+#: Called with every protocol line this process writes or relays (rank 0's metrics endpoint).
+_observers: list[Callable[[str], None]] = []
 
 
 def rank() -> int:
@@ -37,6 +39,8 @@ def emit_as(rank: int, kind: str, **fields: Any) -> None:
         sys.stdout.flush()
         if _tap is not None:
             _tap(line)
+        for observer in _observers:
+            observer(line)
 
 
 def set_tap(tap: Callable[[str], None] | None) -> None:
@@ -46,13 +50,27 @@ def set_tap(tap: Callable[[str], None] | None) -> None:
         _tap = tap
 
 
-def write_lines(lines: list[str]) -> None:
-    """Write lines other ranks sent (already protocol lines) to this process's stdout."""
+def add_observer(observer: Callable[[str], None]) -> None:
+    """Also hand every protocol line written or relayed here to ``observer`` (must not block)."""
+    with _lock:
+        _observers.append(observer)
+
+
+def write_lines(lines: list[str], *, echo: bool = True) -> None:
+    """Write lines other ranks sent (already protocol lines) to this process's stdout.
+
+    ``echo`` False: only observe them (their own rank wrote them to this log already).
+    """
     global emitted
     with _lock:
         emitted += 1
-        sys.stdout.write("".join(f"{line}\n" for line in lines if line))
-        sys.stdout.flush()
+        if echo:
+            sys.stdout.write("".join(f"{line}\n" for line in lines if line))
+            sys.stdout.flush()
+        for observer in _observers:
+            for line in lines:
+                if line:
+                    observer(line)
 
 
 def _as_float(name: str, value: Any) -> float:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import checkpoint as _checkpoint
-from . import hangwatch, preemption, rankprefix, relay, stacks, tf
+from . import hangwatch, metrics_server, preemption, rankprefix, relay, stacks, tf
 from . import report as _report
 from .cell import CELL_FILENAME, main_module, run_cell
 
@@ -346,6 +346,7 @@ def run(payload_path: str) -> int:
     )
     world = int(os.environ.get("WORLD_SIZE", "1"))
     hangwatch.start(rank, world)
+    metrics_server.start(rank)
     relay.start(rank, world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
                 int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))))  # fmt: skip
     if preemption.uses_checkpoints(str(payload["source"])):
@@ -365,6 +366,7 @@ def run(payload_path: str) -> int:
     finally:
         _checkpoint.wait_for_saves(raise_errors=False)
         relay.stop(wait=not failed)  # a failed rank 0 does not wait for the others' last lines
+        metrics_server.stop()
         hangwatch.stop()
         finish_torch_distributed()
     _report.emit("done", seconds=round(time.time() - started, 3))

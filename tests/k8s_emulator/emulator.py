@@ -327,6 +327,12 @@ class Emulator:
             TrainerWebhooks(self.api, self.trainer_kinds).install()
         self.api.create(cluster_runtimes, "", default_runtime())
 
+    def serve_service_monitors(self) -> list[Resource]:
+        """Serve the Prometheus Operator's ServiceMonitor (a cluster with that operator)."""
+        return self.install_crd(
+            Path(__file__).parent / "crds" / "monitoring.coreos.com_servicemonitors.yaml"
+        )
+
     def install_crd(self, path: str | Path, *, defaulted: bool = False) -> list[Resource]:
         """Serve the custom resources of a CRD file (``defaulted``: apply its schema defaults)."""
         crd = load_crd(path)

@@ -49,13 +49,16 @@ class ConfigError(Exception):
 
 
 def write_shims(directory: Path) -> Path:
-    """``python``, ``python3`` and ``torchrun`` on PATH, all running this interpreter."""
+    """``python``, ``python3``, ``torchrun`` (this interpreter) and ``nslookup`` on PATH."""
     directory.mkdir(parents=True, exist_ok=True)
     python = shlex.quote(sys.executable)
     scripts = {
         "python": f'exec {python} "$@"',
         "python3": f'exec {python} "$@"',
         "torchrun": f'exec {python} -m torch.distributed.run "$@"',
+        # the Training Operator's init-pytorch waits for the master's name (already local here)
+        "nslookup": f'exec {python} -c "import socket,sys; socket.getaddrinfo(sys.argv[1], None)" '
+        '"$1" >/dev/null 2>&1',
     }
     for name, body in scripts.items():
         path = directory / name
@@ -159,7 +162,7 @@ class Kubelet:
         if not pod["spec"].get("nodeName"):
             raise bad_request(f"pod {name} does not have a host assigned")
         worker = self.worker(pod)
-        runner = worker.containers.get(container) if worker else None
+        runner = worker.runner(container) if worker else None
         runs = list(runner.logs) if runner else []
         if previous:
             if len(runs) < 2:
@@ -219,6 +222,8 @@ class PodWorker(threading.Thread):
         self.grace = 0.0
         self.removed = False
         self.containers: dict[str, ContainerRunner] = {}
+        self.inits: dict[str, ContainerRunner] = {}
+        self.init_failed = False  # an init container failed and will not be restarted
         self.scheduled: str | None = None  # message when unschedulable
         self.sandbox_ready = False
         self.start_time: str | None = None
@@ -240,8 +245,9 @@ class PodWorker(threading.Thread):
     def run(self) -> None:
         try:
             if self._schedule() and self._setup():
-                for runner in self.containers.values():
-                    runner.start()
+                if self._initialise():
+                    for runner in self.containers.values():
+                        runner.start()
                 self.stopping.wait()
         finally:
             self._teardown()
@@ -315,6 +321,34 @@ class PodWorker(threading.Thread):
         self.publish()
         return True
 
+    def _initialise(self) -> bool:
+        """Run the init containers in order, each to success; False if one failed for good."""
+        specs = self.pod["spec"].get("initContainers", [])
+        with self.lock:
+            for index, spec in enumerate(specs):
+                self.inits[spec["name"]] = ContainerRunner(self, spec, index, init=True)
+        if specs:
+            self.publish()
+        for name, runner in list(self.inits.items()):
+            self._set_condition("Initialized", "False", "ContainersNotInitialized",
+                                f"containers with incomplete status: [{name}]")  # fmt: skip
+            runner.start()
+            runner.join()
+            if self.stopping.is_set():
+                return False
+            if runner.exit_code != 0:
+                with self.lock:
+                    self.init_failed = True
+                self.publish()
+                return False
+        self._set_condition("Initialized", "True")
+        self.publish()
+        return True
+
+    def runner(self, name: str) -> ContainerRunner | None:
+        """The container (or init container) ``name`` of this pod."""
+        return self.containers.get(name) or self.inits.get(name)
+
     def _lookup(self, plural: str, name: str) -> Obj | None:
         resource = SECRETS if plural == "secrets" else CONFIGMAPS
         return self.api.store.get(resource.key, self.namespace, name)
@@ -322,7 +356,7 @@ class PodWorker(threading.Thread):
     def _teardown(self) -> None:
         with self.lock:
             grace = self.grace
-        runners = list(self.containers.values())
+        runners = list(self.containers.values()) + list(self.inits.values())
         stoppers = [
             threading.Thread(target=r.terminate, args=(grace,), daemon=True) for r in runners
         ]
@@ -361,6 +395,8 @@ class PodWorker(threading.Thread):
             self._conditions[kind] = condition
 
     def _phase(self) -> str:
+        if self.init_failed:
+            return "Failed"
         runners = list(self.containers.values())
         if not runners or not all(r.ever_started or r.finished for r in runners):
             return "Pending"
@@ -409,11 +445,8 @@ class PodWorker(threading.Thread):
                     podIPs=[{"ip": "127.0.0.1"}],
                     startTime=self.start_time,
                 )
-                inits = self.pod["spec"].get("initContainers", [])
-                if inits:
-                    status["initContainerStatuses"] = [
-                        _skipped_init(c, self.start_time) for c in inits
-                    ]
+                if self.inits:
+                    status["initContainerStatuses"] = [r.status() for r in self.inits.values()]
                 status["containerStatuses"] = [r.status() for r in runners]
             status["qosClass"] = "BestEffort"
             return status
@@ -544,37 +577,19 @@ def _decode(value: str) -> str:
     return base64.b64decode(value).decode(errors="replace")
 
 
-def _skipped_init(spec: Obj, started: str) -> Obj:
-    """The status of an init container the emulator does not run: completed at once."""
-    return {
-        "name": spec["name"],
-        "image": spec.get("image", ""),
-        "imageID": "",
-        "containerID": f"emulator://skipped-{spec['name']}",
-        "ready": True,
-        "restartCount": 0,
-        "started": False,
-        "lastState": {},
-        "state": {
-            "terminated": {
-                "exitCode": 0,
-                "reason": "Completed",
-                "startedAt": started,
-                "finishedAt": started,
-            }
-        },
-    }
-
-
 class ContainerRunner:
     """One container of a pod: image pull, process runs and restarts."""
 
-    def __init__(self, worker: PodWorker, spec: Obj, index: int) -> None:
+    def __init__(self, worker: PodWorker, spec: Obj, index: int, *, init: bool = False) -> None:
         self.worker = worker
         self.spec = spec
+        self.init = init  # an init container: runs to success before the others start
         self.name: str = spec["name"]
         self.image: str = spec.get("image", "")
-        self.state: Obj = {"waiting": {"reason": "ContainerCreating"}}
+        waiting = (
+            "PodInitializing" if worker.pod["spec"].get("initContainers") else "ContainerCreating"
+        )
+        self.state: Obj = {"waiting": {"reason": "ContainerCreating" if init else waiting}}
         self.last_state: Obj = {}
         self.restart_count = 0
         self.ever_started = False
@@ -647,7 +662,10 @@ class ContainerRunner:
             with worker.lock:
                 self.exit_code = exit_code
                 self.state = {"terminated": terminated}
-                restart = policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+                if self.init:  # restarted only when it failed, and never with Never
+                    restart = policy != "Never" and exit_code != 0
+                else:
+                    restart = policy == "Always" or (policy == "OnFailure" and exit_code != 0)
                 if not restart or worker.stopping.is_set():
                     self.finished = True
             worker.publish()
@@ -781,6 +799,10 @@ class ContainerRunner:
         }
         if code < 0:
             terminated["signal"] = -code
+        if exit_code != 0 and self.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            lines, _ = log.read(0)  # the kubelet keeps the last 80 lines, at most 2048 bytes
+            tail = b"".join(line for _, line in lines[-80:])[-2048:]
+            terminated["message"] = tail.decode("utf-8", "replace")
         return exit_code, terminated
 
     def kill(self, sig: int, *, oom: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""The ``--data`` copier, run as the pods run it: a fresh interpreter with the package on its path."""
+"""The ``--data`` copier, run as pods run it: a fresh interpreter with the package on its path."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def run_stage(*args: str, env: dict[str, str] | None = None) -> tuple[int, list[
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_a_directory_is_copied_with_progress_and_a_second_run_resumes(tmp_path: Path) -> None:
@@ -42,7 +44,7 @@ def test_a_directory_is_copied_with_progress_and_a_second_run_resumes(tmp_path: 
     code, staged, out = run_stage(str(src), str(dest))
     assert code == 0, out
     assert tree(dest) == tree(src), out
-    assert [e.staging()["state"] for e in staged][0] == "listing"
+    assert staged[0].staging()["state"] == "listing"
     last = staged[-1].staging()
     total = 5 * 2**20 + 8
     assert (last["state"], last["done"], last["total"], last["files_done"]) == (
@@ -107,7 +109,7 @@ def test_one_file_over_http_then_the_training_command(
 
 
 def test_bad_arguments_name_the_fix(tmp_path: Path) -> None:
-    code, staged, out = run_stage("relative/path", str(tmp_path / "d"))
+    code, _, out = run_stage("relative/path", str(tmp_path / "d"))
     assert code == 1 and "not a URL (s3://, gs://, https://) or an absolute path" in out
     code, _, out = run_stage("/a", "/b", "/c")
     assert code == 2 and "in pairs" in out

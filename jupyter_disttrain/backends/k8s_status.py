@@ -139,3 +139,29 @@ def warning_message(event: dict[str, Any]) -> str:
     return f"{event.get('reason', 'Warning')} on {involved.get('name', '?')}: " + str(
         event.get("message", "")
     )
+
+
+def init_state(pod: dict[str, Any], name: str) -> tuple[str, str]:
+    """``(state, message)`` of init container ``name``: ``""`` (none or waiting), ``running``,
+    ``done`` or ``failed`` (also once it is restarting after a failure) with what it said.
+
+    The message is the copier's own ``distrain: ...`` line when the termination
+    message (its log's last lines) holds one, else that message's last line.
+    """
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    found = next((c for c in statuses if c.get("name") == name), None)
+    if found is None:
+        return "", ""
+    state, last = found.get("state") or {}, found.get("lastState") or {}
+    for term in (state.get("terminated"), last.get("terminated")):
+        if term and int(term.get("exitCode", 0)) != 0:
+            return "failed", _last_word(str(term.get("message") or term.get("reason") or ""))
+    if state.get("terminated"):
+        return "done", ""
+    return ("running", "") if state.get("running") else ("", "")
+
+
+def _last_word(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    own = [line for line in lines if line.startswith("distrain: ")]
+    return (own or lines or ["exited with an error"])[-1].removeprefix("distrain: ")

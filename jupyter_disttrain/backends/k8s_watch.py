@@ -28,8 +28,9 @@ from .base import (
     Submission,
 )
 from .k8s_client import Connection
+from .k8s_data import INIT_NAME
 from .k8s_kinds import TRAINJOB, KubeflowKind, kind_of
-from .k8s_status import job_condition, pod_facts, rank_events, warning_message
+from .k8s_status import init_state, job_condition, pod_facts, rank_events, warning_message
 from .k8s_trainjob import trainjob_condition
 
 WATCH_SECONDS = 60
@@ -118,6 +119,7 @@ class KubernetesRun(Submission):
         self._pending_why: tuple[str, str] | None = None
         self._got_result = False
         self._errors: list[str] = []
+        self._stop_outcome: tuple[ev.JobState, str, str] | None = None
 
     # -- Submission ------------------------------------------------------------
     def start(self) -> None:
@@ -211,7 +213,7 @@ class KubernetesRun(Submission):
         ):
             if item["type"] == "DELETED":
                 if self._stopping.is_set():
-                    self._finish(("Stopped", "Stopped", self._stop_reason))
+                    self._finish(self._stop_outcome or ("Stopped", "Stopped", self._stop_reason))
                 else:
                     self._finish(("Failed", "Deleted", f"the {self.kind} was deleted"))
                 return
@@ -251,6 +253,12 @@ class KubernetesRun(Submission):
             if previous != key:
                 for event in rank_events(facts, self.spec.nproc):
                     self.sink(event)
+            staging, why = init_state(item["object"], INIT_NAME)
+            if staging == "failed":
+                self._fail(("Failed", "DataStagingFailed",
+                            f"--data staging failed on pod {facts.name}: {why}"))  # fmt: skip
+            elif staging == "running" and facts.node == 0:
+                self._follow(facts.name, facts.restarts, INIT_NAME)
             if facts.node == 0 and facts.started:
                 self._follow(facts.name, facts.restarts)
             elif facts.state == "Failed":
@@ -271,13 +279,13 @@ class KubernetesRun(Submission):
                 self._pending_why = (reason, text)
                 self.sink(ev.job_event("Pending", reason, text))  # why it does not start
 
-    def _follow(self, pod: str, restarts: int) -> None:
-        key = f"{pod}#{restarts}"
+    def _follow(self, pod: str, restarts: int, container: str | None = None) -> None:
+        key = f"{pod}#{restarts}" + (f"/{container}" if container else "")
         with self._lock:
             if key in self._followed:
                 return
             thread = threading.Thread(
-                target=self._guard(lambda: self._pump(pod, True)),
+                target=self._guard(lambda: self._pump(pod, True, container)),
                 daemon=True,
                 name=f"distrain-log-{pod}",
             )
@@ -296,12 +304,23 @@ class KubernetesRun(Submission):
             self._read_once.add((pod, restarts))
         threading.Thread(target=self._guard(lambda: self._pump(pod, False)), daemon=True).start()
 
-    def _pump(self, pod: str, follow: bool) -> None:
-        for line in self.backend.stream_log(self.conn, pod, self.container, follow=follow):
+    def _pump(self, pod: str, follow: bool, container: str | None = None) -> None:
+        for line in self.backend.stream_log(
+            self.conn, pod, container or self.container, follow=follow
+        ):
             event = parse_pod_line(line, pod)
             if event.kind == "result":
                 self._got_result = True
             self.sink(event)
+
+    def _fail(self, outcome: tuple[ev.JobState, str, str]) -> None:
+        """End the job now with ``outcome``: delete it (its pods would retry forever)."""
+        if self._stopping.is_set() or self._done.is_set():
+            return
+        self._stop_outcome, self._stop_reason = outcome, outcome[2]
+        self._stopping.set()
+        self.backend.delete(self.conn, self.kubeflow, self.name)
+        self._finish(outcome)
 
     def _deadline(self) -> None:
         assert self.spec.timeout is not None
@@ -321,7 +340,7 @@ class KubernetesRun(Submission):
         deadline = time.monotonic() + DRAIN_SECONDS
         for thread in followers:  # let rank 0's log deliver its last lines (the result)
             thread.join(max(0.0, deadline - time.monotonic()))
-        if outcome[0] == "Failed" and outcome[1] not in ("Deleted", "Timeout"):
+        if outcome[0] == "Failed" and outcome[1] not in ("Deleted", "Timeout", "DataStagingFailed"):
             self._keep_logs_and_end_pods()
         if outcome[0] == "Succeeded":  # and the other pods report how they ended
             while time.monotonic() < deadline and not self._pods_ended():

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..events import TERMINAL_STATES, Event, JobState
+from ..events import TERMINAL_STATES, Event, JobState, StagingFields
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
 from .records import (
@@ -37,8 +37,11 @@ from .records import (
     RankState,
     Series,
     Snapshot,
+    StagingRow,
     _finite_or_none,
+    _int,
     _now,
+    _str,
 )
 
 # --------------------------------------------------------------------------- the monitor
@@ -49,6 +52,16 @@ from .where import Where, where_from
 HANG_GATHER = 8.0
 #: Rank states of a rank that will send no more stacks.
 _ENDED_RANK = frozenset({"Succeeded", "Failed", "Stopped", "Exited"})
+
+
+def _staging_row(f: StagingFields) -> StagingRow:
+    total = f.get("total")
+    return StagingRow(
+        src=_str(f.get("src")), dest=_str(f.get("dest")), state=_str(f.get("state")),
+        done=_int(f.get("done")) or 0, total=total if isinstance(total, int) else None,
+        files_done=_int(f.get("files_done")) or 0, files_total=_int(f.get("files_total")) or 0,
+        host=_str(f.get("host")), message=_str(f.get("message")),
+    )  # fmt: skip
 
 
 class JobMonitor(MonitorState):
@@ -126,6 +139,9 @@ class JobMonitor(MonitorState):
         comms = self.comms()
         if comms.failure != "none" and comms.diagnosis:
             return comms.diagnosis
+        for staged in self._staging.values():
+            if staged.get("state") == "failed":
+                return f"Data staging failed: {_str(staged.get('message'))}"
         hang = self._hang()
         if hang is not None and self._state not in TERMINAL_STATES:
             return hang.sentence()
@@ -425,6 +441,8 @@ class JobMonitor(MonitorState):
                 ),
                 version=self._version,
                 diagnosis=self._diagnosis(),
+                staging=[_staging_row(f) for f in self._staging.values()],
+                warnings=list(self._warnings),
             )
 
     def _rank_row(

@@ -158,6 +158,20 @@ class LogSummary(TypedDict):
     dropped: int
 
 
+class StagingRow(TypedDict):
+    """One ``--data`` source being staged into the pods (see ``events.StagingFields``)."""
+
+    src: str
+    dest: str
+    state: str
+    done: int
+    total: int | None
+    files_done: int
+    files_total: int
+    host: str
+    message: str
+
+
 class Snapshot(TypedDict):
     """Everything a dashboard or the text fallback shows, JSON-able.
 
@@ -193,6 +207,8 @@ class Snapshot(TypedDict):
     logs: LogSummary
     version: int
     diagnosis: str | None
+    staging: list[StagingRow]
+    warnings: list[str]
 
 
 # --------------------------------------------------------------------------- storage

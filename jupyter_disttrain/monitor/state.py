@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Final, cast
 
-from ..events import JOB_STATES, TERMINAL_STATES, Event, JobState, StacksFields
+from ..events import JOB_STATES, TERMINAL_STATES, Event, JobState, StacksFields, StagingFields
 from ..logbuffer import JOB_RANK, LogBuffer
 from ..nccl import NcclParser, NcclSummary
 from .metrics import MetricStore
@@ -96,6 +96,9 @@ class MonitorState:
         self._seen: set[tuple[str, int | None, float, object]] = set()
         self._seen_order: deque[tuple[str, int | None, float, object]] = deque()
         self._frontier: tuple[float, int] | None = None
+        # --data sources by (source, pod), and warnings the workers or the backend printed
+        self._staging: dict[tuple[str, str], StagingFields] = {}
+        self._warnings: dict[str, None] = {}
 
     # ------------------------------------------------------------------ feeding
 
@@ -364,12 +367,20 @@ class MonitorState:
             oldest = next(iter(self._stacks))
             del self._stacks[oldest], self._stacks_t[oldest]
 
+    def _on_staging(self, ev: Event, row: RankState | None) -> None:
+        f = ev.staging()
+        key = (_str(f.get("src")), _str(f.get("host")))
+        self._staging[key] = f
+
     def _on_log(self, ev: Event, row: RankState | None) -> None:
         f = ev.log()
         if ev.rank is not None and ev.rank >= 0:
             self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
         rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
         text = _str(f.get("text"))
+        for prefix in WARNING_PREFIXES:  # one copy of what every rank warns about
+            if text.startswith(prefix) and len(self._warnings) < MAX_WARNINGS:
+                self._warnings.setdefault(text[len(prefix) :].strip(), None)
         self._logs.append(rank, ev.t, text)
         self._comms.feed(text, rank if rank >= 0 else None)
         self._comms_lines += 1
@@ -390,7 +401,11 @@ _HANDLERS: Final = {
     "done": MonitorState._on_done,
     "log": MonitorState._on_log,
     "stacks": MonitorState._on_stacks,
+    "staging": MonitorState._on_staging,
 }
+#: Log lines that are warnings to show above the job (the worker's, the backend's).
+WARNING_PREFIXES: Final = ("distrain: warning: ", "warning: ")
+MAX_WARNINGS: Final = 20
 #: Worker protocol kinds that arrive once per line written (a copy seen again is dropped).
 _DEDUPED: Final = frozenset({"hello", "metric", "checkpoint", "result", "error", "done"})
 #: Protocol lines remembered for that (the oldest are forgotten first).

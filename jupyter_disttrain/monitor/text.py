@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..logbuffer import format_ranks, rank_label
 from ..units import duration, format_bytes
-from .records import ErrorRow, JSONFloat, RankRow, Snapshot
+from .records import ErrorRow, JSONFloat, RankRow, Snapshot, StagingRow
 
 # --------------------------------------------------------------------------- text fallback
 
@@ -16,6 +16,8 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
     stragglers, not Running/Succeeded) are shown first and the rest counted.
     """
     lines = [_header(snap)]
+    lines.extend(f"  {line}" for line in staging_lines(snap["staging"]))
+    lines.extend(f"  warning: {text}" for text in snap["warnings"])
     if snap["reason"] or snap["message"]:
         lines.append("  " + ": ".join(p for p in (snap["reason"], snap["message"]) if p))
     failure = snap["first_failure"]
@@ -45,6 +47,32 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
         lines.append("result: available")
     lines.extend(_error_lines(snap["errors"]))
     return "\n".join(lines)
+
+
+def staging_lines(rows: list[StagingRow]) -> list[str]:
+    """One line per ``--data`` source still staging, or failed (staged ones are not shown).
+
+    ``staging s3://b/x -> /data on job-master-0: 12.0 MB of 40.0 MB (30%), 3 of 10 files``.
+    """
+    out = []
+    for row in rows:
+        where = f"{row['src']} -> {row['dest']}" + (f" on {row['host']}" if row["host"] else "")
+        if row["state"] == "failed":
+            out.append(f"staging {where} failed: {row['message']}")
+        elif row["state"] != "done":
+            total = row["total"]
+            done = format_bytes(row["done"])
+            amount = (
+                f"{done} of {format_bytes(total)} ({100 * row['done'] // total}%)"
+                if total
+                else done
+            )
+            files = (
+                f", {row['files_done']} of {row['files_total']} files" if row["files_total"] else ""
+            )
+            out.append(f"staging {where}: {amount}{files}" if row["state"] == "copying"
+                       else f"staging {where}: listing the files")  # fmt: skip
+    return out
 
 
 def _header(snap: Snapshot) -> str:

@@ -75,7 +75,8 @@ class Progress:
         fields: dict[str, Any] = {
             "src": self.src, "dest": self.dest, "state": self.state, "done": self.done,
             "total": self.total, "files_done": self.files_done,
-            "files_total": self.files_total, "host": socket.gethostname(),
+            "files_total": self.files_total,
+            "host": os.environ.get("HOSTNAME") or socket.gethostname(),
         }  # fmt: skip
         if message is not None:
             fields["message"] = message

@@ -2,8 +2,10 @@
 
 DOM contract: ``.distrain-header`` with ``data-job`` and ``data-state``; its
 fields are ``span[data-field=...]``; the job's diagnosis is
-``.distrain-diagnosis``; the Stop button has class ``distrain-stop``, the
-Where button ``distrain-where`` and the stacks it shows ``.distrain-where-out``.
+``.distrain-diagnosis``, ``--data`` staging progress ``.distrain-staging``, warnings
+(package versions that differ from the notebook's, ...) ``.distrain-warning``; the Stop
+button has class ``distrain-stop``, the Where button ``distrain-where`` and the stacks it
+shows ``.distrain-where-out``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import ipywidgets as w
 
 from ..events import TERMINAL_STATES
 from ..monitor import Snapshot
+from ..monitor.text import staging_lines
 from .text import duration, esc, rate, state_class
 
 __all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html"]
@@ -52,6 +55,10 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     why = ": ".join(p for p in (snap["reason"], snap["message"]) if p)
     if why and snap["state"] in ("Failed", "Stopped", "Restarting"):
         lines.append(f'<div class="distrain-reason">{esc(why)}</div>')
+    for line in staging_lines(snap.get("staging", [])):
+        lines.append(f'<div class="distrain-staging">{esc(line)}</div>')
+    for warning in snap.get("warnings", []):
+        lines.append(f'<div class="distrain-warning">warning: {esc(warning)}</div>')
     diagnosis = snap.get("diagnosis")
     if diagnosis:
         lines.append(f'<div class="distrain-diagnosis">{esc(diagnosis)}</div>')

@@ -145,3 +145,31 @@ def test_where_button_shows_the_ranks_stacks_and_the_header_the_hang() -> None:
     text = dash.header.where_out.value
     assert "rank 1 is in time.sleep (cell line 11)" in text and "all_reduce" in text, text
     dash.close()
+
+
+def test_package_versions_that_differ_show_once_as_a_warning_above_the_job() -> None:
+    import dataclasses
+    import importlib.metadata
+
+    import cloudpickle
+
+    from jupyter_disttrain import service
+    from jupyter_disttrain.backends.local import LocalBackend
+    from jupyter_disttrain.payload import build_payload
+    from jupyter_disttrain.spec import JobSpec
+
+    payload = build_payload("import numpy as np\nreport(step=0, x=float(np.ones(1)[0]))\n1", {},
+                            job="pkg-warn")  # fmt: skip
+    body = cloudpickle.loads(payload.data)
+    assert body["packages"]["numpy"][1] == importlib.metadata.version("numpy")
+    body["packages"]["numpy"] = ["numpy", "0.0.1"]  # as if the notebook had another numpy
+    payload = dataclasses.replace(payload, data=cloudpickle.dumps(body))
+    spec = JobSpec("pkg-warn", nodes=1, nproc=2, timeout=120)
+    job = service.submit(spec, payload, LocalBackend())
+    assert job.result(timeout=120) == 1, job.logs()
+    dash = Dashboard(job.monitor)
+    dash.render()
+    warnings = parse(dash.header.html.value).find_all("distrain-warning")
+    expected = f"numpy {importlib.metadata.version('numpy')} here, 0.0.1 in the notebook"
+    assert [w.all_text() for w in warnings] == [
+        f"warning: package versions differ: {expected}"], dash.header.html.value  # fmt: skip

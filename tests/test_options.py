@@ -55,3 +55,13 @@ def test_tensorflow_restarts_need_a_backend_that_restarts_it() -> None:
 def test_defaults_fill_what_is_not_given() -> None:
     spec = spec_from_args(parse("--name", "d"), {"nodes": 3, "nproc": 2, "timeout": 9.0})
     assert (spec.nodes, spec.nproc, spec.timeout, spec.backend) == (3, 2, 9.0, "local")
+
+
+def test_an_option_with_an_optional_value_takes_one_or_none() -> None:
+    alone = spec_from_args(parse("--backend", "kubernetes", "--prometheus", "--nodes", "2"))
+    assert ("prometheus", "true") in alone.options and alone.nodes == 2
+    given = spec_from_args(parse("--backend", "kubernetes", "--prometheus", "8000"))
+    assert ("prometheus", "8000") in given.options
+    data = parse("--backend", "kubernetes", "--data", "s3://b/x:/d", "--data", "gs://c/y:/e")
+    assert [v for k, v in spec_from_args(data).options if k == "data"] == [
+        "s3://b/x:/d", "gs://c/y:/e"]  # fmt: skip

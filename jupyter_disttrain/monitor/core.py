@@ -37,7 +37,6 @@ from .records import (
     RankState,
     Series,
     Snapshot,
-    StagingRow,
     _finite_or_none,
     _int,
     _now,
@@ -54,9 +53,9 @@ HANG_GATHER = 8.0
 _ENDED_RANK = frozenset({"Succeeded", "Failed", "Stopped", "Exited"})
 
 
-def _staging_row(f: StagingFields) -> StagingRow:
+def _staging_row(f: StagingFields) -> StagingFields:
     total = f.get("total")
-    return StagingRow(
+    return StagingFields(
         src=_str(f.get("src")), dest=_str(f.get("dest")), state=_str(f.get("state")),
         done=_int(f.get("done")) or 0, total=total if isinstance(total, int) else None,
         files_done=_int(f.get("files_done")) or 0, files_total=_int(f.get("files_total")) or 0,

@@ -11,6 +11,8 @@ from typing import Any, Final, NamedTuple, TypedDict
 import numpy as np
 from numpy.typing import NDArray
 
+from ..events import StagingFields
+
 #: States of a rank row. Exited: the process ended with code 0 without ``done``.
 RANK_STATES: Final = (
     "Pending",
@@ -158,20 +160,6 @@ class LogSummary(TypedDict):
     dropped: int
 
 
-class StagingRow(TypedDict):
-    """One ``--data`` source being staged into the pods (see ``events.StagingFields``)."""
-
-    src: str
-    dest: str
-    state: str
-    done: int
-    total: int | None
-    files_done: int
-    files_total: int
-    host: str
-    message: str
-
-
 class Snapshot(TypedDict):
     """Everything a dashboard or the text fallback shows, JSON-able.
 
@@ -207,7 +195,7 @@ class Snapshot(TypedDict):
     logs: LogSummary
     version: int
     diagnosis: str | None
-    staging: list[StagingRow]
+    staging: list[StagingFields]  # every field present
     warnings: list[str]
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ..events import StagingFields
 from ..logbuffer import format_ranks, rank_label
 from ..units import duration, format_bytes
-from .records import ErrorRow, JSONFloat, RankRow, Snapshot, StagingRow
+from .records import ErrorRow, JSONFloat, RankRow, Snapshot
 
 # --------------------------------------------------------------------------- text fallback
 
@@ -49,7 +50,7 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
     return "\n".join(lines)
 
 
-def staging_lines(rows: list[StagingRow]) -> list[str]:
+def staging_lines(rows: list[StagingFields]) -> list[str]:
     """One line per ``--data`` source still staging, or failed (staged ones are not shown).
 
     ``staging s3://b/x -> /data on job-master-0: 12.0 MB of 40.0 MB (30%), 3 of 10 files``.

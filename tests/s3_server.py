@@ -1,9 +1,10 @@
-"""moto's S3 server on 127.0.0.1 for tests: ``s3`` is a module-scoped fixture."""
+"""moto's S3 server on 127.0.0.1 for tests: ``s3``, module-scoped, with an empty store."""
 
 from __future__ import annotations
 
 import os
 import socket
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +25,9 @@ def s3() -> Iterator[dict[str, str]]:
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    # Every moto server in a process shares one store: start each module from an empty one.
+    reset = urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
+    urllib.request.urlopen(reset, timeout=30).close()
     env = {
         "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",

@@ -3,7 +3,7 @@
 Pure: no I/O. A backend turns every line a worker prints into an
 :class:`Event` with :func:`parse_line`, and reports what it sees itself
 (process exits, restarts, pod phases, scheduling problems) with the
-``job``/``rank``/``restart`` kinds, so the monitor and the widgets see one
+``job``/``rank``/``restart``/``phase`` kinds, so the monitor and the widgets see one
 ordered stream per job whatever the backend.
 """
 
@@ -20,7 +20,9 @@ from .runtime.protocol import PREFIX
 #: Kinds that come from workers (the line protocol) and plain log lines.
 WORKER_KINDS: Final = (*PROTOCOL_KINDS, "log")
 #: Kinds a backend emits from what it observes.
-BACKEND_KINDS: Final = ("job", "rank", "restart")
+BACKEND_KINDS: Final = ("job", "rank", "restart", "phase")
+#: Phases from submit to the first ``report()``, in order (see ``monitor/phases.py``).
+PHASES: Final = ("queued", "scheduled", "image", "started", "rendezvous", "first_step")
 
 JobState = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Stopped"]
 JOB_STATES: Final = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Stopped")
@@ -156,6 +158,20 @@ class RankFields(TypedDict, total=False):
     pod: str
 
 
+class PhaseFields(TypedDict, total=False):
+    """``phase``: ranks reached (``done``) or wait in (``waiting``) a start-up phase.
+
+    ``phase`` is one of :data:`PHASES`; ``ranks`` the ranks the fact is about
+    (absent or None: the whole job); ``message`` says what they wait for
+    (``pod tj-node-0-1 pulling image "x"``).
+    """
+
+    phase: str
+    state: str
+    ranks: list[int] | None
+    message: str
+
+
 class RestartFields(TypedDict, total=False):
     """``restart``: the backend restarted the workers."""
 
@@ -170,7 +186,8 @@ class Event:
     ``kind`` is a protocol kind (``hello``, ``metric``, ``checkpoint``,
     ``result``, ``error``, ``done``), ``log`` for a plain line, or a backend
     kind: ``job`` (``state``, ``reason``, ``message``), ``rank`` (``state``,
-    ``exit_code``, ``reason``, ``host``) or ``restart`` (``attempt``).
+    ``exit_code``, ``reason``, ``host``), ``restart`` (``attempt``) or ``phase``
+    (:class:`PhaseFields`).
     ``rank`` is the global rank, ``None`` for job-wide events. ``t`` is the
     Unix time the fact was produced. ``fields`` holds the kind's payload.
     """
@@ -220,6 +237,10 @@ class Event:
     def rank_fact(self) -> RankFields:
         """The fields of a ``rank`` event."""
         return cast(RankFields, self.fields)
+
+    def phase(self) -> PhaseFields:
+        """The fields of a ``phase`` event."""
+        return cast(PhaseFields, self.fields)
 
     def restart(self) -> RestartFields:
         """The fields of a ``restart`` event."""
@@ -306,6 +327,22 @@ def restart_event(attempt: int, reason: str = "", t: float | None = None) -> Eve
     """The backend restarted the workers (``attempt`` counts from 1)."""
     return Event(
         "restart", None, time.time() if t is None else t, {"attempt": attempt, "reason": reason}
+    )
+
+
+def phase_event(
+    phase: str,
+    state: Literal["waiting", "done"],
+    ranks: list[int] | None = None,
+    message: str = "",
+    t: float | None = None,
+) -> Event:
+    """Ranks (None: all) reached or wait in start-up phase ``phase`` (one of :data:`PHASES`)."""
+    return Event(
+        "phase",
+        None,
+        time.time() if t is None else t,
+        {"phase": phase, "state": state, "ranks": ranks, "message": message},
     )
 
 

@@ -88,8 +88,9 @@ class Job:
         self.backend = backend
         self.plan = plan
         self.monitor = monitor or JobMonitor(
-            spec.name, backend.name, spec.world_size, nodes=spec.nodes, nproc=spec.nproc
-        )
+            spec.name, backend.name, spec.world_size, nodes=spec.nodes, nproc=spec.nproc,
+            phases=backend.capabilities.phases,
+        )  # fmt: skip
         self.submission: Submission | None = None
         self._listeners: list[Listener] = []
 

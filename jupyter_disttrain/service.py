@@ -190,7 +190,8 @@ class JobService:
         monitor = None
         if log_limit is not None:
             monitor = JobMonitor(spec.name, chosen.name, spec.world_size, nodes=spec.nodes,
-                                 nproc=spec.nproc, log_limit=log_limit)  # fmt: skip
+                                 nproc=spec.nproc, log_limit=log_limit,
+                                 phases=chosen.capabilities.phases)  # fmt: skip
         job = Job(spec, chosen, monitor)
         for listener in listeners:
             job.add_listener(listener)
@@ -310,6 +311,7 @@ class JobService:
         monitor = JobMonitor(
             record.name, backend.name, max(1, record.world_size),
             nodes=max(1, record.nodes), nproc=max(1, record.nproc), log_limit=log_limit,
+            phases=backend.capabilities.phases,
         )  # fmt: skip
         try:
             _, submission = backend.attach(record.name, monitor.feed)

@@ -55,6 +55,9 @@ class Capabilities:
     ``lists_runtimes``: :meth:`Backend.runtimes` lists training runtimes (Kubeflow Trainer).
     ``stacks_on_request``: :meth:`Backend.request_stacks` asks a running job's ranks for
     their stacks (every backend's ranks send them by themselves at a hang).
+    ``phases``: the start-up phases (:data:`~jupyter_disttrain.events.PHASES`) it
+    observes; the time-to-first-step timeline shows these. Every backend sees
+    ``rendezvous`` and ``first_step`` (the workers' ``hello`` and ``report()``).
     """
 
     has_pods: bool = False
@@ -67,6 +70,7 @@ class Capabilities:
     needs_configuration: bool = False
     lists_runtimes: bool = False
     stacks_on_request: bool = False
+    phases: tuple[str, ...] = ("rendezvous", "first_step")
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ class KubernetesBackend(Backend):
         needs_configuration=True,
         lists_runtimes=True,
         stacks_on_request=True,
+        phases=ev.PHASES,
     )
     options = tuple(
         BackendOption(

@@ -3,7 +3,7 @@
 ``core`` holds the monitor (job and rank state, result, errors, logs,
 communication diagnosis), ``metrics`` the metric store, ``records`` the
 records and JSON-able snapshot shapes, ``text`` the plain-text view, ``where``
-the ranks' stacks grouped.
+the ranks' stacks grouped, ``phases`` the time-to-first-step timeline.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..logbuffer import format_ranks
 from .core import JobMonitor
 from .metrics import MetricStore
+from .phases import PhaseRow, Timeline, summary, timeline, waiting_line
 from .records import (
     RANK_STATES,
     Checkpoint,
@@ -43,13 +44,18 @@ __all__ = [
     "LogSummary",
     "MetricRow",
     "MetricStore",
+    "PhaseRow",
     "RankRow",
     "RankState",
     "Series",
     "Snapshot",
     "StackGroup",
+    "Timeline",
     "Where",
     "format_ranks",
     "format_text",
+    "summary",
+    "timeline",
+    "waiting_line",
     "where_from",
 ]

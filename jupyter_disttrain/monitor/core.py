@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 from ..events import TERMINAL_STATES, Event, JobState, StagingFields
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
+from .phases import timeline
 from .records import (
     Checkpoint,
     CheckpointRow,
@@ -77,6 +78,9 @@ class JobMonitor(MonitorState):
     step of the Running ranks by more than
     ``max(straggler_steps, straggler_fraction * median)`` (defaults 10 steps
     and 20%).
+
+    ``phases`` (constructor): the start-up phases the backend observes (its
+    ``Capabilities.phases``); the snapshot's timeline has a row for each.
     """
 
     # ------------------------------------------------------------------ job-level readers
@@ -400,6 +404,7 @@ class JobMonitor(MonitorState):
             latest = self._metrics.latest_values()
             failure = self._first_failure()
             frontier = None if self._frontier is None else self._frontier[1]
+            phases = timeline(self._phase_log.events, self.phases, self._world_size, at)
             return Snapshot(
                 name=self.name,
                 backend=self.backend,
@@ -442,6 +447,9 @@ class JobMonitor(MonitorState):
                 diagnosis=self._diagnosis(),
                 staging=[_staging_row(f) for f in self._staging.values()],
                 warnings=list(self._warnings),
+                phases=phases.rows,
+                phase=phases.current,
+                first_step_s=phases.first_step_s,
             )
 
     def _rank_row(

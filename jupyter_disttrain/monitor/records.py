@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..events import StagingFields
+from .phases import PhaseRow
 
 #: States of a rank row. Exited: the process ended with code 0 without ``done``.
 RANK_STATES: Final = (
@@ -197,6 +198,9 @@ class Snapshot(TypedDict):
     diagnosis: str | None
     staging: list[StagingFields]  # every field present
     warnings: list[str]
+    phases: list[PhaseRow]  # the start-up phases the backend observes (see phases.py)
+    phase: str | None  # the phase the job is in now, None once through them or ended
+    first_step_s: float | None  # seconds from submit to the first report()
 
 
 # --------------------------------------------------------------------------- storage

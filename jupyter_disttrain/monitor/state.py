@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, cast
 
 from ..events import JOB_STATES, TERMINAL_STATES, Event, JobState, StacksFields, StagingFields
 from ..logbuffer import JOB_RANK, LogBuffer
 from ..nccl import NcclParser, NcclSummary
 from .metrics import MetricStore
+from .phases import PhaseLog
 from .records import (
     RANK_STATES,
     Checkpoint,
@@ -45,6 +46,7 @@ class MonitorState:
         straggler_steps: int = 10,
         straggler_fraction: float = 0.2,
         rate_window: float = 30.0,
+        phases: Sequence[str] = (),
     ) -> None:
         if world_size < 1 or nodes < 1 or nproc < 1:
             raise ValueError("world_size, nodes and nproc must be positive")
@@ -99,6 +101,9 @@ class MonitorState:
         # --data sources by (source, pod), and warnings the workers or the backend printed
         self._staging: dict[tuple[str, str], StagingFields] = {}
         self._warnings: dict[str, None] = {}
+        # the start-up phases the backend observes, and the events their timeline needs
+        self.phases = tuple(phases)
+        self._phase_log = PhaseLog()
 
     # ------------------------------------------------------------------ feeding
 
@@ -125,6 +130,7 @@ class MonitorState:
             if len(self._seen_order) > MAX_SEEN:
                 self._seen.discard(self._seen_order.popleft())
         self._version += 1
+        self._phase_log.add(ev)
         if self._first_t is None:
             self._first_t = ev.t
         rank = ev.rank

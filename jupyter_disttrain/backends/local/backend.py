@@ -59,6 +59,7 @@ class LocalBackend(Backend):
         restart_frameworks=frozenset({"pytorch"}),
         checkpoints_on_path=True,
         stacks_on_request=True,
+        phases=("started", "rendezvous", "first_step"),
     )
 
     def __init__(self, mode: str = "fork") -> None:

@@ -147,6 +147,8 @@ def format_event(event: ev.Event) -> str | None:
     if event.kind == "job":
         message = event.get("message")
         return f"job {event.get('state')}" + (f": {message}" if message else "")
+    if event.kind == "phase" and event.get("state") == "waiting" and event.get("message"):
+        return f"waiting ({event.get('phase')}): {event.get('message')}"
     if event.kind == "restart":
         return f"workers restarted (attempt {event.get('attempt')})"
     if event.kind == "error":

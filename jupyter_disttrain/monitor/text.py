@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..events import StagingFields
 from ..logbuffer import format_ranks, rank_label
 from ..units import duration, format_bytes
+from .phases import summary, waiting_line
 from .records import ErrorRow, JSONFloat, RankRow, Snapshot
 
 # --------------------------------------------------------------------------- text fallback
@@ -17,6 +18,7 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
     stragglers, not Running/Succeeded) are shown first and the rest counted.
     """
     lines = [_header(snap)]
+    lines.extend(f"  {line}" for line in phase_lines(snap))
     lines.extend(f"  {line}" for line in staging_lines(snap["staging"]))
     lines.extend(f"  warning: {text}" for text in snap["warnings"])
     if snap["reason"] or snap["message"]:
@@ -74,6 +76,17 @@ def staging_lines(rows: list[StagingFields]) -> list[str]:
             out.append(f"staging {where}: {amount}{files}" if row["state"] == "copying"
                        else f"staging {where}: listing the files")  # fmt: skip
     return out
+
+
+def phase_lines(snap: Snapshot) -> list[str]:
+    """The start-up phases so far and, while the job waits in one, what it waits for."""
+    rows = snap.get("phases") or []
+    done = summary(rows)
+    first = snap.get("first_step_s")
+    if first is not None:
+        done += f" (time to first step {duration(first)})"
+    waiting = waiting_line(rows, snap.get("phase"))
+    return [line for line in (done, waiting) if line]
 
 
 def _header(snap: Snapshot) -> str:

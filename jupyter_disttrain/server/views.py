@@ -16,7 +16,7 @@ from typing import TypedDict
 
 from ..backends.base import JobRecord
 from ..events import TERMINAL_STATES
-from ..monitor import ErrorRow, JSONFloat, MetricRow, Snapshot
+from ..monitor import ErrorRow, JSONFloat, MetricRow, PhaseRow, Snapshot
 
 
 class BackendStatus(TypedDict):
@@ -78,6 +78,8 @@ class JobJSON(TypedDict):
     when unknown or outside the server root; ``notebook_file`` is the path as
     recorded ("" when unknown). ``diagnosis`` is the job's one-sentence
     reading (communication problem or failure), ``None`` when there is none.
+    ``phases``, ``phase``, ``first_step_s``: time to first step, as in the
+    monitor's snapshot (empty, None, None when no event stream is read).
     """
 
     id: str
@@ -99,6 +101,9 @@ class JobJSON(TypedDict):
     can_stop: bool
     diagnosis: str | None
     detail: JobDetail | None
+    phases: list[PhaseRow]
+    phase: str | None
+    first_step_s: float | None
 
 
 class JobListJSON(TypedDict):
@@ -175,6 +180,9 @@ def job_json(
         can_stop=not terminal,
         diagnosis=snapshot["diagnosis"] if snapshot is not None else None,
         detail=_detail(snapshot, checkpoints) if detail else None,
+        phases=snapshot["phases"] if snapshot is not None else [],
+        phase=snapshot["phase"] if snapshot is not None else None,
+        first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
     )
 
 

@@ -1,7 +1,9 @@
 """The dashboard's header: job name, backend, state, elapsed, world size, rate, Stop, Where.
 
 DOM contract: ``.distrain-header`` with ``data-job`` and ``data-state``; its
-fields are ``span[data-field=...]``; the job's diagnosis is
+fields are ``span[data-field=...]``; the start-up timeline ``.distrain-phases`` (a
+``span.distrain-phase`` per phase, ``data-state`` ``done``/``current``/``active``/``pending``)
+and what the current phase waits for ``.distrain-waiting``; the job's diagnosis is
 ``.distrain-diagnosis``, ``--data`` staging progress ``.distrain-staging``, warnings
 (package versions that differ from the notebook's, ...) ``.distrain-warning``; the Stop
 button has class ``distrain-stop``, the Where button ``distrain-where`` and the stacks it
@@ -16,7 +18,7 @@ from collections.abc import Callable
 import ipywidgets as w
 
 from ..events import TERMINAL_STATES
-from ..monitor import Snapshot
+from ..monitor import Snapshot, waiting_line
 from ..monitor.text import staging_lines
 from .text import duration, esc, rate, state_class
 
@@ -52,6 +54,7 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
         f'<div class="distrain-header" data-job="{esc(snap["name"])}" '
         f'data-state="{esc(snap["state"])}">{"".join(fields)}</div>'
     ]
+    lines.extend(phases_html(snap))
     why = ": ".join(p for p in (snap["reason"], snap["message"]) if p)
     if why and snap["state"] in ("Failed", "Stopped", "Restarting"):
         lines.append(f'<div class="distrain-reason">{esc(why)}</div>')
@@ -65,6 +68,29 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     if note:
         lines.append(f'<div class="distrain-note">{esc(note)}</div>')
     return "".join(lines)
+
+
+def phases_html(snap: Snapshot) -> list[str]:
+    """The start-up timeline (``.distrain-phases``), the current phase highlighted while it
+    lasts, and what the job waits for in it (``.distrain-waiting``)."""
+    rows = snap.get("phases") or []
+    if not rows:
+        return []
+    current = snap.get("phase")
+    spans = []
+    for row in rows:
+        state = "current" if row["name"] == current else row["state"]
+        took = "" if row["duration_s"] is None else f" {duration(row['duration_s'])}"
+        spans.append(f'<span class="distrain-phase" data-phase="{row["name"]}" '
+                     f'data-state="{state}">{esc(row["label"])}{took}</span>')  # fmt: skip
+    first = snap.get("first_step_s")
+    if first is not None:
+        spans.append(f'<span class="distrain-first-step">= {duration(first)} to first step</span>')
+    out = [f'<div class="distrain-phases" data-phase="{current or ""}">{" · ".join(spans)}</div>']
+    waiting = waiting_line(rows, current)
+    if waiting:
+        out.append(f'<div class="distrain-waiting">{esc(waiting)}</div>')
+    return out
 
 
 class HeaderPanel:

@@ -18,6 +18,10 @@ CSS = """
   background: #5f6368; }
 .distrain-dashboard .widget-html-content { line-height: 1.4; }
 .distrain-note { color: #80868b; }
+.distrain-phases { color: #5f6368; }
+.distrain-phase[data-state="current"] { color: #1a73e8; font-weight: 600; }
+.distrain-phase[data-state="pending"] { opacity: 0.5; }
+.distrain-waiting { color: #e37400; }
 .distrain-reason { color: #c5221f; }
 table.distrain-ranks { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 table.distrain-ranks th { text-align: left; font-weight: 600; border-bottom: 1px solid #ccc; }

@@ -147,7 +147,10 @@ class LocalRun(Submission):
         done: set[int] = set()  # ranks that finished cleanly in the current attempt
         outcome: tuple[ev.JobState, str, str] | None = None
         while outcome is None:
-            for event in tailer.poll():
+            polled = tailer.poll()
+            for rank, t in tailer.new_ranks():  # a worker creates its rank log as it starts
+                self._emit(ev.phase_event("started", "done", [rank], f"rank {rank} started", t))
+            for event in polled:
                 if event.kind == "done" and event.rank is not None:
                     done.add(event.rank)
                 if event.kind == "hello":

@@ -16,6 +16,17 @@ class LogTailer:
         self.logs = logs
         self.offsets: dict[str, int] = {}
         self.partial: dict[str, bytes] = {}
+        self.ranks: set[int] = set()  # ranks whose log file exists
+        self._new: list[tuple[int, float]] = []
+
+    def new_ranks(self) -> list[tuple[int, float]]:
+        """``(rank, t)`` for rank logs that appeared since the last call: the process started.
+
+        ``t`` is the file's modification time when first seen (its creation
+        time while it is empty), at most the time it was seen.
+        """
+        found, self._new = self._new, []
+        return found
 
     def poll(self, final: bool = False) -> list[ev.Event]:
         """Events for lines written since the last poll (all remaining when ``final``)."""
@@ -28,6 +39,12 @@ class LogTailer:
             if match is None and not name.startswith("agent-"):
                 continue
             rank = int(match.group(1)) if match else None
+            if rank is not None and rank not in self.ranks:
+                self.ranks.add(rank)
+                try:
+                    self._new.append((rank, min(time.time(), path.stat().st_mtime)))
+                except OSError:
+                    self._new.append((rank, time.time()))
             try:
                 with open(path, "rb") as fh:
                     fh.seek(self.offsets.get(name, 0))

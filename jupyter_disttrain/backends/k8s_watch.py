@@ -1,4 +1,4 @@
-"""Following a Kubernetes job live: watches on the job, its pods and Warning events, one log.
+"""Following a Kubernetes job live: watches on the job, its pods and its Events, one log.
 
 :class:`KubernetesRun` keeps a fixed number of long-lived connections
 whatever the worker count and turns what it sees into job events.
@@ -22,6 +22,7 @@ from ..payload import Payload, package_version
 from ..runtime import rankprefix
 from ..spec import JobSpec
 from . import k8s_logs
+from . import k8s_phases as kp
 from . import manifests as mf
 from .base import (
     EventSink,
@@ -39,6 +40,8 @@ MAX_DROPPED_WATCHES = 5
 DRAIN_SECONDS = 15.0
 #: Lines kept of a pod that did not fail, when its job failed.
 KEPT_TAIL_LINES = 200
+#: Events kept for pods the pod watch has not shown yet (their ranks are not known yet).
+MAX_EARLY = 1000
 #: Warning reasons that explain a job that does not start.
 PENDING_REASONS = frozenset({"FailedScheduling", "Failed", "BackOff", "FailedMount"})
 
@@ -120,11 +123,15 @@ class KubernetesRun(Submission):
         self._got_result = False
         self._errors: list[str] = []
         self._stop_outcome: tuple[ev.JobState, str, str] | None = None
+        # start-up phases: pod -> node, Events of pods not seen yet, facts already sent
+        self._nodes: dict[str, int] = {}
+        self._early: dict[str, list[tuple[kp.Fact, float]]] = {}
+        self._phase_sent: dict[tuple[str, str, tuple[int, ...] | None], str] = {}
 
     # -- Submission ------------------------------------------------------------
     def start(self) -> None:
         """Start the watches (each on its own daemon thread)."""
-        for target in (self._watch_job, self._watch_pods, self._watch_warnings):
+        for target in (self._watch_job, self._watch_pods, self._watch_events):
             threading.Thread(
                 target=self._guard(target), daemon=True, name=f"distrain-k8s-{target.__name__}"
             ).start()
@@ -224,6 +231,12 @@ class KubernetesRun(Submission):
                 specs = item["object"].get("spec", {}).get(self.kubeflow.replicas_field, {})
                 self._has_leader = bool({"Master", "Chief"} & set(specs))
                 current = job_condition(item["object"])
+            if last is None:  # the job is waiting from its creation on
+                self._phase(kp.Fact("queued", "waiting", f"waiting for the {self.kind}'s pods",
+                                    item["object"].get("metadata", {}).get("creationTimestamp")),
+                            None, time.time())  # fmt: skip
+            if current is not None and current[1] == "Queued":
+                self._phase(kp.Fact("queued", "waiting", current[2], None), None, time.time())
             if current is None or current == last:
                 continue
             last = current
@@ -245,9 +258,17 @@ class KubernetesRun(Submission):
                 continue
             facts = pod_facts(item["object"], self.container, self._has_leader)
             key = (facts.state, facts.restarts, facts.reason)
+            arrived = time.time()
             with self._lock:
                 previous = self._pods.get(facts.name)
                 self._pods[facts.name] = key
+                self._nodes[facts.name] = facts.node
+                early = self._early.pop(facts.name, [])
+            ranks = self._ranks(facts.node)
+            for fact in kp.pod_facts(item["object"], self.container):
+                self._phase(fact, ranks, arrived)
+            for fact, when in early:
+                self._phase(fact, ranks, when)
             if previous is not None and previous[1] < facts.restarts:
                 self.sink(ev.restart_event(facts.restarts, f"{facts.name} restarted"))
             if previous != key:
@@ -264,20 +285,49 @@ class KubernetesRun(Submission):
             elif facts.state == "Failed":
                 self._read_log_once(facts.name, facts.restarts)
 
-    def _watch_warnings(self) -> None:
+    def _watch_events(self) -> None:
+        """Warnings explain a job that does not start; Normal Events time its phases."""
         prefix = f"{self.name}-"
-        for item in self._stream(
-            self.conn.core.list_namespaced_event, self.conn.namespace, field_selector="type=Warning"
-        ):
-            involved = str((item["object"].get("involvedObject") or {}).get("name", ""))
-            if involved != self.name and not involved.startswith(prefix):
+        for item in self._stream(self.conn.core.list_namespaced_event, self.conn.namespace):
+            obj = item["object"]
+            involved = obj.get("involvedObject") or {}
+            name = str(involved.get("name", ""))
+            if item["type"] == "DELETED" or (name != self.name and not name.startswith(prefix)):
                 continue
-            text = warning_message(item["object"])
+            arrived = time.time()
+            if name == self.name and involved.get("kind") == self.kind:
+                queued = kp.queue_fact(obj)
+                if queued is not None:
+                    self._phase(queued, None, arrived)
+            elif (fact := kp.event_fact(obj, self.container)) is not None:
+                with self._lock:
+                    node = self._nodes.get(name)
+                    if node is None and sum(map(len, self._early.values())) < MAX_EARLY:
+                        self._early.setdefault(name, []).append((fact, arrived))
+                if node is not None:
+                    self._phase(fact, self._ranks(node), arrived)
+            if obj.get("type") != "Warning":
+                continue
+            text = warning_message(obj)
             self.sink(ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"}))
-            reason = str(item["object"].get("reason"))
+            reason = str(obj.get("reason"))
             if reason in PENDING_REASONS and self._state in ("", "Pending"):
                 self._pending_why = (reason, text)
                 self.sink(ev.job_event("Pending", reason, text))  # why it does not start
+
+    def _ranks(self, node: int) -> list[int]:
+        return list(range(node * self.spec.nproc, (node + 1) * self.spec.nproc))
+
+    def _phase(self, fact: kp.Fact, ranks: list[int] | None, arrived: float) -> None:
+        """Send a phase fact once (a ``done`` once per ranks, a ``waiting`` when it changes)."""
+        key = (fact.phase, fact.state, None if ranks is None else tuple(ranks))
+        with self._lock:
+            if key in self._phase_sent and (fact.state == "done"
+                                            or self._phase_sent[key] == fact.message):  # fmt: skip
+                return
+            self._phase_sent[key] = fact.message
+        t = kp.observed_at(fact.stamp, arrived)
+        self.sink(ev.phase_event(fact.phase, fact.state, ranks, fact.message, t))
 
     def _follow(self, pod: str, restarts: int, container: str | None = None) -> None:
         key = f"{pod}#{restarts}" + (f"/{container}" if container else "")

@@ -8,7 +8,7 @@ import signal
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -499,6 +499,15 @@ class Emulator:
     def set_pullable_images(self, images: Iterable[str] | Callable[[str], bool] | None) -> None:
         """Which images pull: glob patterns, a predicate, or None for any (the default)."""
         self.faults.set_pullable(images)
+
+    def set_pull_delay(self, delays: Mapping[str, float] | None) -> None:
+        """Seconds a pull of an image matching each glob takes (None: none, the default).
+
+        A pod whose image has a delay is pulled by every pod that uses it (as
+        if each were on a node without it): ``Pulling`` Event, ``ContainerCreating``
+        for that long, then ``Pulled`` ("Successfully pulled image ... in 2.5s").
+        """
+        self.faults.set_pull_delay(delays)
 
     def kill_pod(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .meta import ApiError, Obj
@@ -70,12 +70,14 @@ class Faults:
         self._refusals: list[_Refusal] = []
         self._unschedulable: list[tuple[str, str | None, str]] = []
         self._pullable: Callable[[str], bool] | None = None
+        self._pull_delays: list[tuple[str, float]] = []
 
     def clear(self) -> None:
         with self._lock:
             self._refusals.clear()
             self._unschedulable.clear()
             self._pullable = None
+            self._pull_delays = []
 
     # --- requests ------------------------------------------------------------------------
 
@@ -150,3 +152,13 @@ class Faults:
         with self._lock:
             check = self._pullable
         return True if check is None else bool(check(image))
+
+    def set_pull_delay(self, delays: Mapping[str, float] | None) -> None:
+        with self._lock:
+            self._pull_delays = list((delays or {}).items())
+
+    def pull_delay(self, image: str) -> float:
+        """Seconds pulling ``image`` takes (the first matching glob; 0: it is present)."""
+        with self._lock:
+            found = (s for p, s in self._pull_delays if fnmatch.fnmatchcase(image, p))
+            return float(next(found, 0.0))

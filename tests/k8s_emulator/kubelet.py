@@ -697,7 +697,8 @@ class ContainerRunner:
         worker, image = self.worker, self.image
         faults = worker.kubelet.faults
         always = self.spec.get("imagePullPolicy") == "Always"
-        if faults.pullable(image) and not always:
+        delay = faults.pull_delay(image)
+        if faults.pullable(image) and not always and delay <= 0:
             worker.event(
                 "Normal",
                 "Pulled",
@@ -706,6 +707,7 @@ class ContainerRunner:
             )
             return True
         worker.event("Normal", "Pulling", f'Pulling image "{image}"', self.name)
+        began = time.monotonic()
         while not faults.pullable(image):
             error = (
                 f"rpc error: code = NotFound desc = failed to pull and unpack image "
@@ -726,11 +728,15 @@ class ContainerRunner:
             worker.event("Warning", "Failed", "Error: ImagePullBackOff", self.name)
             if not self._wait(worker.kubelet.image_backoff):
                 return False
+            began = time.monotonic()  # the pull that works starts now
+        if delay > 0 and not self._wait(delay):
+            return False
+        took = go_duration(time.monotonic() - began)
         worker.event(
             "Normal",
             "Pulled",
-            f'Successfully pulled image "{image}" in 0s (0s '
-            "including waiting). Image size: 0 bytes.",
+            f'Successfully pulled image "{image}" in {took} ({took} including waiting). '
+            "Image size: 0 bytes.",
             self.name,
         )
         return True
@@ -833,3 +839,16 @@ def _pump(proc: subprocess.Popen[bytes], log: ContainerLog) -> None:
     with proc.stdout:
         for line in iter(proc.stdout.readline, b""):
             log.append(line, time.time())
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as the kubelet prints it (Go's ``Duration.String`` of a ms-truncated value)."""
+    ms = int(seconds * 1000)
+    if ms < 1000:
+        return f"{ms}ms"
+    minutes, rest = divmod(ms, 60_000)
+    hours, minutes = divmod(minutes, 60)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{secs}"
+    return f"{minutes}m{secs}" if minutes else secs

@@ -874,6 +874,38 @@ def test_image_pull_failure_reports_errimagepull_then_backoff(
     cluster.wait_state("img", "Succeeded")
 
 
+def test_a_pull_delay_keeps_the_pod_creating_between_pulling_and_pulled(
+    cluster: Cluster, k8s_emulator: Emulator
+) -> None:
+    k8s_emulator.set_pull_delay({"pytorch/*": 1.2})
+    cluster.create(pytorchjob("slow", ["python", "-c", "pass"]))
+    wait_for(lambda: any(e.reason == "Pulling" for e in cluster.events("slow-master-0")),
+             what="Pulling")  # fmt: skip
+    waiting = cluster.pod("slow-master-0").status.container_statuses[0].state.waiting
+    assert waiting.reason == "ContainerCreating"
+    cluster.wait_state("slow", "Succeeded")
+    events = {e.reason: e for e in cluster.events("slow-master-0")}
+    assert events["Scheduled"].message == "Successfully assigned default/slow-master-0 to " + (
+        "emulator-node"
+    )
+    assert events["Pulling"].message == f'Pulling image "{IMAGE}"'
+    assert events["Pulling"].involved_object.field_path == "spec.containers{pytorch}"
+    pulled = events["Pulled"].message
+    assert pulled.startswith(f'Successfully pulled image "{IMAGE}" in 1.2'), pulled
+    assert pulled.endswith("s including waiting). Image size: 0 bytes."), pulled
+    assert [events[r].source.component for r in ("Pulled", "Created", "Started")] == ["kubelet"] * 3
+    k8s_emulator.clear_faults()
+    assert k8s_emulator.faults.pull_delay(IMAGE) == 0.0
+
+
+def test_go_durations_read_as_the_kubelet_writes_them() -> None:
+    from tests.k8s_emulator.kubelet import go_duration
+
+    assert [go_duration(s) for s in (0.0123, 1.2, 3.0, 61.5, 3725.25)] == [
+        "12ms", "1.2s", "3s", "1m1.5s", "1h2m5.25s"
+    ]  # fmt: skip
+
+
 def test_killed_and_oomkilled_containers_restart_in_place(
     cluster: Cluster, k8s_emulator: Emulator
 ) -> None:

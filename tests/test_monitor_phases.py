@@ -7,7 +7,7 @@ import random
 import pytest
 
 from jupyter_disttrain import events as ev
-from jupyter_disttrain.monitor import JobMonitor, summary, timeline, waiting_line
+from jupyter_disttrain.monitor import JobMonitor, format_text, summary, timeline, waiting_line
 from jupyter_disttrain.monitor.phases import PhaseLog
 
 T0 = 1_800_000_000.0
@@ -151,3 +151,18 @@ def test_the_monitor_snapshot_carries_the_timeline_and_keeps_few_events() -> Non
 
 def mon_events(events: list[ev.Event]) -> list[ev.Event]:
     return [*events, ev.Event("log", 0, T0 + 50, {"text": "x"}), *events[-4:]]
+
+
+def test_the_text_view_shows_the_phases_and_what_a_waiting_job_waits_for() -> None:
+    mon = JobMonitor("j", "local", 2, nodes=2, nproc=1, phases=LOCAL)
+    mon.feed(ev.job_event("Pending", "Submitted", "2 ranks", t=T0))
+    mon.feed(ev.phase_event("started", "done", [1], "", T0 + 1.5))
+    text = format_text(mon.snapshot(now=T0 + 2))
+    assert "\n  waiting 2.0s in: worker start (rank 0 not started yet)\n" in text, text
+    mon.feed(ev.phase_event("started", "done", [0], "", T0 + 2.5))
+    mon.feed_many([ev.Event("hello", r, T0 + 3, {}) for r in range(2)])
+    mon.feed(ev.Event("metric", 0, T0 + 4.25, {"step": 0, "values": {}}))
+    text = format_text(mon.snapshot(now=T0 + 5))
+    assert "\n  started 2.5s · rendezvous 0.5s · first step 1.2s (time to first step 4.2s)\n" in (
+        text
+    ), text

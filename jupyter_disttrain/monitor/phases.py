@@ -40,7 +40,7 @@ WAITING: Final = {
     "queued": "queue",
     "scheduled": "scheduling",
     "image": "image pull",
-    "started": "container start",
+    "started": "worker start",
     "rendezvous": "rendezvous",
     "first_step": "first step",
 }
@@ -220,16 +220,22 @@ def _detail(
         return (
             f"{world - len(lagging)} of {world} ranks up, waiting for {rank_label(tuple(lagging))}"
         )
+    if name == "started":
+        return f"{rank_label(tuple(lagging))} not started yet"
     return f"waiting for {rank_label(tuple(lagging))}"
 
 
 def summary(rows: Sequence[PhaseRow]) -> str:
     """``queued 0.4s · scheduled 1.2s · image 35s · …`` for the phases reached so far."""
-    return " · ".join(
-        f"{row['label']} {duration(row['duration_s'])}"
-        for row in rows
-        if row["state"] != "pending" and row["duration_s"] is not None
-    )
+    return " · ".join(phase_text(row) for row in rows if row["state"] != "pending")
+
+
+def phase_text(row: PhaseRow) -> str:
+    """``image 35.0s``; ``image 2m10s (not finished)`` for the phase a job ended in."""
+    if row["duration_s"] is None:
+        return row["label"]
+    unfinished = " (not finished)" if row["state"] == "active" and row["ended"] is not None else ""
+    return f"{row['label']} {duration(row['duration_s'])}{unfinished}"
 
 
 def waiting_line(rows: Sequence[PhaseRow], current: str | None) -> str:

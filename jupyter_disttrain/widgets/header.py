@@ -2,7 +2,8 @@
 
 DOM contract: ``.distrain-header`` with ``data-job`` and ``data-state``; its
 fields are ``span[data-field=...]``; the start-up timeline ``.distrain-phases`` (a
-``span.distrain-phase`` per phase, ``data-state`` ``done``/``current``/``active``/``pending``)
+``span.distrain-phase`` per phase, ``data-state`` ``done``, ``current``, ``pending`` or
+``unfinished``: the job ended in it)
 and what the current phase waits for ``.distrain-waiting``; the job's diagnosis is
 ``.distrain-diagnosis``, ``--data`` staging progress ``.distrain-staging``, warnings
 (package versions that differ from the notebook's, ...) ``.distrain-warning``; the Stop
@@ -19,6 +20,7 @@ import ipywidgets as w
 
 from ..events import TERMINAL_STATES
 from ..monitor import Snapshot, waiting_line
+from ..monitor.phases import phase_text
 from ..monitor.text import staging_lines
 from .text import duration, esc, rate, state_class
 
@@ -80,9 +82,10 @@ def phases_html(snap: Snapshot) -> list[str]:
     spans = []
     for row in rows:
         state = "current" if row["name"] == current else row["state"]
-        took = "" if row["duration_s"] is None else f" {duration(row['duration_s'])}"
+        if state == "active":  # the job ended in it
+            state = "unfinished"
         spans.append(f'<span class="distrain-phase" data-phase="{row["name"]}" '
-                     f'data-state="{state}">{esc(row["label"])}{took}</span>')  # fmt: skip
+                     f'data-state="{state}">{esc(phase_text(row))}</span>')  # fmt: skip
     first = snap.get("first_step_s")
     if first is not None:
         spans.append(f'<span class="distrain-first-step">= {duration(first)} to first step</span>')

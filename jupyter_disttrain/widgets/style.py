@@ -21,6 +21,7 @@ CSS = """
 .distrain-phases { color: #5f6368; }
 .distrain-phase[data-state="current"] { color: #1a73e8; font-weight: 600; }
 .distrain-phase[data-state="pending"] { opacity: 0.5; }
+.distrain-phase[data-state="unfinished"] { color: #c5221f; }
 .distrain-waiting { color: #e37400; }
 .distrain-reason { color: #c5221f; }
 table.distrain-ranks { border-collapse: collapse; font-variant-numeric: tabular-nums; }

@@ -51,3 +51,14 @@ def test_after_the_first_step_the_timeline_stays_with_the_time_to_it() -> None:
     assert not parse(header_html(JobMonitor("l", "local", 1).snapshot())).find_all(
         "distrain-phases"
     )
+
+
+def test_a_job_that_ended_before_its_first_step_marks_the_phase_unfinished() -> None:
+    mon = JobMonitor("tj", "kubernetes", 4, nodes=2, nproc=2, phases=ev.PHASES)
+    mon.feed_many([e for e in k8s_job() if e.kind != "metric"])
+    mon.feed(ev.job_event("Stopped", "Stopped", "stopped by user", t=T0 + 50))
+    html = parse(header_html(mon.snapshot(now=T0 + 100)))
+    spans = {n.attrs["data-phase"]: n for n in html.find_all("distrain-phase")}
+    assert spans["first_step"].attrs["data-state"] == "unfinished"
+    assert spans["first_step"].all_text() == "first step 9.7s (not finished)"
+    assert not html.find_all("distrain-waiting")

@@ -166,3 +166,14 @@ def test_the_text_view_shows_the_phases_and_what_a_waiting_job_waits_for() -> No
     assert "\n  started 2.5s · rendezvous 0.5s · first step 1.2s (time to first step 4.2s)\n" in (
         text
     ), text
+
+
+def test_a_job_that_succeeded_without_the_facts_leaves_unseen_phases_pending() -> None:
+    events = [*k8s_job()[:3], ev.job_event("Succeeded", "Succeeded", "", t=T0 + 90)]
+    line = timeline(events, ALL, 4, now=T0 + 100)
+    assert [r["state"] for r in line.rows] == ["pending"] * 6 and line.current is None
+    no_report = [e for e in k8s_job() if e.kind != "metric"]
+    no_report.append(ev.job_event("Succeeded", "Succeeded", "", t=T0 + 90))
+    line = timeline(no_report, ALL, 4, now=T0 + 100)
+    assert [r["state"] for r in line.rows] == ["done"] * 5 + ["pending"]
+    assert summary(line.rows).endswith("rendezvous 2.8s")

@@ -51,8 +51,9 @@ MAX_KEPT: Final = 20_000
 class PhaseRow(TypedDict):
     """One phase of the timeline.
 
-    ``state`` is ``done``, ``active`` (the job is in it; once the job ended
-    without leaving it, ``ended`` is the job's end) or ``pending``.
+    ``state`` is ``done``, ``active`` (the job is in it; once the job failed
+    or stopped in it, ``ended`` is the job's end) or ``pending`` (not reached,
+    or not seen: a job that succeeded went through phases whose facts are gone).
     ``duration_s`` runs to ``ended`` or, while active, to now. ``detail``
     says what an active phase waits for ("" otherwise).
     """
@@ -111,6 +112,7 @@ def timeline(
     waiting: dict[str, dict[int | None, tuple[float, str]]] = {p: {} for p in PHASES}
     start: float | None = None
     end: float | None = None
+    succeeded = False
     first_metric: float | None = None
     everyone = range(world_size)
 
@@ -126,6 +128,7 @@ def timeline(
         if ev.kind == "job":
             start = ev.t if start is None else min(start, ev.t)
             end = ev.t if ev.get("state") in TERMINAL_STATES else None
+            succeeded = ev.get("state") == "Succeeded"
         elif ev.kind == "phase":
             f = ev.phase()
             phase, ranks = str(f.get("phase", "")), f.get("ranks")
@@ -160,7 +163,7 @@ def timeline(
             ended = max(ended, begun)
             rows.append(_row(name, "done", begun, ended, ""))
             previous = ended
-        elif not active_seen and previous is not None:
+        elif not active_seen and previous is not None and not succeeded:
             active_seen = True
             stop = end if end is not None else now
             lagging = [r for r in everyone if r not in done[name]]

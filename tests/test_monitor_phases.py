@@ -177,3 +177,11 @@ def test_a_job_that_succeeded_without_the_facts_leaves_unseen_phases_pending() -
     line = timeline(no_report, ALL, 4, now=T0 + 100)
     assert [r["state"] for r in line.rows] == ["done"] * 5 + ["pending"]
     assert summary(line.rows).endswith("rendezvous 2.8s")
+
+
+def test_the_lines_view_prints_what_a_job_waits_for() -> None:
+    from jupyter_disttrain.progress import format_event
+
+    waiting = ev.phase_event("image", "waiting", [2, 3], 'pod tj-1 pulling image "pt"', T0)
+    assert format_event(waiting) == 'waiting (image): pod tj-1 pulling image "pt"'
+    assert format_event(ev.phase_event("image", "done", [2, 3], "pulled", T0)) is None

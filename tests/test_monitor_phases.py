@@ -185,3 +185,17 @@ def test_the_lines_view_prints_what_a_job_waits_for() -> None:
     waiting = ev.phase_event("image", "waiting", [2, 3], 'pod tj-1 pulling image "pt"', T0)
     assert format_event(waiting) == 'waiting (image): pod tj-1 pulling image "pt"'
     assert format_event(ev.phase_event("image", "done", [2, 3], "pulled", T0)) is None
+
+
+def test_a_finished_timeline_is_reused_and_an_active_one_follows_the_clock() -> None:
+    log = PhaseLog()
+    for event in k8s_job()[:3]:
+        log.add(event)
+    assert log.timeline(ALL, 4, T0 + 10).rows[0]["duration_s"] == pytest.approx(10.0)
+    assert log.timeline(ALL, 4, T0 + 20).rows[0]["duration_s"] == pytest.approx(20.0)
+    for event in k8s_job()[3:]:
+        log.add(event)
+    first = log.timeline(ALL, 4, T0 + 60)
+    first.rows[0]["label"] = "changed by a reader"
+    again = log.timeline(ALL, 4, T0 + 90)
+    assert again.rows[0]["label"] == "queued" and again.first_step_s == first.first_step_s

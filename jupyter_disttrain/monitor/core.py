@@ -24,7 +24,6 @@ from numpy.typing import NDArray
 from ..events import TERMINAL_STATES, Event, JobState, StagingFields
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
-from .phases import timeline
 from .records import (
     Checkpoint,
     CheckpointRow,
@@ -404,7 +403,7 @@ class JobMonitor(MonitorState):
             latest = self._metrics.latest_values()
             failure = self._first_failure()
             frontier = None if self._frontier is None else self._frontier[1]
-            phases = timeline(self._phase_log.events, self.phases, self._world_size, at)
+            phases = self._phase_log.timeline(self.phases, self._world_size, at)
             return Snapshot(
                 name=self.name,
                 backend=self.backend,

@@ -86,6 +86,7 @@ class PhaseLog:
         self.events: list[Event] = []
         self._hello: set[int] = set()
         self._metric = False
+        self._cached: tuple[tuple[int, tuple[str, ...], int], Timeline] | None = None
 
     def add(self, event: Event) -> None:
         """Keep ``event`` if the timeline needs it."""
@@ -100,6 +101,17 @@ class PhaseLog:
         elif event.kind not in ("job", "phase") or len(self.events) >= MAX_KEPT:
             return
         self.events.append(event)
+
+    def timeline(self, observable: Sequence[str], world_size: int, now: float) -> Timeline:
+        """:func:`timeline` of the kept events (reused while nothing in it depends on ``now``)."""
+        key = (len(self.events), tuple(observable), world_size)
+        if self._cached is None or self._cached[0] != key:
+            line = timeline(self.events, observable, world_size, now)
+            if any(row["state"] == "active" and row["ended"] is None for row in line.rows):
+                return line
+            self._cached = (key, line)
+        line = self._cached[1]
+        return Timeline([PhaseRow(**row) for row in line.rows], line.current, line.first_step_s)
 
 
 def timeline(

@@ -462,6 +462,8 @@ class PodWorker(threading.Thread):
             self.stopping.set()
 
     def event(self, event_type: str, reason: str, message: str, container: str) -> None:
+        """A kubelet Event about ``container`` (``spec.initContainers{...}`` for an init one)."""
+        kind = "initContainers" if container in self.inits else "containers"
         self.api.record_event(
             self.pod,
             event_type,
@@ -469,7 +471,7 @@ class PodWorker(threading.Thread):
             message,
             "kubelet",
             host=self.kubelet.node_name,
-            field_path=f"spec.containers{{{container}}}",
+            field_path=f"spec.{kind}{{{container}}}",
         )
 
     # --- container configuration ---------------------------------------------------------

@@ -878,7 +878,7 @@ def test_a_pull_delay_keeps_the_pod_creating_between_pulling_and_pulled(
     cluster: Cluster, k8s_emulator: Emulator
 ) -> None:
     k8s_emulator.set_pull_delay({"pytorch/*": 1.2})
-    cluster.create(pytorchjob("slow", ["python", "-c", "pass"]))
+    cluster.create(pytorchjob("slow", ["python", "-c", "pass"], workers=1))
     wait_for(lambda: any(e.reason == "Pulling" for e in cluster.events("slow-master-0")),
              what="Pulling")  # fmt: skip
     waiting = cluster.pod("slow-master-0").status.container_statuses[0].state.waiting
@@ -894,6 +894,9 @@ def test_a_pull_delay_keeps_the_pod_creating_between_pulling_and_pulled(
     assert pulled.startswith(f'Successfully pulled image "{IMAGE}" in 1.2'), pulled
     assert pulled.endswith("s including waiting). Image size: 0 bytes."), pulled
     assert [events[r].source.component for r in ("Pulled", "Created", "Started")] == ["kubelet"] * 3
+    paths = {(e.reason, e.involved_object.field_path) for e in cluster.events("slow-worker-0")}
+    assert ("Started", "spec.initContainers{init-pytorch}") in paths, paths
+    assert ("Started", "spec.containers{pytorch}") in paths, paths
     k8s_emulator.clear_faults()
     assert k8s_emulator.faults.pull_delay(IMAGE) == 0.0
 

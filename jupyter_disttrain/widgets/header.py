@@ -87,9 +87,12 @@ def phases_html(snap: Snapshot) -> list[str]:
         spans.append(f'<span class="distrain-phase" data-phase="{row["name"]}" '
                      f'data-state="{state}">{esc(phase_text(row))}</span>')  # fmt: skip
     first = snap.get("first_step_s")
+    total = ""
     if first is not None:
-        spans.append(f'<span class="distrain-first-step">= {duration(first)} to first step</span>')
-    out = [f'<div class="distrain-phases" data-phase="{current or ""}">{" · ".join(spans)}</div>']
+        total = f' <span class="distrain-first-step">({duration(first)} to first step)</span>'
+
+    out = [f'<div class="distrain-phases" data-phase="{current or ""}">'
+           f'{" · ".join(spans)}{total}</div>']  # fmt: skip
     waiting = waiting_line(rows, current)
     if waiting:
         out.append(f'<div class="distrain-waiting">{esc(waiting)}</div>')

@@ -45,7 +45,7 @@ def test_after_the_first_step_the_timeline_stays_with_the_time_to_it() -> None:
     assert timeline.attrs["data-phase"] == ""
     assert timeline.all_text() == (
         "queued 5.5s · scheduled 1.0s · image 30.0s · started 1.0s · rendezvous 2.8s · "
-        "first step 2.7s · = 43.0s to first step"
+        "first step 2.7s (43.0s to first step)"
     )
     assert not html.find_all("distrain-waiting")
     assert not parse(header_html(JobMonitor("l", "local", 1).snapshot())).find_all(

@@ -30,7 +30,7 @@ for step in range(3):
 dist.get_world_size()
 """
 PULL_SECONDS = 3.0
-ADMIT_SECONDS = 1.5
+ADMIT_SECONDS = 2.5  # long enough to see the job wait in the queue
 
 
 def phases_of(job: Job) -> dict[str, PhaseRow]:

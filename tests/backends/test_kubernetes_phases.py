@@ -73,6 +73,7 @@ def test_a_queued_trainjob_waits_in_kueue_then_in_image_pull_and_says_so(
     job = jobs.submit(spec, payload, KubernetesBackend())
     wait_for(lambda: job.monitor.snapshot()["phase"] == "queued", 30, job.logs)
     wait_for(lambda: "Kueue" in stuck(job), 30, lambda: stuck(job))
+    print(stuck(job))
     assert stuck(job).startswith("waiting "), stuck(job)
     wait_for(lambda: job.monitor.snapshot()["phase"] == "image", 60, lambda: stuck(job))
     wait_for(lambda: "pulling image" in stuck(job), 30, lambda: stuck(job))

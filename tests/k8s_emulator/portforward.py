@@ -1,8 +1,8 @@
 """``pods/{name}/portforward`` over a WebSocket, as the API server and kubelet serve it.
 
 ``GET /api/v1/namespaces/{ns}/pods/{name}/portforward?ports=P[,Q...]`` upgraded
-to a WebSocket (the protocol of ``kubernetes.stream.portforward`` and of
-``kubectl port-forward`` since 1.31). Subprotocols: ``v4.channel.k8s.io`` and
+to a WebSocket (the protocol of the official Python client's
+``kubernetes.stream.portforward``). Subprotocols: ``v4.channel.k8s.io`` and
 ``channel.k8s.io`` (binary frames; also used when the client names none), and
 ``v4.base64.channel.k8s.io`` / ``base64.channel.k8s.io`` (text frames, the
 channel as an ASCII digit, the payload base64-encoded).
@@ -26,9 +26,10 @@ pod's ``containerPort`` reaches the process listening on the rewritten port.
 Errors before the upgrade are ``Status`` objects as the API server sends them:
 404 for a missing pod, 400 ``pod NAME does not have a host assigned`` for an
 unscheduled one, 400 ``unable to upgrade connection: pod is not running`` for
-a pod that is not ``Running``, 400 for a missing or malformed ``ports``, and
-401/403 from the armed faults. SPDY (``POST`` with ``Upgrade: SPDY/3.1``) is
-not served.
+a pod that is not ``Running``, 400 for a missing or malformed ``ports`` or
+only unknown subprotocols, and 401/403 from the armed faults. SPDY (``POST``
+with ``Upgrade: SPDY/3.1``) and SPDY tunnelled through a WebSocket (what
+``kubectl port-forward`` speaks) are not served: 400.
 """
 
 from __future__ import annotations
@@ -198,6 +199,16 @@ class PortForwardHandler(tornado.websocket.WebSocketHandler):
                 raise bad_request(
                     "Upgrade request required: this API server serves port forwarding over "
                     "WebSocket only (v4.channel.k8s.io), not SPDY"
+                )
+            offered = [
+                p.strip()
+                for p in self.request.headers.get("Sec-WebSocket-Protocol", "").split(",")
+                if p.strip()
+            ]
+            if offered and not set(offered) & {*BINARY_PROTOCOLS, *BASE64_PROTOCOLS}:
+                raise bad_request(
+                    "unable to upgrade connection: requested protocol(s) are not supported: "
+                    f"{offered}; supported: {[*BINARY_PROTOCOLS, *BASE64_PROTOCOLS]}"
                 )
             ports = parse_ports(self.get_query_arguments("ports"))
             if (pod.get("status") or {}).get("phase") != "Running":

@@ -1,0 +1,156 @@
+"""``KubernetesBackend.connect``: rank 0's port through the API server's port-forward."""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends.base import BackendError, JobRecord
+from jupyter_disttrain.backends.k8s_client import connect
+from jupyter_disttrain.backends.k8s_portforward import open_stream
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.test_kubernetes import wait_for
+from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.rewrite import free_port
+
+pytestmark = pytest.mark.slow
+
+#: Rank 0 serves a TCP echo on 127.0.0.1:PORT for one connection ("bye" ends it); others return.
+ECHO_CELL = textwrap.dedent(
+    """
+    import os, socket
+    if int(os.environ["RANK"]) == 0:
+        server = socket.create_server(("127.0.0.1", PORT))
+        print("serving", PORT, flush=True)
+        conn, _ = server.accept()
+        with conn:
+            while (data := conn.recv(65536)) and data != b"bye":
+                conn.sendall(data)
+    int(os.environ["RANK"])
+    """
+)
+
+
+def _cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, apis: tuple[str, ...]) -> Emulator:
+    emulator = Emulator(env={"GLOO_SOCKET_IFNAME": "lo"}, apis=apis).start()
+    monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+    return emulator
+
+
+@pytest.fixture(params=["pytorchjob", "trainjob"])
+def cluster(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Emulator, str]]:
+    """An emulated cluster serving the Kubeflow API of the parameter; KUBECONFIG names it."""
+    apis = ("kubeflow-v1",) if request.param == "pytorchjob" else ("trainer",)
+    emulator = _cluster(tmp_path, monkeypatch, apis)
+    try:
+        yield emulator, request.param
+    finally:
+        emulator.stop()
+
+
+def record(backend: KubernetesBackend, name: str) -> JobRecord:
+    return next(r for r in backend.list_jobs() if r.name == name)
+
+
+def exchange(sock: socket.socket, data: bytes) -> bytes:
+    sock.settimeout(60)
+    sender = threading.Thread(target=sock.sendall, args=(data,))
+    sender.start()
+    got = bytearray()
+    while len(got) < len(data) and (chunk := sock.recv(1 << 20)):
+        got += chunk
+    sender.join(60)
+    return bytes(got)
+
+
+def test_connect_reaches_rank_0_of_a_running_job(cluster: tuple[Emulator, str]) -> None:
+    _, api = cluster
+    name = f"pf-{api}"
+    port = free_port(set())
+    backend = KubernetesBackend()
+    options = (("kubeflow_api", api),)
+    spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=240, options=options)
+    job = jobs.submit(spec, build_payload(ECHO_CELL, {"PORT": port}, job=name), backend)
+    wait_for(lambda: any(r.name == name for r in backend.list_jobs()), 60, job.logs)
+    sock = backend.connect(record(backend, name), port, timeout=180)  # waits for rank 0 to serve
+    try:
+        assert isinstance(sock, socket.socket)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted, as on TCP
+        assert exchange(sock, b"hello rank 0") == b"hello rank 0", job.logs()
+        data = os.urandom(1 << 20)
+        assert exchange(sock, data) == data, job.logs()
+        sock.sendall(b"bye")
+        sock.settimeout(60)
+        assert sock.recv(10) == b""  # rank 0 closed its side: the stream ends
+    finally:
+        sock.close()
+    assert job.result(timeout=120) == 0, job.logs()
+    # The job has ended: its rank 0 pod no longer runs, and connect says so at once.
+    with pytest.raises(BackendError, match=r"has ended \(Succeeded\).*start it again"):
+        backend.connect(record(backend, name), port, timeout=30)
+    assert backend.stop(name)
+
+
+def test_a_refused_port_times_out_naming_the_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulator = _cluster(tmp_path, monkeypatch, ("kubeflow-v1",))
+    try:
+        backend = KubernetesBackend()
+        cell = "import time\ntime.sleep(120)"
+        job = jobs.submit(
+            JobSpec("pf-refused", backend="kubernetes", timeout=240),
+            build_payload(cell, {}, job="pf-refused"),
+            backend,
+        )
+        wait_for(lambda: job.status() == "Running", 120, job.logs)
+        closed = free_port(set())
+        with pytest.raises(
+            BackendError,
+            match=rf"port {closed} of job 'pf-refused' within 2 s: .*connection refused",
+        ):
+            backend.connect(record(backend, "pf-refused"), closed, timeout=2)
+        wait_for(lambda: emulator.stats().port_forwards.current == 0, 10, emulator.stats)
+        job.stop(timeout=60)
+    finally:
+        emulator.stop()
+
+
+def test_a_job_without_pods_times_out_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulator = _cluster(tmp_path, monkeypatch, ("kubeflow-v1",))
+    try:
+        gone = JobRecord("pf-gone", "kubernetes", "Running", 1, 1, 1, 0.0, owner="default")
+        with pytest.raises(BackendError, match=r"within 1 s: job 'pf-gone' has no pod of node 0"):
+            KubernetesBackend().connect(gone, 8080, timeout=1)
+    finally:
+        emulator.stop()
+
+
+def test_the_kubernetes_backend_declares_sessions() -> None:
+    assert KubernetesBackend.capabilities.sessions
+
+
+def test_open_stream_errors_name_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    emulator = _cluster(tmp_path, monkeypatch, ("kubeflow-v1",))
+    try:
+        conn = connect()
+        with pytest.raises(BackendError, match=r"pod 'nope' not found .*start the session again"):
+            open_stream(conn, "nope", 8080)
+        emulator.deny(1, resources=["pods/portforward"])
+        with pytest.raises(BackendError, match=r"403 Forbidden.*docs/rbac\.yaml"):
+            open_stream(conn, "nope", 8080)
+    finally:
+        emulator.stop()

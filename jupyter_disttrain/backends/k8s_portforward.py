@@ -34,7 +34,8 @@ from .k8s_kinds import TRAINJOB
 from .k8s_status import REPLICA_TYPE_LABEL, node_index
 
 #: How long a new forward is watched for the kubelet's refusal before it counts as connected
-#: (the kubelet dials the pod's port when the WebSocket opens and reports a refusal at once).
+#: (the kubelet dials the pod's port when the WebSocket opens and reports a refusal at once;
+#: at least twice as long as the upgrade took).
 SETTLE = 0.3
 #: Pause between looks while the pod starts or its port does not accept yet.
 RETRY = 0.2
@@ -156,10 +157,13 @@ def open_stream(
     :class:`~.base.BackendError` naming the problem for a missing pod (404), a
     pod that does not run (400), missing rights (403) or credentials (401).
     """
+    started = time.monotonic()
     try:
         forward = _upgrade(conn, pod, port, timeout)
     except ApiException as exc:
         raise _explain(exc, conn, pod, port) from None
+    # A refusal comes one hop after the upgrade: a slow API server gets a longer look.
+    settle = max(settle, 2 * (time.monotonic() - started))
     wrapped = forward.socket(port)
     inner = getattr(wrapped, "_socket", wrapped)
     sock = _ForwardedSocket(inner.family, inner.type, inner.proto, fileno=inner.detach())

@@ -73,6 +73,16 @@ def log_of(emulator: Emulator, name: str) -> str:
         return ""
 
 
+def pod_connections(emulator: Emulator, port: int) -> int:
+    """Established connections the pods' processes hold on their local ``port``."""
+    return sum(
+        1
+        for proc in emulator.processes()
+        for c in proc.net_connections("tcp")
+        if c.laddr and c.laddr.port == port and c.status == "ESTABLISHED"
+    )
+
+
 @pytest.fixture
 def core(k8s_api_client: Any) -> client.CoreV1Api:
     return client.CoreV1Api(k8s_api_client)
@@ -233,8 +243,10 @@ def test_closing_ends_the_stream_and_the_pod_connection(
     sock = pf.socket(echo)
     assert exchange(sock, b"x") == b"x"
     assert k8s_emulator.stats().port_forwards.current == 1
+    assert pod_connections(k8s_emulator, echo) == 1
     pf.close()
     wait_for(lambda: k8s_emulator.stats().port_forwards.current == 0, "the stream to close")
+    wait_for(lambda: pod_connections(k8s_emulator, echo) == 0, "the pod's connection to close")
     assert k8s_emulator.stats().count("get", "pods/portforward") == 1
 
 

@@ -111,7 +111,13 @@ def handshake_failure(exc: ApiException) -> tuple[int, dict[str, Any]]:
 
 
 def _upgrade(conn: Connection, pod: str, port: int, timeout: float) -> Any:
-    """The client's ``PortForward`` for ``pod``'s ``port`` (the WebSocket opened within timeout)."""
+    """The client's ``PortForward`` for ``pod``'s ``port`` (the WebSocket opened within timeout).
+
+    ``kubernetes.stream.portforward`` swaps its ``ApiClient``'s ``request`` while
+    it connects, so it gets an ``ApiClient`` of its own: requests other threads
+    make on the connection's client (a job's watches and log streams) go on as HTTP.
+    """
+    from kubernetes import client
     from kubernetes.stream import portforward
 
     done = threading.Event()
@@ -119,16 +125,20 @@ def _upgrade(conn: Connection, pod: str, port: int, timeout: float) -> Any:
     lock = threading.Lock()
 
     def run() -> None:
+        private = client.ApiClient(conn.api.configuration)
+        private.default_headers.update(conn.api.default_headers)
         try:
             forward = portforward(
-                conn.core.connect_get_namespaced_pod_portforward,
+                client.CoreV1Api(private).connect_get_namespaced_pod_portforward,
                 pod,
                 conn.namespace,
                 ports=str(port),
             )
         except BaseException as exc:  # reported to the caller
             box["error"] = exc
+            private.close()
         else:
+            private.close()  # the WebSocket does not use its connection pool
             with lock:
                 if box.get("abandoned"):
                     forward.close()

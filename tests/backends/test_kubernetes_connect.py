@@ -8,6 +8,7 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_connect_reaches_rank_0_of_a_running_job(cluster: tuple[Emulator, str]) 
         assert sock.recv(10) == b""  # rank 0 closed its side: the stream ends
     finally:
         sock.close()
-    assert job.wait(120) == "Succeeded", job.logs()
+    assert job.result(timeout=120) == 0, job.logs()  # its log stream ran on while forwarding
     # The job has ended: its rank 0 pod no longer runs, and connect says so at once.
     with pytest.raises(BackendError, match=r"has ended \(Succeeded\).*start it again"):
         backend.connect(record(backend, name), port, timeout=30)
@@ -152,5 +153,43 @@ def test_open_stream_errors_name_the_fix(tmp_path: Path, monkeypatch: pytest.Mon
         emulator.deny(1, resources=["pods/portforward"])
         with pytest.raises(BackendError, match=r"403 Forbidden.*docs/rbac\.yaml"):
             open_stream(conn, "nope", 8080)
+    finally:
+        emulator.stop()
+
+
+def test_requests_on_the_connection_go_on_while_forwarding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client swaps its ApiClient's transport to open a WebSocket; others must not see it."""
+    from kubernetes import client
+
+    from tests.k8s_emulator_test.test_portforward import start_echo
+
+    emulator = _cluster(tmp_path, monkeypatch, ("kubeflow-v1",))
+    try:
+        conn = connect()
+        port = free_port(set())
+        start_echo(emulator, conn.core, "echo", port)
+        answers: list[Any] = []
+        stop = threading.Event()
+
+        def list_pods() -> None:
+            while not stop.is_set():
+                try:
+                    answers.append(conn.core.list_namespaced_pod(conn.namespace))
+                except Exception as exc:  # recorded: the assertion shows it
+                    answers.append(exc)
+
+        lister = threading.Thread(target=list_pods)
+        lister.start()
+        try:
+            for _ in range(10):
+                with open_stream(conn, "echo", port, settle=0.0) as sock:
+                    assert exchange(sock, b"ping") == b"ping"
+        finally:
+            stop.set()
+            lister.join(30)
+        odd = [a for a in answers if not isinstance(a, client.V1PodList)]
+        assert answers and not odd, odd[:3]
     finally:
         emulator.stop()

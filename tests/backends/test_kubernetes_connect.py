@@ -15,15 +15,13 @@ import pytest
 from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.base import BackendError, JobRecord
 from jupyter_disttrain.backends.k8s_client import connect
-from jupyter_disttrain.backends.k8s_portforward import open_stream
+from jupyter_disttrain.backends.k8s_portforward import handshake_failure, leader_pod, open_stream
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_kubernetes import wait_for
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.rewrite import free_port
-
-pytestmark = pytest.mark.slow
 
 #: Rank 0 serves a TCP echo on 127.0.0.1:PORT for one connection ("bye" ends it); others return.
 ECHO_CELL = textwrap.dedent(
@@ -75,6 +73,7 @@ def exchange(sock: socket.socket, data: bytes) -> bytes:
     return bytes(got)
 
 
+@pytest.mark.slow
 def test_connect_reaches_rank_0_of_a_running_job(cluster: tuple[Emulator, str]) -> None:
     _, api = cluster
     name = f"pf-{api}"
@@ -103,6 +102,7 @@ def test_connect_reaches_rank_0_of_a_running_job(cluster: tuple[Emulator, str]) 
     assert backend.stop(name)
 
 
+@pytest.mark.slow
 def test_a_refused_port_times_out_naming_the_problem(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,3 +193,49 @@ def test_requests_on_the_connection_go_on_while_forwarding(
         assert answers and not odd, odd[:3]
     finally:
         emulator.stop()
+
+
+def _pod(name: str, labels: dict[str, str], **meta: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels, **meta}}
+
+
+def test_the_leader_pod_is_node_0_of_each_kind() -> None:
+    v1 = "training.kubeflow.org/replica-type"
+    index = "training.kubeflow.org/replica-index"
+    pytorch = [
+        _pod("j-worker-0", {v1: "worker", index: "0"}),
+        _pod("j-master-0", {v1: "master", index: "0"}),
+    ]
+    assert (leader_pod(pytorch) or {})["metadata"]["name"] == "j-master-0"
+    workers_only = [_pod(f"j-worker-{i}", {v1: "worker", index: str(i)}) for i in (1, 0)]
+    assert (leader_pod(workers_only) or {})["metadata"]["name"] == "j-worker-0"
+    completion = "batch.kubernetes.io/job-completion-index"
+    replicated = "jobset.sigs.k8s.io/replicatedjob-name"
+    trainjob = [
+        _pod("t-dataset-initializer-0-0", {replicated: "dataset-initializer", completion: "0"}),
+        _pod("t-node-0-1", {replicated: "node", completion: "1"}),
+        _pod("t-node-0-0", {replicated: "node", completion: "0"}),
+    ]
+    assert (leader_pod(trainjob) or {})["metadata"]["name"] == "t-node-0-0"
+    replaced = [
+        _pod(
+            "old", {replicated: "node", completion: "0"}, deletionTimestamp="2026-01-01T00:00:00Z"
+        ),
+        _pod("new", {replicated: "node", completion: "0"}),
+    ]
+    assert (leader_pod(replaced) or {})["metadata"]["name"] == "new"
+    assert leader_pod([]) is None
+
+
+def test_a_refused_upgrade_is_read_from_the_clients_text() -> None:
+    from kubernetes.client.rest import ApiException
+
+    body = '{"kind": "Status", "message": "pods \\"x\\" not found", "code": 404}'
+    text = (
+        f"Handshake status 404 Not Found -+-+- {{'content-type': 'application/json'}} -+-+- {body}"
+    )
+    assert handshake_failure(ApiException(status=0, reason=text)) == (
+        404,
+        {"kind": "Status", "message": 'pods "x" not found', "code": 404},
+    )
+    assert handshake_failure(ApiException(status=0, reason="Connection refused")) == (0, {})

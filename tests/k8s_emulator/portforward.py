@@ -251,7 +251,7 @@ class PortForwardHandler(tornado.websocket.WebSocketHandler):
         """Queue one frame; its future resolves once written (None when the socket is gone)."""
         try:
             if self._base64:
-                text = str(channel) + base64.b64encode(payload).decode("ascii")
+                text = chr(ord("0") + channel) + base64.b64encode(payload).decode("ascii")
                 return self.write_message(text)
             return self.write_message(bytes((channel,)) + payload, binary=True)
         except tornado.websocket.WebSocketClosedError:
@@ -312,8 +312,8 @@ class PortForwardHandler(tornado.websocket.WebSocketHandler):
             if not message:
                 return
             try:
-                data = bytes((int(message[0]),)) + base64.b64decode(message[1:])
-            except ValueError:
+                data = bytes((ord(message[0]) - ord("0"),)) + base64.b64decode(message[1:])
+            except ValueError:  # a channel below "0", or not base64
                 return
         else:
             data = message

@@ -64,8 +64,9 @@ class _ForwardedSocket(socket.socket):
 def leader_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The pod of node 0 (which runs rank 0) among a job's pods, or None.
 
-    A pod being deleted counts only if no other is there (a replacement comes);
-    JobSet pods of other replicated jobs (initializers) are not candidates.
+    The newest pod that is neither being deleted nor ended is preferred (a
+    replacement after a restart); JobSet pods of other replicated jobs
+    (initializers) are not candidates.
     """
     leader = any(
         str((p.get("metadata", {}).get("labels") or {}).get(REPLICA_TYPE_LABEL, "")).lower()
@@ -81,10 +82,11 @@ def leader_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
         == TRAINJOB.replicas[0]
         and node_index(p, leader) == 0
     ]
+    first.sort(key=lambda p: str(p["metadata"].get("creationTimestamp", "")), reverse=True)
     first.sort(
         key=lambda p: (
             bool(p["metadata"].get("deletionTimestamp")),
-            str(p["metadata"].get("creationTimestamp", "")),
+            str((p.get("status") or {}).get("phase")) in _ENDED,
         )
     )
     return first[0] if first else None
@@ -254,11 +256,16 @@ def connect_job(
         if pod is not None:
             pod_name = str(pod["metadata"]["name"])
             state = _pod_state(pod)
-            if state in _ENDED or pod["metadata"].get("deletionTimestamp"):
+            phase = str((pod.get("status") or {}).get("phase") or "Pending")
+            if phase in _ENDED:
                 raise BackendError(
-                    f"pod {pod_name!r} of job {name!r} has "
-                    f"{'ended (' + state + ')' if state in _ENDED else 'been deleted'}: the "
-                    "session is over; start it again"
+                    f"pod {pod_name!r} of job {name!r} has ended ({phase}): the session is "
+                    "over; start it again"
+                )
+            if pod["metadata"].get("deletionTimestamp"):
+                raise BackendError(
+                    f"pod {pod_name!r} of job {name!r} is being deleted (the job was stopped or "
+                    "is restarting it): the session is over; start it again"
                 )
             why = f"pod {pod_name!r} of job {name!r} is {state}"
             if state == "Running":

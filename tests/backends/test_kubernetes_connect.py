@@ -224,6 +224,11 @@ def test_the_leader_pod_is_node_0_of_each_kind() -> None:
         _pod("new", {replicated: "node", completion: "0"}),
     ]
     assert (leader_pod(replaced) or {})["metadata"]["name"] == "new"
+    failed = _pod("failed", {v1: "master", index: "0"}, creationTimestamp="2026-01-01T00:00:02Z")
+    failed["status"] = {"phase": "Failed"}
+    again = _pod("again", {v1: "master", index: "0"}, creationTimestamp="2026-01-01T00:00:01Z")
+    older = _pod("older", {v1: "master", index: "0"}, creationTimestamp="2026-01-01T00:00:00Z")
+    assert (leader_pod([older, failed, again]) or {})["metadata"]["name"] == "again"
     assert leader_pod([]) is None
 
 

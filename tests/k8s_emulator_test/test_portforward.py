@@ -375,3 +375,18 @@ def test_an_unknown_subprotocol_is_refused(k8s_emulator: Emulator, echo: int) ->
         raw_socket(k8s_emulator, "echo", str(echo), "SPDY/3.1+portforward.k8s.io")
     assert bad.value.status_code == 400
     assert b"requested protocol(s) are not supported" in (bad.value.resp_body or b"")
+
+
+def test_the_bearer_token_travels_with_the_upgrade() -> None:
+    with Emulator(token="s3cret") as emulator:
+        core = client.CoreV1Api(emulator.api_client(token="s3cret"))
+        port = free_port(set())
+        start_echo(emulator, core, "echo", port)
+        pf = forward(core, "echo", port)
+        try:
+            assert exchange(pf.socket(port), b"authorised") == b"authorised"
+        finally:
+            pf.close()
+        anonymous = client.CoreV1Api(emulator.api_client(token="wrong"))
+        code, status = handshake_error(lambda: forward(anonymous, "echo", port))
+        assert (code, status["reason"]) == (401, "Unauthorized")

@@ -15,6 +15,7 @@ What differs between backends is declared in :class:`Capabilities` and
 from __future__ import annotations
 
 import abc
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -58,6 +59,8 @@ class Capabilities:
     ``phases``: the start-up phases (:data:`~jupyter_disttrain.events.PHASES`) it
     observes; the time-to-first-step timeline shows these. Every backend sees
     ``rendezvous`` and ``first_step`` (the workers' ``hello`` and ``report()``).
+    ``sessions``: it can run a live session (ranks kept alive between cells) and
+    :meth:`Backend.connect` reaches its rank 0.
     """
 
     has_pods: bool = False
@@ -71,6 +74,7 @@ class Capabilities:
     lists_runtimes: bool = False
     stacks_on_request: bool = False
     phases: tuple[str, ...] = ("rendezvous", "first_step")
+    sessions: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,18 @@ class Backend(abc.ABC):
         raise BackendError(
             f"the {self.name} backend cannot ask a running job for its stacks; its jobs send "
             "them when they hang (--hang-after SECONDS)"
+        )
+
+    def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
+        """A connected stream socket to ``port`` of job ``record``'s rank 0 (a live session).
+
+        Only where ``capabilities.sessions``. Waits up to ``timeout`` seconds for
+        rank 0 to run and accept; raises :class:`BackendError` naming the problem
+        (job gone, port refused, timeout) and the fix.
+        """
+        raise BackendError(
+            f"the {self.name} backend cannot run live sessions; run the cell as a job "
+            "(%%distrain without --session) or choose a backend that can"
         )
 
     def runtimes(self) -> list[RuntimeRecord]:

@@ -11,6 +11,7 @@ Failing pods' logs are read once when they end; other ranks' logs on demand.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from .k8s_options import (
     K8sOptions,
     parse_options,
 )
+from .k8s_portforward import connect_job
 from .k8s_records import record_from_object, runtime_record, spec_from_object
 from .k8s_status import REPLICA_TYPE_LABEL, node_index
 from .k8s_trainjob import (
@@ -99,6 +101,7 @@ class KubernetesBackend(Backend):
         lists_runtimes=True,
         stacks_on_request=True,
         phases=ev.PHASES,
+        sessions=True,
     )
     options = tuple(
         BackendOption(
@@ -512,6 +515,22 @@ class KubernetesBackend(Backend):
         except ApiException as exc:
             raise explain(exc, kind="Pod", name=meta["name"], namespace=conn.namespace) from None
         return f"a{asked}"
+
+    def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
+        """A socket to ``port`` of rank 0's pod through the API server's port-forward.
+
+        Works from outside the cluster; see :mod:`.k8s_portforward`.
+        """
+        conn = self.connection()
+        if record.owner and record.owner != conn.namespace:
+            conn = Connection(conn.api, record.owner, conn.context)
+        return connect_job(
+            conn,
+            record.name,
+            port,
+            timeout,
+            lambda: [conn.plain(p) for p in self.job_pods(conn, record.name)],
+        )
 
     def stop(self, name: str) -> bool:
         """Delete job ``name`` (either framework)."""

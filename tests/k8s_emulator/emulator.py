@@ -27,6 +27,7 @@ from .kueue import Kueue
 from .loop import ControlLoop
 from .meta import Obj, deep, new_uid, now
 from .operator import FRAMEWORKS, Operator
+from .portforward import DISCOVERY as PORTFORWARD_DISCOVERY
 from .resources import (
     CORE,
     CRDS,
@@ -436,6 +437,8 @@ class Emulator:
                         "verbs": verbs,
                     }
                 )
+            if r is PODS:
+                resources.append(dict(PORTFORWARD_DISCOVERY))
         out: Obj = {
             "kind": "APIResourceList",
             "groupVersion": f"{group}/{version}".lstrip("/"),

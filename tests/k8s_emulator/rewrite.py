@@ -86,6 +86,11 @@ class Network:
                 self._ports[key] = free_port(set(self._ports.values()))
             return self._ports[key]
 
+    def allocated(self, namespace: str, service: str, port: int) -> int | None:
+        """The local port standing for ``service:port`` if one was handed out, else None."""
+        with self._lock:
+            return self._ports.get((namespace, service, port))
+
     def release(self, namespace: str, service: str) -> None:
         with self._lock:
             for key in [

@@ -18,6 +18,7 @@ import tornado.web
 from .faults import RequestInfo, unauthorized
 from .logs import rfc3339_nano
 from .meta import ApiError, Obj, bad_request, field_selector, label_selector
+from .portforward import PATH, PortForwardHandler
 from .resources import PODS, Resource
 from .store import ADDED, DELETED, MODIFIED, Event
 from .table import table
@@ -489,6 +490,9 @@ class ApiHandler(tornado.web.RequestHandler):
 
 def make_app(emulator: Emulator) -> tornado.web.Application:
     return tornado.web.Application(
-        [(r"/.*", ApiHandler, {"emulator": emulator})],
+        [
+            (PATH, PortForwardHandler, {"emulator": emulator}),
+            (r"/.*", ApiHandler, {"emulator": emulator}),
+        ],
         log_function=lambda handler: None,
     )

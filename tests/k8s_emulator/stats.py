@@ -26,7 +26,8 @@ class Stats:
     subresource (``pytorchjobs``, ``pods/log``, ``pytorchjobs/status``), or
     ``discovery`` / ``version`` for the non-resource paths. ``watches`` and
     ``log_follows`` are the long-lived responses (``?watch=true``, logs with
-    ``follow=true``), ``streams`` both together, ``connections`` TCP connections.
+    ``follow=true``), ``streams`` both together, ``connections`` TCP connections,
+    ``port_forwards`` open ``pods/portforward`` WebSockets.
     """
 
     requests: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -34,6 +35,7 @@ class Stats:
     log_follows: Gauge = Gauge()
     streams: Gauge = Gauge()
     connections: Gauge = Gauge()
+    port_forwards: Gauge = Gauge()
 
     @property
     def total(self) -> int:
@@ -76,7 +78,9 @@ class Accounting:
         with self._lock:
             self._requests: Counter[tuple[str, str]] = Counter()
             old = getattr(self, "_gauges", {})
-            self._gauges = {name: _Counter() for name in ("watch", "log", "stream", "conn")}
+            self._gauges = {
+                name: _Counter() for name in ("watch", "log", "stream", "conn", "portforward")
+            }
             for name, counter in self._gauges.items():
                 counter.current = counter.peak = old[name].current if name in old else 0
 
@@ -105,4 +109,5 @@ class Accounting:
                 g["log"].gauge(),
                 g["stream"].gauge(),
                 g["conn"].gauge(),
+                g["portforward"].gauge(),
             )

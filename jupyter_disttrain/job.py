@@ -19,6 +19,8 @@ from .remote import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
 
 Listener = Callable[[ev.Event], None]
+#: Seconds :meth:`Job.wait` gives each closer (a sink writing the job's end elsewhere).
+CLOSE_WAIT = 30.0
 
 
 class MetricsTable(list[dict[str, Any]]):
@@ -92,11 +94,21 @@ class Job:
         )
         self.submission: Submission | None = None
         self._listeners: list[Listener] = []
+        self._closers: list[Callable[[float], object]] = []
 
     # -- events --------------------------------------------------------------
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(event)`` for every later event (from a backend thread)."""
         self._listeners.append(listener)
+
+    def add_closer(self, close: Callable[[float], object]) -> None:
+        """Call ``close(seconds)`` once the job ended, from :meth:`wait`.
+
+        For listeners that write elsewhere on their own thread (TensorBoard,
+        MLflow): ``close`` waits up to ``seconds`` for them to finish, so a
+        job waited for is written everywhere.
+        """
+        self._closers.append(close)
 
     def feed(self, event: ev.Event) -> None:
         """Take one event from the backend."""
@@ -126,8 +138,13 @@ class Job:
         """Block until the job ends; return its final state.
 
         Raises :class:`TimeoutError` if it has not ended after ``timeout`` s.
+        Once it ended, waits (up to :data:`CLOSE_WAIT` s each) for the closers
+        (see :meth:`add_closer`).
         """
-        return self.monitor.wait(timeout)
+        state = self.monitor.wait(timeout)
+        for close in list(self._closers):
+            close(CLOSE_WAIT)
+        return state
 
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's value of the cell's last expression.

@@ -53,6 +53,13 @@ JOB_OPTIONS: list[Option] = [
                          "0: never)"}),
     (("--resume",), {"default": None, "metavar": "latest|STEP|URI",
                      "help": "load_checkpoint() returns this checkpoint when the job starts"}),
+    (("--tensorboard",), {"default": None, "metavar": "DIR",
+                           "help": "write every rank's reported metrics as TensorBoard event "
+                           "files under DIR/NAME/rank-R (default: the job home's tensorboard "
+                           "folder when tensorboardX is installed; off: none)"}),
+    (("--mlflow",), {"default": None, "metavar": "URI",
+                     "help": "make the job an MLflow run at this tracking URI: options as "
+                     "params, every rank's metrics, checkpoints, final status"}),
     (("--dry-run",), {"action": "store_true",
                       "help": "print the exact launch plan (or Kubernetes YAML) and run nothing"}),
     (("--export",), {"default": None, "metavar": "FILE.yaml",
@@ -171,6 +178,8 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
             grace_period=getattr(args, "grace_period", None),
             hang_after=_float_or_none(pick("hang_after", None)),
             options=extra,
+            tensorboard=pick("tensorboard", None) or None,
+            mlflow=pick("mlflow", None) or None,
         )
     )
     return spec

@@ -235,7 +235,7 @@ class JobService:
             self._jobs[job.name] = job
 
     def stop_all(self, timeout: float = 30.0) -> None:
-        """Stop every running job of this process (kernel shutdown)."""
+        """Stop every running job of this process (kernel shutdown), its sinks finished."""
         jobs = [j for j in self.registered().values() if j.submission is not None and not j.done]
         for job in jobs:
             try:
@@ -244,6 +244,11 @@ class JobService:
                 continue
         for job in jobs:
             job.submission.join(timeout)  # type: ignore[union-attr]
+        for job in jobs:  # and their ends written where they are tracked (TensorBoard, MLflow)
+            try:
+                job.wait(0)
+            except TimeoutError:
+                continue
 
     # ------------------------------------------------------------------ listing
 

@@ -22,8 +22,8 @@ def check(spec: JobSpec) -> None:
     """Raise :class:`SpecError` naming the package to install for an option given."""
     if spec.tensorboard not in (None, TENSORBOARD_OFF) and not tensorboard.available():
         raise SpecError(
-            "--tensorboard writes event files with tensorboardX, which is not installed here: "
-            "pip install 'jupyter_disttrain[tensorboard]'"
+            "--tensorboard writes event files with the tensorboard package, which is not "
+            "installed here: pip install 'jupyter_disttrain[tensorboard]'"
         )
     if spec.mlflow is not None and not mlflow.available():
         raise SpecError(
@@ -36,7 +36,7 @@ def tensorboard_dir(spec: JobSpec) -> Path | None:
     """The TensorBoard log directory holding the job's runs (``DIR/NAME``), or None for none.
 
     None when ``--tensorboard off``, or when no directory was given and
-    tensorboardX is not installed (event files are then an option, not a need).
+    the ``tensorboard`` package is not installed (event files are then an option, not a need).
     """
     if spec.tensorboard == TENSORBOARD_OFF:
         return None

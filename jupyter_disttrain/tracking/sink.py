@@ -1,9 +1,10 @@
 """A sink: one job's events written somewhere else, on a thread of its own.
 
 The listener (:meth:`Sink.on_event`) only queues the event, so a slow
-store never slows the backend's reader or the monitor. The sink's thread
-keeps one copy of each worker line (rank 0 relays other ranks' lines, as
-the monitor knows), flushes every :attr:`Sink.flush_every` seconds and
+store never slows the backend's reader or the monitor; the sink's thread
+takes what was queued a few times a second, in batches. It keeps one
+copy of each worker line (rank 0 relays other ranks' lines, as the
+monitor knows), flushes every :attr:`Sink.flush_every` seconds and
 finishes at the job's first terminal state. A sink that fails says so once,
 as a warning in the job's output, and drops the rest; the job goes on.
 """
@@ -50,6 +51,9 @@ class Sink:
 
     name = "sink"
     flush_every = 2.0
+    #: Seconds the thread sleeps between batches: it takes what was queued meanwhile in one
+    #: go rather than waking for each event (which would take the GIL from the reader).
+    batch_every = 0.25
 
     def __init__(self, job: str, feed: Feed) -> None:
         self.job = job
@@ -59,16 +63,21 @@ class Sink:
         self._order: deque[tuple[str, int | None, float, object]] = deque()
         self._off = False
         self._done = threading.Event()
+        self._wake = threading.Event()
         self.warnings: list[str] = []
+        self.cpu_seconds = 0.0  # the thread's CPU time, once finished
         self._thread = threading.Thread(target=self._run, name=f"distrain-{self.name}", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ the job's side
 
     def on_event(self, event: Event) -> None:
-        """Queue one event (the job's listener; never blocks)."""
-        if not self._off:
-            self._queue.put(event)
+        """Queue one event (the job's listener; never blocks, wakes the thread only at the end)."""
+        if self._off:
+            return
+        self._queue.put(event)
+        if event.kind == "job" and event.fields.get("state") in TERMINAL_STATES:
+            self._wake.set()
 
     def close(self, timeout: float = CLOSE_WAIT) -> bool:
         """Wait up to ``timeout`` s for the sink to finish; True when it has."""
@@ -77,6 +86,7 @@ class Sink:
     def cancel(self, timeout: float = CLOSE_WAIT) -> None:
         """Finish now with the job state unknown (the job never started, or is left)."""
         self._queue.put(_Stop())
+        self._wake.set()
         self._done.wait(timeout)
 
     @property
@@ -120,6 +130,7 @@ class Sink:
         return True
 
     def _run(self) -> None:
+        started = time.thread_time()
         try:
             self._loop()
         except Exception as exc:  # the job goes on without this sink
@@ -131,38 +142,38 @@ class Sink:
             except Exception:
                 pass
         finally:
+            self.cpu_seconds = time.thread_time() - started
             self._done.set()
 
     def _loop(self) -> None:
         due = time.monotonic() + self.flush_every
         while True:
-            try:
-                item = self._queue.get(timeout=max(0.0, due - time.monotonic()))
-            except queue.Empty:
-                item = None
-            if isinstance(item, _Stop):
-                self.finish(None)
+            self._wake.wait(self.batch_every)
+            self._wake.clear()
+            end = self._take()
+            if end is not None:
+                self.finish(None if isinstance(end, _Stop) else end)
                 return
-            if item is not None and self._fresh(item):
-                self.handle(item)
-                state = item.get("state") if item.kind == "job" else None
-                if state in TERMINAL_STATES:
-                    self._drain()
-                    self.finish(str(state))
-                    return
             if time.monotonic() >= due:
                 self.flush()
                 due = time.monotonic() + self.flush_every
 
-    def _drain(self) -> None:
-        """Take what was queued before the end (events of the same job, read in order)."""
+    def _take(self) -> str | _Stop | None:
+        """Handle everything queued; the terminal state (or the stop) when it was among it."""
+        end: str | _Stop | None = None
         while True:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
-                return
-            if isinstance(item, Event) and self._fresh(item) and item.kind != "job":
-                self.handle(item)
+                return end
+            if isinstance(item, _Stop):
+                return end or item
+            if not self._fresh(item) or (end is not None and item.kind == "job"):
+                continue
+            self.handle(item)
+            state = item.get("state") if item.kind == "job" else None
+            if state in TERMINAL_STATES:
+                end = str(state)  # what is queued after it is still taken
 
     def describe(self) -> str:
         """What this sink writes to, for messages."""

@@ -5,14 +5,20 @@ rank, each ``report()`` name a tag (``loss``), so TensorBoard draws every
 rank's curve on one chart per metric. A job of the same name replaces the
 event files of the earlier one, as its job directory is replaced.
 
-Written with tensorboardX's record writer and protocol buffers: no
-TensorFlow, no torch. All ranks are written by the sink's one thread
-(tensorboardX's ``SummaryWriter`` would start a queue and a thread per rank).
+Written with the ``tensorboard`` package's own record writer and protocol
+buffers (``tensorboard.summary.writer.record_writer``, ``tensorboard.compat.proto``),
+which import neither TensorFlow nor torch, into files named as TensorBoard's
+``EventFileWriter`` names them. All ranks are written by the sink's one
+thread (a ``SummaryWriter`` would start a queue and a thread per rank).
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +29,14 @@ RANK_DIR_RE = re.compile(r"^rank-\d+$")
 EVENT_FILE_PREFIX = "events.out.tfevents."
 
 
+_FILE_IDS = itertools.count()
+
+
 def available() -> bool:
-    """True when tensorboardX can be imported here."""
+    """True when the ``tensorboard`` package can be imported here."""
     import importlib.util
 
-    return importlib.util.find_spec("tensorboardX") is not None
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 def run_dir(root: Path, job: str, rank: int) -> Path:
@@ -65,8 +74,8 @@ class TensorBoardSink(Sink):
         values = f.get("values")
         if not isinstance(step, int) or not isinstance(values, dict):
             return
-        from tensorboardX.proto.event_pb2 import Event as TbEvent
-        from tensorboardX.proto.summary_pb2 import Summary
+        from tensorboard.compat.proto.event_pb2 import Event as TbEvent
+        from tensorboard.compat.proto.summary_pb2 import Summary
 
         scalars = [
             Summary.Value(tag=str(name), simple_value=float(value))
@@ -74,9 +83,8 @@ class TensorBoardSink(Sink):
             if isinstance(value, int | float) and not isinstance(value, bool)
         ]  # fmt: skip
         if scalars:
-            self._writer(event.rank).write_event(
-                TbEvent(wall_time=event.t, step=step, summary=Summary(value=scalars))
-            )
+            event_pb = TbEvent(wall_time=event.t, step=step, summary=Summary(value=scalars))
+            self._writer(event.rank).write(event_pb.SerializeToString())
 
     def flush(self) -> None:
         """Flush every rank's file to disk."""
@@ -96,12 +104,20 @@ class TensorBoardSink(Sink):
     def _writer(self, rank: int) -> Any:
         writer = self._writers.get(rank)
         if writer is None:
-            from tensorboardX.event_file_writer import EventsWriter
+            from tensorboard.compat.proto.event_pb2 import Event as TbEvent
+            from tensorboard.summary.writer.record_writer import RecordWriter
 
             self._clear_earlier()
             directory = run_dir(self.root, self.job, rank)
             self._mkdir(directory)
-            writer = self._writers[rank] = EventsWriter(str(directory / "events"))
+            name = (f"{EVENT_FILE_PREFIX}{int(time.time()):010d}.{socket.gethostname()}."
+                    f"{os.getpid()}.{next(_FILE_IDS)}")  # fmt: skip
+            mode = 0o600 if self.private else 0o666  # the umask applies to the latter
+            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            writer = RecordWriter(os.fdopen(fd, "wb"))  # closed in finish
+            first = TbEvent(wall_time=time.time(), file_version="brain.Event:2")
+            writer.write(first.SerializeToString())
+            self._writers[rank] = writer
         return writer
 
     def _mkdir(self, directory: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -46,10 +47,12 @@ def _healthy(uri: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """``mlflow server`` with a SQLite store, serving artifacts from a temporary directory."""
-    base = tmp_path_factory.mktemp("mlflow-server")
+@contextlib.contextmanager
+def running_server(base: Path) -> Iterator[MlflowServer]:
+    """``mlflow server`` on 127.0.0.1 with a SQLite store under ``base``, serving artifacts.
+
+    Stopped (with its workers) on exit.
+    """
     port = free_port()
     server = MlflowServer(f"http://127.0.0.1:{port}", base / "artifacts", base / "server.log")
     command = [
@@ -77,3 +80,10 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real tracking server for the tests of one module."""
+    with running_server(tmp_path_factory.mktemp("mlflow-server")) as server:
+        yield server

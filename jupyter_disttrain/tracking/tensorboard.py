@@ -3,7 +3,9 @@
 Layout: ``ROOT/JOB/rank-R/events.out.tfevents.*``, one TensorBoard run per
 rank, each ``report()`` name a tag (``loss``), so TensorBoard draws every
 rank's curve on one chart per metric. A job of the same name replaces the
-event files of the earlier one, as its job directory is replaced.
+event files of the earlier one, as its job directory is replaced. A rank
+that reports a step again (restarted from a checkpoint) gets a session
+``START`` event first, so TensorBoard drops its stale later points.
 
 Written with the ``tensorboard`` package's own record writer and protocol
 buffers (``tensorboard.summary.writer.record_writer``, ``tensorboard.compat.proto``),
@@ -58,6 +60,7 @@ class TensorBoardSink(Sink):
         self.root = Path(root)
         self.private = private
         self._writers: dict[int, Any] = {}
+        self._last_step: dict[int, int] = {}
         self._cleared = False
         super().__init__(job, feed)
 
@@ -82,9 +85,19 @@ class TensorBoardSink(Sink):
             for name, value in values.items()
             if isinstance(value, int | float) and not isinstance(value, bool)
         ]  # fmt: skip
-        if scalars:
-            event_pb = TbEvent(wall_time=event.t, step=step, summary=Summary(value=scalars))
-            self._writer(event.rank).write(event_pb.SerializeToString())
+        if not scalars:
+            return
+        writer = self._writer(event.rank)
+        last = self._last_step.get(event.rank)
+        if last is not None and step <= last:  # a restarted rank: TensorBoard drops steps >= step
+            from tensorboard.compat.proto.event_pb2 import SessionLog
+
+            start = TbEvent(wall_time=event.t, step=step,
+                            session_log=SessionLog(status=SessionLog.START))  # fmt: skip
+            writer.write(start.SerializeToString())
+        self._last_step[event.rank] = step
+        event_pb = TbEvent(wall_time=event.t, step=step, summary=Summary(value=scalars))
+        writer.write(event_pb.SerializeToString())
 
     def flush(self) -> None:
         """Flush every rank's file to disk."""

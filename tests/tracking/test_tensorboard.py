@@ -83,6 +83,18 @@ def test_a_relayed_copy_is_written_once_and_a_rerun_replaces_the_files(tmp_path:
     assert not list(run_dir(tmp_path, "again", 1).iterdir())
 
 
+def test_a_restarted_rank_replaces_its_later_steps_as_tensorboard_reads_them(
+    tmp_path: Path,
+) -> None:
+    sink = TensorBoardSink(tmp_path, "restarted", [].append)
+    for t, step in enumerate([0, 1, 2, 3, 4, 5, 3, 4]):  # restarted from step 2's checkpoint
+        sink.on_event(metric(0, step, 100.0 + t, loss=float(t)))
+    sink.on_event(ev.job_event("Succeeded"))
+    assert sink.close(10)
+    got = scalars(run_dir(tmp_path, "restarted", 0), "loss")
+    assert got == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 6.0), (4, 7.0)], got
+
+
 def test_where_event_files_go(home: Path, tmp_path: Path) -> None:
     assert tensorboard_dir(JobSpec("a")) == home / "tensorboard" / "a"
     assert tensorboard_dir(JobSpec("a", tensorboard=str(tmp_path))) == tmp_path / "a"

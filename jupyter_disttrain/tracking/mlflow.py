@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -36,10 +37,13 @@ from .sink import Feed, Sink, SinkError
 #: MLflow's limits for one ``log_batch`` call.
 MAX_METRICS: Final = 1000
 MAX_PARAMS: Final = 100
+MAX_PARAM_VALUE: Final = 6000
 #: Seconds to wait for a tracking server's port before the job goes on without it.
 CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_EXPERIMENT: Final = "Default"
 STATUS: Final = {"Succeeded": "FINISHED", "Failed": "FAILED", "Stopped": "KILLED"}
+#: What MLflow accepts in a metric name: letters, digits, ``_ - . : /`` and spaces.
+_UNSAFE: Final = re.compile(r"[^\w\-. :/]")
 
 
 def available() -> bool:
@@ -50,7 +54,11 @@ def available() -> bool:
 
 
 def metric_key(name: str, rank: int) -> str:
-    """Rank 0's metric keeps its name; rank R's is ``NAME/rankR``."""
+    """Rank 0's metric keeps its name; rank R's is ``NAME/rankR``.
+
+    Characters MLflow refuses in a name become ``_`` (``acc@1`` is ``acc_1``).
+    """
+    name = _UNSAFE.sub("_", name)
     return name if rank == 0 else f"{name}/rank{rank}"
 
 
@@ -70,7 +78,7 @@ def params(spec: JobSpec) -> dict[str, str]:
         options.setdefault(key, []).append(value)
     for key, values in options.items():
         out[key] = ",".join(values)
-    return {k: str(v) for k, v in out.items() if v is not None}
+    return {k: str(v)[:MAX_PARAM_VALUE] for k, v in out.items() if v is not None}
 
 
 def check_reachable(uri: str) -> None:

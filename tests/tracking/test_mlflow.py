@@ -14,6 +14,7 @@ from jupyter_disttrain.monitor import format_text
 from jupyter_disttrain.options import add_job_options
 from jupyter_disttrain.progress import format_event
 from jupyter_disttrain.service import JobService
+from jupyter_disttrain.spec import JobSpec
 from jupyter_disttrain.tracking.mlflow import metric_key, params
 from tests.tracking.mlflow_server import MlflowServer, free_port, mlflow_server
 
@@ -119,3 +120,15 @@ def test_a_server_that_is_down_is_one_warning_and_the_job_runs_on() -> None:
     printed = [line for e in seen if (line := format_event(e)) and "MLflow" in line]
     assert printed == [f"warning: {warnings[0]}"], printed  # the command line's output
     assert job.result() == 0
+
+
+def test_metric_names_and_params_as_mlflow_takes_them() -> None:
+    assert [metric_key("loss", 0), metric_key("loss", 3)] == ["loss", "loss/rank3"]
+    assert metric_key("acc@1", 1) == "acc_1/rank1"
+    options = (("image", "img:1"), ("volume", "a:/x"), ("volume", "b:/y"))
+    spec = JobSpec("p", nodes=2, nproc=4, env=(("A", "1"), ("B", "2")), max_restarts=1,
+                   options=options)  # fmt: skip
+    got = params(spec)
+    assert got["world_size"] == "8" and got["env"] == "A,B" and got["max_restarts"] == "1"
+    assert got["image"] == "img:1" and got["volume"] == "a:/x,b:/y"
+    assert "timeout" not in got and "resume" not in got  # unset options are left out

@@ -162,7 +162,8 @@ class JobService:
         assert job.plan is not None
         for listener in listeners:
             job.add_listener(listener)
-        sinks = sinks_for(job.spec, job.feed, notebook=self.notebook)
+        here = job.backend.capabilities.checkpoints_on_path  # a reported path is one of ours
+        sinks = sinks_for(job.spec, job.feed, notebook=self.notebook, paths_here=here)
         for sink in sinks:
             job.add_listener(sink.on_event)
             job.add_closer(sink.close)

@@ -45,10 +45,13 @@ def tensorboard_dir(spec: JobSpec) -> Path | None:
     return Path(spec.tensorboard).expanduser() / spec.name
 
 
-def sinks_for(spec: JobSpec, feed: Feed, *, notebook: str | None = None) -> list[Sink]:
+def sinks_for(
+    spec: JobSpec, feed: Feed, *, notebook: str | None = None, paths_here: bool = True
+) -> list[Sink]:
     """Started sinks for ``spec``: attach each one's ``on_event`` to the job.
 
-    ``feed`` takes a sink's warning into the job's stream.
+    ``feed`` takes a sink's warning into the job's stream; ``paths_here``
+    says the job's checkpoint paths are this machine's (not a pod's).
     """
     out: list[Sink] = []
     logdir = tensorboard_dir(spec)
@@ -56,5 +59,6 @@ def sinks_for(spec: JobSpec, feed: Feed, *, notebook: str | None = None) -> list
         private = spec.tensorboard is None  # the job home's folder: the owner's only
         out.append(tensorboard.TensorBoardSink(logdir.parent, spec.name, feed, private=private))
     if spec.mlflow is not None:
-        out.append(mlflow.MlflowSink(spec.mlflow, spec, feed, notebook=notebook))
+        out.append(mlflow.MlflowSink(spec.mlflow, spec, feed, notebook=notebook,
+                                     paths_here=paths_here))  # fmt: skip
     return out

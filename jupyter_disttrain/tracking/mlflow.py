@@ -10,7 +10,7 @@ or ``Default``) is created when the job's first event arrives and gets:
   the time the rank reported them;
 * checkpoints: each one's URI as the tag ``disttrain.checkpoint.step-N``, and
   its files as artifacts under ``checkpoints/step-N`` when this machine can
-  read them (a local path);
+  read them (a path here, not in a pod);
 * the end: status FINISHED (Succeeded), FAILED (Failed) or KILLED (Stopped),
   with the tags ``disttrain.state`` and ``disttrain.reason``.
 
@@ -97,15 +97,23 @@ def check_reachable(uri: str) -> None:
 
 
 class MlflowSink(Sink):
-    """Logs one job as an MLflow run at ``uri`` (see the module doc)."""
+    """Logs one job as an MLflow run at ``uri`` (see the module doc).
+
+    ``paths_here``: a checkpoint path the job reports is a path of this
+    machine (its backend's ``checkpoints_on_path``), not of a pod's.
+    """
 
     name = "mlflow"
     flush_every = 2.0
 
-    def __init__(self, uri: str, spec: JobSpec, feed: Feed, *, notebook: str | None = None) -> None:
+    def __init__(
+        self, uri: str, spec: JobSpec, feed: Feed, *, notebook: str | None = None,
+        paths_here: bool = True,
+    ) -> None:  # fmt: skip
         self.uri = uri
         self.spec = spec
         self.notebook = notebook
+        self.paths_here = paths_here
         self.run_id: str | None = None
         self._client: Any = None
         self._pending: list[Any] = []
@@ -175,7 +183,7 @@ class MlflowSink(Sink):
         self._checkpoints.add(uri)
         where = f"step-{step}" if isinstance(step, int) else Path(uri).name
         self._client.set_tag(self.run_id, f"disttrain.checkpoint.{where}", uri)
-        path = local_path(uri)
+        path = local_path(uri) if self.paths_here else None
         if path is None:
             return
         if path.is_dir():

@@ -61,6 +61,36 @@ def test_every_ranks_metrics_read_back_with_tensorboards_reader(tmp_path: Path) 
     assert sorted(p.name for p in (tmp_path / "tb-ranks").iterdir()) == ["rank-0", "rank-1"]
 
 
+K8S_CELL = """
+import torch.distributed as dist
+for step in range(5):
+    report(step=step, loss=dist.get_rank() + step / 10)
+"""
+
+
+@pytest.mark.slow
+def test_a_kubernetes_jobs_ranks_in_the_default_place_each_step_once(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2 nodes x 2 on the emulated cluster: node 1's ranks reach the notebook relayed by rank 0.
+    from jupyter_disttrain import service as jobs
+    from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+    from jupyter_disttrain.payload import build_payload
+    from tests.k8s_emulator.emulator import Emulator
+
+    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}) as cluster:
+        monkeypatch.setenv("KUBECONFIG", str(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
+        spec = JobSpec("tb-k8s", nodes=2, nproc=2, backend="kubernetes", timeout=240)
+        job = jobs.submit(spec, build_payload(K8S_CELL, {}, job="tb-k8s"), KubernetesBackend())
+        try:
+            assert job.wait(240) == "Succeeded", job.logs()
+        finally:
+            job.stop()
+    for rank in range(4):
+        got = scalars(run_dir(home / "tensorboard", "tb-k8s", rank), "loss")
+        assert got == [(s, pytest.approx(rank + s / 10)) for s in range(5)], (rank, got)
+
+
 def metric(rank: int, step: int, t: float, **values: float) -> ev.Event:
     return ev.Event("metric", rank, t, {"step": step, "values": values})
 

@@ -102,7 +102,7 @@ class Job:
         self._listeners.append(listener)
 
     def add_closer(self, close: Callable[[float], object]) -> None:
-        """Call ``close(seconds)`` once the job ended, from :meth:`wait`.
+        """Call ``close(seconds)`` once the job ended, from the first :meth:`wait` after.
 
         For listeners that write elsewhere on their own thread (TensorBoard,
         MLflow): ``close`` waits up to ``seconds`` for them to finish, so a
@@ -138,11 +138,12 @@ class Job:
         """Block until the job ends; return its final state.
 
         Raises :class:`TimeoutError` if it has not ended after ``timeout`` s.
-        Once it ended, waits (up to :data:`CLOSE_WAIT` s each) for the closers
-        (see :meth:`add_closer`).
+        Once it ended, the first call waits (up to :data:`CLOSE_WAIT` s each)
+        for the closers (see :meth:`add_closer`).
         """
         state = self.monitor.wait(timeout)
-        for close in list(self._closers):
+        closers, self._closers = self._closers, []  # waited for once (a stuck one once only)
+        for close in closers:
             close(CLOSE_WAIT)
         return state
 

@@ -15,7 +15,7 @@ from jupyter_disttrain.options import add_job_options
 from jupyter_disttrain.progress import format_event
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
-from jupyter_disttrain.tracking.mlflow import metric_key, params
+from jupyter_disttrain.tracking.mlflow import MlflowSink, metric_key, params
 from tests.tracking.mlflow_server import MlflowServer, free_port, mlflow_server
 
 __all__ = ["mlflow_server"]
@@ -68,6 +68,7 @@ def test_a_job_is_a_run_with_params_every_ranks_metrics_checkpoints_and_status(
     state, logs, job = run_job("mlf-ok", "--mlflow", mlflow_server.uri, "--checkpoint-dir",
                                str(ckpt), "--env", "TOKEN=secret")  # fmt: skip
     assert state == "Succeeded", logs
+    assert not job.monitor.snapshot()["warnings"], logs
     run = the_run(mlflow_server, "mlf-ok")
     client = MlflowClient(tracking_uri=mlflow_server.uri)
     assert run.info.status == "FINISHED" and run.info.run_name == "mlf-ok"
@@ -132,3 +133,10 @@ def test_metric_names_and_params_as_mlflow_takes_them() -> None:
     assert got["world_size"] == "8" and got["env"] == "A,B" and got["max_restarts"] == "1"
     assert got["image"] == "img:1" and got["volume"] == "a:/x,b:/y"
     assert "timeout" not in got and "resume" not in got  # unset options are left out
+
+
+def test_a_sink_cancelled_before_any_event_makes_no_run_and_says_nothing() -> None:
+    fed: list[ev.Event] = []
+    sink = MlflowSink(f"http://127.0.0.1:{free_port()}", JobSpec("never"), fed.append)
+    sink.cancel(10)
+    assert sink.finished and sink.run_id is None and not fed

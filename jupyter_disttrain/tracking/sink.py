@@ -142,6 +142,7 @@ class Sink:
             except Exception:
                 pass
         finally:
+            self._off = True  # nothing more is queued once the thread is gone
             self.cpu_seconds = time.thread_time() - started
             self._done.set()
 

@@ -52,6 +52,7 @@ bench: venv
 	$(PY) bench/k8s_api.py
 	$(PY) bench/checkpoints.py
 	$(PY) bench/nccl_corpus.py
+	$(PY) bench/tracking.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -19,6 +19,8 @@ from .remote import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
 
 Listener = Callable[[ev.Event], None]
+#: Seconds :meth:`Job.wait` gives each closer (a sink writing the job's end elsewhere).
+CLOSE_WAIT = 30.0
 
 
 class MetricsTable(list[dict[str, Any]]):
@@ -93,11 +95,21 @@ class Job:
         )  # fmt: skip
         self.submission: Submission | None = None
         self._listeners: list[Listener] = []
+        self._closers: list[Callable[[float], object]] = []
 
     # -- events --------------------------------------------------------------
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(event)`` for every later event (from a backend thread)."""
         self._listeners.append(listener)
+
+    def add_closer(self, close: Callable[[float], object]) -> None:
+        """Call ``close(seconds)`` once the job ended, from the first :meth:`wait` after.
+
+        For listeners that write elsewhere on their own thread (TensorBoard,
+        MLflow): ``close`` waits up to ``seconds`` for them to finish, so a
+        job waited for is written everywhere.
+        """
+        self._closers.append(close)
 
     def feed(self, event: ev.Event) -> None:
         """Take one event from the backend."""
@@ -127,8 +139,14 @@ class Job:
         """Block until the job ends; return its final state.
 
         Raises :class:`TimeoutError` if it has not ended after ``timeout`` s.
+        Once it ended, the first call waits (up to :data:`CLOSE_WAIT` s each)
+        for the closers (see :meth:`add_closer`).
         """
-        return self.monitor.wait(timeout)
+        state = self.monitor.wait(timeout)
+        closers, self._closers = self._closers, []  # waited for once (a stuck one once only)
+        for close in closers:
+            close(CLOSE_WAIT)
+        return state
 
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's value of the cell's last expression.

@@ -9,6 +9,7 @@ Layout under :func:`home` (``$DISTRAIN_HOME``, else
     jobs/<name>/logs/rank-R.log  everything rank R printed (fds 1 and 2)
     jobs/<name>/logs/agent-N.log node agent N (torchrun) output
     jobs/<name>/stop             present once a stop was requested
+    tensorboard/<name>/rank-R/   every job's metrics as TensorBoard event files (any backend)
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def jobs_root() -> Path:
 def job_dir(name: str) -> Path:
     """The directory of job ``name`` (may not exist)."""
     return jobs_root() / name
+
+
+def tensorboard_root() -> Path:
+    """Where jobs write TensorBoard event files unless given ``--tensorboard DIR``."""
+    return home() / "tensorboard"
 
 
 def logs_dir(directory: Path) -> Path:

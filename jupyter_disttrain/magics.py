@@ -65,6 +65,14 @@ class DistrainMagics(Magics):
     prewarm = Bool(
         True, help="Start the local launcher when the extension loads, so the first job is fast."
     ).tag(config=True)
+    tensorboard = Unicode(
+        "",
+        help="Default --tensorboard DIR (event files under DIR/NAME/rank-R); '' for the job "
+        "home's tensorboard folder, 'off' for none.",
+    ).tag(config=True)
+    mlflow = Unicode(
+        "", help="Default --mlflow tracking URI: every job becomes an MLflow run ('' for none)."
+    ).tag(config=True)
     live = Unicode(
         "auto",
         help="Live output: 'auto' (dashboard in notebooks, lines in terminals), 'widget', "
@@ -72,7 +80,8 @@ class DistrainMagics(Magics):
     ).tag(config=True)
 
     CONFIG_KEYS = ("nodes", "nproc", "backend", "framework", "timeout", "hang_after",
-                   "max_capture_mb", "launch_mode", "prewarm", "live")  # fmt: skip
+                   "max_capture_mb", "launch_mode", "prewarm", "live", "tensorboard",
+                   "mlflow")  # fmt: skip
 
     # -- %%distrain ------------------------------------------------------------
     @magic_arguments.magic_arguments()
@@ -310,6 +319,8 @@ class DistrainMagics(Magics):
             "framework": self.framework,
             "timeout": self.timeout or None,
             "hang_after": self.hang_after,
+            "tensorboard": self.tensorboard or None,
+            "mlflow": self.mlflow or None,
         }
 
     def _live_mode(self) -> str:

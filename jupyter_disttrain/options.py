@@ -53,6 +53,13 @@ JOB_OPTIONS: list[Option] = [
                          "0: never)"}),
     (("--resume",), {"default": None, "metavar": "latest|STEP|URI",
                      "help": "load_checkpoint() returns this checkpoint when the job starts"}),
+    (("--tensorboard",), {"default": None, "metavar": "DIR",
+                           "help": "write every rank's reported metrics as TensorBoard event "
+                           "files under DIR/NAME/rank-R (default: the job home's tensorboard "
+                           "folder when tensorboard is installed; off: none)"}),
+    (("--mlflow",), {"default": None, "metavar": "URI",
+                     "help": "make the job an MLflow run at this tracking URI: options as "
+                     "params, every rank's metrics, checkpoints, final status"}),
     (("--dry-run",), {"action": "store_true",
                       "help": "print the exact launch plan (or Kubernetes YAML) and run nothing"}),
     (("--export",), {"default": None, "metavar": "FILE.yaml",
@@ -171,9 +178,19 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
             grace_period=getattr(args, "grace_period", None),
             hang_after=_float_or_none(pick("hang_after", None)),
             options=extra,
+            tensorboard=_given(args, conf, "tensorboard"),
+            mlflow=_given(args, conf, "mlflow"),
         )
     )
     return spec
+
+
+def _given(args: argparse.Namespace, conf: dict[str, Any], key: str) -> str | None:
+    """A text option: as given (even empty, which the spec refuses), else configured, else None."""
+    value = getattr(args, key, None)
+    if value is None:
+        value = conf.get(key) or None  # an empty configured value means unset
+    return None if value is None else str(value)
 
 
 def _float_or_none(value: Any) -> float | None:

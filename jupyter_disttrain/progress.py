@@ -135,8 +135,9 @@ def format_event(event: ev.Event) -> str | None:
     """One printed line for an event in ``lines`` mode, or None to skip it."""
     if event.kind == "log":
         source = event.get("source")
-        if source:
-            return None  # agent chatter: in the logs, not on the console
+        if source:  # agent chatter stays in the logs; a job-wide warning is shown
+            text = str(event.get("text") or "")
+            return text if text.startswith("warning: ") else None
         return f"[rank {event.rank}] {event.get('text')}"
     if event.kind == "metric":
         step = int(event.get("step", 0))

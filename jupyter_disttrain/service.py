@@ -37,6 +37,8 @@ from .monitor import JobMonitor, Where
 from .options import spec_from_args
 from .payload import Payload, build_payload
 from .spec import JobSpec, SpecError
+from .tracking import check as check_tracking
+from .tracking import sinks_for
 
 Listener = Callable[[ev.Event], None]
 
@@ -97,6 +99,7 @@ class JobService:
     def spec(self, args: argparse.Namespace, defaults: Mapping[str, Any] | None = None) -> JobSpec:
         """A validated spec from parsed options (``defaults`` fill options left unset)."""
         spec = spec_from_args(args, dict(defaults or {}))
+        check_tracking(spec)
         backend = self.backend(spec.backend)
         backend.check(spec)
         if backend.capabilities.checkpoints_on_path:
@@ -147,12 +150,29 @@ class JobService:
         return f"kubectl create -f {path}"
 
     def run(self, plan: Plan, listeners: Iterable[Listener] = ()) -> Job:
-        """Submit ``plan`` and return its :class:`Job` (kept by name)."""
-        backend = self.backend(plan.spec.backend)
-        job = Job(plan.spec, backend, plan=plan)
+        """Submit ``plan`` and return its :class:`Job` (kept by name).
+
+        The job's metrics also go where its spec says (TensorBoard files, an
+        MLflow run; see :mod:`~jupyter_disttrain.tracking`).
+        """
+        return self._start(Job(plan.spec, self.backend(plan.spec.backend), plan=plan), listeners)
+
+    def _start(self, job: Job, listeners: Iterable[Listener]) -> Job:
+        """Attach the listeners and the spec's sinks, submit the job's plan, keep the job."""
+        assert job.plan is not None
         for listener in listeners:
             job.add_listener(listener)
-        job.submission = backend.submit(plan, job.feed)
+        here = job.backend.capabilities.checkpoints_on_path  # a reported path is one of ours
+        sinks = sinks_for(job.spec, job.feed, notebook=self.notebook, paths_here=here)
+        for sink in sinks:
+            job.add_listener(sink.on_event)
+            job.add_closer(sink.close)
+        try:
+            job.submission = job.backend.submit(job.plan, job.feed)
+        except BaseException:
+            for sink in sinks:
+                sink.cancel()
+            raise
         self._keep(job)
         return job
 
@@ -217,7 +237,7 @@ class JobService:
             self._jobs[job.name] = job
 
     def stop_all(self, timeout: float = 30.0) -> None:
-        """Stop every running job of this process (kernel shutdown)."""
+        """Stop every running job of this process (kernel shutdown), its sinks finished."""
         jobs = [j for j in self.registered().values() if j.submission is not None and not j.done]
         for job in jobs:
             try:
@@ -226,6 +246,11 @@ class JobService:
                 continue
         for job in jobs:
             job.submission.join(timeout)  # type: ignore[union-attr]
+        for job in jobs:  # and their ends written where they are tracked (TensorBoard, MLflow)
+            try:
+                job.wait(0)
+            except TimeoutError:
+                continue
 
     # ------------------------------------------------------------------ listing
 
@@ -422,13 +447,7 @@ def submit(
     service = default_service()
     if backend is None:
         return service.submit(spec, payload, listeners)
-    job = Job(spec, backend, plan=backend.plan(spec, payload))
-    for listener in listeners:
-        job.add_listener(listener)
-    assert job.plan is not None
-    job.submission = backend.submit(job.plan, job.feed)
-    service._keep(job)
-    return job
+    return service._start(Job(spec, backend, plan=backend.plan(spec, payload)), listeners)
 
 
 def attach(name: str, backend: Backend | str | None = None,

@@ -41,7 +41,9 @@ class JobSpec:
     never, ``None`` for the runtime's default) is how long every rank may stay
     silent before the job takes its ranks' stacks and reads a hang. ``options``
     carries backend-specific settings (image, resources, ...) as plain strings
-    so the spec stays neutral.
+    so the spec stays neutral. ``tensorboard`` is where the job's metrics go as
+    TensorBoard event files (``None``: the default place, ``"off"``: nowhere);
+    ``mlflow`` a tracking URI that makes the job an MLflow run (``None``: none).
     """
 
     name: str
@@ -58,6 +60,8 @@ class JobSpec:
     grace_period: float | None = None
     hang_after: float | None = None
     options: tuple[tuple[str, str], ...] = field(default=())
+    tensorboard: str | None = None
+    mlflow: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -126,6 +130,7 @@ def validate(spec: JobSpec) -> JobSpec:
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}")
     _check_checkpoint_options(spec)
+    _check_tracking_options(spec)
     if spec.framework == "tensorflow":
         _check_tensorflow(spec)
     for key, _ in spec.env:
@@ -190,4 +195,23 @@ def _check_checkpoint_options(spec: JobSpec) -> None:
     elif "/" not in resume:
         raise SpecError(
             f"--resume {resume!r} is not 'latest', a step number or a checkpoint path or URL"
+        )
+
+
+#: ``--tensorboard off`` writes no event files.
+TENSORBOARD_OFF = "off"
+
+
+def _check_tracking_options(spec: JobSpec) -> None:
+    """``--tensorboard DIR|off`` and ``--mlflow URI``, as far as text can tell."""
+    if spec.tensorboard is not None and not spec.tensorboard.strip():
+        raise SpecError(
+            "--tensorboard is empty; give a directory (event files go to DIR/NAME/rank-R), "
+            f"or {TENSORBOARD_OFF} to write none"
+        )
+    uri = spec.mlflow
+    if uri is not None and (not uri.strip() or any(c.isspace() for c in uri)):
+        raise SpecError(
+            f"--mlflow {uri!r} is not a tracking URI; give one such as "
+            "http://127.0.0.1:5000 or sqlite:///mlflow.db"
         )

@@ -38,6 +38,7 @@ BAD_LINES = [
     ("--dist-backend mpi", "unknown --dist-backend 'mpi'"),
     ("--max-restarts -1", "--max-restarts must be at least 0"),
     ("-o not-a-name", "not a valid Python variable name"),
+    ('--mlflow "http://a b"', "is not a tracking URI"),
     ("stray", "unrecognized arguments"),
 ]
 
@@ -128,6 +129,27 @@ def test_config_defaults_apply(shell: InteractiveShell, capsys: pytest.CaptureFi
         shell.run_line_magic("distrain_config", "nodes=1 nproc=1")
     shell.run_line_magic("distrain_config", "")
     assert "nodes = 1" in capsys.readouterr().out
+
+
+def test_config_sets_tensorboard_and_mlflow_and_options_win(shell: InteractiveShell) -> None:
+    from IPython.core import magic_arguments
+
+    magics = shell.magics_manager.registry["DistrainMagics"]
+
+    def spec_of(line: str) -> object:
+        args = magic_arguments.parse_argstring(magics.distrain, line)
+        return jobs.default_service().spec(args, magics._defaults())
+
+    assert (spec_of("--name cfg").tensorboard, spec_of("--name cfg").mlflow) == (None, None)
+    shell.run_line_magic("distrain_config", "mlflow=http://127.0.0.1:5000 tensorboard=/tmp/tb")
+    try:
+        spec = spec_of("--name cfg")
+        assert (spec.tensorboard, spec.mlflow) == ("/tmp/tb", "http://127.0.0.1:5000")
+        spec = spec_of("--name cfg --tensorboard off --mlflow sqlite:///runs.db")
+        assert (spec.tensorboard, spec.mlflow) == ("off", "sqlite:///runs.db")
+    finally:
+        shell.run_line_magic("distrain_config", "mlflow= tensorboard=")
+    assert spec_of("--name cfg").mlflow is None
 
 
 @pytest.mark.slow

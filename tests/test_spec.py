@@ -24,6 +24,9 @@ def test_valid_spec_and_world_size() -> None:
         ({"timeout": 0.0}, "--timeout"),
         ({"max_restarts": -1}, "--max-restarts"),
         ({"env": (("RANK", "3"),)}, "RANK"),
+        ({"tensorboard": " "}, "--tensorboard is empty; give a directory"),
+        ({"mlflow": ""}, "--mlflow '' is not a tracking URI"),
+        ({"mlflow": "http://a b"}, "is not a tracking URI; give one such as"),
     ],
 )
 def test_invalid_specs_name_the_problem(changes: dict[str, object], needle: str) -> None:

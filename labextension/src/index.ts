@@ -1,4 +1,5 @@
-// jupyter-disttrain: the "Distributed Training" sidebar, its log viewer and status bar item.
+// jupyter-disttrain: the "Distributed Training" sidebar, its log viewer, status bar item
+// and notifications when a job ends.
 
 import {
   ILabShell,
@@ -13,6 +14,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { JobsAPI } from './api';
 import { LogViewer } from './logs';
 import { JobsModel } from './model';
+import { notifyJobEnds } from './notify';
 import { JobsPanel } from './panel';
 import { JobsStatus } from './status';
 import { IJob } from './types';
@@ -62,10 +64,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       app.shell.activateById(widget.id);
     };
 
-    const panel = new JobsPanel(model, {
-      showLogs,
-      openNotebook: path => void app.commands.execute('docmanager:open', { path })
-    });
+    const openNotebook = (path: string): void =>
+      void app.commands.execute('docmanager:open', { path });
+    const panel = new JobsPanel(model, { showLogs, openNotebook });
     panel.title.icon = disttrainIcon;
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, 'jupyter-disttrain-panel');
@@ -89,6 +90,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         rank: 50
       });
     }
+
+    notifyJobEnds(model, { showLogs, openNotebook });
 
     model.setVisible(panel.isVisible);
     labShell?.layoutModified.connect(() => model.setVisible(panel.isVisible));

@@ -35,7 +35,7 @@ export async function openBrowser(viewport) {
     if (msg.type() === "error" && result.console.length < 50) result.console.push(msg.text());
   });
   page.on("pageerror", (err) => {
-    if (result.console.length < 50) result.console.push(`pageerror: ${err.message}`);
+    if (result.console.length < 50) result.console.push(`pageerror: ${err.message}\n${(err.stack ?? "").slice(0, 1500)}`);
   });
   const close = async () => {
     await context.close();

@@ -49,7 +49,7 @@ export async function runCell(page, index) {
   const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
   const prompt = cell.locator(".jp-InputPrompt").filter({ hasText: /\[(\*|\d+)\]/ });
   for (let attempt = 0; attempt < 3; attempt++) {
-    await cell.locator(".jp-InputArea-editor").click();
+    await cell.locator(".jp-InputArea-editor").click({ timeout: 90_000 });
     await page.keyboard.press("Shift+Enter");
     try {
       await prompt.waitFor({ timeout: 10_000 });

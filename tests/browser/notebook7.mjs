@@ -4,11 +4,12 @@
 //
 // The notebook (written by test_notebook7_browser.py) has three code cells:
 // load the extension, a 1x2 job ("nb7-train") that reports a loss and saves a
-// checkpoint every 10 steps, `%distrain_checkpoints nb7-train`. The script
-// samples the job's plotly curve while it runs (its points must grow), opens
-// the checkpoint browser mid-run, refreshes it after the job ended, selects
-// a row, saves screenshots in OUT_DIR and prints one JSON object of what it
-// saw. Exit code 1 (with {"error": ...}) when a step times out.
+// checkpoint every 10 steps until a file "stop-training" appears in the
+// server root, `%distrain_checkpoints nb7-train`. The script samples the
+// job's plotly curve while it runs (its points must grow), opens the
+// checkpoint browser mid-run, lets the job finish (creates the file), then
+// refreshes the browser and selects a row; it saves screenshots in OUT_DIR
+// and prints one JSON object of what it saw. Exit code 1 (with {"error": ...}) when a step times out.
 
 import fs from "node:fs";
 import path from "node:path";
@@ -35,6 +36,31 @@ async function headerState() {
   return page.locator(`${JOB} .distrain-header`).getAttribute("data-state");
 }
 
+async function rank0Step() {
+  return page.evaluate((sel) => document.querySelector(`${sel} tr.distrain-rank-row[data-rank="0"]`)?.dataset.step ?? null, JOB);
+}
+
+async function waitForStep(step) {
+  await page.waitForFunction(
+    ({ sel, step }) => Number(document.querySelector(`${sel} tr.distrain-rank-row[data-rank="0"]`)?.dataset.step) >= step,
+    { sel: JOB, step },
+    { timeout: JOB_TIMEOUT },
+  );
+}
+
+// Creates an empty file at the server root through its contents API (as the page would).
+async function createFile(name) {
+  return page.evaluate(async (name) => {
+    const xsrf = document.cookie.match(/_xsrf=([^;]+)/)?.[1] ?? "";
+    const reply = await fetch(`/api/contents/${name}`, {
+      method: "PUT",
+      headers: { "Content-Type": "application/json", "X-XSRFToken": decodeURIComponent(xsrf) },
+      body: JSON.stringify({ type: "file", format: "text", content: "" }),
+    });
+    return reply.status;
+  }, name);
+}
+
 async function checkpointRows() {
   return page.locator(`${BROWSER} .distrain-ckpt-table tbody tr`).evaluateAll((trs) =>
     trs.map((tr) => ({ step: Number(tr.dataset.step), status: tr.dataset.status })),
@@ -52,32 +78,35 @@ try {
   await runCell(1);
   await page.locator(`${JOB} .distrain-header`).waitFor({ timeout: 60_000 });
   await page.locator(`${JOB} .distrain-header[data-state="Running"]`).waitFor({ timeout: JOB_TIMEOUT });
-  // the curve while it grows: one sample per second until the job ends
+  // the curve while it grows: samples until three show more points than the one before
   const samples = [];
-  const started = Date.now();
-  for (;;) {
-    const state = await headerState();
-    const counts = await points();
-    const step = await page
-      .locator(`${JOB} tr.distrain-rank-row[data-rank="0"]`)
-      .getAttribute("data-step")
-      .catch(() => null);
-    samples.push({ state, step, points: counts });
-    if (state !== "Running" && state !== "Pending") break;
-    if (Date.now() - started > JOB_TIMEOUT) throw new Error(`the job is still ${state}`);
-    if (!result.checkpointsMidRun && Number(step) >= 25) {
-      // 3: the checkpoint browser, opened while the job still runs
-      await runCell(2);
-      await page.locator(`${BROWSER} .distrain-ckpt-table tbody tr`).first().waitFor({ timeout: 60_000 });
-      result.checkpointsMidRun = await checkpointRows();
-      await page.locator(BROWSER).screenshot({ path: path.join(outDir, "notebook7-checkpoints-midrun.png") });
-    }
-    await page.waitForTimeout(500);
+  const grown = () => samples.filter((s, i) => i > 0 && s.points[0] > samples[i - 1].points[0]).length;
+  const deadline = Date.now() + JOB_TIMEOUT;
+  while (grown() < 3) {
+    if (Date.now() > deadline) throw new Error(`the curve did not grow: ${JSON.stringify(samples)}`);
+    samples.push({ state: await headerState(), step: await rank0Step(), points: await points() });
+    await page.waitForTimeout(700);
   }
   result.samples = samples;
-  await page.locator(`${JOB} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: 30_000 });
+
+  // 3: the checkpoint browser, opened while the job still runs
+  await waitForStep(25);
+  await runCell(2);
+  await page.locator(`${BROWSER} .distrain-ckpt-table tbody tr`).first().waitFor({ timeout: 60_000 });
+  result.checkpointsMidRun = await checkpointRows();
+  result.stateMidRun = await headerState();
+  await page.locator(BROWSER).screenshot({ path: path.join(outDir, "notebook7-checkpoints-midrun.png") });
+
+  // two more checkpoints, then the job is told to finish (it ends when the file exists)
+  await waitForStep(Math.max(...result.checkpointsMidRun.map((r) => r.step)) + 25);
+  result.gate = await createFile("stop-training");
+  await page.locator(`${JOB} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: 60_000 });
   await page.waitForTimeout(1500); // the final render
-  result.final = { state: await headerState(), points: await points() };
+  result.final = {
+    state: await headerState(),
+    steps: await page.locator(`${JOB} tr.distrain-rank-row`).evaluateAll((trs) => trs.map((tr) => Number(tr.dataset.step))),
+    points: await points(),
+  };
   await page.locator(JOB).screenshot({ path: path.join(outDir, "notebook7-dashboard.png") });
 
   // the checkpoint browser: Refresh shows what the job wrote since, a row shows its detail

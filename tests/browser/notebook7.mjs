@@ -8,7 +8,8 @@
 // server root, `%distrain_checkpoints nb7-train`. The script samples the
 // job's plotly curve while it runs (its points must grow), opens the
 // checkpoint browser mid-run, lets the job finish (creates the file), then
-// refreshes the browser and selects a row; it saves screenshots in OUT_DIR
+// sees the job's end notification and opens its logs from it, refreshes the
+// checkpoint browser and selects a row; it saves screenshots in OUT_DIR
 // and prints one JSON object of what it saw. Exit code 1 (with {"error": ...}) when a step times out.
 
 import fs from "node:fs";
@@ -108,6 +109,23 @@ try {
     points: await points(),
   };
   await page.locator(JOB).screenshot({ path: path.join(outDir, "notebook7-dashboard.png") });
+
+  // the lab extension works here too: the job's end as a notification; its logs open below
+  const toast = page.locator(".Toastify__toast").filter({ hasText: "Training job nb7-train" });
+  await toast.waitFor({ timeout: 60_000 });
+  result.toast = await toast.evaluate((el) => ({
+    text: el.querySelector(".jp-toast-message")?.textContent ?? el.textContent,
+    buttons: [...el.querySelectorAll("button")].map((b) => b.textContent.trim()).filter(Boolean),
+  }));
+  await toast.getByRole("button", { name: "Show logs" }).click();
+  const logs = page.locator('.jp-DisttrainLogs[data-job-id="local/nb7-train"][data-rank="all"]');
+  await logs.waitFor({ timeout: 30_000 });
+  result.logs = {
+    visible: await logs.isVisible(),
+    notebookVisible: await page.locator(".jp-NotebookPanel").first().isVisible(),
+    area: await logs.evaluate((el) => el.closest("#jp-down-stack") !== null),
+  };
+  await page.screenshot({ path: path.join(outDir, "notebook7-logs.png") });
 
   // the checkpoint browser: Refresh shows what the job wrote since, a row shows its detail
   const before = (await checkpointRows()).length;

@@ -5,7 +5,9 @@ reports a loss and saves a checkpoint every 10 steps until the browser
 script creates a file (so the test, not the machine's speed, decides when it
 ends). Its plotly curve is sampled while it runs and must grow; the
 checkpoint browser, opened mid-run, lists the checkpoints so far, and after
-the job ended, Refresh lists them all and a row shows its contents.
+the job ended, Refresh lists them all and a row shows its contents. The lab
+extension's end notification shows here too, and its Show logs opens the
+logs below the notebook (Notebook 7's main area holds one document).
 Screenshots land in ``test-output/notebook7/``.
 """
 
@@ -72,6 +74,13 @@ def test_dashboard_and_checkpoints_in_notebook7(notebook7: Lab) -> None:
     assert len(steps) == 2 and min(steps) >= 45, final
     assert sorted(final["points"]) == sorted([s + 1 for s in [*steps, max(steps)]]), final
     last = steps[0]  # rank 0 saves the checkpoints
+
+    # the lab extension in Notebook 7: the end notification, logs opened below the notebook
+    toast = result["toast"]
+    assert toast["text"].startswith("Training job nb7-train succeeded after "), toast
+    assert toast["buttons"] == ["Open notebook", "Show logs"], toast
+    logs = result["logs"]
+    assert logs == {"visible": True, "notebookVisible": True, "area": True}, logs
 
     mid = result["checkpointsMidRun"]
     assert result["stateMidRun"] == "Running"

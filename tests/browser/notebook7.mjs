@@ -125,6 +125,7 @@ try {
     notebookVisible: await page.locator(".jp-NotebookPanel").first().isVisible(),
     area: await logs.evaluate((el) => el.closest("#jp-down-stack") !== null),
   };
+  await page.waitForTimeout(500); // the toast's slide out
   await page.screenshot({ path: path.join(outDir, "notebook7-logs.png") });
 
   // the checkpoint browser: Refresh shows what the job wrote since, a row shows its detail

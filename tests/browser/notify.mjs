@@ -32,6 +32,17 @@ async function describe(text) {
   }));
 }
 
+// Until the toast has slid in (fully inside the window), for its screenshot.
+async function settled(text) {
+  await toast(text).evaluate(
+    (el) =>
+      new Promise((resolve) => {
+        const check = () => (el.getBoundingClientRect().right <= window.innerWidth ? resolve() : setTimeout(check, 50));
+        check();
+      }),
+  );
+}
+
 async function currentTab() {
   return page
     .locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel")
@@ -64,6 +75,7 @@ try {
   await runCell(1);
   await toast("Training job notify-ok").waitFor({ timeout: JOB_TIMEOUT });
   result.ok = await describe("Training job notify-ok");
+  await settled("Training job notify-ok");
   await page.screenshot({ path: path.join(outDir, "notify-succeeded.png") });
   await toast("Training job notify-ok").getByRole("button", { name: "Show logs" }).click();
   await page.locator('.jp-DisttrainLogs[data-job-id="local/notify-ok"]').waitFor({ timeout: 15_000 });
@@ -74,6 +86,7 @@ try {
   await runCell(2);
   await toast("Training job notify-fail").waitFor({ timeout: JOB_TIMEOUT });
   result.failed = await describe("Training job notify-fail");
+  await settled("Training job notify-fail");
   await page.screenshot({ path: path.join(outDir, "notify-failed.png") });
   // with the logs in front, "Open notebook" brings the notebook back
   await page.locator("#jp-main-dock-panel .lm-TabBar-tab", { hasText: "Logs: notify-ok" }).click();

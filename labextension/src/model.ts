@@ -7,7 +7,7 @@
 // interval is short while the panel is visible, and slow when only the
 // status bar needs the running count.
 
-import { IJob, IJobsAPI, IBackendStatus, IPhase, IProgress, JSONFloat, TERMINAL_STATES } from './types';
+import { IJob, IJobsAPI, IBackendStatus, IPhase, IProgress, IRank, JSONFloat, TERMINAL_STATES } from './types';
 
 /** Poll intervals in milliseconds. */
 export const FAST_MS = 1500;
@@ -145,6 +145,29 @@ export function firstStepText(job: Pick<IJob, 'first_step_s'>): string {
 export function phaseLine(phase: IPhase): string {
   const seconds = finite(phase.duration_s);
   return seconds === null || phase.state === 'pending' ? phase.label || phase.name : `${phase.label || phase.name} ${formatDuration(seconds)}`;
+}
+
+/** A rank's resource figures ("CPU 95%, memory 1.2 GB of 4.0 GB, GPU 80%"); absent ones left out. */
+export function usageText(rank: Pick<IRank, 'cpu_pct' | 'rss_bytes' | 'mem_limit_bytes' | 'gpu_util_pct' | 'gpu_mem_bytes'>): string {
+  const parts: string[] = [];
+  const cpu = finite(rank.cpu_pct);
+  if (cpu !== null) {
+    parts.push(`CPU ${Math.round(cpu)}%`);
+  }
+  const rss = finite(rank.rss_bytes);
+  if (rss !== null) {
+    const limit = finite(rank.mem_limit_bytes);
+    parts.push(`memory ${formatBytes(rss)}${limit === null ? '' : ` of ${formatBytes(limit)}`}`);
+  }
+  const gpu = finite(rank.gpu_util_pct);
+  if (gpu !== null) {
+    parts.push(`GPU ${Math.round(gpu)}%`);
+  }
+  const gpuMem = finite(rank.gpu_mem_bytes);
+  if (gpuMem !== null) {
+    parts.push(`GPU memory ${formatBytes(gpuMem)}`);
+  }
+  return parts.join(', ');
 }
 
 /** A log request: one rank or all (null), the last `tail` lines. */

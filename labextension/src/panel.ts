@@ -17,7 +17,8 @@ import {
   isActive,
   phaseLine,
   phaseText,
-  progressView
+  progressView,
+  usageText
 } from './model';
 import { IJob } from './types';
 
@@ -322,7 +323,7 @@ export class JobsPanel extends Widget {
         row.classList.add('jp-mod-straggler');
       }
       const where = `node ${rank.node}, ${rank.host} local rank ${rank.local_rank}`;
-      row.title = rank.reason ? `${rank.reason}\n${where}` : where;
+      row.title = [rank.reason, where, usageText(rank)].filter(Boolean).join('\n');
       row.appendChild(el('td', '', String(rank.rank)));
       row.appendChild(el('td', `jp-Disttrain-state-${rank.state.toLowerCase()}`, rank.state));
       row.appendChild(el('td', '', formatStep(rank.step)));

@@ -1,6 +1,6 @@
 // The optional fields of a job (progress, phases, first_step_s): sample JSON as the server sends it.
 
-import { firstStepText, formatRate, phaseLine, phaseText, progressView } from '../src/model';
+import { firstStepText, formatRate, phaseLine, phaseText, progressView, usageText } from '../src/model';
 import { IJob } from '../src/types';
 
 const RUNNING: IJob = JSON.parse(`{
@@ -82,5 +82,18 @@ describe('phases', () => {
     expect(phaseText(OLD)).toBe('');
     expect(firstStepText(OLD)).toBe('');
     expect(phaseText({ state: 'Running', phase: 'rendezvous', phases: [] })).toBe('rendezvous');
+  });
+});
+
+describe('rank resources', () => {
+  it('lists the figures sampled, leaving absent ones out (never 0)', () => {
+    const rank = JSON.parse(
+      '{"cpu_pct": 95.4, "rss_bytes": 1234567890, "mem_limit_bytes": 4000000000, "gpu_util_pct": null, "gpu_mem_bytes": null}'
+    );
+    expect(usageText(rank)).toBe('CPU 95%, memory 1.2 GB of 4.0 GB');
+    expect(usageText({ cpu_pct: 3, rss_bytes: 5e8, gpu_util_pct: 80, gpu_mem_bytes: 2e9 })).toBe(
+      'CPU 3%, memory 500.0 MB, GPU 80%, GPU memory 2.0 GB'
+    );
+    expect(usageText({})).toBe('');
   });
 });

@@ -135,10 +135,10 @@ export function phaseText(job: Pick<IJob, 'state' | 'phase' | 'phases'>): string
   return seconds === null ? label : `${label} (${formatDuration(seconds)})`;
 }
 
-/** "first step after 14s", "" before it (or when the server does not say). */
+/** How long the job took from submit to its first report(): "after 14s", "" before it. */
 export function firstStepText(job: Pick<IJob, 'first_step_s'>): string {
   const seconds = finite(job.first_step_s);
-  return seconds === null ? '' : `first step after ${formatDuration(seconds)}`;
+  return seconds === null ? '' : `after ${formatDuration(seconds)}`;
 }
 
 /** One line of the phase timeline: "rendezvous 3s" (pending phases: label only). */

@@ -205,7 +205,7 @@ export class JobsPanel extends Widget {
       add('progress', 'Progress', [`${view.text}${percent}`, isActive(listed) ? view.eta : ''].filter(Boolean).join(', '), view.rate);
     }
     add('phase', 'Phase', phaseText(listed));
-    add('first_step', 'Started', firstStepText(listed));
+    add('first_step', 'First step', firstStepText(listed));
     return list;
   }
 

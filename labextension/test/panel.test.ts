@@ -103,7 +103,7 @@ describe('JobsPanel', () => {
     );
     expect(facts).toEqual({
       backend: 'local', world: '4 (2 x 2)', elapsed: '30s', step: '39', rate: '2.50 steps/s',
-      progress: '39/100 (39%), 24s left', first_step: 'first step after 9s'
+      progress: '39/100 (39%), 24s left', first_step: 'after 9s'
     });
     const phases = Array.from(detail.querySelectorAll('li.jp-Disttrain-phase-item')).map(li => li.textContent);
     expect(phases).toEqual(['containers started 1s', 'rendezvous 2s', 'first step 6s']);

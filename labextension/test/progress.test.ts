@@ -77,7 +77,7 @@ describe('phases', () => {
 
   it('says nothing of a phase once running past them or ended', () => {
     expect(phaseText(RUNNING)).toBe('');
-    expect(firstStepText(RUNNING)).toBe('first step after 9s');
+    expect(firstStepText(RUNNING)).toBe('after 9s');
     expect(phaseText({ ...WAITING, state: 'Failed' })).toBe('');
     expect(phaseText(OLD)).toBe('');
     expect(firstStepText(OLD)).toBe('');

@@ -34,9 +34,11 @@ browser-deps:
 	@test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 	@test -d tests/browser/node_modules/playwright-core || (cd tests/browser && npm ci --no-audit --no-fund)
 
-# TypeScript unit tests of the lab extension (jest; jlpm comes with the venv).
+# TypeScript unit tests of the lab extension (jest; jlpm comes with the venv); the Node
+# packages are installed again when yarn.lock changed since.
 labextension-test: venv
-	@test -d labextension/node_modules || (cd labextension && ../$(VENV)/bin/jlpm install)
+	@test labextension/node_modules/.yarn-state.yml -nt labextension/yarn.lock \
+		|| (cd labextension && ../$(VENV)/bin/jlpm install)
 	cd labextension && ../$(VENV)/bin/jlpm test --ci
 
 # The Binder recipe in a fresh venv: install, both extensions enabled, quickstart runs.

@@ -1,4 +1,5 @@
-// jupyter-disttrain: the "Distributed Training" sidebar, its log viewer and status bar item.
+// jupyter-disttrain: the "Distributed Training" sidebar, its log viewer, status bar item
+// and notifications when a job ends.
 
 import {
   ILabShell,
@@ -9,10 +10,12 @@ import {
 import { ICommandPalette, MainAreaWidget, WidgetTracker } from '@jupyterlab/apputils';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
+import { SplitPanel, Widget } from '@lumino/widgets';
 
 import { JobsAPI } from './api';
 import { LogViewer } from './logs';
 import { JobsModel } from './model';
+import { notifyJobEnds } from './notify';
 import { JobsPanel } from './panel';
 import { JobsStatus } from './status';
 import { IJob } from './types';
@@ -23,6 +26,25 @@ const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" wi
 <path d="M6.5 7.5l4 3M17.5 7.5l-4 3M6.5 16.5l4-3M17.5 16.5l-4-3" stroke="#616161" stroke-width="1.4"/></g></svg>`;
 
 export const disttrainIcon = new LabIcon({ name: 'jupyter-disttrain:jobs', svgstr: ICON_SVG });
+
+/**
+ * Give `widget` a `share` of the nearest vertical split it lies in when the
+ * split shows it at (almost) no height (Notebook 7's down area opens so).
+ */
+export function reveal(widget: Widget, share = 0.4): void {
+  let child: Widget = widget;
+  for (let parent = widget.parent; parent !== null; child = parent, parent = parent.parent) {
+    if (parent instanceof SplitPanel && parent.orientation === 'vertical') {
+      const index = parent.widgets.indexOf(child);
+      const sizes = parent.relativeSizes();
+      if (index >= 0 && !(sizes[index] >= 0.1)) {
+        const rest = sizes.reduce((sum, size, i) => (i === index ? sum : sum + size), 0) || 1;
+        parent.setRelativeSizes(sizes.map((size, i) => (i === index ? share : (size / rest) * (1 - share))));
+      }
+      return;
+    }
+  }
+}
 
 namespace CommandIDs {
   export const open = 'disttrain:open-panel';
@@ -49,6 +71,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       const open = logs.find(w => w.content.job.id === job.id);
       if (open) {
         app.shell.activateById(open.id);
+        if (!labShell) {
+          reveal(open);
+        }
         return;
       }
       const viewer = new LogViewer(api, job, () => model.job(job.id)?.state ?? job.state);
@@ -58,14 +83,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
       widget.title.icon = disttrainIcon;
       widget.addClass('jp-DisttrainLogsPanel');
       void logs.add(widget);
-      app.shell.add(widget, 'main');
+      // Notebook 7's main area holds one document: there the logs open below it
+      app.shell.add(widget, labShell ? 'main' : 'down');
       app.shell.activateById(widget.id);
+      if (!labShell) {
+        reveal(widget);
+      }
     };
 
-    const panel = new JobsPanel(model, {
-      showLogs,
-      openNotebook: path => void app.commands.execute('docmanager:open', { path })
-    });
+    const openNotebook = (path: string): void =>
+      void app.commands.execute('docmanager:open', { path });
+    const panel = new JobsPanel(model, { showLogs, openNotebook });
     panel.title.icon = disttrainIcon;
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, 'jupyter-disttrain-panel');
@@ -89,6 +117,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         rank: 50
       });
     }
+
+    notifyJobEnds(model, { showLogs, openNotebook });
 
     model.setVisible(panel.isVisible);
     labShell?.layoutModified.connect(() => model.setVisible(panel.isVisible));

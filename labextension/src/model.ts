@@ -7,7 +7,7 @@
 // interval is short while the panel is visible, and slow when only the
 // status bar needs the running count.
 
-import { IJob, IJobsAPI, IBackendStatus, JSONFloat, TERMINAL_STATES } from './types';
+import { IJob, IJobsAPI, IBackendStatus, IPhase, IProgress, IRank, JSONFloat, TERMINAL_STATES } from './types';
 
 /** Poll intervals in milliseconds. */
 export const FAST_MS = 1500;
@@ -76,6 +76,100 @@ export function isActive(job: { state: string }): boolean {
   return !TERMINAL_STATES.has(job.state);
 }
 
+/** A finite number, or null (absent, null, NaN or infinite). */
+function finite(value: number | null | undefined): number | null {
+  return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}
+
+/** What a progress bar shows; null when the job sent no progress. */
+export interface IProgressView {
+  /** 0..100, null when the total is unknown (no bar, only the step). */
+  percent: number | null;
+  /** "39/100" or "39" */
+  text: string;
+  /** "12s left", "" when unknown or done. */
+  eta: string;
+  /** "2.5 steps/s", "" when unknown. */
+  rate: string;
+}
+
+/** The bar, its text and ETA from a job's optional `progress`. */
+export function progressView(progress: IProgress | null | undefined): IProgressView | null {
+  if (!progress) {
+    return null;
+  }
+  const step = finite(progress.step);
+  const total = finite(progress.total);
+  let fraction = finite(progress.fraction);
+  if (fraction === null && step !== null && total !== null && total > 0) {
+    fraction = step / total;
+  }
+  if (step === null && fraction === null) {
+    return null;
+  }
+  const percent = fraction === null ? null : Math.round(Math.min(1, Math.max(0, fraction)) * 100);
+  const text = step === null ? `${percent}%` : total === null ? String(step) : `${step}/${total}`;
+  const eta = finite(progress.eta_s);
+  const rate = finite(progress.rate_per_s);
+  return {
+    percent,
+    text,
+    eta: eta === null || percent === 100 ? '' : `${formatDuration(eta)} left`,
+    rate: rate === null ? '' : `${formatRate(rate)} steps/s`
+  };
+}
+
+/** A rate in three significant digits ("2.50", "120", "0.0312"). */
+export function formatRate(rate: number): string {
+  return rate >= 100 ? String(Math.round(rate)) : rate.toPrecision(3);
+}
+
+/** The phase a job is in (its label and how long so far), "" when none or ended. */
+export function phaseText(job: Pick<IJob, 'state' | 'phase' | 'phases'>): string {
+  if (!job.phase || !isActive(job)) {
+    return '';
+  }
+  const phase = (job.phases ?? []).find(p => p.name === job.phase);
+  const label = phase?.label || job.phase;
+  const seconds = finite(phase?.duration_s);
+  return seconds === null ? label : `${label} (${formatDuration(seconds)})`;
+}
+
+/** How long the job took from submit to its first report(): "after 14s", "" before it. */
+export function firstStepText(job: Pick<IJob, 'first_step_s'>): string {
+  const seconds = finite(job.first_step_s);
+  return seconds === null ? '' : `after ${formatDuration(seconds)}`;
+}
+
+/** One line of the phase timeline: "rendezvous 3s" (pending phases: label only). */
+export function phaseLine(phase: IPhase): string {
+  const seconds = finite(phase.duration_s);
+  return seconds === null || phase.state === 'pending' ? phase.label || phase.name : `${phase.label || phase.name} ${formatDuration(seconds)}`;
+}
+
+/** A rank's resource figures ("CPU 95%, memory 1.2 GB of 4.0 GB, GPU 80%"); absent ones left out. */
+export function usageText(rank: Pick<IRank, 'cpu_pct' | 'rss_bytes' | 'mem_limit_bytes' | 'gpu_util_pct' | 'gpu_mem_bytes'>): string {
+  const parts: string[] = [];
+  const cpu = finite(rank.cpu_pct);
+  if (cpu !== null) {
+    parts.push(`CPU ${Math.round(cpu)}%`);
+  }
+  const rss = finite(rank.rss_bytes);
+  if (rss !== null) {
+    const limit = finite(rank.mem_limit_bytes);
+    parts.push(`memory ${formatBytes(rss)}${limit === null ? '' : ` of ${formatBytes(limit)}`}`);
+  }
+  const gpu = finite(rank.gpu_util_pct);
+  if (gpu !== null) {
+    parts.push(`GPU ${Math.round(gpu)}%`);
+  }
+  const gpuMem = finite(rank.gpu_mem_bytes);
+  if (gpuMem !== null) {
+    parts.push(`GPU memory ${formatBytes(gpuMem)}`);
+  }
+  return parts.join(', ');
+}
+
 /** A log request: one rank or all (null), the last `tail` lines. */
 export interface ILogQuery {
   rank: number | null;
@@ -96,6 +190,8 @@ export class JobsModel {
   jobs: IJob[] = [];
   backends: IBackendStatus[] = [];
   running = 0;
+  /** The server's clock at the last listing (seconds). */
+  now = 0;
   error = '';
   loaded = false;
   readonly expanded = new Set<string>();
@@ -147,6 +243,7 @@ export class JobsModel {
       this.jobs = listing.jobs;
       this.backends = listing.backends;
       this.running = listing.running;
+      this.now = listing.now;
       this.error = '';
       this.loaded = true;
     } catch (err) {

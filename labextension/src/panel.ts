@@ -1,6 +1,9 @@
-// The "Distributed Training" sidebar: the jobs table; a row expands to its ranks,
-// latest metrics and actions. Stable hooks for tests: class names below and
-// data-job-id / data-state / data-action / data-rank attributes.
+// The "Distributed Training" sidebar: the jobs table; a row expands to its facts
+// (backend, scale, elapsed, progress, phases), ranks, latest metrics and actions.
+// The table has three columns so it fits Lab's default sidebar width without
+// scrolling sideways; everything else folds into the expanded row. Stable hooks
+// for tests: class names below and data-job-id / data-state / data-action /
+// data-rank / data-fact / data-phase attributes.
 
 import { Widget } from '@lumino/widgets';
 
@@ -10,7 +13,12 @@ import {
   formatDuration,
   formatStep,
   formatValue,
-  isActive
+  firstStepText,
+  isActive,
+  phaseLine,
+  phaseText,
+  progressView,
+  usageText
 } from './model';
 import { IJob } from './types';
 
@@ -19,7 +27,7 @@ export interface IPanelActions {
   openNotebook(path: string): void;
 }
 
-const COLUMNS = ['Name', 'Backend', 'State', 'World', 'Step', 'Elapsed'];
+const COLUMNS = ['Name', 'State', 'Step'];
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -109,7 +117,7 @@ export class JobsPanel extends Widget {
     const table = el('table', 'jp-Disttrain-table');
     const head = el('tr');
     for (const name of COLUMNS) {
-      head.appendChild(el('th', '', name));
+      head.appendChild(el('th', `jp-Disttrain-col-${name.toLowerCase()}`, name));
     }
     table.appendChild(el('thead')).appendChild(head);
     const body = table.appendChild(el('tbody'));
@@ -127,31 +135,93 @@ export class JobsPanel extends Widget {
     row.dataset.jobId = job.id;
     row.dataset.state = job.state;
     row.dataset.backend = job.backend;
-    row.title = [job.reason ? `${job.state}: ${job.reason}` : job.state, job.diagnosis ?? '']
-      .filter(Boolean)
-      .join('\n');
     if (this.model.expanded.has(job.id)) {
       row.classList.add('jp-mod-expanded');
     }
-    const cells: [string, string][] = [
-      ['name', job.name],
-      ['backend', job.backend],
-      ['state', job.state],
-      ['world', String(job.world_size)],
-      ['step', formatStep(job.step)],
-      ['elapsed', formatDuration(job.elapsed)]
-    ];
-    for (const [key, text] of cells) {
-      const cell = el('td', `jp-Disttrain-${key}`, text);
-      if (key === 'state') {
-        cell.classList.add(`jp-Disttrain-state-${job.state.toLowerCase()}`);
-      } else if (key === 'world') {
-        cell.title = `${job.nodes} node(s) x ${job.nproc} process(es)`;
-      }
-      row.appendChild(cell);
+    row.appendChild(el('td', 'jp-Disttrain-name', job.name));
+    const state = row.appendChild(el('td', `jp-Disttrain-state jp-Disttrain-state-${job.state.toLowerCase()}`));
+    state.appendChild(el('span', 'jp-Disttrain-state-text', job.state));
+    const phase = phaseText(job);
+    if (phase) {
+      state.appendChild(el('span', 'jp-Disttrain-phase', phase)).dataset.phase = job.phase ?? '';
     }
+    row.appendChild(this.progressCell(job));
+    row.title = [
+      job.reason ? `${job.state}: ${job.reason}` : job.state,
+      `${job.backend}, ${job.nodes} node(s) x ${job.nproc} process(es), ${formatDuration(job.elapsed)}`,
+      job.diagnosis ?? ''
+    ]
+      .filter(Boolean)
+      .join('\n');
     row.addEventListener('click', () => void this.model.toggle(job.id));
     return row;
+  }
+
+  /** The step, or a progress bar with its ETA when the job sends a total. */
+  private progressCell(job: IJob): HTMLTableCellElement {
+    const cell = el('td', 'jp-Disttrain-step');
+    const view = progressView(job.progress);
+    if (view === null || view.percent === null) {
+      cell.textContent = view?.text ?? formatStep(job.step);
+      return cell;
+    }
+    cell.classList.add('jp-mod-progress');
+    cell.dataset.percent = String(view.percent);
+    cell.title = [`${view.text} (${view.percent}%)`, view.eta, view.rate].filter(Boolean).join(', ');
+    const bar = cell.appendChild(el('div', 'jp-Disttrain-progress'));
+    bar.appendChild(el('div', 'jp-Disttrain-progress-fill')).style.width = `${view.percent}%`;
+    cell.appendChild(el('div', 'jp-Disttrain-progress-text', view.text));
+    if (view.eta && isActive(job)) {
+      cell.appendChild(el('div', 'jp-Disttrain-eta', view.eta));
+    }
+    return cell;
+  }
+
+  /** What the row's hidden columns said, and more: one name/value list. */
+  private facts(listed: IJob): HTMLElement {
+    const list = el('dl', 'jp-Disttrain-facts');
+    const add = (key: string, label: string, value: string, title = ''): void => {
+      if (!value) {
+        return;
+      }
+      list.appendChild(el('dt', '', label)).dataset.fact = key;
+      const dd = list.appendChild(el('dd', '', value));
+      dd.dataset.fact = key;
+      if (title) {
+        dd.title = title;
+      }
+    };
+    add('backend', 'Backend', listed.backend);
+    add('world', 'World', `${listed.world_size} (${listed.nodes} x ${listed.nproc})`,
+      `${listed.nodes} node(s) x ${listed.nproc} process(es)`);
+    add('elapsed', 'Elapsed', formatDuration(listed.elapsed));
+    add('step', 'Step', formatStep(listed.step));
+    if (listed.steps_per_s !== null && listed.steps_per_s > 0) {
+      add('rate', 'Rate', `${listed.steps_per_s.toPrecision(3)} steps/s`);
+    }
+    const view = progressView(listed.progress);
+    if (view) {
+      const percent = view.percent === null ? '' : ` (${view.percent}%)`;
+      add('progress', 'Progress', [`${view.text}${percent}`, isActive(listed) ? view.eta : ''].filter(Boolean).join(', '), view.rate);
+    }
+    add('phase', 'Phase', phaseText(listed));
+    add('first_step', 'First step', firstStepText(listed));
+    return list;
+  }
+
+  /** The start phases and their durations (the active one marked). */
+  private phases(job: IJob): HTMLElement | null {
+    const phases = job.phases ?? [];
+    if (phases.length === 0) {
+      return null;
+    }
+    const list = el('ol', 'jp-Disttrain-phases');
+    for (const phase of phases) {
+      const item = list.appendChild(el('li', `jp-Disttrain-phase-item jp-mod-${phase.state}`, phaseLine(phase)));
+      item.dataset.phase = phase.name;
+      item.dataset.state = phase.state;
+    }
+    return list;
   }
 
   private detailRow(job: IJob, listed: IJob): HTMLTableRowElement {
@@ -192,6 +262,11 @@ export class JobsPanel extends Widget {
     if (listed.diagnosis) {
       cell.appendChild(el('div', 'jp-Disttrain-diagnosis', listed.diagnosis));
     }
+    cell.appendChild(this.facts(listed));
+    const phases = this.phases(listed);
+    if (phases) {
+      cell.appendChild(phases);
+    }
     if (listed.notebook_file) {
       cell.appendChild(el('div', 'jp-Disttrain-notebook-file', `notebook: ${listed.notebook_file}`));
     }
@@ -221,7 +296,8 @@ export class JobsPanel extends Widget {
       );
     }
     if (detail.ranks.length > 0) {
-      cell.appendChild(this.ranks(job, Object.keys(detail.metrics)));
+      // many metrics: the rank table scrolls in its box, the sidebar does not
+      cell.appendChild(el('div', 'jp-Disttrain-ranksbox')).appendChild(this.ranks(job, Object.keys(detail.metrics)));
     }
     for (const error of detail.errors.slice(0, 3)) {
       const where = error.rank === null ? 'job' : `rank ${error.rank}`;
@@ -233,7 +309,7 @@ export class JobsPanel extends Widget {
   private ranks(job: IJob, metricNames: string[]): HTMLTableElement {
     const table = el('table', 'jp-Disttrain-ranks');
     const head = el('tr');
-    for (const name of ['Rank', 'Node', 'State', 'Step', ...metricNames]) {
+    for (const name of ['Rank', 'State', 'Step', ...metricNames]) {
       head.appendChild(el('th', '', name));
     }
     table.appendChild(el('thead')).appendChild(head);
@@ -246,9 +322,9 @@ export class JobsPanel extends Widget {
       if (stragglers.has(rank.rank)) {
         row.classList.add('jp-mod-straggler');
       }
-      row.title = rank.reason || `${rank.host} local rank ${rank.local_rank}`;
+      const where = `node ${rank.node}, ${rank.host} local rank ${rank.local_rank}`;
+      row.title = [rank.reason, where, usageText(rank)].filter(Boolean).join('\n');
       row.appendChild(el('td', '', String(rank.rank)));
-      row.appendChild(el('td', '', String(rank.node)));
       row.appendChild(el('td', `jp-Disttrain-state-${rank.state.toLowerCase()}`, rank.state));
       row.appendChild(el('td', '', formatStep(rank.step)));
       for (const name of metricNames) {

@@ -20,6 +20,12 @@ export interface IRank {
   exit_code: number | null;
   reason: string;
   latest: Record<string, JSONFloat>;
+  /** Resource figures (null or absent when not sampled: shown as absent, never 0). */
+  cpu_pct?: number | null;
+  rss_bytes?: number | null;
+  mem_limit_bytes?: number | null;
+  gpu_util_pct?: number | null;
+  gpu_mem_bytes?: number | null;
 }
 
 export interface IMetricRow {
@@ -57,6 +63,27 @@ export interface IJobDetail {
   followed: boolean;
 }
 
+/** How far a job is: from `report(step=, total=)` or a tqdm bar (any field may be null). */
+export interface IProgress {
+  step: number | null;
+  total: number | null;
+  /** 0..1, null when the total is unknown. */
+  fraction: number | null;
+  eta_s: number | null;
+  rate_per_s: number | null;
+}
+
+/** One phase of a job's start: queued, scheduled, image, started, rendezvous, first_step. */
+export interface IPhase {
+  name: string;
+  label: string;
+  /** "done", "active" or "pending". */
+  state: string;
+  started: number | null;
+  ended: number | null;
+  duration_s: number | null;
+}
+
 export interface IJob {
   /** "backend/name": names are unique per backend only. */
   id: string;
@@ -80,6 +107,13 @@ export interface IJob {
   /** The job's one-sentence reading (communication problem or failure), null when none. */
   diagnosis?: string | null;
   detail: IJobDetail | null;
+  /** Optional: absent from servers that do not send them (null when unknown). */
+  progress?: IProgress | null;
+  phases?: IPhase[];
+  /** The name of the current phase, null when none (or the job has ended). */
+  phase?: string | null;
+  /** Seconds from submit to the first report(), null before it. */
+  first_step_s?: number | null;
 }
 
 export interface IJobList {

@@ -34,7 +34,7 @@ class FakeAPI implements IJobsAPI {
       throw new Error('server went away');
     }
     const jobs = this.jobs.map(j => (this.stopped.has(j.id) ? { ...j, state: 'Stopped', can_stop: false } : j));
-    return { jobs, backends: [{ name: 'local', ok: true, error: '' }], running: jobs.filter(isActive).length, now: 0 };
+    return { jobs, backends: [{ name: 'local', ok: true, error: '' }], running: jobs.filter(isActive).length, now: 1234 };
   }
 
   async job(id: string): Promise<IJob> {
@@ -122,6 +122,7 @@ describe('JobsModel', () => {
     await model.refresh();
     expect(model.jobs.map(j => j.id)).toEqual(['local/a', 'local/b']);
     expect(model.running).toBe(1);
+    expect(model.now).toBe(1234);
     expect(model.loaded).toBe(true);
     expect(changes).toBe(1);
 

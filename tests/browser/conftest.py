@@ -1,4 +1,4 @@
-"""A JupyterLab server on 127.0.0.1 for the browser tests, with its own notebook dir and homes."""
+"""A JupyterLab or Notebook 7 server on 127.0.0.1 for the browser tests, in its own dirs."""
 
 from __future__ import annotations
 
@@ -52,17 +52,18 @@ def _free_port() -> int:
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait until the server at ``url`` answers ``/api/status``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {process.returncode}")
+            raise RuntimeError(f"the server exited with {process.returncode}")
         try:
             with urllib.request.urlopen(f"{url}/api/status", timeout=2) as reply:
                 if reply.status == 200:
                     return
         except OSError:
             time.sleep(0.3)
-    raise TimeoutError(f"jupyter lab not answering at {url} after {timeout} s")
+    raise TimeoutError(f"the server is not answering at {url} after {timeout} s")
 
 
 def _stop(lab: Lab, procs: list[psutil.Process]) -> list[str]:
@@ -100,9 +101,8 @@ def browser_ready() -> None:
         )
 
 
-@pytest.fixture
-def lab(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
-    """``jupyter lab`` on 127.0.0.1, token-less, rooted in a temporary directory."""
+def _serve(tmp_path: Path, app: str, options: list[str]) -> Iterator[Lab]:
+    """``python -m APP`` (jupyterlab or notebook) on 127.0.0.1, token-less, in ``tmp_path``."""
     root = tmp_path / "notebooks"
     root.mkdir()
     settings = tmp_path / "lab-settings"
@@ -119,13 +119,12 @@ def lab(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
         JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
     )
     port = _free_port()
-    log = tmp_path / "jupyterlab.log"
+    log = tmp_path / f"{app}.log"
     cmd = [
-        sys.executable, "-m", "jupyterlab", "--allow-root", "--no-browser",
+        sys.executable, "-m", app, "--allow-root", "--no-browser",
         "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
         "--IdentityProvider.token=", "--ServerApp.password=",
-        f"--ServerApp.root_dir={root}",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--ServerApp.root_dir={root}", *options,
     ]  # fmt: skip
     with open(log, "wb") as out:
         process = subprocess.Popen(
@@ -141,3 +140,17 @@ def lab(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
         procs = procs or lab.descendants()
         left = _stop(lab, procs)
     assert not left, f"processes left behind by the browser test: {left}"
+
+
+@pytest.fixture
+def lab(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
+    """``jupyter lab`` on 127.0.0.1, token-less, rooted in a temporary directory."""
+    yield from _serve(
+        tmp_path, "jupyterlab", ["--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    )
+
+
+@pytest.fixture
+def notebook7(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
+    """``jupyter notebook`` (Notebook 7) on 127.0.0.1, token-less, in a temporary directory."""
+    yield from _serve(tmp_path, "notebook", [])

@@ -35,7 +35,7 @@ export async function openBrowser(viewport) {
     if (msg.type() === "error" && result.console.length < 50) result.console.push(msg.text());
   });
   page.on("pageerror", (err) => {
-    if (result.console.length < 50) result.console.push(`pageerror: ${err.message}`);
+    if (result.console.length < 50) result.console.push(`pageerror: ${err.message}\n${(err.stack ?? "").slice(0, 1500)}`);
   });
   const close = async () => {
     await context.close();
@@ -49,7 +49,7 @@ export async function runCell(page, index) {
   const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
   const prompt = cell.locator(".jp-InputPrompt").filter({ hasText: /\[(\*|\d+)\]/ });
   for (let attempt = 0; attempt < 3; attempt++) {
-    await cell.locator(".jp-InputArea-editor").click();
+    await cell.locator(".jp-InputArea-editor").click({ timeout: 90_000 });
     await page.keyboard.press("Shift+Enter");
     try {
       await prompt.waitFor({ timeout: 10_000 });

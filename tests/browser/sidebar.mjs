@@ -4,7 +4,8 @@
 //
 // The notebook (written by test_sidebar_browser.py) has three code cells:
 // load the extension, a short 2x2 job ("sidebar-ok"), a long job
-// ("sidebar-stop"). The script opens the sidebar from the status bar item,
+// ("sidebar-stop"). The script opens the sidebar from the status bar item (at
+// JupyterLab's default width, checking it never scrolls sideways),
 // watches the first job's row until Succeeded, expands it, opens its logs
 // (all ranks, then rank 2), stops the second job from its row, saves
 // screenshots in OUT_DIR and prints one JSON object of what it saw. Exit
@@ -53,11 +54,28 @@ async function watchStates(id, final, timeout) {
 
 async function cells(id) {
   return page.locator(row(id)).evaluate((tr) => ({
-    ...Object.fromEntries(
-      [...tr.querySelectorAll("td")].map((td) => [td.className.split(" ")[0].replace("jp-Disttrain-", ""), td.textContent]),
-    ),
-    worldTitle: tr.querySelector("td.jp-Disttrain-world")?.title ?? "",
+    columns: tr.querySelectorAll("td").length,
+    name: tr.querySelector("td.jp-Disttrain-name")?.textContent,
+    state: tr.querySelector("td.jp-Disttrain-state .jp-Disttrain-state-text")?.textContent,
+    step: tr.querySelector("td.jp-Disttrain-step")?.textContent,
+    title: tr.title,
   }));
+}
+
+// The expanded row's facts (the columns folded into it): {key: [text, title]}.
+async function facts(id) {
+  return page.locator(`${detail(id)} dd[data-fact]`).evaluateAll((dds) =>
+    Object.fromEntries(dds.map((dd) => [dd.dataset.fact, [dd.textContent, dd.title]])),
+  );
+}
+
+// The sidebar fits its width: [scrollWidth, clientWidth] of the panel and of every box in it.
+async function fits(label) {
+  const sizes = await page.locator(".jp-DisttrainPanel").evaluate((panel) => ({
+    panel: [panel.scrollWidth, panel.clientWidth],
+    content: [panel.firstElementChild?.scrollWidth ?? 0, panel.firstElementChild?.clientWidth ?? 0],
+  }));
+  result.widths.push({ label, ...sizes });
 }
 
 async function ranks(id) {
@@ -82,16 +100,10 @@ try {
   await status.click();
   await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
   await page.locator(".jp-DisttrainPanel .jp-Disttrain-empty").waitFor({ timeout: 10_000 });
-  // widen the sidebar as a user would (drag the handle between it and the main area)
-  const handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first();
-  const box = await handle.boundingBox();
-  if (box) {
-    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
-    await page.mouse.down();
-    await page.mouse.move(box.x + 220, box.y + box.height / 2, { steps: 5 });
-    await page.mouse.up();
-  }
-  result.panelWidth = await page.locator(".jp-DisttrainPanel").evaluate((el) => el.clientWidth);
+  // the sidebar keeps JupyterLab's default width
+  result.widths = [];
+  result.panelWidth = await page.locator(".jp-DisttrainPanel").evaluate((el) => el.getBoundingClientRect().width);
+  await fits("empty");
   result.emptyText = await page.locator(".jp-DisttrainPanel .jp-Disttrain-empty").textContent();
 
   // 1: load the extension; 2: the short job, watched in the sidebar to the end.
@@ -99,6 +111,7 @@ try {
   await runCell(1);
   await page.locator(row("local/sidebar-ok")).waitFor({ timeout: 60_000 });
   result.firstSeen = await cells("local/sidebar-ok");
+  await fits("running");
   const watched = await watchStates("local/sidebar-ok", "Succeeded", JOB_TIMEOUT);
   result.okStates = watched.seen;
   result.maxRunning = watched.maxRunning;
@@ -111,6 +124,7 @@ try {
   await page.waitForTimeout(500);
   result.ok = {
     cells: await cells("local/sidebar-ok"),
+    facts: await facts("local/sidebar-ok"),
     ranks: await ranks("local/sidebar-ok"),
     metrics: await page.locator(`${detail("local/sidebar-ok")} dt[data-metric]`).allTextContents(),
     stopEnabled: await page.locator(`${detail("local/sidebar-ok")} button[data-action="stop"]`).isEnabled(),
@@ -121,6 +135,8 @@ try {
   await page.locator(`${detail("local/sidebar-ok")} button[data-action="checkpoints"]`).click();
   await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-checkpoints`).waitFor({ timeout: 10_000 });
   result.ok.checkpoints = await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-checkpoints`).textContent();
+  await fits("expanded");
+  await page.locator(".jp-DisttrainPanel").screenshot({ path: path.join(outDir, "sidebar-default-width.png") });
 
   // Its logs in the main area: every rank, then rank 2 only.
   await page.locator(`${detail("local/sidebar-ok")} button[data-action="logs"]`).click();
@@ -158,6 +174,7 @@ try {
   const stop = page.locator(`${detail("local/sidebar-stop")} button[data-action="stop"]`);
   await stop.waitFor({ timeout: 10_000 });
   result.beforeStop = { cells: await cells("local/sidebar-stop"), stopEnabled: await stop.isEnabled() };
+  await fits("running expanded");
   const clicked = Date.now();
   await stop.click();
   await page.locator(`${row("local/sidebar-stop")}[data-state="Stopped"]`).waitFor({ timeout: 60_000 });
@@ -170,6 +187,7 @@ try {
     reason: await page.locator(`${detail("local/sidebar-stop")} .jp-Disttrain-reason`).textContent().catch(() => ""),
   };
   result.statusAfter = await status.getAttribute("data-running");
+  await fits("stopped");
   await page.screenshot({ path: path.join(outDir, "sidebar.png") });
 } catch (err) {
   result.error = String(err?.stack ?? err);

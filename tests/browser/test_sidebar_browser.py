@@ -1,8 +1,10 @@
 """The lab extension's sidebar in a real browser: JupyterLab on 127.0.0.1, Debian's Chromium.
 
 A notebook starts a 2x2 local job; the "Distributed Training" sidebar (opened
-from its status bar item) shows it appear and reach Succeeded, its row
-expands to four Succeeded ranks, its logs open in the main area (all ranks,
+from its status bar item, at JupyterLab's default width, never scrolling
+sideways: the table's three columns fit, the rest folds into the expanded
+row) shows it appear and reach Succeeded, its row expands to its backend and
+scale and four Succeeded ranks, its logs open in the main area (all ranks,
 then rank 2), "Open notebook" knows the notebook that started it. A second,
 long job is stopped from its row. Screenshots land in ``test-output/sidebar/``.
 """
@@ -45,19 +47,29 @@ def test_sidebar_in_jupyterlab(lab: Lab) -> None:
 
     assert result["statusBefore"] == "0 training jobs running"
     assert "No jobs yet" in result["emptyText"]
+    # JupyterLab's default sidebar width, no horizontal scroll at any point
+    assert 200 < result["panelWidth"] < 400, result["panelWidth"]
+    labels = [w["label"] for w in result["widths"]]
+    assert labels == ["empty", "running", "expanded", "running expanded", "stopped"], labels
+    for widths in result["widths"]:
+        for box in ("panel", "content"):
+            scroll, client = widths[box]
+            assert scroll <= client, widths
     # the job appeared while it ran and was watched to the end
-    assert result["panelWidth"] > 400  # the sidebar was widened
     first = result["firstSeen"]
-    assert first["backend"] == "local" and first["world"] == "4"
-    assert first["worldTitle"] == "2 node(s) x 2 process(es)"
+    assert first["columns"] == 3 and first["name"] == "sidebar-ok"
+    assert "local, 2 node(s) x 2 process(es)" in first["title"]
     assert "Running" in result["okStates"] and result["okStates"][-1] == "Succeeded"
     assert result["maxRunning"] == 1
 
     ok = result["ok"]
     assert ok["cells"]["state"] == "Succeeded" and ok["cells"]["step"] == "39"
+    facts = ok["facts"]
+    assert facts["backend"][0] == "local" and facts["step"][0] == "39"
+    assert facts["world"] == ["4 (2 x 2)", "2 node(s) x 2 process(es)"]
     assert [r["rank"] for r in ok["ranks"]] == [0, 1, 2, 3]
     assert {r["state"] for r in ok["ranks"]} == {"Succeeded"}
-    assert all(r["cells"][3] == "39" for r in ok["ranks"])
+    assert all(r["cells"][2] == "39" for r in ok["ranks"])
     assert ok["metrics"] == ["loss"]
     assert not ok["stopEnabled"]
     # the notebook that started the job (JPY_SESSION_NAME in the kernel)
@@ -86,5 +98,5 @@ def test_sidebar_in_jupyterlab(lab: Lab) -> None:
 
     errors = [e for e in result["console"] if e.startswith("pageerror")]
     assert not errors, errors
-    for name in ("sidebar.png", "sidebar-logs.png"):
+    for name in ("sidebar.png", "sidebar-logs.png", "sidebar-default-width.png"):
         assert (OUTPUT / name).stat().st_size > 10_000

@@ -1,0 +1,80 @@
+// Which job ends to announce: kept apart from JupyterLab's notifications so it is unit-tested.
+
+import { formatDuration, isActive } from './model';
+import { IJob } from './types';
+
+/** A job end to announce once: its kind picks the notification's look. */
+export interface IJobEnd {
+  job: IJob;
+  kind: 'success' | 'error' | 'info';
+  message: string;
+}
+
+/** Lab truncates longer notification messages. */
+export const MAX_MESSAGE = 140;
+
+function clip(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}
+
+/** The notification text of a job that ended (short: Lab shows at most 140 characters). */
+export function endMessage(job: IJob): IJobEnd['message'] {
+  const name = `Training job ${job.name}`;
+  if (job.state === 'Failed') {
+    const why = job.reason || job.diagnosis || 'no reason given';
+    return clip(`${name} failed: ${why}`, MAX_MESSAGE);
+  }
+  const took = `after ${formatDuration(job.elapsed)}`;
+  const step = job.step === null ? '' : `, step ${job.step}`;
+  if (job.state === 'Stopped') {
+    const why = job.reason ? `: ${job.reason}` : '';
+    return clip(`${name} stopped ${took}${step}${why}`, MAX_MESSAGE);
+  }
+  return clip(`${name} succeeded ${took}${step}`, MAX_MESSAGE);
+}
+
+function kindOf(state: string): IJobEnd['kind'] {
+  return state === 'Failed' ? 'error' : state === 'Succeeded' ? 'success' : 'info';
+}
+
+/**
+ * Job ends this page should announce, each once.
+ *
+ * A job is announced when a listing shows it ended and it was either seen
+ * active by an earlier listing of this page, or created after the page's
+ * first listing (a job that ended between two polls). Jobs that had ended
+ * before the first listing are history, not news. A job is known by its id
+ * and creation time, so a new job under an old name is announced again.
+ */
+export class JobEndWatcher {
+  private since: number | null = null;
+  private readonly active = new Set<string>();
+  private readonly announced = new Set<string>();
+
+  /** Feed one listing (`now`: the server's clock); the ends to announce now. */
+  update(jobs: IJob[], now: number): IJobEnd[] {
+    const first = this.since === null;
+    if (first) {
+      this.since = now;
+    }
+    const ends: IJobEnd[] = [];
+    for (const job of jobs) {
+      const key = `${job.id}@${job.created}`;
+      if (isActive(job)) {
+        this.active.add(key);
+        this.announced.delete(key); // ends again later: news again
+        continue;
+      }
+      if (this.announced.has(key)) {
+        continue;
+      }
+      const seen = this.active.delete(key);
+      const fresh = !first && job.created >= (this.since ?? now);
+      if (seen || fresh) {
+        ends.push({ job, kind: kindOf(job.state), message: endMessage(job) });
+      }
+      this.announced.add(key);
+    }
+    return ends;
+  }
+}

@@ -1,0 +1,60 @@
+import { JobEndWatcher, MAX_MESSAGE, endMessage } from '../src/ends';
+import { IJob } from '../src/types';
+
+function job(name: string, state: string, extra: Partial<IJob> = {}): IJob {
+  return {
+    id: `local/${name}`, name, backend: 'local', state, reason: '', world_size: 2, nodes: 1,
+    nproc: 2, created: 100, ended: null, elapsed: 64, step: 39, steps_per_s: 2,
+    metrics: {}, notebook: 'train.ipynb', notebook_file: '/root/train.ipynb',
+    can_stop: state === 'Running', detail: null, ...extra
+  };
+}
+
+describe('JobEndWatcher', () => {
+  it('announces a job seen running once, when it ends', () => {
+    const watcher = new JobEndWatcher();
+    expect(watcher.update([job('a', 'Running')], 110)).toEqual([]);
+    expect(watcher.update([job('a', 'Running')], 112)).toEqual([]);
+    const ends = watcher.update([job('a', 'Succeeded')], 115);
+    expect(ends.map(e => [e.job.id, e.kind])).toEqual([['local/a', 'success']]);
+    expect(ends[0].message).toBe('Training job a succeeded after 1m 04s, step 39');
+    expect(watcher.update([job('a', 'Succeeded')], 117)).toEqual([]);
+    expect(watcher.update([job('a', 'Succeeded')], 119)).toEqual([]);
+  });
+
+  it('leaves jobs that had ended before the first listing alone', () => {
+    const watcher = new JobEndWatcher();
+    expect(watcher.update([job('old', 'Failed', { reason: 'exit 1' })], 500)).toEqual([]);
+    expect(watcher.update([job('old', 'Failed', { reason: 'exit 1' })], 502)).toEqual([]);
+  });
+
+  it('announces a job that started and ended between two polls', () => {
+    const watcher = new JobEndWatcher();
+    watcher.update([], 100);
+    const ends = watcher.update([job('quick', 'Failed', { created: 103, reason: 'rank 1 exited with 1' })], 110);
+    expect(ends.map(e => e.kind)).toEqual(['error']);
+    expect(ends[0].message).toBe('Training job quick failed: rank 1 exited with 1');
+  });
+
+  it('announces a new job under an old name, and a restarted job ending again', () => {
+    const watcher = new JobEndWatcher();
+    watcher.update([job('a', 'Running')], 110);
+    expect(watcher.update([job('a', 'Stopped', { reason: 'stop requested' })], 111)[0].message).toBe(
+      'Training job a stopped after 1m 04s, step 39: stop requested'
+    );
+    const again = watcher.update([job('a', 'Running', { created: 200 })], 201);
+    expect(again).toEqual([]);
+    expect(watcher.update([job('a', 'Succeeded', { created: 200 })], 230).map(e => e.kind)).toEqual(['success']);
+  });
+
+  it('keeps messages short and names a failure without a reason', () => {
+    expect(endMessage(job('f', 'Failed'))).toBe('Training job f failed: no reason given');
+    expect(endMessage(job('f', 'Failed', { diagnosis: 'NCCL timeout on rank 3' }))).toBe(
+      'Training job f failed: NCCL timeout on rank 3'
+    );
+    const long = endMessage(job('f', 'Failed', { reason: 'x'.repeat(400) }));
+    expect(long.length).toBe(MAX_MESSAGE);
+    expect(long.endsWith('…')).toBe(true);
+    expect(endMessage(job('s', 'Succeeded', { step: null, elapsed: 3 }))).toBe('Training job s succeeded after 3s');
+  });
+});

@@ -1,0 +1,64 @@
+"""Job ends as JupyterLab notifications, in a real browser (JupyterLab on 127.0.0.1, Chromium).
+
+With the jobs sidebar closed, a notebook runs a short local job: a success
+notification shows with "Open notebook" and "Show logs", and "Show logs"
+opens the job's logs. A second job, whose rank 1 raises, shows an error
+notification with the reason, which stays until used; its "Open notebook"
+brings the notebook back to the front. Each end is announced once.
+Screenshots land in ``test-output/notify/``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import REPO, Lab
+from .harness import run_harness, write_notebook
+
+OUTPUT = REPO / "test-output" / "notify"
+
+CELLS = [
+    "%load_ext jupyter_disttrain\n%distrain_config live=none",
+    """%%distrain --nodes 1 --nproc 2 --name notify-ok
+import time
+
+for step in range(20):
+    report(step=step, loss=1.0 / (step + 1))
+    time.sleep(0.05)""",
+    """%%distrain --nodes 1 --nproc 2 --name notify-fail
+import torch.distributed as dist
+
+if dist.get_rank() == 1:
+    raise ValueError("bad batch on purpose")""",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_job_end_notifications(lab: Lab) -> None:
+    notebook = write_notebook(lab.root, "notify.ipynb", CELLS)
+    result = run_harness("notify.mjs", lab, notebook, OUTPUT)
+
+    assert not result["sidebarVisible"]
+    ok = result["ok"]
+    assert ok["text"].startswith("Training job notify-ok succeeded after "), ok
+    assert ok["text"].endswith(", step 19"), ok
+    assert ok["buttons"] == ["Open notebook", "Show logs"], ok
+    assert result["afterShowLogs"] == "Logs: notify-ok"
+
+    failed = result["failed"]
+    assert failed["text"].startswith("Training job notify-fail failed: "), failed
+    assert failed["text"].endswith("ValueError: bad batch on purpose"), failed
+    assert "Toastify__toast--error" in failed["classes"], failed
+    assert failed["buttons"] == ["Open notebook", "Show logs"], failed
+    assert result["beforeOpenNotebook"] == "Logs: notify-ok"
+    assert result["afterOpenNotebook"] == notebook
+
+    toasts = result["toasts"]
+    for name in ("notify-ok", "notify-fail"):
+        assert sum(f"Training job {name} " in t for t in toasts) == 1, toasts
+
+    errors = [e for e in result["console"] if e.startswith("pageerror")]
+    assert not errors, errors
+    for name in ("notify-succeeded.png", "notify-failed.png"):
+        assert (OUTPUT / name).stat().st_size > 10_000

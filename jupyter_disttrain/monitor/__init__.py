@@ -22,12 +22,14 @@ from .records import (
     JSONFloat,
     LogSummary,
     MetricRow,
+    ProgressRow,
     RankRow,
     RankState,
     Series,
     Snapshot,
 )
 from .text import format_text
+from .usage import resource_outliers
 from .where import StackGroup, Where, where_from
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "LogSummary",
     "MetricRow",
     "MetricStore",
+    "ProgressRow",
     "RankRow",
     "RankState",
     "Series",
@@ -51,5 +54,6 @@ __all__ = [
     "Where",
     "format_ranks",
     "format_text",
+    "resource_outliers",
     "where_from",
 ]

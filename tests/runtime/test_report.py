@@ -1,25 +1,11 @@
-"""``report(step=..., total=...)`` and the tqdm hook: rank 0's progress lines."""
+"""``report(step=..., total=...)``: rank 0's progress lines (``total`` is no metric)."""
 
 from __future__ import annotations
-
-import io
-from collections.abc import Iterator
 
 import pytest
 
 from jupyter_disttrain.events import Event, parse_line
-from jupyter_disttrain.runtime import report, tqdm_hook
-
-
-@pytest.fixture
-def rank0(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Rank 0 with a fresh rate limit and no explicit total yet."""
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setattr(report, "_progress_sent", -report.PROGRESS_EVERY)
-    monkeypatch.setattr(report, "_progress_pending", None)
-    monkeypatch.setattr(report, "explicit_total", False)
-    monkeypatch.setattr(tqdm_hook, "_followed", None)
-    yield
+from jupyter_disttrain.runtime import report
 
 
 def lines(out: str) -> list[Event]:
@@ -65,50 +51,3 @@ def test_a_total_that_is_not_a_step_count_is_refused(rank0: None, total: object)
 def test_no_metric_and_no_total_is_refused() -> None:
     with pytest.raises(TypeError, match=r"at least one metric or total="):
         report.report(step=1)
-
-
-@pytest.fixture
-def hooked(monkeypatch: pytest.MonkeyPatch) -> Iterator[type]:
-    """tqdm's console bar with the hook, undone after the test."""
-    from tqdm import std
-
-    monkeypatch.setattr(std.tqdm, "display", std.tqdm.display)
-    monkeypatch.setattr(std.tqdm, "close", std.tqdm.close)
-    monkeypatch.setattr(std.tqdm, "_distrain_hooked", False, raising=False)
-    assert tqdm_hook.install() and tqdm_hook.install()  # idempotent
-    yield std.tqdm
-
-
-def test_tqdm_bar_reports_its_count_and_the_outer_bar_wins(
-    rank0: None, hooked: type, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setattr(report, "PROGRESS_EVERY", 0.0)
-    tqdm = hooked
-    sink = io.StringIO()
-    for _epoch in tqdm(range(2), file=sink, mininterval=0):
-        for _batch in tqdm(range(5), file=sink, mininterval=0, leave=False):
-            pass
-    got = progress(capsys.readouterr().out)
-    assert got and all(total == 2 for _, total in got), got  # the inner bars are not followed
-    assert got[0] == (0, 2) and got[-1] == (2, 2)
-    # with the outer bar closed, the next bar is followed; one without a total never is
-    for _ in tqdm(iter(range(3)), file=sink, mininterval=0):
-        pass
-    for _ in tqdm(range(4), file=sink, mininterval=0):
-        pass
-    assert progress(capsys.readouterr().out)[-1] == (4, 4)
-
-
-def test_report_total_wins_over_a_bar(
-    rank0: None, hooked: type, capsys: pytest.CaptureFixture[str]
-) -> None:
-    report.report(step=0, total=50, loss=1.0)
-    for _ in hooked(range(3), file=io.StringIO(), mininterval=0):
-        pass
-    assert progress(capsys.readouterr().out) == [(1, 50)]
-
-
-def test_the_hook_is_installed_when_the_cell_or_its_functions_name_tqdm() -> None:
-    assert tqdm_hook.uses_tqdm("from tqdm.auto import tqdm\n", [])
-    assert tqdm_hook.uses_tqdm("train()", [b"\x80\x05...tqdm..."])
-    assert not tqdm_hook.uses_tqdm("for i in range(3): pass", [b"\x80\x05..."])

@@ -98,8 +98,8 @@ class _Watch:
     # --- what counts as activity -------------------------------------------------
     def _activity(self) -> tuple[int, ...]:
         sizes = []
-        with report.lock:  # quiet lines (resource samples) are not activity: their bytes go
-            quiet, log = report.quiet_bytes, None
+        with report.lock:  # quiet lines (resource samples) are no activity: not their bytes
+            quiet, stdout = report.quiet_bytes, None
             for fd in (1, 2):
                 try:
                     st = os.fstat(fd)
@@ -108,8 +108,10 @@ class _Watch:
                 if st.st_mode & 0o170000 != 0o100000:
                     sizes.append(0)
                     continue
-                log = log or (st.st_dev, st.st_ino)  # stdout's file takes the quiet lines
-                sizes.append(st.st_size - (quiet if (st.st_dev, st.st_ino) == log else 0))
+                if fd == 1:
+                    stdout = (st.st_dev, st.st_ino)  # the file the quiet lines went to
+                same = (st.st_dev, st.st_ino) == stdout
+                sizes.append(st.st_size - (quiet if same else 0))
         return (*sizes, rankprefix.chunks, report.emitted)
 
     def _run(self) -> None:

@@ -74,15 +74,17 @@ def write_lines(lines: list[str], *, echo: bool = True) -> None:
     """Write lines other ranks sent (already protocol lines) to this process's stdout.
 
     ``echo`` False: only observe them (their own rank wrote them to this log already).
+    A batch of quiet lines only (other ranks' resource samples) is no activity.
     """
     global emitted, quiet_bytes
     with _lock:
-        quiet = [is_quiet(line.encode()) for line in lines if line]
+        kept = [line for line in lines if line]
+        quiet = [is_quiet(line.encode()) for line in kept]
         if not all(quiet):
             emitted += 1
         if echo:
-            quiet_bytes += sum(len(line) + 1 for line in lines if line and is_quiet(line.encode()))
-            sys.stdout.write("".join(f"{line}\n" for line in lines if line))
+            quiet_bytes += sum(len(line) + 1 for line, q in zip(kept, quiet, strict=True) if q)
+            sys.stdout.write("".join(f"{line}\n" for line in kept))
             sys.stdout.flush()
         for observer in _observers:
             for line in lines:

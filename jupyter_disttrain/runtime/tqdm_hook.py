@@ -1,9 +1,9 @@
 """Progress from a tqdm bar in the cell: rank 0's bar drives the job's progress and ETA.
 
 When the cell uses tqdm (an optional package), rank 0 wraps ``tqdm.std.tqdm``'s
-``display`` and ``close`` (every console bar, ``tqdm.auto`` outside a notebook
-included): each time the bar redraws, its ``n`` of ``total`` goes out as a
-``progress`` line (rate-limited by :func:`.report.progress`). One bar is
+``refresh`` and ``close``, which every bar class inherits (console, ``tqdm.auto``,
+notebook and rich bars): each time a bar redraws, its ``n`` of ``total`` goes out
+as a ``progress`` line (rate-limited by :func:`.report.progress`). One bar is
 followed at a time, the first one with a known total that is still open, so
 an outer epoch bar wins over the inner batch bars. ``report(total=...)``,
 once called, wins over any bar.
@@ -26,7 +26,7 @@ def uses_tqdm(source: str, blobs: list[bytes]) -> bool:
 
 
 def install() -> bool:
-    """Hook tqdm's console bar (idempotent); False when tqdm is not installed."""
+    """Hook tqdm's bars (idempotent); False when tqdm is not installed."""
     try:
         from tqdm import std
     except ImportError:
@@ -34,11 +34,11 @@ def install() -> bool:
     cls: Any = std.tqdm
     if getattr(cls, "_distrain_hooked", False):
         return True
-    display: Callable[..., Any] = cls.display
+    refresh: Callable[..., Any] = cls.refresh
     close: Callable[..., Any] = cls.close
 
-    def hooked_display(self: Any, *args: Any, **kwargs: Any) -> Any:
-        out = display(self, *args, **kwargs)
+    def hooked_refresh(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = refresh(self, *args, **kwargs)
         _drawn(self, closing=False)
         return out
 
@@ -47,7 +47,7 @@ def install() -> bool:
         _drawn(self, closing=True)
         return out
 
-    cls.display, cls.close, cls._distrain_hooked = hooked_display, hooked_close, True
+    cls.refresh, cls.close, cls._distrain_hooked = hooked_refresh, hooked_close, True
     return True
 
 

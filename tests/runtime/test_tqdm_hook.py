@@ -13,10 +13,10 @@ from tests.runtime.test_report import progress
 
 @pytest.fixture
 def hooked(monkeypatch: pytest.MonkeyPatch) -> Iterator[type]:
-    """tqdm's console bar with the hook, undone after the test."""
+    """tqdm's bars with the hook, undone after the test."""
     from tqdm import std
 
-    monkeypatch.setattr(std.tqdm, "display", std.tqdm.display)
+    monkeypatch.setattr(std.tqdm, "refresh", std.tqdm.refresh)
     monkeypatch.setattr(std.tqdm, "close", std.tqdm.close)
     monkeypatch.setattr(std.tqdm, "_distrain_hooked", False, raising=False)
     assert tqdm_hook.install() and tqdm_hook.install()  # idempotent
@@ -56,3 +56,19 @@ def test_the_hook_is_installed_when_the_cell_or_its_functions_name_tqdm() -> Non
     assert tqdm_hook.uses_tqdm("from tqdm.auto import tqdm\n", [])
     assert tqdm_hook.uses_tqdm("train()", [b"\x80\x05...tqdm..."])
     assert not tqdm_hook.uses_tqdm("for i in range(3): pass", [b"\x80\x05..."])
+
+
+def test_a_bar_class_that_draws_itself_reports_too(
+    rank0: None, hooked: type, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tqdm import std
+
+    class Drawn(std.tqdm):  # type: ignore[misc]
+        """Draws elsewhere, as the notebook and rich bars do (display overridden)."""
+
+        def display(self, *args: object, **kwargs: object) -> bool:
+            return True
+
+    for _ in Drawn(range(6), mininterval=0):
+        pass
+    assert progress(capsys.readouterr().out)[-1] == (6, 6)

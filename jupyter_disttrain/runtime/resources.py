@@ -8,7 +8,8 @@ every rank writes one ``resources`` line:
 - ``cpu_pct``: CPU time of this process (all its threads) over the last
   interval, in % of one core as ``top`` shows it (above 100 with threads);
 - ``rss_bytes``: its resident memory (``/proc/self/statm``);
-- ``mem_limit_bytes``: the cgroup v2 ``memory.max`` it runs under, when set;
+- ``mem_limit_bytes``: the cgroup memory limit it runs under (v2 ``memory.max``,
+  else v1), when set;
 - ``gpu_util_pct``, ``gpu_mem_bytes``: its GPU's utilisation, and the memory
   this process holds on it (the device's used memory when NVML cannot see
   the process, as in a container), when CUDA and NVML are there.
@@ -30,6 +31,8 @@ from . import report
 ENV_INTERVAL = "DISTRAIN_RESOURCES_INTERVAL"
 DEFAULT_INTERVAL: Final = 1.0
 CGROUP_ROOT: Final = "/sys/fs/cgroup"
+#: cgroup v1 writes "no limit" as a number near 2**63.
+V1_UNLIMITED: Final = 1 << 60
 
 _sampler: _Sampler | None = None
 
@@ -52,11 +55,12 @@ def rss_bytes(statm: str = "/proc/self/statm") -> int | None:
 
 
 def memory_limit(root: str = CGROUP_ROOT, cgroup: str = "/proc/self/cgroup") -> int | None:
-    """The cgroup v2 memory limit of this process, None when unlimited or unknown.
+    """The cgroup memory limit of this process, None when unlimited or unknown.
 
-    The smallest ``memory.max`` of the process's cgroup (``0::/path`` in
-    ``cgroup``, under ``root``) and its parents up to ``root`` (a container
-    sees its own cgroup there).
+    cgroup v2: the smallest ``memory.max`` of the process's cgroup (``0::/path``
+    in ``cgroup``, under ``root``) and its parents up to ``root`` (a container
+    sees its own cgroup there). Without one, cgroup v1's
+    ``memory/memory.limit_in_bytes`` under ``root`` (a container's own).
     """
     path = ""
     try:
@@ -77,6 +81,14 @@ def memory_limit(root: str = CGROUP_ROOT, cgroup: str = "/proc/self/cgroup") -> 
             continue
         if value.isdigit():
             limits.append(int(value))
+    if not limits:
+        try:
+            with open(os.path.join(root, "memory", "memory.limit_in_bytes"), encoding="ascii") as f:
+                value = f.read().strip()
+            if value.isdigit() and int(value) < V1_UNLIMITED:
+                limits.append(int(value))
+        except OSError:
+            pass
     return min(limits) if limits else None
 
 

@@ -51,7 +51,7 @@ def test_resident_memory_grows_with_what_the_process_touches() -> None:
     assert resources.rss_bytes("/nonexistent/statm") is None
 
 
-def test_memory_limit_is_the_smallest_cgroup_v2_limit_up_the_tree(tmp_path: Path) -> None:
+def test_memory_limit_is_the_smallest_cgroup_limit_up_the_tree(tmp_path: Path) -> None:
     root = tmp_path / "cgroup"
     (root / "kubepods" / "pod1").mkdir(parents=True)
     (root / "kubepods" / "pod1" / "memory.max").write_text("max\n")
@@ -69,6 +69,13 @@ def test_memory_limit_is_the_smallest_cgroup_v2_limit_up_the_tree(tmp_path: Path
     (root / "memory.max").write_text("max\n")
     assert resources.memory_limit(str(root), str(own)) is None
     assert resources.memory_limit(str(tmp_path / "none"), str(tmp_path / "none")) is None
+    # cgroup v1 (a container's own memory controller), "unlimited" being a huge number
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert resources.memory_limit(str(v1), str(own)) is None
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("4294967296\n")
+    assert resources.memory_limit(str(v1), str(own)) == 4 << 30
 
 
 def test_gpu_device_follows_cuda_visible_devices() -> None:

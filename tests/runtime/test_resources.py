@@ -38,8 +38,7 @@ def test_cpu_is_percent_of_one_core_over_the_interval() -> None:
     # the machine is shared: compare with the kernel's own count, not with 100%
     expected = 100 * (cpu1 - cpu0) / (wall1 - wall0)
     assert abs(busy["cpu_pct"] - expected) < 10, (busy, expected)
-    assert busy["cpu_pct"] > 20, busy
-    assert idle["cpu_pct"] < 10, idle
+    assert idle["cpu_pct"] < 10 and busy["cpu_pct"] > idle["cpu_pct"], (busy, idle)
 
 
 def test_resident_memory_grows_with_what_the_process_touches() -> None:

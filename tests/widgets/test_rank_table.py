@@ -161,3 +161,18 @@ def test_header_shows_progress_with_eta() -> None:
     assert (bar.attrs["data-fraction"], bar.attrs["data-eta"]) == ("0.2000", "40")
     assert bar.all_text() == "20 of 100 steps (20%), 2 steps/s, ETA 40.0s"
     assert "distrain-progress" not in header_html(resources_monitor().snapshot())
+
+
+def test_a_straggler_with_a_saturated_cpu_says_both() -> None:
+    mon = JobMonitor("oom", "local", 4, nodes=1, nproc=4)
+    events = upto(recorded("oom_straggler"), "error")
+    mon.feed_many(events)
+    t = events[-1].t
+    for rank in range(4):
+        cpu = 100.0 if rank == 3 else 5.0
+        mon.feed(Event("resources", rank, t, {"cpu_pct": cpu, "rss_bytes": 300 << 20}))
+    row = rows(rank_table_html(mon.snapshot()))[3]
+    assert {"distrain-straggler", "distrain-outlier"} <= row.classes
+    assert row.attrs["title"] == (
+        "straggler: far behind the median step; CPU 100%, far above the others (median 5.0%)"
+    )

@@ -179,6 +179,27 @@ class RestartFields(TypedDict, total=False):
     reason: str
 
 
+class ResourcesFields(TypedDict, total=False):
+    """``resources``: a rank's figures, about once a second; absent fields were not read.
+
+    ``cpu_pct`` is % of one core (above 100 with threads); ``mem_limit_bytes``
+    the cgroup memory limit; the GPU fields need CUDA and NVML.
+    """
+
+    cpu_pct: float
+    rss_bytes: int
+    mem_limit_bytes: int
+    gpu_util_pct: float
+    gpu_mem_bytes: int
+
+
+class ProgressFields(TypedDict, total=False):
+    """``progress``: rank 0 has done ``step`` of ``total`` steps (``report(total=)``, tqdm)."""
+
+    step: int
+    total: int
+
+
 @dataclass(frozen=True)
 class Event:
     """One fact about a job.
@@ -253,6 +274,14 @@ class Event:
     def staging(self) -> StagingFields:
         """The fields of a ``staging`` event."""
         return cast(StagingFields, self.fields)
+
+    def resources(self) -> ResourcesFields:
+        """The fields of a ``resources`` event."""
+        return cast(ResourcesFields, self.fields)
+
+    def progress(self) -> ProgressFields:
+        """The fields of a ``progress`` event."""
+        return cast(ProgressFields, self.fields)
 
 
 def parse_line(line: str, rank: int | None, now: float | None = None) -> Event:

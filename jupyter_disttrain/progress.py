@@ -59,6 +59,7 @@ class LiveView:
         self._handle: Any = None
         self._thread: threading.Thread | None = None
         self._pending: list[ev.Event] = []
+        self._tenth: int | None = None  # lines mode: the tenth of the progress last printed
         self._lock = threading.Lock()
 
     def attach(self, job: Job) -> None:
@@ -126,9 +127,23 @@ class LiveView:
             with self._lock:
                 pending, self._pending = self._pending, []
             out = [line for e in pending if (line := format_event(e)) is not None]
+            out.extend(self._progress_line(pending))
             if out:
                 sys.stdout.write("\n".join(out) + "\n")
                 sys.stdout.flush()
+
+    def _progress_line(self, pending: list[ev.Event]) -> list[str]:
+        """``progress: 40 of 100 steps (40%), ...`` each time rank 0 passes another tenth."""
+        if self.job is None or not any(e.kind == "progress" for e in pending):
+            return []
+        from .monitor.text import progress_text
+
+        p = self.job.monitor.snapshot()["progress"]
+        if p is None or int(10 * p["fraction"]) == self._tenth:
+            return []
+        tenth = int(10 * p["fraction"])
+        self._tenth = tenth
+        return [f"progress: {progress_text(p)}"]
 
 
 def format_event(event: ev.Event) -> str | None:

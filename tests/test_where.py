@@ -23,7 +23,7 @@ rank = dist.get_rank()
 t = torch.ones(1)
 for step in range(3):
     dist.all_reduce(t)
-    report(step=step, total=t.item())
+    report(step=step, value=t.item())
 if rank != 2:
     dist.all_reduce(t)
 else:

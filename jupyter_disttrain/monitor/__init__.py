@@ -23,12 +23,14 @@ from .records import (
     JSONFloat,
     LogSummary,
     MetricRow,
+    ProgressRow,
     RankRow,
     RankState,
     Series,
     Snapshot,
 )
 from .text import format_text
+from .usage import resource_outliers
 from .where import StackGroup, Where, where_from
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "MetricRow",
     "MetricStore",
     "PhaseRow",
+    "ProgressRow",
     "RankRow",
     "RankState",
     "Series",
@@ -54,6 +57,7 @@ __all__ = [
     "Where",
     "format_ranks",
     "format_text",
+    "resource_outliers",
     "summary",
     "timeline",
     "waiting_line",

@@ -449,6 +449,7 @@ class JobMonitor(MonitorState):
                 phases=phases.rows,
                 phase=phases.current,
                 first_step_s=phases.first_step_s,
+                progress=self._progress.row(self._state in TERMINAL_STATES),
             )
 
     def _rank_row(
@@ -470,4 +471,9 @@ class JobMonitor(MonitorState):
             exit_code=row.exit_code,
             reason=row.reason,
             latest=dict(latest.get(row.rank, {})),
+            cpu_pct=row.cpu_pct,
+            rss_bytes=row.rss_bytes,
+            mem_limit_bytes=row.mem_limit_bytes,
+            gpu_util_pct=row.gpu_util_pct,
+            gpu_mem_bytes=row.gpu_mem_bytes,
         )

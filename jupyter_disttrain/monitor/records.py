@@ -57,6 +57,12 @@ class RankState:
     exit_code: int | None = None
     reason: str = ""
     versions: dict[str, Any] = field(default_factory=dict)
+    # the latest ``resources`` figures (None: never read; see :class:`~..events.ResourcesFields`)
+    cpu_pct: float | None = None
+    rss_bytes: int | None = None
+    mem_limit_bytes: int | None = None
+    gpu_util_pct: float | None = None
+    gpu_mem_bytes: int | None = None
 
     def silent_for(self, now: float) -> float | None:
         """Seconds since the worker last printed anything, ``None`` if never."""
@@ -121,6 +127,25 @@ class RankRow(TypedDict):
     exit_code: int | None
     reason: str
     latest: dict[str, JSONFloat]
+    cpu_pct: float | None
+    rss_bytes: int | None
+    mem_limit_bytes: int | None
+    gpu_util_pct: float | None
+    gpu_mem_bytes: int | None
+
+
+class ProgressRow(TypedDict):
+    """Rank 0's progress: ``step`` of ``total`` steps done, ``fraction`` in [0, 1].
+
+    ``rate_per_s`` is steps/s over the last minute of progress; ``eta_s`` the
+    seconds left at that rate (0 when done; None while unknown or once the job ended).
+    """
+
+    step: int
+    total: int
+    fraction: float
+    eta_s: float | None
+    rate_per_s: float | None
 
 
 class FailureRow(TypedDict):
@@ -166,7 +191,8 @@ class Snapshot(TypedDict):
 
     ``elapsed`` runs from the first event to the terminal event (or ``now``).
     ``step`` is the highest step any rank reached; ``steps_per_s`` the
-    overall rate (see :meth:`JobMonitor.steps_per_second`).
+    overall rate (see :meth:`JobMonitor.steps_per_second`); ``progress``
+    rank 0's steps done of a known total, None without one.
     """
 
     name: str
@@ -201,6 +227,7 @@ class Snapshot(TypedDict):
     phases: list[PhaseRow]  # the start-up phases the backend observes (see phases.py)
     phase: str | None  # the phase the job is in now, None once through them or ended
     first_step_s: float | None  # seconds from submit to the first report()
+    progress: ProgressRow | None
 
 
 # --------------------------------------------------------------------------- storage

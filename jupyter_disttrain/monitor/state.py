@@ -27,6 +27,7 @@ from .records import (
     _int,
     _str,
 )
+from .usage import ProgressTracker, apply_resources, clear_resources
 
 # --------------------------------------------------------------------------- the monitor
 
@@ -104,6 +105,7 @@ class MonitorState:
         # the start-up phases the backend observes, and the events their timeline needs
         self.phases = tuple(phases)
         self._phase_log = PhaseLog()
+        self._progress = ProgressTracker()  # rank 0's steps of a known total
 
     # ------------------------------------------------------------------ feeding
 
@@ -171,8 +173,10 @@ class MonitorState:
             other.restarts += 1
             other.state = "Restarting"
             other.step = other.step_rate = None  # the new processes report afresh
+            clear_resources(other)
         self._recent.clear()
         self._restart_counted.clear()
+        self._progress.clear()
 
     def _on_hello(self, ev: Event, row: RankState | None) -> None:
         f = ev.hello()
@@ -378,6 +382,15 @@ class MonitorState:
         key = (_str(f.get("src")), _str(f.get("host")))
         self._staging[key] = f
 
+    def _on_resources(self, ev: Event, row: RankState | None) -> None:
+        if row is not None:  # quiet: neither "heard" nor output (hang reading)
+            apply_resources(row, ev.resources())
+
+    def _on_progress(self, ev: Event, row: RankState | None) -> None:
+        f = ev.progress()
+        self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
+        self._progress.add(ev.t, f.get("step"), f.get("total"))
+
     def _on_log(self, ev: Event, row: RankState | None) -> None:
         f = ev.log()
         if ev.rank is not None and ev.rank >= 0:
@@ -393,7 +406,7 @@ class MonitorState:
 
 
 _WORKER_SPEAKS: Final = frozenset(
-    {"hello", "metric", "checkpoint", "result", "error", "done", "log"}
+    {"hello", "metric", "checkpoint", "result", "error", "done", "log", "progress"}
 )
 _HANDLERS: Final = {
     "job": MonitorState._on_job,
@@ -408,6 +421,8 @@ _HANDLERS: Final = {
     "log": MonitorState._on_log,
     "stacks": MonitorState._on_stacks,
     "staging": MonitorState._on_staging,
+    "resources": MonitorState._on_resources,
+    "progress": MonitorState._on_progress,
 }
 #: Log lines that are warnings to show above the job (the worker's, the backend's).
 WARNING_PREFIXES: Final = ("distrain: warning: ", "warning: ")

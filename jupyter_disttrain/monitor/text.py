@@ -6,7 +6,8 @@ from ..events import StagingFields
 from ..logbuffer import format_ranks, rank_label
 from ..units import duration, format_bytes
 from .phases import summary, waiting_line
-from .records import ErrorRow, JSONFloat, RankRow, Snapshot
+from .records import ErrorRow, JSONFloat, ProgressRow, RankRow, Snapshot
+from .usage import pct, resource_outliers
 
 # --------------------------------------------------------------------------- text fallback
 
@@ -19,6 +20,8 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
     """
     lines = [_header(snap)]
     lines.extend(f"  {line}" for line in phase_lines(snap))
+    if snap["progress"] is not None:
+        lines.append(f"  progress: {progress_text(snap['progress'])}")
     lines.extend(f"  {line}" for line in staging_lines(snap["staging"]))
     lines.extend(f"  warning: {text}" for text in snap["warnings"])
     if snap["reason"] or snap["message"]:
@@ -28,6 +31,8 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
         lines.append(f"first failure: rank {failure['rank']}: {failure['reason']}")
     if snap["stragglers"]:
         lines.append(f"stragglers: ranks {format_ranks(snap['stragglers'])}")
+    for rank, why in resource_outliers(snap["ranks"]).items():
+        lines.append(f"rank {rank}: {why}")
     lines.append("")
     lines.extend(_rank_table(snap, max_rows))
     if snap["metrics"]:
@@ -89,6 +94,18 @@ def phase_lines(snap: Snapshot) -> list[str]:
     return [line for line in (done, waiting) if line]
 
 
+def progress_text(p: ProgressRow) -> str:
+    """``58 of 100 steps (58%), 1.2 steps/s, ETA 1m20s`` (``done`` once complete)."""
+    parts = [f"{p['step']} of {p['total']} steps ({100 * p['fraction']:.0f}%)"]
+    if p["step"] >= p["total"]:
+        return f"{parts[0]}, done"
+    if p["rate_per_s"] is not None:
+        parts.append(f"{p['rate_per_s']:.3g} steps/s")
+    if p["eta_s"] is not None:
+        parts.append(f"ETA {duration(p['eta_s'])}")
+    return ", ".join(parts)
+
+
 def _header(snap: Snapshot) -> str:
     backend = snap["backend"] + (f"/{snap['dist_backend']}" if snap["dist_backend"] else "")
     parts = [
@@ -106,6 +123,7 @@ def _header(snap: Snapshot) -> str:
 
 
 def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
+    """The rank table; resource columns once any rank sent figures (GPU ones: a GPU's)."""
     rows = snap["ranks"]
     shown = rows
     if len(rows) > max_rows:
@@ -121,7 +139,11 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
         flagged = set(urgent)
         keep = set((urgent + [r["rank"] for r in rows if r["rank"] not in flagged])[:max_rows])
         shown = [r for r in rows if r["rank"] in keep]
-    header = ("rank", "node", "host", "state", "restarts", "step", "steps/s", "heard", "exit")
+    used = any(r["cpu_pct"] is not None or r["rss_bytes"] is not None for r in rows)
+    gpu = any(r["gpu_util_pct"] is not None or r["gpu_mem_bytes"] is not None for r in rows)
+    header = ("rank", "node", "host", "state", "restarts", "step", "steps/s",
+              *(("cpu", "mem") if used or gpu else ()), *(("gpu", "gpu mem") if gpu else ()),
+              "heard", "exit")  # fmt: skip
     table = [header] + [
         (
             str(r["rank"]),
@@ -131,6 +153,7 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
             str(r["restarts"]),
             "-" if r["step"] is None else str(r["step"]),
             "-" if r["step_rate"] is None else f"{r['step_rate']:.3g}",
+            *(_resources(r, gpu) if used or gpu else ()),
             "-" if r["silent_s"] is None else f"{duration(r['silent_s'])} ago",
             _exit(r),
         )
@@ -152,6 +175,20 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
         states = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         out.append(f"... {hidden} more ranks ({states})")
     return out
+
+
+def _resources(r: RankRow, gpu: bool) -> tuple[str, ...]:
+    """CPU and memory (and GPU) cells; ``—`` for a figure never read."""
+    absent = "—"
+    mem = absent if r["rss_bytes"] is None else format_bytes(r["rss_bytes"])
+    if r["rss_bytes"] is not None and r["mem_limit_bytes"] is not None:
+        mem += f"/{format_bytes(r['mem_limit_bytes'])}"
+    cells = (absent if r["cpu_pct"] is None else pct(r["cpu_pct"]), mem)
+    if not gpu:
+        return cells
+    util = absent if r["gpu_util_pct"] is None else pct(r["gpu_util_pct"])
+    used = absent if r["gpu_mem_bytes"] is None else format_bytes(r["gpu_mem_bytes"])
+    return (*cells, util, used)
 
 
 def _exit(row: RankRow) -> str:

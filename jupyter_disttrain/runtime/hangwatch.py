@@ -13,7 +13,8 @@ the rank said hello, stopped before the process group is torn down.
   hang requests the same way.
 - **Hang detection** (``DISTRAIN_HANG_AFTER`` seconds, 0 turns it off):
   every rank adds to a store counter each tick in which it wrote anything
-  (its log grew, a protocol line, a line through the rank prefixer). When
+  (its log grew, a protocol line, a line through the rank prefixer; resource
+  samples, the quiet kind of line, do not count). When
   the counter stood still for that long, rank 0 raises a hang request.
   Every rank also leaves its stacks in the store; rank 0 writes the lines
   of the ranks that did so for them, so a notebook that follows only rank
@@ -97,12 +98,20 @@ class _Watch:
     # --- what counts as activity -------------------------------------------------
     def _activity(self) -> tuple[int, ...]:
         sizes = []
-        for fd in (1, 2):
-            try:
-                st = os.fstat(fd)
-            except OSError:
-                continue
-            sizes.append(st.st_size if st.st_mode & 0o170000 == 0o100000 else 0)
+        with report.lock:  # quiet lines (resource samples) are no activity: not their bytes
+            quiet, stdout = report.quiet_bytes, None
+            for fd in (1, 2):
+                try:
+                    st = os.fstat(fd)
+                except OSError:
+                    continue
+                if st.st_mode & 0o170000 != 0o100000:
+                    sizes.append(0)
+                    continue
+                if fd == 1:
+                    stdout = (st.st_dev, st.st_ino)  # the file the quiet lines went to
+                same = (st.st_dev, st.st_ino) == stdout
+                sizes.append(st.st_size - (quiet if same else 0))
         return (*sizes, rankprefix.chunks, report.emitted)
 
     def _run(self) -> None:

@@ -13,10 +13,13 @@ import re
 import sys
 import threading
 
+from .protocol import is_quiet
+
 PREFIX_RE = re.compile(r"^\[rank (\d+)\] ")
 
 _pump: threading.Thread | None = None
-#: Chunks of output pumped so far (a rank's activity, read by the hang watch).
+#: Chunks of output pumped so far (a rank's activity, read by the hang watch), but for
+#: chunks of quiet protocol lines only (resource samples).
 chunks = 0
 
 
@@ -39,9 +42,10 @@ def start(rank: int) -> None:
         pending = b""
         with os.fdopen(read_fd, "rb", buffering=0) as src, os.fdopen(target, "wb", 0) as dst:
             while chunk := src.read(65536):
-                chunks += 1
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
+                if not (all(map(is_quiet, lines)) and (not pending or is_quiet(pending))):
+                    chunks += 1  # a chunk of resource samples only is no activity
                 if lines:
                     dst.write(b"".join(tag + line + b"\n" for line in lines))
             if pending:

@@ -5,15 +5,26 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
-from .protocol import encode
+from .protocol import QUIET_KINDS, encode, is_quiet
 
 _lock = threading.Lock()
+#: Held while a protocol line is written (the hang watch reads the log's size under it).
+lock: Final = _lock
 _auto_step = 0
-#: Protocol lines written so far (a rank's activity, read by the hang watch).
+#: Protocol lines written so far (a rank's activity, read by the hang watch); quiet ones not.
 emitted = 0
+#: Bytes of quiet lines (:data:`~.protocol.QUIET_KINDS`) written to stdout so far.
+quiet_bytes = 0
+#: Seconds between two ``progress`` lines (the last step of a run is always sent).
+PROGRESS_EVERY: Final = 0.5
+_progress_sent = -PROGRESS_EVERY
+_progress_pending: tuple[int, int] | None = None
+#: True once ``report(total=...)`` was called (it then wins over a tqdm bar).
+explicit_total = False
 _tap: Callable[[str], None] | None = None
 #: Called with every protocol line this process writes or relays (rank 0's metrics endpoint).
 _observers: list[Callable[[str], None]] = []
@@ -31,10 +42,13 @@ def emit(kind: str, **fields: Any) -> None:
 
 def emit_as(rank: int, kind: str, **fields: Any) -> None:
     """Write one protocol line on behalf of ``rank`` (rank 0 relays others' lines)."""
-    global emitted
+    global emitted, quiet_bytes
     line = encode(kind, rank, **fields) + "\n"
     with _lock:
-        emitted += 1
+        if kind in QUIET_KINDS:
+            quiet_bytes += len(line)  # ASCII: json.dumps escapes the rest
+        else:
+            emitted += 1
         sys.stdout.write(line)
         sys.stdout.flush()
         if _tap is not None:
@@ -60,12 +74,17 @@ def write_lines(lines: list[str], *, echo: bool = True) -> None:
     """Write lines other ranks sent (already protocol lines) to this process's stdout.
 
     ``echo`` False: only observe them (their own rank wrote them to this log already).
+    A batch of quiet lines only (other ranks' resource samples) is no activity.
     """
-    global emitted
+    global emitted, quiet_bytes
     with _lock:
-        emitted += 1
+        kept = [line for line in lines if line]
+        quiet = [is_quiet(line.encode()) for line in kept]
+        if not all(quiet):
+            emitted += 1
         if echo:
-            sys.stdout.write("".join(f"{line}\n" for line in lines if line))
+            quiet_bytes += sum(len(line) + 1 for line, q in zip(kept, quiet, strict=True) if q)
+            sys.stdout.write("".join(f"{line}\n" for line in kept))
             sys.stdout.flush()
         for observer in _observers:
             for line in lines:
@@ -87,21 +106,69 @@ def _as_float(name: str, value: Any) -> float:
     return out
 
 
-def report(step: int | None = None, **metrics: Any) -> None:
+def _steps(value: Any) -> int:
+    item = getattr(value, "item", None)
+    if callable(item):  # a 0-d tensor or numpy scalar
+        value = item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TypeError(f"report(): total must be a positive whole number of steps, got {value!r}")
+    return value
+
+
+def progress(done: int, total: int) -> None:
+    """Tell the notebook ``done`` of ``total`` steps are done (rank 0 only; others: no-op).
+
+    Lines go out at most every :data:`PROGRESS_EVERY` seconds, and always when
+    ``done`` reaches ``total``; :func:`flush_progress` sends one held back.
+    """
+    global _progress_sent, _progress_pending
+    if rank() != 0:
+        return
+    now = time.monotonic()
+    if done < total and now - _progress_sent < PROGRESS_EVERY:
+        _progress_pending = (done, total)
+        return
+    _progress_sent, _progress_pending = now, None
+    emit("progress", step=done, total=total)
+
+
+def flush_progress() -> None:
+    """Send the ``progress`` line held back by the rate limit, if any."""
+    global _progress_pending
+    pending, _progress_pending = _progress_pending, None
+    if pending is not None:
+        emit("progress", step=pending[0], total=pending[1])
+
+
+def report(step: int | None = None, *, total: Any = None, **metrics: Any) -> None:
     """Report ``metrics`` (name -> number) at ``step`` from this rank.
 
     ``step`` defaults to one more than the previous call's. Values may be
     Python numbers, numpy scalars or one-element tensors. Each call emits one
     ``metric`` line of the line protocol.
+
+    ``total`` (a reserved name, not a metric) is the number of steps of the
+    run: steps count from 0 as in ``range(total)``, so ``step`` ``i`` means
+    ``i + 1`` of ``total`` are done. Rank 0's calls drive the progress bar
+    and ETA (``progress`` lines); ``report(step=i, total=n)`` alone is fine.
     """
-    global _auto_step
-    if not metrics:
-        raise TypeError("report() needs at least one metric, e.g. report(step=i, loss=loss)")
+    global _auto_step, explicit_total
+    if not metrics and total is None:
+        raise TypeError(
+            "report() needs at least one metric or total=, e.g. report(step=i, loss=loss)"
+        )
+    steps = None if total is None else _steps(total)
     if step is None:
         step = _auto_step
     elif isinstance(step, bool) or not isinstance(step, int):
         item = getattr(step, "item", None)
         step = int(item() if callable(item) else step)
     _auto_step = step + 1
-    values = {str(k): _as_float(k, v) for k, v in metrics.items()}
-    emit("metric", step=step, values=values)
+    if metrics:
+        values = {str(k): _as_float(k, v) for k, v in metrics.items()}
+        emit("metric", step=step, values=values)
+    if steps is not None:
+        explicit_total = True
+        progress(min(step + 1, steps), steps)

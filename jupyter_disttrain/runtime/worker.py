@@ -23,7 +23,17 @@ from collections.abc import Callable
 from typing import Any
 
 from . import checkpoint as _checkpoint
-from . import hangwatch, metrics_server, preemption, rankprefix, relay, stacks, tf
+from . import (
+    hangwatch,
+    metrics_server,
+    preemption,
+    rankprefix,
+    relay,
+    resources,
+    stacks,
+    tf,
+    tqdm_hook,
+)
 from . import report as _report
 from .cell import CELL_FILENAME, main_module, run_cell
 
@@ -346,6 +356,7 @@ def run(payload_path: str) -> int:
     )
     world = int(os.environ.get("WORLD_SIZE", "1"))
     hangwatch.start(rank, world)
+    resources.start(rank, int(os.environ.get("LOCAL_RANK", "0")))
     metrics_server.start(rank)
     relay.start(rank, world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
                 int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))))  # fmt: skip
@@ -354,6 +365,9 @@ def run(payload_path: str) -> int:
     failed = False
     try:
         module = main_module({**build_namespace(payload), **names})
+        blobs = list((payload.get("globals") or {}).values())
+        if rank == 0 and tqdm_hook.uses_tqdm(payload["source"], blobs):
+            tqdm_hook.install()  # the cell's bar drives the job's progress
         value = run_cell(payload["source"], module.__dict__, CELL_FILENAME)
         _checkpoint.wait_for_saves()  # a background save fails the cell if it fails
         if rank == 0:
@@ -365,6 +379,8 @@ def run(payload_path: str) -> int:
         return EXIT_USER_ERROR
     finally:
         _checkpoint.wait_for_saves(raise_errors=False)
+        _report.flush_progress()
+        resources.stop()
         relay.stop(wait=not failed)  # a failed rank 0 does not wait for the others' last lines
         metrics_server.stop()
         hangwatch.stop()

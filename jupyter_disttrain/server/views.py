@@ -16,7 +16,7 @@ from typing import TypedDict
 
 from ..backends.base import JobRecord
 from ..events import TERMINAL_STATES
-from ..monitor import ErrorRow, JSONFloat, MetricRow, PhaseRow, Snapshot
+from ..monitor import ErrorRow, JSONFloat, MetricRow, PhaseRow, ProgressRow, Snapshot
 
 
 class BackendStatus(TypedDict):
@@ -28,7 +28,7 @@ class BackendStatus(TypedDict):
 
 
 class RankJSON(TypedDict):
-    """One rank of a job, with its latest metric values."""
+    """One rank of a job, with its latest metric values and resource figures (None: absent)."""
 
     rank: int
     node: int
@@ -40,6 +40,11 @@ class RankJSON(TypedDict):
     exit_code: int | None
     reason: str
     latest: dict[str, JSONFloat]
+    cpu_pct: float | None
+    rss_bytes: int | None
+    mem_limit_bytes: int | None
+    gpu_util_pct: float | None
+    gpu_mem_bytes: int | None
 
 
 class CheckpointJSON(TypedDict):
@@ -80,6 +85,8 @@ class JobJSON(TypedDict):
     reading (communication problem or failure), ``None`` when there is none.
     ``phases``, ``phase``, ``first_step_s``: time to first step, as in the
     monitor's snapshot (empty, None, None when no event stream is read).
+    ``progress`` is rank 0's steps done of a known total with rate and ETA
+    (:class:`~jupyter_disttrain.monitor.ProgressRow`), ``None`` without one.
     """
 
     id: str
@@ -104,6 +111,7 @@ class JobJSON(TypedDict):
     phases: list[PhaseRow]
     phase: str | None
     first_step_s: float | None
+    progress: ProgressRow | None
 
 
 class JobListJSON(TypedDict):
@@ -183,6 +191,7 @@ def job_json(
         phases=snapshot["phases"] if snapshot is not None else [],
         phase=snapshot["phase"] if snapshot is not None else None,
         first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
+        progress=_progress(snapshot["progress"]) if snapshot is not None else None,
     )
 
 
@@ -207,6 +216,11 @@ def _detail(
             exit_code=r["exit_code"],
             reason=r["reason"],
             latest=r["latest"],
+            cpu_pct=r["cpu_pct"],
+            rss_bytes=r["rss_bytes"],
+            mem_limit_bytes=r["mem_limit_bytes"],
+            gpu_util_pct=r["gpu_util_pct"],
+            gpu_mem_bytes=r["gpu_mem_bytes"],
         )
         for r in snapshot["ranks"]
     ]
@@ -250,6 +264,17 @@ def notebook_api_path(recorded: str, root_dir: str | None) -> str | None:
     if not parts or ".." in parts:
         return None
     return "/".join(parts)
+
+
+def _progress(row: ProgressRow | None) -> ProgressRow | None:
+    if row is None:
+        return None
+    eta, rate = row["eta_s"], row["rate_per_s"]
+    return ProgressRow(
+        step=row["step"], total=row["total"], fraction=_finite(row["fraction"]),
+        eta_s=None if eta is None or not math.isfinite(eta) else eta,
+        rate_per_s=None if rate is None or not math.isfinite(rate) else rate,
+    )  # fmt: skip
 
 
 def _finite(value: float) -> float:

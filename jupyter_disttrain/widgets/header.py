@@ -8,7 +8,9 @@ and what the current phase waits for ``.distrain-waiting``; the job's diagnosis 
 ``.distrain-diagnosis``, ``--data`` staging progress ``.distrain-staging``, warnings
 (package versions that differ from the notebook's, ...) ``.distrain-warning``; the Stop
 button has class ``distrain-stop``, the Where button ``distrain-where`` and the stacks it
-shows ``.distrain-where-out``.
+shows ``.distrain-where-out``. With a known total, ``.distrain-progress`` (``data-step``,
+``data-total``, ``data-fraction``, ``data-eta``: seconds, "" while unknown) is the progress
+bar, its text ``.distrain-progress-text``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from collections.abc import Callable
 import ipywidgets as w
 
 from ..events import TERMINAL_STATES
-from ..monitor import Snapshot, waiting_line
+from ..monitor import ProgressRow, Snapshot, waiting_line
 from ..monitor.phases import phase_text
-from ..monitor.text import staging_lines
+from ..monitor.text import progress_text, staging_lines
 from .text import duration, esc, rate, state_class
 
-__all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html"]
+__all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html", "progress_html"]
 
 #: Shown while a ``--wait`` cell blocks the kernel (button clicks wait for the kernel).
 BLOCKING_NOTE = (
@@ -57,6 +59,8 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
         f'data-state="{esc(snap["state"])}">{"".join(fields)}</div>'
     ]
     lines.extend(phases_html(snap))
+    if snap.get("progress") is not None:
+        lines.append(progress_html(snap["progress"]))
     why = ": ".join(p for p in (snap["reason"], snap["message"]) if p)
     if why and snap["state"] in ("Failed", "Stopped", "Restarting"):
         lines.append(f'<div class="distrain-reason">{esc(why)}</div>')
@@ -97,6 +101,20 @@ def phases_html(snap: Snapshot) -> list[str]:
     if waiting:
         out.append(f'<div class="distrain-waiting">{esc(waiting)}</div>')
     return out
+
+
+def progress_html(p: ProgressRow | None) -> str:
+    """The progress bar with its text (steps, rate, ETA); "" without a known total."""
+    if p is None:
+        return ""
+    width = f"{100 * min(1.0, max(0.0, p['fraction'])):.1f}%"
+    eta = "" if p["eta_s"] is None else f"{p['eta_s']:.0f}"
+    return (
+        f'<div class="distrain-progress" data-step="{p["step"]}" data-total="{p["total"]}" '
+        f'data-fraction="{p["fraction"]:.4f}" data-eta="{eta}" style="position:relative">'
+        f'<div class="distrain-progress-bar" style="width:{width}"></div>'
+        f'<span class="distrain-progress-text">{esc(progress_text(p))}</span></div>'
+    )
 
 
 class HeaderPanel:

@@ -4,15 +4,20 @@ DOM contract (read by the browser test): ``table.distrain-ranks``; each row
 ``tr.distrain-rank-row`` with ``data-rank``, ``data-state``, ``data-node``
 and ``data-step``, state classes ``distrain-state-<state>``, and
 ``distrain-failed`` / ``distrain-first-failure`` / ``distrain-straggler``
-where they apply; each cell ``td[data-col=<column>]``.
+where they apply; each cell ``td[data-col=<column>]``. Resource columns
+``cpu`` and ``mem`` (``gpu`` and ``gpu_mem`` only when some rank has a GPU)
+show ``—`` for a figure never read; a rank whose CPU or memory is far above
+the others' has ``distrain-outlier`` and says so in its ``title``.
 """
 
 from __future__ import annotations
 
-from ..monitor import RankRow, Snapshot
+from ..monitor import RankRow, Snapshot, resource_outliers
+from ..monitor.usage import pct
+from ..units import format_bytes
 from .text import ago, esc, rate, state_class
 
-__all__ = ["COLUMNS", "rank_table_html", "shown_ranks"]
+__all__ = ["COLUMNS", "GPU_COLUMNS", "columns", "rank_table_html", "shown_ranks"]
 
 #: ``(data-col, header)`` of each column, in order.
 COLUMNS = (
@@ -23,9 +28,31 @@ COLUMNS = (
     ("restarts", "restarts"),
     ("step", "step"),
     ("rate", "steps/s"),
+    ("cpu", "CPU"),
+    ("mem", "memory"),
     ("heard", "last heard"),
     ("exit", "exit / reason"),
 )
+#: Shown after ``mem`` when any rank has GPU figures.
+GPU_COLUMNS = (("gpu", "GPU"), ("gpu_mem", "GPU memory"))
+#: What a table shows for a figure never read.
+ABSENT = "—"
+
+
+def columns(snap: Snapshot) -> tuple[tuple[str, str], ...]:
+    """The columns for ``snap``: :data:`COLUMNS`, with :data:`GPU_COLUMNS` if any rank has a GPU."""
+    if not any(r["gpu_util_pct"] is not None or r["gpu_mem_bytes"] is not None
+               for r in snap["ranks"]):  # fmt: skip
+        return COLUMNS
+    at = [col for col, _ in COLUMNS].index("mem") + 1
+    return (*COLUMNS[:at], *GPU_COLUMNS, *COLUMNS[at:])
+
+
+def memory_text(used: int | None, limit: int | None) -> str:
+    """``512.0 MB``, ``512.0 MB / 2.0 GB`` under a limit, ``—`` when never read."""
+    if used is None:
+        return ABSENT
+    return format_bytes(used) + ("" if limit is None else f" / {format_bytes(limit)}")
 
 
 def shown_ranks(snap: Snapshot, max_rows: int) -> list[RankRow]:
@@ -53,8 +80,13 @@ def rank_table_html(snap: Snapshot, *, max_rows: int = 64) -> str:
     first = snap["first_failure"]
     first_rank = None if first is None else first["rank"]
     shown = shown_ranks(snap, max_rows)
-    head = "".join(f'<th data-col="{col}">{esc(title)}</th>' for col, title in COLUMNS)
-    body = [_row(r, r["rank"] == first_rank, r["rank"] in lagging) for r in shown]
+    cols = columns(snap)
+    outliers = resource_outliers(snap["ranks"])
+    head = "".join(f'<th data-col="{col}">{esc(title)}</th>' for col, title in cols)
+    body = [
+        _row(r, r["rank"] == first_rank, r["rank"] in lagging, outliers.get(r["rank"], ""), cols)
+        for r in shown
+    ]
     hidden = len(snap["ranks"]) - len(shown)
     if hidden:
         counts: dict[str, int] = {}
@@ -64,7 +96,7 @@ def rank_table_html(snap: Snapshot, *, max_rows: int = 64) -> str:
                 counts[r["state"]] = counts.get(r["state"], 0) + 1
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         body.append(
-            f'<tr class="distrain-more"><td colspan="{len(COLUMNS)}">'
+            f'<tr class="distrain-more"><td colspan="{len(cols)}">'
             f"… {hidden} more ranks ({esc(states)})</td></tr>"
         )
     return (
@@ -73,7 +105,10 @@ def rank_table_html(snap: Snapshot, *, max_rows: int = 64) -> str:
     )
 
 
-def _row(r: RankRow, first_failure: bool, straggler: bool) -> str:
+def _row(
+    r: RankRow, first_failure: bool, straggler: bool, outlier: str,
+    cols: tuple[tuple[str, str], ...],
+) -> str:  # fmt: skip
     classes = ["distrain-rank-row", state_class(r["state"])]
     if r["state"] == "Failed":
         classes.append("distrain-failed")
@@ -81,6 +116,8 @@ def _row(r: RankRow, first_failure: bool, straggler: bool) -> str:
         classes.append("distrain-first-failure")
     if straggler:
         classes.append("distrain-straggler")
+    if outlier:
+        classes.append("distrain-outlier")
     step = "" if r["step"] is None else str(r["step"])
     cells = {
         "rank": str(r["rank"]),
@@ -90,15 +127,21 @@ def _row(r: RankRow, first_failure: bool, straggler: bool) -> str:
         "restarts": str(r["restarts"]),
         "step": step or "-",
         "rate": rate(r["step_rate"]),
+        "cpu": ABSENT if r["cpu_pct"] is None else pct(r["cpu_pct"]),
+        "mem": memory_text(r["rss_bytes"], r["mem_limit_bytes"]),
+        "gpu": ABSENT if r["gpu_util_pct"] is None else pct(r["gpu_util_pct"]),
+        "gpu_mem": memory_text(r["gpu_mem_bytes"], None),
         "heard": ago(r["silent_s"]),
         "exit": exit_text(r),
     }
     tds = "".join(
         f'<td data-col="{col}">{cells[col] if col == "state" else esc(cells[col])}</td>'
-        for col, _ in COLUMNS
+        for col, _ in cols
     )
-    title = ' title="first failing rank"' if first_failure else ""
-    title = ' title="straggler: far behind the median step"' if straggler and not title else title
+    why = "first failing rank" if first_failure else ""
+    why = why or ("straggler: far behind the median step" if straggler else "")
+    why = "; ".join(p for p in (why, outlier) if p)
+    title = f' title="{esc(why)}"' if why else ""
     return (
         f'<tr class="{" ".join(classes)}" data-rank="{r["rank"]}" data-state="{esc(r["state"])}" '
         f'data-node="{r["node"]}" data-step="{step}"{title}>{tds}</tr>'

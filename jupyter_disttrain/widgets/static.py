@@ -27,7 +27,12 @@ _STATIC_CSS = (
     ".distrain-static table{border-collapse:collapse}"
     ".distrain-static td,.distrain-static th{padding:1px 8px 1px 2px;text-align:left}"
     ".distrain-static tr.distrain-failed{background:#fce8e6}"
-    ".distrain-static tr.distrain-straggler{background:#fef7e0}"
+    ".distrain-static tr.distrain-straggler,.distrain-static tr.distrain-outlier"
+    "{background:#fef7e0}"
+    ".distrain-static .distrain-progress{background:#e8eaed;max-width:520px}"
+    ".distrain-static .distrain-progress-bar{position:absolute;top:0;bottom:0;left:0;"
+    "background:#8ab4f8}"
+    ".distrain-static .distrain-progress-text{position:relative;padding-left:6px}"
     ".distrain-static .distrain-badge{font-weight:600}"
 )
 

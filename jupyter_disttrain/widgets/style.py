@@ -29,7 +29,12 @@ table.distrain-ranks th { text-align: left; font-weight: 600; border-bottom: 1px
 table.distrain-ranks th, table.distrain-ranks td { padding: 2px 10px 2px 4px; }
 tr.distrain-failed { background: rgba(197, 34, 31, 0.12); }
 tr.distrain-first-failure td[data-col="rank"]::before { content: "\\25B6  "; color: #c5221f; }
-tr.distrain-straggler { background: rgba(227, 116, 0, 0.15); }
+tr.distrain-straggler, tr.distrain-outlier { background: rgba(227, 116, 0, 0.15); }
+.distrain-progress { position: relative; height: 16px; margin: 3px 0; max-width: 520px;
+  background: #e8eaed; border-radius: 3px; overflow: hidden; }
+.distrain-progress-bar { position: absolute; inset: 0 auto 0 0; background: #8ab4f8; }
+.distrain-progress-text { position: relative; padding-left: 6px; line-height: 16px;
+  font-variant-numeric: tabular-nums; }
 .distrain-more { color: #80868b; }
 .distrain-logs { font-family: var(--jp-code-font-family, monospace); font-size: 11.5px;
   max-height: 260px; overflow: auto; display: flex; flex-direction: column-reverse;

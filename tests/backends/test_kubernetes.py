@@ -411,7 +411,7 @@ def test_a_hung_job_on_pods_names_the_rank_through_rank_zeros_log(cluster: Emula
         import time, torch, torch.distributed as dist
         t = torch.ones(1)
         dist.all_reduce(t)
-        report(step=0, total=t.item())
+        report(step=0, value=t.item())
         if dist.get_rank() != 1:
             dist.all_reduce(t)
         else:
@@ -445,4 +445,41 @@ def test_every_ranks_metrics_reach_the_notebook_through_node_zero(cluster: Emula
     assert sorted(job.monitor.metric_ranks("loss")) == [0, 1, 2, 3]
     stats = cluster.stats()
     assert stats.streams.peak <= 4, stats
+    wait_for(lambda: not cluster.processes(), 15, cluster.processes)
+
+
+@pytest.mark.slow
+def test_every_ranks_resource_figures_and_rank_zeros_progress_reach_the_notebook(
+    cluster: Emulator,
+) -> None:
+    # Rank 1 (node 1) burns CPU; its resources lines reach the notebook through rank 0's log.
+    cell = textwrap.dedent(
+        """
+        import time, torch.distributed as dist
+        for step in range(8):
+            end = time.monotonic() + 0.5
+            if dist.get_rank() == 1:
+                while time.monotonic() < end:
+                    pass
+            else:
+                time.sleep(0.5)
+            report(step=step, total=8)
+        dist.barrier()
+        """
+    )
+    spec = k8s_spec("k8s-res", nodes=2, nproc=1, timeout=240,
+                    env=(("DISTRAIN_RESOURCES_INTERVAL", "0.3"),))  # fmt: skip
+    job = jobs.submit(spec, build_payload(cell, {}, job="k8s-res"), KubernetesBackend())
+
+    def busy_rank_stands_out() -> bool:
+        rows = job.monitor.snapshot()["ranks"]
+        cpu = [r["cpu_pct"] for r in rows]
+        return cpu[0] is not None and cpu[1] is not None and cpu[1] > cpu[0] + 20
+
+    wait_for(busy_rank_stands_out, 120, lambda: (job.monitor.snapshot()["ranks"], job.logs()))
+    assert job.wait(240) == "Succeeded", job.logs()
+    snap = job.monitor.snapshot()
+    assert all(r["rss_bytes"] for r in snap["ranks"]), snap["ranks"]
+    assert snap["progress"] is not None and snap["progress"]["step"] == 8, snap["progress"]
+    assert "resources" not in job.logs()
     wait_for(lambda: not cluster.processes(), 15, cluster.processes)

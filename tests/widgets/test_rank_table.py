@@ -106,3 +106,73 @@ def test_a_failing_stop_is_reported_and_can_be_retried() -> None:
 
 def test_no_stop_callable_means_no_button() -> None:
     assert HeaderPanel(None).button.disabled
+
+
+def resources_monitor(gpu: bool = False) -> JobMonitor:
+    mon = JobMonitor("res", "local", 3, nodes=1, nproc=3)
+    mon.feed(job_event("Running", t=T0))
+    for r in range(3):
+        mon.feed(Event("hello", r, T0, {"backend": "gloo", "world_size": 3}))
+    mb = 1 << 20
+    mon.feed(Event("resources", 0, T0 + 1, {"cpu_pct": 2.0, "rss_bytes": 250 * mb}))
+    mon.feed(Event("resources", 1, T0 + 1, {"cpu_pct": 99.0, "rss_bytes": 600 * mb,
+                                            "mem_limit_bytes": 2048 * mb}))  # fmt: skip
+    if gpu:
+        mon.feed(Event("resources", 2, T0 + 1, {"cpu_pct": 1.0, "rss_bytes": 260 * mb,
+                                                "gpu_util_pct": 87.0,
+                                                "gpu_mem_bytes": 3072 * mb}))  # fmt: skip
+    return mon
+
+
+def test_resource_columns_show_absent_figures_as_a_dash_not_zero() -> None:
+    html = rank_table_html(resources_monitor().snapshot())
+    heads = [th.attrs["data-col"] for th in parse(html).find_all(tag="th")]
+    assert heads[7:9] == ["cpu", "mem"] and "gpu" not in heads  # no GPU anywhere: no GPU column
+    table = rows(html)
+    assert (table[0].cell("cpu"), table[0].cell("mem")) == ("2.0%", "250.0 MB")
+    assert (table[1].cell("cpu"), table[1].cell("mem")) == ("99%", "600.0 MB / 2.0 GB")
+    assert (table[2].cell("cpu"), table[2].cell("mem")) == ("—", "—")  # never sampled
+
+
+def test_gpu_columns_appear_when_a_rank_has_a_gpu() -> None:
+    html = rank_table_html(resources_monitor(gpu=True).snapshot())
+    heads = [th.attrs["data-col"] for th in parse(html).find_all(tag="th")]
+    assert heads[7:11] == ["cpu", "mem", "gpu", "gpu_mem"]
+    table = rows(html)
+    assert (table[2].cell("gpu"), table[2].cell("gpu_mem")) == ("87%", "3.0 GB")
+    assert (table[0].cell("gpu"), table[0].cell("gpu_mem")) == ("—", "—")
+
+
+def test_a_rank_far_above_the_others_is_highlighted_with_its_reason() -> None:
+    table = rows(rank_table_html(resources_monitor(gpu=True).snapshot()))
+    assert "distrain-outlier" in table[1].classes
+    assert table[1].attrs["title"] == (
+        "CPU 99% and memory 600.0 MB, far above the others (median 1.5%, 255.0 MB)"
+    )
+    assert all("distrain-outlier" not in table[r].classes for r in (0, 2))
+
+
+def test_header_shows_progress_with_eta() -> None:
+    mon = resources_monitor()
+    mon.feed(Event("progress", 0, T0 + 1, {"step": 10, "total": 100}))
+    mon.feed(Event("progress", 0, T0 + 6, {"step": 20, "total": 100}))
+    bar = parse(header_html(mon.snapshot())).find_all("distrain-progress")[0]
+    assert (bar.attrs["data-step"], bar.attrs["data-total"]) == ("20", "100")
+    assert (bar.attrs["data-fraction"], bar.attrs["data-eta"]) == ("0.2000", "40")
+    assert bar.all_text() == "20 of 100 steps (20%), 2 steps/s, ETA 40.0s"
+    assert "distrain-progress" not in header_html(resources_monitor().snapshot())
+
+
+def test_a_straggler_with_a_saturated_cpu_says_both() -> None:
+    mon = JobMonitor("oom", "local", 4, nodes=1, nproc=4)
+    events = upto(recorded("oom_straggler"), "error")
+    mon.feed_many(events)
+    t = events[-1].t
+    for rank in range(4):
+        cpu = 100.0 if rank == 3 else 5.0
+        mon.feed(Event("resources", rank, t, {"cpu_pct": cpu, "rss_bytes": 300 << 20}))
+    row = rows(rank_table_html(mon.snapshot()))[3]
+    assert {"distrain-straggler", "distrain-outlier"} <= row.classes
+    assert row.attrs["title"] == (
+        "straggler: far behind the median step; CPU 100%, far above the others (median 5.0%)"
+    )

@@ -1,0 +1,53 @@
+"""``report(step=..., total=...)``: rank 0's progress lines (``total`` is no metric)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_disttrain.events import Event, parse_line
+from jupyter_disttrain.runtime import report
+
+
+def lines(out: str) -> list[Event]:
+    return [parse_line(line, None) for line in out.splitlines()]
+
+
+def progress(out: str) -> list[tuple[int, int]]:
+    return [(e.get("step"), e.get("total")) for e in lines(out) if e.kind == "progress"]
+
+
+def test_total_is_the_progress_not_a_metric(
+    rank0: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report.report(step=0, total=3, loss=1.5)
+    events = lines(capsys.readouterr().out)
+    assert [e.kind for e in events] == ["metric", "progress"]
+    assert events[0].metric() == {"step": 0, "values": {"loss": 1.5}}
+    assert events[1].progress() == {"step": 1, "total": 3}  # step 0 done: 1 of 3
+    report.report(step=1, total=3)  # within the rate limit: held back
+    assert capsys.readouterr().out == ""
+    report.flush_progress()
+    assert progress(capsys.readouterr().out) == [(2, 3)]
+    report.report(step=2, total=3.0)  # the last step always goes out
+    assert progress(capsys.readouterr().out) == [(3, 3)]
+    assert report.explicit_total
+
+
+def test_other_ranks_send_no_progress(
+    rank0: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    report.report(step=4, total=10, loss=1.0)
+    report.report(step=9, total=10)
+    assert [e.kind for e in lines(capsys.readouterr().out)] == ["metric"]
+
+
+@pytest.mark.parametrize("total", [0, -3, 2.5, "10", True])
+def test_a_total_that_is_not_a_step_count_is_refused(rank0: None, total: object) -> None:
+    with pytest.raises(TypeError, match="total must be a positive whole number of steps"):
+        report.report(step=1, total=total, loss=1.0)
+
+
+def test_no_metric_and_no_total_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"at least one metric or total="):
+        report.report(step=1)

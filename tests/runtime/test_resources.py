@@ -1,0 +1,137 @@
+"""A rank's resource sampler (runtime/resources.py) and its quiet protocol lines."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain.events import parse_line
+from jupyter_disttrain.runtime import report, resources
+from jupyter_disttrain.runtime.protocol import encode, is_quiet
+
+
+def burn(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def proc_cpu_seconds() -> float:
+    """This process's user + system time as the kernel's /proc/self/stat counts it."""
+    with open("/proc/self/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_cpu_is_percent_of_one_core_over_the_interval() -> None:
+    sampler = resources.Sampler()
+    cpu0, wall0 = proc_cpu_seconds(), time.monotonic()
+    burn(0.4)
+    busy = sampler.sample()
+    cpu1, wall1 = proc_cpu_seconds(), time.monotonic()
+    time.sleep(0.3)
+    idle = sampler.sample()
+    # the machine is shared: compare with the kernel's own count, not with 100%
+    expected = 100 * (cpu1 - cpu0) / (wall1 - wall0)
+    assert abs(busy["cpu_pct"] - expected) < 10, (busy, expected)
+    assert idle["cpu_pct"] < 10 and busy["cpu_pct"] > idle["cpu_pct"], (busy, idle)
+
+
+def test_resident_memory_grows_with_what_the_process_touches() -> None:
+    sampler = resources.Sampler()
+    before = sampler.sample()["rss_bytes"]
+    block = b"x" * (64 << 20)  # written, so resident
+    after = sampler.sample()["rss_bytes"]
+    assert len(block) and after - before >= 60 << 20, (before, after)
+    assert resources.rss_bytes("/nonexistent/statm") is None
+
+
+def test_memory_limit_is_the_smallest_cgroup_limit_up_the_tree(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    (root / "kubepods" / "pod1").mkdir(parents=True)
+    (root / "kubepods" / "pod1" / "memory.max").write_text("max\n")
+    (root / "kubepods" / "memory.max").write_text("2147483648\n")
+    (root / "memory.max").write_text("max\n")
+    own = tmp_path / "self-cgroup"
+    own.write_text("0::/kubepods/pod1\n")
+    assert resources.memory_limit(str(root), str(own)) == 2 << 30
+    (root / "kubepods" / "pod1" / "memory.max").write_text("1073741824\n")
+    assert resources.memory_limit(str(root), str(own)) == 1 << 30
+    # a container with its own cgroup namespace: "0::/" and the limit at the root
+    own.write_text("0::/\n")
+    (root / "memory.max").write_text("536870912\n")
+    assert resources.memory_limit(str(root), str(own)) == 512 << 20
+    (root / "memory.max").write_text("max\n")
+    assert resources.memory_limit(str(root), str(own)) is None
+    assert resources.memory_limit(str(tmp_path / "none"), str(tmp_path / "none")) is None
+    # cgroup v1 (a container's own memory controller), "unlimited" being a huge number
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert resources.memory_limit(str(v1), str(own)) is None
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("4294967296\n")
+    assert resources.memory_limit(str(v1), str(own)) == 4 << 30
+
+
+def test_gpu_device_follows_cuda_visible_devices() -> None:
+    assert resources.gpu_device(1, None) == 1
+    assert resources.gpu_device(1, "") == 1
+    assert resources.gpu_device(1, "3,5") == 5
+    assert resources.gpu_device(2, "3,5") == 3
+    assert resources.gpu_device(0, "GPU-8f1a, GPU-77c2") == "GPU-8f1a"
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("pynvml") is not None, reason="nvidia-ml-py is installed here"
+)
+def test_without_nvml_there_are_no_gpu_fields_at_all() -> None:
+    sampler = resources.Sampler()
+    fields = sampler.sample()
+    assert sampler.gpu.handle is None and sampler.gpu.sample() == {}
+    assert not {"gpu_util_pct", "gpu_mem_bytes"} & set(fields)
+
+
+def test_a_sample_is_cheap() -> None:
+    sampler = resources.Sampler()
+    n = 200
+    start = time.perf_counter()
+    for _ in range(n):
+        encode("resources", 0, **sampler.sample())
+    per_sample = (time.perf_counter() - start) / n
+    assert per_sample < 0.005, f"{per_sample * 1e6:.0f} us per sample"
+
+
+def test_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(resources.ENV_INTERVAL, raising=False)
+    assert resources.interval() == 1.0
+    monkeypatch.setenv(resources.ENV_INTERVAL, "0.25")
+    assert resources.interval() == 0.25
+    monkeypatch.setenv(resources.ENV_INTERVAL, "0")
+    assert resources.interval() == 0.0
+    monkeypatch.setenv(resources.ENV_INTERVAL, "often")
+    assert resources.interval() == 1.0
+
+
+def test_resources_line_parses_and_is_quiet(capsys: pytest.CaptureFixture[str]) -> None:
+    emitted, quiet = report.emitted, report.quiet_bytes
+    report.emit_as(3, "resources", cpu_pct=97.5, rss_bytes=1 << 30)
+    line = capsys.readouterr().out
+    assert report.emitted == emitted  # no activity for the hang watch
+    assert report.quiet_bytes == quiet + len(line)
+    assert is_quiet(line.encode()) and is_quiet(b"[rank 3] " + line.encode())
+    event = parse_line(line, None)
+    assert (event.kind, event.rank) == ("resources", 3)
+    assert event.resources() == {"cpu_pct": 97.5, "rss_bytes": 1 << 30}
+    report.emit_as(3, "metric", step=1, values={"loss": 1.0})
+    metric = capsys.readouterr().out
+    assert report.emitted == emitted + 1 and not is_quiet(metric.encode())
+    # rank 0 writing other ranks' lines: activity only if one of them is not quiet
+    report.write_lines([line.strip(), ""])
+    assert report.emitted == emitted + 1
+    report.write_lines([line.strip(), metric.strip()])
+    assert report.emitted == emitted + 2
+    assert report.quiet_bytes == quiet + 3 * len(line)

@@ -1,0 +1,31 @@
+"""The live text views (progress.py): rank 0's progress in ``lines`` mode."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_disttrain import events as ev
+from jupyter_disttrain.backends.local import LocalBackend
+from jupyter_disttrain.job import Job
+from jupyter_disttrain.progress import LiveView
+from jupyter_disttrain.spec import JobSpec
+
+T0 = 1_800_000_000.0
+
+
+def test_lines_mode_prints_progress_each_tenth(capsys: pytest.CaptureFixture[str]) -> None:
+    job = Job(JobSpec("lines", nodes=1, nproc=1), LocalBackend())
+    view = LiveView("lines")
+    job.add_listener(view.on_event)
+    view.attach(job)
+    job.feed(ev.job_event("Running", t=T0))
+    for step in range(1, 26):
+        job.feed(ev.Event("progress", 0, T0 + step, {"step": step, "total": 25}))
+        job.feed(ev.Event("resources", 0, T0 + step, {"cpu_pct": 50.0}))
+    job.feed(ev.job_event("Succeeded", t=T0 + 30))
+    view.close()
+    out = capsys.readouterr().out.splitlines()
+    printed = [line for line in out if line.startswith("progress: ")]
+    assert printed and printed[-1] == "progress: 25 of 25 steps (100%), done", out
+    assert len(printed) <= 11, out  # at most once per tenth, however many lines arrive
+    assert all(line.startswith(("job ", "progress: ")) for line in out), out  # no samples

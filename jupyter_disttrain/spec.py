@@ -41,7 +41,8 @@ class JobSpec:
     never, ``None`` for the runtime's default) is how long every rank may stay
     silent before the job takes its ranks' stacks and reads a hang. ``options``
     carries backend-specific settings (image, resources, ...) as plain strings
-    so the spec stays neutral.
+    so the spec stays neutral. ``labels`` are recorded with the job and shown by
+    listings (``("kind", "session")`` marks a warm worker group).
     """
 
     name: str
@@ -58,6 +59,7 @@ class JobSpec:
     grace_period: float | None = None
     hang_after: float | None = None
     options: tuple[tuple[str, str], ...] = field(default=())
+    labels: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def world_size(self) -> int:

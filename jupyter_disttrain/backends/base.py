@@ -15,6 +15,7 @@ What differs between backends is declared in :class:`Capabilities` and
 from __future__ import annotations
 
 import abc
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -55,6 +56,8 @@ class Capabilities:
     ``lists_runtimes``: :meth:`Backend.runtimes` lists training runtimes (Kubeflow Trainer).
     ``stacks_on_request``: :meth:`Backend.request_stacks` asks a running job's ranks for
     their stacks (every backend's ranks send them by themselves at a hang).
+    ``sessions``: it runs warm worker groups (``%distrain_session``): :meth:`Backend.connect`
+    reaches a session's rank 0 from this machine.
     """
 
     has_pods: bool = False
@@ -67,6 +70,7 @@ class Capabilities:
     needs_configuration: bool = False
     lists_runtimes: bool = False
     stacks_on_request: bool = False
+    sessions: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,3 +243,16 @@ class Backend(abc.ABC):
     def runtimes(self) -> list[RuntimeRecord]:
         """Training runtimes offered (only where ``capabilities.lists_runtimes``)."""
         raise BackendError(f"the {self.name} backend has no training runtimes to list")
+
+    def connect(self, record: JobRecord, port: int, timeout: float) -> socket.socket:
+        """A connected stream socket to ``port`` of job ``record``'s rank 0 (a session's).
+
+        Only where ``capabilities.sessions``; rank 0 listens on its own
+        loopback, so the backend brings the connection there (directly on this
+        machine, through the API server's port-forward on a cluster). Raises
+        :class:`BackendError` when rank 0 cannot be reached within ``timeout`` s.
+        """
+        raise BackendError(
+            f"the {self.name} backend cannot run sessions (%distrain_session); run the cell as a "
+            "job with %%distrain instead"
+        )

@@ -13,7 +13,8 @@ from typing import Any
 
 PREFIX = "##distrain "
 VERSION = 1
-KINDS = ("hello", "metric", "checkpoint", "result", "error", "done", "stacks", "staging")
+KINDS = ("hello", "metric", "checkpoint", "result", "error", "done", "stacks", "staging",
+         "session", "cell")
 
 
 def encode(kind: str, rank: int | None, **fields: Any) -> str:

@@ -98,7 +98,7 @@ class LocalRun(Submission):
                 "owner_pid": os.getpid(), "mode": self.plan.mode,
                 "launcher_pid": self.launcher.pid if self.launcher else None,
                 "rdzv_endpoint": self.plan.rdzv_endpoint, "timeout": spec.timeout,
-                "notebook": self.notebook,
+                "notebook": self.notebook, "labels": dict(spec.labels),
             }  # fmt: skip
         self._state.update(changes)
         if changes.get("state") in ev.TERMINAL_STATES:
@@ -336,7 +336,8 @@ def _record(state: dict[str, Any]) -> JobRecord:
         world_size=int(state.get("world_size", 0)), nodes=int(state.get("nodes", 0)),
         nproc=int(state.get("nproc", 0)), created=float(state.get("created", 0.0)),
         ended=state.get("ended"), reason=reason, owner=str(state.get("owner_pid", "")),
-        extra={"notebook": state["notebook"]} if state.get("notebook") else {},
+        extra={**({"notebook": state["notebook"]} if state.get("notebook") else {}),
+               **dict(state.get("labels") or {})},
     )  # fmt: skip
 
 

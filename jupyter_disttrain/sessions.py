@@ -228,10 +228,15 @@ class Session:
             return self.job.status()
         return "busy" if self._busy.locked() else "idle"
 
-    def stop(self, timeout: float = 30.0) -> str:
-        """End the group: ask rank 0, then stop the job; no process is left. Returns the state."""
+    def stop(self, timeout: float = 30.0, *, graceful: bool = True) -> str:
+        """End the group: ask rank 0, then stop the job; no process is left. Returns the state.
+
+        ``graceful`` False: stop the job at once (its ranks are stuck or gone).
+        """
         sock, self._sock = self._sock, None
-        if sock is not None:
+        if sock is not None and not graceful:
+            sock.close()
+        elif sock is not None:
             try:
                 sock.settimeout(5.0)
                 send_message(sock, {"op": "stop"})
@@ -244,7 +249,7 @@ class Session:
         if job is None:
             return "Stopped"
         try:
-            job.wait(5.0)
+            job.wait(5.0 if graceful else 0.0)
         except TimeoutError:
             pass
         if not job.done:
@@ -253,9 +258,9 @@ class Session:
             job.submission.join(timeout)
         return job.status()
 
-    def restart(self) -> Session:
+    def restart(self, *, graceful: bool = True) -> Session:
         """Stop the group and start a new one (every rank's state is lost)."""
-        self.stop()
+        self.stop(graceful=graceful)
         self.bound.clear()
         self.restarts += 1
         return self.start()
@@ -410,7 +415,7 @@ class Session:
                 why = f"a rank died ({reason})"
             self._end_cell(cell_job, "Failed", why, wait=False)
             try:
-                self.restart()
+                self.restart(graceful=False)
                 after = "the session restarted its group"
             except (SessionError, BackendError) as exc:
                 after = f"restarting the group failed too ({exc})"

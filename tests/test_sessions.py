@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import jobdir
 from jupyter_disttrain.service import JobService
-from jupyter_disttrain.sessions import Session
+from jupyter_disttrain.sessions import Session, SessionLost, format_sessions
 from jupyter_disttrain.spec import JobSpec
 from tests.conftest import assert_no_processes
 
@@ -85,3 +87,106 @@ def test_state_persists_across_cells_on_every_rank(group: Session) -> None:
     assert [s for _, s, _ in second] == [5] * 4  # every rank kept its counter
     assert len({w for _, _, w in second}) == 1  # DDP kept the replicas equal
     assert len({w for _, _, w in first} | {w for _, _, w in second}) == 2
+
+
+def test_error_on_one_rank_is_raised_with_its_rank_and_the_session_stays_usable(
+    group: Session,
+) -> None:
+    group.run("counter = 41")
+    cell = textwrap.dedent(
+        """
+        import torch.distributed as dist
+        def check(rank):
+            if rank == 2:
+                raise KeyError(f"missing column on rank {rank}")
+        check(dist.get_rank())
+        """
+    )
+    with pytest.raises(KeyError) as caught:
+        group.run(cell)
+    message = str(caught.value)
+    assert "[rank 2]" in message and "missing column on rank 2" in message, logs(group)
+    assert "Remote traceback (rank 2)" in message and "in check" in message
+    assert caught.value.remote_rank == 2  # type: ignore[attr-defined]
+    assert group.run("counter += 1\ncounter") == 42  # the ranks kept their state
+    assert group.status() == "idle"
+
+
+def test_errors_on_several_ranks_name_the_others(group: Session) -> None:
+    with pytest.raises(ZeroDivisionError) as caught:
+        group.run("import torch.distributed as dist\n1 / (dist.get_rank() % 2)")
+    assert "[rank 0]" in str(caught.value)
+    assert any("rank(s) 2 raised too" in note for note in caught.value.__notes__)
+
+
+def test_interrupt_outside_a_collective_keeps_the_state(group: Session) -> None:
+    group.run("kept = 'still here'")
+    cell = "import time\nfor _ in range(600):\n    time.sleep(0.1)"
+    timer = threading.Timer(1.5, group.interrupt)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="interrupted on every rank"):
+        group.run(cell)
+    assert time.monotonic() - started < 15, logs(group)
+    assert group.run("kept") == "still here"
+    assert group.restarts == 0
+
+
+def test_session_is_listed_as_a_session(service: JobService, group: Session) -> None:
+    listing = service.list_jobs()
+    record = next(r for r in listing.records if r.name == group.name)
+    assert record.extra.get("kind") == "session" and record.state == "Running"
+    assert group.name in format_sessions(service.sessions.all())
+
+
+def test_captured_notebook_values_do_not_replace_what_a_cell_bound(group: Session) -> None:
+    group.run("shadow = 'rank value'")
+    assert group.run("shadow", {"shadow": "notebook value"}) == "rank value"
+    assert group.run("fresh", {"fresh": "notebook value"}) == "notebook value"
+
+
+def test_interrupt_of_a_cell_stuck_in_a_collective_restarts_the_group(group: Session) -> None:
+    group.run("kept = 'old group'")
+    cell = textwrap.dedent(
+        """
+        import time, torch.distributed as dist
+        if dist.get_rank() == 1:
+            while True:
+                time.sleep(0.1)
+        dist.barrier()  # the others wait here, inside gloo, for rank 1
+        """
+    )
+    restarts = group.restarts
+    timer = threading.Timer(2.0, group.interrupt)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(SessionLost) as caught:
+        group.run(cell)
+    message = str(caught.value)
+    assert "rank(s) 0, 2, 3 did not come back" in message, logs(group)
+    assert "restarted its group" in message and "state was lost" in message
+    assert time.monotonic() - started < 60
+    assert group.restarts == restarts + 1 and group.alive
+    with pytest.raises(NameError, match="kept"):
+        group.run("kept")
+    assert group.run("import torch.distributed as dist\ndist.get_world_size()") == 4
+
+
+def test_a_rank_that_dies_restarts_the_group_and_says_so(group: Session) -> None:
+    group.run("kept = 1")
+    cell = textwrap.dedent(
+        """
+        import os, time, torch.distributed as dist
+        if dist.get_rank() == 3:
+            os._exit(7)
+        time.sleep(30)
+        """
+    )
+    with pytest.raises(SessionLost) as caught:
+        group.run(cell)
+    message = str(caught.value)
+    assert "a rank died" in message and "exit" in message, message + logs(group)
+    assert "restarted its group" in message and "state was lost" in message
+    assert group.run("import torch.distributed as dist\ndist.get_rank()") == 0
+    with pytest.raises(NameError):
+        group.run("kept")

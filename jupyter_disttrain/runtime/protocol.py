@@ -13,8 +13,18 @@ from typing import Any
 
 PREFIX = "##distrain "
 VERSION = 1
-KINDS = ("hello", "metric", "checkpoint", "result", "error", "done", "stacks", "staging",
-         "session", "cell")
+KINDS = (
+    "hello",
+    "metric",
+    "checkpoint",
+    "result",
+    "error",
+    "done",
+    "stacks",
+    "staging",
+    "session",
+    "cell",
+)
 
 
 def encode(kind: str, rank: int | None, **fields: Any) -> str:

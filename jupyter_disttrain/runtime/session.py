@@ -42,6 +42,7 @@ import os
 import pickle
 import queue
 import select
+import signal
 import socket
 import struct
 import sys
@@ -193,6 +194,8 @@ def serve(payload: dict[str, Any], names: dict[str, Any], tools: CellTools) -> N
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     settings = dict(payload["session"])
+    # interrupt_main() does nothing while SIGINT is ignored (as launchers leave it)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     store = control_store()
     watcher = _Watcher(rank)
     if rank == 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 import threading
 import time
@@ -12,7 +13,8 @@ import pytest
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import jobdir
 from jupyter_disttrain.service import JobService
-from jupyter_disttrain.sessions import Session, SessionLost, format_sessions
+from jupyter_disttrain.runtime.session import recv_frame, send_frame
+from jupyter_disttrain.sessions import Session, SessionError, SessionLost, format_sessions
 from jupyter_disttrain.spec import JobSpec
 from tests.conftest import assert_no_processes
 
@@ -190,3 +192,29 @@ def test_a_rank_that_dies_restarts_the_group_and_says_so(group: Session) -> None
     assert group.run("import torch.distributed as dist\ndist.get_rank()") == 0
     with pytest.raises(NameError):
         group.run("kept")
+
+
+def test_a_wrong_token_is_refused_and_the_session_stays_usable(group: Session) -> None:
+    assert group.port is not None and group.job is not None
+    record = group._record()
+    with group.backend.connect(record, group.port, 10.0) as sock:
+        send_frame(sock, json.dumps({"token": "not-the-token"}).encode())
+        answer = json.loads(recv_frame(sock))
+    assert answer == {"ok": False, "world_size": 4, "pid": answer["pid"],
+                      "error": "wrong session token"}  # fmt: skip
+    assert group.run("6 * 7") == 42
+
+
+def test_idle_timeout_ends_the_session(service: JobService) -> None:
+    session = service.start_session(JobSpec("sess-idle", nodes=1, nproc=2), idle_timeout=2.0)
+    try:
+        assert session.run("1") == 1
+        assert session.job is not None
+        assert session.job.wait(30) == "Succeeded", logs(session)
+        assert "no cell for 2 s (--idle-timeout)" in logs(session)
+        with pytest.raises(SessionError, match="restart sess-idle"):
+            session.run("1")
+        assert service.restart_session("sess-idle").run("2") == 2
+    finally:
+        service.stop_session("sess-idle")
+    assert_no_processes(jobdir.job_dir("sess-idle"))

@@ -254,75 +254,71 @@ class _Server:
 
     # -- connections ----------------------------------------------------------
     def _run(self) -> None:
+        """Serve the notebook: one connection at a time; a newly authenticated one replaces it."""
+        conn: socket.socket | None = None
         while True:
-            conn = self._accept()
-            if conn is None:
+            ready = self._wait([self.listener] + ([conn] if conn is not None else []))
+            if ready is None:
                 self._stop(f"no cell for {self.idle:g} s (--idle-timeout)")
                 return
+            if self.listener in ready:
+                new, _ = self.listener.accept()
+                if self._authenticate(new):
+                    if conn is not None:
+                        conn.close()
+                    conn = new
+                else:
+                    new.close()
+                continue
+            assert conn is not None
             try:
-                if self._authenticate(conn) and self._converse(conn):
+                if self._serve(conn):
                     return
             except (OSError, ConnectionError, EOFError, pickle.UnpicklingError):
-                pass  # the notebook went away; it may connect again
-            finally:
-                conn.close()
+                conn.close()  # the notebook went away; it may connect again
+                conn = None
             self.last_active = time.monotonic()
 
-    def _accept(self) -> socket.socket | None:
-        """The next connection; None when the session stayed idle past its timeout."""
+    def _wait(self, sockets: list[socket.socket]) -> list[socket.socket] | None:
+        """The sockets ready to read; None when the session stayed idle past its timeout."""
         while True:
             wait = None if not self.idle else self.idle - (time.monotonic() - self.last_active)
             if wait is not None and wait <= 0:
                 return None
-            ready, _, _ = select.select([self.listener], [], [], wait)
+            ready, _, _ = select.select(sockets, [], [], wait)
             if ready:
-                conn, _ = self.listener.accept()
-                return conn
+                return ready
 
     def _authenticate(self, conn: socket.socket) -> bool:
-        conn.settimeout(10.0)
         try:
+            conn.settimeout(10.0)
             hello = json.loads(recv_frame(conn))
+            ok = isinstance(hello, dict) and hmac.compare_digest(
+                str(hello.get("token", "")).encode(), self.token
+            )
+            answer: dict[str, Any] = {"ok": ok, "world_size": self.world, "pid": os.getpid()}
+            if not ok:
+                answer["error"] = "wrong session token"
+            send_frame(conn, json.dumps(answer).encode())
+            conn.settimeout(None)
         except (ValueError, ConnectionError, OSError):
             return False
-        ok = isinstance(hello, dict) and hmac.compare_digest(
-            str(hello.get("token", "")).encode(), self.token
-        )
-        answer: dict[str, Any] = {"ok": ok, "world_size": self.world, "pid": os.getpid()}
-        if not ok:
-            answer["error"] = "wrong session token"
-        send_frame(conn, json.dumps(answer).encode())
-        conn.settimeout(None)
         return ok
 
-    def _converse(self, conn: socket.socket) -> bool:
-        """Serve one notebook connection; True when the session was stopped."""
-        while True:
-            if not self._readable(conn):
-                self._stop(f"no cell for {self.idle:g} s (--idle-timeout)")
-                return True
-            message = recv_message(conn)
-            op = message.get("op")
-            self.last_active = time.monotonic()
-            if op == "ping":
-                send_message(conn, {"op": "pong"})
-            elif op == STOP:
-                self._stop("stopped by the notebook")
-                send_message(conn, {"op": "stopped"})
-                return True
-            elif op == "run":
-                send_message(conn, self._run_cell(conn, message))
-                self.last_active = time.monotonic()
-
-    def _readable(self, conn: socket.socket) -> bool:
-        """Wait for the next message; False when the session stayed idle past its timeout."""
-        while True:
-            wait = None if not self.idle else self.idle - (time.monotonic() - self.last_active)
-            if wait is not None and wait <= 0:
-                return False
-            ready, _, _ = select.select([conn], [], [], wait)
-            if ready:
-                return True
+    def _serve(self, conn: socket.socket) -> bool:
+        """Answer one message; True when the session was stopped."""
+        message = recv_message(conn)
+        op = message.get("op")
+        self.last_active = time.monotonic()
+        if op == "ping":
+            send_message(conn, {"op": "pong"})
+        elif op == STOP:
+            self._stop("stopped by the notebook")
+            send_message(conn, {"op": "stopped"})
+            return True
+        elif op == "run":
+            send_message(conn, self._run_cell(conn, message))
+        return False
 
     def _stop(self, why: str) -> None:
         print(f"distrain: session ending: {why}", file=sys.stderr, flush=True)

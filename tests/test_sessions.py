@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import threading
 import time
@@ -12,10 +13,17 @@ import pytest
 
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import jobdir
-from jupyter_disttrain.service import JobService
 from jupyter_disttrain.runtime.session import recv_frame, send_frame
-from jupyter_disttrain.sessions import Session, SessionError, SessionLost, format_sessions
-from jupyter_disttrain.spec import JobSpec
+from jupyter_disttrain.service import JobService
+from jupyter_disttrain.sessions import (
+    Session,
+    SessionError,
+    SessionLost,
+    bound_names,
+    format_sessions,
+    session_spec,
+)
+from jupyter_disttrain.spec import JobSpec, SpecError
 from tests.conftest import assert_no_processes
 
 pytestmark = pytest.mark.slow
@@ -218,3 +226,27 @@ def test_idle_timeout_ends_the_session(service: JobService) -> None:
     finally:
         service.stop_session("sess-idle")
     assert_no_processes(jobdir.job_dir("sess-idle"))
+
+
+def test_bound_names_are_what_the_top_level_of_a_cell_binds() -> None:
+    source = "import torch as t\nfrom os import path\nx = 1\ndef f(): y = 2\nclass C: z = 3\nw"
+    assert bound_names(source) == {"t", "path", "x", "f", "C"}
+    assert bound_names("def broken(:") == set()
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"framework": "tensorflow", "nproc": 1}, "sessions run PyTorch ranks"),
+        ({"max_restarts": 2}, "remove --max-restarts"),
+        ({"resume": "/tmp/ckpt"}, "call load_checkpoint(URI) in a cell"),
+    ],
+)
+def test_what_a_session_cannot_run_is_a_spec_error(changes: dict[str, object], needle: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        session_spec(JobSpec("s", **changes))  # type: ignore[arg-type]
+
+
+def test_a_session_spec_is_labelled_and_never_reads_silence_as_a_hang() -> None:
+    spec = session_spec(JobSpec("s", nodes=2, labels=(("team", "a"),)))
+    assert dict(spec.labels) == {"team": "a", "kind": "session"} and spec.hang_after == 0

@@ -330,38 +330,43 @@ class _Server:
         self.n += 1
         n, cell_id = self.n, message.get("id")
         gathered: dict[int, dict[str, Any]] = {}
-        finished = threading.Event()
+        wake_r, wake_w = socket.socketpair()  # the gatherer wakes the select below when done
 
         def gather() -> None:
             try:
                 for r in range(self.world):
                     gathered[r] = pickle.loads(self.gatherer.get(f"done/{n}/{r}"))
+                wake_w.send(b"x")
             except Exception:
                 return
-            finished.set()
+            finally:
+                wake_w.close()
 
         self.store.set(f"cell/{n}", pickle.dumps({"op": "run", "id": cell_id,
                                                   "payload": message["payload"]}))  # fmt: skip
         threading.Thread(target=gather, name="distrain-session-gather", daemon=True).start()
         deadline: float | None = None
-        while not finished.is_set():
-            wait = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
-            if deadline is not None and wait <= 0:
-                return self._lost(n, cell_id)
-            ready, _, _ = select.select([conn], [], [], min(wait, 0.5))
-            if finished.is_set():
-                break
-            if not ready:
-                continue
-            incoming = recv_message(conn)
-            if incoming.get("op") == "interrupt" and deadline is None:
-                for r in range(self.world):
-                    self.store.set(f"int/{n}/{r}", b"int")
-                deadline = time.monotonic() + self.grace
-            elif incoming.get("op") == "run":
-                send_message(conn, {"op": "busy", "id": incoming.get("id")})
-            elif incoming.get("op") == "ping":
-                send_message(conn, {"op": "pong"})
+        try:
+            while True:
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    return self._lost(n, cell_id)
+                ready, _, _ = select.select([conn, wake_r], [], [], wait)
+                if wake_r in ready:
+                    break
+                if conn not in ready:
+                    continue
+                incoming = recv_message(conn)
+                if incoming.get("op") == "interrupt" and deadline is None:
+                    for r in range(self.world):
+                        self.store.set(f"int/{n}/{r}", b"int")
+                    deadline = time.monotonic() + self.grace
+                elif incoming.get("op") == "run":
+                    send_message(conn, {"op": "busy", "id": incoming.get("id")})
+                elif incoming.get("op") == "ping":
+                    send_message(conn, {"op": "pong"})
+        finally:
+            wake_r.close()  # a gatherer still waiting (stuck ranks) writes into nothing
         return _reply(cell_id, [gathered[r] for r in range(self.world)])
 
     def _lost(self, n: int, cell_id: Any) -> dict[str, Any]:

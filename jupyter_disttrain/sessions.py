@@ -449,6 +449,9 @@ class Session:
         """Wait for every rank's output of the cell (``cell`` end lines), then close its job."""
         world = self.spec.world_size
         if wait:
+            job = self.job
+            if job is not None and job.submission is not None:
+                job.submission.wake()  # the ranks wrote their end lines before rank 0 replied
             deadline = time.monotonic() + OUTPUT_WAIT
             with self._cond:
                 while len(self._ended) < world and time.monotonic() < deadline:

@@ -78,6 +78,7 @@ class JobJSON(TypedDict):
     when unknown or outside the server root; ``notebook_file`` is the path as
     recorded ("" when unknown). ``diagnosis`` is the job's one-sentence
     reading (communication problem or failure), ``None`` when there is none.
+    ``kind`` is ``session`` for a warm worker group (``%distrain_session``), else ``job``.
     """
 
     id: str
@@ -99,6 +100,7 @@ class JobJSON(TypedDict):
     can_stop: bool
     diagnosis: str | None
     detail: JobDetail | None
+    kind: str
 
 
 class JobListJSON(TypedDict):
@@ -175,6 +177,7 @@ def job_json(
         can_stop=not terminal,
         diagnosis=snapshot["diagnosis"] if snapshot is not None else None,
         detail=_detail(snapshot, checkpoints) if detail else None,
+        kind=str(record.extra.get("kind") or "job"),
     )
 
 

@@ -19,6 +19,7 @@ session restarts its group and raises :class:`SessionLost`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import socket
@@ -364,8 +365,9 @@ class Session:
         spec = self.spec
         monitor = JobMonitor(spec.name, self.backend.name, spec.world_size, nodes=spec.nodes,
                              nproc=spec.nproc)  # fmt: skip
-        with self._cond:
-            hellos = list(self._hellos.values())
+        now = time.time()
+        with self._cond:  # the ranks' hellos, as of now: the cell's clock starts with it
+            hellos = [dataclasses.replace(e, t=now) for e in self._hellos.values()]
         monitor.feed_many(hellos)
         monitor.feed(ev.job_event("Running", "Started", f"session {spec.name}, cell {cell_id}"))
         cell_job = Job(spec, self.backend, monitor)

@@ -184,9 +184,17 @@ def _outcome(message: dict[str, Any], module: Any, rank: int, tools: CellTools) 
             out["result"] = tools.encode_result(value, None)
         return out
     except KeyboardInterrupt as exc:
-        return {"status": "interrupted", "error": tools.encode_exception(exc)}
+        return {"status": "interrupted", "error": tools.encode_exception(_from_cell(exc))}
     except BaseException as exc:
-        return {"status": "error", "error": tools.encode_exception(exc)}
+        return {"status": "error", "error": tools.encode_exception(_from_cell(exc))}
+
+
+def _from_cell(exc: BaseException) -> BaseException:
+    """``exc`` with its traceback starting at the first cell frame (not this runtime's)."""
+    tb = exc.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<distrain-cell"):
+        tb = tb.tb_next
+    return exc.with_traceback(tb) if tb is not None else exc
 
 
 def serve(payload: dict[str, Any], names: dict[str, Any], tools: CellTools) -> None:

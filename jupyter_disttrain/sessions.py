@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
+import select
 import socket
 import symtable
 import threading
@@ -177,6 +178,17 @@ class Session:
         plan = self.backend.plan(self.spec, payload)
         job = self._runner(plan, [self._on_event, *self._listeners])
         self.job = job
+        try:
+            self._sock = self._connect(self._wait_port(job, timeout), token)
+        except BaseException:  # an interrupt, or rank 0 never listened: leave no process
+            if not job.done:
+                job.stop()
+            raise
+        self.last_used = time.time()
+        return self
+
+    def _wait_port(self, job: Job, timeout: float) -> int:
+        """The port rank 0 announced (``session`` line); :class:`SessionError` if it did not."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while self.port is None and not job.done:
@@ -186,16 +198,12 @@ class Session:
                 self._cond.wait(min(left, 0.5))
             port = self.port
         if port is None:
-            if not job.done:
-                job.stop()
             why = job.reason or f"its rank 0 did not start within {timeout:g} s"
             raise SessionError(
                 f"session {self.name} did not start: {why}; %distrain_logs {self.name} shows "
                 "what the ranks printed"
             )
-        self._sock = self._connect(port, token)
-        self.last_used = time.time()
-        return self
+        return port
 
     def _record(self) -> JobRecord:
         spec = self.spec
@@ -379,18 +387,15 @@ class Session:
         deadline: float | None = None
         while True:
             try:
-                sock.settimeout(0.2)
-                try:
-                    reply = recv_message(sock)
-                finally:
-                    sock.settimeout(None)
-            except TimeoutError:
-                job = self.job
-                if job is not None and job.done:
-                    return None
-                if deadline is not None and time.monotonic() > deadline:
-                    return None
-                continue
+                ready, _, _ = select.select([sock], [], [], 0.2)
+                if not ready:
+                    job = self.job
+                    if job is not None and job.done:
+                        return None
+                    if deadline is not None and time.monotonic() > deadline:
+                        return None
+                    continue
+                reply = recv_message(sock)  # a whole frame, however long it takes to arrive
             except KeyboardInterrupt:
                 self.interrupt()
                 deadline = time.monotonic() + self.grace + INTERRUPT_SLACK

@@ -154,6 +154,11 @@ class DistrainMagics(Magics):
     def _session_cell(self, args: Any, cell: str) -> Any:
         """``%%distrain --session NAME``: the cell on every rank of the live group."""
         given = given_job_options(args, ignore=("session",))
+        if args.output:
+            raise UsageError(
+                "-o stores a job's handle; a session cell's value is its result: assign it, "
+                "e.g. x = _ in the next cell"
+            )
         if given:
             raise UsageError(
                 f"{', '.join(given)} cannot be given with --session: the session's ranks and "

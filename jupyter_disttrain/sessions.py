@@ -149,6 +149,7 @@ class Session:
         self._listeners = list(listeners)
         self._cond = threading.Condition()
         self._sock: socket.socket | None = None
+        self._token = ""
         self._busy = threading.Lock()
         self.job: Job | None = None
         self.port: int | None = None
@@ -165,7 +166,7 @@ class Session:
 
     def start(self, timeout: float = START_TIMEOUT) -> Session:
         """Submit the group and connect to its rank 0; returns once the ranks are up."""
-        token = secrets.token_hex(16)
+        token = self._token = secrets.token_hex(16)
         settings = {"token": token, "idle_timeout": self.idle_timeout, "grace": self.grace}
         payload = build_payload(
             SESSION_SOURCE, {}, job=self.name, framework=self.spec.framework,
@@ -405,8 +406,33 @@ class Session:
             if reply.get("op") == "reply" and reply.get("id") == cell_id:
                 return reply
 
+    def _reconnect(self) -> bool:
+        """Connect to rank 0 again when the group still runs; False when it does not."""
+        job, port = self.job, self.port
+        if job is None or port is None or self._interrupted:
+            return False
+        if job.submission is not None:
+            job.submission.join(1.0)  # a dying group has ended by now
+        if job.done:
+            return False
+        old, self._sock = self._sock, None
+        if old is not None:
+            old.close()
+        try:
+            self._sock = self._connect(port, self._token)
+        except SessionError:
+            return False
+        return True
+
     def _settle(self, reply: dict[str, Any] | None, cell_job: Job) -> Any:
         """The cell's value, or its exception, from rank 0's reply."""
+        if reply is None and self._reconnect():
+            self._end_cell(cell_job, "Failed", "connection to rank 0 lost", wait=False)
+            raise SessionError(
+                f"session {self.name}: the connection to rank 0 was lost while the cell ran; "
+                "reconnected: the ranks keep their state, but this cell's value and error are "
+                "lost (the cell may still be running there)"
+            )
         if reply is None or reply.get("status") == "lost":
             job = self.job
             if reply is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import textwrap
 import threading
 import time
@@ -250,3 +251,13 @@ def test_what_a_session_cannot_run_is_a_spec_error(changes: dict[str, object], n
 def test_a_session_spec_is_labelled_and_never_reads_silence_as_a_hang() -> None:
     spec = session_spec(JobSpec("s", nodes=2, labels=(("team", "a"),)))
     assert dict(spec.labels) == {"team": "a", "kind": "session"} and spec.hang_after == 0
+
+
+def test_a_lost_connection_reconnects_and_keeps_the_ranks_state(group: Session) -> None:
+    group.run("kept = 'across the reconnect'")
+    timer = threading.Timer(1.0, lambda: group._sock.shutdown(socket.SHUT_RDWR))  # type: ignore[union-attr]
+    timer.start()
+    with pytest.raises(SessionError, match="connection to rank 0 was lost"):
+        group.run("import time\ntime.sleep(3)")
+    assert group.run("kept") == "across the reconnect", logs(group)
+    assert group.alive

@@ -219,6 +219,12 @@ def test_session_magics_start_run_list_and_stop(
         shell.run_line_magic("distrain_session", "list")
         out = capsys.readouterr().out
         assert "mg-sess" in out and "1x2" in out and "idle" in out
+        with pytest.raises(UsageError, match="-o stores a job's handle"):
+            cell(shell, "--session mg-sess -o x", "1")
+        shell.run_line_magic("distrain_session", "restart mg-sess")
+        assert "restarted (every rank's state was lost)" in capsys.readouterr().out
+        with pytest.raises(NameError, match="'w' is not defined"):
+            cell(shell, "--session mg-sess", "w")
     finally:
         shell.run_line_magic("distrain_session", "stop mg-sess")
     assert "mg-sess: Succeeded" in capsys.readouterr().out

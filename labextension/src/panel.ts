@@ -127,6 +127,7 @@ export class JobsPanel extends Widget {
     row.dataset.jobId = job.id;
     row.dataset.state = job.state;
     row.dataset.backend = job.backend;
+    row.dataset.kind = job.kind ?? 'job';
     row.title = [job.reason ? `${job.state}: ${job.reason}` : job.state, job.diagnosis ?? '']
       .filter(Boolean)
       .join('\n');
@@ -143,7 +144,10 @@ export class JobsPanel extends Widget {
     ];
     for (const [key, text] of cells) {
       const cell = el('td', `jp-Disttrain-${key}`, text);
-      if (key === 'state') {
+      if (key === 'name' && job.kind === 'session') {
+        cell.appendChild(el('span', 'jp-Disttrain-session', 'session'));
+        cell.title = 'a warm worker group: %%distrain --session runs cells on its live ranks';
+      } else if (key === 'state') {
         cell.classList.add(`jp-Disttrain-state-${job.state.toLowerCase()}`);
       } else if (key === 'world') {
         cell.title = `${job.nodes} node(s) x ${job.nproc} process(es)`;

@@ -80,6 +80,8 @@ export interface IJob {
   /** The job's one-sentence reading (communication problem or failure), null when none. */
   diagnosis?: string | null;
   detail: IJobDetail | null;
+  /** "session" for a warm worker group (%distrain_session), else "job". */
+  kind?: string;
 }
 
 export interface IJobList {

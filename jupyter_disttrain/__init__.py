@@ -18,12 +18,14 @@ from typing import Any
 from .runtime.report import report
 
 __version__ = "0.1.0"
-__all__ = ["CheckpointStore", "Job", "JobSpec", "__version__", "every", "load_checkpoint",
-           "load_ipython_extension", "report", "save_checkpoint", "submit"]  # fmt: skip
+__all__ = ["CheckpointStore", "Job", "JobSpec", "Session", "SessionLost", "__version__", "every",
+           "load_checkpoint", "load_ipython_extension", "report", "save_checkpoint",
+           "submit"]  # fmt: skip
 
 _LAZY = {"Job": "job", "submit": "service", "JobSpec": "spec", "CheckpointStore": "checkpoints",
          "save_checkpoint": "runtime.checkpoint", "load_checkpoint": "runtime.checkpoint",
-         "every": "runtime.checkpoint"}  # fmt: skip
+         "every": "runtime.checkpoint", "Session": "sessions",
+         "SessionLost": "sessions"}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,7 @@ import os
 import pickletools
 import sys
 import sysconfig
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -100,11 +100,14 @@ def package_versions(names: Iterable[str]) -> dict[str, list[str]]:
     """
     import importlib.metadata
 
-    dists = importlib.metadata.packages_distributions()
     stdlib = set(sys.stdlib_module_names)
+    wanted = sorted(n for n in set(names) if n not in stdlib and n not in _NEVER)
+    if not wanted:
+        return {}
+    dists = _distributions()
     out: dict[str, list[str]] = {}
-    for name in sorted(set(names)):
-        if name in stdlib or name in _NEVER or name not in dists:
+    for name in wanted:
+        if name not in dists:
             continue
         dist = dists[name][0]
         try:
@@ -112,6 +115,30 @@ def package_versions(names: Iterable[str]) -> dict[str, list[str]]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return out
+
+
+_dists_cache: tuple[tuple[tuple[str, int], ...], Mapping[str, list[str]]] | None = None
+
+
+def _distributions() -> Mapping[str, list[str]]:
+    """``importlib.metadata.packages_distributions()``, cached.
+
+    Read again only when ``sys.path`` or one of its directories changed (an
+    install): reading it takes about half a second.
+    """
+    import importlib.metadata
+
+    global _dists_cache
+    key = []
+    for entry in sys.path:
+        try:
+            key.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            key.append((entry, 0))
+    stamp = tuple(key)
+    if _dists_cache is None or _dists_cache[0] != stamp:
+        _dists_cache = (stamp, importlib.metadata.packages_distributions())
+    return _dists_cache[1]
 
 
 def collect(names: Iterable[str]) -> dict[str, dict[str, bytes]]:

@@ -25,6 +25,7 @@ from .options import JOB_OPTIONS
 from .payload import CaptureError
 from .progress import LiveView, format_job_table, format_runtime_table
 from .service import JobService, backend_names, default_service
+from .sessions import SessionError, SessionLost, format_sessions
 from .spec import FRAMEWORKS, SpecError
 
 
@@ -98,6 +99,12 @@ class DistrainMagics(Magics):
         metavar="NAME",
         help="store the Job handle in this notebook variable",
     )
+    @magic_arguments.argument(
+        "--session",
+        default=None,
+        metavar="NAME",
+        help="run the cell on the live group of %%distrain_session NAME (ranks keep their state)",
+    )
     @cell_magic
     def distrain(self, line: str, cell: str) -> Any:
         """Run this cell on ``--nodes`` x ``--nproc`` workers as one distributed job.
@@ -105,9 +112,12 @@ class DistrainMagics(Magics):
         The cell runs once per rank with the process group initialised and
         the notebook values it uses shipped along. Call ``report(step=...,
         loss=...)`` to send metrics. Rank 0's last expression is the result.
-        Without ``--wait`` the cell returns the Job handle at once.
+        Without ``--wait`` the cell returns the Job handle at once. With
+        ``--session NAME`` the cell runs on that session's live ranks and blocks.
         """
         args = magic_arguments.parse_argstring(self.distrain, line)
+        if args.session is not None:
+            return self._session_cell(args, cell)
         if args.output is not None and not args.output.isidentifier():
             raise UsageError(f"-o {args.output!r} is not a valid Python variable name")
         service = self.service
@@ -149,6 +159,108 @@ class DistrainMagics(Magics):
             raise
         view.close()
         return job.result()
+
+    def _session_cell(self, args: Any, cell: str) -> Any:
+        """``%%distrain --session NAME``: the cell on every rank of the live group."""
+        given = given_job_options(args, ignore=("session",))
+        if args.output:
+            raise UsageError(
+                "-o stores a job's handle; a session cell's value is its result: assign it, "
+                "e.g. x = _ in the next cell"
+            )
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} cannot be given with --session: the session's ranks and "
+                f"options were set by %distrain_session start {args.session}"
+            )
+        try:
+            session = self.service.session(args.session)
+        except SessionError as exc:
+            raise UsageError(str(exc)) from None
+        view = LiveView(self._live_mode(), blocking=True)
+
+        def show(cell_job: Job) -> None:
+            cell_job.add_listener(view.on_event)
+            view.attach(cell_job)
+
+        try:
+            return session.run(
+                cell,
+                self.shell.user_ns if self.shell else {},
+                max_capture_bytes=int(self.max_capture_mb * 1024 * 1024),
+                on_cell=show,
+            )
+        except (CaptureError, SessionError) as exc:
+            raise UsageError(str(exc)) from None
+        except SessionLost as exc:
+            print(f"{session.name}: {exc}")
+            raise
+        finally:
+            view.close()
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument(
+        "action", choices=["start", "list", "stop", "restart"], help="what to do"
+    )
+    @magic_arguments.argument("session", nargs="?", default=None, help="session name")
+    @_job_options
+    @magic_arguments.argument(
+        "--idle-timeout", type=float, default=None, metavar="SECONDS",
+        help="end the session after this long without a cell (default: never)",
+    )  # fmt: skip
+    @line_magic
+    def distrain_session(self, line: str) -> Any:
+        """Warm worker groups: ``start NAME --nodes N --nproc M``, ``list``, ``stop``, ``restart``.
+
+        A session's ranks stay up with the process group initialised; run
+        cells on them with ``%%distrain --session NAME``. Local sessions end
+        with the kernel.
+        """
+        args = magic_arguments.parse_argstring(self.distrain_session, line)
+        service = self.service
+        if args.action == "list":
+            if args.session:
+                raise UsageError("%distrain_session list takes no name")
+            print(format_sessions(service.sessions.all()))
+            return None
+        if not args.session:
+            raise UsageError(f"%distrain_session {args.action} needs a session name")
+        if args.action != "start":
+            given = given_job_options(args, ignore=("session", "action"))
+            if given:
+                raise UsageError(f"{', '.join(given)}: only %distrain_session start takes options")
+        try:
+            if args.action == "stop":
+                print(f"{args.session}: {service.stop_session(args.session)}")
+            elif args.action == "restart":
+                service.restart_session(args.session)
+                print(f"{args.session}: restarted (every rank's state was lost)")
+            else:
+                self._start_session(args)
+        except (SessionError, SpecError, BackendError) as exc:
+            raise UsageError(str(exc)) from None
+        return None
+
+    def _start_session(self, args: Any) -> None:
+        if args.name and args.name != args.session:
+            raise UsageError("--name is the session's name: write %distrain_session start NAME")
+        if args.dry_run or args.export:
+            raise UsageError("--dry-run and --export are for jobs; a session starts its group")
+        args.name = args.session
+        spec = self.service.spec(args, self._defaults())
+        print(f"{spec.name}: starting {spec.nodes}x{spec.nproc} ranks ({spec.backend})...")
+        try:
+            session = self.service.start_session(spec, idle_timeout=args.idle_timeout)
+        except KeyboardInterrupt:
+            try:
+                self.service.stop_session(spec.name)
+            except SessionError:
+                pass
+            raise
+        print(
+            f"{spec.name}: ready; run cells with %%distrain --session {spec.name} "
+            f"(rank 0 on port {session.port})"
+        )
 
     # -- line magics -------------------------------------------------------------
     @line_magic
@@ -332,6 +444,19 @@ class DistrainMagics(Magics):
         from .widgets import available
 
         return "widget" if available(self.shell) else "text"
+
+
+def given_job_options(args: Any, ignore: tuple[str, ...] = ()) -> list[str]:
+    """The job options ``args`` sets to something other than their defaults, as flags."""
+    out = []
+    for flags, kwargs in JOB_OPTIONS:
+        key = flags[-1].lstrip("-").replace("-", "_")
+        if key in ignore or not hasattr(args, key):
+            continue
+        default = kwargs.get("default", False if kwargs.get("action") == "store_true" else None)
+        if getattr(args, key) != default:
+            out.append(flags[-1])
+    return out
 
 
 def notebook_path(shell: Any) -> str | None:

@@ -36,6 +36,8 @@ from .job_checkpoints import preflight
 from .monitor import JobMonitor, Where
 from .options import spec_from_args
 from .payload import Payload, build_payload
+from .runtime.session import DEFAULT_GRACE
+from .sessions import Session, Sessions
 from .spec import JobSpec, SpecError
 from .tracking import check as check_tracking
 from .tracking import sinks_for
@@ -76,6 +78,7 @@ class JobService:
         self.notebook = notebook
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
+        self.sessions = Sessions()
 
     # ------------------------------------------------------------------ backends
 
@@ -237,7 +240,9 @@ class JobService:
             self._jobs[job.name] = job
 
     def stop_all(self, timeout: float = 30.0) -> None:
-        """Stop every running job of this process (kernel shutdown), its sinks finished."""
+        """Stop every session and running job of this process (kernel shutdown), its sinks
+        finished."""
+        self.sessions.stop_all()
         jobs = [j for j in self.registered().values() if j.submission is not None and not j.done]
         for job in jobs:
             try:
@@ -251,6 +256,48 @@ class JobService:
                 job.wait(0)
             except TimeoutError:
                 continue
+
+    # ------------------------------------------------------------------ sessions
+
+    def start_session(
+        self,
+        spec: JobSpec,
+        *,
+        idle_timeout: float | None = None,
+        grace: float = DEFAULT_GRACE,
+        listeners: Iterable[Listener] = (),
+    ) -> Session:
+        """Start a warm worker group for ``spec`` (see :mod:`.sessions`); returns once it is up.
+
+        Raises :class:`~.sessions.SessionError` when the backend cannot run
+        sessions, the name is taken by a live session, or the group does not start.
+        """
+        backend = self.backend(spec.backend)
+        session = Session(spec, backend, self.run, idle_timeout=idle_timeout, grace=grace,
+                          listeners=listeners)  # fmt: skip
+        self.sessions.add(session)
+        try:
+            session.start()
+        except BaseException:
+            self.sessions.remove(session.name)
+            raise
+        return session
+
+    def session(self, name: str) -> Session:
+        """This process's session ``name`` (:class:`~.sessions.SessionError` if none)."""
+        return self.sessions.get(name)
+
+    def stop_session(self, name: str) -> str:
+        """Stop session ``name``; every process of it ends. Returns the job's final state."""
+        session = self.sessions.get(name)
+        try:
+            return session.stop()
+        finally:
+            self.sessions.remove(name)
+
+    def restart_session(self, name: str) -> Session:
+        """Start session ``name``'s group afresh (every rank's state is lost)."""
+        return self.sessions.get(name).restart()
 
     # ------------------------------------------------------------------ listing
 

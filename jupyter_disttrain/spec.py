@@ -44,6 +44,8 @@ class JobSpec:
     so the spec stays neutral. ``tensorboard`` is where the job's metrics go as
     TensorBoard event files (``None``: the default place, ``"off"``: nowhere);
     ``mlflow`` a tracking URI that makes the job an MLflow run (``None``: none).
+    so the spec stays neutral. ``labels`` are recorded with the job and shown by
+    listings (``("kind", "session")`` marks a warm worker group).
     """
 
     name: str
@@ -62,6 +64,7 @@ class JobSpec:
     options: tuple[tuple[str, str], ...] = field(default=())
     tensorboard: str | None = None
     mlflow: str | None = None
+    labels: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def world_size(self) -> int:

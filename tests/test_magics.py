@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 
@@ -191,3 +192,63 @@ def test_framework_default_is_configurable(shell: InteractiveShell) -> None:
         shell.run_line_magic("distrain_config", "framework=pytorch")
     with pytest.raises(UsageError, match="not valid"):
         shell.run_line_magic("distrain_config", "framework=jax")
+
+
+SESSION_MISTAKES = [
+    ("distrain_session", "", "the following arguments are required: action"),
+    ("distrain_session", "begin s", "invalid choice: 'begin'"),
+    ("distrain_session", "stop", "needs a session name"),
+    ("distrain_session", "stop nosuch", "no session named 'nosuch'"),
+    ("distrain_session", "list extra", "takes no name"),
+    ("distrain_session", "stop s --nodes 2", "--nodes: only %distrain_session start"),
+    ("distrain_session", "start s --name t", "--name is the session's name"),
+    ("distrain_session", "start s --dry-run", "--dry-run and --export are for jobs"),
+    ("distrain_session", "start s --max-restarts 2", "remove --max-restarts"),
+    ("distrain_session", "start s --idle-timeout 0", "--idle-timeout must be a positive"),
+    ("distrain_session", "start Bad_Name", "job name 'Bad_Name' is not allowed"),
+]
+
+
+@pytest.mark.parametrize(("magic", "line", "needle"), SESSION_MISTAKES)
+def test_session_mistakes_are_usage_errors(
+    shell: InteractiveShell, magic: str, line: str, needle: str
+) -> None:
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        shell.run_line_magic(magic, line)
+
+
+def test_session_cell_mistakes_are_usage_errors(shell: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="no session named 'nosuch'"):
+        cell(shell, "--session nosuch")
+    with pytest.raises(UsageError, match="--nodes cannot be given with --session"):
+        cell(shell, "--session nosuch --nodes 2")
+
+
+@pytest.mark.slow
+def test_session_magics_start_run_list_and_stop(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_line_magic("distrain_session", "start mg-sess --nodes 1 --nproc 2")
+    assert "mg-sess: ready" in capsys.readouterr().out
+    try:
+        shell.user_ns["SCALE"] = 3
+        assert cell(shell, "--session mg-sess", "import torch.distributed as dist\n"
+                    "w = dist.get_rank() * SCALE\nreport(step=0, w=w)") is None  # fmt: skip
+        shell.user_ns["SCALE"] = 100  # shipped again: the ranks see the new value
+        assert cell(shell, "--session mg-sess", "w + SCALE") == 100
+        with pytest.raises(UsageError, match="distrain_session stop mg-sess"):
+            shell.run_line_magic("distrain_session", "start mg-sess --nproc 2")
+        shell.run_line_magic("distrain_session", "list")
+        out = capsys.readouterr().out
+        assert "mg-sess" in out and "1x2" in out and "idle" in out
+        with pytest.raises(UsageError, match="-o stores a job's handle"):
+            cell(shell, "--session mg-sess -o x", "1")
+        shell.run_line_magic("distrain_session", "restart mg-sess")
+        assert "restarted (every rank's state was lost)" in capsys.readouterr().out
+        with pytest.raises(NameError, match="'w' is not defined"):
+            cell(shell, "--session mg-sess", "w")
+    finally:
+        shell.run_line_magic("distrain_session", "stop mg-sess")
+    assert "mg-sess: Succeeded" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="no session named 'mg-sess'"):
+        cell(shell, "--session mg-sess", "1")

@@ -164,6 +164,10 @@ class Submission(abc.ABC):
         """Stop following (the job itself runs on); no more events after it returns soon."""
         return None
 
+    def wake(self) -> None:
+        """Read what the job wrote now rather than at the next poll (where the backend polls)."""
+        return None
+
 
 class Backend(abc.ABC):
     """A place jobs run. Implementations document where they differ."""

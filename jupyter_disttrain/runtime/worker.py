@@ -364,14 +364,20 @@ def run(payload_path: str) -> int:
         preemption.install()  # SIGTERM: one last checkpoint, then an exit for a restart
     failed = False
     try:
-        module = main_module({**build_namespace(payload), **names})
-        blobs = list((payload.get("globals") or {}).values())
-        if rank == 0 and tqdm_hook.uses_tqdm(payload["source"], blobs):
-            tqdm_hook.install()  # the cell's bar drives the job's progress
-        value = run_cell(payload["source"], module.__dict__, CELL_FILENAME)
-        _checkpoint.wait_for_saves()  # a background save fails the cell if it fails
-        if rank == 0:
-            _report.emit("result", **encode_result(value, os.environ.get("DISTRAIN_JOB_DIR")))
+        if payload.get("session"):  # a warm group: cells arrive over rank 0's connection
+            from .session import serve
+
+            serve(payload, names, sys.modules[__name__])
+        else:
+            module = main_module({**build_namespace(payload), **names})
+            blobs = list((payload.get("globals") or {}).values())
+            if rank == 0 and tqdm_hook.uses_tqdm(payload["source"], blobs):
+                tqdm_hook.install()  # the cell's bar drives the job's progress
+            value = run_cell(payload["source"], module.__dict__, CELL_FILENAME)
+            _checkpoint.wait_for_saves()  # a background save fails the cell if it fails
+            if rank == 0:
+                result = encode_result(value, os.environ.get("DISTRAIN_JOB_DIR"))
+                _report.emit("result", **result)
     except BaseException as exc:
         _report.emit("error", **encode_exception(exc))
         sys.stdout.flush()

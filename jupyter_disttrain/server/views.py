@@ -87,6 +87,7 @@ class JobJSON(TypedDict):
     monitor's snapshot (empty, None, None when no event stream is read).
     ``progress`` is rank 0's steps done of a known total with rate and ETA
     (:class:`~jupyter_disttrain.monitor.ProgressRow`), ``None`` without one.
+    ``kind`` is ``session`` for a warm worker group (``%distrain_session``), else ``job``.
     """
 
     id: str
@@ -112,6 +113,7 @@ class JobJSON(TypedDict):
     phase: str | None
     first_step_s: float | None
     progress: ProgressRow | None
+    kind: str
 
 
 class JobListJSON(TypedDict):
@@ -192,6 +194,7 @@ def job_json(
         phase=snapshot["phase"] if snapshot is not None else None,
         first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
         progress=_progress(snapshot["progress"]) if snapshot is not None else None,
+        kind=str(record.extra.get("kind") or "job"),
     )
 
 

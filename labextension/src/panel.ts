@@ -135,10 +135,15 @@ export class JobsPanel extends Widget {
     row.dataset.jobId = job.id;
     row.dataset.state = job.state;
     row.dataset.backend = job.backend;
+    row.dataset.kind = job.kind ?? 'job';
     if (this.model.expanded.has(job.id)) {
       row.classList.add('jp-mod-expanded');
     }
-    row.appendChild(el('td', 'jp-Disttrain-name', job.name));
+    const name = row.appendChild(el('td', 'jp-Disttrain-name', job.name));
+    if (job.kind === 'session') {
+      name.appendChild(el('span', 'jp-Disttrain-session', 'session'));
+      name.title = 'a warm worker group: %%distrain --session runs cells on its live ranks';
+    }
     const state = row.appendChild(el('td', `jp-Disttrain-state jp-Disttrain-state-${job.state.toLowerCase()}`));
     state.appendChild(el('span', 'jp-Disttrain-state-text', job.state));
     const phase = phaseText(job);

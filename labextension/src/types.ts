@@ -114,6 +114,8 @@ export interface IJob {
   phase?: string | null;
   /** Seconds from submit to the first report(), null before it. */
   first_step_s?: number | null;
+  /** "session" for a warm worker group (%distrain_session), else "job". */
+  kind?: string;
 }
 
 export interface IJobList {

@@ -16,7 +16,7 @@ from jupyter_disttrain import jobdir
 from jupyter_disttrain.backends.base import Backend, BackendError, JobNotFound, JobRecord
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.server.manager import JobManager, configured_backends
-from jupyter_disttrain.server.views import JobJSON, notebook_api_path
+from jupyter_disttrain.server.views import JobJSON, job_json, notebook_api_path
 
 from .jobdirs import write_job
 
@@ -257,3 +257,10 @@ def test_the_kernel_knows_its_notebook(monkeypatch: pytest.MonkeyPatch) -> None:
     assert notebook_path(SimpleNamespace(user_ns={})) == "/home/me/a.ipynb"
     shell = SimpleNamespace(user_ns={"__session__": "/home/me/b.ipynb"})
     assert notebook_path(shell) == "/home/me/b.ipynb"
+
+
+def test_a_session_is_listed_as_one() -> None:
+    record = JobRecord("warm", "local", "Running", 4, 2, 2, 100.0, extra={"kind": "session"})
+    assert job_json(record, None, now=110.0)["kind"] == "session"
+    assert job_json(JobRecord("cold", "local", "Running", 1, 1, 1, 100.0), None,
+                    now=110.0)["kind"] == "job"  # fmt: skip

@@ -16,6 +16,7 @@ forking a warm one is unsafe) running the worker runtime with the
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ class LocalBackend(Backend):
         checkpoints_on_path=True,
         stacks_on_request=True,
         phases=("started", "rendezvous", "first_step"),
+        sessions=True,
     )
 
     def __init__(self, mode: str = "fork") -> None:
@@ -97,6 +99,16 @@ class LocalBackend(Backend):
         jobdir.write_private(tmp, str(asked + 1).encode())
         os.replace(tmp, path)  # a rank reads the old or the new counter, never a torn one
         return f"a{asked + 1}"
+
+    def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
+        """Rank 0 runs on this machine: connect to ``127.0.0.1:port``."""
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        except OSError as exc:
+            raise BackendError(
+                f"cannot reach rank 0 of session {record.name} on 127.0.0.1:{port}: "
+                f"{exc.strerror or exc}"
+            ) from None
 
     def job_directory(self, name: str) -> str:
         """The directory where job ``name`` keeps its payload, logs and state."""
@@ -163,7 +175,8 @@ class LocalBackend(Backend):
             raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
         spec = JobSpec(name=name, nodes=int(state.get("nodes", 1)),
                        nproc=int(state.get("nproc", 1)),
-                       framework=state.get("framework", "pytorch"))  # fmt: skip
+                       framework=state.get("framework", "pytorch"),
+                       labels=tuple(dict(state.get("labels") or {}).items()))  # fmt: skip
         replay = LocalReplay(directory, sink)
         replay.start()
         return spec, replay

@@ -55,6 +55,7 @@ class LocalRun(Submission):
         self.pgid: int | None = None
         self._stop_reason: str | None = None
         self._done = threading.Event()
+        self._wake = threading.Event()
         self._state: dict[str, Any] = {}
         self._thread = threading.Thread(
             target=self._run, name=f"distrain-{self.spec.name}", daemon=True
@@ -74,6 +75,10 @@ class LocalRun(Submission):
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the terminal state."""
         return self._done.wait(timeout)
+
+    def wake(self) -> None:
+        """Read the ranks' logs now instead of at the next poll."""
+        self._wake.set()
 
     # -- internals ---------------------------------------------------------
     def _emit(self, event: ev.Event) -> None:
@@ -98,7 +103,7 @@ class LocalRun(Submission):
                 "owner_pid": os.getpid(), "mode": self.plan.mode,
                 "launcher_pid": self.launcher.pid if self.launcher else None,
                 "rdzv_endpoint": self.plan.rdzv_endpoint, "timeout": spec.timeout,
-                "notebook": self.notebook,
+                "notebook": self.notebook, "labels": dict(spec.labels),
             }  # fmt: skip
         self._state.update(changes)
         if changes.get("state") in ev.TERMINAL_STATES:
@@ -186,7 +191,8 @@ class LocalRun(Submission):
             elif self.spec.timeout and time.monotonic() - started > self.spec.timeout:
                 outcome = ("Failed", "Timeout", f"did not finish within {self.spec.timeout:g} s")
             else:
-                time.sleep(POLL_SECONDS)
+                self._wake.wait(POLL_SECONDS)
+                self._wake.clear()
         if outcome[0] != "Succeeded" or any(a.poll() is None for a in self.agents):
             terminate(self.pgid, [a.pid for a in self.agents])
         for handle in self.agents:
@@ -339,7 +345,8 @@ def _record(state: dict[str, Any]) -> JobRecord:
         world_size=int(state.get("world_size", 0)), nodes=int(state.get("nodes", 0)),
         nproc=int(state.get("nproc", 0)), created=float(state.get("created", 0.0)),
         ended=state.get("ended"), reason=reason, owner=str(state.get("owner_pid", "")),
-        extra={"notebook": state["notebook"]} if state.get("notebook") else {},
+        extra={**({"notebook": state["notebook"]} if state.get("notebook") else {}),
+               **dict(state.get("labels") or {})},
     )  # fmt: skip
 
 

@@ -1,0 +1,106 @@
+"""Sessions in a real Jupyter kernel: Ctrl-C of a stuck cell, and kernel exit leaves no process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jupyter_disttrain import jobdir
+from tests.conftest import assert_no_processes
+from tests.kernel_harness import Kernel
+from tests.kernel_harness import kernel as start_kernel
+from tests.test_kernel import wait_for_hello
+
+pytestmark = pytest.mark.slow
+
+STUCK = """%%distrain --session {name}
+import time, torch.distributed as dist
+report(step=0, up=1.0)
+if dist.get_rank() == 1:
+    while True:
+        time.sleep(0.1)
+dist.barrier()
+"""
+
+
+@pytest.fixture
+def kernel(home: Path) -> Iterator[Kernel]:
+    with start_kernel(str(home)) as k:
+        k.execute(f"import os; os.environ['DISTRAIN_HOME'] = {str(home)!r}")
+        k.execute("%load_ext jupyter_disttrain")
+        k.execute("%distrain_config live=none")
+        yield k
+
+
+def assert_gone(pids: list[int], wait: float = 10.0) -> None:
+    """Fail unless every process in ``pids`` ended within ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    left = [p for p in pids if psutil.pid_exists(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in left if _running(p)]
+    assert not left, f"processes left behind: {left}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_for_cell(name: str, ranks: int, cell: int, timeout: float = 60) -> None:
+    """Until every rank of session ``name`` started cell number ``cell`` (its ``cell`` line)."""
+    directory = jobdir.job_dir(name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        started = sum(
+            '"kind":"cell"' in line and f'"id":{cell},"phase":"start"' in line
+            for path in jobdir.rank_logs(directory).values()
+            for line in path.read_text().splitlines()
+        )
+        if started >= ranks:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{name}: the cell did not start on every rank")
+
+
+def test_ctrl_c_of_a_stuck_cell_restarts_the_group_and_says_so(kernel: Kernel) -> None:
+    kernel.execute("%distrain_session start ks-int --nodes 2 --nproc 1")
+    old = wait_for_hello("ks-int", 2)
+    kernel.execute("%%distrain --session ks-int\nkept = 5")
+    start = len(kernel.iopub)
+    msg_id = kernel.start(STUCK.format(name="ks-int"))
+    wait_for_cell("ks-int", 2, cell=2)
+    kernel.km.interrupt_kernel()
+    reply = kernel.kc.get_shell_msg(timeout=90)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "SessionLost", reply["content"]
+    kernel.drain(0.5)
+    text = (
+        "".join(
+            m["content"].get("text", "") for m in kernel.iopub[start:] if m["msg_type"] == "stream"
+        )
+        + reply["content"]["evalue"]
+    )
+    assert "rank(s) 0 did not come back" in text and "state was lost" in text, text
+    assert_gone(old)  # the old group's ranks
+    out = kernel.run("%%distrain --session ks-int\n'kept' in globals()")
+    assert kernel.run("print(_)").strip() == "False", out
+    kernel.run("%distrain_session stop ks-int")
+
+
+@pytest.mark.parametrize("now", [False, True], ids=["shutdown", "killed"])
+def test_kernel_exit_leaves_no_session_process(kernel: Kernel, now: bool) -> None:
+    name = f"ks-exit-{int(now)}"
+    kernel.execute(f"%distrain_session start {name} --nodes 2 --nproc 2")
+    pids = wait_for_hello(name, 4)
+    kernel.execute(f"%%distrain --session {name}\nimport torch.distributed as dist\ndist.barrier()")
+    kernel.kc.stop_channels()
+    kernel.km.shutdown_kernel(now=now)
+    assert_no_processes(jobdir.job_dir(name), pids, wait=15)

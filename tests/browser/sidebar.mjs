@@ -164,11 +164,20 @@ try {
   await runCell(2);
   await page.locator(row("local/sidebar-stop")).waitFor({ timeout: 60_000 });
   await page.locator(`${row("local/sidebar-stop")}[data-state="Running"]`).waitFor({ timeout: JOB_TIMEOUT });
+  // it reports a total: the Step column shows a progress bar with its ETA
   await page.waitForFunction(
-    (sel) => Number(document.querySelector(`${sel} td.jp-Disttrain-step`)?.textContent) >= 3,
+    (sel) => {
+      const cell = document.querySelector(`${sel} td.jp-Disttrain-step`);
+      return Number(cell?.dataset.percent ?? 0) > 0 && (cell?.title ?? "").includes("left");
+    },
     row("local/sidebar-stop"),
     { timeout: 60_000 },
   );
+  result.progress = await page.locator(`${row("local/sidebar-stop")} td.jp-Disttrain-step`).evaluate((td) => ({
+    percent: td.dataset.percent,
+    text: td.querySelector(".jp-Disttrain-progress-text")?.textContent ?? "",
+    title: td.title,
+  }));
   result.statusRunning = await status.getAttribute("data-running");
   await page.locator(row("local/sidebar-stop")).click();
   const stop = page.locator(`${detail("local/sidebar-stop")} button[data-action="stop"]`);

@@ -34,7 +34,7 @@ print(f"rank {rank} finished")""",
 import time
 
 for step in range(3000):
-    report(step=step, loss=1.0 / (step + 1))
+    report(step=step, total=3000, loss=1.0 / (step + 1))
     time.sleep(0.1)""",
 ]
 
@@ -85,7 +85,14 @@ def test_sidebar_in_jupyterlab(lab: Lab) -> None:
     assert not [line for line in rank2 if line.startswith("[rank ") or "rank 3 " in line]
     assert result["afterOpenNotebook"] == "sidebar.ipynb"
 
+    # the time to first step folds into the expanded row
+    assert facts["first_step"][0].startswith("after "), facts
     assert result["statusRunning"] == "1"
+    # report(total=...): a progress bar with the steps done and an ETA in the Step column
+    progress = result["progress"]
+    assert 0 < float(progress["percent"]) < 100, progress
+    assert progress["text"].endswith("/3000"), progress
+    assert "left" in progress["title"], progress
     assert (
         result["beforeStop"]["stopEnabled"] and result["beforeStop"]["cells"]["state"] == "Running"
     )

@@ -55,6 +55,7 @@ bench: venv
 	$(PY) bench/checkpoints.py
 	$(PY) bench/nccl_corpus.py
 	$(PY) bench/tracking.py
+	$(PY) bench/session.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

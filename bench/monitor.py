@@ -16,8 +16,6 @@ rewrites the "Monitor" section of ``BENCHMARKS.md``.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -29,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
+from results import machine as machine_name  # noqa: E402
 from results import write_section  # noqa: E402
 
 from jupyter_disttrain.downsample import lttb, minmax  # noqa: E402
@@ -149,10 +148,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
 
-    machine = (
-        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (shared), "
-        f"Python {platform.python_version()}"
-    )
+    machine = machine_name()
     print(f"machine: {machine}")
     parse = parse_throughput()
     for name, rate in parse.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 from pathlib import Path
 
@@ -21,3 +23,11 @@ def write_section(path: Path, title: str, body: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + section
     path.write_text(text)
+
+
+def machine() -> str:
+    """The machine a section's figures come from: system, architecture, CPUs, Python."""
+    return (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (shared), "
+        f"Python {platform.python_version()}"
+    )

@@ -16,8 +16,6 @@ the "Tracking" section of ``BENCHMARKS.md``.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -26,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
+from results import machine as machine_name  # noqa: E402
 from results import write_section  # noqa: E402
 
 from jupyter_disttrain import events as ev  # noqa: E402
@@ -81,10 +80,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from tests.tracking.mlflow_server import running_server
 
-    machine = (
-        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (shared), "
-        f"Python {platform.python_version()}"
-    )
+    machine = machine_name()
     print(f"machine: {machine}")
     feed_lines = lines(args.lines)
     with tempfile.TemporaryDirectory(prefix="bench-tracking-") as tmp:

@@ -11,7 +11,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt } from "./lab.mjs";
+import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
@@ -58,7 +58,7 @@ async function logLines(job) {
   );
 }
 
-try {
+await runScenario({ page, result, close }, outDir, async () => {
   await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
   // the kernel is connected once the status bar says "... | Idle"
@@ -127,12 +127,4 @@ try {
   };
   await page.locator(dash("browser-stop")).screenshot({ path: path.join(outDir, "dashboard-stopped.png") });
   await page.screenshot({ path: path.join(outDir, "jupyterlab.png") });
-} catch (err) {
-  result.error = String(err?.stack ?? err);
-  await page.screenshot({ path: path.join(outDir, "failure.png") }).catch(() => {});
-} finally {
-  await close();
-}
-
-process.stdout.write(JSON.stringify(result) + "\n");
-process.exit(result.error ? 1 : 0);
+});

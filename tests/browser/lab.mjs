@@ -65,3 +65,20 @@ export async function runCell(page, index) {
 export async function waitForPrompt(cell) {
   await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: 60_000 });
 }
+
+// Runs a script's steps; a failure is recorded in result.error with a screenshot
+// (after `onError`, which may add to result). Then closes the browser, prints
+// the result as one JSON line and exits (1 on failure).
+export async function runScenario({ page, result, close }, outDir, steps, onError) {
+  try {
+    await steps();
+  } catch (err) {
+    result.error = String(err?.stack ?? err);
+    if (onError) await onError().catch(() => {});
+    await page.screenshot({ path: path.join(outDir, "failure.png") }).catch(() => {});
+  } finally {
+    await close();
+  }
+  process.stdout.write(JSON.stringify(result) + "\n");
+  process.exit(result.error ? 1 : 0);
+}

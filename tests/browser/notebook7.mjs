@@ -14,7 +14,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt } from "./lab.mjs";
+import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB = ".distrain-job-nb7-train";
@@ -68,7 +68,7 @@ async function checkpointRows() {
   );
 }
 
-try {
+await runScenario({ page, result, close }, outDir, async () => {
   await page.goto(`${baseUrl}/notebooks/${notebook}`, { waitUntil: "domcontentloaded" });
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
   result.app = await page.evaluate(() => document.body.dataset.notebook ?? "");
@@ -142,12 +142,4 @@ try {
   result.detail = await page.locator(`${BROWSER} .distrain-ckpt-detail`).textContent();
   await page.locator(BROWSER).screenshot({ path: path.join(outDir, "notebook7-checkpoints.png") });
   await page.screenshot({ path: path.join(outDir, "notebook7.png"), fullPage: true });
-} catch (err) {
-  result.error = String(err?.stack ?? err);
-  await page.screenshot({ path: path.join(outDir, "failure.png") }).catch(() => {});
-} finally {
-  await close();
-}
-
-process.stdout.write(JSON.stringify(result) + "\n");
-process.exit(result.error ? 1 : 0);
+});

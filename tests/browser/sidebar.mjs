@@ -13,7 +13,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt } from "./lab.mjs";
+import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
@@ -88,7 +88,7 @@ async function ranks(id) {
   );
 }
 
-try {
+await runScenario({ page, result, close }, outDir, async () => {
   await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
   await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
@@ -198,12 +198,4 @@ try {
   result.statusAfter = await status.getAttribute("data-running");
   await fits("stopped");
   await page.screenshot({ path: path.join(outDir, "sidebar.png") });
-} catch (err) {
-  result.error = String(err?.stack ?? err);
-  await page.screenshot({ path: path.join(outDir, "failure.png") }).catch(() => {});
-} finally {
-  await close();
-}
-
-process.stdout.write(JSON.stringify(result) + "\n");
-process.exit(result.error ? 1 : 0);
+});

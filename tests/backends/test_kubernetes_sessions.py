@@ -14,6 +14,7 @@ from jupyter_disttrain.backends.k8s_kinds import PYTORCHJOB, TRAINJOB
 from jupyter_disttrain.backends.k8s_labels import PREFIX, job_labels, read_labels
 from jupyter_disttrain.backends.k8s_records import record_from_object, spec_from_object
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.job import Job
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.server.views import job_json
 from jupyter_disttrain.service import JobService
@@ -124,6 +125,11 @@ def test_a_session_runs_cells_over_port_forward_and_stop_deletes_it(
             session.run(cell)
         assert "[rank 1]" in str(caught.value), logs(session)
         assert session.run("len(seen)") == 2  # the error left the group usable
+        cells: list[Job] = []
+        session.run("report(step=len(seen), rank_seen=me)", on_cell=cells.append)
+        rows = sorted((m["rank"], m["step"]) for m in cells[0].metrics())
+        assert rows == [(0, 2), (1, 2)], (rows, logs(session))  # node 1's through rank 0's log
+        assert cells[0].status() == "Succeeded"
         warm = []
         for _ in range(5):
             t0 = time.monotonic()

@@ -541,7 +541,8 @@ class Sessions:
             listing = f"this kernel's sessions: {', '.join(known)}" if known else "none is running"
             raise SessionError(
                 f"no session named {name!r} ({listing}); start one with %distrain_session start "
-                f"{name} --nodes N --nproc M"
+                f"{name} --nodes N --nproc M; a session that outlived the kernel that started "
+                f"it (on a cluster) ends with %distrain_stop {name}"
             )
         return found
 

@@ -18,7 +18,7 @@ from jupyter_disttrain.job import Job
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.server.views import job_json
 from jupyter_disttrain.service import JobService
-from jupyter_disttrain.sessions import Session, SessionError, session_spec
+from jupyter_disttrain.sessions import Session, SessionError, SessionLost, session_spec
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_kubernetes import wait_for
 from tests.crd_schema import validate_manifest
@@ -180,4 +180,27 @@ def test_kernel_exit_leaves_a_kubernetes_session_running_until_stopped(
         assert listed(kernel_gone, "ks-kernel")["state"] == "Running"
         assert emulator.processes()
         assert kernel_gone.backend("kubernetes").stop("ks-kernel")
+        wait_for(lambda: not emulator.processes(), 60, emulator.processes)
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_restarts_the_group_under_the_same_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo"}, apis=APIS["pytorchjob"]) as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        service = JobService()
+        session = service.start_session(spec("ks-dies", "pytorchjob"))
+        try:
+            session.run("kept = 1")
+            cell = "import os, time\nif dist.get_rank() == 1:\n    os._exit(3)\ntime.sleep(120)"
+            with pytest.raises(SessionLost, match=r"a rank died .*restarted its group") as caught:
+                session.run("import torch.distributed as dist\n" + cell)
+            assert "state was lost" in str(caught.value), logs(session)
+            assert session.restarts == 1 and session.alive
+            assert session.run("import torch.distributed as dist\ndist.get_world_size()") == 2
+            with pytest.raises(NameError):
+                session.run("kept")
+        finally:
+            service.stop_session("ks-dies")
         wait_for(lambda: not emulator.processes(), 60, emulator.processes)

@@ -240,10 +240,14 @@ class JobService:
             self._jobs[job.name] = job
 
     def stop_all(self, timeout: float = 30.0) -> None:
-        """Stop every session and running job of this process (kernel shutdown), its sinks
-        finished."""
+        """Kernel shutdown: stop every session and running job of this process, its sinks
+        finished; those on backends whose jobs survive the kernel
+        (``Capabilities.survives_kernel``) are let go instead and run on."""
         self.sessions.stop_all()
         jobs = [j for j in self.registered().values() if j.submission is not None and not j.done]
+        for job in [j for j in jobs if j.backend.capabilities.survives_kernel]:
+            job.submission.detach()  # type: ignore[union-attr]
+        jobs = [j for j in jobs if not j.backend.capabilities.survives_kernel]
         for job in jobs:
             try:
                 job.submission.stop("owner shutting down")  # type: ignore[union-attr]

@@ -266,7 +266,21 @@ class Session:
             job.stop(timeout=timeout)
         elif job.submission is not None:
             job.submission.join(timeout)
+        try:  # what the backend keeps of the ended group goes too (Kubernetes: the job object)
+            self.backend.stop(self.name)
+        except BackendError:
+            pass
         return job.status()
+
+    def detach(self) -> None:
+        """Let go of the group without ending it (it lives on where the backend keeps it
+        beyond this kernel: it ends on ``stop`` from elsewhere, or its idle timeout)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        job = self.job
+        if job is not None and job.submission is not None and not job.done:
+            job.submission.detach()
 
     def restart(self, *, graceful: bool = True) -> Session:
         """Stop the group and start a new one (every rank's state is lost)."""
@@ -527,7 +541,8 @@ class Sessions:
             listing = f"this kernel's sessions: {', '.join(known)}" if known else "none is running"
             raise SessionError(
                 f"no session named {name!r} ({listing}); start one with %distrain_session start "
-                f"{name} --nodes N --nproc M"
+                f"{name} --nodes N --nproc M; a session that outlived the kernel that started "
+                f"it (on a cluster) ends with %distrain_stop {name}"
             )
         return found
 
@@ -542,10 +557,14 @@ class Sessions:
             self._by_name.pop(name, None)
 
     def stop_all(self) -> None:
-        """Stop every session (owner shutting down)."""
+        """Owner shutting down: stop every session whose backend's jobs end with the kernel;
+        detach from the others (``Capabilities.survives_kernel``: they run on)."""
         for session in self.all():
             try:
-                session.stop(timeout=10.0)
+                if session.backend.capabilities.survives_kernel:
+                    session.detach()
+                else:
+                    session.stop(timeout=10.0)
             except Exception:  # one session's failure must not keep the others running
                 continue
 

@@ -8,6 +8,7 @@ from ..spec import JobSpec
 from . import manifests as mf
 from .base import JobRecord, RuntimeRecord
 from .k8s_kinds import TRAINJOB, KubeflowKind
+from .k8s_labels import read_labels
 from .k8s_status import job_condition
 from .k8s_trainjob import LABEL_FRAMEWORK, trainjob_condition, trainjob_shape
 
@@ -33,11 +34,12 @@ def runtime_record(obj: dict[str, Any], scope: str) -> RuntimeRecord:
 
 def spec_from_object(obj: dict[str, Any], kubeflow: KubeflowKind) -> JobSpec:
     """A JobSpec describing an existing job (for attaching to it)."""
+    labels = tuple(read_labels(obj.get("metadata") or {}).items())
     if kubeflow is TRAINJOB:
         nodes, procs = trainjob_shape(obj)
         return JobSpec(
             name=str(obj["metadata"]["name"]), nodes=nodes, nproc=procs, backend="kubernetes",
-            options=(("kubeflow_api", TRAINJOB.api),),
+            options=(("kubeflow_api", TRAINJOB.api),), labels=labels,
         )  # fmt: skip
     framework = "tensorflow" if kubeflow.api == "" else "pytorch"
     spec = obj.get("spec", {})
@@ -55,6 +57,7 @@ def spec_from_object(obj: dict[str, Any], kubeflow: KubeflowKind) -> JobSpec:
         backend="kubernetes",
         framework=cast(Any, framework),
         options=(("kubeflow_api", kubeflow.api),) if kubeflow.api else (),
+        labels=labels,
     )
 
 
@@ -63,6 +66,7 @@ def record_from_object(obj: dict[str, Any], kubeflow: KubeflowKind) -> JobRecord
     spec = spec_from_object(obj, kubeflow)
     state = trainjob_condition(obj) if kubeflow is TRAINJOB else job_condition(obj)
     meta = obj.get("metadata", {})
+    notebook = notebook_annotation(meta)
     created = _timestamp(meta.get("creationTimestamp"))
     ended = _timestamp((obj.get("status") or {}).get("completionTime"))
     return JobRecord(
@@ -76,7 +80,7 @@ def record_from_object(obj: dict[str, Any], kubeflow: KubeflowKind) -> JobRecord
         ended=ended,
         reason=state[2] if state else "",
         owner=str(meta.get("namespace", "")),
-        extra={"notebook": notebook} if (notebook := notebook_annotation(meta)) else {},
+        extra={**read_labels(meta), **({"notebook": notebook} if notebook else {})},
     )
 
 

@@ -10,6 +10,7 @@ Failing pods' logs are read once when they end; other ranks' logs on demand.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -42,6 +43,7 @@ from .k8s_attached import create_owned
 from .k8s_client import Connection, connect, explain
 from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
 from .k8s_kinds import KINDS, PYTORCHJOB, TRAINJOB, KubeflowKind, kind_of
+from .k8s_labels import carries_secret
 from .k8s_metrics import metrics_objects
 from .k8s_options import (
     EXAMPLES,
@@ -67,6 +69,8 @@ from .k8s_watch import (
 )
 
 PYTORCH_API = PYTORCHJOB.api
+#: Seconds ``submit`` waits for an earlier job of the same name to finish being deleted.
+DELETION_WAIT = 120.0
 
 
 @dataclass(frozen=True)
@@ -138,8 +142,11 @@ class KubernetesBackend(Backend):
 
     # -- helpers -----------------------------------------------------------------
     def settings(self, spec: JobSpec) -> K8sOptions:
-        """The spec's Kubernetes options, validated."""
-        return parse_options(spec.options)
+        """The spec's Kubernetes options, validated; a session's payload (its token) in a Secret."""
+        opts = parse_options(spec.options)
+        if carries_secret(spec.labels) and not opts.payload_secret:
+            opts = dataclasses.replace(opts, payload_secret=True)
+        return opts
 
     def connection(self, opts: K8sOptions | None = None) -> Connection:
         """The API connection for these options (cached for the defaults)."""
@@ -289,6 +296,23 @@ class KubernetesBackend(Backend):
                 pass
         return found
 
+    def await_deletion(
+        self, conn: Connection, kind: KubeflowKind, name: str, timeout: float = DELETION_WAIT
+    ) -> None:
+        """Wait while a job of that name is being deleted (its pods ending), so the name is free
+        again (a session restarted, a job stopped and run again); return at once otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                obj: Any = conn.custom.get_namespaced_custom_object(
+                    kind.group, kind.version, conn.namespace, kind.plural, name
+                )
+            except ApiException:
+                return  # gone (or unreadable: creating it says why)
+            if not (obj.get("metadata") or {}).get("deletionTimestamp"):
+                return
+            time.sleep(0.2)
+
     def stream_log(
         self,
         conn: Connection,
@@ -351,6 +375,7 @@ class KubernetesBackend(Backend):
         plural, kind = kubeflow.plural, kubeflow.kind
         core = conn.core
         ns = conn.namespace
+        self.await_deletion(conn, kubeflow, spec.name)
         create_payload = (
             core.create_namespaced_secret
             if opts.payload_secret

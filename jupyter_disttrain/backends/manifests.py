@@ -35,6 +35,7 @@ from ..units import format_bytes
 from . import k8s_data
 from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
 from .k8s_kinds import BY_FRAMEWORK, PYTORCHJOB, TFJOB
+from .k8s_labels import job_labels
 from .k8s_metrics import PORT_NAME, metrics_env, metrics_objects
 from .k8s_options import (
     RUNTIME_ROOT,
@@ -447,7 +448,10 @@ def _job_meta(
         annotations[f"disttrain.jupyter.org/{key}-version"] = value
     if notebook:
         annotations[ANNOTATION_NOTEBOOK] = notebook
+    own_labels, own_annotations = job_labels(spec.labels)
+    annotations.update(own_annotations)
     meta = _meta(spec.name, spec.name, opts.namespace, annotations=annotations)
+    meta["labels"].update(own_labels)
     if opts.runai_project:
         meta["labels"][RUNAI_PROJECT_LABEL] = opts.runai_project
     if opts.queue and opts.scheduler != "volcano":

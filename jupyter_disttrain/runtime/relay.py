@@ -53,6 +53,7 @@ class _Relay:
         self.senders = senders
         self.echo = echo  # a sender's lines go to rank 0's log too (not only its observers)
         self.lock = threading.Lock()
+        self.io = threading.Lock()  # one sender or reader on the store at a time (see sync)
         self.queue: list[str] = []
         self.stop = threading.Event()
         self.next = 1  # the reader's next batch number
@@ -65,13 +66,14 @@ class _Relay:
             self.queue.append(line.rstrip("\n"))
 
     def flush(self) -> None:
-        with self.lock:
-            lines, self.queue = self.queue, []
-        if lines:
-            if not self.echo:
-                lines.insert(0, OBSERVE_ONLY)
-            seq = int(self.store.add(_key("seq"), 1))
-            self.store.set(_key(f"m{seq}"), "\n".join(lines))
+        with self.io:
+            with self.lock:
+                lines, self.queue = self.queue, []
+            if lines:
+                if not self.echo:
+                    lines.insert(0, OBSERVE_ONLY)
+                seq = int(self.store.add(_key("seq"), 1))
+                self.store.set(_key(f"m{seq}"), "\n".join(lines))
 
     def _send(self) -> None:
         while not self.stop.wait(TICK):
@@ -83,6 +85,10 @@ class _Relay:
     # --- rank 0 ----------------------------------------------------------------------
     def drain(self, deadline: float | None = None) -> None:
         """Write out every batch numbered so far (waiting for late writers)."""
+        with self.io:
+            self._drain(deadline)
+
+    def _drain(self, deadline: float | None) -> None:
         last = int(self.store.add(_key("seq"), 0))
         while self.next <= last:
             key = _key(f"m{self.next}")
@@ -144,6 +150,20 @@ def start(rank: int, world: int, local_world: int, node: int) -> None:
     if rank != 0:
         report.set_tap(_relay.tap)
     _relay.thread.start()
+
+
+def sync() -> None:
+    """Now rather than at the next tick: send this rank's queued lines (other nodes), or
+    write out every batch sent so far (rank 0). A session's ranks sync after a cell's
+    ``cell`` end line and before saying they are done; rank 0 syncs before it replies,
+    so every rank's lines of the cell are in its log before the reply reaches the notebook."""
+    relay = _relay
+    if relay is None or (relay.rank == 0 and relay.stop.is_set()):
+        return
+    try:
+        relay.flush() if relay.rank != 0 else relay.drain()
+    except Exception:
+        return  # the store went away: the job is ending; the tick or close sends the rest
 
 
 def stop(wait: bool = True) -> None:

@@ -50,7 +50,7 @@ import threading
 import time
 from typing import Any, Final, Protocol
 
-from . import report
+from . import relay, report
 from .cell import main_module, run_cell
 
 PREFIX: Final = "distrain-session/"
@@ -232,6 +232,7 @@ def serve(payload: dict[str, Any], names: dict[str, Any], tools: CellTools) -> N
         sys.stdout.flush()
         sys.stderr.flush()
         report.emit("cell", id=message["id"], phase="end", status=outcome["status"])
+        relay.sync()  # this cell's lines reach rank 0's log before rank 0 replies
         store.set(f"done/{n}/{rank}", pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
         store.set(f"int/{n}/{rank}", b"end")
 
@@ -375,6 +376,7 @@ class _Server:
                     send_message(conn, {"op": "pong"})
         finally:
             wake_r.close()  # a gatherer still waiting (stuck ranks) writes into nothing
+        relay.sync()  # other nodes' lines of the cell are in this log before the reply
         return _reply(cell_id, [gathered[r] for r in range(self.world)])
 
     def _lost(self, n: int, cell_id: Any) -> dict[str, Any]:

@@ -207,9 +207,7 @@ class Session:
         return port
 
     def _record(self) -> JobRecord:
-        spec = self.spec
-        return JobRecord(spec.name, self.backend.name, self.status(), spec.world_size,
-                         spec.nodes, spec.nproc, 0.0, extra=dict(spec.labels))  # fmt: skip
+        return self.backend.job_record(self.spec, self.status())
 
     def _connect(self, port: int, token: str) -> socket.socket:
         try:
@@ -266,10 +264,11 @@ class Session:
             job.stop(timeout=timeout)
         elif job.submission is not None:
             job.submission.join(timeout)
-        try:  # what the backend keeps of the ended group goes too (Kubernetes: the job object)
-            self.backend.stop(self.name)
-        except BackendError:
-            pass
+        if job.submission is not None:
+            try:  # what the backend keeps of the ended group goes too (a cluster's job object)
+                job.submission.remove()
+            except BackendError:
+                pass
         return job.status()
 
     def detach(self) -> None:

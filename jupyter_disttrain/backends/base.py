@@ -164,6 +164,11 @@ class Submission(abc.ABC):
         """Stop following (the job itself runs on); no more events after it returns soon."""
         return None
 
+    def remove(self) -> None:
+        """Remove what the backend keeps of the ended job (a cluster's job object with its
+        pods and payload), where it keeps it; nothing by default."""
+        return None
+
     def wake(self) -> None:
         """Read what the job wrote now rather than at the next poll (where the backend polls)."""
         return None
@@ -247,6 +252,12 @@ class Backend(abc.ABC):
             f"the {self.name} backend cannot ask a running job for its stacks; its jobs send "
             "them when they hang (--hang-after SECONDS)"
         )
+
+    def job_record(self, spec: JobSpec, state: str) -> JobRecord:
+        """A record of the job this process submits from ``spec``, holding what
+        :meth:`connect` needs to find it (on a cluster: its namespace and context)."""
+        return JobRecord(spec.name, self.name, state, spec.world_size, spec.nodes, spec.nproc,
+                         0.0, extra=dict(spec.labels))  # fmt: skip
 
     def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
         """A connected stream socket to ``port`` of job ``record``'s rank 0 (a live session).

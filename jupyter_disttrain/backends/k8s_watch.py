@@ -150,6 +150,10 @@ class KubernetesRun(Submission):
         """Wait for the terminal state."""
         return self._done.wait(timeout)
 
+    def remove(self) -> None:
+        """Delete the job object, ended or not, in its own namespace (pods and payload too)."""
+        self.backend.delete(self.conn, self.kubeflow, self.name)
+
     def detach(self) -> None:
         """Close the watches and log streams; the job runs on."""
         self._done.set()

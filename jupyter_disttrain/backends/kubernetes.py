@@ -541,13 +541,25 @@ class KubernetesBackend(Backend):
             raise explain(exc, kind="Pod", name=meta["name"], namespace=conn.namespace) from None
         return f"a{asked}"
 
+    def job_record(self, spec: JobSpec, state: str) -> JobRecord:
+        """The base record with the job's namespace as ``owner`` (as listings give it) and
+        its ``--context`` in ``extra``."""
+        opts = self.settings(spec)
+        record = super().job_record(spec, state)
+        extra = {**record.extra, **({"context": opts.context} if opts.context else {})}
+        namespace = opts.namespace or self.connection(opts).namespace
+        return dataclasses.replace(record, owner=namespace, extra=extra)
+
     def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
         """A socket to ``port`` of rank 0's pod through the API server's port-forward.
 
         Works from outside the cluster; see :mod:`.k8s_portforward`.
         """
         conn = self.connection()
-        if record.owner and record.owner != conn.namespace:
+        context = str(record.extra.get("context") or "") or None
+        if context is not None and context != conn.context:
+            conn = connect(context, record.owner or conn.namespace)
+        elif record.owner and record.owner != conn.namespace:
             conn = Connection(conn.api, record.owner, conn.context)
         return connect_job(
             conn,

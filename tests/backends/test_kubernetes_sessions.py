@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
 from jupyter_disttrain.backends.k8s_kinds import PYTORCHJOB, TRAINJOB
 from jupyter_disttrain.backends.k8s_labels import PREFIX, job_labels, read_labels
@@ -143,6 +144,42 @@ def test_a_session_runs_cells_over_port_forward_and_stop_deletes_it(
     assert final in ("Succeeded", "Stopped"), logs(session)
     backend = service.backend("kubernetes")
     wait_for(lambda: all(r.name != name for r in backend.list_jobs()), 60, backend.list_jobs)
+    wait_for(lambda: not emulator.processes(), 60, emulator.processes)
+
+
+@pytest.mark.slow
+def test_a_session_in_another_namespace_is_reached_and_deleted_there(
+    cluster: tuple[Emulator, str],
+) -> None:
+    emulator, api = cluster
+    name = f"ks-ns-{api}"
+    service = JobService()
+    options = (("kubeflow_api", api), ("namespace", "team-b"))  # not the kubeconfig's default
+    session = service.start_session(
+        JobSpec(name, backend="kubernetes", nodes=1, nproc=1, options=options)
+    )
+    try:
+        assert session.run("x = 41") is None, logs(session)
+        assert session.run("x + 1") == 42, logs(session)
+        kind = TRAINJOB if api == "trainjob" else PYTORCHJOB
+        backend = session.backend
+        assert isinstance(backend, KubernetesBackend)
+        custom = k8s.CustomObjectsApi(backend.connection().api)
+        found = custom.list_namespaced_custom_object(
+            kind.group, kind.version, "team-b", kind.plural
+        )
+        assert [o["metadata"]["name"] for o in found["items"]] == [name]
+    finally:
+        service.stop_session(name)
+    wait_for(
+        lambda: (
+            not custom.list_namespaced_custom_object(
+                kind.group, kind.version, "team-b", kind.plural
+            )["items"]
+        ),
+        60,
+        lambda: "the session's job is still in team-b",
+    )
     wait_for(lambda: not emulator.processes(), 60, emulator.processes)
 
 

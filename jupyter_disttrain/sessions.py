@@ -455,8 +455,8 @@ class Session:
             elif self._interrupted:
                 why = "the ranks did not answer the interrupt"
             else:
-                if job is not None and not job.done:
-                    job.submission.join(5.0) if job.submission is not None else None
+                if job is not None and not job.done and job.submission is not None:
+                    job.submission.join(5.0)
                 reason = job.reason if job is not None and job.done else "the connection closed"
                 why = f"a rank died ({reason})"
             self._end_cell(cell_job, "Failed", why, wait=False)

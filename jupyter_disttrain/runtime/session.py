@@ -67,7 +67,7 @@ class CellTools(Protocol):
     """What a rank needs from the worker runtime to run a cell (the ``worker`` module)."""
 
     def build_namespace(self, payload: dict[str, Any]) -> dict[str, Any]: ...
-    def check_packages(self, payload: dict[str, Any]) -> list[str]: ...
+    def warn_packages(self, payload: dict[str, Any]) -> None: ...
     def encode_exception(self, exc: BaseException) -> dict[str, Any]: ...
     def encode_result(self, value: Any, result_dir: str | None) -> dict[str, Any]: ...
 
@@ -172,9 +172,7 @@ def _outcome(message: dict[str, Any], module: Any, rank: int, tools: CellTools) 
 
     try:
         envelope = pickle.loads(message["payload"])
-        for warning in tools.check_packages(envelope):
-            print(f"distrain: warning: package versions differ: {warning}", file=sys.stderr,
-                  flush=True)  # fmt: skip
+        tools.warn_packages(envelope)
         module.__dict__.update(tools.build_namespace(envelope))
         sys.modules["__main__"] = module
         value = run_cell(envelope["source"], module.__dict__, f"<distrain-cell-{message['id']}>")

@@ -327,6 +327,13 @@ def versions() -> dict[str, str]:
     return out
 
 
+def warn_packages(payload: dict[str, Any]) -> None:
+    """:func:`check_packages`, its version warnings printed to stderr (shown above the job)."""
+    for warning in check_packages(payload):
+        print(f"distrain: warning: package versions differ: {warning}", file=sys.stderr,
+              flush=True)  # fmt: skip
+
+
 def run(payload_path: str) -> int:
     """Run one payload in this process; return the exit status."""
     rank = int(os.environ.get("RANK", "0"))
@@ -335,9 +342,7 @@ def run(payload_path: str) -> int:
     try:
         payload = load_payload(payload_path)
         check_versions(payload)
-        for warning in check_packages(payload):
-            print(f"distrain: warning: package versions differ: {warning}", file=sys.stderr,
-                  flush=True)  # fmt: skip
+        warn_packages(payload)
         backend, names, hello = init_framework(payload, rank)
     except BaseException as exc:
         _report.emit("error", **encode_exception(exc))

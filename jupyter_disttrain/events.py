@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypedDict, cast
 
@@ -373,6 +374,35 @@ def phase_event(
         time.time() if t is None else t,
         {"phase": phase, "state": state, "ranks": ranks, "message": message},
     )
+
+
+class FirstCopies:
+    """Tells the first copy of a worker line from its repeats.
+
+    Rank 0 relays the other ranks' protocol lines into its own log, so one line
+    can arrive twice (from its rank's log and from rank 0's). A line is known
+    by ``(kind, rank, t, step)``; only ``kinds`` are checked, and the last
+    ``limit`` lines are remembered (the oldest forgotten first).
+    """
+
+    def __init__(self, kinds: frozenset[str], limit: int = 200_000) -> None:
+        self.kinds = kinds
+        self.limit = limit
+        self._seen: set[tuple[str, int | None, float, object]] = set()
+        self._order: deque[tuple[str, int | None, float, object]] = deque()
+
+    def first(self, event: Event) -> bool:
+        """False when ``event`` repeats a line seen before; True otherwise (and remembers it)."""
+        if event.kind not in self.kinds:
+            return True
+        mark = (event.kind, event.rank, event.t, event.fields.get("step"))
+        if mark in self._seen:
+            return False
+        self._seen.add(mark)
+        self._order.append(mark)
+        if len(self._order) > self.limit:
+            self._seen.discard(self._order.popleft())
+        return True
 
 
 def to_json(event: Event) -> str:

@@ -39,3 +39,17 @@ def test_backend_events_serialise() -> None:
         ev.restart_event(2, "node lost", t=7.0),
     ):
         assert ev.from_json(ev.to_json(event)) == event
+
+
+def test_first_copies_drops_a_relayed_repeat_and_forgets_the_oldest() -> None:
+    from jupyter_disttrain.events import Event, FirstCopies
+
+    copies = FirstCopies(frozenset({"metric"}), limit=2)
+    line = Event("metric", 1, 10.0, {"step": 3, "values": {"loss": 1.0}})
+    assert copies.first(line)
+    assert not copies.first(Event("metric", 1, 10.0, {"step": 3, "values": {"loss": 1.0}}))
+    assert copies.first(Event("metric", 2, 10.0, {"step": 3}))  # another rank's line
+    assert copies.first(Event("log", 1, 10.0, {"text": "x"}))  # a kind not checked
+    assert copies.first(Event("log", 1, 10.0, {"text": "x"}))
+    assert copies.first(Event("metric", 1, 11.0, {"step": 4}))  # the third: line is forgotten
+    assert copies.first(line)

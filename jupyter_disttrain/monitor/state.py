@@ -13,7 +13,15 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Final, cast
 
-from ..events import JOB_STATES, TERMINAL_STATES, Event, JobState, StacksFields, StagingFields
+from ..events import (
+    JOB_STATES,
+    TERMINAL_STATES,
+    Event,
+    FirstCopies,
+    JobState,
+    StacksFields,
+    StagingFields,
+)
 from ..logbuffer import JOB_RANK, LogBuffer
 from ..nccl import NcclParser, NcclSummary
 from .metrics import MetricStore
@@ -96,8 +104,7 @@ class MonitorState:
         self._stacks: dict[str, dict[int, StacksFields]] = {}
         self._stacks_t: dict[str, float] = {}
         self._output_t: float | None = None
-        self._seen: set[tuple[str, int | None, float, object]] = set()
-        self._seen_order: deque[tuple[str, int | None, float, object]] = deque()
+        self._copies = FirstCopies(_DEDUPED, MAX_SEEN)
         self._frontier: tuple[float, int] | None = None
         # --data sources by (source, pod), and warnings the workers or the backend printed
         self._staging: dict[tuple[str, str], StagingFields] = {}
@@ -123,14 +130,8 @@ class MonitorState:
             self._changed.notify_all()
 
     def _apply(self, ev: Event) -> None:
-        if ev.kind in _DEDUPED:  # one copy of a worker's line (rank 0 relays others' lines)
-            mark = (ev.kind, ev.rank, ev.t, ev.fields.get("step"))
-            if mark in self._seen:
-                return
-            self._seen.add(mark)
-            self._seen_order.append(mark)
-            if len(self._seen_order) > MAX_SEEN:
-                self._seen.discard(self._seen_order.popleft())
+        if not self._copies.first(ev):  # one copy of a worker's line (rank 0 relays others')
+            return
         self._version += 1
         self._phase_log.add(ev)
         if self._first_t is None:

@@ -14,15 +14,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from ..events import TERMINAL_STATES, Event
+from ..events import TERMINAL_STATES, Event, FirstCopies
 
 Feed = Callable[[Event], None]
 
-#: Protocol kinds a worker line can repeat (the monitor's dedup key is used for them).
+#: Protocol kinds whose repeated worker lines are dropped (see :class:`~..events.FirstCopies`).
 _DEDUPED: Final = frozenset({"metric", "checkpoint"})
 #: Lines remembered for that (the oldest are forgotten first).
 MAX_SEEN: Final = 200_000
@@ -59,8 +58,7 @@ class Sink:
         self.job = job
         self._feed = feed
         self._queue: queue.SimpleQueue[Event | _Stop] = queue.SimpleQueue()
-        self._seen: set[tuple[str, int | None, float, object]] = set()
-        self._order: deque[tuple[str, int | None, float, object]] = deque()
+        self._copies = FirstCopies(_DEDUPED, MAX_SEEN)
         self._off = False
         self._done = threading.Event()
         self._wake = threading.Event()
@@ -117,18 +115,6 @@ class Sink:
 
     # ------------------------------------------------------------------ the thread
 
-    def _fresh(self, event: Event) -> bool:
-        if event.kind not in _DEDUPED:
-            return True
-        mark = (event.kind, event.rank, event.t, event.fields.get("step"))
-        if mark in self._seen:
-            return False
-        self._seen.add(mark)
-        self._order.append(mark)
-        if len(self._order) > MAX_SEEN:
-            self._seen.discard(self._order.popleft())
-        return True
-
     def _run(self) -> None:
         started = time.thread_time()
         try:
@@ -169,7 +155,7 @@ class Sink:
                 return end
             if isinstance(item, _Stop):
                 return end or item
-            if not self._fresh(item) or (end is not None and item.kind == "job"):
+            if not self._copies.first(item) or (end is not None and item.kind == "job"):
                 continue
             self.handle(item)
             state = item.get("state") if item.kind == "job" else None

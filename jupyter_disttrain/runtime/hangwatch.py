@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any, Final
 
-from . import rankprefix, report, stacks
+from . import env, rankprefix, report, stacks
 from .cell import CELL_FILENAME
 from .jobstore import default_store, round_key
 
@@ -48,10 +48,7 @@ _watch: _Watch | None = None
 
 def hang_after() -> float:
     """Seconds of silence from every rank that make a hang (0: never)."""
-    try:
-        return max(0.0, float(os.environ.get(ENV_HANG, DEFAULT_HANG_AFTER)))
-    except ValueError:
-        return DEFAULT_HANG_AFTER
+    return env.seconds(ENV_HANG, DEFAULT_HANG_AFTER)
 
 
 def request_file(job_dir: str) -> str:

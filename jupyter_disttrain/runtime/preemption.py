@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from . import env
 from .jobstore import default_store, round_key
 
 ENV_GRACE = "DISTRAIN_GRACE_PERIOD"
@@ -44,10 +45,7 @@ def uses_checkpoints(source: str) -> bool:
 
 def grace_period() -> float:
     """Seconds between SIGTERM and the exit at the latest."""
-    try:
-        return max(1.0, float(os.environ.get(ENV_GRACE, DEFAULT_GRACE)))
-    except ValueError:
-        return DEFAULT_GRACE
+    return env.seconds(ENV_GRACE, DEFAULT_GRACE, least=1.0)
 
 
 def install() -> None:

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Final
 
-from . import report
+from . import env, report
 
 ENV_INTERVAL = "DISTRAIN_RESOURCES_INTERVAL"
 DEFAULT_INTERVAL: Final = 1.0
@@ -39,10 +39,7 @@ _sampler: _Sampler | None = None
 
 def interval() -> float:
     """Seconds between two samples (0: no sampling)."""
-    try:
-        return max(0.0, float(os.environ.get(ENV_INTERVAL, DEFAULT_INTERVAL)))
-    except ValueError:
-        return DEFAULT_INTERVAL
+    return env.seconds(ENV_INTERVAL, DEFAULT_INTERVAL)
 
 
 def rss_bytes(statm: str = "/proc/self/statm") -> int | None:

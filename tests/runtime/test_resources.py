@@ -135,3 +135,15 @@ def test_resources_line_parses_and_is_quiet(capsys: pytest.CaptureFixture[str]) 
     report.write_lines([line.strip(), metric.strip()])
     assert report.emitted == emitted + 2
     assert report.quiet_bytes == quiet + 3 * len(line)
+
+
+def test_env_seconds_floor_and_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_disttrain.runtime import env
+
+    monkeypatch.delenv("DISTRAIN_TEST_SECONDS", raising=False)
+    assert env.seconds("DISTRAIN_TEST_SECONDS", 2.5) == 2.5
+    monkeypatch.setenv("DISTRAIN_TEST_SECONDS", "-3")
+    assert env.seconds("DISTRAIN_TEST_SECONDS", 2.5) == 0.0
+    assert env.seconds("DISTRAIN_TEST_SECONDS", 2.5, least=1.0) == 1.0
+    monkeypatch.setenv("DISTRAIN_TEST_SECONDS", "soon")
+    assert env.seconds("DISTRAIN_TEST_SECONDS", 2.5) == 2.5

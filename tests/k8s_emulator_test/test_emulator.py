@@ -894,7 +894,14 @@ def test_a_pull_delay_keeps_the_pod_creating_between_pulling_and_pulled(
     assert pulled.startswith(f'Successfully pulled image "{IMAGE}" in 1.2'), pulled
     assert pulled.endswith("s including waiting). Image size: 0 bytes."), pulled
     assert [events[r].source.component for r in ("Pulled", "Created", "Started")] == ["kubelet"] * 3
-    paths = {(e.reason, e.involved_object.field_path) for e in cluster.events("slow-worker-0")}
+
+    def worker_paths() -> set[tuple[str, str | None]]:
+        return {(e.reason, e.involved_object.field_path) for e in cluster.events("slow-worker-0")}
+
+    # the job succeeds with its master; the worker may still be in its own pull delay then
+    wait_for(lambda: ("Started", "spec.containers{pytorch}") in worker_paths(),
+             what="the worker's container Started")  # fmt: skip
+    paths = worker_paths()
     assert ("Started", "spec.initContainers{init-pytorch}") in paths, paths
     assert ("Started", "spec.containers{pytorch}") in paths, paths
     k8s_emulator.clear_faults()

@@ -17,7 +17,7 @@ import pickle
 import platform
 import symtable
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
@@ -29,6 +29,7 @@ from .local_modules import (
     names_in_source,
     package_versions,
 )
+from .runtime import jobkey
 from .units import format_bytes
 
 PAYLOAD_FORMAT = 1
@@ -90,6 +91,8 @@ class Payload:
     captures: tuple[Capture, ...]
     python: str
     torch: str | None
+    #: The job's secret (see :mod:`.runtime.jobkey`): travels beside the payload, never in it.
+    key: bytes = field(default_factory=jobkey.new_key, repr=False)
 
     def describe(self) -> str:
         """One line listing what is shipped, with sizes."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from ... import jobdir
 from ...payload import Payload
-from ...runtime import hangwatch
+from ...runtime import hangwatch, jobkey
 from ...runtime.protocol import PREFIX
 from ...spec import JobSpec
 from ..base import (
@@ -163,6 +163,7 @@ class LocalBackend(Backend):
             shutil.rmtree(directory)
         jobdir.make_private_dirs(jobdir.logs_dir(directory))
         jobdir.write_private(directory / "payload.pkl", plan.payload.data)
+        jobdir.write_private(directory / jobkey.KEY_FILE, plan.payload.key)
         run = LocalRun(plan, sink, launcher, notebook=self.notebook)
         run.start()
         return run

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ... import jobdir
 from ...payload import Payload
+from ...runtime import jobkey
 from ...spec import JobSpec
 from ..base import (
     Plan,
@@ -131,6 +132,7 @@ def build_plan(
         "DISTRAIN_JOB_ID": spec.name,
         "DISTRAIN_JOB_DIR": str(directory),
         "DISTRAIN_LOG_DIR": str(logs),
+        jobkey.ENV_KEY_FILE: str(directory / jobkey.KEY_FILE),
         "DISTRAIN_CHECKPOINT_DIR": spec.checkpoint_dir or str(directory / "checkpoints"),
         "PYTHONUNBUFFERED": "1",
         "GLOO_SOCKET_IFNAME": "lo",

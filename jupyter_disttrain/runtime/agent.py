@@ -1,21 +1,33 @@
-"""A torchrun node agent whose stores listen on loopback only.
+"""A torchrun node agent whose stores listen on loopback only, and that ends with its owner.
 
 ``python -m jupyter_disttrain.runtime.agent ARGV`` is ``torchrun ARGV`` for
-local jobs, with one difference: every TCPStore the agent hosts (the c10d
+local jobs, with two differences. Every TCPStore the agent hosts (the c10d
 rendezvous store and the workers' store) listens on 127.0.0.1 instead of
-every address. torch's ``TCPStore`` accepts an already-bound listening
-socket (``master_listen_fd``); the agent creates it on loopback. Standard
-library and torch only.
+every address: torch's ``TCPStore`` accepts an already-bound listening
+socket (``master_listen_fd``), created here on loopback (the workers do the
+same, see :mod:`.localworker`). And an agent started by its owner directly
+(``exec`` launch mode: ``DISTRAIN_OWNER_PID`` set) watches the owner: when
+it exits, however it exits, the agent stops its workers (SIGTERM, as
+torchrun does) and is killed :data:`OWNER_GRACE_SECONDS` later, its workers
+with it (they die with their agent). Standard library and torch only.
 """
 
 from __future__ import annotations
 
 import errno
+import os
+import select
+import signal
 import socket
 import sys
+import threading
+import time
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+ENV_OWNER = "DISTRAIN_OWNER_PID"
+#: After its owner exits, an agent has this long to stop its workers before it is killed.
+OWNER_GRACE_SECONDS = 3.0
 
 _ARGS = ("host_name", "port", "world_size", "is_master", "timeout", "wait_for_workers",
          "multi_tenant", "master_listen_fd", "use_libuv")  # fmt: skip
@@ -57,14 +69,54 @@ def bind_stores_to_loopback() -> None:
                     kwargs["master_listen_fd"] = fd
             super().__init__(**kwargs)
 
+    import importlib
+
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
 
-    for module in (dist, c10d_rendezvous_backend):  # the backend imported the name itself
+    # The rendezvous modules imported the name themselves (``env://`` makes the workers'
+    # store); ``torch.distributed.rendezvous`` is also a function's name, hence the import.
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+    for module in (dist, rendezvous, c10d_rendezvous_backend):
         setattr(module, "TCPStore", LoopbackTCPStore)  # noqa: B010
 
 
+def _await_exit(pid: int) -> None:
+    """Return once process ``pid`` has exited (a pidfd where there is one, else polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (OSError, AttributeError):
+        while os.getppid() == pid:  # the owner is this agent's parent
+            time.sleep(0.2)
+        return
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+def watch_owner(owner: int, grace: float = OWNER_GRACE_SECONDS) -> None:
+    """When ``owner`` exits: SIGTERM this agent (torchrun stops its workers), SIGKILL after ``grace``.
+
+    An owner already gone (this process was reparented before it looked) ends it at once.
+    """
+
+    def watch() -> None:
+        if os.getppid() == owner:
+            _await_exit(owner)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="distrain-owner", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run torchrun's main with loopback-only stores."""
+    """Run torchrun's main with loopback-only stores (watching the owner when told to)."""
+    owner = os.environ.pop(ENV_OWNER, "")
+    if owner:
+        watch_owner(int(owner))
     bind_stores_to_loopback()
     from torch.distributed import run as torchrun
 

@@ -20,6 +20,7 @@ from ..base import (
     JobRecord,
     Submission,
 )
+from ...runtime.agent import ENV_OWNER
 from ..launcher import Launcher, ProcessHandle
 from .plan import (
     FAILURE_GRACE_SECONDS,
@@ -125,7 +126,8 @@ class LocalRun(Submission):
                 })  # fmt: skip
                 if self.pgid is None:
                     self.pgid = handle.pgid
-            else:
+            else:  # no launcher watches the owner: each agent does (see runtime/agent.py)
+                node_env[ENV_OWNER] = str(os.getpid())
                 handle = _ExecAgent(node, node_env, self.pgid or 0)
                 if self.pgid is None:
                     self.pgid = handle.pid

@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .runtime.checkpoint_storage import makedirs_private
+
 RANK_LOG_RE = re.compile(r"^rank-(\d+)\.log$")
 
 
@@ -60,15 +62,12 @@ FILE_MODE = 0o600
 
 
 def make_private_dirs(directory: Path) -> None:
-    """Create ``directory`` and its parents up to :func:`home`, each readable by the owner only."""
-    directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
-    root = home()
-    path = directory
-    while True:
-        os.chmod(path, DIR_MODE)
-        if path == root or path.parent == path or root not in path.parents:
-            break
-        path = path.parent
+    """Create ``directory`` and its missing parents, each readable by the owner only.
+
+    Directories that exist keep their mode: a shared ``$DISTRAIN_HOME`` (``/tmp/...``) stays
+    open to others, while the ``jobs`` folder and each job's directory made in it are private.
+    """
+    makedirs_private(str(directory))
 
 
 def write_private(path: Path, data: bytes) -> None:

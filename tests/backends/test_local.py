@@ -268,7 +268,7 @@ def test_job_state_is_readable_by_its_owner_only(home: Path) -> None:
                         backend=LocalBackend(mode="exec"), timeout=150)  # fmt: skip
     assert sink.final().get("state") == "Succeeded", job_logs(run)
     directory = Path(run.plan.job_dir)
-    for path in (home, home / "jobs", directory, directory / "logs"):
+    for path in (home / "jobs", directory, directory / "logs"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     files = [p for p in directory.rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"payload.pkl", "state.json", "events.jsonl",

@@ -247,7 +247,7 @@ class LocalReplay(Submission):
 
     def stop(self, reason: str = "stopped by user") -> None:
         """Stop the job if it still runs (through its owner)."""
-        stop_job(self.dir.name)
+        stop_run(self.dir)
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until the replay reached the job's terminal state."""
@@ -358,9 +358,16 @@ def stop_job(name: str) -> bool:
     False when it is not running; :class:`JobNotFound` when there is no such job.
     """
     directory = jobdir.job_dir(name)
+    if jobdir.read_state(directory) is None:
+        raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
+    return stop_run(directory)
+
+
+def stop_run(directory: Path) -> bool:
+    """Stop the run of a job recorded in ``directory`` (see :func:`stop_job`)."""
     state = jobdir.read_state(directory)
     if state is None:
-        raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
+        return False
     if not _is_live(state):
         return False
     (directory / "stop").touch()

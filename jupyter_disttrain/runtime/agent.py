@@ -97,7 +97,9 @@ def _await_exit(pid: int) -> None:
 
 
 def watch_owner(owner: int, grace: float = OWNER_GRACE_SECONDS) -> None:
-    """When ``owner`` exits: SIGTERM this agent (torchrun stops its workers), SIGKILL after ``grace``.
+    """When ``owner`` exits: SIGTERM this agent (torchrun stops its workers), later SIGKILL.
+
+    The SIGKILL comes ``grace`` seconds after; the workers die with the agent.
 
     An owner already gone (this process was reparented before it looked) ends it at once.
     """

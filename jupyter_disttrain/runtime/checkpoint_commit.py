@@ -99,8 +99,8 @@ def _no_space(exc: BaseException) -> OSError | None:
         todo.extend(e for e in (item.__cause__, item.__context__) if e is not None)
         failures = getattr(item, "failures", None)
         if isinstance(failures, dict):
-            todo.extend(f[0] for f in failures.values()
-                        if isinstance(f, tuple) and f and isinstance(f[0], BaseException))  # fmt: skip
+            pairs = [f for f in failures.values() if isinstance(f, tuple) and f]
+            todo.extend(f[0] for f in pairs if isinstance(f[0], BaseException))
     return None
 
 

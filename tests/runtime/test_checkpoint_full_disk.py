@@ -105,7 +105,7 @@ def test_a_job_whose_disk_fills_fails_with_that_sentence(small_disk: Path) -> No
 
     path = small_disk / "job-ckpt"
     spec = JobSpec("full-disk", nodes=1, nproc=2, timeout=120, checkpoint_dir=str(path))
-    sink, run = run_job(spec, CELL, {"BIG": BIG}, backend=LocalBackend(mode="exec"), timeout=150)
+    sink, _ = run_job(spec, CELL, {"BIG": BIG}, backend=LocalBackend(mode="exec"), timeout=150)
     final = sink.final()
     assert final.get("state") == "Failed", final.fields
     message = str(final.get("message"))

@@ -14,13 +14,13 @@ import psutil
 
 from ... import events as ev
 from ... import jobdir
+from ...runtime.agent import ENV_OWNER
 from ..base import (
     EventSink,
     JobNotFound,
     JobRecord,
     Submission,
 )
-from ...runtime.agent import ENV_OWNER
 from ..launcher import Launcher, ProcessHandle
 from .plan import (
     FAILURE_GRACE_SECONDS,

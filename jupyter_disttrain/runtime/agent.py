@@ -48,8 +48,12 @@ def _listen(port: int) -> int | None:
     return sock.detach()  # the store owns the descriptor from here on
 
 
-def bind_stores_to_loopback() -> None:
-    """Make every TCPStore this process hosts listen on 127.0.0.1 (idempotent)."""
+def bind_stores_to_loopback(agent: bool = True) -> None:
+    """Make every TCPStore this process hosts listen on 127.0.0.1 (idempotent).
+
+    ``agent=False`` (a worker) leaves out torchrun's rendezvous backend, which
+    a worker does not import.
+    """
     import torch.distributed as dist
 
     base: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's stubs' exports)
@@ -71,12 +75,14 @@ def bind_stores_to_loopback() -> None:
 
     import importlib
 
-    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
-
     # The rendezvous modules imported the name themselves (``env://`` makes the workers'
     # store); ``torch.distributed.rendezvous`` is also a function's name, hence the import.
-    rendezvous = importlib.import_module("torch.distributed.rendezvous")
-    for module in (dist, rendezvous, c10d_rendezvous_backend):
+    modules = [dist, importlib.import_module("torch.distributed.rendezvous")]
+    if agent:
+        modules.append(
+            importlib.import_module("torch.distributed.elastic.rendezvous.c10d_rendezvous_backend")
+        )
+    for module in modules:
         setattr(module, "TCPStore", LoopbackTCPStore)  # noqa: B010
 
 

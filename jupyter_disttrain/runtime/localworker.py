@@ -21,7 +21,7 @@ def main() -> None:
     """Bind stores to loopback, then run the worker module as ``__main__``."""
     from .agent import bind_stores_to_loopback
 
-    bind_stores_to_loopback()
+    bind_stores_to_loopback(agent=False)
     runpy.run_module(WORKER, run_name="__main__", alter_sys=True)
 
 

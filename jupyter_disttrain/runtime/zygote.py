@@ -338,7 +338,8 @@ def _run_worker(argv: list[str], env: dict[str, str]) -> int:
         from . import worker
         from .agent import bind_stores_to_loopback
 
-        bind_stores_to_loopback()  # a store rank 0 hosts listens on 127.0.0.1 (see .localworker)
+        # A store rank 0 hosts listens on 127.0.0.1 (see .localworker).
+        bind_stores_to_loopback(agent=False)
 
         return worker.main(argv)
 

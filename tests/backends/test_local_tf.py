@@ -348,9 +348,10 @@ def test_only_the_workers_grpc_ports_listen_beyond_loopback() -> None:
             time.sleep(0.2)
         assert len(sink.kinds("metric")) == 2, sink.events[-5:]
         assert run.pgid is not None
-        wide = {port for ip, port, _ in listening(run.pgid) if ip not in ("127.0.0.1", "::1")}
+        found = listening(run)
+        wide = {port for ip, port, _, _ in found if ip not in ("127.0.0.1", "::1")}
         ports = {int(a.rsplit(":", 1)[1]) for a in run.plan.rdzv_endpoint.split(",")}
-        assert wide <= ports, (wide, ports, listening(run.pgid))
+        assert wide <= ports, (wide, ports, found)
     finally:
         run.stop()
         run.join(30)

@@ -367,9 +367,9 @@ class KubernetesRun(Submission):
             self.conn, pod, container or self.container, follow=follow
         ):
             event = parse_pod_line(line, pod, self.trust)
-            if event.kind == "result":
-                self._got_result = True
             self.sink(event)
+            if event.kind == "result":  # set once delivered: _finish then need not read again
+                self._got_result = True
 
     def _fail(self, outcome: tuple[ev.JobState, str, str]) -> None:
         """End the job now with ``outcome``: delete it (its pods would retry forever)."""

@@ -35,7 +35,7 @@ BAD_LINES = [
     ("--env 9X=1", "not a valid environment variable name"),
     ("--env RANK=2", "override a variable the launcher sets"),
     ("--timeout -5", "--timeout must be a positive"),
-    ("--timeout soon", "invalid float value"),
+    ("--timeout soon", "'soon' is not a number of seconds"),
     ("--dist-backend mpi", "unknown --dist-backend 'mpi'"),
     ("--max-restarts -1", "--max-restarts must be at least 0"),
     ("-o not-a-name", "not a valid Python variable name"),

@@ -12,7 +12,10 @@ fed by the backend's own ``attach`` (for local jobs a
 ``events.jsonl`` and rank logs replayed, then followed while the job runs).
 Local jobs are followed as soon as they are listed (reading files is cheap);
 Kubernetes jobs only once their detail is asked for while they run (following
-costs watches on the API server). Thread-safe: handlers call it from a pool.
+costs watches on the API server). Thread-safe: handlers call it from a pool;
+no lock is held while a replay is waited for, so the first listing of many
+finished jobs does not hold up a detail request. One job whose view cannot
+be built is listed with an ``error`` and does not fail the others.
 """
 
 from __future__ import annotations
@@ -28,7 +31,15 @@ from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
 from ..service import JobService
 from .checkpoint_list import list_checkpoints
-from .views import BackendStatus, JobJSON, JobListJSON, LogsJSON, StopJSON, job_json
+from .views import (
+    BackendStatus,
+    JobJSON,
+    JobListJSON,
+    LogsJSON,
+    StopJSON,
+    job_json,
+    record_json,
+)
 
 #: Seconds a backend may take to list its jobs before it is reported as not answering.
 LIST_TIMEOUT = 5.0
@@ -37,9 +48,11 @@ LIST_TIMEOUT = 5.0
 CLUSTER_CACHE_SECONDS = 3.0
 #: Local jobs followed at once (the newest); older ones show without progress.
 MAX_FOLLOWED = 64
-#: Largest ``tail`` a log request may ask for.
+#: Largest ``tail`` a log request may ask for (``all`` means this many), over all ranks shown.
 MAX_TAIL = 5000
-#: Seconds to wait for the replay of a finished job when it is first listed.
+#: Most characters of log text one answer carries (its end is kept).
+MAX_LOG_CHARS = 2 * 1024 * 1024
+#: Seconds a listing waits for the replays of the finished jobs it starts following.
 REPLAY_WAIT = 1.0
 #: Log lines a followed job keeps in memory (the log viewer reads the files).
 FOLLOW_LOG_LINES = 200
@@ -59,9 +72,11 @@ class _Listing:
 
 @dataclass
 class _Followed:
+    """A followed job; ``monitor`` None: being opened, or its events cannot be read."""
+
     created: float
-    monitor: JobMonitor
-    submission: Submission
+    monitor: JobMonitor | None
+    submission: Submission | None
 
 
 class JobManager:
@@ -108,31 +123,49 @@ class JobManager:
             records.extend((backend, r) for r in listing.records)
         records.sort(key=lambda br: -br[1].created)
         now = self.clock()
-        jobs = [self._json(backend, record, now, detail=False) for backend, record in records]
+        jobs = [self._safe_json(backend, record, now, detail=False) for backend, record in records]
         running = sum(1 for j in jobs if j["state"] not in TERMINAL_STATES)
         return JobListJSON(jobs=jobs, backends=statuses, running=running, now=now)
 
     def job(self, backend: str, name: str) -> JobJSON:
         """One job with its ranks, metrics and checkpoints (starts following it if it runs)."""
         found, record = self._find(backend, name)
+        started = None
         if found.capabilities.has_pods and record.state not in TERMINAL_STATES:
-            self._follow(found, record)
-        return self._json(found, record, self.clock(), detail=True)
+            started = self._follow(found, record)
+        else:
+            with self._lock:
+                followed = self._followed.get((found.name, record.name))
+            started = followed.submission if followed is not None else None
+        if started is not None and record.state in TERMINAL_STATES:
+            started.join(REPLAY_WAIT)  # a finished job's detail shows it complete
+        return self._safe_json(found, record, self.clock(), detail=True)
 
     def logs(self, backend: str, name: str, rank: int | None, tail: int | None) -> LogsJSON:
-        """The last ``tail`` lines of ``rank`` (every rank, prefixed, when None)."""
-        if tail is not None:
-            tail = max(0, min(tail, MAX_TAIL))
+        """The last ``tail`` lines of ``rank`` (every rank, prefixed, when None).
+
+        ``tail`` None (``all``) means :data:`MAX_TAIL`; for every rank at once
+        the lines are shared among the ranks; at most :data:`MAX_LOG_CHARS`
+        characters are sent. ``message`` says when the answer was cut.
+        """
+        asked = tail
         found, record = self._find(backend, name)
+        ranks = list(range(record.world_size))
+        budget = MAX_TAIL if rank is not None else max(1, MAX_TAIL // max(1, len(ranks)))
+        tail = budget if tail is None else max(0, min(tail, budget))
         text, message = "", ""
         try:
             text = found.logs(name, rank=rank, tail=tail)
         except JobNotFound as exc:  # e.g. a rank that has printed nothing yet
             message = str(exc)
+        if len(text) > MAX_LOG_CHARS:
+            text = text[-MAX_LOG_CHARS:].partition("\n")[2]
+            message = f"showing the last {MAX_LOG_CHARS // (1024 * 1024)} MiB of output"
+        elif text and (asked is None or asked > tail):
+            message = f"at most the last {tail} lines{' per rank' if rank is None else ''} shown"
         if not text and not message:
             message = "no output yet"
-        return LogsJSON(id=f"{found.name}/{name}", rank=rank, tail=tail,
-                        ranks=list(range(record.world_size)), text=text,
+        return LogsJSON(id=f"{found.name}/{name}", rank=rank, tail=tail, ranks=ranks, text=text,
                         message=message)  # fmt: skip
 
     def stop(self, backend: str, name: str) -> StopJSON:
@@ -195,42 +228,71 @@ class JobManager:
             listing = _Listing([], str(exc) or type(exc).__name__, now)
         with self._lock:
             self._listings[backend.name] = listing
-            if not listing.error:
-                self._prune(backend, listing.records)
+            follow = self._prune(backend, listing.records) if not listing.error else []
+        replays = [s for r in follow if (s := self._follow(backend, r)) is not None
+                   and r.state in TERMINAL_STATES]  # fmt: skip
+        deadline = time.monotonic() + REPLAY_WAIT
+        for replay in replays:  # finished jobs show complete from their first listing
+            replay.join(max(0.0, deadline - time.monotonic()))
         return listing
 
-    def _prune(self, backend: Backend, records: list[JobRecord]) -> None:
-        """Forget followers of jobs gone or re-created; follow the newest local jobs."""
+    def _prune(self, backend: Backend, records: list[JobRecord]) -> list[JobRecord]:
+        """Forget followers of jobs gone or re-created; the newest local jobs to follow."""
         current = {r.name: r for r in records}
         for key in [k for k in self._followed if k[0] == backend.name]:
             record = current.get(key[1])
             if record is None or record.created != self._followed[key].created:
                 del self._followed[key]
-        if not backend.capabilities.has_pods:  # following reads files: cheap
-            for record in records[:MAX_FOLLOWED]:
-                self._follow(backend, record)
-            keep = {r.name for r in records[:MAX_FOLLOWED]}
-            for key in [k for k in self._followed if k[0] == backend.name and k[1] not in keep]:
-                del self._followed[key]
+        if backend.capabilities.has_pods:  # following costs watches: only on request
+            return []
+        keep = {r.name for r in records[:MAX_FOLLOWED]}  # following reads files: cheap
+        for key in [k for k in self._followed if k[0] == backend.name and k[1] not in keep]:
+            del self._followed[key]
+        return [r for r in records[:MAX_FOLLOWED] if (backend.name, r.name) not in self._followed]
 
-    def _follow(self, backend: Backend, record: JobRecord) -> None:
+    def _follow(self, backend: Backend, record: JobRecord) -> Submission | None:
+        """Start following ``record``; its replay when this call started one, else None.
+
+        The job is claimed under the lock, then opened without it.
+        """
         key = (backend.name, record.name)
+        claim = _Followed(record.created, None, None)
         with self._lock:
             if key in self._followed:
-                return
+                return None
+            self._followed[key] = claim
+        try:
             monitor, submission = JobService.open_monitor(
                 backend, record, log_limit=FOLLOW_LOG_LINES
             )
-            if monitor is None or submission is None:
-                return  # shown from its record alone
-            self._followed[key] = _Followed(record.created, monitor, submission)
-        if record.state in TERMINAL_STATES:
-            submission.join(REPLAY_WAIT)  # a finished job shows complete from its first listing
+        except Exception:  # a job directory that cannot be read: shown from its record
+            monitor, submission = None, None
+        with self._lock:
+            mine = self._followed.get(key) is claim
+            if mine and monitor is not None and submission is not None:
+                self._followed[key] = _Followed(record.created, monitor, submission)
+                return submission
+            if mine:  # tried again at the next listing
+                del self._followed[key]
+        if submission is not None:  # forgotten meanwhile (the job was re-created)
+            submission.detach()
+        return None
+
+    def _safe_json(
+        self, backend: Backend, record: JobRecord, now: float, *, detail: bool
+    ) -> JobJSON:
+        """:meth:`_json`, or the job from its record alone with the reason its view failed."""
+        try:
+            return self._json(backend, record, now, detail=detail)
+        except Exception as exc:  # one bad job never fails the listing of the others
+            message = f"cannot show this job's progress: {type(exc).__name__}: {exc}"
+            return record_json(record, now=now, error=message, root_dir=self.root_dir)
 
     def _json(self, backend: Backend, record: JobRecord, now: float, *, detail: bool) -> JobJSON:
         with self._lock:
             followed = self._followed.get((backend.name, record.name))
-        snapshot = followed.monitor.snapshot(now) if followed is not None else None
+        monitor = followed.monitor if followed is not None else None
+        snapshot = monitor.snapshot(now) if monitor is not None else None
         return job_json(
             record, snapshot, now=now, detail=detail, root_dir=self.root_dir,
             checkpoints=lambda reported: list_checkpoints(record, backend, reported),

@@ -204,11 +204,28 @@ def job_json(
     ))
 
 
-def record_json(record: JobRecord, *, now: float, error: str, root_dir: str | None = None) -> JobJSON:
-    """A job shown from its ``record`` alone, with ``error`` saying why its view is missing."""
-    view = job_json(record, None, now=now, root_dir=root_dir)
-    view["error"] = error
-    return view
+def record_json(record: JobRecord, *, now: float, error: str) -> JobJSON:
+    """A job shown from its ``record`` alone, with ``error`` saying why its view is missing.
+
+    Built without computing anything from the record, so it cannot fail itself.
+    """
+
+    def number(value: object) -> float:
+        return value if isinstance(value, float | int) and math.isfinite(value) else 0.0
+
+    def whole(value: object) -> int:
+        return value if isinstance(value, int) else 0
+
+    terminal = record.state in TERMINAL_STATES
+    return json_safe(JobJSON(
+        id=f"{record.backend}/{record.name}", name=str(record.name), backend=str(record.backend),
+        state=str(record.state), reason=str(record.reason), world_size=whole(record.world_size),
+        nodes=whole(record.nodes), nproc=whole(record.nproc), created=number(record.created),
+        ended=None, elapsed=0.0, step=None, steps_per_s=None, metrics={}, notebook=None,
+        notebook_file=str(record.extra.get("notebook") or ""), can_stop=not terminal,
+        diagnosis=None, detail=None, phases=[], phase=None, first_step_s=None, progress=None,
+        kind=str(record.extra.get("kind") or "job"), error=error,
+    ))  # fmt: skip
 
 
 T = TypeVar("T")
@@ -286,9 +303,10 @@ def _detail(
 def notebook_api_path(recorded: str, root_dir: str | None) -> str | None:
     """``recorded`` (absolute, or relative to the server root) as a contents-API path.
 
-    ``None`` when nothing is recorded, or the notebook lies outside ``root_dir``.
+    ``None`` when nothing is recorded, the notebook lies outside ``root_dir``, or the
+    recorded path cannot be a file's (a NUL character).
     """
-    if not recorded:
+    if not recorded or "\0" in recorded:
         return None
     if os.path.isabs(recorded):
         if not root_dir:

@@ -84,3 +84,35 @@ def test_nccl_summary_json() -> None:
     assert summary["failure"] == "shm" and "/dev/shm" in summary["diagnosis"]
     text = disttrain("nccl", str(log))
     assert "shm" in text.stdout
+
+
+@pytest.mark.slow
+def test_a_metric_that_is_not_a_number_does_not_stop_the_output(tmp_path: Path) -> None:
+    script = tmp_path / "odd.py"
+    script.write_text(
+        "import json\n"
+        "line = {'v': 1, 'kind': 'metric', 'rank': 0, 't': 1.0, 'step': 0,\n"
+        "        'values': {'acc': 'high'}}\n"
+        "print('##distrain ' + json.dumps(line), flush=True)\n"
+        "report(step=10, loss=0.25)\n"
+        "print('after the odd line')\n"
+    )
+    done = disttrain("run", str(script), "--name", "cli-odd-metric", "--launch", "exec")
+    assert done.returncode == 0, done.stderr
+    assert "[rank 0] after the odd line" in done.stdout
+    assert "[rank 0] step 10: loss=0.25" in done.stdout
+    assert "job Succeeded" in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_sys_exit_in_a_script_is_its_status(tmp_path: Path) -> None:
+    script = tmp_path / "leave.py"
+    script.write_text("import sys\nprint('before')\nsys.exit(0)\nprint('after')\n")
+    done = disttrain("run", str(script), "--name", "cli-exit-zero", "--launch", "exec")
+    assert done.returncode == 0, done.stderr
+    assert "[rank 0] before" in done.stdout and "after" not in done.stdout
+    assert "job Succeeded" in done.stdout
+    script.write_text("import sys\nsys.exit('the data set is empty')\n")
+    failed = disttrain("run", str(script), "--name", "cli-exit-msg", "--launch", "exec")
+    assert failed.returncode == 1, failed.stdout
+    assert "SystemExit: the data set is empty" in failed.stderr, failed.stderr

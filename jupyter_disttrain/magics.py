@@ -97,8 +97,9 @@ class DistrainMagics(Magics):
     mlflow = Unicode(
         "", help="Default --mlflow tracking URI: every job becomes an MLflow run ('' for none)."
     ).tag(config=True)
-    live = Unicode(
-        "auto",
+    live = Enum(
+        ["auto", "widget", "text", "lines", "none"],
+        default_value="auto",
         help="Live output: 'auto' (dashboard in notebooks, lines in terminals), 'widget', "
         "'text', 'lines' or 'none'.",
     ).tag(config=True)

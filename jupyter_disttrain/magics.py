@@ -30,7 +30,6 @@ from .service import JobService, backend_names, default_service
 from .sessions import SessionError, SessionLost, format_sessions
 from .spec import FRAMEWORKS, MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError
 
-
 #: Largest ``max_capture_mb``: 64 GiB of captured values.
 MAX_CAPTURE_MB = 64.0 * 1024
 
@@ -75,7 +74,10 @@ class DistrainMagics(Magics):
         0.0, min=0.0, max=MAX_SECONDS, help="Default --timeout in seconds (0: none)."
     ).tag(config=True)
     hang_after = Float(
-        300.0, min=0.0, max=MAX_SECONDS, help="Default --hang-after in seconds (0: never read a hang)."
+        300.0,
+        min=0.0,
+        max=MAX_SECONDS,
+        help="Default --hang-after in seconds (0: never read a hang).",
     ).tag(config=True)
     max_capture_mb = Float(
         64.0, min=0.0, max=MAX_CAPTURE_MB,
@@ -408,7 +410,7 @@ class DistrainMagics(Magics):
 
     def _config_value(self, key: str, value: str) -> Any:
         """``value`` converted and checked for trait ``key``; UsageError naming the range."""
-        trait = self.traits()[key]
+        trait: Any = self.traits()[key]
         try:
             converted = trait.from_string(value)
         except Exception as exc:

@@ -37,7 +37,9 @@ def seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (e.g. 600)") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds (e.g. 600)"
+        ) from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a finite number of seconds; give a number such as 3600, or leave "

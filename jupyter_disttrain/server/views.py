@@ -175,33 +175,35 @@ def job_json(
         end = record.ended if record.ended is not None else (None if terminal else now)
         elapsed = max(0.0, end - record.created) if end is not None and record.created else 0.0
         step, rate, metrics = None, None, {}
-    return json_safe(JobJSON(
-        id=f"{record.backend}/{record.name}",
-        name=record.name,
-        backend=record.backend,
-        state=record.state,
-        reason=record.reason,
-        world_size=record.world_size,
-        nodes=record.nodes,
-        nproc=record.nproc,
-        created=record.created,
-        ended=record.ended,
-        elapsed=_finite(elapsed),
-        step=step,
-        steps_per_s=None if rate is None else _finite(rate),
-        metrics=metrics,
-        notebook=notebook_api_path(recorded, root_dir),
-        notebook_file=recorded,
-        can_stop=not terminal,
-        diagnosis=snapshot["diagnosis"] if snapshot is not None else None,
-        detail=_detail(snapshot, checkpoints) if detail else None,
-        phases=snapshot["phases"] if snapshot is not None else [],
-        phase=snapshot["phase"] if snapshot is not None else None,
-        first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
-        progress=_progress(snapshot["progress"]) if snapshot is not None else None,
-        kind=str(record.extra.get("kind") or "job"),
-        error="",
-    ))
+    return json_safe(
+        JobJSON(
+            id=f"{record.backend}/{record.name}",
+            name=record.name,
+            backend=record.backend,
+            state=record.state,
+            reason=record.reason,
+            world_size=record.world_size,
+            nodes=record.nodes,
+            nproc=record.nproc,
+            created=record.created,
+            ended=record.ended,
+            elapsed=_finite(elapsed),
+            step=step,
+            steps_per_s=None if rate is None else _finite(rate),
+            metrics=metrics,
+            notebook=notebook_api_path(recorded, root_dir),
+            notebook_file=recorded,
+            can_stop=not terminal,
+            diagnosis=snapshot["diagnosis"] if snapshot is not None else None,
+            detail=_detail(snapshot, checkpoints) if detail else None,
+            phases=snapshot["phases"] if snapshot is not None else [],
+            phase=snapshot["phase"] if snapshot is not None else None,
+            first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
+            progress=_progress(snapshot["progress"]) if snapshot is not None else None,
+            kind=str(record.extra.get("kind") or "job"),
+            error="",
+        )
+    )
 
 
 def record_json(record: JobRecord, *, now: float, error: str) -> JobJSON:

@@ -16,7 +16,9 @@ def test_a_clean_exit_ends_the_cell_as_a_success(call: str) -> None:
     assert ns["ran"] == 1  # nothing after the exit ran
 
 
-@pytest.mark.parametrize(("call", "code"), [("sys.exit(1)", 1), ("sys.exit('bad data')", "bad data")])
+@pytest.mark.parametrize(
+    ("call", "code"), [("sys.exit(1)", 1), ("sys.exit('bad data')", "bad data")]
+)
 def test_any_other_exit_is_the_cells_failure(call: str, code: object) -> None:
     with pytest.raises(SystemExit) as raised:
         run_cell(f"import sys\n{call}", {})

@@ -47,14 +47,14 @@ async def settle(jp_fetch: Fetch, *path: str, ok: Callable[[Any], bool]) -> Any:
 class Recorder(BaseHTTPRequestHandler):
     seen: list[str]
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.seen.append(f"GET {self.path}")
         self.send_response(404)
         self.end_headers()
 
-    do_HEAD = do_GET  # noqa: N815
+    do_HEAD = do_GET
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -203,7 +203,8 @@ class JobManager:
         with self._lock:
             self._listings.pop(found.name, None)
         _, record = self._find(backend, name)
-        return StopJSON(stopped=stopped, job=self._json(found, record, self.clock(), detail=False))
+        job = self._safe_json(found, record, self.clock(), detail=False)
+        return StopJSON(stopped=stopped, job=job)
 
     def close(self) -> None:
         """Stop listing threads and the opener (followers end with their jobs)."""

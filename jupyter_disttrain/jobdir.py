@@ -137,6 +137,8 @@ def rank_logs(directory: Path) -> dict[int, Path]:
 TAIL_BLOCK = 64 * 1024
 #: Longest line a tail returns, in bytes; a longer one is cut, with a note of how much.
 MAX_LINE_BYTES = 16 * 1024
+#: Most bytes a tail scans back from the end (lines left out do not make it read on forever).
+MAX_SCAN_BYTES = 64 * 1024 * 1024
 
 
 def tail_lines(path: Path, n: int | None, skip_prefix: str | None = None) -> list[str]:
@@ -144,8 +146,8 @@ def tail_lines(path: Path, n: int | None, skip_prefix: str | None = None) -> lis
 
     Lines containing ``skip_prefix`` (the line protocol's marker) are left out.
     With ``n`` given the file is read from its end, block by block, and each
-    line is cut at :data:`MAX_LINE_BYTES`: memory stays bounded by ``n``
-    whatever the file's size.
+    line is cut at :data:`MAX_LINE_BYTES`, and at most :data:`MAX_SCAN_BYTES`
+    are scanned: memory and time stay bounded whatever the file's size.
     """
     if n is not None and n <= 0:
         return []
@@ -169,8 +171,9 @@ def _last_lines(fh: Any, n: int, skip_prefix: str | None) -> list[str]:
         end -= 1  # a final newline ends the last line; it starts none
     out: list[str] = []
     pos = end  # lines end at ``end``; bytes before ``pos`` are not scanned yet
-    while len(out) < n:
-        start = max(0, pos - TAIL_BLOCK)
+    stop = max(0, end - MAX_SCAN_BYTES) if end else -1  # an empty last line: read once
+    while len(out) < n and pos > stop:
+        start = max(0, stop, pos - TAIL_BLOCK)
         block = _read_at(fh, start, pos - start)
         cut = len(block)
         while len(out) < n:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from jupyter_disttrain import jobdir
 
 
@@ -40,3 +42,13 @@ def test_a_tail_cuts_a_huge_line_and_keeps_line_breaks_as_splitlines(tmp_path: P
     assert peak < 4 * jobdir.MAX_LINE_BYTES + 2 * jobdir.TAIL_BLOCK
     assert jobdir.tail_lines(log, None)[0] == "first"  # everything: as the file says
     assert jobdir.tail_lines(log, 0) == [] and jobdir.tail_lines(tmp_path / "none", 3) == []
+
+
+def test_a_tail_scans_a_bounded_part_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobdir, "MAX_SCAN_BYTES", 4096)
+    log = tmp_path / "rank-0.log"
+    log.write_text("a printed line\n" + "##distrain {}\n" * 1000)  # 14 KB of protocol lines
+    assert jobdir.tail_lines(log, 5, "##distrain") == []  # not read back to the first line
+    assert jobdir.tail_lines(log, None, "##distrain") == ["a printed line"]

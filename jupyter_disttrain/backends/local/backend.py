@@ -82,8 +82,12 @@ class LocalBackend(Backend):
             prewarm()
 
     def checkpoint_dir(self, record: JobRecord) -> str | None:
-        """The job directory's ``checkpoints`` folder (where the runtime saves by default)."""
-        return str(jobdir.job_dir(record.name) / "checkpoints")
+        """The job's ``--checkpoint-dir`` as recorded at submission, else its ``checkpoints``."""
+        directory = jobdir.job_dir(record.name)
+        recorded = (jobdir.read_state(directory) or {}).get("checkpoint_dir")
+        return (
+            recorded if isinstance(recorded, str) and recorded else str(directory / "checkpoints")
+        )
 
     def request_stacks(self, name: str) -> str:
         """Raise the counter in the job directory's request file; every rank's watch reads it."""

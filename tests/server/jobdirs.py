@@ -9,12 +9,14 @@ from pathlib import Path
 
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import jobdir
-from jupyter_disttrain.runtime import protocol
+from jupyter_disttrain.runtime import jobkey, protocol
+from tests.signing import KEY, key_file
 
 
 def line(kind: str, rank: int, t: float, **fields: object) -> str:
-    body = {"v": 1, "kind": kind, "rank": rank, "t": t, **fields}
-    return protocol.PREFIX + json.dumps(body)
+    """A line signed with the tests' key, which :func:`write_job` gives every job."""
+    body = json.dumps({"v": 1, "kind": kind, "rank": rank, "t": t, **fields})
+    return f"{protocol.PREFIX}{body} {jobkey.sign(KEY, body.encode())}"
 
 
 def write_job(
@@ -41,6 +43,7 @@ def write_job(
     directory = jobdir.job_dir(name)
     logs = jobdir.logs_dir(directory)
     logs.mkdir(parents=True, exist_ok=True)
+    key_file(directory)
     world = nodes * nproc
     events = [ev.job_event("Pending", "Submitted", f"{world} ranks", t=created)]
     events.append(ev.job_event("Running", "Started", "all agents rendezvoused", t=created + 1))

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,10 +142,10 @@ MAX_LINE_BYTES = 16 * 1024
 MAX_SCAN_BYTES = 64 * 1024 * 1024
 
 
-def tail_lines(path: Path, n: int | None, skip_prefix: str | None = None) -> list[str]:
+def tail_lines(path: Path, n: int | None, skip: Callable[[str], bool] | None = None) -> list[str]:
     """The last ``n`` lines of a text file (all when ``n`` is None).
 
-    Lines containing ``skip_prefix`` (the line protocol's marker) are left out.
+    Lines for which ``skip`` is true (the job's control lines) are left out.
     With ``n`` given the file is read from its end, block by block, and each
     line is cut at :data:`MAX_LINE_BYTES`, and at most :data:`MAX_SCAN_BYTES`
     are scanned: memory and time stay bounded whatever the file's size.
@@ -156,14 +157,14 @@ def tail_lines(path: Path, n: int | None, skip_prefix: str | None = None) -> lis
             if n is None:
                 text = fh.read().decode(errors="replace")
                 lines = text.splitlines()
-                return [line for line in lines if not skip_prefix or skip_prefix not in line]
-            return _last_lines(fh, n, skip_prefix)
+                return [line for line in lines if skip is None or not skip(line)]
+            return _last_lines(fh, n, skip)
     except OSError:
         return []
 
 
-def _last_lines(fh: Any, n: int, skip_prefix: str | None) -> list[str]:
-    """The last ``n`` lines of binary file ``fh`` not containing ``skip_prefix``, read backwards."""
+def _last_lines(fh: Any, n: int, skip: Callable[[str], bool] | None) -> list[str]:
+    """The last ``n`` lines of binary file ``fh`` that ``skip`` keeps, read backwards."""
     end = fh.seek(0, os.SEEK_END)
     if not end:
         return []
@@ -180,19 +181,21 @@ def _last_lines(fh: Any, n: int, skip_prefix: str | None) -> list[str]:
             newline = block.rfind(b"\n", 0, cut)
             if newline < 0:
                 break
-            _add_line(fh, start + newline + 1, end, n, skip_prefix, out)
+            _add_line(fh, start + newline + 1, end, n, skip, out)
             end = start + newline
             cut = newline
         pos = start
         if pos == 0:
             if len(out) < n:
-                _add_line(fh, 0, end, n, skip_prefix, out)
+                _add_line(fh, 0, end, n, skip, out)
             break
     out.reverse()
     return out
 
 
-def _add_line(fh: Any, start: int, end: int, n: int, skip: str | None, out: list[str]) -> None:
+def _add_line(
+    fh: Any, start: int, end: int, n: int, skip: Callable[[str], bool] | None, out: list[str]
+) -> None:
     """Append the line ``[start, end)`` of ``fh`` (split as ``str.splitlines``), last part first."""
     raw = _read_at(fh, start, min(end - start, MAX_LINE_BYTES))
     text = raw.decode(errors="replace")
@@ -201,7 +204,7 @@ def _add_line(fh: Any, start: int, end: int, n: int, skip: str | None, out: list
     for part in reversed(text.splitlines() or [""]):
         if len(out) >= n:
             return
-        if not skip or skip not in part:
+        if skip is None or not skip(part):
             out.append(part)
 
 

@@ -414,7 +414,9 @@ class Session:
                     if deadline is not None and time.monotonic() > deadline:
                         return None
                     continue
-                reply = recv_message(sock, self._key)  # a whole frame, however long it takes to arrive
+                reply = recv_message(
+                    sock, self._key
+                )  # a whole frame, however long it takes to arrive
             except KeyboardInterrupt:
                 self.interrupt()
                 deadline = time.monotonic() + self.grace + INTERRUPT_SLACK

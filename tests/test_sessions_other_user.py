@@ -11,7 +11,6 @@ ends as it would have.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import pickle
@@ -164,10 +163,10 @@ def attack(pgid: int, marker: Path, secret: str) -> dict[str, Any]:
     plan = {"ports": ports, "forged": forgeries(marker), "secret": secret}
     argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
             sys.executable, "-c", ATTACKER]  # fmt: skip
+    env = {"PATH": os.environ.get("PATH", "")}
     done = subprocess.run(argv, input=json.dumps(plan), capture_output=True, text=True,
-                          timeout=120, cwd="/", env={"PATH": os.environ.get("PATH", "")})  # fmt: skip
+                          timeout=120, cwd="/", env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    print(done.stdout)
     out: dict[str, Any] = json.loads(done.stdout)
     assert out["uid"] == NOBODY
     return out

@@ -277,7 +277,9 @@ def serve(payload: dict[str, Any], names: dict[str, Any], tools: CellTools) -> N
         sys.stderr.flush()
         report.emit("cell", id=message["id"], phase="end", status=outcome["status"])
         relay.sync()  # this cell's lines reach rank 0's log before rank 0 replies
-        store.set_sealed(f"done/{n}/{rank}", pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+        store.set_sealed(
+            f"done/{n}/{rank}", pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+        )
         store.set(f"int/{n}/{rank}", b"end")
 
 

@@ -19,7 +19,6 @@ from jupyter_disttrain.runtime.session import (
     send_message,
 )
 
-
 KEY = bytes(range(32))
 
 

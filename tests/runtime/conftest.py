@@ -36,3 +36,11 @@ def tcp_store() -> Iterator[Any]:
 def fresh_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every refused store value is said again (the runtime says each name once a process)."""
     monkeypatch.setattr(jobstore, "_refused", set())
+
+
+@pytest.fixture(autouse=True)
+def signing_key(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every runtime test's lines are signed with the tests' key (as a job's workers sign)."""
+    from tests.signing import key_file
+
+    monkeypatch.setenv("DISTRAIN_KEY_FILE", str(key_file(tmp_path_factory.mktemp("key"))))

@@ -46,7 +46,7 @@ NOBODY = 65534
 #: What the other user runs (torch only): every port, every key, every forgery it can think of.
 ATTACKER = textwrap.dedent(
     r"""
-    import datetime, json, os, re, socket, struct, sys, threading, time
+    import base64, datetime, json, os, re, socket, struct, sys, threading, time
     import torch.distributed as dist
 
     plan = json.load(sys.stdin)
@@ -81,6 +81,8 @@ ATTACKER = textwrap.dedent(
                     for r in range(4):
                         put(f"{prefix}done/{later}/{r}", forged["os"])
                         put(f"{prefix}int/{later}/{r}", b"int")
+            if plan["rendezvous"] and re.fullmatch(r"torch\.rendezvous\.[^/]+", key):
+                put(key, base64.b64encode(forged["os"]))  # torch's own state: a pickle
             m = re.fullmatch(r"(.*)distrain/(\w+)/0/(\w+)", key)
             if m:
                 q = m.group(1) + "distrain/"
@@ -156,11 +158,12 @@ def listening_ports(pgid: int) -> list[int]:
     return sorted(ports)
 
 
-def attack(pgid: int, marker: Path, secret: str) -> dict[str, Any]:
-    """Run the attacker as uid 65534 against every listening port of process group ``pgid``."""
+def attack(pgid: int, marker: Path, secret: str, *, rendezvous: bool = False) -> dict[str, Any]:
+    """Run the attacker as uid 65534 against every listening port of process group ``pgid``
+    (``rendezvous``: torch's rendezvous state too, which ends the job)."""
     ports = listening_ports(pgid)
     assert len(ports) >= 2, ports  # the store, and more
-    plan = {"ports": ports, "forged": forgeries(marker), "secret": secret}
+    plan = {"ports": ports, "forged": forgeries(marker), "secret": secret, "rendezvous": rendezvous}
     argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
             sys.executable, "-c", ATTACKER]  # fmt: skip
     env = {"PATH": os.environ.get("PATH", "")}
@@ -247,3 +250,29 @@ def test_another_user_cannot_stop_a_job_or_ask_its_ranks_for_anything(tmp_path: 
     kinds = {e.kind for e in events}
     assert "stacks" not in kinds and "checkpoint" not in kinds, kinds
     assert not marker.exists()
+
+
+def test_another_user_cannot_run_code_in_the_agents_through_the_rendezvous_state(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "forged-ran"
+    spec = JobSpec("rdzv-other-user", nodes=2, nproc=1, timeout=240)
+    events: list[ev.Event] = []
+    cell = "import time\nreport(step=0, up=1)\ntime.sleep(60)"
+    run = submit_now(LocalBackend(), spec, build_payload(cell, {}, job=spec.name), events.append)
+    try:
+        deadline = time.monotonic() + 120
+        while len([e for e in events if e.kind == "metric"]) < 2:
+            assert time.monotonic() < deadline, run.plan
+            time.sleep(0.2)
+        assert run.pgid is not None
+        attack(run.pgid, marker, "no-secret-here", rendezvous=True)
+        assert run.join(90)  # the agents refuse the forged state: the job ends, nothing ran
+    finally:
+        run.stop()
+        run.join(30)
+    assert not marker.exists(), marker.read_text()
+    logs = "".join(p.read_text(errors="replace") for p in Path(run.plan.job_dir).rglob("*.log"))
+    assert "the rendezvous state in the job's store: signature does not match" in logs, logs[-3000:]
+    assert_no_processes(Path(run.plan.job_dir), [int(e.get("pid")) for e in events
+                                                 if e.kind == "hello"])  # fmt: skip

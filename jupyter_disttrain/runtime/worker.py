@@ -35,7 +35,7 @@ from . import (
     tqdm_hook,
 )
 from . import report as _report
-from .cell import CELL_FILENAME, main_module, run_cell
+from .cell import main_module, run_payload
 
 RESULT_INLINE_LIMIT = 4 * 1024 * 1024
 EXIT_OK, EXIT_USER_ERROR, EXIT_SETUP_ERROR = 0, 1, 2
@@ -378,7 +378,7 @@ def run(payload_path: str) -> int:
             blobs = list((payload.get("globals") or {}).values())
             if rank == 0 and tqdm_hook.uses_tqdm(payload["source"], blobs):
                 tqdm_hook.install()  # the cell's bar drives the job's progress
-            value = run_cell(payload["source"], module.__dict__, CELL_FILENAME)
+            value = run_payload(payload, module.__dict__)  # a cell, or a script
             _checkpoint.wait_for_saves()  # a background save fails the cell if it fails
             if rank == 0:
                 result = encode_result(value, os.environ.get("DISTRAIN_JOB_DIR"))

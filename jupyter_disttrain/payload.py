@@ -402,7 +402,7 @@ def build_script_payload(
             names.append(top)
         command = ("-m", script.target, *script.args)
     else:
-        file = os.path.abspath(os.path.join(cwd, script.target))
+        file = os.path.join(cwd, script.target)  # python's __file__: joined, not normalised
         data, source = _read_source(Path(file), script.target)
         root, argv0 = os.path.dirname(os.path.realpath(file)), script.target
         name = os.path.basename(file)

@@ -17,6 +17,7 @@ import tempfile
 import types
 from collections.abc import Mapping
 from importlib.machinery import SourceFileLoader
+from types import TracebackType
 from typing import Any
 
 CELL_FILENAME = "<distrain-cell>"
@@ -24,6 +25,26 @@ CELL_FILENAME = "<distrain-cell>"
 SCRIPT_DIR_ENV = "DISTRAIN_SCRIPT_DIR"
 
 _running = {"file": CELL_FILENAME}
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` from the user's code on: the runtime's (and runpy's) frames that led to the
+    cell or script are left out, as ``python`` shows a script's; ``tb`` when all are ours."""
+    first = tb
+    while first is not None and (
+        first.tb_frame.f_code.co_filename.startswith(_RUNTIME_DIR)
+        or first.tb_frame.f_code.co_filename in ("<frozen runpy>", runpy_file())
+    ):
+        first = first.tb_next
+    return first or tb
+
+
+def runpy_file() -> str:
+    """Where :mod:`runpy` runs from when it is not frozen."""
+    import runpy
+
+    return str(getattr(runpy, "__file__", "") or "<frozen runpy>")
 
 
 def code_filename() -> str:

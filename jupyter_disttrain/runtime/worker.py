@@ -35,7 +35,7 @@ from . import (
     tqdm_hook,
 )
 from . import report as _report
-from .cell import main_module, run_payload
+from .cell import main_module, run_payload, user_traceback
 
 RESULT_INLINE_LIMIT = 4 * 1024 * 1024
 EXIT_OK, EXIT_USER_ERROR, EXIT_SETUP_ERROR = 0, 1, 2
@@ -290,7 +290,9 @@ def encode_exception(exc: BaseException) -> dict[str, Any]:
         "type": etype.__name__,
         "module": etype.__module__,
         "message": str(exc),
-        "traceback": "".join(traceback.format_exception(etype, exc, exc.__traceback__)),
+        "traceback": "".join(
+            traceback.format_exception(etype, exc, user_traceback(exc.__traceback__))
+        ),
     }
     if etype.__module__ == "__main__":
         try:

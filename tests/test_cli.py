@@ -43,8 +43,8 @@ def test_run_logs_jobs_and_stop(tmp_path: Path) -> None:
     # A long job started by one command is stopped by another.
     script.write_text("import time\nreport(step=0, up=1)\ntime.sleep(300)\n")
     runner = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "run", "--nodes", "2",
-         "--name", "cli-stop", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "jupyter_disttrain.cli", "run", "--nodes", "2", "--name",
+         "cli-stop", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     directory = jobdir.job_dir("cli-stop")
     deadline = time.monotonic() + 60

@@ -261,7 +261,7 @@ def test_a_script_runs_in_every_rank_as_under_torchrun(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_rank_that_raises_names_the_scripts_line(tmp_path: Path) -> None:
     """Exec mode (fresh interpreters): rank 1 raises; the traceback is the script's own."""
-    proj, elsewhere = make_project(tmp_path)
+    _, elsewhere = make_project(tmp_path)
     done = disttrain(elsewhere, "run", "--launch", "exec", "--nproc", "2", "../proj/train.py",
                      "3", "1", "--fail-rank", "1")  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr

@@ -117,7 +117,8 @@ def check_packages(payload: dict[str, Any]) -> list[str]:
     if missing:
         pips = " ".join(f"--pip {m}" for m in missing)
         raise SetupError(
-            f"the cell uses packages this worker does not have: {', '.join(missing)}; add "
+            f"the {'script' if payload.get('script') else 'cell'} uses packages this worker "
+            f"does not have: {', '.join(missing)}; add "
             f"{pips} (or install them in the image)"
         )
     return warnings

@@ -266,7 +266,8 @@ def test_a_missing_package_fails_at_once_with_the_pip_fix(
                      "--name", name, "--timeout", "120", "uses.py"])  # fmt: skip
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
-    assert "add --pip fakepkg-xyz==1.2.3" in out.err, out.err
+    missing = "the script uses packages this worker does not have: fakepkg-xyz==1.2.3"
+    assert f"{missing}; add --pip fakepkg-xyz==1.2.3" in out.err, out.err
     assert "never" not in KubernetesBackend().logs(name, rank=0)
     finish(cluster, name)
 

@@ -131,3 +131,24 @@ def test_tracebacks_start_at_the_users_code(tmp_path: Path, rank: None) -> None:
     with pytest.raises(KeyError) as own:
         run_payload({}, {})
     assert user_traceback(own.value.__traceback__) is own.value.__traceback__
+
+
+def test_a_ranks_stacks_name_the_line_of_the_script_it_is_at(tmp_path: Path, rank: None) -> None:
+    """What hang detection and ``disttrain where`` read: the script's line, not a cell's."""
+    import threading
+    import time
+
+    from jupyter_disttrain.runtime import stacks
+
+    (tmp_path / "t.py").write_text("import time\nREADY.set()\ntime.sleep(GO)\n")
+    payload = envelope(Script("t.py", cwd=str(tmp_path)))
+    ready = threading.Event()
+    namespace = main_module({"READY": ready, "GO": 3}).__dict__
+    runner = threading.Thread(target=run_payload, args=(payload, namespace), name="script")
+    runner.start()
+    assert ready.wait(5)
+    time.sleep(0.1)
+    found = {s["name"]: s for s in stacks.all_stacks(code_filename())}["script"]
+    runner.join()
+    assert code_filename() == str(tmp_path / "t.py")
+    assert (found["call"], found["cell_line"]) == ("time.sleep", 3), found

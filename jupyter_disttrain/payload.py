@@ -117,7 +117,7 @@ class Payload:
     torch: str | None
     #: The job's secret (see :mod:`.runtime.jobkey`): travels beside the payload, never in it.
     key: bytes = field(default_factory=jobkey.new_key, repr=False)
-    #: Set when the payload runs a training script (see :mod:`.script`) rather than a cell.
+    #: Set when the payload runs a training script (:func:`build_script_payload`), not a cell.
     script: ScriptInfo | None = None
 
     def describe(self) -> str:

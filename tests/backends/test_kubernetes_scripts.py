@@ -181,6 +181,16 @@ def test_rendered_manifests_carry_the_script_its_arguments_and_its_folder(tmp_pa
     chief = docs[1]["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
     assert chief["workingDir"] == SCRIPT_DIR and variable in chief["env"]
     assert sorted(payload_of(docs[0])["script"]["files"]) == ["main.py", "mnist_setup.py"]
+    # --dry-run prints the same YAML, what travels first as a comment.
+    dry = subprocess.run(
+        [sys.executable, "-m", "jupyter_disttrain.cli", "run", "--backend", "kubernetes",
+         "--dry-run", "../proj/train.py", "2"], cwd=elsewhere, capture_output=True, text=True,
+        timeout=120, env={**os.environ, "KUBECONFIG": str(elsewhere / "no-kubeconfig")},
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    first = dry.stdout.splitlines()[0]
+    assert first.startswith("# script ../proj/train.py 2 (") and "datautils (local module" in first
+    assert [d["kind"] for d in yaml.safe_load_all(dry.stdout) if d] == ["ConfigMap", "TrainJob"]
     # A cell's pods are as they were: no script folder.
     spec = JobSpec("cell-pods", backend="kubernetes", options=(("kubeflow_api", "pytorchjob"),))
     objects = KubernetesBackend().objects(spec, build_payload("1", {}, job="cell-pods"))

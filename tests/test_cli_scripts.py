@@ -54,6 +54,7 @@ TRAIN = textwrap.dedent(
         facts = {
             "rank": rank, "argv": sys.argv, "file": __file__, "name": __name__,
             "path0": sys.path[0], "cwd": os.getcwd(), "args": vars(args),
+            "cwd_on_path": os.getcwd() in sys.path,
             "data": len(MyTrainDataset(args.batch_size)), "model": build(),
             "beside_me": beside_me,
             "folder": sorted(n for n in os.listdir(here) if n.endswith((".py", ".csv")) or
@@ -234,6 +235,7 @@ def test_a_script_runs_in_every_rank_as_under_torchrun(tmp_path: Path) -> None:
     expected = facts(torchrun.stdout)[1]
     assert expected["argv"] == args and expected["file"] == f"{elsewhere}/../proj/train.py"
     assert expected["cwd"] == str(elsewhere) and expected["path0"] == os.path.realpath(proj)
+    assert not expected["cwd_on_path"]  # the launcher's folder is not the script's
     for name in list(elsewhere.iterdir()):
         name.unlink()
     # Options first, then the script and its arguments; also with `--` before the script.
@@ -261,7 +263,7 @@ def test_a_script_runs_in_every_rank_as_under_torchrun(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_rank_that_raises_names_the_scripts_line(tmp_path: Path) -> None:
     """Exec mode (fresh interpreters): rank 1 raises; the traceback is the script's own."""
-    _, elsewhere = make_project(tmp_path)
+    proj, elsewhere = make_project(tmp_path)
     done = disttrain(elsewhere, "run", "--launch", "exec", "--nproc", "2", "../proj/train.py",
                      "3", "1", "--fail-rank", "1")  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
@@ -270,6 +272,7 @@ def test_a_rank_that_raises_names_the_scripts_line(tmp_path: Path) -> None:
     assert got[0]["args"] == {"total_epochs": 3, "save_every": 1, "batch_size": 32,
                               "fail_rank": 1}  # fmt: skip
     assert got[1]["file"] == f"{elsewhere}/../proj/train.py" and got[1]["cwd"] == str(elsewhere)
+    assert got[1]["path0"] == os.path.realpath(proj) and not got[1]["cwd_on_path"]
     trace = done.stderr.split("Remote traceback (rank 1):", 1)[1]
     assert trace.lstrip().startswith("Traceback (most recent call last):"), trace
     frames = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]

@@ -16,11 +16,13 @@ rewrites the "Monitor" section of ``BENCHMARKS.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,9 +33,9 @@ from results import machine as machine_name  # noqa: E402
 from results import write_section  # noqa: E402
 
 from jupyter_disttrain.downsample import lttb, minmax  # noqa: E402
-from jupyter_disttrain.events import Event, parse_line  # noqa: E402
+from jupyter_disttrain.events import Event, Trust, parse_line  # noqa: E402
 from jupyter_disttrain.monitor import JobMonitor  # noqa: E402
-from jupyter_disttrain.runtime.protocol import encode  # noqa: E402
+from jupyter_disttrain.runtime.protocol import KINDS, PREFIX, encode  # noqa: E402
 
 
 def best_of(fn: Callable[[], object], reps: int = 5) -> float:
@@ -46,24 +48,55 @@ def best_of(fn: Callable[[], object], reps: int = 5) -> float:
     return min(times)
 
 
-def parse_throughput(n: int = 400_000) -> dict[str, float]:
-    """Lines per second through parse_line + JobMonitor.feed."""
+KEY = bytes(range(32))
+TRUST = Trust.of(KEY, 2, 4)
+
+
+def trusting_parse(line: str, rank: int | None, now: float) -> Event:
+    """How lines were read before they were signed: any marked JSON believed, unchecked.
+
+    The baseline of the signed path in the same run (it must not be used by the product).
+    """
+    start = line.find(PREFIX)
+    if start != -1:
+        try:
+            body = json.loads(line[start + len(PREFIX) :].rpartition(" ")[0])
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and body.get("kind") in KINDS:
+            kind, src, t = body.pop("kind"), body.pop("rank", rank), body.pop("t", now)
+            body.pop("v", None)
+            return Event(kind, src, float(t), body)
+    return Event("log", rank, now, {"text": line.rstrip()})
+
+
+def signed_parse(line: str, rank: int | None, now: float) -> Event:
+    """The product's path: signature, rank and fields checked."""
+    return parse_line(line, rank, now, trust=TRUST)
+
+
+def parse_throughput(n: int = 400_000) -> dict[str, tuple[float, float]]:
+    """Lines per second through parse + JobMonitor.feed: (signed and checked, trusting)."""
     plain = [(f"step {i // 8} rank {i % 8}: loss=0.{i % 997:03d} lr=3e-4", i % 8) for i in range(n)]
     metrics = [
-        (encode("metric", i % 8, step=i // 8, values={"loss": 1 / (i + 1), "lr": 3e-4}), i % 8)
+        (encode("metric", i % 8, sign_with=KEY, step=i // 8,
+                values={"loss": 1 / (i + 1), "lr": 3e-4}), i % 8)
         for i in range(n // 4)
-    ]
+    ]  # fmt: skip
     mixed = [metrics[i // 10] if i % 10 == 0 else plain[i] for i in range(n)]
     out = {}
     for name, lines in (("log lines", plain), ("metric lines", metrics), ("mixed 9:1", mixed)):
+        rates = []
+        for parse in (signed_parse, trusting_parse):
 
-        def run(lines: list[tuple[str, int]] = lines) -> None:
-            mon = JobMonitor("bench", "local", 8, nodes=2, nproc=4)
-            feed = mon.feed
-            for text, rank in lines:
-                feed(parse_line(text, rank, 1.0))
+            def run(lines: list[tuple[str, int]] = lines, parse: Any = parse) -> None:
+                mon = JobMonitor("bench", "local", 8, nodes=2, nproc=4)
+                feed = mon.feed
+                for text, rank in lines:
+                    feed(parse(text, rank, 1.0))
 
-        out[name] = len(lines) / best_of(run, 3)
+            rates.append(len(lines) / best_of(run, 3))
+        out[name] = (rates[0], rates[1])
     return out
 
 
@@ -151,8 +184,8 @@ def main(argv: list[str]) -> int:
     machine = machine_name()
     print(f"machine: {machine}")
     parse = parse_throughput()
-    for name, rate in parse.items():
-        print(f"parse+feed {name}: {rate:,.0f} lines/s")
+    for name, (rate, before) in parse.items():
+        print(f"parse+feed {name}: {rate:,.0f} lines/s signed, {before:,.0f} unsigned")
     down = downsampling()
     for name, ms in down.items():
         print(f"1,000,000 -> 2,000 points, {name}: {ms:.1f} ms")
@@ -164,11 +197,16 @@ def main(argv: list[str]) -> int:
     body = f"""
 Machine: {machine}, {time.strftime("%Y-%m-%d")}. Script: `bench/monitor.py` (`make bench`).
 
-**Event parsing** (`events.parse_line` + `JobMonitor.feed`, 8 ranks, one thread):
+**Event parsing** (`events.parse_line` + `JobMonitor.feed`, 8 ranks, one thread). Control
+lines are signed with the job key and every field is checked; the second column reads the
+same lines as they were read before signing (marked JSON believed unchecked), in the same run:
 
-| lines | lines/s |
-|---|---|
-""" + "".join(f"| {name} | {rate:,.0f} |\n" for name, rate in parse.items())
+| lines | lines/s, signed and checked | lines/s, unsigned (before) | ratio |
+|---|---|---|---|
+""" + "".join(
+        f"| {name} | {rate:,.0f} | {before:,.0f} | {rate / before:.2f} |\n"
+        for name, (rate, before) in parse.items()
+    )
     body += f"""
 **Kernel under a log flood**: a real kernel (jupyter_client) shows the dashboard of a
 job whose 8 ranks print 5,000 lines/s each (plus a metric line per rank every 10 ms),

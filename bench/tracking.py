@@ -35,13 +35,15 @@ from jupyter_disttrain.spec import JobSpec  # noqa: E402
 from jupyter_disttrain.tracking import Sink, sinks_for  # noqa: E402
 
 RANKS = 8
+KEY = bytes(range(32))
+TRUST = ev.Trust.of(KEY, 2, RANKS // 2)
 
 
 def lines(n: int) -> list[tuple[str, int]]:
     """``n`` metric lines, round-robin over the ranks."""
     return [
-        (encode("metric", i % RANKS, step=i // RANKS, values={"loss": 1 / (i + 1), "lr": 3e-4}),
-         i % RANKS)
+        (encode("metric", i % RANKS, sign_with=KEY, step=i // RANKS,
+                values={"loss": 1 / (i + 1), "lr": 3e-4}), i % RANKS)
         for i in range(n)
     ]  # fmt: skip
 
@@ -61,7 +63,7 @@ def run(spec: JobSpec, feed_lines: list[tuple[str, int]]) -> Result:
     feed = job.feed
     started = time.perf_counter()
     for text, rank in feed_lines:
-        feed(ev.parse_line(text, rank))
+        feed(ev.parse_line(text, rank, trust=TRUST))
     fed = time.perf_counter() - started
     feed(ev.job_event("Succeeded"))
     ended = time.perf_counter()

@@ -15,8 +15,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypedDict, cast
 
+from .linecheck import JOB_WIDE, MAX_LINE, Shape, problem
+from .runtime import jobkey
 from .runtime.protocol import KINDS as PROTOCOL_KINDS
-from .runtime.protocol import PREFIX
+from .runtime.protocol import PREFIX, VERSION, signed_body
 
 #: Kinds that come from workers (the line protocol) and plain log lines.
 WORKER_KINDS: Final = (*PROTOCOL_KINDS, "log")
@@ -134,10 +136,14 @@ class StagingFields(TypedDict, total=False):
 
 
 class LogFields(TypedDict, total=False):
-    """``log``: a plain line (``source`` names an agent log for job-wide lines)."""
+    """``log``: a plain line (``source`` names an agent log for job-wide lines).
+
+    ``rejected`` says why a line that looked like a control line was not believed.
+    """
 
     text: str
     source: str
+    rejected: str
 
 
 class JobFields(TypedDict, total=False):
@@ -285,41 +291,68 @@ class Event:
         return cast(ProgressFields, self.fields)
 
 
-def parse_line(line: str, rank: int | None, now: float | None = None) -> Event:
-    """Turn one line printed by ``rank`` into an event.
+@dataclass(frozen=True)
+class Trust:
+    """What a job's worker lines are checked against: the job's key and its shape."""
 
-    A well-formed protocol line becomes its kind; anything else, including a
-    protocol line that does not decode, is a ``log`` event whose ``text`` is
-    the line without its line ending. The rank written in a protocol line
-    wins over ``rank`` (the source the line was read from).
+    key: bytes
+    shape: Shape
+    signer: jobkey.Signer = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "signer", jobkey.Signer(self.key))
+
+    @classmethod
+    def of(cls, key: bytes, nodes: int, nproc: int) -> Trust:
+        """The trust of a job of ``nodes`` x ``nproc`` ranks signed with ``key``."""
+        return cls(key, Shape(nodes * nproc, nodes, nproc))
+
+
+def parse_line(
+    line: str, rank: int | None, now: float | None = None, *, trust: Trust | None
+) -> Event:
+    """Turn one line read from ``rank``'s stream (None: a node's or agent's) into an event.
+
+    A protocol line becomes its kind only when it carries a valid signature
+    under ``trust``'s key, names a rank the stream may speak for (its own;
+    rank 0's stream also carries what it relays for the others; a stream of
+    no rank only job-wide kinds) and every field fits the job
+    (:mod:`.linecheck`). Anything else is a ``log`` event whose ``text`` is the
+    line without its line ending; a line that looked like a control line but
+    failed carries the reason in ``rejected``. ``trust`` None (a job with no
+    key): every line is log text.
     """
     text = line.rstrip("\r\n")
     stamp = time.time() if now is None else now
-    start = text.find(PREFIX)
-    if start != -1:
-        body = _decode(text[start + len(PREFIX) :])
+    if PREFIX not in text:
+        return Event("log", rank, stamp, {"text": text})
+    why = "the line is not signed with the job's key"
+    if trust is not None and len(text) <= MAX_LINE:
+        body = signed_body(text, trust.signer)
         if body is not None:
-            kind = body.pop("kind")
-            body.pop("v", None)
-            src = body.pop("rank", rank)
-            t = body.pop("t", stamp)
-            return Event(
-                kind,
-                src if isinstance(src, int) else rank,
-                float(t) if isinstance(t, int | float) else stamp,
-                body,
-            )
-    return Event("log", rank, stamp, {"text": text})
+            event, why = _checked(body, rank, stamp, trust.shape)
+            if event is not None:
+                return event
+    return Event("log", rank, stamp, {"text": text, "rejected": why})
 
 
-def _decode(payload: str) -> dict[str, Any] | None:
+def _checked(body: str, stream: int | None, stamp: float, shape: Shape) -> tuple[Event | None, str]:
     try:
-        body = json.loads(payload)
+        fields = json.loads(body)
     except ValueError:
-        return None
-    if not isinstance(body, dict) or body.get("kind") not in PROTOCOL_KINDS:
-        return None
-    return body
+        return None, "the line's body is not JSON"
+    if not isinstance(fields, dict) or fields.get("v") != VERSION:
+        return None, "the line is not of this protocol version"
+    kind, src, t = fields.pop("kind", None), fields.pop("rank", None), fields.pop("t", None)
+    fields.pop("v")
+    if not isinstance(kind, str) or kind not in PROTOCOL_KINDS:
+        return None, f"unknown kind {kind!r}"
+    why = problem(kind, src, t, fields, shape)
+    if why is not None:
+        return None, why
+    if src != stream and stream != 0 and not (stream is None and kind in JOB_WIDE):
+        return None, f"rank {stream}'s stream cannot speak for rank {src}"
+    return Event(kind, src, float(t), fields), ""
 
 
 def job_event(

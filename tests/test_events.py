@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+import json
 import math
 
+import pytest
+
 from jupyter_disttrain import events as ev
-from jupyter_disttrain.runtime.protocol import encode
+from jupyter_disttrain.runtime import jobkey
+from jupyter_disttrain.runtime.protocol import PREFIX, encode
+from tests.signing import KEY, line, parse, trust
 
 
 def test_protocol_line_round_trip() -> None:
-    line = encode("metric", 3, step=7, values={"loss": 0.5, "acc": float("nan")})
-    event = ev.parse_line(line + "\n", rank=None)
+    text = line("metric", 3, step=7, values={"loss": 0.5, "acc": float("nan")})
+    event = parse(text + "\n", 3)
     assert event.kind == "metric"
     assert event.rank == 3
     assert event.get("step") == 7
@@ -18,18 +23,104 @@ def test_protocol_line_round_trip() -> None:
 
 
 def test_plain_and_malformed_lines_are_logs() -> None:
-    assert ev.parse_line("epoch 1 done\n", 2).fields == {"text": "epoch 1 done"}
-    bad = ev.parse_line('##distrain {"kind": "metric", oops', 1)
-    assert bad.kind == "log" and bad.rank == 1
-    unknown = ev.parse_line('##distrain {"kind": "nope", "rank": 0}', 1)
+    assert parse("epoch 1 done\n", 2).fields == {"text": "epoch 1 done"}
+    bad = parse('##distrain {"kind": "metric", oops', 1)
+    assert bad.kind == "log" and bad.rank == 1 and bad.get("rejected")
+    unknown = parse('##distrain {"kind": "nope", "rank": 0}', 1)
     assert unknown.kind == "log"
 
 
 def test_prefixed_protocol_line_is_found() -> None:
     # A launcher may prefix lines (e.g. "[default0]:"); the protocol still parses.
-    line = "[default0]:" + encode("done", 0, seconds=1.5)
-    event = ev.parse_line(line, None)
+    event = parse("[default0]:" + line("done", 0, seconds=1.5), 0)
     assert event.kind == "done" and event.rank == 0 and event.get("seconds") == 1.5
+
+
+# --- printed text is data: only lines signed with the job's key count ---------------
+
+
+def spoof(kind: str, rank: int, **fields: object) -> str:
+    """A line a worker's data could print: the marker and the JSON, no signature."""
+    body = {"v": 1, "kind": kind, "rank": rank, "t": 1.0e9, **fields}
+    return PREFIX + json.dumps(body, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        spoof("error", 1, type="ValueError", message="from a dataset row", traceback=""),
+        spoof("result", 0, encoding="cloudpickle+base64", data="gASVAAAAAAAAAAB9lC4="),
+        spoof("done", 1, seconds=1.0),
+        spoof("hello", 0, world_size=1_000_000, local_rank=0, node_rank=0),
+        spoof("checkpoint", 0, step=3, uri="http://127.0.0.1:9/probe-dir"),
+        # signed with another job's key
+        encode("error", 1, sign_with=jobkey.new_key(), type="ValueError", message="x"),
+        # a real signature glued onto another body
+        spoof("done", 1, seconds=1.0) + " " + line("done", 1, seconds=2.0).rsplit(" ", 1)[1],
+    ],
+)
+def test_unsigned_or_foreign_lines_are_log_text_that_stays_visible(text: str) -> None:
+    event = parse(text + "\n", 1)
+    assert event.kind == "log" and event.rank == 1
+    assert event.get("text") == text  # kept whole, shown in the logs
+    assert "signed" in event.get("rejected")
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "why"),
+    [
+        ("hello", {"world_size": 1_000_000, "local_rank": 0, "node_rank": 0}, "world size"),
+        ("hello", {"world_size": 4, "local_rank": 9, "node_rank": 0}, "local rank"),
+        ("metric", {"step": [], "values": {"loss": 1.0}}, "step"),
+        ("metric", {"step": 1, "values": {"loss": "low"}}, "values"),
+        ("metric", {"step": True, "values": {"loss": 1.0}}, "step"),
+        ("done", {"seconds": float("inf")}, "seconds"),
+        ("progress", {"step": 1, "total": 0}, "total"),
+        ("session", {"port": 70000, "world_size": 4}, "port"),
+    ],
+)
+def test_signed_lines_whose_fields_do_not_fit_the_job_are_log_text(
+    kind: str, fields: dict[str, object], why: str
+) -> None:
+    event = parse(line(kind, 1, **fields), 1, nodes=2, nproc=2)
+    assert event.kind == "log" and why in event.get("rejected"), event
+
+
+@pytest.mark.parametrize("t", [float("inf"), float("nan"), -1.0, "soon", None])
+def test_a_signed_line_with_a_time_that_is_not_finite_is_log_text(t: object) -> None:
+    body = json.dumps({"v": 1, "kind": "metric", "rank": 0, "t": t, "step": 1, "values": {}})
+    text = f"{PREFIX}{body} {jobkey.sign(KEY, body.encode())}"
+    event = parse(text, 0)
+    assert event.kind == "log" and "time" in event.get("rejected")
+
+
+def test_a_rank_outside_the_job_or_another_ranks_stream_is_not_believed() -> None:
+    assert parse(line("done", 7, seconds=1.0), 7, nodes=2, nproc=2).kind == "log"
+    # rank 1's log cannot speak for rank 2; rank 0's carries what it relays for others
+    assert parse(line("done", 2, seconds=1.0), 1, nodes=2, nproc=2).get("rejected")
+    relayed = parse(line("done", 2, seconds=1.0), 0, nodes=2, nproc=2)
+    assert (relayed.kind, relayed.rank) == ("done", 2)
+    # an agent's log (no rank) speaks only for the whole job
+    assert parse(line("done", 0, seconds=1.0), None).kind == "log"
+    assert parse(line("staging", None, src="s3://b/x", state="done"), None).kind == "staging"
+
+
+def test_without_a_key_every_line_is_log_text() -> None:
+    event = ev.parse_line(line("done", 0, seconds=1.0), 0, trust=None)
+    assert event.kind == "log" and event.get("rejected")
+
+
+def test_a_huge_line_is_not_decoded() -> None:
+    text = line("metric", 0, step=1, values={f"m{i}": 1.0 for i in range(1000)})
+    assert parse(text, 0).kind == "metric"
+    big = line("error", 0, type="E", message="x" * (8 * 2**20))
+    assert parse(big, 0).kind == "log"
+
+
+def test_trust_checks_the_world_the_job_has() -> None:
+    hello = line("hello", 3, world_size=4, local_rank=1, node_rank=1)
+    assert parse(hello, 3, nodes=2, nproc=2).kind == "hello"
+    assert ev.parse_line(hello, 3, trust=trust(1, 2)).kind == "log"
 
 
 def test_backend_events_serialise() -> None:
@@ -45,11 +136,11 @@ def test_first_copies_drops_a_relayed_repeat_and_forgets_the_oldest() -> None:
     from jupyter_disttrain.events import Event, FirstCopies
 
     copies = FirstCopies(frozenset({"metric"}), limit=2)
-    line = Event("metric", 1, 10.0, {"step": 3, "values": {"loss": 1.0}})
-    assert copies.first(line)
+    first = Event("metric", 1, 10.0, {"step": 3, "values": {"loss": 1.0}})
+    assert copies.first(first)
     assert not copies.first(Event("metric", 1, 10.0, {"step": 3, "values": {"loss": 1.0}}))
     assert copies.first(Event("metric", 2, 10.0, {"step": 3}))  # another rank's line
     assert copies.first(Event("log", 1, 10.0, {"text": "x"}))  # a kind not checked
     assert copies.first(Event("log", 1, 10.0, {"text": "x"}))
     assert copies.first(Event("metric", 1, 11.0, {"step": 4}))  # the third: line is forgotten
-    assert copies.first(line)
+    assert copies.first(first)

@@ -14,8 +14,6 @@ from typing import Any, Final
 from .k8s_syntax import is_label_key, is_label_value
 
 PREFIX: Final = "label.disttrain.jupyter.org/"
-#: ``kind`` labels whose payload carries a secret (a session's token): it travels in a Secret.
-SECRET_KINDS: Final = frozenset({"session"})
 
 
 def job_labels(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], dict[str, str]]:
@@ -38,8 +36,3 @@ def read_labels(meta: Mapping[str, Any]) -> dict[str, str]:
             if str(key).startswith(PREFIX):
                 found[str(key)[len(PREFIX) :]] = str(value)
     return found
-
-
-def carries_secret(labels: Iterable[tuple[str, str]]) -> bool:
-    """True when a job of these labels must ship its payload in a Secret."""
-    return dict(labels).get("kind") in SECRET_KINDS

@@ -98,7 +98,8 @@ class K8sOptions:
     container; ``shm`` mounts a memory-backed ``/dev/shm`` (``shm_size`` its
     limit, None for none); ``queue`` is the Kueue queue, or the Volcano queue
     with ``scheduler="volcano"``; ``namespace`` None means the context's;
-    ``payload_secret`` ships the payload in a Secret instead of a ConfigMap.
+    ``payload_secret`` is kept for old option lists: the backend always ships the
+    payload in a Secret, since it carries the job key.
     """
 
     image: str | None = None

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .. import events as ev
 from ..payload import Payload, package_version
-from ..runtime import rankprefix
+from ..runtime import jobkey, rankprefix
 from ..spec import JobSpec
 from . import k8s_logs
 from . import k8s_phases as kp
@@ -68,12 +68,12 @@ class Cluster(Protocol):
 
 
 def payload_files(payload: Payload) -> dict[str, bytes]:
-    """What the pods need beside the image: payload, worker runtime, cloudpickle."""
+    """What the pods need beside the image: payload, job key, worker runtime, cloudpickle."""
     import cloudpickle
 
     from .. import runtime
 
-    files = {mf.PAYLOAD_FILE: payload.data}
+    files = {mf.PAYLOAD_FILE: payload.data, jobkey.KEY_FILE: payload.key}
     package = Path(runtime.__file__).parent.parent
     files["jupyter_disttrain/__init__.py"] = (package / "__init__.py").read_bytes()
     for path in sorted((package / "runtime").glob("*.py")):
@@ -99,11 +99,15 @@ def notebook_versions(framework: str = "pytorch") -> dict[str, str]:
 class KubernetesRun(Submission):
     """Follows one job: watches translate to events; stop deletes the job."""
 
-    def __init__(self, backend: Cluster, conn: Connection, spec: JobSpec, sink: EventSink) -> None:
+    def __init__(
+        self, backend: Cluster, conn: Connection, spec: JobSpec, sink: EventSink, key: bytes | None
+    ) -> None:
         self.backend = backend
         self.conn = conn
         self.spec = spec
         self.sink = sink
+        #: Worker lines count only when signed with the job's key (None: none count).
+        self.trust = None if key is None else ev.Trust.of(key, spec.nodes, spec.nproc)
         self.name = spec.name
         self.kubeflow = kind_of(spec.framework, dict(spec.options).get("kubeflow_api"))
         self.plural, self.kind = self.kubeflow.plural, self.kubeflow.kind
@@ -362,10 +366,10 @@ class KubernetesRun(Submission):
         for line in self.backend.stream_log(
             self.conn, pod, container or self.container, follow=follow
         ):
-            event = parse_pod_line(line, pod)
-            if event.kind == "result":
-                self._got_result = True
+            event = parse_pod_line(line, pod, self.trust)
             self.sink(event)
+            if event.kind == "result":  # set once delivered: _finish then need not read again
+                self._got_result = True
 
     def _fail(self, outcome: tuple[ev.JobState, str, str]) -> None:
         """End the job now with ``outcome``: delete it (its pods would retry forever)."""
@@ -461,10 +465,13 @@ class KubernetesRun(Submission):
         return len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
 
 
-def parse_pod_line(line: str, pod: str) -> ev.Event:
-    """One pod log line -> an event attributed to its rank (``[rank R]`` prefix)."""
+def parse_pod_line(line: str, pod: str, trust: ev.Trust | None) -> ev.Event:
+    """One pod log line -> an event attributed to its rank (``[rank R]`` prefix).
+
+    Control lines are checked against ``trust`` (see :func:`.events.parse_line`).
+    """
     rank, text = rankprefix.split(line)
-    event = ev.parse_line(text, rank)
+    event = ev.parse_line(text, rank, trust=trust)
     if rank is None and event.kind == "log":
         event.fields["source"] = pod
     return event

@@ -10,6 +10,7 @@ Failing pods' logs are read once when they end; other ranks' logs on demand.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 import socket
@@ -23,9 +24,9 @@ from kubernetes.client.exceptions import ApiException
 
 from .. import events as ev
 from ..payload import Payload
-from ..runtime import rankprefix
+from ..runtime import jobkey, rankprefix
 from ..runtime.hangwatch import WHERE_ANNOTATION
-from ..runtime.protocol import PREFIX
+from ..runtime.protocol import PREFIX, signed_body
 from ..spec import JobSpec, SpecError
 from . import k8s_logs
 from . import manifests as mf
@@ -43,7 +44,6 @@ from .k8s_attached import create_owned
 from .k8s_client import Connection, connect, explain
 from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
 from .k8s_kinds import KINDS, PYTORCHJOB, TRAINJOB, KubeflowKind, kind_of
-from .k8s_labels import carries_secret
 from .k8s_metrics import metrics_objects
 from .k8s_options import (
     EXAMPLES,
@@ -142,9 +142,9 @@ class KubernetesBackend(Backend):
 
     # -- helpers -----------------------------------------------------------------
     def settings(self, spec: JobSpec) -> K8sOptions:
-        """The spec's Kubernetes options, validated; a session's payload (its token) in a Secret."""
+        """The spec's Kubernetes options, validated; the payload (with the job key) in a Secret."""
         opts = parse_options(spec.options)
-        if carries_secret(spec.labels) and not opts.payload_secret:
+        if not opts.payload_secret:
             opts = dataclasses.replace(opts, payload_secret=True)
         return opts
 
@@ -377,13 +377,8 @@ class KubernetesBackend(Backend):
         core = conn.core
         ns = conn.namespace
         self.await_deletion(conn, kubeflow, spec.name)
-        create_payload = (
-            core.create_namespaced_secret
-            if opts.payload_secret
-            else core.create_namespaced_config_map
-        )
-        try:
-            create_payload(ns, cast(Any, payload_obj))
+        try:  # a Secret (see settings): it holds the job key
+            core.create_namespaced_secret(ns, cast(Any, payload_obj))
         except ApiException as exc:
             raise explain(
                 exc, kind=payload_obj["kind"], name=payload_obj["metadata"]["name"], namespace=ns
@@ -394,22 +389,13 @@ class KubernetesBackend(Backend):
             )
         except ApiException as exc:
             try:  # leave nothing behind
-                (
-                    core.delete_namespaced_secret
-                    if opts.payload_secret
-                    else core.delete_namespaced_config_map
-                )(payload_obj["metadata"]["name"], ns)
+                core.delete_namespaced_secret(payload_obj["metadata"]["name"], ns)
             except ApiException:
                 pass
             raise explain(exc, kind=kind, name=spec.name, namespace=ns) from None
         owner = {"metadata": {"ownerReferences": [mf.owner_reference(created)]}}
-        patch = (
-            core.patch_namespaced_secret
-            if opts.payload_secret
-            else (core.patch_namespaced_config_map)
-        )
         try:
-            patch(payload_obj["metadata"]["name"], ns, owner)
+            core.patch_namespaced_secret(payload_obj["metadata"]["name"], ns, owner)
         except ApiException as exc:
             raise explain(
                 exc, kind=payload_obj["kind"], name=payload_obj["metadata"]["name"], namespace=ns
@@ -418,9 +404,28 @@ class KubernetesBackend(Backend):
         for warning in create_owned(conn, attached, conn.plain(created)):
             sink(ev.Event("log", None, time.time(), {"text": f"warning: {warning}",
                                                      "source": "kubernetes"}))  # fmt: skip
-        run = KubernetesRun(self, conn, spec, sink)
+        run = KubernetesRun(self, conn, spec, sink, plan.payload.key)
         run.start()
         return run
+
+    def job_key(self, conn: Connection, name: str, sink: EventSink | None = None) -> bytes | None:
+        """Job ``name``'s key from its payload Secret; None (and a log line) when unreadable."""
+        why = ""
+        try:
+            secret: Any = conn.core.read_namespaced_secret(mf.payload_name(name), conn.namespace)
+            data = (secret.data or {}).get(jobkey.KEY_FILE)
+            key = base64.b64decode(data) if data else b""
+            if len(key) == jobkey.KEY_BYTES:
+                return key
+            why = "its payload Secret holds no job key"
+        except ApiException as exc:
+            why = f"its payload Secret is not readable ({exc.status} {exc.reason})"
+        if sink is not None:
+            sink(ev.Event("log", None, time.time(), {
+                "text": f"job {name!r}: {why}; worker lines are shown as log text only",
+                "source": "kubernetes",
+            }))  # fmt: skip
+        return None
 
     def attach(self, name: str, sink: EventSink) -> tuple[JobSpec, KubernetesRun]:
         """Follow an existing job from the start of its logs (after a kernel restart)."""
@@ -436,7 +441,8 @@ class KubernetesBackend(Backend):
                 ns = conn.namespace
                 raise explain(exc, kind=kubeflow.kind, name=name, namespace=ns) from None
             spec = spec_from_object(conn.plain(obj), kubeflow)
-            run = KubernetesRun(self, conn, spec, sink)
+            key = self.job_key(conn, name, sink)
+            run = KubernetesRun(self, conn, spec, sink, key)
             run.start()
             return spec, run
         raise JobNotFound(f"no job named {name!r} in namespace {conn.namespace!r}")
@@ -463,7 +469,7 @@ class KubernetesBackend(Backend):
         return sorted(out, key=lambda r: -r.created)
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
-        """Pod logs of the job (one rank's lines, or all with their rank).
+        """Pod logs of the job (one rank's lines, or all with their rank), control lines left out.
 
         A failed job's pods are gone once its logs were kept (see
         :meth:`~.k8s_watch.KubernetesRun`): those are read from its record.
@@ -481,12 +487,14 @@ class KubernetesBackend(Backend):
                 texts[str(pod.metadata.name)] = "\n".join(
                     self.stream_log(conn, pod.metadata.name, container, follow=False)
                 )
+        key = self.job_key(conn, name)
+        signer = jobkey.Signer(key) if key is not None else None
         lines: list[str] = []
         for pod_name in sorted(texts):
             for line in texts[pod_name].splitlines():
                 got, text = rankprefix.split(line)
-                if PREFIX in text:
-                    continue
+                if signer is not None and PREFIX in text and signed_body(text, signer):
+                    continue  # the job's own control line (printed look-alikes stay)
                 if rank is None:
                     lines.append(line if got is not None else f"[{pod_name}] {line}")
                 elif got == rank:

@@ -30,6 +30,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from ..runtime import jobkey
 from ..spec import JobSpec, SpecError
 from ..units import format_bytes
 from . import k8s_data
@@ -281,6 +282,7 @@ def _env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
     # Several ranks share a pod's log: each line is prefixed "[rank R] ".
     env = {
         "PYTHONPATH": PAYLOAD_DIR,
+        jobkey.ENV_KEY_FILE: f"{PAYLOAD_DIR}/{jobkey.KEY_FILE}",
         "DISTRAIN_RANK_PREFIX": "1",
         "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
         "DISTRAIN_RELAY": "1",  # every rank's metrics reach node 0's log, the one followed
@@ -406,7 +408,8 @@ def _pod_template(
         data_vols, data_mounts = k8s_data.data_volumes(opts)
         volumes.extend(data_vols)
         mounts.extend(data_mounts)
-        stage_env = {"PYTHONPATH": PAYLOAD_DIR}
+        stage_env = {"PYTHONPATH": PAYLOAD_DIR,
+                     jobkey.ENV_KEY_FILE: f"{PAYLOAD_DIR}/{jobkey.KEY_FILE}"}  # fmt: skip
         for key, value in _user_env(spec).items():
             stage_env[key] = f"{PAYLOAD_DIR}:{value}" if key == "PYTHONPATH" else value
         env_list = [{"name": key, "value": value} for key, value in stage_env.items()]

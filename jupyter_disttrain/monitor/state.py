@@ -109,6 +109,7 @@ class MonitorState:
         # --data sources by (source, pod), and warnings the workers or the backend printed
         self._staging: dict[tuple[str, str], StagingFields] = {}
         self._warnings: dict[str, None] = {}
+        self._rejected_warned = False
         # the start-up phases the backend observes, and the events their timeline needs
         self.phases = tuple(phases)
         self._phase_log = PhaseLog()
@@ -398,6 +399,14 @@ class MonitorState:
             self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
         rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
         text = _str(f.get("text"))
+        rejected = f.get("rejected")
+        if rejected and not self._rejected_warned:  # once per job: printed text, not a command
+            self._rejected_warned = True
+            self._warnings.setdefault(
+                f"a line of rank {ev.rank if ev.rank is not None else '?'} looked like a control "
+                f"line but was not believed ({rejected}); it is kept as log text",
+                None,
+            )
         for prefix in WARNING_PREFIXES:  # one copy of what every rank warns about
             if text.startswith(prefix) and len(self._warnings) < MAX_WARNINGS:
                 self._warnings.setdefault(text[len(prefix) :].strip(), None)

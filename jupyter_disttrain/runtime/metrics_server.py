@@ -19,8 +19,8 @@ import re
 import threading
 from typing import Final
 
-from . import report
-from .protocol import PREFIX
+from . import jobkey, report
+from .protocol import signed_body
 
 ENV_PORT: Final = "DISTRAIN_METRICS_PORT"
 ENV_ADDR: Final = "DISTRAIN_METRICS_ADDR"
@@ -52,12 +52,13 @@ class Registry:
         self.reports: dict[int, int] = {}
 
     def observe(self, line: str) -> None:
-        """Take one protocol line; anything but a ``metric`` line is ignored."""
-        start = line.find(PREFIX)
-        if start == -1:
+        """Take one protocol line; anything but a signed ``metric`` line is ignored."""
+        key = jobkey.load()
+        text = signed_body(line, key) if key is not None else None
+        if text is None:  # not signed with this job's key: printed text, not a metric
             return
         try:
-            body = json.loads(line[start + len(PREFIX) :])
+            body = json.loads(text)
         except ValueError:
             return
         if not isinstance(body, dict) or body.get("kind") != "metric":

@@ -1,8 +1,11 @@
 """The worker -> notebook line protocol, worker side (stdlib only).
 
-A structured line is ``##distrain {"v":1,"kind":KIND,"rank":R,"t":T, ...}``.
-Every other line a worker prints is a plain log line. The notebook side
-parses these lines in :mod:`jupyter_disttrain.events`.
+A structured line is ``##distrain {"v":1,"kind":KIND,"rank":R,"t":T, ...} SIGNATURE``:
+the JSON body, one space, and the hex HMAC-SHA256 of the body's bytes under
+the job's key (:mod:`.jobkey`). A line without a valid signature is plain
+log text to the notebook, whatever it looks like. Every other line a worker
+prints is a plain log line. The notebook side parses these lines in
+:mod:`jupyter_disttrain.events`.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
+
+from . import jobkey
 
 PREFIX = "##distrain "
 VERSION = 1
@@ -19,15 +24,46 @@ KINDS = ("hello", "metric", "checkpoint", "result", "error", "done", "stacks", "
 QUIET_KINDS = ("resources",)
 #: How a quiet kind's line starts (:func:`encode` writes ``v`` and ``kind`` first).
 QUIET_MARKERS = tuple(f'{PREFIX}{{"v":{VERSION},"kind":"{k}"'.encode() for k in QUIET_KINDS)
+#: Length of a line's signature (hex SHA-256).
+SIGNATURE_CHARS = 64
 
 
-def encode(kind: str, rank: int | None, **fields: Any) -> str:
-    """One protocol line (no trailing newline) for ``kind`` from ``rank`` (None: job-wide)."""
+def encode(
+    kind: str, rank: int | None, *, sign_with: bytes | jobkey.Signer | None = None, **fields: Any
+) -> str:
+    """One protocol line (no trailing newline) for ``kind`` from ``rank`` (None: job-wide).
+
+    Signed with the job key ``sign_with``; without a key the line carries no
+    signature (and so is log text to the notebook).
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown protocol kind {kind!r}")
     body = {"v": VERSION, "kind": kind, "rank": rank, "t": round(time.time(), 6)}
     body.update(fields)
-    return PREFIX + json.dumps(body, separators=(",", ":"), allow_nan=True)
+    text = json.dumps(body, separators=(",", ":"), allow_nan=True)
+    if sign_with is None:
+        return PREFIX + text
+    if isinstance(sign_with, bytes):
+        sign_with = jobkey.Signer(sign_with)
+    return f"{PREFIX}{text} {sign_with.sign(text.encode())}"
+
+
+def signed_body(text: str, key: bytes | jobkey.Signer) -> str | None:
+    """The JSON body of the protocol line in ``text`` when ``key`` signed it; else None.
+
+    ``text`` may hold anything before the prefix (a launcher's line prefix).
+    """
+    start = text.find(PREFIX)
+    if start == -1:
+        return None
+    rest = text[start + len(PREFIX) :].rstrip("\r\n")
+    body, _, signature = rest.rpartition(" ")
+    if len(signature) != SIGNATURE_CHARS or not body:
+        return None
+    signer = jobkey.Signer(key) if isinstance(key, bytes) else key
+    if not signer.verify(body.encode(), signature):
+        return None
+    return body
 
 
 def is_quiet(line: bytes) -> bool:

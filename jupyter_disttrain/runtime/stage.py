@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Final
 
+from . import jobkey
 from .protocol import encode
 
 CHUNK: Final = 4 * 2**20
@@ -80,7 +81,7 @@ class Progress:
         }  # fmt: skip
         if message is not None:
             fields["message"] = message
-        sys.stdout.write(encode("staging", None, **fields) + "\n")
+        sys.stdout.write(encode("staging", None, sign_with=jobkey.load(), **fields) + "\n")
         sys.stdout.flush()
 
 

@@ -267,6 +267,9 @@ export class JobsPanel extends Widget {
     if (listed.diagnosis) {
       cell.appendChild(el('div', 'jp-Disttrain-diagnosis', listed.diagnosis));
     }
+    if (listed.error) {
+      cell.appendChild(el('div', 'jp-Disttrain-reason', listed.error));
+    }
     cell.appendChild(this.facts(listed));
     const phases = this.phases(listed);
     if (phases) {

@@ -232,7 +232,7 @@ def test_render_prints_every_recipe_for_both_apis(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         docs = [d for d in yaml.safe_load_all(done.stdout) if d]
         kinds = [d["kind"] for d in docs]
-        assert kinds == ["ConfigMap", "TrainJob" if api == "trainjob" else "PyTorchJob",
+        assert kinds == ["Secret", "TrainJob" if api == "trainjob" else "PyTorchJob",
                          "Service", "ServiceMonitor"], kinds  # fmt: skip
         for doc in (docs[1], docs[3]):
             validate_manifest(doc)

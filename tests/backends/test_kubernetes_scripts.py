@@ -141,8 +141,9 @@ def render(cwd: Path, *args: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-def payload_of(config_map: dict[str, Any]) -> dict[str, Any]:
-    envelope = pickle.loads(base64.b64decode(config_map["binaryData"]["payload.pkl"]))
+def payload_of(secret: dict[str, Any]) -> dict[str, Any]:
+    assert secret["kind"] == "Secret"  # the payload carries the job's key
+    envelope = pickle.loads(base64.b64decode(secret["data"]["payload.pkl"]))
     assert isinstance(envelope, dict)
     return envelope
 
@@ -190,7 +191,7 @@ def test_rendered_manifests_carry_the_script_its_arguments_and_its_folder(tmp_pa
     assert dry.returncode == 0, dry.stderr
     first = dry.stdout.splitlines()[0]
     assert first.startswith("# script ../proj/train.py 2 (") and "datautils (local module" in first
-    assert [d["kind"] for d in yaml.safe_load_all(dry.stdout) if d] == ["ConfigMap", "TrainJob"]
+    assert [d["kind"] for d in yaml.safe_load_all(dry.stdout) if d] == ["Secret", "TrainJob"]
     # A cell's pods are as they were: no script folder.
     spec = JobSpec("cell-pods", backend="kubernetes", options=(("kubeflow_api", "pytorchjob"),))
     objects = KubernetesBackend().objects(spec, build_payload("1", {}, job="cell-pods"))

@@ -14,7 +14,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
-from jupyter_disttrain.events import parse_line
+from jupyter_disttrain.events import Trust, parse_line
 from jupyter_disttrain.payload import build_payload, package_version
 from jupyter_disttrain.runtime import rankprefix
 from jupyter_disttrain.spec import JobSpec
@@ -53,7 +53,7 @@ def test_tfjob_yaml_matches_the_crd() -> None:
     payload = build_payload("strategy.num_replicas_in_sync", {}, job=spec.name,
                             framework="tensorflow")  # fmt: skip
     docs = list(yaml.safe_load_all(str(KubernetesBackend().plan(spec, payload))))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "TFJob"]
+    assert [d["kind"] for d in docs] == ["Secret", "TFJob"]
     job = docs[1]
     validate_manifest(job)
     replicas = job["spec"]["tfReplicaSpecs"]
@@ -96,6 +96,9 @@ def test_tutorial_cell_as_a_tfjob(cluster: Emulator) -> None:
     assert [row["step"] for row in kjob.metrics() if row["rank"] == 0] == list(range(60))
     # Each pod's log carries its rank's lines, prefixed: the chief is rank 0, worker-0 rank 1.
     kubeconfig = os.environ["KUBECONFIG"]
+    key = kjob.backend.job_key(kjob.backend.connection(), name)
+    assert key is not None  # the payload Secret holds the job's key
+    trust = Trust.of(key, 2, 1)
     for pod, rank, task in ((f"{name}-chief-0", 0, "chief:0"), (f"{name}-worker-0", 1, "worker:0")):
         got = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "logs", pod],
                              capture_output=True, text=True, timeout=30)  # fmt: skip
@@ -105,7 +108,7 @@ def test_tutorial_cell_as_a_tfjob(cluster: Emulator) -> None:
             prefix, rest = rankprefix.split(text)
             if prefix is not None:
                 assert prefix == rank, text
-                events.append(parse_line(rest, prefix))
+                events.append(parse_line(rest, prefix, trust=trust))
         hello = next(e for e in events if e.kind == "hello")
         assert (hello.get("task"), hello.get("backend")) == (task, "tf-ring")
         assert len([e for e in events if e.kind == "metric"]) == 60  # a loss at every step

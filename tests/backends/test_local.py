@@ -19,6 +19,7 @@ import pytest
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import jobdir
 from jupyter_disttrain.backends.local import LocalBackend, LocalRun, build_plan
+from jupyter_disttrain.backends.local.tailer import job_trust
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.remote import decode_result
 from jupyter_disttrain.spec import JobSpec
@@ -345,7 +346,8 @@ def test_owner_death_ends_the_job(home: Path) -> None:
         log0.read_text() if log0.exists() else ""
     ):
         time.sleep(0.2)
-    pids = [int(ev.parse_line(x, 0).get("pid"))
+    trust = job_trust(directory, 2, 1)
+    pids = [int(ev.parse_line(x, 0, trust=trust).get("pid"))
             for f in jobdir.rank_logs(directory).values()
             for x in f.read_text().splitlines() if '"hello"' in x]  # fmt: skip
     assert len(pids) == 2

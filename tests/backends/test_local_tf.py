@@ -19,6 +19,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_disttrain import cli, jobdir
 from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.local import LocalBackend, build_plan
+from jupyter_disttrain.backends.local.tailer import job_trust
 from jupyter_disttrain.events import parse_line
 from jupyter_disttrain.payload import Payload, build_payload
 from jupyter_disttrain.spec import JobSpec, SpecError
@@ -229,9 +230,11 @@ OWNER = textwrap.dedent(
 
 
 def hello_pids(name: str) -> list[int]:
-    logs = jobdir.rank_logs(jobdir.job_dir(name)).values()
-    lines = [x for f in logs for x in f.read_text().splitlines() if '"hello"' in x]
-    return [int(parse_line(x, 0).get("pid")) for x in lines]
+    directory = jobdir.job_dir(name)
+    trust = job_trust(directory, int((jobdir.read_state(directory) or {})["nodes"]), 1)
+    lines = [x for f in jobdir.rank_logs(directory).values() for x in f.read_text().splitlines()]
+    hellos = [parse_line(x, 0, trust=trust) for x in lines if '"hello"' in x]
+    return [int(e.get("pid")) for e in hellos if e.kind == "hello"]
 
 
 @pytest.mark.slow

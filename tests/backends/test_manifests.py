@@ -147,6 +147,7 @@ def test_master_and_workers() -> None:
         ]
         assert env_of(container) == {
             "PYTHONPATH": PAYLOAD_DIR,
+            "DISTRAIN_KEY_FILE": f"{PAYLOAD_DIR}/key",  # the key itself is in the Secret
             "DISTRAIN_RANK_PREFIX": "1",
             "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
             "DISTRAIN_RELAY": "1",
@@ -226,6 +227,7 @@ def test_every_option() -> None:
         }
         assert env_of(main) == {
             "PYTHONPATH": f"{PAYLOAD_DIR}:/data/lib",
+            "DISTRAIN_KEY_FILE": f"{PAYLOAD_DIR}/key",
             "DISTRAIN_RANK_PREFIX": "1",
             "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
             "DISTRAIN_RELAY": "1",

@@ -52,7 +52,7 @@ def test_render_prints_a_trainjob_for_kueue_with_no_user_text_on_a_command_line(
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "TrainJob"]
+    assert [d["kind"] for d in docs] == ["Secret", "TrainJob"]
     job = docs[1]
     validate_manifest(job)
     assert job["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
@@ -62,7 +62,7 @@ def test_render_prints_a_trainjob_for_kueue_with_no_user_text_on_a_command_line(
     assert job["spec"]["suspend"] is True
     command = job["spec"]["trainer"]["command"]
     assert command == worker_command("pytorch") and "args" not in job["spec"]["trainer"]
-    assert "secret" not in out.stdout and "LR" not in " ".join(command)
+    assert "secret $TOKEN" not in out.stdout and "LR" not in " ".join(command)
     env = {e["name"]: e["value"] for e in job["spec"]["trainer"]["env"]}
     assert env["LR"] == "0.1" and env["PYTHONPATH"] == PAYLOAD_DIR
     assert not any(name.startswith("PET_") for name in env)  # the torch plugin sets those
@@ -74,7 +74,7 @@ def test_render_prints_a_trainjob_for_kueue_with_no_user_text_on_a_command_line(
             "KUBECONFIG": str(tmp_path / "none")}, cwd=REPO,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert [d["kind"] for d in yaml.safe_load_all(out.stdout)] == ["ConfigMap", "TrainJob"]
+    assert [d["kind"] for d in yaml.safe_load_all(out.stdout)] == ["Secret", "TrainJob"]
 
 
 def test_every_pod_option_becomes_a_runtime_patch() -> None:

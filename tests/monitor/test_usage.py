@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_disttrain.events import Event, job_event, parse_line, restart_event
+from jupyter_disttrain.events import Event, job_event, restart_event
 from jupyter_disttrain.monitor import JobMonitor, format_text, resource_outliers
 from jupyter_disttrain.monitor.usage import ProgressTracker
-from jupyter_disttrain.runtime.protocol import encode
 from jupyter_disttrain.server.views import job_json
+from tests.signing import line, parse
 
 T0 = 1_700_000_000.0
 MB = 1 << 20
@@ -37,7 +37,7 @@ def test_figures_are_the_latest_and_absent_ones_are_none_not_zero() -> None:
     mon = running()
     snap = mon.snapshot(now=T0 + 1)
     assert all(r["cpu_pct"] is None and r["rss_bytes"] is None for r in snap["ranks"])
-    mon.feed(parse_line(encode("resources", 0, cpu_pct=50.0, rss_bytes=300 * MB), None))
+    mon.feed(parse(line("resources", 0, cpu_pct=50.0, rss_bytes=300 * MB), 0))
     mon.feed(resources(0, T0 + 2, cpu_pct=99.5, rss_bytes=310 * MB, mem_limit_bytes=2048 * MB))
     mon.feed(resources(1, T0 + 2, cpu_pct=0.0, rss_bytes=200 * MB))
     mon.feed(resources(2, T0 + 2, cpu_pct="lots", rss_bytes=-1, gpu_util_pct=float("nan")))

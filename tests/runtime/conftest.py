@@ -18,3 +18,11 @@ def rank0(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(report, "explicit_total", False)
     monkeypatch.setattr(tqdm_hook, "_followed", None)
     yield
+
+
+@pytest.fixture(autouse=True)
+def signing_key(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every runtime test's lines are signed with the tests' key (as a job's workers sign)."""
+    from tests.signing import key_file
+
+    monkeypatch.setenv("DISTRAIN_KEY_FILE", str(key_file(tmp_path_factory.mktemp("key"))))

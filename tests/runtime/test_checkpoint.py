@@ -19,6 +19,7 @@ import torch
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import jobdir
 from jupyter_disttrain.backends.local import LocalBackend
+from jupyter_disttrain.backends.local.tailer import job_trust
 from jupyter_disttrain.checkpoints import CheckpointStore
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.remote import decode_result
@@ -28,6 +29,7 @@ from jupyter_disttrain.runtime.checkpoint_dir import CheckpointDir
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_local import Collector
 from tests.conftest import REPO, assert_no_processes, submit_now
+from tests.signing import parse
 
 # -- the format (pure) ---------------------------------------------------------------
 
@@ -132,7 +134,7 @@ def test_save_load_retention_and_protocol_line(
         for s in range(0, 60, 10)
     ]  # fmt: skip
     out = capsys.readouterr().out
-    lines = [ev.parse_line(x, 0) for x in out.splitlines() if x.startswith("##distrain")]
+    lines = [parse(x, 0) for x in out.splitlines() if x.startswith("##distrain")]
     assert [e.get("step") for e in lines] == [0, 10, 20, 30, 40, 50]
     assert lines[-1].get("uri") == uris[-1] and lines[-1].get("bytes") > 0
     assert lines[-1].get("metrics") == {"loss": 1 / 51, "acc": 0.5}
@@ -393,7 +395,9 @@ TRAIN = textwrap.dedent(
 def hello_pid(job_dir: Path, rank: int) -> int:
     """The pid rank ``rank`` announced in its newest ``hello`` line of the job's logs."""
     log = jobdir.logs_dir(job_dir) / f"rank-{rank}.log"
-    hellos = [ev.parse_line(x, rank) for x in log.read_text().splitlines() if '"hello"' in x]
+    trust = job_trust(job_dir, 2, 2)  # the job's own key, in its directory
+    hellos = [ev.parse_line(x, rank, trust=trust) for x in log.read_text().splitlines()]
+    hellos = [e for e in hellos if e.kind == "hello"]
     return int(hellos[-1].get("pid"))
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_disttrain.events import Event, parse_line
+from jupyter_disttrain.events import Event
 from jupyter_disttrain.runtime import report
+from tests.signing import parse
 
 
 def lines(out: str) -> list[Event]:
-    return [parse_line(line, None) for line in out.splitlines()]
+    return [parse(line, 0) for line in out.splitlines()]
 
 
 def progress(out: str) -> list[tuple[int, int]]:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_disttrain.events import parse_line
 from jupyter_disttrain.runtime import report, resources
 from jupyter_disttrain.runtime.protocol import encode, is_quiet
+from tests.signing import parse
 
 
 def burn(seconds: float) -> None:
@@ -123,7 +123,7 @@ def test_resources_line_parses_and_is_quiet(capsys: pytest.CaptureFixture[str]) 
     assert report.emitted == emitted  # no activity for the hang watch
     assert report.quiet_bytes == quiet + len(line)
     assert is_quiet(line.encode()) and is_quiet(b"[rank 3] " + line.encode())
-    event = parse_line(line, None)
+    event = parse(line, 3, nproc=4)
     assert (event.kind, event.rank) == ("resources", 3)
     assert event.resources() == {"cpu_pct": 97.5, "rss_bytes": 1 << 30}
     report.emit_as(3, "metric", step=1, values={"loss": 1.0})

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_disttrain import events as ev
+from tests.signing import parse
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,7 @@ def run_stage(*args: str, env: dict[str, str] | None = None) -> tuple[int, list[
         [sys.executable, "-m", "jupyter_disttrain.runtime.stage", *args],
         env=full, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    events = [ev.parse_line(line, None) for line in done.stdout.splitlines()]
+    events = [parse(line, None) for line in done.stdout.splitlines()]
     return done.returncode, [e for e in events if e.kind == "staging"], done.stdout + done.stderr
 
 

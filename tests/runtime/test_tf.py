@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from jupyter_disttrain.backends.local import free_ports
-from jupyter_disttrain.events import Event, parse_line
+from jupyter_disttrain.events import Event
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.remote import decode_result
 from jupyter_disttrain.runtime.tf import TFConfigError, apply_env, parse_tf_config
+from tests.signing import parse
 
 
 def tf_config(cluster: dict[str, list[str]], kind: str, index: int, **extra: str) -> str:
@@ -125,7 +126,7 @@ def finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, list[Event], s
                 p.kill()
                 p.communicate()
             raise
-        events = [parse_line(line, None) for line in stdout.splitlines()]
+        events = [parse(line, 0, len(procs), 1) for line in stdout.splitlines()]
         out.append((proc.returncode, [e for e in events if e.kind != "log"], stdout + stderr))
     return out
 

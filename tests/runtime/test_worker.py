@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_disttrain.events import parse_line
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.runtime.cell import run_cell
 from jupyter_disttrain.runtime.worker import choose_backend, requested_backend
+from tests.signing import parse
 
 
 def test_run_cell_returns_last_expression() -> None:
@@ -106,7 +106,7 @@ def test_worker_runs_with_notebook_packages_blocked(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    events = [parse_line(line, None) for line in proc.stdout.splitlines()]
+    events = [parse(line, 0, nproc=1) for line in proc.stdout.splitlines()]
     kinds = [e.kind for e in events]
     assert kinds[0] == "hello" and "metric" in kinds and kinds[-1] == "done", kinds
     metric = next(e for e in events if e.kind == "metric")
@@ -128,7 +128,7 @@ def test_worker_reports_python_version_mismatch(tmp_path: Path) -> None:
         env={**os.environ, "RANK": "0"}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2
-    error = next(parse_line(x, None) for x in proc.stdout.splitlines() if "##distrain" in x)
+    error = next(parse(x, 0, nproc=1) for x in proc.stdout.splitlines() if "##distrain" in x)
     assert error.kind == "error"
     assert "Python 2.7.18" in error.get("message") and "python:2.7 image" in error.get("message")
 

@@ -30,9 +30,7 @@ from .plan import (
 from .processes import (
     terminate,
 )
-from .tailer import (
-    LogTailer,
-)
+from .tailer import LogTailer, job_trust
 
 
 class LocalRun(Submission):
@@ -104,6 +102,7 @@ class LocalRun(Submission):
                 "launcher_pid": self.launcher.pid if self.launcher else None,
                 "rdzv_endpoint": self.plan.rdzv_endpoint, "timeout": spec.timeout,
                 "notebook": self.notebook, "labels": dict(spec.labels),
+                "checkpoint_dir": spec.checkpoint_dir,
             }  # fmt: skip
         self._state.update(changes)
         if changes.get("state") in ev.TERMINAL_STATES:
@@ -142,7 +141,8 @@ class LocalRun(Submission):
             self._done.set()
 
     def _follow(self) -> None:
-        tailer = LogTailer(jobdir.logs_dir(self.dir))
+        trust = ev.Trust.of(self.plan.payload.key, self.spec.nodes, self.spec.nproc)
+        tailer = LogTailer(jobdir.logs_dir(self.dir), trust)
         started = time.monotonic()
         self._start_agents()
         attempt = 0
@@ -264,7 +264,9 @@ class LocalReplay(Submission):
 
     def _run(self) -> None:
         try:
-            tailer = LogTailer(jobdir.logs_dir(self.dir))
+            state = jobdir.read_state(self.dir) or {}
+            shape = int(state.get("nodes", 1)), int(state.get("nproc", 1))
+            tailer = LogTailer(jobdir.logs_dir(self.dir), job_trust(self.dir, *shape))
             recorded = self._recorded()
             final = [
                 e for e in recorded if e.kind == "job" and e.get("state") in ev.TERMINAL_STATES

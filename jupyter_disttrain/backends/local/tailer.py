@@ -3,17 +3,42 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ... import events as ev
 from ... import jobdir
+from ...runtime import jobkey
+from ...runtime.protocol import PREFIX, signed_body
+
+
+def job_trust(directory: Path, nodes: int, nproc: int) -> ev.Trust | None:
+    """What the lines of the job in ``directory`` are checked against; None without a key."""
+    try:
+        key = (directory / jobkey.KEY_FILE).read_bytes()
+    except OSError:
+        return None
+    return ev.Trust.of(key, nodes, nproc) if len(key) == jobkey.KEY_BYTES else None
+
+
+def control_lines(trust: ev.Trust | None) -> Callable[[str], bool]:
+    """True for a line that is one of the job's own control lines (signed with its key)."""
+    if trust is None:
+        return lambda line: False
+    signer = trust.signer
+    return lambda line: PREFIX in line and signed_body(line, signer) is not None
 
 
 class LogTailer:
-    """Reads new complete lines from a job's log files and turns them into events."""
+    """Reads new complete lines from a job's log files and turns them into events.
 
-    def __init__(self, logs: Path) -> None:
+    A line is a control line only when it is signed with the job's key
+    (``trust``) and its rank is the log's own (see :func:`.events.parse_line`).
+    """
+
+    def __init__(self, logs: Path, trust: ev.Trust | None) -> None:
         self.logs = logs
+        self.trust = trust
         self.offsets: dict[str, int] = {}
         self.partial: dict[str, bytes] = {}
         self.ranks: set[int] = set()  # ranks whose log file exists
@@ -64,7 +89,7 @@ class LogTailer:
                     self.partial[name] = rest
             now = time.time()
             for raw in lines:
-                event = ev.parse_line(raw.decode("utf-8", "replace"), rank, now)
+                event = ev.parse_line(raw.decode("utf-8", "replace"), rank, now, trust=self.trust)
                 if rank is None:
                     event.fields["source"] = name[: -len(".log")]
                 out.append(event)

@@ -98,12 +98,16 @@ def make_project(root: Path) -> tuple[Path, Path]:
 
 
 def facts(output: str) -> dict[int, dict[str, Any]]:
-    """Each rank's ``FACTS`` line (with or without the ``[rank R]`` prefix)."""
+    """Each rank's ``FACTS`` record (with or without the ``[rank R]`` prefix).
+
+    Read record by record, not line by line: under torchrun the ranks share one
+    unbuffered stdout, where one rank's record may follow another's before its newline.
+    """
     out = {}
-    for line in output.splitlines():
-        if "FACTS " in line:
-            found = json.loads(line.split("FACTS ", 1)[1])
-            out[found["rank"]] = found
+    decoder = json.JSONDecoder()
+    for piece in output.split("FACTS ")[1:]:
+        found, _ = decoder.raw_decode(piece)
+        out[found["rank"]] = found
     return out
 
 

@@ -123,9 +123,8 @@ def rank_facts(name: str, ranks: int) -> dict[int, dict[str, Any]]:
     return out
 
 
-def finish(cluster: Emulator, name: str, *, deleted: bool = True) -> None:
-    stopped = KubernetesBackend().stop(name)
-    assert stopped or not deleted
+def finish(cluster: Emulator, name: str) -> None:
+    assert KubernetesBackend().stop(name)
     wait_for(lambda: not cluster.processes(), 60, cluster.processes)
 
 
@@ -281,9 +280,7 @@ def test_a_missing_package_fails_at_once_with_the_pip_fix(
     missing = "the script uses packages this worker does not have: fakepkg-xyz==1.2.3"
     assert f"{missing}; add --pip fakepkg-xyz==1.2.3" in out.err, out.err
     assert "never" not in KubernetesBackend().logs(name, rank=0)
-    # Deleting this failed job (its pod restarted once) answers 404 on the emulator since the
-    # merge of main: the garbage collection of its kept-logs ConfigMap; not this test's subject.
-    finish(cluster, name, deleted=False)
+    finish(cluster, name)  # a failed job whose pod restarted is deleted with what it owns
 
 
 @pytest.mark.slow

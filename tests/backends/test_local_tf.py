@@ -131,10 +131,10 @@ def test_missing_tensorflow_is_a_clear_error(
 def test_cli_rejects_tensorflow_nproc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "train.py"
     script.write_text("print(1)\n")
-    assert cli.main(["run", str(script), "--framework", "tensorflow", "--nproc", "4"]) == 2
+    assert cli.main(["run", "--framework", "tensorflow", "--nproc", "4", str(script)]) == 2
     assert "TensorFlow runs one process per worker" in capsys.readouterr().err
-    assert cli.main(["run", str(script), "--framework", "tensorflow", "--nodes", "2",
-                     "--dry-run"]) == 0  # fmt: skip
+    assert cli.main(["run", "--framework", "tensorflow", "--nodes", "2", "--dry-run",
+                     str(script)]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "TF_CONFIG=" in out and "launch: exec" in out
 

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,10 @@ class PodWorker(threading.Thread):
                     for runner in self.containers.values():
                         runner.start()
                 self.stopping.wait()
+        except Exception as exc:  # on the pod (an Event), not lost with the thread
+            self.api.record_event(self.pod, "Warning", "Failed", f"kubelet error: {exc!r}",
+                                  "kubelet", host=self.kubelet.node_name)  # fmt: skip
+            self.stopping.wait()
         finally:
             self._teardown()
 
@@ -272,12 +277,10 @@ class PodWorker(threading.Thread):
         self.scheduled = None
         self._set_condition("PodScheduled", "True")
         node = self.kubelet.node_name
-        self.pod = (
-            self.api.mutate(
-                PODS, self.namespace, self.name, lambda o: o["spec"].update(nodeName=node)
-            )
-            or self.pod
-        )
+        bound = self._mutate(lambda o: o["spec"].update(nodeName=node))
+        if bound is None:  # deleted (and perhaps made again under the same name) meanwhile
+            return False
+        self.pod = bound
         self.api.record_event(
             self.pod,
             "Normal",
@@ -371,9 +374,11 @@ class PodWorker(threading.Thread):
             removed = self.removed
         if not removed:
             try:
-                self.api.delete(PODS, self.namespace, self.name, grace=0)
+                self.api.delete(
+                    PODS, self.namespace, self.name, grace=0, preconditions={"uid": self.uid}
+                )
             except ApiError:
-                pass  # already gone
+                pass  # already gone, or a new pod under its name
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # --- status --------------------------------------------------------------------------
@@ -454,12 +459,21 @@ class PodWorker(threading.Thread):
     def publish(self) -> None:
         """Write the pod's current status to the API server."""
         status = self.status()
+        self._mutate(lambda obj: obj.__setitem__("status", status))
 
-        def update(obj: Obj) -> None:
-            obj["status"] = status
+    def _mutate(self, change: Callable[[Obj], Any]) -> Obj | None:
+        """Change this pod (this uid: never a pod made again under its name); None, and the
+        worker stops, when it is gone."""
 
-        if self.api.mutate(PODS, self.namespace, self.name, update) is None:
+        def mine(obj: Obj) -> None:
+            if obj["metadata"]["uid"] == self.uid:
+                change(obj)
+
+        stored = self.api.mutate(PODS, self.namespace, self.name, mine)
+        if stored is None or stored["metadata"]["uid"] != self.uid:
             self.stopping.set()
+            return None
+        return stored
 
     def event(self, event_type: str, reason: str, message: str, container: str) -> None:
         """A kubelet Event about ``container`` (``spec.initContainers{...}`` for an init one)."""
@@ -647,6 +661,13 @@ class ContainerRunner:
     # --- the container's life ------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._live()
+        except Exception as exc:  # in the container's state and an Event, not lost
+            self._set(waiting={"reason": "RunContainerError", "message": repr(exc)})
+            self.worker.event("Warning", "Failed", f"Error: {exc!r}", self.name)
+
+    def _live(self) -> None:
         worker = self.worker
         policy = worker.pod["spec"].get("restartPolicy", "Always")
         if not self._pull():

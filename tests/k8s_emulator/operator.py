@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .apiserver import ApiServer, owned_by
+from .loop import ERROR_BACKOFF
 from .meta import ApiError, Obj, deep, now, parse_time
 from .resources import PODS, SERVICES, Resource
 from .store import DELETED, Event
@@ -263,6 +264,8 @@ class Operator:
         self._pending: set[tuple[Framework, str, str]] = set()
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        #: Failed reconciles in a row, by job (each is retried after a back-off).
+        self.failures: dict[tuple[Framework, str, str], int] = {}
         self._unsubscribe = api.store.subscribe(self._on_event)
         self._thread = threading.Thread(target=self._loop, name="training-operator", daemon=True)
         self._thread.start()
@@ -308,10 +311,21 @@ class Operator:
                 self._pending.discard(item)
             try:
                 self.reconcile(*item)
-            except ApiError as exc:
-                log.debug("reconcile %s/%s: %s", item[1], item[2], exc.message)
-            except Exception:
-                log.exception("reconcile %s %s/%s failed", item[0].kind, item[1], item[2])
+            except Exception as exc:  # looked at again after a back-off, as a work queue does
+                if isinstance(exc, ApiError):
+                    log.debug("reconcile %s/%s: %s", item[1], item[2], exc.message)
+                else:
+                    log.exception("reconcile %s %s/%s failed", item[0].kind, item[1], item[2])
+                self._retry(item)
+            else:
+                self.failures.pop(item, None)
+
+    def _retry(self, item: tuple[Framework, str, str]) -> None:
+        count = self.failures[item] = self.failures.get(item, 0) + 1
+        first, cap = ERROR_BACKOFF
+        timer = threading.Timer(min(cap, first * 2 ** (count - 1)), self._enqueue, item)
+        timer.daemon = True
+        timer.start()
 
     def _periodic(self) -> None:
         """Jobs with a deadline or a TTL are looked at again every tick."""

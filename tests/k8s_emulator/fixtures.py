@@ -36,7 +36,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when == "setup":
         return
     if report.failed:
-        text = describe.reports()
+        shown = call.excinfo is not None and "--- emulator " in str(call.excinfo.value)
+        text = "" if shown else describe.reports()  # a wait_for that timed out showed it
         if text:
             report.sections.append(("emulator state", text))
     if call.when == "teardown":

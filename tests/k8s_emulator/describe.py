@@ -217,11 +217,35 @@ def forget() -> None:
 
 def reports() -> str:
     """:func:`describe` of every emulator started since :func:`forget`: now while it runs,
-    else as it was when it was stopped by a failure (nothing for one stopped cleanly)."""
+    else as it was when it was stopped by a failure (nothing for one stopped cleanly); then
+    what this process's job objects of the same names saw (:func:`followed`)."""
     texts = []
     for emulator in list(_started):
         if not emulator.closing:
             texts.append(describe(emulator))
         elif emulator.final_state:
             texts.append(f"(when it was stopped)\n{emulator.final_state}")
+        else:
+            continue
+        texts += [text for name in _job_names(emulator) if (text := followed(name))]
     return "\n".join(texts)
+
+
+def _job_names(emulator: Emulator) -> list[str]:
+    kinds = ("PyTorchJob", "TFJob", "TrainJob")
+    resources = [r for r in emulator.registry.served() if r.kind in kinds]
+    return [o["metadata"]["name"] for r in resources for o in emulator.store.objects(r.key)[0]]
+
+
+def followed(name: str, lines: int = 15) -> str | None:
+    """The state, reason and last log lines of job ``name`` as this process follows it
+    (``jupyter_disttrain.service``, when a test started the job through it), else None."""
+    service = sys.modules.get("jupyter_disttrain.service")
+    job = service.registered().get(name) if service is not None else None
+    if job is None:
+        return None
+    out = [f"followed job {name}: {job.status()} ({job.reason or 'no reason'})"]
+    for line in job.monitor.log_lines()[-lines:]:
+        rank = "" if line.rank is None or line.rank < 0 else f"[rank {line.rank}] "
+        out.append(f"  | {rank}{str(line.text).rstrip()[:200]}")
+    return "\n".join(out)

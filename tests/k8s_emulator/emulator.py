@@ -184,7 +184,9 @@ class Emulator:
             target=self._serve, args=(ready, errors), name="k8s-emulator-http", daemon=True
         )
         self._thread.start()
-        ready.wait(10)
+        while not ready.wait(0.5):  # however slow a cold start is, but not a dead thread
+            if not self._thread.is_alive():
+                raise RuntimeError("the emulator's HTTP server thread ended before serving")
         if errors:
             raise RuntimeError("the emulator's HTTP server did not start") from errors[0]
         return self

@@ -168,6 +168,8 @@ def _events(emulator: Emulator, count: int) -> list[str]:
 
 def _controllers(emulator: Emulator) -> list[str]:
     out = ["controllers:"]
+    for error in emulator.store.listener_errors:
+        out.append(f"  store listener failed: {error}")
     operator = emulator.operator
     if operator is not None:
         alive = "alive" if operator._thread.is_alive() else "ENDED"

@@ -17,6 +17,7 @@ from tests.k8s_emulator import Emulator
 from tests.k8s_emulator.describe import reports
 from tests.k8s_emulator.resources import PODS
 from tests.k8s_emulator.rewrite import PORT_FLOOR, _ephemeral_range, free_port
+from tests.k8s_emulator.store import Event
 from tests.k8s_emulator_test.test_emulator import SLEEP, wait_for
 
 
@@ -177,3 +178,25 @@ def test_a_container_the_kubelet_cannot_set_up_says_why_instead_of_waiting_forev
     events = core.list_namespaced_event("default", field_selector="involvedObject.name=nowhere")
     assert any(e.reason == "Failed" and "NotADirectoryError" in e.message for e in events.items)
     assert "main=waiting(RunContainerError)" in k8s_emulator.describe()
+
+
+def test_a_failing_store_listener_drops_the_event_for_no_one(k8s_emulator: Emulator) -> None:
+    seen: list[str] = []
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("listener bug")
+
+    stop_broken = k8s_emulator.store.subscribe(broken)
+    stop_seen = k8s_emulator.store.subscribe(
+        lambda event: seen.append(event.obj["metadata"]["name"])
+    )
+    try:
+        core = client.CoreV1Api(k8s_emulator.api_client())
+        core.create_namespaced_pod("default", pod("heard"))  # the writer is not hurt
+        wait_for(lambda: running(core, "heard"), what="the kubelet still runs the pod")
+        assert "heard" in seen  # a listener after the broken one still got it
+        text = k8s_emulator.describe()
+        assert "store listener failed: ADDED " in text and "RuntimeError('listener bug')" in text
+    finally:
+        stop_broken()
+        stop_seen()

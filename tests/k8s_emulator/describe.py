@@ -48,6 +48,11 @@ def describe(emulator: Emulator, *, events: int = 20, log_lines: int = 3) -> str
         ("controllers", lambda: _controllers(emulator)),
         ("threads", _threads),
     ]
+    if not emulator.store.lock.acquire(timeout=5):  # a stuck holder: show where threads wait
+        out.append("store lock held for 5 s: jobs, pods, Events not readable")
+        sections = [entry for entry in sections if entry[0] in ("kubelet", "threads")]
+    else:
+        emulator.store.lock.release()
     for name, section in sections:
         try:
             out += section()

@@ -331,6 +331,8 @@ def test_elastic_job_env_and_worker_only_success(cluster: Cluster) -> None:
         "PET_MAX_RESTARTS": "2",
         "PET_RDZV_ID": "el",
     }
+    # The elastic job succeeds with its first worker: the other may still be starting.
+    wait_for(lambda: cluster.pod("el-worker-1").status.phase == "Succeeded", what="worker 1 done")
     seen = json.loads(cluster.log("el-worker-1"))
     host, port = seen["PET_RDZV_ENDPOINT"].split(":")
     assert host == "127.0.0.1" and port != "23456"

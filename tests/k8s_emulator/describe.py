@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from .kubelet import ContainerRunner, PodWorker
+from .container import ContainerRunner
+from .kubelet import PodWorker
 from .meta import Obj
 from .resources import EVENTS, PODS
 

@@ -25,11 +25,12 @@ from .describe import describe as describe_state
 from .describe import track
 from .faults import DEFAULT_USER, INSUFFICIENT_GPU, Faults
 from .jobset import JobSetController, default_jobset
+from .kubeflow import FRAMEWORKS
 from .kubelet import Kubelet, KubeletSettings
 from .kueue import Kueue
 from .loop import ControlLoop
 from .meta import Obj, deep, new_uid, now
-from .operator import FRAMEWORKS, Operator
+from .operator import Operator
 from .portforward import DISCOVERY as PORTFORWARD_DISCOVERY
 from .resources import (
     CORE,

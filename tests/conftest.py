@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 #: Shared fixtures: ``s3`` (moto's S3 server on 127.0.0.1).
-pytest_plugins = ["tests.s3_server"]
+pytest_plugins = ["tests.s3_server", "tests.k8s_emulator.fixtures"]
 
 # Every test process keeps its local jobs in a private directory.
 os.environ.setdefault("DISTRAIN_HOME", tempfile.mkdtemp(prefix="distrain-test-home-"))

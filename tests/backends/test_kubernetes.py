@@ -21,6 +21,7 @@ from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_local import Collector
 from tests.conftest import submit_now
 from tests.crd_schema import validate_manifest
+from tests.k8s_emulator.describe import reports as emulator_reports
 from tests.k8s_emulator.emulator import Emulator
 
 CELL = textwrap.dedent(
@@ -58,7 +59,8 @@ def k8s_spec(name: str, **kw: Any) -> JobSpec:
 
 
 def wait_for(predicate: Any, timeout: float = 60.0, why: Any = None) -> None:
-    """Wait for ``predicate``; on timeout the assertion shows ``why()`` (a job's logs)."""
+    """Wait for ``predicate``; on timeout the assertion shows ``why()`` (a job's logs) and
+    the state of every emulator the test started (jobs, pods, kubelet, Events, queues)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() >= deadline:
@@ -68,7 +70,9 @@ def wait_for(predicate: Any, timeout: float = 60.0, why: Any = None) -> None:
                     detail = str(why())
                 except Exception as exc:  # the logs are a courtesy; the timeout is the failure
                     detail = f"(no logs: {exc!r})"
-            raise AssertionError(f"condition not reached in {timeout:g} s\n{detail}")
+            raise AssertionError(
+                f"condition not reached in {timeout:g} s\n{detail}\n{emulator_reports()}"
+            )
         time.sleep(0.1)
 
 

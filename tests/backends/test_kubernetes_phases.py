@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any
 
 import pytest
@@ -117,12 +116,15 @@ def test_an_unschedulable_pytorchjob_waits_in_scheduling_and_names_the_pod(
     print(line)
     assert job.monitor.snapshot()["phase"] == "scheduled", line
     assert " in: scheduling (rank 1: pod k8s-phases-worker-0 unschedulable: 0/3 nodes" in line, line
-    time.sleep(1.5)  # held in scheduling for a while
-    held = phases_of(job)["scheduled"]["duration_s"] or 0.0
-    assert held >= 1.5, line
+
+    def held() -> float:
+        return float(phases_of(job)["scheduled"]["duration_s"] or 0.0)
+
+    wait_for(lambda: held() >= 1.5, 30, lambda: f"{line}\n{phases_of(job)}")  # held a while
+    held_s = held()
     cluster.clear_faults()
     assert job.result(timeout=240) == 2, job.logs()
     rows = job.monitor.snapshot()["phases"]
     assert_in_order(rows, f"{rows}\n{job.logs()}")
-    assert phases_of(job)["scheduled"]["duration_s"] >= held, rows  # type: ignore[operator]
+    assert phases_of(job)["scheduled"]["duration_s"] >= held_s, rows  # type: ignore[operator]
     print("emulator PyTorchJob:", summary(rows))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import textwrap
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from jupyter_disttrain.widgets.header import header_html
 from tests.backends.test_kubernetes import wait_for
 from tests.backends.test_local import Collector
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.rewrite import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -138,12 +138,6 @@ def test_a_failed_copy_fails_the_job_with_the_copiers_error(
     wait_for(lambda: not cluster.processes(), 30, cluster.processes)  # nothing keeps retrying
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 METRICS_CELL = textwrap.dedent(
     """
     import os, time
@@ -176,7 +170,7 @@ def test_a_trainjob_stages_data_and_rank_zero_serves_every_ranks_metrics(
     trainer: Emulator, s3: dict[str, str], tmp_path: Path
 ) -> None:
     bucket(s3)
-    port, go = free_port(), tmp_path / "go"
+    port, go = free_port(set()), tmp_path / "go"
     options = (("data", "s3://recipes/ds:/data"), ("prometheus", str(port)))
     spec = JobSpec("tj-metrics", nodes=2, nproc=2, backend="kubernetes", timeout=240,
                    options=options, env=pod_env(s3))  # fmt: skip

@@ -18,6 +18,7 @@ from jupyter_disttrain.events import Trust, parse_line
 from jupyter_disttrain.payload import build_payload, package_version
 from jupyter_disttrain.runtime import rankprefix
 from jupyter_disttrain.spec import JobSpec
+from tests.backends.test_kubernetes import wait_for
 from tests.backends.test_local_tf import notebook_training
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.emulator import Emulator
@@ -122,10 +123,8 @@ def test_tutorial_cell_as_a_tfjob(cluster: Emulator) -> None:
     assert again.spec.framework == "tensorflow"
     assert again.result(timeout=60)["accuracy"] == result["accuracy"]
     assert KubernetesBackend().stop(name)
-    deadline = time.monotonic() + 60
-    while objects(cluster, name) != {"tfjobs": [], "pods": [], "configmaps": []}:
-        assert time.monotonic() < deadline, objects(cluster, name)
-        time.sleep(0.1)
+    empty = {"tfjobs": [], "pods": [], "configmaps": []}
+    wait_for(lambda: objects(cluster, name) == empty, 60, lambda: objects(cluster, name))
 
 
 @pytest.mark.slow

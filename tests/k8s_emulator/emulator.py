@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import uuid
@@ -20,13 +21,16 @@ import yaml
 from . import procs
 from .apiserver import ApiServer
 from .batchjob import JobController, default_job, job_rules
+from .describe import describe as describe_state
+from .describe import track
 from .faults import DEFAULT_USER, INSUFFICIENT_GPU, Faults
 from .jobset import JobSetController, default_jobset
+from .kubeflow import FRAMEWORKS
 from .kubelet import Kubelet, KubeletSettings
 from .kueue import Kueue
 from .loop import ControlLoop
 from .meta import Obj, deep, new_uid, now
-from .operator import FRAMEWORKS, Operator
+from .operator import Operator
 from .portforward import DISCOVERY as PORTFORWARD_DISCOVERY
 from .resources import (
     CORE,
@@ -150,10 +154,13 @@ class Emulator:
         self._server: CountingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._reaper: procs.Reaper | None = None
+        #: :meth:`describe` at the moment :meth:`stop` ran with an exception in flight.
+        self.final_state: str | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> Emulator:
+        track(self)
         self._reaper = procs.Reaper(f"{self.id}/", self.root if self._own_root else None)
         self.kubelet = Kubelet(
             self.api, self.network, self.faults, self.root, self.id, self.kubelet_settings
@@ -178,7 +185,9 @@ class Emulator:
             target=self._serve, args=(ready, errors), name="k8s-emulator-http", daemon=True
         )
         self._thread.start()
-        ready.wait(10)
+        while not ready.wait(0.5):  # however slow a cold start is, but not a dead thread
+            if not self._thread.is_alive():
+                raise RuntimeError("the emulator's HTTP server thread ended before serving")
         if errors:
             raise RuntimeError("the emulator's HTTP server did not start") from errors[0]
         return self
@@ -229,6 +238,8 @@ class Emulator:
         """Stop serving, stop the operator, kill every pod process, remove the root directory."""
         if self.closing:
             return
+        if sys.exc_info()[0] is not None:  # stopped by a failure: keep what it saw
+            self.final_state = self.describe()
         self.closing = True
         if self._loop is not None and self._thread is not None:
             future = asyncio.run_coroutine_threadsafe(self._shutdown_http(), self._loop)
@@ -540,6 +551,10 @@ class Emulator:
             self.restore_crds(group)
 
     # --- inspection ----------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """Jobs, pods, kubelet workers, last Events, controller queues and threads, as text."""
+        return describe_state(self)
 
     def pod_log(
         self,

@@ -11,6 +11,10 @@ Import them into a ``conftest.py``::
 * ``k8s_api_client``: a ``kubernetes.client.ApiClient`` bound to it.
 * ``k8s_kubeconfig``: the path of a kubeconfig naming it (for ``kubectl`` and
   ``kubernetes.config.load_kube_config``).
+
+As a plugin (``pytest_plugins`` in ``tests/conftest.py``) it also adds an
+"emulator state" section (:func:`~.describe.describe`) to the report of every
+failing test that started an emulator, however it failed.
 """
 
 from __future__ import annotations
@@ -21,7 +25,23 @@ from typing import Any
 
 import pytest
 
+from . import describe
 from .emulator import Emulator
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if call.when == "setup":
+        return
+    if report.failed:
+        shown = call.excinfo is not None and "--- emulator " in str(call.excinfo.value)
+        text = "" if shown else describe.reports()  # a wait_for that timed out showed it
+        if text:
+            report.sections.append(("emulator state", text))
+    if call.when == "teardown":
+        describe.forget()
 
 
 @pytest.fixture

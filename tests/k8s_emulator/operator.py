@@ -14,239 +14,44 @@ not as a job condition.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from .apiserver import ApiServer, owned_by
+from .kubeflow import (
+    FRAMEWORKS,
+    LABEL_INDEX,
+    LABEL_JOB,
+    LABEL_OPERATOR,
+    LABEL_TYPE,
+    PYTORCH,
+    TENSORFLOW,
+    Framework,
+    _active,
+    _condition,
+    _exit_code,
+    _init_container,
+    _phase,
+    _port,
+    _type,
+    finished,
+    is_true,
+    owner_reference,
+    pytorch_env,
+    replica_labels,
+    set_condition,
+    tf_config,
+    with_defaults,
+)
+from .loop import ERROR_BACKOFF
 from .meta import ApiError, Obj, deep, now, parse_time
 from .resources import PODS, SERVICES, Resource
 from .store import DELETED, Event
 
 log = logging.getLogger(__name__)
-
-LABEL_OPERATOR = "training.kubeflow.org/operator-name"
-LABEL_JOB = "training.kubeflow.org/job-name"
-LABEL_TYPE = "training.kubeflow.org/replica-type"
-LABEL_INDEX = "training.kubeflow.org/replica-index"
-LABEL_ROLE = "training.kubeflow.org/job-role"
-#: The value the operator gives PYTHONUNBUFFERED (any non-empty value unbuffers Python).
-PYTHONUNBUFFERED = "1"
-INIT_IMAGE = "alpine:3.10"
-
-
-@dataclass(frozen=True)
-class Framework:
-    kind: str
-    plural: str
-    replicas_field: str
-    container: str
-    port_name: str
-    default_port: int
-    default_restart: str
-    default_clean: str
-    controller: str
-    order: tuple[str, ...]
-
-
-PYTORCH = Framework(
-    "PyTorchJob",
-    "pytorchjobs",
-    "pytorchReplicaSpecs",
-    "pytorch",
-    "pytorchjob-port",
-    23456,
-    "OnFailure",
-    "None",
-    "pytorchjob-controller",
-    ("Master", "Worker"),
-)
-TENSORFLOW = Framework(
-    "TFJob",
-    "tfjobs",
-    "tfReplicaSpecs",
-    "tensorflow",
-    "tfjob-port",
-    2222,
-    "Never",
-    "Running",
-    "tfjob-controller",
-    ("Chief", "Evaluator", "Master", "PS", "Worker"),
-)
-FRAMEWORKS = (PYTORCH, TENSORFLOW)
-
-
-# --- conditions (the operator's setCondition / filterOutCondition) -----------------------------
-
-
-def _condition(status: Obj, kind: str) -> Obj | None:
-    return next((c for c in status.get("conditions", []) if c["type"] == kind), None)
-
-
-def is_true(status: Obj, kind: str) -> bool:
-    cond = _condition(status, kind)
-    return bool(cond and cond.get("status") == "True")
-
-
-def set_condition(status: Obj, kind: str, value: str, reason: str, message: str) -> None:
-    """Add or update condition ``kind`` the way the operator does."""
-    if is_true(status, "Failed"):
-        return
-    current = _condition(status, kind)
-    if current and current["status"] == value and current.get("reason") == reason:
-        return
-    stamp = now()
-    new = {
-        "type": kind,
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "lastUpdateTime": stamp,
-        "lastTransitionTime": stamp,
-    }
-    if current and current["status"] == value:
-        new["lastTransitionTime"] = current["lastTransitionTime"]
-    kept = []
-    for cond in status.get("conditions", []):
-        if {kind, cond["type"]} == {"Running", "Restarting"} or cond["type"] == kind:
-            continue
-        if kind in ("Failed", "Succeeded") and cond["type"] == "Running":
-            cond = {**cond, "status": "False"}
-        kept.append(cond)
-    status["conditions"] = [*kept, new]
-
-
-def finished(status: Obj) -> bool:
-    return is_true(status, "Succeeded") or is_true(status, "Failed")
-
-
-# --- defaults and pod templates ----------------------------------------------------------------
-
-
-def with_defaults(fw: Framework, spec: Obj) -> Obj:
-    """The job spec with the operator's in-memory defaults (nothing is written back)."""
-    spec = deep(spec)
-    run_policy = spec.setdefault("runPolicy", {})
-    run_policy.setdefault("cleanPodPolicy", fw.default_clean)
-    for replica in spec.get(fw.replicas_field, {}).values():
-        replica.setdefault("replicas", 1)
-        replica.setdefault("restartPolicy", fw.default_restart)
-        containers = replica.get("template", {}).get("spec", {}).get("containers", [])
-        for container in containers:
-            if container.get("name") != fw.container:
-                continue
-            ports = container.setdefault("ports", [])
-            if not any(p.get("name") == fw.port_name for p in ports):
-                ports.append({"name": fw.port_name, "containerPort": fw.default_port})
-    if fw is PYTORCH:
-        elastic = spec.get("elasticPolicy")
-        if elastic is not None:
-            workers = spec.get(fw.replicas_field, {}).get("Worker", {}).get("replicas", 1)
-            low, high = elastic.get("minReplicas"), elastic.get("maxReplicas")
-            elastic["minReplicas"] = low if low is not None else (high or workers)
-            elastic["maxReplicas"] = high if high is not None else (low or workers)
-        if spec.get("nprocPerNode") is None and not (elastic or {}).get("nProcPerNode"):
-            spec["nprocPerNode"] = "auto"
-    return spec
-
-
-def _port(fw: Framework, spec: Obj, rtype: str) -> int | None:
-    replica = spec[fw.replicas_field].get(rtype, {})
-    for container in replica.get("template", {}).get("spec", {}).get("containers", []):
-        if container.get("name") == fw.container:
-            for port in container.get("ports", []):
-                if port.get("name") == fw.port_name:
-                    return int(port["containerPort"])
-    return None
-
-
-def pytorch_env(name: str, spec: Obj, rtype: str, index: int) -> list[Obj]:
-    """The variables the operator appends to every container of a PyTorchJob pod."""
-    replicas = spec[PYTORCH.replicas_field]
-    total = sum(int(r.get("replicas", 1)) for r in replicas.values())
-    nproc = str(spec.get("nprocPerNode") or "auto")
-    env = [{"name": "PYTHONUNBUFFERED", "value": PYTHONUNBUFFERED}]
-    if "Master" in replicas:
-        port = str(_port(PYTORCH, spec, "Master"))
-        master = f"{name}-master-0"
-        rank = index + 1 if rtype == "Worker" else index
-        world = total * (int(nproc) if nproc.isdigit() else 1)
-        env += [
-            {"name": "MASTER_PORT", "value": port},
-            {"name": "PET_MASTER_PORT", "value": port},
-            {"name": "MASTER_ADDR", "value": master},
-            {"name": "PET_MASTER_ADDR", "value": master},
-            {"name": "WORLD_SIZE", "value": str(world)},
-            {"name": "RANK", "value": str(rank)},
-            {"name": "PET_NPROC_PER_NODE", "value": nproc},
-            {"name": "PET_NODE_RANK", "value": str(rank)},
-        ]
-    elastic = spec.get("elasticPolicy")
-    if elastic is None:
-        env.append({"name": "PET_NNODES", "value": str(total)})
-        return env
-    rdzv_host = elastic.get("rdzvHost") or f"{name}-worker-0"
-    rdzv_port = elastic.get("rdzvPort") or _port(PYTORCH, spec, "Worker")
-    env += [
-        {"name": "PET_RDZV_ENDPOINT", "value": f"{rdzv_host}:{rdzv_port}"},
-        {"name": "PET_RDZV_BACKEND", "value": elastic.get("rdzvBackend") or "c10d"},
-        {"name": "PET_NNODES", "value": f"{elastic['minReplicas']}:{elastic['maxReplicas']}"},
-    ]
-    if elastic.get("maxRestarts") is not None:
-        env.append({"name": "PET_MAX_RESTARTS", "value": str(elastic["maxRestarts"])})
-    if elastic.get("nProcPerNode") is not None:
-        env.append({"name": "PET_NPROC_PER_NODE", "value": str(elastic["nProcPerNode"])})
-    if elastic.get("rdzvId") is not None:
-        env.append({"name": "PET_RDZV_ID", "value": str(elastic["rdzvId"])})
-    if elastic.get("rdzvConf"):
-        conf = ",".join(f"{c['key']}={c['value']}" for c in elastic["rdzvConf"])
-        env.append({"name": "PET_RDZV_CONF", "value": conf})
-    if elastic.get("standalone"):
-        env.append({"name": "PET_STANDALONE", "value": ""})
-    return env
-
-
-def tf_config(name: str, namespace: str, spec: Obj, rtype: str, index: int) -> str | None:
-    """The ``TF_CONFIG`` of a TFJob task, or None for a single-task (non-distributed) job."""
-    replicas = spec[TENSORFLOW.replicas_field]
-    if sum(int(r.get("replicas", 1)) for r in replicas.values()) <= 1:
-        return None
-    cluster: dict[str, list[str]] = {}
-    for kind in sorted(replicas, key=str.lower):
-        if kind == "Evaluator":
-            continue
-        port = _port(TENSORFLOW, spec, kind)
-        lower = kind.lower()
-        cluster[lower] = [
-            f"{name}-{lower}-{i}.{namespace}.svc:{port}"
-            for i in range(int(replicas[kind].get("replicas", 1)))
-        ]
-    config = {
-        "cluster": cluster,
-        "task": {"type": rtype.lower(), "index": index},
-        "environment": "cloud",
-    }
-    return json.dumps(config, separators=(",", ":"))
-
-
-def _init_container(master: str) -> Obj:
-    script = (
-        f"err=1;for i in $(seq 100); do if nslookup {master}; then err=0 && break; fi;"
-        "echo waiting for master; sleep 2; done; exit $err"
-    )
-    return {
-        "name": "init-pytorch",
-        "image": INIT_IMAGE,
-        "imagePullPolicy": "IfNotPresent",
-        "resources": {"limits": {"cpu": "100m", "memory": "20Mi"}},
-        "command": ["sh", "-c", script],
-    }
-
-
 # --- the controller ----------------------------------------------------------------------------
 
 
@@ -263,6 +68,8 @@ class Operator:
         self._pending: set[tuple[Framework, str, str]] = set()
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        #: Failed reconciles in a row, by job (each is retried after a back-off).
+        self.failures: dict[tuple[Framework, str, str], int] = {}
         self._unsubscribe = api.store.subscribe(self._on_event)
         self._thread = threading.Thread(target=self._loop, name="training-operator", daemon=True)
         self._thread.start()
@@ -308,10 +115,21 @@ class Operator:
                 self._pending.discard(item)
             try:
                 self.reconcile(*item)
-            except ApiError as exc:
-                log.debug("reconcile %s/%s: %s", item[1], item[2], exc.message)
-            except Exception:
-                log.exception("reconcile %s %s/%s failed", item[0].kind, item[1], item[2])
+            except Exception as exc:  # looked at again after a back-off, as a work queue does
+                if isinstance(exc, ApiError):
+                    log.debug("reconcile %s/%s: %s", item[1], item[2], exc.message)
+                else:
+                    log.exception("reconcile %s %s/%s failed", item[0].kind, item[1], item[2])
+                self._retry(item)
+            else:
+                self.failures.pop(item, None)
+
+    def _retry(self, item: tuple[Framework, str, str]) -> None:
+        count = self.failures[item] = self.failures.get(item, 0) + 1
+        first, cap = ERROR_BACKOFF
+        timer = threading.Timer(min(cap, first * 2 ** (count - 1)), self._enqueue, item)
+        timer.daemon = True
+        timer.start()
 
     def _periodic(self) -> None:
         """Jobs with a deadline or a TTL are looked at again every tick."""
@@ -541,45 +359,17 @@ class Operator:
                 if f"{name}-{rtype.lower()}-{index}" not in services:
                     self._create_service(fw, job, spec, rtype, index)
 
-    def _labels(self, fw: Framework, job: Obj, rtype: str, index: int, spec: Obj) -> dict[str, str]:
-        labels = {
-            LABEL_OPERATOR: fw.controller,
-            LABEL_JOB: job["metadata"]["name"],
-            LABEL_TYPE: rtype.lower(),
-            LABEL_INDEX: str(index),
-        }
-        replicas = spec[fw.replicas_field]
-        if fw is PYTORCH:
-            master = rtype == "Master" if "Master" in replicas else (rtype, index) == ("Worker", 0)
-        else:
-            chief = "Chief" in replicas or "Master" in replicas
-            master = rtype in ("Chief", "Master") if chief else (rtype, index) == ("Worker", 0)
-        if master:
-            labels[LABEL_ROLE] = "master"
-        return labels
-
-    def _owner(self, job: Obj) -> Obj:
-        meta = job["metadata"]
-        return {
-            "apiVersion": job["apiVersion"],
-            "kind": job["kind"],
-            "name": meta["name"],
-            "uid": meta["uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-
     def _create_pod(self, fw: Framework, job: Obj, spec: Obj, rtype: str, index: int) -> None:
         replica = spec[fw.replicas_field][rtype]
         template = deep(replica.get("template", {}))
         meta = template.get("metadata") or {}
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
         pod_name = f"{name}-{rtype.lower()}-{index}"
-        labels = {**(meta.get("labels") or {}), **self._labels(fw, job, rtype, index, spec)}
+        labels = {**(meta.get("labels") or {}), **replica_labels(fw, job, rtype, index, spec)}
         pod_meta: Obj = {"name": pod_name, "namespace": namespace, "labels": labels}
         if meta.get("annotations"):
             pod_meta["annotations"] = meta["annotations"]
-        pod_meta["ownerReferences"] = [self._owner(job)]
+        pod_meta["ownerReferences"] = [owner_reference(job)]
         pod_spec = template.get("spec", {})
         restart = replica.get("restartPolicy", fw.default_restart)
         pod_spec["restartPolicy"] = "Never" if restart == "ExitCode" else restart
@@ -616,7 +406,7 @@ class Operator:
     def _create_service(self, fw: Framework, job: Obj, spec: Obj, rtype: str, index: int) -> None:
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
         service_name = f"{name}-{rtype.lower()}-{index}"
-        labels = self._labels(fw, job, rtype, index, spec)
+        labels = replica_labels(fw, job, rtype, index, spec)
         port = _port(fw, spec, rtype) or fw.default_port
         service = {
             "apiVersion": "v1",
@@ -625,7 +415,7 @@ class Operator:
                 "name": service_name,
                 "namespace": namespace,
                 "labels": labels,
-                "ownerReferences": [self._owner(job)],
+                "ownerReferences": [owner_reference(job)],
             },
             "spec": {
                 "clusterIP": "None",
@@ -794,25 +584,3 @@ class Operator:
                     )
                     status.setdefault("completionTime", now())
                     set_condition(status, "Failed", "True", "TFJobFailed", message)
-
-
-def _phase(pod: Obj) -> str:
-    return str(pod.get("status", {}).get("phase", "Pending"))
-
-
-def _type(pod: Obj) -> str:
-    return str(pod["metadata"].get("labels", {}).get(LABEL_TYPE, ""))
-
-
-def _active(pod: Obj) -> bool:
-    return _phase(pod) not in ("Succeeded", "Failed") and not pod["metadata"].get(
-        "deletionTimestamp"
-    )
-
-
-def _exit_code(pod: Obj, container: str) -> int | None:
-    for status in pod.get("status", {}).get("containerStatuses", []):
-        terminated = status.get("state", {}).get("terminated")
-        if status.get("name") == container and terminated:
-            return int(terminated["exitCode"])
-    return None

@@ -18,10 +18,12 @@
 
 from __future__ import annotations
 
+import random
 import re
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _PATH_CHARS = r"[\w.-]"
@@ -53,8 +55,42 @@ def path_rewriter(mounts: Iterable[tuple[str, str]]) -> Callable[[str], str]:
     return lambda text: pattern.sub(lambda m: lookup[m.group(1)], text)
 
 
+#: Where ports are picked: below the kernel's ephemeral range (see :func:`free_port`).
+PORT_FLOOR = 10_000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low, high = (int(part) for part in text.split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(taken: set[int]) -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now and the emulator has not handed out."""
+    """A TCP port on 127.0.0.1 that nothing listens on now and the emulator has not handed out.
+
+    It lies outside the kernel's ephemeral range when it can: a port from that
+    range (what binding port 0 gives) may be handed to any outgoing connection
+    of this busy host before the pod listens on it, and the pod's listen then
+    fails (EADDRINUSE) only sometimes.
+    """
+    low, _ = _ephemeral_range()
+    if low - PORT_FLOOR >= 1000:
+        for _ in range(200):
+            port = random.randrange(PORT_FLOOR, low)
+            if port not in taken and _bindable(port):
+                return port
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))

@@ -4,11 +4,14 @@ Every change gets the next ``resourceVersion`` (one counter for the whole
 store, as etcd's revision) and becomes an :class:`Event` that is appended to
 the history and handed to every listener while the store lock is held, so a
 listener sees changes in resourceVersion order. Listeners must not block:
-they queue the event for their own thread or IOLoop.
+they queue the event for their own thread or IOLoop. A listener that raises
+is logged and kept in :attr:`Store.listener_errors`; the writer and the other
+listeners go on (one failing listener must not drop the event for the rest).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -16,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .meta import ApiError, Obj, deep
+
+log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
@@ -55,6 +60,8 @@ class Store:
         self._history: deque[Event] = deque(maxlen=history)
         self._compacted = 0  # events with rv <= this are gone from the history
         self._listeners: list[Listener] = []
+        #: The last exceptions listeners raised (each was logged, and the event went on).
+        self.listener_errors: deque[str] = deque(maxlen=20)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -93,7 +100,11 @@ class Store:
         if len(self._history) == self._history.maxlen:
             self._compacted = self._history[0].rv - 1
         for listener in list(self._listeners):
-            listener(event)
+            try:
+                listener(event)
+            except Exception as exc:  # neither the writer nor the other listeners lose it
+                self.listener_errors.append(f"{event.type} {resource} rv {self._rv}: {exc!r}")
+                log.exception("store listener %r failed on %s", listener, event.type)
         return deep(obj)
 
     def add(self, resource: str, obj: Obj) -> Obj:

@@ -20,7 +20,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from tests.k8s_emulator import Emulator
-from tests.k8s_emulator.operator import PYTHONUNBUFFERED
+from tests.k8s_emulator.kubeflow import PYTHONUNBUFFERED
 from tests.k8s_emulator.rewrite import Network, expand, path_rewriter
 
 Obj = dict[str, Any]
@@ -331,6 +331,8 @@ def test_elastic_job_env_and_worker_only_success(cluster: Cluster) -> None:
         "PET_MAX_RESTARTS": "2",
         "PET_RDZV_ID": "el",
     }
+    # The elastic job succeeds with its first worker: the other may still be starting.
+    wait_for(lambda: cluster.pod("el-worker-1").status.phase == "Succeeded", what="worker 1 done")
     seen = json.loads(cluster.log("el-worker-1"))
     host, port = seen["PET_RDZV_ENDPOINT"].split(":")
     assert host == "127.0.0.1" and port != "23456"
@@ -909,7 +911,7 @@ def test_a_pull_delay_keeps_the_pod_creating_between_pulling_and_pulled(
 
 
 def test_go_durations_read_as_the_kubelet_writes_them() -> None:
-    from tests.k8s_emulator.kubelet import go_duration
+    from tests.k8s_emulator.container import go_duration
 
     assert [go_duration(s) for s in (0.0123, 1.2, 3.0, 61.5, 3725.25)] == [
         "12ms", "1.2s", "3s", "1m1.5s", "1h2m5.25s"

@@ -167,18 +167,22 @@ def collect(names: Iterable[str]) -> dict[str, dict[str, bytes]]:
     Raises :class:`ModuleTooLarge` when they exceed :data:`MAX_MODULE_BYTES`.
     """
     out: dict[str, dict[str, bytes]] = {}
-    total = 0
     for name in sorted(set(names)):
         root = local_root(name)
-        if root is None:
-            continue
-        files = _module_files(root)
-        size = sum(len(b) for b in files.values())
-        total += size
-        if total > MAX_MODULE_BYTES:
-            raise _too_large(name, root, size, "cell")
-        out[name] = files
+        if root is not None:
+            _take(out, name, root, "cell")
     return out
+
+
+def _take(out: dict[str, dict[str, bytes]], name: str, root: Path, what: str) -> dict[str, bytes]:
+    """Add module ``name``'s files (at ``root``) to ``out``; :class:`ModuleTooLarge` past the
+    budget of all of ``out`` (``what`` ships them: ``cell`` or ``script``)."""
+    files = _module_files(root)
+    size = sum(len(b) for b in files.values())
+    if size + sum(len(b) for f in out.values() for b in f.values()) > MAX_MODULE_BYTES:
+        raise _too_large(name, root, size, what)
+    out[name] = files
+    return files
 
 
 def find_in(name: str, folders: Iterable[Path]) -> Path | None:
@@ -212,20 +216,13 @@ def project_modules(
     pending = set(names).union(*(names_in_source(_text(s)) for s in sources))
     seen: set[str] = set()
     out: dict[str, dict[str, bytes]] = {}
-    total = 0
     while pending:
         name = pending.pop()
         seen.add(name)
         root = None if name in _NEVER else find_in(name, searched)
         if root is None:
             continue
-        files = _module_files(root)
-        size = sum(len(b) for b in files.values())
-        total += size
-        if total > MAX_MODULE_BYTES:
-            raise _too_large(name, root, size, "script")
-        out[name] = files
-        for data in files.values():
+        for data in _take(out, name, root, "script").values():
             pending |= names_in_source(_text(data)) - seen
     return dict(sorted(out.items()))
 

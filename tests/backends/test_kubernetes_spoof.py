@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import pickle
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,10 @@ from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
+from tests.backends.test_kubernetes_trainjob import trainer  # noqa: F401 (fixture)
 from tests.backends.test_local_spoof import _WritesFile
-from tests.k8s_emulator.emulator import Emulator
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
-    """A cluster serving Kubeflow Trainer v2; the default kubeconfig points at it."""
-    env = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
-    with Emulator(env=env, apis=("trainer",)) as emulator:
-        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
-        yield emulator
 
 
 CELL = textwrap.dedent(
@@ -58,9 +48,8 @@ CELL = textwrap.dedent(
 )
 
 
-def test_spoofed_lines_in_followed_pod_logs_change_nothing(
-    trainer: Emulator, tmp_path: Path
-) -> None:
+@pytest.mark.usefixtures("trainer")
+def test_spoofed_lines_in_followed_pod_logs_change_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     ns = {"PICKLE": base64.b64encode(pickle.dumps(_WritesFile(str(marker)))).decode()}
     backend = KubernetesBackend()

@@ -14,7 +14,7 @@ from typing import Any
 from . import events as ev
 from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .checkpoints import CheckpointError, CheckpointStore, reported_dir
-from .monitor import JobMonitor, Where
+from .monitor import JobMonitor, Where, user_traceback
 from .remote import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
 
@@ -132,7 +132,7 @@ class Job:
 
     @property
     def reason(self) -> str:
-        """Why the job is in its current state (empty while it runs normally)."""
+        """Why the job is in its state: for a failure its root cause (empty while it runs)."""
         return self.monitor.reason
 
     def wait(self, timeout: float | None = None) -> str:
@@ -151,19 +151,23 @@ class Job:
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's value of the cell's last expression.
 
-        Waits for the job. If a rank raised, re-raises the first failing
-        rank's exception (same type where possible) with its rank and remote
-        traceback in the message; :class:`JobFailed` when the job failed
-        otherwise, :class:`JobStopped` when it was stopped.
+        Waits for the job. If a rank raised, re-raises the exception of the
+        rank that caused the failure (:meth:`JobMonitor.cause`; same type where
+        possible) with its rank and remote traceback in the message;
+        :class:`JobFailed` when the job failed otherwise, :class:`JobStopped` when it was stopped.
         """
         state = self.wait(timeout)
         result = self.monitor.result()
         if state == "Succeeded":
             return None if result is None else decode_result(result.fields)
-        errors = self.monitor.error_events()
-        if errors:
-            first = errors[0]
-            raise recreate_exception(first.fields, first.rank)
+        first = self.monitor.cause_error()
+        if first is None and state == "Failed" and self.monitor.cause() is None:
+            errors = self.monitor.error_events()  # no cause chosen: the earliest error
+            first = errors[0] if errors else None
+        if first is not None:  # its traceback from the cell on
+            trace = user_traceback(str(first.get("traceback") or ""))
+            fields = {**first.fields, "traceback": trace}
+            raise recreate_exception(fields, first.rank)
         if state == "Stopped":
             raise JobStopped(f"job {self.name} was stopped: {self.reason}")
         raise JobFailed(f"job {self.name} failed: {self.reason}")

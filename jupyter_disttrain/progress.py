@@ -126,7 +126,8 @@ class LiveView:
         elif self.mode == "lines":
             with self._lock:
                 pending, self._pending = self._pending, []
-            out = [line for e in pending if (line := format_event(e)) is not None]
+            why = self.job.reason if self.job is not None else None
+            out = [line for e in pending if (line := format_event(e, why)) is not None]
             out.extend(self._progress_line(pending))
             if out:
                 sys.stdout.write("\n".join(out) + "\n")
@@ -146,8 +147,12 @@ class LiveView:
         return [f"progress: {progress_text(p)}"]
 
 
-def format_event(event: ev.Event) -> str | None:
-    """One printed line for an event in ``lines`` mode, or None to skip it."""
+def format_event(event: ev.Event, reason: str | None = None) -> str | None:
+    """One printed line for an event in ``lines`` mode, or None to skip it.
+
+    ``reason``: the job's own reading of why it ended (:attr:`Job.reason`), which a
+    terminal ``job`` event shows instead of the backend's message.
+    """
     if event.kind == "log":
         source = event.get("source")
         if source:  # agent chatter stays in the logs; a job-wide warning is shown
@@ -162,6 +167,8 @@ def format_event(event: ev.Event) -> str | None:
         return f"[rank 0] step {step}: {values}"
     if event.kind == "job":
         message = event.get("message")
+        if reason and event.get("state") in ev.TERMINAL_STATES:
+            message = reason
         return f"job {event.get('state')}" + (f": {message}" if message else "")
     if event.kind == "phase" and event.get("state") == "waiting" and event.get("message"):
         return f"waiting ({event.get('phase')}): {event.get('message')}"

@@ -88,22 +88,31 @@ class Checkpoint(NamedTuple):
 
 
 class ErrorInfo(NamedTuple):
-    """An exception that escaped user code (``rank`` is ``None`` if job-wide)."""
+    """An exception that escaped user code (``rank`` is ``None`` if job-wide).
+
+    ``attempt`` counts the restarts before it.
+    """
 
     rank: int | None
     t: float
     type: str
     message: str
     traceback: str
+    attempt: int = 0
 
 
 class Failure(NamedTuple):
-    """A rank failure: an ``error`` event or a non-zero exit (``attempt`` counts restarts)."""
+    """A rank failure: an ``error`` event or a non-zero exit (``attempt`` counts restarts).
+
+    ``kind`` is its class (:data:`~.cause.CLASSES`): ``raised``, ``exited``,
+    ``killed`` or ``consequence``.
+    """
 
     t: float
     rank: int
     reason: str
     attempt: int
+    kind: str = "raised"
 
 
 # --------------------------------------------------------------------------- snapshot shapes
@@ -152,6 +161,16 @@ class FailureRow(TypedDict):
     rank: int
     t: float
     reason: str
+
+
+class CauseRow(TypedDict):
+    """The root cause (:class:`~.cause.Cause`) as JSON; ``line`` is what every view shows."""
+
+    rank: int
+    kind: str
+    reason: str
+    consequences: list[int]
+    line: str
 
 
 class MetricRow(TypedDict):
@@ -214,6 +233,9 @@ class Snapshot(TypedDict):
     steps_per_s: float | None
     ranks: list[RankRow]
     first_failure: FailureRow | None
+    why: str  # the one line why the job is in its state (JobMonitor.reason)
+    cause: CauseRow | None  # the root cause of the current attempt's failures
+    recovered: str  # "recovered from 1 failure (rank 1: ...)": history, "" without
     stragglers: list[int]
     metrics: dict[str, MetricRow]
     checkpoints: list[CheckpointRow]

@@ -88,6 +88,10 @@ class JobJSON(TypedDict):
     ``progress`` is rank 0's steps done of a known total with rate and ETA
     (:class:`~jupyter_disttrain.monitor.ProgressRow`), ``None`` without one.
     ``kind`` is ``session`` for a warm worker group (``%distrain_session``), else ``job``.
+    Where the event stream is read, ``state`` is ``Hung`` while a detected hang
+    lasts, ``reason`` is the monitor's one line (:attr:`JobMonitor.reason`: for a
+    failure its root cause and consequences), ``cause_rank`` the rank that caused
+    a failure and ``recovered`` the failures a restart recovered from ("" none).
     """
 
     id: str
@@ -114,6 +118,8 @@ class JobJSON(TypedDict):
     first_step_s: float | None
     progress: ProgressRow | None
     kind: str
+    cause_rank: int | None
+    recovered: str
 
 
 class JobListJSON(TypedDict):
@@ -162,7 +168,16 @@ def job_json(
     """
     recorded = str(record.extra.get("notebook") or "")
     terminal = record.state in TERMINAL_STATES
-    if snapshot is not None and snapshot["created"] is not None:  # events were read
+    state, reason = record.state, record.reason
+    read = snapshot is not None and snapshot["created"] is not None
+    if snapshot is not None and read:  # the monitor's one reading, where it agrees on the state
+        if record.state == "Failed" and snapshot["cause"] is not None:
+            reason = snapshot["cause"]["line"]
+        elif record.state == "Running" and snapshot["state"] == "Hung":
+            state, reason = "Hung", ""
+        elif record.state == snapshot["state"] and snapshot["why"]:
+            reason = snapshot["why"]
+    if snapshot is not None and read:  # events were read
         elapsed = snapshot["elapsed"]
         step, rate = snapshot["step"], snapshot["steps_per_s"]
         metrics = {name: row["mean"] for name, row in snapshot["metrics"].items()}
@@ -174,8 +189,8 @@ def job_json(
         id=f"{record.backend}/{record.name}",
         name=record.name,
         backend=record.backend,
-        state=record.state,
-        reason=record.reason,
+        state=state,
+        reason=reason,
         world_size=record.world_size,
         nodes=record.nodes,
         nproc=record.nproc,
@@ -195,6 +210,8 @@ def job_json(
         first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
         progress=_progress(snapshot["progress"]) if snapshot is not None else None,
         kind=str(record.extra.get("kind") or "job"),
+        cause_rank=snapshot["cause"]["rank"] if snapshot and snapshot["cause"] else None,
+        recovered=snapshot["recovered"] if snapshot is not None else "",
     )
 
 

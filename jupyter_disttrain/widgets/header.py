@@ -23,7 +23,7 @@ import ipywidgets as w
 from ..events import TERMINAL_STATES
 from ..monitor import ProgressRow, Snapshot, waiting_line
 from ..monitor.phases import phase_text
-from ..monitor.text import progress_text, staging_lines
+from ..monitor.text import progress_text, repeats_cause, staging_lines
 from .text import duration, esc, rate, state_class
 
 __all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html", "progress_html"]
@@ -61,15 +61,21 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     lines.extend(phases_html(snap))
     if snap.get("progress") is not None:
         lines.append(progress_html(snap["progress"]))
-    why = ": ".join(p for p in (snap["reason"], snap["message"]) if p)
-    if why and snap["state"] in ("Failed", "Stopped", "Restarting"):
-        lines.append(f'<div class="distrain-reason">{esc(why)}</div>')
+    why = snap["why"]
+    if why and snap["state"] in ("Failed", "Restarting"):
+        lines.append(f'<div class="distrain-reason" data-field="cause">{esc(why)}</div>')
+    elif why and snap["state"] == "Stopped":
+        lines.append(f'<div class="distrain-note" data-field="cause">{esc(why)}</div>')
+    if snap["recovered"]:
+        lines.append(
+            f'<div class="distrain-note" data-field="recovered">{esc(snap["recovered"])}</div>'
+        )
     for line in staging_lines(snap.get("staging", [])):
         lines.append(f'<div class="distrain-staging">{esc(line)}</div>')
     for warning in snap.get("warnings", []):
         lines.append(f'<div class="distrain-warning">warning: {esc(warning)}</div>')
     diagnosis = snap.get("diagnosis")
-    if diagnosis:
+    if diagnosis and not repeats_cause(snap):
         lines.append(f'<div class="distrain-diagnosis">{esc(diagnosis)}</div>')
     if note:
         lines.append(f'<div class="distrain-note">{esc(note)}</div>')

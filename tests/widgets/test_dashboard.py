@@ -41,7 +41,7 @@ def test_display_bundle_carries_a_static_snapshot() -> None:
     assert bundle[WIDGET_MIME]["model_id"] == dash.widget.model_id
     text = bundle["text/plain"]
     assert text.startswith("oom-straggler [local/nccl] Failed")
-    assert "first failure: rank 1: OOMKilled (exit code 137)" in text
+    assert "  rank 1: OOMKilled (exit code 137); 3 ranks stopped as a consequence" in text
     html = parse(bundle["text/html"])
     rows = html.find_all("distrain-rank-row")
     assert len(rows) == 4 and "distrain-first-failure" in rows[1].classes

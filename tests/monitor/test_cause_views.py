@@ -1,0 +1,104 @@
+"""Every view of a failed job says the one cause the monitor chose, in the same words."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain import events as ev
+from jupyter_disttrain.backends.base import JobRecord
+from jupyter_disttrain.backends.local import LocalBackend
+from jupyter_disttrain.job import Job
+from jupyter_disttrain.monitor import JobMonitor, format_text
+from jupyter_disttrain.progress import format_event
+from jupyter_disttrain.server.views import job_json
+from jupyter_disttrain.spec import JobSpec
+from jupyter_disttrain.widgets.header import header_html
+from tests.widgets.dom import parse
+from tests.widgets.streams import recorded
+
+#: The sidebar JSON of the failed job, as the lab extension's tests read it too
+#: (labextension/test/cause.test.ts: the notification and the sidebar row).
+SIDEBAR = Path(__file__).resolve().parents[1] / "data" / "events" / "rank1_raises.job.json"
+LINE = "rank 1: ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
+
+
+def failed_job(stream: str = "rank1_raises") -> Job:
+    spec = JobSpec("train-cell3-a1", nodes=2, nproc=2)
+    mon = JobMonitor(spec.name, "local", 4, nodes=2, nproc=2)
+    job = Job(spec, LocalBackend(), mon)
+    for event in recorded(stream):
+        job.feed(event)
+    return job
+
+
+def sidebar_json(job: Job, snapshot_now: float) -> dict[str, object]:
+    final = [e for e in recorded("rank1_raises") if e.kind == "job"][-1]
+    record = JobRecord(
+        job.name, "local", "Failed", 4, 2, 2, created=snapshot_now - 10, ended=final.t,
+        reason=str(final.get("message")),
+    )  # fmt: skip
+    return dict(job_json(record, job.monitor.snapshot(now=snapshot_now), now=snapshot_now))
+
+
+def test_header_notification_sidebar_text_cli_and_reason_agree() -> None:
+    job = failed_job()
+    assert job.reason == LINE
+    snap = job.monitor.snapshot()
+    # header
+    header = parse(header_html(snap))
+    reason = header.find_all("distrain-reason")
+    assert [node.text for node in reason] == [LINE]
+    assert header.find_all("distrain-header")[0].attrs["data-state"] == "Failed"
+    # text view
+    assert f"  {LINE}" in format_text(snap).splitlines()
+    # the CLI's line for the job's end
+    final = [e for e in recorded("rank1_raises") if e.kind == "job"][-1]
+    assert format_event(final, job.reason) == f"job Failed: {LINE}"
+    # sidebar JSON (the notification is built from it: labextension/test/cause.test.ts)
+    row = sidebar_json(job, final.t + 5)
+    assert (row["state"], row["reason"], row["cause_rank"]) == ("Failed", LINE, 1)
+    kept = json.loads(SIDEBAR.read_text())
+    assert {k: row[k] for k in ("state", "reason", "cause_rank", "diagnosis", "recovered")} == {
+        k: kept[k] for k in ("state", "reason", "cause_rank", "diagnosis", "recovered")
+    }
+    # diagnosis and result name the same rank and exception
+    diagnosis = job.diagnosis()
+    assert diagnosis is not None and diagnosis.startswith("rank 1 failed (cell line 7): ValueError")
+    with pytest.raises(ValueError, match=r"\[rank 1\] bad batch at step 5") as raised:
+        job.result(timeout=1)
+    trace = raised.value.remote_traceback  # type: ignore[attr-defined]
+    assert trace.splitlines()[1].strip().startswith('File "<distrain-cell>", line 7')
+
+
+def test_the_backends_first_arrival_does_not_override_the_cause() -> None:
+    job = failed_job()
+    # what the backend said came from whichever error it read first
+    job.feed(ev.job_event("Failed", "WorkerFailed", "rank 0: RuntimeError: Connection closed"))
+    assert job.reason == LINE
+    assert job.monitor.snapshot()["first_failure"] == {
+        "rank": 1, "t": job.monitor.snapshot()["first_failure"]["t"],  # type: ignore[index]
+        "reason": "ValueError: bad batch at step 5",
+    }  # fmt: skip
+
+
+def test_a_stopped_job_result_raises_job_stopped_not_a_lost_connection() -> None:
+    from jupyter_disttrain.remote import JobStopped
+
+    job = failed_job("stopped")
+    assert job.reason == "stopped by user"
+    with pytest.raises(JobStopped, match="stopped by user"):
+        job.result(timeout=1)
+
+
+def write_sidebar_fixture() -> None:
+    """Write :data:`SIDEBAR` again from the recorded stream (after re-recording it)."""
+    job = failed_job()
+    final = [e for e in recorded("rank1_raises") if e.kind == "job"][-1]
+    SIDEBAR.write_text(json.dumps(sidebar_json(job, final.t + 5), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    write_sidebar_fixture()

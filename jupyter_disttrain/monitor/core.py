@@ -69,6 +69,10 @@ _CELL_FRAME = re.compile(r'File "<(?:cell|distrain-cell)[^>]*>", line (\d+)')
 
 #: Seconds a hang's stacks may take to arrive from every rank before it is read with some.
 HANG_GATHER = 8.0
+#: A rank whose last metric is older than this many of its own intervals (and at least
+#: STALL_MIN_S seconds) reads as stalled: its steps/s is not shown as current.
+STALL_INTERVALS = 3.0
+STALL_MIN_S = 2.0
 #: Rank states of a rank that will send no more stacks.
 _ENDED_RANK = frozenset({"Succeeded", "Failed", "Stopped", "Exited"})
 
@@ -477,6 +481,12 @@ class JobMonitor(MonitorState):
             frontier = None if self._frontier is None else self._frontier[1]
             phases = self._phase_log.timeline(self.phases, self._world_size, at)
             cause = self._cause()
+            ranks = [self._rank_row(row, at, latest) for _, row in sorted(self._rows.items())]
+            rated = [r for r in ranks if r["state"] == "Running" and r["step"] is not None]
+            stalled = self._state not in TERMINAL_STATES and (
+                self._display_state(at) == "Hung"
+                or (bool(rated) and all(r["stalled"] for r in rated))
+            )
             return Snapshot(
                 name=self.name,
                 backend=self.backend,
@@ -494,8 +504,9 @@ class JobMonitor(MonitorState):
                 now=at,
                 elapsed=self.elapsed(at),
                 step=frontier,
-                steps_per_s=_finite_or_none(self.steps_per_second()),
-                ranks=[self._rank_row(row, at, latest) for _, row in sorted(self._rows.items())],
+                steps_per_s=None if stalled else _finite_or_none(self.steps_per_second()),
+                stalled=stalled,
+                ranks=ranks,
                 first_failure=None
                 if failure is None
                 else FailureRow(rank=failure.rank, t=failure.t, reason=failure.reason),
@@ -536,6 +547,15 @@ class JobMonitor(MonitorState):
                 progress=self._progress.row(self._state in TERMINAL_STATES),
             )
 
+    def _stalled(self, rank: int, now: float) -> bool:
+        """No metric from ``rank`` for longer than :data:`STALL_INTERVALS` of its intervals."""
+        recent = self._recent.get(rank)
+        if not recent or len(recent) < 2:
+            return False
+        (t0, _), (t1, _) = recent[0], recent[-1]
+        interval = (t1 - t0) / (len(recent) - 1)
+        return now - t1 > max(STALL_INTERVALS * interval, STALL_MIN_S)
+
     def _current_errors(self) -> list[ErrorInfo]:
         """The errors of the current attempt; after a stop, not those the stop caused."""
         current = [e for e in self._errors if e.attempt == self._attempt]
@@ -546,6 +566,7 @@ class JobMonitor(MonitorState):
     def _rank_row(
         self, row: RankState, now: float, latest: dict[int, dict[str, JSONFloat]]
     ) -> RankRow:
+        stalled = row.state == "Running" and self._stalled(row.rank, now)
         return RankRow(
             rank=row.rank,
             node=row.node,
@@ -556,7 +577,8 @@ class JobMonitor(MonitorState):
             state=row.state,
             restarts=row.restarts,
             step=row.step,
-            step_rate=_finite_or_none(row.step_rate),
+            step_rate=None if stalled else _finite_or_none(row.step_rate),
+            stalled=stalled,
             last_heard=row.last_heard,
             silent_s=row.silent_for(now),
             exit_code=row.exit_code,

@@ -133,6 +133,7 @@ class RankRow(TypedDict):
     step_rate: float | None
     last_heard: float | None
     silent_s: float | None
+    stalled: bool  # Running, and no report() for longer than its own interval allows
     exit_code: int | None
     reason: str
     latest: dict[str, JSONFloat]
@@ -210,7 +211,8 @@ class Snapshot(TypedDict):
 
     ``elapsed`` runs from the first event to the terminal event (or ``now``).
     ``step`` is the highest step any rank reached; ``steps_per_s`` the
-    overall rate (see :meth:`JobMonitor.steps_per_second`); ``progress``
+    overall rate (see :meth:`JobMonitor.steps_per_second`; None while
+    ``stalled``: a rate nobody keeps up is not shown as current); ``progress``
     rank 0's steps done of a known total, None without one.
     """
 
@@ -231,6 +233,7 @@ class Snapshot(TypedDict):
     elapsed: float
     step: int | None
     steps_per_s: float | None
+    stalled: bool  # running, and every rank that reported a rate stopped reporting
     ranks: list[RankRow]
     first_failure: FailureRow | None
     why: str  # the one line why the job is in its state (JobMonitor.reason)

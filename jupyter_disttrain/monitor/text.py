@@ -126,7 +126,9 @@ def _header(snap: Snapshot) -> str:
     ]
     if snap["step"] is not None:
         parts.append(f"step {snap['step']}")
-    if snap["steps_per_s"] is not None:
+    if snap["stalled"]:
+        parts.append("stalled")
+    elif snap["steps_per_s"] is not None:
         parts.append(f"{snap['steps_per_s']:.3g} steps/s")
     if snap["restarts"]:
         parts.append(f"{snap['restarts']} restart{'s' if snap['restarts'] != 1 else ''}")
@@ -163,7 +165,7 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
             r["state"],
             str(r["restarts"]),
             "-" if r["step"] is None else str(r["step"]),
-            "-" if r["step_rate"] is None else f"{r['step_rate']:.3g}",
+            _rate(r),
             *(_resources(r, gpu) if used or gpu else ()),
             "-" if r["silent_s"] is None else f"{duration(r['silent_s'])} ago",
             _exit(r),
@@ -186,6 +188,12 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
         states = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         out.append(f"... {hidden} more ranks ({states})")
     return out
+
+
+def _rate(r: RankRow) -> str:
+    if r["stalled"]:
+        return "stalled"
+    return "-" if r["step_rate"] is None else f"{r['step_rate']:.3g}"
 
 
 def _resources(r: RankRow, gpu: bool) -> tuple[str, ...]:

@@ -91,7 +91,8 @@ class JobJSON(TypedDict):
     Where the event stream is read, ``state`` is ``Hung`` while a detected hang
     lasts, ``reason`` is the monitor's one line (:attr:`JobMonitor.reason`: for a
     failure its root cause and consequences), ``cause_rank`` the rank that caused
-    a failure and ``recovered`` the failures a restart recovered from ("" none).
+    a failure, ``recovered`` the failures a restart recovered from ("" none) and
+    ``stalled`` whether the running ranks stopped reporting (``steps_per_s`` is then None).
     """
 
     id: str
@@ -120,6 +121,7 @@ class JobJSON(TypedDict):
     kind: str
     cause_rank: int | None
     recovered: str
+    stalled: bool
 
 
 class JobListJSON(TypedDict):
@@ -212,6 +214,7 @@ def job_json(
         kind=str(record.extra.get("kind") or "job"),
         cause_rank=snapshot["cause"]["rank"] if snapshot and snapshot["cause"] else None,
         recovered=snapshot["recovered"] if snapshot is not None else "",
+        stalled=bool(snapshot and snapshot["stalled"]) and not terminal,
     )
 
 

@@ -50,7 +50,10 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     ]
     if snap["step"] is not None:
         fields.append(f'<span data-field="step">step {snap["step"]}</span>')
-    fields.append(f'<span data-field="rate">{rate(snap["steps_per_s"])} steps/s</span>')
+    if snap["stalled"]:
+        fields.append('<span data-field="rate" data-stalled="true">stalled</span>')
+    else:
+        fields.append(f'<span data-field="rate">{rate(snap["steps_per_s"])} steps/s</span>')
     if snap["restarts"]:
         n = snap["restarts"]
         fields.append(f'<span data-field="restarts">{n} restart{"s" if n != 1 else ""}</span>')

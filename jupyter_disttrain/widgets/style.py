@@ -12,6 +12,8 @@ CSS = """
   background: #80868b; }
 .distrain-badge.distrain-state-running { background: #1a73e8; }
 .distrain-badge.distrain-state-restarting { background: #e37400; }
+.distrain-badge.distrain-state-hung { background: #b06000; }
+[data-field="rate"][data-stalled] { color: #b06000; font-weight: 600; }
 .distrain-badge.distrain-state-succeeded { background: #188038; }
 .distrain-badge.distrain-state-failed { background: #c5221f; }
 .distrain-badge.distrain-state-stopped, .distrain-badge.distrain-state-exited {

@@ -263,6 +263,31 @@ def test_a_hang_is_its_own_state_until_the_ranks_move_again() -> None:
     assert snap["diagnosis"] is not None
     assert re.search(r"rank 1 is in time\.sleep \(cell line 7\)", snap["diagnosis"])
     assert format_text(snap).splitlines()[0].split(" | ")[0].endswith("Hung")
+    assert snap["stalled"] and snap["steps_per_s"] is None
     mon.feed(Event("metric", 1, later, {"step": 6, "values": {"loss": 0.1}}))
     assert mon.snapshot(now=later + 1)["state"] == "Running" and mon.display_state == "Running"
     assert fed(events).snapshot()["state"] == "Stopped"
+
+
+def test_a_rank_silent_longer_than_its_interval_reads_as_stalled() -> None:
+    mon = JobMonitor("job", "local", 2, nodes=1, nproc=2)
+    t0 = 1_800_000_000.0
+    for rank in (0, 1):
+        mon.feed(Event("hello", rank, t0, {"backend": "gloo"}))
+    for step in range(20):
+        for rank in (0, 1):
+            mon.feed(Event("metric", rank, t0 + 1 + step * 0.5, {"step": step, "values": {}}))
+    last = t0 + 1 + 19 * 0.5
+    moving = mon.snapshot(now=last + 0.6)
+    assert not moving["stalled"] and moving["steps_per_s"] == pytest.approx(2.0)
+    assert [r["step_rate"] for r in moving["ranks"]] == [pytest.approx(2.0)] * 2
+    quiet = mon.snapshot(now=last + 3)
+    assert quiet["stalled"] and quiet["steps_per_s"] is None
+    assert [(r["stalled"], r["step_rate"]) for r in quiet["ranks"]] == [(True, None)] * 2
+    lines = format_text(quiet).splitlines()
+    assert lines[0].endswith("| step 19 | stalled")
+    mon.feed(Event("metric", 0, last + 3, {"step": 20, "values": {}}))
+    again = mon.snapshot(now=last + 3.1)
+    assert not again["stalled"] and [r["stalled"] for r in again["ranks"]] == [False, True]
+    mon.feed(Event("job", None, last + 4, {"state": "Succeeded"}))
+    assert not mon.snapshot(now=last + 60)["stalled"]  # a finished job keeps its rate

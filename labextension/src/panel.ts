@@ -264,8 +264,11 @@ export class JobsPanel extends Widget {
     if (listed.reason) {
       cell.appendChild(el('div', 'jp-Disttrain-reason', listed.reason));
     }
-    if (listed.diagnosis) {
+    if (listed.diagnosis && listed.diagnosis !== listed.reason) {
       cell.appendChild(el('div', 'jp-Disttrain-diagnosis', listed.diagnosis));
+    }
+    if (listed.recovered) {
+      cell.appendChild(el('div', 'jp-Disttrain-note jp-Disttrain-recovered', listed.recovered));
     }
     cell.appendChild(this.facts(listed));
     const phases = this.phases(listed);

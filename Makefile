@@ -46,7 +46,7 @@ binder-check:
 	bash scripts/binder_check.sh
 
 test: venv lint typecheck importlint browser-deps labextension-test
-	$(PY) -m pytest -p no:cacheprovider --nbval-lax tests notebooks
+	$(PY) -m pytest -p no:cacheprovider --durations=20 --nbval-lax tests notebooks
 
 bench: venv
 	$(PY) bench/launch.py

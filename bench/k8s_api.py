@@ -56,11 +56,16 @@ NODES = 64
 STEPS = 50
 PRINTER = (
     "import json, os, time\n"
+    "import hashlib, hmac\n"
+    "key = open(os.environ['DISTRAIN_KEY_FILE'], 'rb').read()  # the job key, as a rank signs\n"
+    "def signed(body):\n"
+    "    text = json.dumps(body)\n"
+    "    return text + ' ' + hmac.new(key, text.encode(), hashlib.sha256).hexdigest()\n"
     "rank = int(os.environ.get('RANK', '0'))\n"
     "for step in range({steps}):\n"
     "    line = {{'v': 1, 'kind': 'metric', 'rank': rank, 't': time.time(), 'step': step,\n"
     "            'values': {{'loss': 1.0 / (step + 1)}}}}\n"
-    "    print(f'[rank {{rank}}] ##distrain ' + json.dumps(line), flush=True)\n"
+    "    print(f'[rank {{rank}}] ##distrain ' + signed(line), flush=True)\n"
     "    time.sleep(0.5)\n"
     "print(f'[rank {{rank}}] done', flush=True)\n"
 )
@@ -76,7 +81,7 @@ def create_printing_job(emulator: Emulator, name: str) -> None:
         container["command"] = ["python", "-c", PRINTER.format(steps=STEPS)]
         container.pop("args", None)
     api = emulator.api_client()
-    k8s.CoreV1Api(api).create_namespaced_config_map("default", payload_obj)
+    k8s.CoreV1Api(api).create_namespaced_secret("default", payload_obj)
     k8s.CustomObjectsApi(api).create_namespaced_custom_object(
         "kubeflow.org", "v1", "default", "pytorchjobs", job
     )
@@ -134,17 +139,22 @@ def measure(label: str, follow: Callable[[str], None]) -> dict[str, Any]:
 
 RELAYING_PRINTER = (
     "import json, os, time\n"
+    "import hashlib, hmac\n"
+    "key = open(os.environ['DISTRAIN_KEY_FILE'], 'rb').read()  # the job key, as a rank signs\n"
+    "def signed(body):\n"
+    "    text = json.dumps(body)\n"
+    "    return text + ' ' + hmac.new(key, text.encode(), hashlib.sha256).hexdigest()\n"
     "node = int(os.environ.get('PET_NODE_RANK', '0'))\n"
     "for step in range({steps}):\n"
     "    for rank in (range({nodes}) if (node == 0 and {relay}) else [node]):\n"
     "        line = {{'v': 1, 'kind': 'metric', 'rank': rank, 't': time.time() + rank * 1e-6,\n"
     "                'step': step, 'values': {{'loss': 1.0 / (step + 1)}}}}\n"
-    "        print(f'[rank {{node}}] ##distrain ' + json.dumps(line), flush=True)\n"
+    "        print(f'[rank {{node}}] ##distrain ' + signed(line), flush=True)\n"
     "    time.sleep(0.5)\n"
     "if node == 0:  # rank 0's value, as a worker reports it\n"
     "    end = {{'v': 1, 'kind': 'result', 'rank': 0, 't': time.time(),\n"
     "           'encoding': 'cloudpickle+base64', 'data': 'gAVLAS4='}}\n"
-    "    print('[rank 0] ##distrain ' + json.dumps(end), flush=True)\n"
+    "    print('[rank 0] ##distrain ' + signed(end), flush=True)\n"
 )
 
 
@@ -156,7 +166,7 @@ def create_printing_trainjob(emulator: Emulator, name: str, relay: bool) -> None
     code = RELAYING_PRINTER.format(steps=STEPS, nodes=NODES, relay=relay)
     job["spec"]["trainer"]["command"] = ["python", "-c", code]
     api = emulator.api_client()
-    k8s.CoreV1Api(api).create_namespaced_config_map("default", payload_obj)
+    k8s.CoreV1Api(api).create_namespaced_secret("default", payload_obj)
     k8s.CustomObjectsApi(api).create_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", job
     )

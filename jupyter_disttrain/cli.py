@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .backends.base import BackendError
-from .options import add_job_options
+from .options import add_job_options, count, seconds
 from .payload import CaptureError
 from .progress import LiveView, format_job_table, format_runtime_table
 from .remote import JobFailed, JobStopped
@@ -44,12 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("runtimes", help="list the training runtimes of the configured clusters")
     logs = sub.add_parser("logs", help="print a job's logs")
     logs.add_argument("name")
-    logs.add_argument("--rank", type=int, default=None)
-    logs.add_argument("--tail", type=int, default=None)
+    logs.add_argument("--rank", type=count, default=None)
+    logs.add_argument("--tail", type=count, default=None)
     logs.add_argument("--backend", default=None, help="where the job runs")
     where = sub.add_parser("where", help="print where a job's ranks are (their stacks)")
     where.add_argument("name")
-    where.add_argument("--timeout", type=float, default=None)
+    where.add_argument("--timeout", type=seconds, default=None)
     where.add_argument("--backend", default=None, help="where the job runs")
     stop = sub.add_parser("stop", help="stop a job")
     stop.add_argument("name")

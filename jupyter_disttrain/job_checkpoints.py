@@ -3,7 +3,9 @@
 The one place that knows where a job's checkpoints are: the job's
 ``--checkpoint-dir``, else the directory its ranks reported saving into,
 else the backend's own default (backends that keep checkpoints on a path
-this machine can read declare ``checkpoints_on_path``).
+this machine can read declare ``checkpoints_on_path``). For a job listed
+from another process only what its backend recorded counts (see
+:func:`record_checkpoint_dir`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Mapping
 
 from .backends.base import Backend, JobRecord
 from .backends.registry import backend_class, names
-from .checkpoints import CheckpointStore, reported_dir
+from .checkpoints import CheckpointStore
 from .job import Job
 from .runtime import checkpoint_format as fmt
 from .runtime.checkpoint import find_checkpoint
@@ -29,15 +31,19 @@ def checkpoint_uri(job: Job) -> str:
     return job.checkpoint_dir()
 
 
-def record_checkpoint_dir(record: JobRecord, backend: Backend, reported: list[str]) -> str | None:
-    """Where a listed job's checkpoints are (reported, else an existing default); or None."""
-    found = reported_dir(reported)
-    if found is not None:
-        return found
-    if backend.capabilities.checkpoints_on_path:
-        path = backend.checkpoint_dir(record)
-        return path if path is not None and os.path.isdir(path) else None
-    return None
+def record_checkpoint_dir(record: JobRecord, backend: Backend) -> str | None:
+    """Where a listed job's checkpoints are, as its backend recorded at submission; or None.
+
+    Never a location a log line names (reported checkpoints are printed text):
+    a backend whose checkpoints are on a path this machine reads gives the
+    job's ``--checkpoint-dir`` or its default directory, when it exists.
+    """
+    if not backend.capabilities.checkpoints_on_path:
+        return None
+    path = backend.checkpoint_dir(record)
+    if path is None:
+        return None
+    return path if "://" in path or os.path.isdir(path) else None
 
 
 def store_for(target: str | None, jobs: Mapping[str, Job]) -> tuple[CheckpointStore, Job | None]:

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,16 +134,81 @@ def rank_logs(directory: Path) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
-def tail_lines(path: Path, n: int | None, skip_prefix: str | None = None) -> list[str]:
+#: Bytes read at a time when a file is read from its end.
+TAIL_BLOCK = 64 * 1024
+#: Longest line a tail returns, in bytes; a longer one is cut, with a note of how much.
+MAX_LINE_BYTES = 16 * 1024
+#: Most bytes a tail scans back from the end (lines left out do not make it read on forever).
+MAX_SCAN_BYTES = 64 * 1024 * 1024
+
+
+def tail_lines(path: Path, n: int | None, skip: Callable[[str], bool] | None = None) -> list[str]:
     """The last ``n`` lines of a text file (all when ``n`` is None).
 
-    Lines containing ``skip_prefix`` (the line protocol's marker) are left out.
+    Lines for which ``skip`` is true (the job's control lines) are left out.
+    With ``n`` given the file is read from its end, block by block, and each
+    line is cut at :data:`MAX_LINE_BYTES`, and at most :data:`MAX_SCAN_BYTES`
+    are scanned: memory and time stay bounded whatever the file's size.
     """
+    if n is not None and n <= 0:
+        return []
     try:
-        with open(path, errors="replace") as fh:
-            lines = fh.read().splitlines()
+        with open(path, "rb") as fh:
+            if n is None:
+                text = fh.read().decode(errors="replace")
+                lines = text.splitlines()
+                return [line for line in lines if skip is None or not skip(line)]
+            return _last_lines(fh, n, skip)
     except OSError:
         return []
-    if skip_prefix:
-        lines = [line for line in lines if skip_prefix not in line]
-    return lines if n is None else lines[-n:] if n > 0 else []
+
+
+def _last_lines(fh: Any, n: int, skip: Callable[[str], bool] | None) -> list[str]:
+    """The last ``n`` lines of binary file ``fh`` that ``skip`` keeps, read backwards."""
+    end = fh.seek(0, os.SEEK_END)
+    if not end:
+        return []
+    if _read_at(fh, end - 1, 1) == b"\n":
+        end -= 1  # a final newline ends the last line; it starts none
+    out: list[str] = []
+    pos = end  # lines end at ``end``; bytes before ``pos`` are not scanned yet
+    stop = max(0, end - MAX_SCAN_BYTES) if end else -1  # an empty last line: read once
+    while len(out) < n and pos > stop:
+        start = max(0, stop, pos - TAIL_BLOCK)
+        block = _read_at(fh, start, pos - start)
+        cut = len(block)
+        while len(out) < n:
+            newline = block.rfind(b"\n", 0, cut)
+            if newline < 0:
+                break
+            _add_line(fh, start + newline + 1, end, n, skip, out)
+            end = start + newline
+            cut = newline
+        pos = start
+        if pos == 0:
+            if len(out) < n:
+                _add_line(fh, 0, end, n, skip, out)
+            break
+    out.reverse()
+    return out
+
+
+def _add_line(
+    fh: Any, start: int, end: int, n: int, skip: Callable[[str], bool] | None, out: list[str]
+) -> None:
+    """Append the line ``[start, end)`` of ``fh`` (split as ``str.splitlines``), last part first."""
+    raw = _read_at(fh, start, min(end - start, MAX_LINE_BYTES))
+    text = raw.decode(errors="replace")
+    if end - start > MAX_LINE_BYTES:
+        text += f" [... {end - start - MAX_LINE_BYTES} more bytes of this line cut]"
+    for part in reversed(text.splitlines() or [""]):
+        if len(out) >= n:
+            return
+        if skip is None or not skip(part):
+            out.append(part)
+
+
+def _read_at(fh: Any, offset: int, size: int) -> bytes:
+    fh.seek(offset)
+    data: bytes = fh.read(size)
+    return data

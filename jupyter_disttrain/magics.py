@@ -9,7 +9,9 @@ problem and the fix.
 
 from __future__ import annotations
 
+import math
 import os
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -21,12 +23,29 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 from .backends.base import BackendError
 from .job import Job
 from .job_checkpoints import store_for
-from .options import JOB_OPTIONS
+from .options import JOB_OPTIONS, seconds
 from .payload import CaptureError
 from .progress import LiveView, format_job_table, format_runtime_table
 from .service import JobService, backend_names, default_service
 from .sessions import SessionError, SessionLost, format_sessions
-from .spec import FRAMEWORKS, SpecError
+from .spec import FRAMEWORKS, MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError
+
+#: Largest ``max_capture_mb``: 64 GiB of captured values.
+MAX_CAPTURE_MB = 64.0 * 1024
+
+
+def parse_line(magic: Callable[..., Any], line: str) -> Any:
+    """A magic's options parsed as a shell reads them: quotes group words and are removed.
+
+    ``--checkpoint-dir ""`` is an empty value (refused by the spec), not two quote marks.
+    """
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(
+            f"cannot read the options ({exc}): close the quote, or escape it with a backslash"
+        ) from None
+    return magic.parser.parse_args(argv)  # type: ignore[attr-defined]
 
 
 def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -43,21 +62,27 @@ class DistrainMagics(Magics):
     config file, or ``%distrain_config nodes=2`` in the notebook).
     """
 
-    nodes = Int(1, help="Default --nodes.").tag(config=True)
-    nproc = Int(1, help="Default --nproc.").tag(config=True)
+    nodes = Int(1, min=1, max=MAX_NODES, help="Default --nodes.").tag(config=True)
+    nproc = Int(1, min=1, max=MAX_NPROC, help="Default --nproc.").tag(config=True)
     backend = Enum(
         list(backend_names()), default_value=backend_names()[0], help="Default --backend."
     ).tag(config=True)
     framework = Enum(list(FRAMEWORKS), default_value="pytorch", help="Default --framework.").tag(
         config=True
     )
-    timeout = Float(0.0, help="Default --timeout in seconds (0: none).").tag(config=True)
-    hang_after = Float(300.0, help="Default --hang-after in seconds (0: never read a hang).").tag(
-        config=True
-    )
-    max_capture_mb = Float(
-        64.0, help="Largest total size of notebook values a cell may capture, in MB."
+    timeout = Float(
+        0.0, min=0.0, max=MAX_SECONDS, help="Default --timeout in seconds (0: none)."
     ).tag(config=True)
+    hang_after = Float(
+        300.0,
+        min=0.0,
+        max=MAX_SECONDS,
+        help="Default --hang-after in seconds (0: never read a hang).",
+    ).tag(config=True)
+    max_capture_mb = Float(
+        64.0, min=0.0, max=MAX_CAPTURE_MB,
+        help="Largest total size of notebook values a cell may capture, in MB.",
+    ).tag(config=True)  # fmt: skip
     launch_mode = Enum(
         ["fork", "exec"],
         default_value="fork",
@@ -74,8 +99,9 @@ class DistrainMagics(Magics):
     mlflow = Unicode(
         "", help="Default --mlflow tracking URI: every job becomes an MLflow run ('' for none)."
     ).tag(config=True)
-    live = Unicode(
-        "auto",
+    live = Enum(
+        ["auto", "widget", "text", "lines", "none"],
+        default_value="auto",
         help="Live output: 'auto' (dashboard in notebooks, lines in terminals), 'widget', "
         "'text', 'lines' or 'none'.",
     ).tag(config=True)
@@ -115,7 +141,7 @@ class DistrainMagics(Magics):
         Without ``--wait`` the cell returns the Job handle at once. With
         ``--session NAME`` the cell runs on that session's live ranks and blocks.
         """
-        args = magic_arguments.parse_argstring(self.distrain, line)
+        args = parse_line(self.distrain, line)
         if args.session is not None:
             return self._session_cell(args, cell)
         if args.output is not None and not args.output.isidentifier():
@@ -205,7 +231,7 @@ class DistrainMagics(Magics):
     @magic_arguments.argument("session", nargs="?", default=None, help="session name")
     @_job_options
     @magic_arguments.argument(
-        "--idle-timeout", type=float, default=None, metavar="SECONDS",
+        "--idle-timeout", type=seconds, default=None, metavar="SECONDS",
         help="end the session after this long without a cell (default: never)",
     )  # fmt: skip
     @line_magic
@@ -216,7 +242,7 @@ class DistrainMagics(Magics):
         cells on them with ``%%distrain --session NAME``. Local sessions end
         with the kernel.
         """
-        args = magic_arguments.parse_argstring(self.distrain_session, line)
+        args = parse_line(self.distrain_session, line)
         service = self.service
         if args.action == "list":
             if args.session:
@@ -284,7 +310,7 @@ class DistrainMagics(Magics):
     @line_magic
     def distrain_logs(self, line: str) -> None:
         """Print what a job's ranks printed."""
-        args = magic_arguments.parse_argstring(self.distrain_logs, line)
+        args = parse_line(self.distrain_logs, line)
         if args.tail is not None and args.tail < 0:
             raise UsageError(f"--tail must be 0 or more, got {args.tail}")
         try:
@@ -295,13 +321,13 @@ class DistrainMagics(Magics):
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("name", help="job name")
     @magic_arguments.argument(
-        "--timeout", type=float, default=None,
+        "--timeout", type=seconds, default=None,
         help="seconds to wait for the ranks' stacks (default 10; 90 for pods)",
     )  # fmt: skip
     @line_magic
     def distrain_where(self, line: str) -> None:
         """Print where a job's ranks are: their stacks, grouped, the odd ranks named."""
-        args = magic_arguments.parse_argstring(self.distrain_where, line)
+        args = parse_line(self.distrain_where, line)
         if args.timeout is not None and not args.timeout > 0:
             raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
         try:
@@ -314,7 +340,7 @@ class DistrainMagics(Magics):
     @line_magic
     def distrain_stop(self, line: str) -> None:
         """Stop a job; every process of it ends."""
-        args = magic_arguments.parse_argstring(self.distrain_stop, line)
+        args = parse_line(self.distrain_stop, line)
         try:
             print(f"{args.name}: {self.service.stop(args.name)}")
         except BackendError as exc:
@@ -343,7 +369,7 @@ class DistrainMagics(Magics):
     @line_magic
     def distrain_attach(self, line: str) -> Any:
         """Re-attach to a job (e.g. after a kernel restart): rebuild its view from the start."""
-        args = magic_arguments.parse_argstring(self.distrain_attach, line)
+        args = parse_line(self.distrain_attach, line)
         if args.output is not None and not args.output.isidentifier():
             raise UsageError(f"-o {args.output!r} is not a valid Python variable name")
         view = LiveView(self._live_mode())
@@ -361,11 +387,15 @@ class DistrainMagics(Magics):
     @line_magic
     def distrain_config(self, line: str) -> None:
         """Show defaults, or set them: ``%distrain_config nodes=2 nproc=2``."""
-        items = line.split()
+        try:
+            items = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%distrain_config: cannot read {line!r} ({exc})") from None
         if not items:
             for key in self.CONFIG_KEYS:
                 print(f"{key} = {getattr(self, key)!r}")
             return
+        changes: dict[str, Any] = {}
         for item in items:
             key, sep, value = item.partition("=")
             if not sep or key not in self.CONFIG_KEYS:
@@ -373,15 +403,34 @@ class DistrainMagics(Magics):
                     f"%distrain_config expects KEY=VALUE with KEY one of "
                     f"{', '.join(self.CONFIG_KEYS)}; got {item!r}"
                 )
-            trait = self.traits()[key]
-            try:
-                converted = trait.from_string(value)
-                setattr(self, key, converted)
-            except Exception as exc:
+            changes[key] = self._config_value(key, value)
+        for key, converted in changes.items():  # all or nothing
+            setattr(self, key, converted)
+        print(", ".join(f"{k}={getattr(self, k)!r}" for k in changes))
+
+    def _config_value(self, key: str, value: str) -> Any:
+        """``value`` converted and checked for trait ``key``; UsageError naming the range."""
+        trait: Any = self.traits()[key]
+        try:
+            converted = trait.from_string(value)
+        except Exception as exc:
+            raise UsageError(f"%distrain_config {key}: {value!r} is not valid ({exc})") from None
+        low, high = getattr(trait, "min", None), getattr(trait, "max", None)
+        if isinstance(converted, float) and not math.isfinite(converted):
+            raise UsageError(
+                f"%distrain_config {key}={value}: give a finite number between {low:g} and {high:g}"
+            )
+        if isinstance(converted, int | float) and not isinstance(converted, bool):
+            if (low is not None and converted < low) or (high is not None and converted > high):
                 raise UsageError(
-                    f"%distrain_config {key}: {value!r} is not valid ({exc})"
-                ) from None
-        print(", ".join(f"{k}={getattr(self, k)!r}" for k in (i.split("=")[0] for i in items)))
+                    f"%distrain_config {key}={value} is out of range; give {low:g} to {high:g}, "
+                    f"e.g. {key}={trait.default_value!r}"
+                )
+        try:
+            trait.validate(self, converted)
+        except Exception as exc:
+            raise UsageError(f"%distrain_config {key}: {value!r} is not valid ({exc})") from None
+        return converted
 
     @line_magic
     def distrain_checkpoints(self, line: str) -> Any:

@@ -10,14 +10,58 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
+import math
 import secrets
 from typing import Any
 
 from .backends.base import BackendOption
 from .backends.registry import backend_class, names
-from .spec import DIST_BACKENDS, FRAMEWORKS, JobSpec, SpecError, parse_env, validate
+from .spec import (
+    DIST_BACKENDS,
+    FRAMEWORKS,
+    MAX_SECONDS,
+    JobSpec,
+    SpecError,
+    parse_env,
+    validate,
+)
 
 Option = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds, at most :data:`~.spec.MAX_SECONDS`.
+
+    Negative values pass: the option's own check says what it accepts.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds (e.g. 600)"
+        ) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a finite number of seconds; give a number such as 3600, or leave "
+            "the option out"
+        )
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text} seconds is more than a year; give at most {MAX_SECONDS:.0f}"
+        )
+    return value
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
+    return value
+
 
 #: Defaults of ``None`` are filled from configuration (see :func:`spec_from_args`).
 JOB_OPTIONS: list[Option] = [
@@ -31,7 +75,7 @@ JOB_OPTIONS: list[Option] = [
                    "help": "job name (lowercase, digits, '-'); default generated"}),
     (("--env",), {"action": "append", "default": [], "metavar": "K=V",
                   "help": "environment variable for every worker (repeatable)"}),
-    (("--timeout",), {"type": float, "default": None, "metavar": "SECONDS",
+    (("--timeout",), {"type": seconds, "default": None, "metavar": "SECONDS",
                       "help": "stop the job if it runs longer than this"}),
     (("--framework",), {"default": None, "metavar": "NAME",
                         "help": f"{' or '.join(FRAMEWORKS)}; default pytorch"}),
@@ -43,11 +87,11 @@ JOB_OPTIONS: list[Option] = [
     (("--checkpoint-dir",), {"default": None, "metavar": "URI",
                              "help": "where save_checkpoint() writes: a path or fsspec URL "
                              "(s3://...); local default: the job directory"}),
-    (("--grace-period",), {"type": float, "default": None, "metavar": "SECONDS",
+    (("--grace-period",), {"type": seconds, "default": None, "metavar": "SECONDS",
                            "help": "after SIGTERM (preemption), save a last checkpoint within "
                            "this time, then exit for a restart (default 30; pods' "
                            "terminationGracePeriodSeconds)"}),
-    (("--hang-after",), {"type": float, "default": None, "metavar": "SECONDS",
+    (("--hang-after",), {"type": seconds, "default": None, "metavar": "SECONDS",
                          "help": "when no rank wrote anything for this long, take every "
                          "rank's stacks and say which ranks hold the others up (default 300; "
                          "0: never)"}),

@@ -113,12 +113,20 @@ class LiveView:
         while True:
             self._dirty.wait()
             self._dirty.clear()
-            self._refresh()
+            self._safe_refresh()
             if self._closed.is_set() or (self.job is not None and self.job.done):
                 time.sleep(interval)  # let the last events of a finished job arrive
-                self._refresh()
+                self._safe_refresh()
                 return
             time.sleep(interval)
+
+    def _safe_refresh(self) -> None:
+        """:meth:`_refresh`; a failure is reported once per refresh and the view goes on."""
+        try:
+            self._refresh()
+        except Exception as exc:  # the view must outlive anything a job's lines contain
+            print(f"distrain: cannot show an update ({type(exc).__name__}: {exc})",
+                  file=sys.stderr, flush=True)  # fmt: skip
 
     def _refresh(self) -> None:
         if self.mode == "text" and self._handle is not None:
@@ -127,7 +135,7 @@ class LiveView:
             with self._lock:
                 pending, self._pending = self._pending, []
             why = self.job.reason if self.job is not None else None
-            out = [line for e in pending if (line := format_event(e, why)) is not None]
+            out = [line for e in pending if (line := _format_safely(e, why)) is not None]
             out.extend(self._progress_line(pending))
             if out:
                 sys.stdout.write("\n".join(out) + "\n")
@@ -147,11 +155,29 @@ class LiveView:
         return [f"progress: {progress_text(p)}"]
 
 
+def _format_safely(event: ev.Event, reason: str | None = None) -> str | None:
+    try:
+        return format_event(event, reason)
+    except Exception as exc:
+        return f"[rank {event.rank}] ({event.kind} line not shown: {type(exc).__name__}: {exc})"
+
+
+def _number(value: object) -> str:
+    """A metric value as printed: numbers to 4 significant digits, anything else as given."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:.4g}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def format_event(event: ev.Event, reason: str | None = None) -> str | None:
     """One printed line for an event in ``lines`` mode, or None to skip it.
 
     ``reason``: the job's own reading of why it ended (:attr:`Job.reason`), which a
     terminal ``job`` event shows instead of the backend's message.
+
+    Never raises for an event's field values (a metric that is not a number is
+    printed as it came).
     """
     if event.kind == "log":
         source = event.get("source")
@@ -160,10 +186,12 @@ def format_event(event: ev.Event, reason: str | None = None) -> str | None:
             return text if text.startswith("warning: ") else None
         return f"[rank {event.rank}] {event.get('text')}"
     if event.kind == "metric":
-        step = int(event.get("step", 0))
-        if event.rank != 0 or step % LINES_METRIC_EVERY:
+        step = event.get("step", 0)
+        if event.rank != 0 or (isinstance(step, int) and step % LINES_METRIC_EVERY):
             return None
-        values = " ".join(f"{k}={v:.4g}" for k, v in dict(event.get("values", {})).items())
+        given = event.get("values", {})
+        items = given.items() if isinstance(given, dict) else [("values", given)]
+        values = " ".join(f"{k}={_number(v)}" for k, v in items)
         return f"[rank 0] step {step}: {values}"
     if event.kind == "job":
         message = event.get("message")

@@ -8,6 +8,7 @@ that names the problem and the fix.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -24,6 +25,8 @@ NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_NODES = 1024
 MAX_NPROC = 256
+#: Longest time option (--timeout, --grace-period, --hang-after): a year, in seconds.
+MAX_SECONDS = 366 * 24 * 3600.0
 
 
 class SpecError(ValueError):
@@ -87,18 +90,21 @@ def parse_env(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]
         key, sep, value = item.partition("=")
         if not sep:
             raise SpecError(f"--env {item!r} has no '='; write it as KEY=VALUE, e.g. --env LR=0.1")
-        if not ENV_KEY_RE.match(key):
+        if not ENV_KEY_RE.fullmatch(key):
             raise SpecError(
                 f"--env key {key!r} is not a valid environment variable name; "
                 "use letters, digits and underscores, not starting with a digit"
             )
+        if "\0" in value:
+            raise SpecError(f"--env {key}: the value contains a NUL character, which no "
+                            "environment variable can hold; remove it")  # fmt: skip
         out.append((key, value))
     return tuple(out)
 
 
 def validate(spec: JobSpec) -> JobSpec:
     """Return ``spec`` unchanged if it can run; raise :class:`SpecError` otherwise."""
-    if not NAME_RE.match(spec.name):
+    if not isinstance(spec.name, str) or not NAME_RE.fullmatch(spec.name):
         raise SpecError(
             f"job name {spec.name!r} is not allowed; use 1-40 lowercase letters, digits "
             "and '-', starting with a letter and not ending with '-' (e.g. --name mnist-ddp)"
@@ -118,6 +124,9 @@ def validate(spec: JobSpec) -> JobSpec:
             f"unknown --dist-backend {spec.dist_backend!r}; choose one of: "
             f"{', '.join(DIST_BACKENDS)}"
         )
+    _check_seconds("--timeout", spec.timeout, "leave --timeout out for no limit")
+    _check_seconds("--grace-period", spec.grace_period, "leave it out for the default (30)")
+    _check_seconds("--hang-after", spec.hang_after, "0 turns the hang watch off")
     if spec.timeout is not None and not spec.timeout > 0:
         raise SpecError(f"--timeout must be a positive number of seconds, got {spec.timeout}")
     if spec.grace_period is not None and not spec.grace_period >= 1:
@@ -136,15 +145,30 @@ def validate(spec: JobSpec) -> JobSpec:
     _check_tracking_options(spec)
     if spec.framework == "tensorflow":
         _check_tensorflow(spec)
-    for key, _ in spec.env:
-        if not ENV_KEY_RE.match(key):
+    for key, value in spec.env:
+        if not ENV_KEY_RE.fullmatch(key):
             raise SpecError(f"environment variable name {key!r} is not valid")
+        if "\0" in value:
+            raise SpecError(f"--env {key}: the value contains a NUL character; remove it")
         if key in RESERVED_ENV:
             raise SpecError(
                 f"--env {key}=... would override a variable the launcher sets for each "
                 f"worker ({key}); remove it and read the value the launcher provides"
             )
     return spec
+
+
+def _check_seconds(flag: str, value: float | None, fix: str) -> None:
+    """A time option is a finite number of seconds, at most :data:`MAX_SECONDS`."""
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise SpecError(f"{flag} must be a finite number of seconds, got {value}; {fix}")
+    if value > MAX_SECONDS:
+        raise SpecError(
+            f"{flag} {value:g} is more than a year ({MAX_SECONDS:.0f} seconds); give at most "
+            f"that, or {fix}"
+        )
 
 
 def _check_tensorflow(spec: JobSpec) -> None:
@@ -182,6 +206,13 @@ def _check_checkpoint_options(spec: JobSpec) -> None:
     """``--checkpoint-dir`` and ``--resume latest|STEP|URI``, as far as text can tell."""
     if spec.checkpoint_dir is not None and not spec.checkpoint_dir.strip():
         raise SpecError("--checkpoint-dir is empty; give a path or a URL such as s3://bucket/run")
+    for flag, text in (("--checkpoint-dir", spec.checkpoint_dir), ("--resume", spec.resume),
+                       ("--tensorboard", spec.tensorboard)):  # fmt: skip
+        if text is not None and any(ord(c) < 32 for c in text):
+            raise SpecError(
+                f"{flag} {text!r} contains a control character (a newline?); give the path "
+                "or URL without it"
+            )
     if spec.resume is None:
         return
     resume = spec.resume.strip()

@@ -74,6 +74,50 @@ def test_bad_input_exits_2_with_a_message(tmp_path: Path) -> None:
     assert unknown.returncode == 1 and "no local job named" in unknown.stderr
 
 
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--timeout", "inf"], "argument --timeout: 'inf' is not a finite number of seconds"),
+        (["--timeout", "1e400"], "argument --timeout: '1e400' is not a finite number of seconds"),
+        (["--grace-period", "nan"], "argument --grace-period: 'nan' is not a finite number"),
+        (["--name", "job\n"], r"disttrain: job name 'job\n' is not allowed"),
+        (["--env", "K\n=1"], r"disttrain: --env key 'K\n' is not a valid environment variable"),
+        (["--checkpoint-dir", ""], "disttrain: --checkpoint-dir is empty; give a path or a URL"),
+    ],
+)
+def test_bad_job_options_exit_2_naming_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    from jupyter_disttrain import cli
+
+    script = tmp_path / "t.py"
+    script.write_text("1\n")
+    try:
+        code = cli.main(["run", str(script), *argv, "--dry-run"])
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2 and needle in err and not out, (out, err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["logs", "x", "--tail", "-1"], "argument --tail: -1 is negative; give 0 or more"),
+        (["logs", "x", "--rank", "one"], "argument --rank: 'one' is not a whole number"),
+        (["where", "x", "--timeout", "inf"], "argument --timeout: 'inf' is not a finite number"),
+    ],
+)
+def test_bad_command_options_are_argparse_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    from jupyter_disttrain import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2 and needle in capsys.readouterr().err
+
+
 def test_nccl_summary_json() -> None:
     log = SHARED / "nccl-logs" / "08-shm-dev-shm-extend-failed.log"
     out = disttrain("nccl", str(log), "--json")
@@ -84,3 +128,35 @@ def test_nccl_summary_json() -> None:
     assert summary["failure"] == "shm" and "/dev/shm" in summary["diagnosis"]
     text = disttrain("nccl", str(log))
     assert "shm" in text.stdout
+
+
+@pytest.mark.slow
+def test_a_metric_that_is_not_a_number_does_not_stop_the_output(tmp_path: Path) -> None:
+    script = tmp_path / "odd.py"
+    script.write_text(
+        "import json\n"
+        "line = {'v': 1, 'kind': 'metric', 'rank': 0, 't': 1.0, 'step': 0,\n"
+        "        'values': {'acc': 'high'}}\n"
+        "print('##distrain ' + json.dumps(line), flush=True)\n"
+        "report(step=10, loss=0.25)\n"
+        "print('after the odd line')\n"
+    )
+    done = disttrain("run", str(script), "--name", "cli-odd-metric", "--launch", "exec")
+    assert done.returncode == 0, done.stderr
+    assert "[rank 0] after the odd line" in done.stdout
+    assert "[rank 0] step 10: loss=0.25" in done.stdout
+    assert "job Succeeded" in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_sys_exit_in_a_script_is_its_status(tmp_path: Path) -> None:
+    script = tmp_path / "leave.py"
+    script.write_text("import sys\nprint('before')\nsys.exit(0)\nprint('after')\n")
+    done = disttrain("run", str(script), "--name", "cli-exit-zero", "--launch", "exec")
+    assert done.returncode == 0, done.stderr
+    assert "[rank 0] before" in done.stdout and "after" not in done.stdout
+    assert "job Succeeded" in done.stdout
+    script.write_text("import sys\nsys.exit('the data set is empty')\n")
+    failed = disttrain("run", str(script), "--name", "cli-exit-msg", "--launch", "exec")
+    assert failed.returncode == 1, failed.stdout
+    assert "SystemExit: the data set is empty" in failed.stderr, failed.stderr

@@ -35,7 +35,7 @@ BAD_LINES = [
     ("--env 9X=1", "not a valid environment variable name"),
     ("--env RANK=2", "override a variable the launcher sets"),
     ("--timeout -5", "--timeout must be a positive"),
-    ("--timeout soon", "invalid float value"),
+    ("--timeout soon", "'soon' is not a number of seconds"),
     ("--dist-backend mpi", "unknown --dist-backend 'mpi'"),
     ("--max-restarts -1", "--max-restarts must be at least 0"),
     ("-o not-a-name", "not a valid Python variable name"),
@@ -93,6 +93,67 @@ def test_oversized_capture_is_refused(shell: InteractiveShell) -> None:
 def test_bad_line_magics(shell: InteractiveShell, magic: str, line: str, needle: str) -> None:
     with pytest.raises(UsageError, match=needle):
         shell.run_line_magic(magic, line)
+
+
+BAD_INPUT = [
+    ("--timeout inf", "argument --timeout: 'inf' is not a finite number of seconds"),
+    ("--timeout 1e400", "argument --timeout: '1e400' is not a finite number of seconds"),
+    ("--hang-after inf", "argument --hang-after: 'inf' is not a finite number"),
+    ('--checkpoint-dir ""', "--checkpoint-dir is empty; give a path or a URL"),
+    ("--checkpoint-dir ''", "--checkpoint-dir is empty; give a path or a URL"),
+    ("--name 'job\n'", r"job name 'job\\n' is not allowed"),
+    ("--env 'K\n=1'", r"--env key 'K\\n' is not a valid environment variable name"),
+    ('--name "unclosed', "cannot read the options .*close the quote"),
+]
+
+
+@pytest.mark.parametrize(("line", "needle"), BAD_INPUT)
+def test_bad_input_is_a_usage_error_naming_the_fix(
+    shell: InteractiveShell, line: str, needle: str
+) -> None:
+    with pytest.raises(UsageError, match=needle):
+        cell(shell, line + " --dry-run")
+
+
+def test_quotes_group_words_and_are_removed(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cell(shell, "--name quoted --env \"MSG=two words\" --checkpoint-dir '/tmp/a b' --dry-run")
+    out = capsys.readouterr().out
+    assert "MSG='two words'" in out and "DISTRAIN_CHECKPOINT_DIR='/tmp/a b'" in out, out
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("nodes=-3", r"nodes=-3 is out of range; give 1 to 1024, e.g. nodes=1"),
+        ("nproc=0", r"nproc=0 is out of range; give 1 to 256"),
+        ("max_capture_mb=inf", "max_capture_mb=inf: give a finite number between 0 and 65536"),
+        ("max_capture_mb=-1", "max_capture_mb=-1 is out of range"),
+        ("timeout=inf", "timeout=inf: give a finite number"),
+        ("hang_after=nan", "hang_after=nan: give a finite number"),
+        ("nodes=2 nproc=-1", "nproc=-1 is out of range"),
+        ("live=sideways", "live: 'sideways' is not valid"),
+    ],
+)
+def test_config_refuses_values_out_of_range(
+    shell: InteractiveShell, line: str, needle: str
+) -> None:
+    magics = shell.magics_manager.registry["DistrainMagics"]
+    with pytest.raises(UsageError, match=needle):
+        shell.run_line_magic("distrain_config", line)
+    assert (magics.nodes, magics.nproc, magics.max_capture_mb) == (1, 1, 64.0)  # all or nothing
+
+
+def test_config_values_are_read_as_a_shell_does(shell: InteractiveShell) -> None:
+    magics = shell.magics_manager.registry["DistrainMagics"]
+    shell.run_line_magic("distrain_config", "tensorboard='/tmp/my runs'")
+    try:
+        assert magics.tensorboard == "/tmp/my runs"
+        shell.run_line_magic("distrain_config", 'tensorboard=""')
+        assert magics.tensorboard == ""  # empty: the default place, not a folder named ""
+    finally:
+        shell.run_line_magic("distrain_config", "tensorboard=")
 
 
 def test_dry_run_prints_plan(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:

@@ -65,3 +65,19 @@ def test_an_option_with_an_optional_value_takes_one_or_none() -> None:
     data = parse("--backend", "kubernetes", "--data", "s3://b/x:/d", "--data", "gs://c/y:/e")
     assert [v for k, v in spec_from_args(data).options if k == "data"] == [
         "s3://b/x:/d", "gs://c/y:/e"]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", ["inf", "1e400", "-inf", "nan"])
+def test_time_options_must_be_finite(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--timeout", "--grace-period", "--hang-after"):
+        with pytest.raises(SystemExit):
+            parse(f"{flag}={text}")
+        err = capsys.readouterr().err
+        assert f"argument {flag}: {text!r} is not a finite number of seconds" in err, err
+
+
+def test_time_options_are_at_most_a_year(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--timeout", "1e9")
+    assert "1e9 seconds is more than a year; give at most 31622400" in capsys.readouterr().err
+    assert spec_from_args(parse("--timeout", "3600")).timeout == 3600.0

@@ -29,3 +29,30 @@ def test_lines_mode_prints_progress_each_tenth(capsys: pytest.CaptureFixture[str
     assert printed and printed[-1] == "progress: 25 of 25 steps (100%), done", out
     assert len(printed) <= 11, out  # at most once per tenth, however many lines arrive
     assert all(line.startswith(("job ", "progress: ")) for line in out), out  # no samples
+
+
+def test_lines_mode_survives_metrics_that_are_not_numbers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    job = Job(JobSpec("odd-metrics", nodes=1, nproc=1), LocalBackend())
+    view = LiveView("lines")
+    job.add_listener(view.on_event)
+    view.attach(job)
+    job.feed(ev.job_event("Running", t=T0))
+    odd: list[dict[str, object]] = [
+        {"step": 0, "values": {"acc": "high", "loss": 0.5}},
+        {"step": "ten", "values": {"loss": None}},
+        {"step": 20, "values": [1, 2]},
+        {"step": 30, "values": {"nested": {"a": 1}, "flag": True}},
+    ]
+    for fields in odd:
+        job.feed(ev.Event("metric", 0, T0 + 1, fields))
+    job.feed(ev.Event("log", 0, T0 + 2, {"text": "still printing"}))
+    job.feed(ev.job_event("Succeeded", t=T0 + 3))
+    view.close()
+    out = capsys.readouterr().out.splitlines()
+    assert "[rank 0] step 0: acc='high' loss=0.5" in out, out
+    assert "[rank 0] step ten: loss=None" in out, out
+    assert "[rank 0] step 20: values=[1, 2]" in out, out
+    assert "[rank 0] step 30: nested={'a': 1} flag=True" in out, out
+    assert "[rank 0] still printing" in out and out[-1] == "job Succeeded", out

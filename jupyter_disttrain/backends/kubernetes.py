@@ -26,7 +26,7 @@ from .. import events as ev
 from ..payload import Payload
 from ..runtime import jobkey, rankprefix
 from ..runtime.hangwatch import WHERE_ANNOTATION
-from ..runtime.protocol import PREFIX
+from ..runtime.protocol import PREFIX, signed_body
 from ..spec import JobSpec, SpecError
 from . import k8s_logs
 from . import manifests as mf
@@ -468,7 +468,7 @@ class KubernetesBackend(Backend):
         return sorted(out, key=lambda r: -r.created)
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
-        """Pod logs of the job (one rank's lines, or all with their rank).
+        """Pod logs of the job (one rank's lines, or all with their rank), control lines left out.
 
         A failed job's pods are gone once its logs were kept (see
         :meth:`~.k8s_watch.KubernetesRun`): those are read from its record.
@@ -486,12 +486,14 @@ class KubernetesBackend(Backend):
                 texts[str(pod.metadata.name)] = "\n".join(
                     self.stream_log(conn, pod.metadata.name, container, follow=False)
                 )
+        key = self.job_key(conn, name)
+        signer = jobkey.Signer(key) if key is not None else None
         lines: list[str] = []
         for pod_name in sorted(texts):
             for line in texts[pod_name].splitlines():
                 got, text = rankprefix.split(line)
-                if PREFIX in text:
-                    continue
+                if signer is not None and PREFIX in text and signed_body(text, signer):
+                    continue  # the job's own control line (printed look-alikes stay)
                 if rank is None:
                     lines.append(line if got is not None else f"[{pod_name}] {line}")
                 elif got == rank:

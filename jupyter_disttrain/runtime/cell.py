@@ -31,14 +31,24 @@ def main_module(namespace: dict[str, Any]) -> types.ModuleType:
 
 
 def run_cell(source: str, namespace: dict[str, Any], filename: str = CELL_FILENAME) -> Any:
-    """Execute ``source`` in ``namespace``; return the last expression's value or None."""
+    """Execute ``source`` in ``namespace``; return the last expression's value or None.
+
+    ``sys.exit()``, ``sys.exit(0)`` and ``sys.exit(None)`` end the cell as a
+    success with no value, as they end a script; any other ``SystemExit``
+    (``sys.exit(1)``, ``sys.exit("message")``) propagates as the cell's failure.
+    """
     register_source(source, filename)
     tree = ast.parse(source, filename=filename, mode="exec")
     last: ast.expr | None = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = tree.body[-1].value
         tree.body.pop()
-    exec(compile(tree, filename, "exec"), namespace)
-    if last is None:
-        return None
-    return eval(compile(ast.Expression(last), filename, "eval"), namespace)
+    try:
+        exec(compile(tree, filename, "exec"), namespace)
+        if last is None:
+            return None
+        return eval(compile(ast.Expression(last), filename, "eval"), namespace)
+    except SystemExit as exc:
+        if exc.code is None or exc.code == 0:
+            return None
+        raise

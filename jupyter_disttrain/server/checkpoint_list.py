@@ -1,10 +1,13 @@
 """A job's checkpoint list for the sidebar.
 
-The job's checkpoint directory (the directory of the checkpoints its ranks
-reported, else a local job's default directory) is listed with
+Only the job's own checkpoint directory is read: the one its backend
+recorded when the job was submitted (a local job's ``--checkpoint-dir``, else
+its job directory's ``checkpoints`` folder). It is listed with
 :class:`~jupyter_disttrain.checkpoints.CheckpointStore`, which also says
-whether each one is complete. When there is no such directory or it cannot
-be read, the checkpoints the ranks reported are shown as ``reported``.
+whether each one is complete. The checkpoints the ranks reported are shown
+as ``reported`` when there is no such directory or it cannot be read; a URI
+named in a reported line is displayed, never opened: a log line is printed
+text, and the server fetches nothing a log names.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from .views import CheckpointJSON
 def list_checkpoints(
     record: JobRecord, backend: Backend, reported: list[CheckpointJSON]
 ) -> list[CheckpointJSON]:
-    """The checkpoints of the job's directory by step, else ``reported`` (never raises)."""
+    """The checkpoints of the job's recorded directory by step, else ``reported`` (never raises)."""
     try:
         from ..checkpoints import CheckpointStore
         from ..job_checkpoints import record_checkpoint_dir
 
-        uri = record_checkpoint_dir(record, backend, [c["uri"] for c in reported])
+        uri = record_checkpoint_dir(record, backend)
         if uri is None:
             return reported
         infos = CheckpointStore(uri).list()

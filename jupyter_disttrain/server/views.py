@@ -1,9 +1,11 @@
 """The JSON the lab extension sees. :func:`job_json` is the one place a job object is built.
 
 Every response of ``/disttrain/api/...`` is one of the TypedDicts below;
-``labextension/src/api.ts`` mirrors them. Floats are finite or, for metric
+``labextension/src/types.ts`` mirrors them. Floats are finite or, for metric
 values, the strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (see
-:data:`~jupyter_disttrain.monitor.JSONFloat`), so the JSON is always valid.
+:data:`~jupyter_disttrain.monitor.JSONFloat`); any other non-finite number a
+job's lines brought in becomes ``null`` (:func:`json_safe`), so the JSON is
+always valid.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import PurePosixPath
-from typing import TypedDict
+from typing import Any, TypedDict, TypeVar, cast
 
 from ..backends.base import JobRecord
 from ..events import TERMINAL_STATES
@@ -88,6 +90,8 @@ class JobJSON(TypedDict):
     ``progress`` is rank 0's steps done of a known total with rate and ETA
     (:class:`~jupyter_disttrain.monitor.ProgressRow`), ``None`` without one.
     ``kind`` is ``session`` for a warm worker group (``%distrain_session``), else ``job``.
+    ``error`` says why the job's view could not be built ("" when it was): the
+    job is then shown from its record alone (:func:`record_json`).
     Where the event stream is read, ``state`` is ``Hung`` while a detected hang
     lasts, ``reason`` is the monitor's one line (:attr:`JobMonitor.reason`: for a
     failure its root cause and consequences), ``cause_rank`` the rank that caused
@@ -119,6 +123,7 @@ class JobJSON(TypedDict):
     first_step_s: float | None
     progress: ProgressRow | None
     kind: str
+    error: str
     cause_rank: int | None
     recovered: str
     stalled: bool
@@ -187,35 +192,85 @@ def job_json(
         end = record.ended if record.ended is not None else (None if terminal else now)
         elapsed = max(0.0, end - record.created) if end is not None and record.created else 0.0
         step, rate, metrics = None, None, {}
-    return JobJSON(
-        id=f"{record.backend}/{record.name}",
-        name=record.name,
-        backend=record.backend,
-        state=state,
-        reason=reason,
-        world_size=record.world_size,
-        nodes=record.nodes,
-        nproc=record.nproc,
-        created=record.created,
-        ended=record.ended,
-        elapsed=_finite(elapsed),
-        step=step,
-        steps_per_s=None if rate is None else _finite(rate),
-        metrics=metrics,
-        notebook=notebook_api_path(recorded, root_dir),
-        notebook_file=recorded,
-        can_stop=not terminal,
-        diagnosis=snapshot["diagnosis"] if snapshot is not None else None,
-        detail=_detail(snapshot, checkpoints) if detail else None,
-        phases=snapshot["phases"] if snapshot is not None else [],
-        phase=snapshot["phase"] if snapshot is not None else None,
-        first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
-        progress=_progress(snapshot["progress"]) if snapshot is not None else None,
-        kind=str(record.extra.get("kind") or "job"),
-        cause_rank=snapshot["cause"]["rank"] if snapshot and snapshot["cause"] else None,
-        recovered=snapshot["recovered"] if snapshot is not None else "",
-        stalled=bool(snapshot and snapshot["stalled"]) and not terminal,
+    return json_safe(
+        JobJSON(
+            id=f"{record.backend}/{record.name}",
+            name=record.name,
+            backend=record.backend,
+            state=state,
+            reason=reason,
+            world_size=record.world_size,
+            nodes=record.nodes,
+            nproc=record.nproc,
+            created=record.created,
+            ended=record.ended,
+            elapsed=_finite(elapsed),
+            step=step,
+            steps_per_s=None if rate is None else _finite(rate),
+            metrics=metrics,
+            notebook=notebook_api_path(recorded, root_dir),
+            notebook_file=recorded,
+            can_stop=not terminal,
+            diagnosis=snapshot["diagnosis"] if snapshot is not None else None,
+            detail=_detail(snapshot, checkpoints) if detail else None,
+            phases=snapshot["phases"] if snapshot is not None else [],
+            phase=snapshot["phase"] if snapshot is not None else None,
+            first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
+            progress=_progress(snapshot["progress"]) if snapshot is not None else None,
+            kind=str(record.extra.get("kind") or "job"),
+            error="",
+            cause_rank=snapshot["cause"]["rank"] if snapshot and snapshot["cause"] else None,
+            recovered=snapshot["recovered"] if snapshot is not None else "",
+            stalled=bool(snapshot and snapshot["stalled"]) and not terminal,
+        )
     )
+
+
+def record_json(record: JobRecord, *, now: float, error: str) -> JobJSON:
+    """A job shown from its ``record`` alone, with ``error`` saying why its view is missing.
+
+    Built without computing anything from the record, so it cannot fail itself.
+    """
+
+    def number(value: object) -> float:
+        return value if isinstance(value, float | int) and math.isfinite(value) else 0.0
+
+    def whole(value: object) -> int:
+        return value if isinstance(value, int) else 0
+
+    terminal = record.state in TERMINAL_STATES
+    return json_safe(JobJSON(
+        id=f"{record.backend}/{record.name}", name=str(record.name), backend=str(record.backend),
+        state=str(record.state), reason=str(record.reason), world_size=whole(record.world_size),
+        nodes=whole(record.nodes), nproc=whole(record.nproc), created=number(record.created),
+        ended=None, elapsed=0.0, step=None, steps_per_s=None, metrics={}, notebook=None,
+        notebook_file=str(record.extra.get("notebook") or ""), can_stop=not terminal,
+        diagnosis=None, detail=None, phases=[], phase=None, first_step_s=None, progress=None,
+        kind=str(record.extra.get("kind") or "job"), error=error, cause_rank=None,
+        recovered="", stalled=False,
+    ))  # fmt: skip
+
+
+T = TypeVar("T")
+
+
+def json_safe(value: T) -> T:
+    """``value`` with every non-finite float (NaN, +-inf) replaced by None, recursively.
+
+    Metric values arrive as the strings ``"NaN"``/``"Infinity"`` and stay so; a
+    non-finite number anywhere else (a line's time, a rate) cannot be sent as JSON.
+    """
+    return cast(T, _safe(value))
+
+
+def _safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_safe(v) for v in value]
+    return value
 
 
 def _detail(
@@ -271,9 +326,10 @@ def _detail(
 def notebook_api_path(recorded: str, root_dir: str | None) -> str | None:
     """``recorded`` (absolute, or relative to the server root) as a contents-API path.
 
-    ``None`` when nothing is recorded, or the notebook lies outside ``root_dir``.
+    ``None`` when nothing is recorded, the notebook lies outside ``root_dir``, or the
+    recorded path cannot be a file's (a NUL character).
     """
-    if not recorded:
+    if not recorded or "\0" in recorded:
         return None
     if os.path.isabs(recorded):
         if not root_dir:

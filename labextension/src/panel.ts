@@ -270,6 +270,9 @@ export class JobsPanel extends Widget {
     if (listed.recovered) {
       cell.appendChild(el('div', 'jp-Disttrain-note jp-Disttrain-recovered', listed.recovered));
     }
+    if (listed.error) {
+      cell.appendChild(el('div', 'jp-Disttrain-reason', listed.error));
+    }
     cell.appendChild(this.facts(listed));
     const phases = this.phases(listed);
     if (phases) {

@@ -122,6 +122,8 @@ export interface IJob {
   first_step_s?: number | null;
   /** "session" for a warm worker group (%distrain_session), else "job". */
   kind?: string;
+  /** Why the job's view could not be built ("" when it was); it is shown from its record. */
+  error?: string;
 }
 
 export interface IJobList {

@@ -160,14 +160,14 @@ def test_dry_run_yaml_validates_against_the_crd(cluster: Emulator) -> None:
     import yaml
 
     docs = list(yaml.safe_load_all(str(plan)))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"]
+    assert [d["kind"] for d in docs] == ["Secret", "PyTorchJob"]
     validate_manifest(docs[1])
     assert set(cluster.stats().requests) <= READS  # nothing was created: discovery was asked
 
 
 def test_payload_too_large_is_refused_before_anything_is_created(cluster: Emulator) -> None:
     payload = build_payload("len(BLOB)", {"BLOB": os.urandom(1_200_000)}, job="k8s-big")
-    with pytest.raises(PayloadTooLarge, match=r"over the 1.0 MB .*ConfigMap can hold.*--volume"):
+    with pytest.raises(PayloadTooLarge, match=r"over the 1.0 MB .*Secret can hold.*--volume"):
         submit_now(KubernetesBackend(), k8s_spec("k8s-big"), payload, Collector())
     assert set(cluster.stats().requests) <= READS
 
@@ -289,7 +289,7 @@ def test_render_command_prints_valid_yaml(cluster: Emulator, tmp_path: Path) -> 
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"]
+    assert [d["kind"] for d in docs] == ["Secret", "PyTorchJob"]
     validate_manifest(docs[1])
     assert "hi $USER" not in out.stdout  # the script travels inside the pickled payload only
 

@@ -75,7 +75,7 @@ def test_a_session_is_labelled_and_its_payload_is_a_secret(api: str) -> None:
     assert record_from_object(job, kind).extra["kind"] == "session"
     assert ("kind", "session") in spec_from_object(job, kind).labels
     plain = KubernetesBackend().objects(spec("sess-objects", api), payload)
-    assert plain[0]["kind"] == "ConfigMap"  # a job without a token keeps its ConfigMap
+    assert plain[0]["kind"] == "Secret"  # every payload carries the job key: always a Secret
 
 
 def test_a_label_value_no_label_can_hold_travels_as_an_annotation() -> None:

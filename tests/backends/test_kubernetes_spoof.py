@@ -76,6 +76,8 @@ def test_spoofed_lines_in_followed_pod_logs_change_nothing(
         assert steps == {r: [0, 1, 2] for r in range(4)}, steps  # signed lines through the relay
         logs = "\n".join(line.text for line in job.monitor.log_lines())
         assert "spoofed for rank 2" in logs and '"world_size": 1000000' in logs, logs
+        printed = backend.logs("tj-spoof")  # the job's own control lines left out, not these
+        assert "spoofed for rank 2" in printed and '"kind":"metric"' not in printed, printed
         assert len(job.monitor.snapshot()["ranks"]) == 4
     finally:
         backend.stop("tj-spoof")

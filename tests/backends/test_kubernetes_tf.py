@@ -53,7 +53,7 @@ def test_tfjob_yaml_matches_the_crd() -> None:
     payload = build_payload("strategy.num_replicas_in_sync", {}, job=spec.name,
                             framework="tensorflow")  # fmt: skip
     docs = list(yaml.safe_load_all(str(KubernetesBackend().plan(spec, payload))))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "TFJob"]
+    assert [d["kind"] for d in docs] == ["Secret", "TFJob"]
     job = docs[1]
     validate_manifest(job)
     replicas = job["spec"]["tfReplicaSpecs"]

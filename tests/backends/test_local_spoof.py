@@ -111,8 +111,10 @@ def test_spoofed_lines_change_nothing_run_nothing_fetch_nothing(home: Path, tmp_
         assert len(snap["ranks"]) == 4  # memory for ranks follows the spec
         assert not job.monitor.checkpoints(), job.monitor.checkpoints()
         assert [r["step"] for r in job.metrics()] == [], job.metrics()
+        printed = job.logs()  # the log view: the job's own control lines left out, not these
         for text in ("spoofed failure", '"world_size": 1000000', "Infinity", "probe-dir"):
-            assert text in logs, text  # kept as log text, visible
+            assert text in logs and text in printed, text  # kept as log text, visible
+        assert '"kind": "done"' in printed and '"kind":"hello"' not in printed, printed
         assert any("was not believed" in w for w in snap["warnings"]), snap["warnings"]
         job.checkpoints().list()  # the browser's listing reads the job's own directory only
     finally:

@@ -219,33 +219,82 @@ def test_configured_backends_follow_the_kubeconfig(
     assert [b.name for b in configured_backends()] == ["local", "kubernetes"]
 
 
-def test_checkpoints_come_from_the_job_directory_store(
-    manager: JobManager, monkeypatch: pytest.MonkeyPatch
+def test_checkpoints_come_from_the_recorded_directory(
+    manager: JobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jupyter_disttrain import checkpoints
+    from tests.test_checkpoints import save_steps
 
-    opened: list[str] = []
-
-    class Store:
-        def __init__(self, uri: str) -> None:
-            opened.append(uri)
-
-        def list(self) -> list[SimpleNamespace]:
-            return [
-                SimpleNamespace(step=2, uri="/ckpt/x/step-2", bytes=10, time=5.0, status="ok"),
-                SimpleNamespace(step=4, uri="/ckpt/x/step-4", bytes=0, time=6.0,
-                                status="incomplete"),
-            ]  # fmt: skip
-
-    monkeypatch.setattr(checkpoints, "CheckpointStore", Store)
-    write_job("x", steps=5)
+    default = write_job("x", steps=5) / "checkpoints"  # the job directory's own folder
+    save_steps(default, [2, 4], monkeypatch)
     job = settle(lambda: manager.job("local", "x"), lambda j: j["elapsed"] == 10.0)
-    assert opened[-1] == "/ckpt/x"  # the directory of the reported checkpoint
     assert job["detail"] is not None
-    assert [(c["step"], c["status"]) for c in job["detail"]["checkpoints"]] == [
-        (2, "ok"),
-        (4, "incomplete"),
+    listed = job["detail"]["checkpoints"]
+    assert [(c["step"], c["status"]) for c in listed] == [(2, "ok"), (4, "ok")]
+    assert all(c["uri"].startswith(str(default)) for c in listed)
+
+    chosen = tmp_path / "chosen"  # --checkpoint-dir as recorded when the job was submitted
+    save_steps(chosen, [7], monkeypatch)
+    write_job("y", steps=5, checkpoint_dir=str(chosen))
+    job = settle(lambda: manager.job("local", "y"), lambda j: j["elapsed"] == 10.0)
+    assert job["detail"] is not None
+    assert [(c["step"], c["status"]) for c in job["detail"]["checkpoints"]] == [(7, "ok")]
+
+
+def test_a_checkpoint_directory_a_line_names_is_not_read(
+    manager: JobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_checkpoints import save_steps
+
+    elsewhere = tmp_path / "elsewhere"  # real checkpoints, but not the job's directory
+    save_steps(elsewhere, [1, 2, 3], monkeypatch)
+    write_job("z", steps=5, checkpoint_uri=f"{elsewhere}/step-3")
+    job = settle(lambda: manager.job("local", "z"), lambda j: j["elapsed"] == 10.0)
+    assert job["detail"] is not None
+    assert [(c["step"], c["uri"], c["status"]) for c in job["detail"]["checkpoints"]] == [
+        (4, f"{elsewhere}/step-3", "reported")
     ]
+
+
+class Malformed(Backend):
+    """A backend (e.g. a plugin) listing one record whose fields are not what they should be."""
+
+    name = "plugin"
+
+    def plan(self, spec, payload):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def submit(self, plan, sink):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def attach(self, name, sink):  # type: ignore[no-untyped-def]
+        raise BackendError("not followed")
+
+    def list_jobs(self) -> list[JobRecord]:
+        good = JobRecord("good", "plugin", "Succeeded", 1, 1, 1, time.time() - 5, time.time())
+        bad = JobRecord("bad", "plugin", "Running", 1, 1, 1, "yesterday")  # type: ignore[arg-type]
+        return [good, bad]
+
+    def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
+        return ""
+
+    def stop(self, name: str) -> bool:
+        return False
+
+
+def test_a_job_whose_view_fails_is_listed_with_an_error(job_home: Path) -> None:
+    write_job("local-ok", steps=2)
+    manager = JobManager(lambda: [LocalBackend(), Malformed()])
+    try:
+        listing = manager.list_jobs()
+        json.dumps(listing, allow_nan=False)
+        by_id = {j["id"]: j for j in listing["jobs"]}
+        assert set(by_id) == {"local/local-ok", "plugin/good", "plugin/bad"}
+        assert by_id["plugin/good"]["error"] == "" and by_id["local/local-ok"]["error"] == ""
+        assert by_id["plugin/bad"]["error"].startswith("cannot show this job's progress: TypeError")
+        assert by_id["plugin/bad"]["state"] == "Running" and by_id["plugin/bad"]["created"] == 0.0
+        assert manager.job("plugin", "bad")["error"]  # the detail answers too
+    finally:
+        manager.close()
 
 
 def test_the_kernel_knows_its_notebook(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,6 @@ from typing import Any
 from ... import jobdir
 from ...payload import Payload
 from ...runtime import hangwatch, jobkey
-from ...runtime.protocol import PREFIX
 from ...spec import JobSpec
 from ..base import (
     Backend,
@@ -49,6 +48,7 @@ from .run import (
     _record,
     stop_job,
 )
+from .tailer import control_lines, job_trust
 
 
 class LocalBackend(Backend):
@@ -82,8 +82,12 @@ class LocalBackend(Backend):
             prewarm()
 
     def checkpoint_dir(self, record: JobRecord) -> str | None:
-        """The job directory's ``checkpoints`` folder (where the runtime saves by default)."""
-        return str(jobdir.job_dir(record.name) / "checkpoints")
+        """The job's ``--checkpoint-dir`` as recorded at submission, else its ``checkpoints``."""
+        directory = jobdir.job_dir(record.name)
+        recorded = (jobdir.read_state(directory) or {}).get("checkpoint_dir")
+        return (
+            recorded if isinstance(recorded, str) and recorded else str(directory / "checkpoints")
+        )
 
     def request_stacks(self, name: str) -> str:
         """Raise the counter in the job directory's request file; every rank's watch reads it."""
@@ -193,21 +197,28 @@ class LocalBackend(Backend):
         return out
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
-        """What the job's ranks printed, from its log files (protocol lines left out)."""
+        """What the job's ranks printed, from its log files (its own control lines left out).
+
+        A line that only looks like a control line (not signed with the job's
+        key) is printed text and stays.
+        """
         directory = jobdir.job_dir(name)
         if jobdir.read_state(directory) is None:
             raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
         files = jobdir.rank_logs(directory)
+        state = jobdir.read_state(directory) or {}
+        trust = job_trust(directory, int(state.get("nodes", 1)), int(state.get("nproc", 1)))
+        skip = control_lines(trust)
         if rank is not None:
             if rank not in files:
                 raise JobNotFound(
                     f"job {name!r} has no log for rank {rank}; ranks with logs: "
                     f"{', '.join(map(str, files)) or 'none yet'}"
                 )
-            return "\n".join(jobdir.tail_lines(files[rank], tail, PREFIX))
+            return "\n".join(jobdir.tail_lines(files[rank], tail, skip))
         lines: list[str] = []
         for r, path in files.items():
-            lines.extend(f"[rank {r}] {line}" for line in jobdir.tail_lines(path, tail, PREFIX))
+            lines.extend(f"[rank {r}] {line}" for line in jobdir.tail_lines(path, tail, skip))
         return "\n".join(lines)
 
     def stop(self, name: str) -> bool:

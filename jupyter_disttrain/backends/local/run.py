@@ -102,6 +102,7 @@ class LocalRun(Submission):
                 "launcher_pid": self.launcher.pid if self.launcher else None,
                 "rdzv_endpoint": self.plan.rdzv_endpoint, "timeout": spec.timeout,
                 "notebook": self.notebook, "labels": dict(spec.labels),
+                "checkpoint_dir": spec.checkpoint_dir,
             }  # fmt: skip
         self._state.update(changes)
         if changes.get("state") in ev.TERMINAL_STATES:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ... import events as ev
 from ... import jobdir
 from ...runtime import jobkey
+from ...runtime.protocol import PREFIX, signed_body
 
 
 def job_trust(directory: Path, nodes: int, nproc: int) -> ev.Trust | None:
@@ -17,6 +19,14 @@ def job_trust(directory: Path, nodes: int, nproc: int) -> ev.Trust | None:
     except OSError:
         return None
     return ev.Trust.of(key, nodes, nproc) if len(key) == jobkey.KEY_BYTES else None
+
+
+def control_lines(trust: ev.Trust | None) -> Callable[[str], bool]:
+    """True for a line that is one of the job's own control lines (signed with its key)."""
+    if trust is None:
+        return lambda line: False
+    signer = trust.signer
+    return lambda line: PREFIX in line and signed_body(line, signer) is not None
 
 
 class LogTailer:

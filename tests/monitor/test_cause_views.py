@@ -102,3 +102,17 @@ def write_sidebar_fixture() -> None:
 
 if __name__ == "__main__":
     write_sidebar_fixture()
+
+
+@pytest.mark.parametrize("stream", ["rank1_raises", "stopped", "restart_success"])
+def test_the_launchers_words_are_not_shown_as_the_problem(stream: str) -> None:
+    from jupyter_disttrain.widgets.comms_panel import CommsPanel
+
+    job = failed_job(stream)
+    snap = job.monitor.snapshot()
+    panel = CommsPanel(job.monitor)
+    panel.render(snap)
+    assert job.monitor.comms().failure != "none"  # the lines do report trouble
+    assert "distrain-diagnosis" not in panel.summary_html.value
+    shown = header_html(snap) + format_text(snap)
+    assert "worker process exited" not in shown.lower() and "nrecognised" not in shown

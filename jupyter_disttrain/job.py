@@ -9,6 +9,7 @@ this process's jobs by name.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from . import events as ev
@@ -187,7 +188,8 @@ class Job:
         is asked now, and this waits up to ``timeout`` s (default 10, or 90 where
         workers run in pods: a kubelet passes the request on within its sync
         period) for every rank that is still up; otherwise the newest stacks the
-        job sent (at a hang) are returned. Raises
+        job sent (at a hang) are returned. Its text shows the cell's and the user's
+        own frames with their source lines, the rest folded (``text(library=True)``). Raises
         :class:`~.backends.base.BackendError` when there are none.
         """
         if timeout is None:
@@ -196,7 +198,7 @@ class Job:
             request = self.backend.request_stacks(self.name)
             found = self.monitor.wait_for_stacks(request, timeout)
             if found is not None:
-                return found
+                return self._with_source(found)
             raise BackendError(
                 f"no rank of job {self.name} answered within {timeout:g} s (state "
                 f"{self.status()}); its ranks may not have started yet"
@@ -209,7 +211,11 @@ class Job:
                 if not self.done
                 else f"job {self.name} has ended and sent no stacks"
             )
-        return found
+        return self._with_source(found)
+
+    def _with_source(self, found: Where) -> Where:
+        """``found`` with the cell's source, so its frames show their lines."""
+        return found if self.plan is None else replace(found, cell_source=self.plan.payload.source)
 
     def logs(self, rank: int | None = None, tail: int | None = None) -> str:
         """What the ranks printed (one rank, or all prefixed with their rank)."""

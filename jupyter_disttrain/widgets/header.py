@@ -21,12 +21,12 @@ from collections.abc import Callable
 import ipywidgets as w
 
 from ..events import TERMINAL_STATES
-from ..monitor import ProgressRow, Snapshot, waiting_line
+from ..monitor import ProgressRow, Snapshot, Where, waiting_line
 from ..monitor.phases import phase_text
 from ..monitor.text import progress_text, repeats_cause, staging_lines
 from .text import duration, esc, rate, state_class
 
-__all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html", "progress_html"]
+__all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html", "progress_html", "where_html"]
 
 #: Shown while a ``--wait`` cell blocks the kernel (button clicks wait for the kernel).
 BLOCKING_NOTE = (
@@ -126,14 +126,25 @@ def progress_html(p: ProgressRow | None) -> str:
     )
 
 
+def where_html(where: Where) -> str:
+    """The ranks' stacks: the user's frames with source, every frame behind a fold."""
+    return (
+        f'<pre class="distrain-where-text">{esc(where.text())}</pre>'
+        '<details class="distrain-where-all"><summary>every frame (runtime and libraries)'
+        f"</summary><pre>{esc(where.text(library=True))}</pre></details>"
+    )
+
+
 class HeaderPanel:
     """Header line plus the Stop and Where buttons.
 
     ``stop`` is called once, on the kernel thread, when the button is
     clicked; it must return promptly (``job.stop(wait=False)``). The button
     is disabled without a ``stop`` callable and once the job has ended.
-    ``where`` returns the text of the ranks' stacks (it may take seconds: it
-    runs on a thread of its own); the Where button is hidden without it.
+    ``where`` returns the ranks' stacks (it may take seconds: it runs on a
+    thread of its own): the user's frames are shown, every frame behind a fold
+    (``details.distrain-where-all``); the Where button is hidden without it.
+    Once the job ended, stacks still shown are marked stale (``data-stale``).
     """
 
     def __init__(
@@ -141,7 +152,7 @@ class HeaderPanel:
         stop: Callable[[], object] | None,
         *,
         blocking: bool = False,
-        where: Callable[[], str] | None = None,
+        where: Callable[[], Where] | None = None,
     ) -> None:
         self._stop = stop
         self._where = where
@@ -187,10 +198,10 @@ class HeaderPanel:
 
         def ask() -> None:
             try:
-                text = where()
+                self.where_out.value = where_html(where())
             except Exception as exc:  # shown where the stacks would be
                 text = f"{type(exc).__name__}: {exc}"
-            self.where_out.value = f'<pre class="distrain-where-text">{esc(text)}</pre>'
+                self.where_out.value = f'<pre class="distrain-where-text">{esc(text)}</pre>'
             self.where_button.disabled = False
 
         threading.Thread(target=ask, name="distrain-where-button", daemon=True).start()
@@ -227,3 +238,10 @@ class HeaderPanel:
             self.button.disabled = True
             self.button.description = "Stop"
             self.where_button.layout.display = "none"
+            shown = self.where_out.value
+            if shown and "data-stale" not in shown:  # stacks of a job that is over
+                self.where_out.value = (
+                    '<div class="distrain-where-stale" data-stale="true">'
+                    '<div class="distrain-note">stacks from while the job ran; it has ended</div>'
+                    f"{shown}</div>"
+                )

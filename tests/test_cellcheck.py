@@ -74,6 +74,7 @@ def test_a_main_guard_is_a_note_that_it_runs_on_every_rank() -> None:
 @pytest.fixture(scope="module")
 def shell() -> Iterator[InteractiveShell]:
     ip = InteractiveShell.instance()
+    assert ip.extension_manager is not None
     ip.extension_manager.load_extension("jupyter_disttrain")
     yield ip
 

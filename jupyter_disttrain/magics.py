@@ -18,6 +18,7 @@ from typing import Any
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import display
 from traitlets import Bool, Enum, Float, Int, Unicode
 
 from .backends.base import BackendError
@@ -26,6 +27,7 @@ from .job import Job
 from .job_checkpoints import store_for
 from .options import JOB_OPTIONS, seconds
 from .payload import CaptureError, transform_cell
+from .plan_summary import manifest_summary
 from .progress import LiveView, format_job_table, format_runtime_table
 from .service import JobService, backend_names, default_service
 from .sessions import SessionError, SessionLost, format_sessions
@@ -175,7 +177,11 @@ class DistrainMagics(Magics):
             print(f"{spec.name}: wrote {args.export} (submit with: {hint})")
             return None
         if args.dry_run:
-            print(plan.export() or plan)
+            summary = manifest_summary(plan)  # a cluster's manifest: its summary, YAML folded
+            if summary is None:
+                print(plan.export() or plan)
+            else:
+                display(summary)
             return None
         view = LiveView(self._live_mode(), blocking=args.wait)
         print(f"{spec.name}: {plan.payload.describe()}")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import ipywidgets as w
 
 from ..events import TERMINAL_STATES
-from ..monitor import ProgressRow, Snapshot, Where, waiting_line
+from ..monitor import ProgressRow, Snapshot, Where, user_traceback, waiting_line
 from ..monitor.phases import phase_text
 from ..monitor.text import progress_text, repeats_cause, staging_lines
 from .text import duration, esc, rate, state_class
@@ -67,6 +67,7 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     why = snap["why"]
     if why and snap["state"] in ("Failed", "Restarting"):
         lines.append(f'<div class="distrain-reason" data-field="cause">{esc(why)}</div>')
+        lines.extend(_cause_traceback(snap))
     elif why and snap["state"] == "Stopped":
         lines.append(f'<div class="distrain-note" data-field="cause">{esc(why)}</div>')
     if snap["recovered"]:
@@ -83,6 +84,21 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     if note:
         lines.append(f'<div class="distrain-note">{esc(note)}</div>')
     return "".join(lines)
+
+
+def _cause_traceback(snap: Snapshot) -> list[str]:
+    """The failing rank's traceback from the cell on, pinned under the cause (open)."""
+    cause = snap["cause"]
+    if snap["state"] != "Failed" or cause is None:
+        return []
+    own = [e for e in snap["errors"] if e["rank"] == cause["rank"] and e["traceback"]]
+    if not own:
+        return []
+    trace = user_traceback(own[0]["traceback"])
+    return [
+        f'<details class="distrain-cause-traceback" data-rank="{cause["rank"]}" open>'
+        f"<summary>rank {cause['rank']}'s traceback</summary><pre>{esc(trace)}</pre></details>"
+    ]
 
 
 def phases_html(snap: Snapshot) -> list[str]:

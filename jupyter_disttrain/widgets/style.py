@@ -26,6 +26,8 @@ CSS = """
 .distrain-phase[data-state="unfinished"] { color: #c5221f; }
 .distrain-waiting { color: #e37400; }
 .distrain-reason { color: #c5221f; }
+.distrain-cause-traceback pre { margin: 2px 0 4px 0; max-height: 220px; overflow: auto;
+  font-size: 11.5px; }
 table.distrain-ranks { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 table.distrain-ranks th { text-align: left; font-weight: 600; border-bottom: 1px solid #ccc; }
 table.distrain-ranks th, table.distrain-ranks td { padding: 2px 10px 2px 4px; }

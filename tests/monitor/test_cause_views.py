@@ -116,3 +116,26 @@ def test_the_launchers_words_are_not_shown_as_the_problem(stream: str) -> None:
     assert "distrain-diagnosis" not in panel.summary_html.value
     shown = header_html(snap) + format_text(snap)
     assert "worker process exited" not in shown.lower() and "nrecognised" not in shown
+
+
+def test_the_dashboard_pins_the_causes_traceback_and_folds_the_launcher_lines() -> None:
+    from jupyter_disttrain.widgets import Dashboard
+
+    job = failed_job()
+    dash = Dashboard(job.monitor)
+    dash.render()
+    header = parse(dash.header.html.value)
+    (pinned,) = header.find_all("distrain-cause-traceback")
+    assert pinned.attrs["data-rank"] == "1" and "open" in pinned.attrs
+    trace = pinned.all_text()
+    assert 'File "<distrain-cell>", line 7' in trace and "worker.py" not in trace
+    assert trace.rstrip().endswith("ValueError: bad batch at step 5")
+    shown = parse(dash.logs.lines.value)
+    assert all(n.attrs["data-ranks"] != "job" for n in shown.find_all("distrain-log-line"))
+    assert "Root Cause" not in shown.all_text()
+    assert "launcher lines folded" in dash.logs.status.value
+    dash.logs.launcher.value = True
+    dash.render()
+    shown = parse(dash.logs.lines.value)
+    assert any(n.attrs["data-ranks"] == "job" for n in shown.find_all("distrain-log-line"))
+    dash.close()

@@ -156,7 +156,9 @@ class HeaderPanel:
 
     ``stop`` is called once, on the kernel thread, when the button is
     clicked; it must return promptly (``job.stop(wait=False)``). The button
-    is disabled without a ``stop`` callable and once the job has ended.
+    is disabled without a ``stop`` callable and hidden once the job has ended.
+    The buttons sit in a column of their own (``.distrain-actions``) that the
+    header's text wraps beside, never over.
     ``where`` returns the ranks' stacks (it may take seconds: it runs on a
     thread of its own): the user's frames are shown, every frame behind a fold
     (``details.distrain-where-all``); the Where button is hidden without it.
@@ -199,9 +201,13 @@ class HeaderPanel:
         self.where_button.on_click(self._where_clicked)
         self.where_out = w.HTML()
         self.where_out.add_class("distrain-where-out")
+        # the actions keep a column of their own: header text wraps, it never pushes them out
+        self.html.layout = w.Layout(flex="1 1 auto", min_width="0")
+        actions = w.HBox([self.where_button, self.button], layout=w.Layout(flex="0 0 auto"))
+        actions.add_class("distrain-actions")
         row = w.HBox(
-            [self.html, w.HBox([self.where_button, self.button])],
-            layout=w.Layout(justify_content="space-between", align_items="center"),
+            [self.html, actions],
+            layout=w.Layout(justify_content="space-between", align_items="flex-start"),
         )
         self.widget = w.VBox([row, self.where_out])
 
@@ -250,9 +256,10 @@ class HeaderPanel:
         if not note and self.blocking and not ended:
             note = BLOCKING_NOTE
         self.html.value = header_html(snap, note=note)
-        if ended:
+        if ended:  # nothing left to stop: the button goes
             self.button.disabled = True
             self.button.description = "Stop"
+            self.button.layout.display = "none"
             self.where_button.layout.display = "none"
             shown = self.where_out.value
             if shown and "data-stale" not in shown:  # stacks of a job that is over

@@ -133,6 +133,9 @@ class MetricPlot:
             layout=go.Layout(
                 height=height,
                 template="plotly_white",
+                paper_bgcolor="rgba(0,0,0,0)",  # the page's background (its theme) shows
+                plot_bgcolor="rgba(0,0,0,0)",
+                font={"color": "#8a8f98"},  # readable on light and dark until the page restyles
                 margin={"l": 55, "r": 10, "t": 30, "b": 40},
                 legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
                 uirevision="distrain",

@@ -99,10 +99,28 @@ export default () => {
     el.dataset.distrainAppendedPoints = String(received.points);
   }
 
+  // The page's theme (JupyterLab's CSS variables): text and grid follow it, the
+  // background stays transparent, so light, dark and high-contrast themes all read.
+  function themed(layout, el) {
+    const css = getComputedStyle(el);
+    const ink = css.getPropertyValue("--jp-ui-font-color1").trim();
+    const grid = css.getPropertyValue("--jp-border-color2").trim();
+    if (!ink) return layout;
+    const axis = (a) => ({ ...(a || {}), color: ink, gridcolor: grid || undefined });
+    return {
+      ...layout,
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { ...(layout.font || {}), color: ink },
+      xaxis: axis(layout.xaxis),
+      yaxis: axis(layout.yaxis),
+    };
+  }
+
   function redraw(model, view) {
     const layout = decode(model.get("_widget_layout")) ?? {};
     if (!layout.height) layout.height = 360;
-    window.Plotly.react(view.el, decode(model.get("_widget_data")), layout);
+    window.Plotly.react(view.el, decode(model.get("_widget_data")), themed(layout, view.el));
   }
 
   function append(model, msg, buffers) {

@@ -26,6 +26,9 @@ CSS = """
 .distrain-phase[data-state="unfinished"] { color: #c5221f; }
 .distrain-waiting { color: #e37400; }
 .distrain-reason { color: #c5221f; }
+.distrain-reason, .distrain-diagnosis, .distrain-note, .distrain-warning {
+  overflow-wrap: anywhere; }
+.distrain-actions { gap: 4px; }
 .distrain-cause-traceback pre { margin: 2px 0 4px 0; max-height: 220px; overflow: auto;
   font-size: 11.5px; }
 table.distrain-ranks { border-collapse: collapse; font-variant-numeric: tabular-nums; }

@@ -130,6 +130,11 @@ def test_the_dashboard_pins_the_causes_traceback_and_folds_the_launcher_lines() 
     trace = pinned.all_text()
     assert 'File "<distrain-cell>", line 7' in trace and "worker.py" not in trace
     assert trace.rstrip().endswith("ValueError: bad batch at step 5")
+    # the job is over: Stop is gone; the actions keep their own column
+    assert dash.header.button.layout.display == "none"
+    (row,) = [c for c in dash.header.widget.children if hasattr(c, "children")]
+    assert "distrain-actions" in row.children[1]._dom_classes
+    assert row.children[0].layout.min_width == "0"
     shown = parse(dash.logs.lines.value)
     assert all(n.attrs["data-ranks"] != "job" for n in shown.find_all("distrain-log-line"))
     assert "Root Cause" not in shown.all_text()

@@ -41,6 +41,8 @@ _CONSEQUENCE: Final = re.compile(
 )
 #: Exception types that only report a peer's end.
 _CONSEQUENCE_TYPES: Final = frozenset({"DistNetworkError", "DistBackendError"})
+#: Rank states that are not a consequence of a failure (done, or a session rank ready).
+_LIVE: Final = frozenset({"Succeeded", "Ready"})
 #: Exit codes of the signals the launcher sends to the ranks left (negative: the signal).
 _LAUNCHER_SIGNALS: Final = frozenset({1, 2, 9, 15})
 
@@ -113,9 +115,7 @@ def choose(
     # the rank's best reason: its exception rather than its exit code
     own = [f for f in current if f.rank == best.rank]
     reason = min(own, key=lambda f: (CLASSES.index(f.kind), f.t)).reason
-    others = tuple(
-        sorted(r for r, state in ended.items() if r != best.rank and state != "Succeeded")
-    )
+    others = tuple(sorted(r for r, state in ended.items() if r != best.rank and state not in _LIVE))
     return Cause(best.rank, best.kind, reason, best.t, attempt, others)
 
 

@@ -14,7 +14,8 @@ from numpy.typing import NDArray
 from ..events import StagingFields
 from .phases import PhaseRow
 
-#: States of a rank row. Exited: the process ended with code 0 without ``done``.
+#: States of a rank row. Exited: the process ended with code 0 without ``done``;
+#: Ready: a session's rank that finished its cell and waits for the next one.
 RANK_STATES: Final = (
     "Pending",
     "Running",
@@ -23,6 +24,7 @@ RANK_STATES: Final = (
     "Failed",
     "Stopped",
     "Exited",
+    "Ready",
 )
 
 #: A float in a JSON-able snapshot: non-finite values become ``"NaN"``,

@@ -443,6 +443,11 @@ class MonitorState:
         self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
         self._progress.add(ev.t, f.get("step"), f.get("total"))
 
+    def _on_cell(self, ev: Event, row: RankState | None) -> None:
+        """A session cell's end on a rank: the rank lives on, ready for the next cell."""
+        if row is not None and ev.get("phase") == "end" and row.state in ("Pending", "Running"):
+            row.state = "Ready"
+
     def _on_log(self, ev: Event, row: RankState | None) -> None:
         f = ev.log()
         if ev.rank is not None and ev.rank >= 0:
@@ -489,6 +494,7 @@ _HANDLERS: Final = {
     "staging": MonitorState._on_staging,
     "resources": MonitorState._on_resources,
     "progress": MonitorState._on_progress,
+    "cell": MonitorState._on_cell,
 }
 #: Log lines that are warnings to show above the job (the worker's, the backend's).
 WARNING_PREFIXES: Final = ("distrain: warning: ", "warning: ")

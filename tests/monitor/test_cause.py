@@ -291,3 +291,36 @@ def test_a_rank_silent_longer_than_its_interval_reads_as_stalled() -> None:
     assert not again["stalled"] and [r["stalled"] for r in again["ranks"]] == [False, True]
     mon.feed(Event("job", None, last + 4, {"state": "Succeeded"}))
     assert not mon.snapshot(now=last + 60)["stalled"]  # a finished job keeps its rate
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def session_cell(errors: dict[int, str]) -> JobMonitor:
+    """A session cell's monitor as sessions.py feeds it: hellos, the cell's lines, its end."""
+    t0 = 1_800_000_000.0
+    mon = JobMonitor("sess", "local", 4, nodes=2, nproc=2)
+    mon.feed_many([Event("hello", r, t0, {"backend": "gloo"}) for r in range(4)])
+    mon.feed(Event("job", None, t0, {"state": "Running", "reason": "Started"}))
+    for rank in range(4):
+        mon.feed(Event("cell", rank, t0 + 1, {"id": 3, "phase": "start"}))
+    for rank, message in errors.items():
+        mon.feed(Event("error", rank, t0 + 2, {"type": "ValueError", "message": message}))
+    for rank in range(4):
+        status = "error" if rank in errors else "ok"
+        mon.feed(Event("cell", rank, t0 + 3, {"id": 3, "phase": "end", "status": status}))
+    state = "Failed" if errors else "Succeeded"
+    mon.feed(Event("job", None, t0 + 4, {"state": state, "message": "rank 0 raised"}))
+    return mon
+
+
+def test_a_session_cells_ranks_read_ready_after_it() -> None:
+    mon = session_cell({})
+    assert mon.state == "Succeeded" and [r.state for r in mon.ranks()] == ["Ready"] * 4
+
+
+def test_a_failing_session_cell_names_its_rank_and_leaves_the_others_ready() -> None:
+    mon = session_cell({2: "bad input"})
+    assert mon.state == "Failed"
+    assert [r.state for r in mon.ranks()] == ["Ready", "Ready", "Failed", "Ready"]
+    assert mon.reason == "rank 2: ValueError: bad input"  # no rank stopped: the group lives on

@@ -6,7 +6,9 @@ payload carries the session's settings and a fresh token; its ranks run
 :mod:`jupyter_disttrain.runtime.session` instead of one cell. Rank 0
 announces its port with a ``session`` protocol line; the notebook reaches it
 through :meth:`~.backends.base.Backend.connect` and sends each cell there
-(see the runtime module for the frames). Each rank keeps its own globals
+(see the runtime module for the frames: after the token's hello, every
+message is signed with the job key of the payload the session made, and a
+reply that fails verification is never unpickled). Each rank keeps its own globals
 between cells; names a session cell bound are not shipped from the notebook
 again, so a model built on the ranks stays the ranks' own.
 
@@ -38,6 +40,7 @@ from .payload import build_payload
 from .remote import decode_result, recreate_exception
 from .runtime.session import (
     DEFAULT_GRACE,
+    HELLO_LIMIT,
     recv_frame,
     recv_message,
     send_frame,
@@ -150,6 +153,7 @@ class Session:
         self._cond = threading.Condition()
         self._sock: socket.socket | None = None
         self._token = ""
+        self._key = b""  # the job key of the group's payload: signs and checks every message
         self._busy = threading.Lock()
         self.job: Job | None = None
         self.port: int | None = None
@@ -176,6 +180,7 @@ class Session:
         with self._cond:
             self.port = None
             self._hellos = {}
+        self._key = payload.key
         plan = self.backend.plan(self.spec, payload)
         job = self._runner(plan, [self._on_event, *self._listeners])
         self.job = job
@@ -214,7 +219,7 @@ class Session:
             sock = self.backend.connect(self._record(), port, CONNECT_TIMEOUT)
             sock.settimeout(CONNECT_TIMEOUT)
             send_frame(sock, json.dumps({"token": token, "v": 1}).encode())
-            answer = json.loads(recv_frame(sock))
+            answer = json.loads(recv_frame(sock, HELLO_LIMIT))
         except (OSError, ConnectionError, ValueError, BackendError) as exc:
             raise SessionError(f"cannot connect to session {self.name}'s rank 0: {exc}") from None
         if not answer.get("ok"):
@@ -247,8 +252,8 @@ class Session:
         elif sock is not None:
             try:
                 sock.settimeout(5.0)
-                send_message(sock, {"op": "stop"})
-                recv_message(sock)
+                send_message(sock, {"op": "stop"}, self._key)
+                recv_message(sock, self._key)
             except (OSError, ConnectionError, EOFError):
                 pass
             finally:
@@ -316,7 +321,7 @@ class Session:
             return
         self._interrupted = True
         try:
-            send_message(sock, {"op": "interrupt", "id": cell[0]})
+            send_message(sock, {"op": "interrupt", "id": cell[0]}, self._key)
         except OSError:
             pass
 
@@ -375,7 +380,7 @@ class Session:
             self._interrupted = False
             self._cell = (cell_id, cell_job)
         try:
-            send_message(sock, {"op": "run", "id": cell_id, "payload": payload.data})
+            send_message(sock, {"op": "run", "id": cell_id, "payload": payload.data}, self._key)
             reply = self._wait_reply(sock, cell_id)
         except BaseException:
             self._end_cell(cell_job, "Stopped", "interrupted", wait=False)
@@ -409,7 +414,9 @@ class Session:
                     if deadline is not None and time.monotonic() > deadline:
                         return None
                     continue
-                reply = recv_message(sock)  # a whole frame, however long it takes to arrive
+                reply = recv_message(
+                    sock, self._key
+                )  # a whole frame, however long it takes to arrive
             except KeyboardInterrupt:
                 self.interrupt()
                 deadline = time.monotonic() + self.grace + INTERRUPT_SLACK

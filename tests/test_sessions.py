@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import struct
 import textwrap
 import threading
 import time
@@ -14,7 +15,7 @@ import pytest
 
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import jobdir
-from jupyter_disttrain.runtime.session import recv_frame, send_frame
+from jupyter_disttrain.runtime.session import HELLO_SECONDS, recv_frame, send_frame
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.sessions import (
     Session,
@@ -261,3 +262,37 @@ def test_a_lost_connection_reconnects_and_keeps_the_ranks_state(group: Session) 
         group.run("import time\ntime.sleep(3)")
     assert group.run("kept") == "across the reconnect", logs(group)
     assert group.alive
+
+
+def test_silent_clients_holding_rank_zeros_port_do_not_delay_a_cell(group: Session) -> None:
+    assert group.port is not None
+    record = group._record()
+    group.run("1")  # warm
+    silent = [group.backend.connect(record, group.port, 10.0) for _ in range(3)]
+    try:
+        time.sleep(0.2)  # rank 0 accepted them; none says hello
+        started = time.monotonic()
+        assert group.run("2 + 2") == 4
+        took = time.monotonic() - started
+        assert took < HELLO_SECONDS, (took, logs(group))  # not held up by one hello deadline
+        time.sleep(HELLO_SECONDS + 1.0)
+        for sock in silent:  # each was dropped at its hello deadline
+            sock.settimeout(5.0)
+            assert sock.recv(1) == b""
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_a_client_declaring_a_huge_frame_is_dropped_without_it_being_read(group: Session) -> None:
+    assert group.port is not None
+    with group.backend.connect(group._record(), group.port, 10.0) as sock:
+        sock.sendall(struct.pack(">I", 1 << 30) + b"{" * 1000)  # a 1 GiB hello, 1000 bytes sent
+        sock.settimeout(HELLO_SECONDS)
+        started = time.monotonic()
+        try:
+            closed = sock.recv(1) == b""
+        except ConnectionResetError:
+            closed = True
+        assert closed and time.monotonic() - started < 2.0
+    assert group.run("6 * 7") == 42

@@ -6,6 +6,12 @@ rendezvous store and the workers' store) listens on 127.0.0.1 instead of
 every address. torch's ``TCPStore`` accepts an already-bound listening
 socket (``master_listen_fd``); the agent creates it on loopback. Standard
 library and torch only.
+
+Loopback is still open to the machine's other users, and torch's c10d
+rendezvous keeps its state in the store as a pickle it loads on every sync:
+the agent signs that state with the job key (:func:`sign_rendezvous_state`)
+and refuses, as a rendezvous error, a state the key did not sign, so a
+state another user wrote is never unpickled.
 """
 
 from __future__ import annotations
@@ -63,9 +69,54 @@ def bind_stores_to_loopback() -> None:
         setattr(module, "TCPStore", LoopbackTCPStore)  # noqa: B010
 
 
+def sign_rendezvous_state(key: bytes) -> None:
+    """Sign the c10d rendezvous state with ``key`` and check it before torch unpickles it."""
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
+    from torch.distributed.elastic.rendezvous.api import RendezvousStateError
+
+    from . import jobkey
+
+    base: Any = c10d.C10dRendezvousBackend
+    if getattr(base, "_distrain_signed", False):
+        return
+
+    def checked(pair: tuple[bytes, Any] | None) -> tuple[bytes, Any] | None:
+        if pair is None:
+            return None
+        try:
+            return jobkey.unsigned(key, pair[0]), pair[1]
+        except jobkey.BadSignature as exc:
+            raise RendezvousStateError(f"the rendezvous state in the job's store: {exc}") from None
+
+    class SignedRendezvousBackend(base):  # type: ignore[misc]
+        """A c10d rendezvous backend whose state carries the job key's signature."""
+
+        _distrain_signed = True
+
+        def get_state(self) -> tuple[bytes, Any] | None:
+            return checked(super().get_state())
+
+        def set_state(self, state: bytes, token: Any = None) -> tuple[bytes, Any, bool] | None:
+            mine = jobkey.signed(key, state)
+            result = super().set_state(mine, token)
+            if result is None:
+                return None
+            theirs, new_token, _ = result
+            pair = checked((theirs, new_token))
+            assert pair is not None
+            return pair[0], pair[1], theirs == mine
+
+    setattr(c10d, "C10dRendezvousBackend", SignedRendezvousBackend)  # noqa: B010
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run torchrun's main with loopback-only stores."""
+    """Run torchrun's main with loopback-only stores and a signed rendezvous state."""
+    from . import jobkey
+
     bind_stores_to_loopback()
+    key = jobkey.load()
+    if key is not None:
+        sign_rendezvous_state(key)
     from torch.distributed import run as torchrun
 
     torchrun.main(sys.argv[1:] if argv is None else argv)

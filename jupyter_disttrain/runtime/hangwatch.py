@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from . import env, rankprefix, report, stacks
 from .cell import CELL_FILENAME
-from .jobstore import default_store, round_key
+from .jobstore import round_key, signed_default_store
 
 ENV_HANG = "DISTRAIN_HANG_AFTER"
 #: A pod's annotations file (downward API): the notebook asks for stacks by annotating rank 0.
@@ -86,7 +86,7 @@ class _Watch:
         self.forwarded = 0
         self.hang = hang
         self.tick = min(1.0, hang / 5) if hang else 1.0
-        self.store = default_store()
+        self.store = signed_default_store()
         self.stop = threading.Event()
         self.served: set[str] = set()
         self.token = self._activity()
@@ -123,15 +123,14 @@ class _Watch:
                     if self.store is not None and self.hang:
                         self.store.add(_key("active"), 1)
                 if self.rank == 0 and self.store is not None and self.hang:
-                    count = int(self.store.add(_key("active"), 0))
+                    count = self.store.add(_key("active"), 0)
                     now = time.monotonic()
                     if count != count_seen:
                         count_seen, quiet_since = count, now
                     elif now - quiet_since >= self.hang:  # once per silence
                         hangs += 1
                         quiet = round(now - quiet_since, 1)
-                        self.store.set(_key(f"hang{hangs}"), json.dumps({"quiet": quiet}))
-                        self.store.add(_key("hangs"), 1)
+                        self.store.set(_key("hang"), json.dumps({"n": hangs, "quiet": quiet}))
                         quiet_since = float("inf")
                 for request, why in self._requests():
                     if request not in self.served:
@@ -163,16 +162,15 @@ class _Watch:
             if asked > self.forwarded:
                 self.store.set(_key("asked"), str(asked))
                 self.forwarded = asked
-            asked = int(self.store.get(_key("asked"))) if self.store.check([_key("asked")]) else 0
+            value = self.store.get_if(_key("asked"))
+            asked = int(value) if value is not None else 0
         if asked:
             out.append((f"a{asked}", {"reason": "asked"}))
         if self.store is not None and self.hang:
-            hangs = int(self.store.add(_key("hangs"), 0))
-            if hangs:
-                why: dict[str, Any] = {"reason": "hang"}
-                if self.store.check([_key(f"hang{hangs}")]):
-                    why.update(json.loads(self.store.get(_key(f"hang{hangs}"))))
-                out.append((f"h{hangs}", why))
+            hang = self.store.get_if(_key("hang"))
+            if hang is not None:
+                fields = json.loads(hang)
+                out.append((f"h{fields['n']}", {"reason": "hang", "quiet": fields["quiet"]}))
         return out
 
     def _serve(self, request: str, why: dict[str, Any]) -> None:
@@ -195,9 +193,10 @@ class _Watch:
         while pending and time.monotonic() < deadline and not self.stop.is_set():
             for rank in sorted(pending):
                 key = _key(f"{request}/{rank}")
-                if self.store.check([key]):
+                value = self.store.get_if(key)
+                if value is not None:
                     pending.discard(rank)
-                    report.emit_as(rank, "stacks", **json.loads(self.store.get(key)))
+                    report.emit_as(rank, "stacks", **json.loads(value))
             time.sleep(0.1)
 
 

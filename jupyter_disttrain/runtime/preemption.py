@@ -10,6 +10,11 @@ workers and ``load_checkpoint()`` resumes from that checkpoint: no step is
 lost. A rank that reaches no checkpoint within
 ``DISTRAIN_GRACE_PERIOD`` seconds (``--grace-period``; 30 by default) exits
 anyway, before the sender's own deadline. Standard library and torch only.
+
+Both store notes (``asked``, ``saved``) are signed with the job key
+(:class:`.jobstore.SignedStore`) and checked before a rank acts on them: a
+note another user wrote into the store is refused and stops nothing.
+Without a job key each rank acts on its own SIGTERM only.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 from typing import Any
 
 from . import env
-from .jobstore import default_store, round_key
+from .jobstore import SignedStore, round_key, signed_default_store
 
 ENV_GRACE = "DISTRAIN_GRACE_PERIOD"
 DEFAULT_GRACE = 30.0
@@ -35,6 +40,7 @@ EXIT_CODE = 128 + signal.SIGTERM
 _requested: float | None = None
 _store_checked = 0.0
 _store_seen = False
+_signed: SignedStore | None = None
 _lock = threading.Lock()
 
 
@@ -50,7 +56,16 @@ def grace_period() -> float:
 
 def install() -> None:
     """Turn SIGTERM into a preemption request (main thread only; idempotent)."""
+    _store()  # the key is read now, not inside the signal handler (its lock)
     signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _store() -> SignedStore | None:
+    """The job's store signed with the job key (made once the process group is up)."""
+    global _signed
+    if _signed is None:
+        _signed = signed_default_store()
+    return _signed
 
 
 def _store_key(what: str = "asked") -> str:
@@ -66,7 +81,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     grace = grace_period()
     print(f"distrain: SIGTERM: saving a last checkpoint at the next due step, then exiting "
           f"(within {grace:g} s)", flush=True)  # fmt: skip
-    store = default_store()
+    store = _store()
     if store is not None:
         try:
             store.set(_store_key("asked"), "1")
@@ -88,7 +103,7 @@ def _wait_for_writer(deadline: float, store: Any) -> None:
     """Another rank: exit once the writer saved the last checkpoint (or at ``deadline``)."""
     while time.monotonic() < deadline:
         try:
-            if store is not None and store.check([_store_key("saved")]):
+            if store is not None and store.get_if(_store_key("saved")) is not None:
                 print("distrain: preempted: the last checkpoint is saved; exiting", flush=True)
                 exit_now()
         except Exception:
@@ -111,11 +126,11 @@ def pending() -> bool:
     if now - _store_checked < STORE_POLL_SECONDS:
         return False
     _store_checked = now
-    store = default_store()
+    store = _store()
     if store is None:
         return False
     try:
-        _store_seen = bool(store.check([_store_key("asked")]))
+        _store_seen = store.get_if(_store_key("asked")) == b"1"
     except Exception:
         return False
     return _store_seen
@@ -124,7 +139,7 @@ def pending() -> bool:
 def checkpoint_saved(step: int) -> None:
     """Called after a checkpoint was committed: exit for a restart if a stop was asked."""
     if pending():
-        store = default_store()
+        store = _store()
         if store is not None:
             try:
                 store.set(_store_key("saved"), str(step))

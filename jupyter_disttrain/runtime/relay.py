@@ -16,6 +16,17 @@ rank 0 drains until every sender did, or :data:`DRAIN_SECONDS` passed.
 A line may reach the notebook twice (also from a failed pod's own log):
 the notebook keeps one copy of each protocol line.
 
+Batches are sealed with the job key (:class:`.jobstore.SignedStore`): another
+user who reaches the store can neither read them nor put lines in rank 0's
+log; a batch that fails verification counts as missing. Without a job key
+nothing is relayed (every rank's lines stay in its own log). The counters
+are not signed; a forged one only skips or delays batches, within bounds:
+``seq`` raised makes rank 0 wait :data:`MISSING_SECONDS` once per drain for
+the numbers no batch has, and a jump of more than :data:`MAX_GAP` skips the
+unread batches before it; ``seq`` lowered skips batches up to the amount
+taken off; ``closed`` raised ends the last drain early, lowered makes it
+last :data:`DRAIN_SECONDS`. Skipped lines are still in their rank's own log.
+
 With rank 0's metrics endpoint on (``DISTRAIN_METRICS_PORT``), the other
 ranks of node 0 send too, in batches marked for observing only: rank 0's
 endpoint sees them, its log does not repeat what their own lines said.
@@ -26,10 +37,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Final
+from typing import Final
 
 from . import report
-from .jobstore import default_store, round_key
+from .jobkey import BadSignature
+from .jobstore import SignedStore, refuse, round_key, signed_default_store
 
 ENV_RELAY = "DISTRAIN_RELAY"
 ENV_METRICS_PORT = "DISTRAIN_METRICS_PORT"
@@ -38,6 +50,8 @@ OBSERVE_ONLY: Final = "#observe"
 TICK: Final = 0.3
 MISSING_SECONDS: Final = 5.0
 DRAIN_SECONDS: Final = 10.0
+#: Batch numbers rank 0 looks at in one drain at most (more: the counter was forged).
+MAX_GAP: Final = 10_000
 
 _relay: _Relay | None = None
 
@@ -47,7 +61,7 @@ def _key(what: str) -> str:
 
 
 class _Relay:
-    def __init__(self, store: Any, rank: int, senders: int, echo: bool = True) -> None:
+    def __init__(self, store: SignedStore, rank: int, senders: int, echo: bool = True) -> None:
         self.store = store
         self.rank = rank
         self.senders = senders
@@ -72,8 +86,8 @@ class _Relay:
             if lines:
                 if not self.echo:
                     lines.insert(0, OBSERVE_ONLY)
-                seq = int(self.store.add(_key("seq"), 1))
-                self.store.set(_key(f"m{seq}"), "\n".join(lines))
+                seq = self.store.add(_key("seq"), 1)
+                self.store.set_sealed(_key(f"m{seq}"), "\n".join(lines).encode())
 
     def _send(self) -> None:
         while not self.stop.wait(TICK):
@@ -89,22 +103,39 @@ class _Relay:
             self._drain(deadline)
 
     def _drain(self, deadline: float | None) -> None:
-        last = int(self.store.add(_key("seq"), 0))
+        last = self.store.add(_key("seq"), 0)
+        if last - self.next >= MAX_GAP:
+            refuse(_key("seq"), f"the batch counter jumped from {self.next - 1} to {last}; the "
+                   f"batches before {last - MAX_GAP + 1} are skipped")  # fmt: skip
+            self.next = last - MAX_GAP + 1
+        limit: float | None = None  # one wait per drain for every missing batch
         while self.next <= last:
             key = _key(f"m{self.next}")
-            limit = time.monotonic() + MISSING_SECONDS
-            if deadline is not None:
-                limit = min(limit, deadline)
-            while not self.store.check([key]):
+            lines = self._batch(key)
+            while lines is None:
+                if limit is None:
+                    limit = time.monotonic() + MISSING_SECONDS
+                    limit = limit if deadline is None else min(limit, deadline)
                 if time.monotonic() > limit:
                     break
                 time.sleep(0.05)
-            else:
-                lines = self.store.get(key).decode("utf-8", "replace").split("\n")
+                lines = self._batch(key)
+            if lines is not None:
                 self.store.delete_key(key)
                 echo = lines[0] != OBSERVE_ONLY
                 report.write_lines(lines if echo else lines[1:], echo=echo)
+            elif self.store.check([key]):
+                refuse(key, "it failed verification with the job key")
             self.next += 1
+
+    def _batch(self, key: str) -> list[str] | None:
+        """The lines of batch ``key``; None while it is missing or fails verification."""
+        if not self.store.check([key]):
+            return None
+        try:
+            return self.store.get_sealed(key).decode("utf-8", "replace").split("\n")
+        except BadSignature:
+            return None  # a forged batch: the real one may still overwrite it
 
     def _read(self) -> None:
         while not self.stop.wait(TICK):
@@ -123,7 +154,7 @@ class _Relay:
                 return
             deadline = time.monotonic() + (DRAIN_SECONDS if wait else 0.0)
             while time.monotonic() < deadline:
-                closed = int(self.store.add(_key("closed"), 0))
+                closed = self.store.add(_key("closed"), 0)
                 self.drain(deadline)
                 if closed >= self.senders:
                     self.drain(deadline)
@@ -142,8 +173,8 @@ def start(rank: int, world: int, local_world: int, node: int) -> None:
         return
     if rank != 0 and node == 0 and not observe:
         return  # node 0's log is the one the notebook follows
-    store = default_store()
-    if store is None:
+    store = signed_default_store()
+    if store is None:  # no process group, or no job key: every rank's lines stay in its own log
         return
     senders = (world - 1) if observe else (world - local_world)
     _relay = _Relay(store, rank, senders, echo=relay and node != 0)

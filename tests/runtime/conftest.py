@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from jupyter_disttrain.runtime import report, tqdm_hook
+from jupyter_disttrain.runtime import jobstore, report, tqdm_hook
 
 
 @pytest.fixture
@@ -18,6 +20,22 @@ def rank0(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(report, "explicit_total", False)
     monkeypatch.setattr(tqdm_hook, "_followed", None)
     yield
+
+
+@pytest.fixture
+def tcp_store() -> Iterator[Any]:
+    """A real torch TCPStore server on loopback (what torchrun's agent hosts for a job)."""
+    dist = pytest.importorskip("torch.distributed")
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=10))  # fmt: skip
+    yield store
+    del store
+
+
+@pytest.fixture
+def fresh_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every refused store value is said again (the runtime says each name once a process)."""
+    monkeypatch.setattr(jobstore, "_refused", set())
 
 
 @pytest.fixture(autouse=True)

@@ -144,3 +144,27 @@ def test_the_dashboard_pins_the_causes_traceback_and_folds_the_launcher_lines() 
     shown = parse(dash.logs.lines.value)
     assert any(n.attrs["data-ranks"] == "job" for n in shown.find_all("distrain-log-line"))
     dash.close()
+
+
+@pytest.mark.slow
+def test_a_live_job_blames_the_raising_rank_everywhere() -> None:
+    """A real 2x2 gloo job where rank 2 raises among lost connections."""
+    import textwrap
+
+    from jupyter_disttrain.payload import build_payload
+    from tests.monitor.record_streams import CELLS
+
+    spec = JobSpec("cause-live", nodes=2, nproc=2)
+    backend = LocalBackend()
+    plan = backend.plan(spec, build_payload(textwrap.dedent(CELLS["rank2_raises"][0]), {},
+                                            job=spec.name))  # fmt: skip
+    job = Job(spec, backend, plan=plan)
+    job.submission = backend.submit(plan, job.feed)
+    assert job.wait(180) == "Failed"
+    line = "rank 2: ZeroDivisionError: integer division or modulo by zero"
+    assert job.reason.startswith(line)
+    snap = job.monitor.snapshot()
+    assert snap["cause"] is not None and snap["cause"]["rank"] == 2
+    assert [r["state"] for r in snap["ranks"]].count("Failed") == 1
+    with pytest.raises(ZeroDivisionError, match=r"\[rank 2\]"):
+        job.result(timeout=1)

@@ -30,6 +30,12 @@ async function seen(job) {
       const stop = root?.querySelector("button.distrain-stop");
       const box = stop && stop.offsetParent !== null ? stop.getBoundingClientRect() : null;
       const bg = root?.querySelector(".distrain-plot .main-svg");
+      const tick = root?.querySelector(".distrain-plot .xtick text");
+      const probe = document.createElement("span");
+      probe.style.color = "var(--jp-ui-font-color1)";
+      document.body.appendChild(probe);
+      const ink = getComputedStyle(probe).color;
+      probe.remove();
       return {
         state: root?.querySelector(".distrain-header")?.dataset.state ?? null,
         cause: text('.distrain-reason[data-field="cause"]'),
@@ -40,6 +46,8 @@ async function seen(job) {
         stop: box && { left: box.left, right: box.right, top: box.top, bottom: box.bottom },
         stopVisible: Boolean(box),
         plotBackground: bg ? getComputedStyle(bg).backgroundColor : null,
+        plotInk: tick ? getComputedStyle(tick).fill : null,
+        themeInk: ink,
         hscroll: [...document.querySelectorAll(".jp-Notebook, .jp-DisttrainPanel")].some(
           (el) => el.scrollWidth > el.clientWidth + 1,
         ),

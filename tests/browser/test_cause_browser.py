@@ -2,10 +2,14 @@
 
 A 2x2 job where rank 1 raises among lost gloo connections, and a job whose
 rank 1 sleeps in its loop (``--hang-after 3``), then stopped from its
-dashboard. Screenshots land in ``test-output/browser-cause/``.
+dashboard; in the light and the dark theme. Screenshots land in
+``test-output/browser-cause/{light,dark}/``.
 """
 
 from __future__ import annotations
+
+import json
+import re
 
 import pytest
 
@@ -32,11 +36,21 @@ CELLS = [
 CAUSE = "rank 1: ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
 
 
+def rgb(color: str) -> tuple[int, ...]:
+    """The red, green and blue of a CSS ``rgb()``/``rgba()`` (plotly keeps alpha apart)."""
+    return tuple(int(float(v)) for v in re.findall(r"[\d.]+", color)[:3])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_failure_and_hang_say_their_cause(lab: Lab) -> None:
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_failure_and_hang_say_their_cause(lab: Lab, theme: str) -> None:
+    settings = lab.root.parent / "lab-settings" / "@jupyterlab/apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)  # read by the page when it loads
+    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": theme}))
     notebook = write_notebook(lab.root, "cause.ipynb", CELLS)
-    result = run_harness("cause.mjs", lab, notebook, SHOTS)
+    shots = SHOTS / theme.split()[-1].lower()
+    result = run_harness("cause.mjs", lab, notebook, shots)
 
     failed = result["failed"]
     assert failed["state"] == "Failed" and failed["cause"] == CAUSE
@@ -45,7 +59,12 @@ def test_failure_and_hang_say_their_cause(lab: Lab) -> None:
         'File "<distrain-cell>"' in failed["traceback"] and "worker.py" not in failed["traceback"]
     )
     assert not failed["stopVisible"]  # nothing left to stop
+    # the chart shows the page's background and writes in the theme's ink
     assert failed["plotBackground"] in ("rgba(0, 0, 0, 0)", "transparent")
+    assert rgb(failed["plotInk"]) == rgb(failed["themeInk"]), (
+        failed["plotInk"],
+        failed["themeInk"],
+    )
     assert not failed["hscroll"]
     row = result["failedRow"]
     assert row["state"] == "Failed" and row["title"].startswith(f"Failed: {CAUSE}")
@@ -68,4 +87,4 @@ def test_failure_and_hang_say_their_cause(lab: Lab) -> None:
     errors = [e for e in result["console"] if e.startswith("pageerror")]
     assert not errors, errors
     for name in ("failed-job.png", "hung-job.png", "jupyterlab-cause.png"):
-        assert (SHOTS / name).stat().st_size > 10_000
+        assert (shots / name).stat().st_size > 10_000

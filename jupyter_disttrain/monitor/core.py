@@ -136,7 +136,7 @@ class JobMonitor(MonitorState):
         """Why the job is in its state, the one line every view shows (see :meth:`cause`).
 
         Failed: the root cause and its consequences; Restarting: the cause it
-        restarts after; otherwise what the backend said (empty while it runs).
+        restarts after; otherwise what the backend said (why it waits, how it ended).
         """
         with self._lock:
             return self._why()
@@ -148,7 +148,7 @@ class JobMonitor(MonitorState):
             return cause.line() if cause is not None else said
         if self._state == "Restarting" and self._recovered:
             return f"restarting after {self._recovered[-1].line()}"
-        return "" if self._state in ("Running", "Pending") else said
+        return said
 
     def cause(self) -> Cause | None:
         """The root cause of the current attempt's failures (see :mod:`.cause`), or None."""

@@ -1,6 +1,8 @@
 """The ``disttrain`` command: the same jobs for training code kept in files.
 
-``disttrain run SCRIPT.py --nodes N --nproc M``, ``disttrain jobs``,
+``disttrain run --nodes N --nproc M SCRIPT.py ARGS`` (as ``torchrun --nnodes N
+--nproc-per-node M SCRIPT.py ARGS``: options first, then the script and its
+arguments; ``-m MODULE ARGS`` for ``python -m``), ``disttrain jobs``,
 ``disttrain logs NAME``, ``disttrain where NAME``, ``disttrain stop NAME``,
 ``disttrain nccl LOGFILE``,
 ``disttrain checkpoints URI``.
@@ -10,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from pathlib import Path
 
 from .backends.base import BackendError
 from .options import add_job_options, count, seconds
-from .payload import CaptureError
+from .payload import CaptureError, Script
 from .progress import LiveView, format_job_table, format_runtime_table
 from .remote import JobFailed, JobStopped
 from .service import JobService, manifest_backends
@@ -28,8 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="disttrain", description="Run and manage distributed training jobs."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help="run a training script as a distributed job")
-    run.add_argument("script", help="Python file to run on every rank")
+    run = sub.add_parser(
+        "run",
+        help="run a training script as a distributed job",
+        usage="disttrain run [OPTIONS] SCRIPT.py [ARGS ...] | [OPTIONS] -m MODULE [ARGS ...]",
+        description="Run SCRIPT.py ARGS on every rank, as torchrun does: options first, then "
+        "the script and its arguments (everything after the script is the script's).",
+    )
     add_job_options(run)
     run.add_argument(
         "--launch",
@@ -37,9 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="fork",
         help="local backend: fork from a warm launcher or start fresh interpreters",
     )
-    render = sub.add_parser("render", help="print the Kubernetes YAML for a training script")
-    render.add_argument("script", help="Python file to run on every rank")
+    add_script_arguments(run)
+    render = sub.add_parser(
+        "render",
+        help="print the Kubernetes YAML for a training script",
+        usage="disttrain render [OPTIONS] SCRIPT.py [ARGS ...] | [OPTIONS] -m MODULE [ARGS ...]",
+    )
     add_job_options(render)
+    add_script_arguments(render)
     sub.add_parser("jobs", help="list jobs (running ones with their diagnosis)")
     sub.add_parser("runtimes", help="list the training runtimes of the configured clusters")
     logs = sub.add_parser("logs", help="print a job's logs")
@@ -64,23 +76,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text()
-    except OSError as exc:
-        print(f"disttrain: cannot read {path}: {exc.strerror}", file=sys.stderr)
-        return None
+def add_script_arguments(parser: argparse.ArgumentParser) -> None:
+    """``[-m] SCRIPT [ARGS ...]``, torchrun's way: every argument after the script is its own."""
+    parser.add_argument(
+        "-m",
+        "--module",
+        action="store_true",
+        help="SCRIPT is a module name, run as python -m MODULE (found from the current folder)",
+    )
+    parser.add_argument(
+        "script", metavar="SCRIPT", help="the Python file (with -m: module) to run on every rank"
+    )
+    rest = parser.add_argument(
+        "script_args",
+        nargs=argparse.REMAINDER,
+        metavar="ARGS",
+        help="the script's own arguments (its sys.argv[1:])",
+    )
+    rest.required = False  # none is fine; a missing SCRIPT is the error to name
+
+
+#: Options that, written after the script, most likely meant ``disttrain``'s own.
+_OURS_AFTER_SCRIPT = ("--nodes", "--nproc", "--backend", "--framework", "--dry-run", "--export")
+
+
+def script_of(args: argparse.Namespace) -> Script:
+    """The script and its arguments, as given; notes options that now go to the script."""
+    script_args = tuple(args.script_args)
+    ours = [a for a in script_args if a.split("=")[0] in _OURS_AFTER_SCRIPT]
+    if ours:
+        print(f"disttrain: note: {' '.join(ours)} after {args.script} go to the script, as "
+              f"with torchrun; disttrain's options go before it: disttrain {args.command} "
+              f"{' '.join(ours)} ... {args.script} ...", file=sys.stderr)  # fmt: skip
+    return Script(args.script, script_args, module=args.module, cwd=os.getcwd())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a script; exit 0 when the job succeeded."""
-    source = _read(args.script)
-    if source is None:
-        return 2
     service = JobService(launch_mode=args.launch)
     try:
         spec = service.spec(args)
-        plan = service.plan(spec, source)
+        plan = service.plan_script(spec, script_of(args))
         hint = service.export(plan, args.export) if args.export else ""
     except (SpecError, CaptureError, BackendError) as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
@@ -89,6 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"wrote {args.export} (submit with: {hint})")
         return 0
     if args.dry_run:
+        if plan.export() is not None:  # manifests: what travels, as a YAML comment
+            print(f"# {plan.payload.describe()}")
         print(plan.export() or plan)
         return 0
     view = LiveView("lines")
@@ -128,12 +166,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(f"disttrain render: only --backend {' or '.join(makers)} has manifests to render",
               file=sys.stderr)  # fmt: skip
         return 2
-    source = _read(args.script)
-    if source is None:
-        return 2
     service = JobService()
     try:
-        plan = service.plan(service.spec(args), source)
+        plan = service.plan_script(service.spec(args), script_of(args))
         if args.export:
             service.export(plan, args.export)
     except (SpecError, CaptureError, BackendError) as exc:

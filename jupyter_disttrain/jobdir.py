@@ -9,7 +9,16 @@ Layout under :func:`home` (``$DISTRAIN_HOME``, else
     jobs/<name>/logs/rank-R.log  everything rank R printed (fds 1 and 2)
     jobs/<name>/logs/agent-N.log node agent N (torchrun) output
     jobs/<name>/stop             present once a stop was requested
+    jobs/<name>/checkpoints/     where the ranks save unless given --checkpoint-dir
+    jobs/<name>.<K>/             run K (2, 3, ...) of the name (see below)
     tensorboard/<name>/rank-R/   every job's metrics as TensorBoard event files (any backend)
+
+Running a name again replaces its latest run's directory, unless that run
+saved checkpoints there: then the new run gets ``jobs/<name>.<K>`` and the
+earlier run stays where it is, its checkpoints where ``--resume`` and
+``CheckpointStore`` found them. A name means its latest run; ``<name>.<K>``
+(a dot is never part of a job's name) means run K, ``<name>.1`` being
+``jobs/<name>``; listings show earlier runs by those names.
 """
 
 from __future__ import annotations
@@ -22,7 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .runtime.checkpoint_format import ENTRIES_DIR, META_DIR
+from .runtime.checkpoint_storage import makedirs_private
+
 RANK_LOG_RE = re.compile(r"^rank-(\d+)\.log$")
+#: Run K of a job name: ``NAME.K``.
+RUN_RE = re.compile(r"^(?P<name>[a-z][-a-z0-9]*)\.(?P<run>[1-9][0-9]*)$")
 
 
 def home() -> Path:
@@ -40,8 +54,79 @@ def jobs_root() -> Path:
 
 
 def job_dir(name: str) -> Path:
-    """The directory of job ``name`` (may not exist)."""
-    return jobs_root() / name
+    """The directory of job ``name``'s latest run, or of run K for ``NAME.K`` (may not exist)."""
+    match = RUN_RE.match(name)
+    if match:
+        return _run_path(match["name"], int(match["run"]))
+    kept = runs(name)
+    return kept[-1][1] if kept else jobs_root() / name
+
+
+def _run_path(name: str, run: int) -> Path:
+    return jobs_root() / (name if run == 1 else f"{name}.{run}")
+
+
+def split_run(directory_name: str) -> tuple[str, int]:
+    """``("mnist", 3)`` for ``mnist.3``; ``("mnist", 1)`` for ``mnist``."""
+    match = RUN_RE.match(directory_name)
+    return (match["name"], int(match["run"])) if match else (directory_name, 1)
+
+
+def runs(name: str) -> list[tuple[int, Path]]:
+    """The run directories of job ``name`` that exist, as ``(K, directory)``, oldest first."""
+    root = jobs_root()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    found = []
+    for entry in names:
+        base, run = split_run(entry)
+        if base == name and (root / entry).is_dir():
+            found.append((run, root / entry))
+    return sorted(found)
+
+
+def holds_checkpoints(directory: Path) -> bool:
+    """Whether a run's own checkpoint folder holds a checkpoint or anything else of the user's."""
+    folder = directory / "checkpoints"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    if any(name != META_DIR for name in names):
+        return True
+    try:
+        return bool(os.listdir(folder / ENTRIES_DIR))
+    except OSError:
+        return False
+
+
+def next_run_dir(name: str) -> Path:
+    """Where a new run of ``name`` goes: its latest run's directory (replaced) when that
+    run keeps no checkpoints there, else the next ``NAME.K``."""
+    kept = runs(name)
+    if not kept:
+        return jobs_root() / name
+    run, latest = kept[-1]
+    return _run_path(name, run + 1) if holds_checkpoints(latest) else latest
+
+
+def run_names(directories: list[Path]) -> dict[Path, str]:
+    """How listings name each run directory: ``NAME`` for a name's latest run, else ``NAME.K``."""
+    latest: dict[str, int] = {}
+    try:
+        names = os.listdir(jobs_root())
+    except OSError:
+        names = []
+    for entry in [*names, *(d.name for d in directories)]:
+        base, run = split_run(entry)
+        latest[base] = max(run, latest.get(base, 0))
+    out = {}
+    for directory in directories:
+        base, run = split_run(directory.name)
+        out[directory] = base if run == latest[base] else f"{base}.{run}"
+    return out
 
 
 def tensorboard_root() -> Path:
@@ -61,15 +146,12 @@ FILE_MODE = 0o600
 
 
 def make_private_dirs(directory: Path) -> None:
-    """Create ``directory`` and its parents up to :func:`home`, each readable by the owner only."""
-    directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
-    root = home()
-    path = directory
-    while True:
-        os.chmod(path, DIR_MODE)
-        if path == root or path.parent == path or root not in path.parents:
-            break
-        path = path.parent
+    """Create ``directory`` and its missing parents, each readable by the owner only.
+
+    Directories that exist keep their mode: a shared ``$DISTRAIN_HOME`` (``/tmp/...``) stays
+    open to others, while the ``jobs`` folder and each job's directory made in it are private.
+    """
+    makedirs_private(str(directory))
 
 
 def write_private(path: Path, data: bytes) -> None:

@@ -18,7 +18,7 @@ import os
 import pickletools
 import sys
 import sysconfig
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -30,6 +30,26 @@ _NEVER: Final = frozenset({"jupyter_disttrain", "cloudpickle", "__main__", "buil
 
 class ModuleTooLarge(ValueError):
     """A local module is too big to travel with the cell; the message names the fix."""
+
+
+def _too_large(name: str, root: Path, size: int, what: str) -> ModuleTooLarge:
+    return ModuleTooLarge(
+        f"local module {name!r} ({root}) is too big to travel with the {what} "
+        f"({size / 2**20:.1f} MiB of source, limit {MAX_MODULE_BYTES // 2**20} MiB): "
+        "make it an installable package and install it on the workers (--pip, or the "
+        "image), or keep data files out of its directory"
+    )
+
+
+def _module_files(root: Path) -> dict[str, bytes]:
+    """The source files of module file or package directory ``root``, relative to its parent."""
+    if not root.is_dir():
+        return {root.name: root.read_bytes()}
+    files: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            files[str(path.relative_to(root.parent))] = path.read_bytes()
+    return files
 
 
 def _system_dirs() -> list[str]:
@@ -152,22 +172,67 @@ def collect(names: Iterable[str]) -> dict[str, dict[str, bytes]]:
         root = local_root(name)
         if root is None:
             continue
-        files: dict[str, bytes] = {}
-        if root.is_dir():
-            for path in sorted(root.rglob("*.py")):
-                if "__pycache__" in path.parts:
-                    continue
-                files[str(path.relative_to(root.parent))] = path.read_bytes()
-        else:
-            files[root.name] = root.read_bytes()
+        files = _module_files(root)
         size = sum(len(b) for b in files.values())
         total += size
         if total > MAX_MODULE_BYTES:
-            raise ModuleTooLarge(
-                f"local module {name!r} ({root}) is too big to travel with the cell "
-                f"({size / 2**20:.1f} MiB of source, limit {MAX_MODULE_BYTES // 2**20} MiB): "
-                "make it an installable package and install it on the workers (--pip, or the "
-                "image), or keep data files out of its directory"
-            )
+            raise _too_large(name, root, size, "cell")
         out[name] = files
     return out
+
+
+def find_in(name: str, folders: Iterable[Path]) -> Path | None:
+    """Top-level module ``name`` as the first of ``folders`` on ``sys.path`` would find it.
+
+    Its ``NAME.py`` file or package directory (with ``__init__.py``, or a
+    namespace package holding ``.py`` files); None when no folder has it.
+    """
+    for folder in folders:
+        package = folder / name
+        if package.is_dir() and ((package / "__init__.py").is_file() or any(package.glob("*.py"))):
+            return package
+        if (folder / f"{name}.py").is_file():
+            return folder / f"{name}.py"
+    return None
+
+
+def project_modules(
+    sources: Iterable[bytes | str], folders: Sequence[Path], names: Iterable[str] = ()
+) -> dict[str, dict[str, bytes]]:
+    """The user's own modules a script needs: the top-level modules ``names`` and those its
+    ``sources`` import, and (transitively) the modules those import, found in ``folders``
+    (the script's folder, then ``PYTHONPATH``'s; folders in the standard library or
+    site-packages are not searched).
+
+    Name -> its files relative to the folder it is in. Installed and unknown modules are
+    left out. Raises :class:`ModuleTooLarge` past :data:`MAX_MODULE_BYTES` in all.
+    """
+    system = _system_dirs()
+    searched = [f for f in folders if not _under(str(f.resolve()), system)]
+    pending = set(names).union(*(names_in_source(_text(s)) for s in sources))
+    seen: set[str] = set()
+    out: dict[str, dict[str, bytes]] = {}
+    total = 0
+    while pending:
+        name = pending.pop()
+        seen.add(name)
+        root = None if name in _NEVER else find_in(name, searched)
+        if root is None:
+            continue
+        files = _module_files(root)
+        size = sum(len(b) for b in files.values())
+        total += size
+        if total > MAX_MODULE_BYTES:
+            raise _too_large(name, root, size, "script")
+        out[name] = files
+        for data in files.values():
+            pending |= names_in_source(_text(data)) - seen
+    return dict(sorted(out.items()))
+
+
+def _under(path: str, dirs: Iterable[str]) -> bool:
+    return any(path == d or path.startswith(d + os.sep) for d in dirs)
+
+
+def _text(source: bytes | str) -> str:
+    return source.decode("utf-8", "replace") if isinstance(source, bytes) else source

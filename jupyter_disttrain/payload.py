@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
 import pickle
 import platform
+import shlex
 import symtable
+import sys
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -25,9 +29,11 @@ import cloudpickle
 from .local_modules import (
     ModuleTooLarge,
     collect,
+    find_in,
     names_in_pickle,
     names_in_source,
     package_versions,
+    project_modules,
 )
 from .runtime import jobkey
 from .units import format_bytes
@@ -83,6 +89,24 @@ class Capture:
 
 
 @dataclass(frozen=True)
+class ScriptInfo:
+    """The training script a payload runs (see :func:`build_script_payload`).
+
+    ``command`` is what followed the options: ``(PATH, *ARGS)`` or ``("-m", MODULE, *ARGS)``.
+    """
+
+    command: tuple[str, ...]
+    size: int  # bytes of the script's source
+
+    def describe(self, modules: str, payload_bytes: int) -> str:
+        """``script train.py 2 1 (1.0 KB); ships datautils (local module, 1.2 KB); ...``."""
+        head = f"script {shlex.join(self.command)} ({format_bytes(self.size)})"
+        if not modules:
+            return f"{head}; ships the script only ({format_bytes(payload_bytes)})"
+        return f"{head}; ships {modules}; payload {format_bytes(payload_bytes)}"
+
+
+@dataclass(frozen=True)
 class Payload:
     """What every worker runs: pickled bytes plus a description for the user."""
 
@@ -93,11 +117,19 @@ class Payload:
     torch: str | None
     #: The job's secret (see :mod:`.runtime.jobkey`): travels beside the payload, never in it.
     key: bytes = field(default_factory=jobkey.new_key, repr=False)
+    #: Set when the payload runs a training script (:func:`build_script_payload`), not a cell.
+    script: ScriptInfo | None = None
 
     def describe(self) -> str:
         """One line listing what is shipped, with sizes."""
+        if self.script is not None:
+            return self.script.describe(self.captures_text(), len(self.data))
         if not self.captures:
             return f"ships the cell only ({format_bytes(len(self.data))})"
+        return f"captures {self.captures_text()}; payload {format_bytes(len(self.data))}"
+
+    def captures_text(self) -> str:
+        """The captures as ``name (kind, size)``, comma-separated."""
         parts = []
         for cap in self.captures:
             if cap.kind == "local module":
@@ -106,7 +138,7 @@ class Payload:
                 parts.append(f"{cap.name} (import {cap.module})")
             else:
                 parts.append(f"{cap.name} ({cap.type_name}, {format_bytes(cap.size)})")
-        return f"captures {', '.join(parts)}; payload {format_bytes(len(self.data))}"
+        return ", ".join(parts)
 
 
 def transform_cell(cell: str) -> str:
@@ -266,3 +298,153 @@ def build_payload(
     }
     data = pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
     return Payload(data, source, tuple(captures), python, torch_version)
+
+
+# --- training scripts ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Script:
+    """A training script as ``torchrun`` takes it: ``PATH ARGS``, or ``-m MODULE ARGS``.
+
+    ``target`` is the path as the user named it (relative to ``cwd``, the folder the
+    command ran in) or, with ``module``, the module's dotted name.
+    """
+
+    target: str
+    args: tuple[str, ...] = ()
+    module: bool = False
+    cwd: str = "."
+
+
+def _pythonpath() -> list[Path]:
+    return [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def _module_file(name: str, folders: list[str]) -> Path | None:
+    """The file ``python -m name`` runs, searching ``folders`` (nothing is imported)."""
+    import importlib.machinery
+
+    search: list[str] | None = folders
+    spec = None
+    parts = name.split(".")
+    for index, part in enumerate(parts):
+        if not part.isidentifier():
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(part, search)
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or [])
+        if not search and index < len(parts) - 1:
+            return None  # a module, not a package: it has no submodules
+    if spec is not None and spec.submodule_search_locations is not None:
+        spec = importlib.machinery.PathFinder.find_spec("__main__", search)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def _read_source(path: Path, shown: str) -> tuple[bytes, str]:
+    """The file's bytes and its text (PEP 263 encoding); raise :class:`CaptureError`."""
+    import importlib.util
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CaptureError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    try:
+        text = importlib.util.decode_source(data)
+        ast.parse(text, str(path), "exec")
+    except SyntaxError as exc:
+        line = (exc.text or "").strip()
+        raise CaptureError(
+            f"{shown} has a syntax error on line {exc.lineno}: {exc.msg}"
+            + (f" ({line!r})" if line else "")
+        ) from None
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise CaptureError(f"cannot read {shown}: {exc}") from None
+    return data, text
+
+
+def build_script_payload(
+    script: Script,
+    *,
+    job: str,
+    framework: str = "pytorch",
+    dist_backend: str = "auto",
+    extra: dict[str, Any] | None = None,
+) -> Payload:
+    """A payload that runs ``script`` in every rank as ``torchrun`` would.
+
+    The script's folder is its project (the current folder for ``-m``): the modules
+    and packages of it (or of ``PYTHONPATH``) that it imports, transitively, travel
+    with it; installed packages are recorded for the workers' pre-flight. Raises
+    :class:`CaptureError` when the script cannot be read or parsed, the module is not
+    found, or its modules are too big to travel (:data:`.local_modules.MAX_MODULE_BYTES`).
+    """
+    cwd = os.path.abspath(script.cwd)
+    extra_path = _pythonpath()
+    names: list[str] = []
+    if script.module:
+        found = _module_file(script.target, [cwd, *map(str, extra_path), *sys.path])
+        if found is None:
+            raise CaptureError(
+                f"no module named {script.target!r} here: -m runs a module found from the "
+                f"current folder ({cwd}) or installed; run disttrain from the folder that "
+                f"holds {script.target.split('.')[0]}/, or give the script's path"
+            )
+        data, source = _read_source(found, script.target)
+        top = script.target.split(".")[0]
+        root, file, argv0 = cwd, str(found), str(found)
+        home = find_in(top, [Path(cwd), *extra_path])
+        name = str(found.relative_to(home.parent)) if home and found.is_relative_to(home) else ""
+        if name:
+            names.append(top)
+        command = ("-m", script.target, *script.args)
+    else:
+        file = os.path.join(cwd, script.target)  # python's __file__: joined, not normalised
+        data, source = _read_source(Path(file), script.target)
+        root, argv0 = os.path.dirname(os.path.realpath(file)), script.target
+        name = os.path.basename(file)
+        command = (script.target, *script.args)
+    try:
+        modules = project_modules([source], [Path(root), *extra_path], names)
+    except ModuleTooLarge as exc:
+        raise CaptureError(str(exc)) from None
+    files = {path: blob for found_files in modules.values() for path, blob in found_files.items()}
+    if not script.module:
+        files[name] = data
+    wanted = {script.target.split(".")[0]} if script.module else set()
+    for text in [source, *(b.decode("utf-8", "replace") for b in files.values())]:
+        wanted |= names_in_source(text)
+    captures = tuple(
+        Capture(mod, "local module", "module", sum(len(b) for b in f.values()), mod)
+        for mod, f in modules.items()
+    )
+    python, torch_version = platform.python_version(), package_version("torch")
+    envelope = {
+        "format": PAYLOAD_FORMAT,
+        "job": job,
+        "source": source,
+        "globals": {},
+        "imports": {},
+        "python": python,
+        "torch": torch_version,
+        "framework": framework,
+        "dist_backend": dist_backend,
+        "packages": package_versions(wanted - set(modules)),
+        "modules": {},
+        # how the worker runs it (see runtime/cell.py: run_script)
+        "script": {
+            "argv": [argv0, *script.args],  # sys.argv on this machine
+            "file": file,  # __file__ on this machine
+            "root": root,  # sys.path[0] on this machine
+            "module": script.target if script.module else None,
+            "name": name,  # the script's path in the shipped folder ("" : an installed module)
+            "files": files,  # the shipped folder: the script and its modules
+        },
+        **(extra or {}),
+    }
+    blob = pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
+    info = ScriptInfo(command, len(data))
+    return Payload(blob, source, captures, python, torch_version, script=info)

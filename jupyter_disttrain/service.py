@@ -35,7 +35,7 @@ from .job import Job
 from .job_checkpoints import preflight
 from .monitor import JobMonitor, Where
 from .options import spec_from_args
-from .payload import Payload, build_payload
+from .payload import Payload, Script, build_payload, build_script_payload
 from .runtime.session import DEFAULT_GRACE
 from .sessions import Session, Sessions
 from .spec import JobSpec, SpecError
@@ -134,6 +134,18 @@ class JobService:
             dist_backend=spec.dist_backend,
             **extra,
         )
+        return backend.plan(spec, payload)
+
+    def plan_script(self, spec: JobSpec, script: Script) -> Plan:
+        """A training script (``PATH ARGS`` or ``-m MODULE ARGS``) planned as a cell is.
+
+        Every rank runs it as ``torchrun`` would, with its folder's modules shipped
+        (see :func:`~jupyter_disttrain.payload.build_script_payload`).
+        """
+        backend = self.backend(spec.backend)
+        payload = build_script_payload(script, job=spec.name, framework=spec.framework,
+                                       dist_backend=spec.dist_backend,
+                                       extra=backend.payload_extra(spec))  # fmt: skip
         return backend.plan(spec, payload)
 
     def export(self, plan: Plan, path: str) -> str:

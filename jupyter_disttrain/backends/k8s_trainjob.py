@@ -23,6 +23,7 @@ from .k8s_images import STOCK_IMAGES, ImagePolicy, default_image
 from .k8s_kinds import TRAINJOB
 from .k8s_options import ConflictingOptionsError, K8sOptions
 from .k8s_pods import pod_metadata
+from .k8s_script import add_script_dir
 from .manifests import (
     KUEUE_QUEUE_LABEL,
     PAYLOAD_FILE,
@@ -97,8 +98,10 @@ def trainjob(
     notebook: str | None = None,
     images: ImagePolicy = STOCK_IMAGES,
     runtime_kind: str = CLUSTER_RUNTIME,
+    script: bool = False,
 ) -> Manifest:
-    """The TrainJob of ``spec`` on runtime ``opts.runtime`` (of kind ``runtime_kind``)."""
+    """The TrainJob of ``spec`` on runtime ``opts.runtime`` (of kind ``runtime_kind``); a
+    ``script`` payload's pods get its folder (:mod:`.k8s_script`)."""
     check(spec, opts)
     check_trainjob(spec, opts)
     paths = list(files)
@@ -117,6 +120,8 @@ def trainjob(
         "command": command,
         "env": _env(spec, opts),
     }
+    if script:
+        add_script_dir(volumes, mounts, trainer["env"])
     resources = _resources(opts, gpus=True)
     if resources:
         trainer["resourcesPerNode"] = resources

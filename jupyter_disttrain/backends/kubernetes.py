@@ -179,14 +179,15 @@ class KubernetesBackend(Backend):
         versions = notebook_versions(spec.framework)
         if kind_of(spec.framework, opts.kubeflow_api) is TRAINJOB:
             job = trainjob(spec, opts, files, versions, notebook=self.notebook,
-                           images=self.images, runtime_kind=runtime_kind)  # fmt: skip
+                           images=self.images, runtime_kind=runtime_kind,
+                           script=payload.script is not None)  # fmt: skip
             payload_obj = mf.payload_object(spec.name, opts.namespace, files, opts.payload_secret)
             extras = metrics_objects(
                 spec.name, opts.namespace, TRAINJOB, opts, mf.labels(spec.name)
             )
             return [payload_obj, job, *extras]
         return mf.manifests(spec, opts, files, versions, notebook=self.notebook,
-                            images=self.images)  # fmt: skip
+                            images=self.images, script=payload.script is not None)  # fmt: skip
 
     # -- Kubeflow APIs and training runtimes ---------------------------------------
     def served_apis(self, conn: Connection) -> set[str]:

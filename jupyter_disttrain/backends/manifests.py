@@ -46,6 +46,7 @@ from .k8s_options import (
     is_dns_label,
 )
 from .k8s_pods import RUNAI_PROJECT_LABEL, RUNAI_SCHEDULER, host_port, pod_metadata
+from .k8s_script import add_script_dir
 from .k8s_yaml import render_yaml as render_yaml  # re-exported: manifests, then their file
 
 Manifest = dict[str, Any]
@@ -359,8 +360,10 @@ def _pod_template(
     files: Iterable[str],
     versions: Mapping[str, str],
     images: ImagePolicy,
+    script: bool = False,
 ) -> dict[str, Any]:
-    """Every replica's pod template, after checking that ``opts`` can run ``spec``."""
+    """Every replica's pod template, after checking that ``opts`` can run ``spec``; a
+    ``script`` payload's pods get its folder (:mod:`.k8s_script`)."""
     check(spec, opts)
     paths = list(files)
     if PAYLOAD_FILE not in paths:
@@ -382,6 +385,8 @@ def _pod_template(
     resources = _resources(opts, gpus=True)
     if resources:
         main["resources"] = resources
+    if script:
+        add_script_dir(volumes, mounts, main["env"], main)
     pod: dict[str, Any] = {"containers": [main], "volumes": volumes}
     if spec.grace_period:  # the kubelet's SIGTERM-to-SIGKILL time covers the last save
         pod["terminationGracePeriodSeconds"] = math.ceil(spec.grace_period) + 5
@@ -492,6 +497,7 @@ def pytorchjob(
     *,
     notebook: str | None = None,
     images: ImagePolicy = STOCK_IMAGES,
+    script: bool = False,
 ) -> Manifest:
     """The ``PyTorchJob`` for ``spec``; ``files`` are the payload's relative paths.
 
@@ -500,7 +506,7 @@ def pytorchjob(
     ``versions`` (``python``, ``torch``, ...) pick the default image and are
     recorded as annotations. Raises :class:`~.k8s_options.OptionError`.
     """
-    template = _pod_template("pytorch", spec, opts, files, versions, images)
+    template = _pod_template("pytorch", spec, opts, files, versions, images, script)
     body: dict[str, Any] = {}
     if opts.elastic is not None:
         # Without a Master the operator sets PET_NPROC_PER_NODE only from the
@@ -539,9 +545,10 @@ def tfjob(
     *,
     notebook: str | None = None,
     images: ImagePolicy = STOCK_IMAGES,
+    script: bool = False,
 ) -> Manifest:
     """The ``TFJob`` for ``spec``: Chief 1 + Worker ``nodes - 1``; as :func:`pytorchjob`."""
-    template = _pod_template("tensorflow", spec, opts, files, versions, images)
+    template = _pod_template("tensorflow", spec, opts, files, versions, images, script)
     replicas = {"Chief": _replica(1, template)}
     if spec.nodes > 1:
         replicas["Worker"] = _replica(spec.nodes - 1, _plain(template))
@@ -561,6 +568,7 @@ def manifests(
     *,
     notebook: str | None = None,
     images: ImagePolicy = STOCK_IMAGES,
+    script: bool = False,
 ) -> list[Manifest]:
     """Every object of job ``spec`` in creation order: payload object, the job, then its
     ``--prometheus`` Service and ServiceMonitor.
@@ -573,7 +581,8 @@ def manifests(
     anything could be created.
     """
     build = tfjob if spec.framework == "tensorflow" else pytorchjob
-    job = build(spec, opts, payload_files, versions, notebook=notebook, images=images)
+    job = build(spec, opts, payload_files, versions, notebook=notebook, images=images,
+                script=script)  # fmt: skip
     payload_obj = payload_object(spec.name, opts.namespace, payload_files, opts.payload_secret)
     kind = TFJOB if spec.framework == "tensorflow" else PYTORCHJOB
     extras = metrics_objects(spec.name, opts.namespace, kind, opts, labels(spec.name))

@@ -1,11 +1,15 @@
-"""A torchrun node agent whose stores listen on loopback only.
+"""A torchrun node agent whose stores listen on loopback only, and that ends with its owner.
 
 ``python -m jupyter_disttrain.runtime.agent ARGV`` is ``torchrun ARGV`` for
-local jobs, with one difference: every TCPStore the agent hosts (the c10d
+local jobs, with two differences. Every TCPStore the agent hosts (the c10d
 rendezvous store and the workers' store) listens on 127.0.0.1 instead of
-every address. torch's ``TCPStore`` accepts an already-bound listening
-socket (``master_listen_fd``); the agent creates it on loopback. Standard
-library and torch only.
+every address: torch's ``TCPStore`` accepts an already-bound listening
+socket (``master_listen_fd``), created here on loopback (the workers do the
+same, see :mod:`.localworker`). And an agent started by its owner directly
+(``exec`` launch mode: ``DISTRAIN_OWNER_PID`` set) watches the owner: when
+it exits, however it exits, the agent stops its workers (SIGTERM, as
+torchrun does) and is killed :data:`OWNER_GRACE_SECONDS` later, its workers
+with it (they die with their agent). Standard library and torch only.
 
 Loopback is still open to the machine's other users, and torch's c10d
 rendezvous keeps its state in the store as a pickle it loads on every sync:
@@ -17,11 +21,19 @@ state another user wrote is never unpickled.
 from __future__ import annotations
 
 import errno
+import os
+import select
+import signal
 import socket
 import sys
+import threading
+import time
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+ENV_OWNER = "DISTRAIN_OWNER_PID"
+#: After its owner exits, an agent has this long to stop its workers before it is killed.
+OWNER_GRACE_SECONDS = 3.0
 
 _ARGS = ("host_name", "port", "world_size", "is_master", "timeout", "wait_for_workers",
          "multi_tenant", "master_listen_fd", "use_libuv")  # fmt: skip
@@ -42,8 +54,12 @@ def _listen(port: int) -> int | None:
     return sock.detach()  # the store owns the descriptor from here on
 
 
-def bind_stores_to_loopback() -> None:
-    """Make every TCPStore this process hosts listen on 127.0.0.1 (idempotent)."""
+def bind_stores_to_loopback(agent: bool = True) -> None:
+    """Make every TCPStore this process hosts listen on 127.0.0.1 (idempotent).
+
+    ``agent=False`` (a worker) leaves out torchrun's rendezvous backend, which
+    a worker does not import.
+    """
     import torch.distributed as dist
 
     base: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's stubs' exports)
@@ -63,10 +79,51 @@ def bind_stores_to_loopback() -> None:
                     kwargs["master_listen_fd"] = fd
             super().__init__(**kwargs)
 
-    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
+    import importlib
 
-    for module in (dist, c10d_rendezvous_backend):  # the backend imported the name itself
+    # The rendezvous modules imported the name themselves (``env://`` makes the workers'
+    # store); ``torch.distributed.rendezvous`` is also a function's name, hence the import.
+    modules = [dist, importlib.import_module("torch.distributed.rendezvous")]
+    if agent:
+        modules.append(
+            importlib.import_module("torch.distributed.elastic.rendezvous.c10d_rendezvous_backend")
+        )
+    for module in modules:
         setattr(module, "TCPStore", LoopbackTCPStore)  # noqa: B010
+
+
+def _await_exit(pid: int) -> None:
+    """Return once process ``pid`` has exited (a pidfd where there is one, else polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (OSError, AttributeError):
+        while os.getppid() == pid:  # the owner is this agent's parent
+            time.sleep(0.2)
+        return
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+def watch_owner(owner: int, grace: float = OWNER_GRACE_SECONDS) -> None:
+    """When ``owner`` exits: SIGTERM this agent (torchrun stops its workers), later SIGKILL.
+
+    The SIGKILL comes ``grace`` seconds after; the workers die with the agent.
+
+    An owner already gone (this process was reparented before it looked) ends it at once.
+    """
+
+    def watch() -> None:
+        if os.getppid() == owner:
+            _await_exit(owner)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="distrain-owner", daemon=True).start()
 
 
 def sign_rendezvous_state(key: bytes) -> None:
@@ -110,9 +167,15 @@ def sign_rendezvous_state(key: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run torchrun's main with loopback-only stores and a signed rendezvous state."""
+    """Run torchrun's main with loopback-only stores and a signed rendezvous state.
+
+    Watches the owner when told to (``DISTRAIN_OWNER_PID``).
+    """
     from . import jobkey
 
+    owner = os.environ.pop(ENV_OWNER, "")
+    if owner:
+        watch_owner(int(owner))
     bind_stores_to_loopback()
     key = jobkey.load()
     if key is not None:

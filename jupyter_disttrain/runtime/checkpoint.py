@@ -31,6 +31,7 @@ from .checkpoint_commit import (
     _rank,
     _versions,
     _world_size,
+    saving,
 )
 from .checkpoint_dir import CheckpointDir, HashingWriter
 from .checkpoint_format import CheckpointError, CorruptCheckpoint
@@ -111,6 +112,19 @@ def _write_full(
     keep_best: str | None,
     token: str,
 ) -> str:
+    with saving(cdir, step):
+        return _write_full_unguarded(cdir, state, step, metrics, keep_last, keep_best, token)
+
+
+def _write_full_unguarded(
+    cdir: CheckpointDir,
+    state: Any,
+    step: int,
+    metrics: dict[str, float],
+    keep_last: int | None,
+    keep_best: str | None,
+    token: str,
+) -> str:
     import torch
 
     _prepare(cdir)
@@ -166,10 +180,15 @@ def _write_sharded(
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
         writer = FsspecWriter(cdir.fs.uri(tmp))
-    with warnings.catch_warnings():
-        if not distributed:  # DCP warns that it saves in a single process
-            warnings.simplefilter("ignore", UserWarning)
-        dcp_save(state, storage_writer=writer)
+    try:
+        with warnings.catch_warnings():
+            if not distributed:  # DCP warns that it saves in a single process
+                warnings.simplefilter("ignore", UserWarning)
+            dcp_save(state, storage_writer=writer)
+    except BaseException:
+        if rank == 0:  # never committed: give its space back
+            cdir.fs.remove(tmp)
+        raise
 
     def digests(prefix: str | None) -> dict[str, tuple[int, str]]:
         out = {}
@@ -235,6 +254,8 @@ class _Background:
             self.thread = None
         error, self.error = self.error, None
         if error is not None and raise_errors:
+            if isinstance(error, CheckpointError):  # already says which step and why
+                raise CheckpointError(f"a background save failed: {error}") from None
             raise CheckpointError(f"a background checkpoint save failed: {error!r}") from error
 
 
@@ -281,12 +302,14 @@ def save_checkpoint(
         if sharded or background:
             raise CheckpointError("TensorFlow checkpoints take neither sharded= nor background=")
         wait_for_saves()
-        return checkpoint_tf.save(cdir, state, step, values, keep_last, keep_best)
+        with saving(cdir, step):
+            return checkpoint_tf.save(cdir, state, step, values, keep_last, keep_best)
     if sharded:
         if background:
             raise CheckpointError("background=True is for full checkpoints, not sharded=True")
         wait_for_saves()
-        return _write_sharded(cdir, state, step, values, keep_last, keep_best)
+        with saving(cdir, step):
+            return _write_sharded(cdir, state, step, values, keep_last, keep_best)
     if _rank() != 0:
         return None
     token = secrets.token_hex(3)

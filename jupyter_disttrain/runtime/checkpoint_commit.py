@@ -5,8 +5,12 @@ Standard library only (plus the checkpoint format and directory modules).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import shutil
 import sys
+from collections.abc import Iterator
 
 from . import checkpoint_format as fmt
 from . import preemption
@@ -71,3 +75,61 @@ def _finish_commit(
 
 def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+#: A full disk, and a full quota: what a save cannot get past by being retried.
+_NO_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+
+
+def _no_space(exc: BaseException) -> OSError | None:
+    """The "no space" error behind ``exc``, if any (torch chains it under its own).
+
+    Followed: ``__cause__``/``__context__`` and the per-rank failures of
+    ``torch.distributed.checkpoint``'s ``CheckpointException``.
+    """
+    todo: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while todo:
+        item = todo.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, OSError) and item.errno in _NO_SPACE:
+            return item
+        todo.extend(e for e in (item.__cause__, item.__context__) if e is not None)
+        failures = getattr(item, "failures", None)
+        if isinstance(failures, dict):
+            pairs = [f for f in failures.values() if isinstance(f, tuple) and f]
+            todo.extend(f[0] for f in pairs if isinstance(f[0], BaseException))
+    return None
+
+
+def no_space_message(cdir: CheckpointDir, step: int, error: OSError) -> str:
+    """``checkpoint step 7 not saved: no space left on device in DIR (3.1 MB free); ...``."""
+    free = ""
+    if cdir.local:
+        with contextlib.suppress(OSError):
+            free = f" ({shutil.disk_usage(cdir.root).free / 1e6:.1f} MB free)"
+    what = _NO_SPACE.get(error.errno or 0, error.strerror or str(error))
+    return (
+        f"checkpoint step {step} not saved: {what} in {cdir.uri}{free}; earlier checkpoints "
+        "are intact"
+    )
+
+
+@contextlib.contextmanager
+def saving(cdir: CheckpointDir, step: int) -> Iterator[None]:
+    """Around one save of ``step``: a full disk becomes one :class:`CheckpointError` saying so.
+
+    The writers leave nothing behind on failure (temporary names removed, no
+    record written), so the earlier checkpoints are what the directory lists.
+    """
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        full = _no_space(exc)
+        if full is None:
+            raise
+        raise CheckpointError(no_space_message(cdir, step, full)) from None

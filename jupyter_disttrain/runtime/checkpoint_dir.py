@@ -7,6 +7,7 @@ Standard library only (fsspec for URLs, through :mod:`.checkpoint_storage`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import queue
 import threading
@@ -120,13 +121,19 @@ class CheckpointDir:
     def commit(self, entry: fmt.Entry) -> fmt.Entry:
         """Record a fully written checkpoint (the commit point); drop older records of its step."""
         name = fmt.entry_name(int(entry["step"]), str(entry["id"]))
-        self.fs.write_bytes(self.fs.join(self._entries_dir, name), fmt.encode_entry(entry))
+        try:
+            self.fs.write_bytes(self.fs.join(self._entries_dir, name), fmt.encode_entry(entry))
+        except BaseException:
+            if entry.get("path"):  # never listed: give its space back
+                self.fs.remove(self.payload_path(entry))
+            raise
         records, lag = self.records()
         _, shadowed = fmt.newest_per_step(records)
         for old in shadowed:
             self._remove_record(old, records.pop(old))
         if lag >= COMPACT_AFTER or shadowed:
-            self.compact(records)
+            with contextlib.suppress(OSError):  # committed already; a lagging manifest is read
+                self.compact(records)  # around (and rewritten by the next commit)
         return dict(entry, entry=name)
 
     def compact(self, records: dict[str, fmt.Entry] | None = None) -> None:

@@ -28,6 +28,40 @@ PROTOCOL_PACKAGES = {
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory"})
 
 
+#: What the checkpoint code creates on a local disk is the owner's only (a state holds
+#: the model and whatever else the cell saved); directories that exist keep their mode.
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def makedirs_private(path: str) -> None:
+    """Create ``path`` and its missing parents, each readable by the owner only.
+
+    Directories that already exist (the user's, or another rank's just now) keep their mode.
+    """
+    missing = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+            continue
+        os.chmod(directory, DIR_MODE)  # exactly, whatever the umask
+
+
+def open_private(path: str) -> IO[bytes]:
+    """A new file at ``path`` (it must not exist) that only the owner can read."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "wb")
+
+
 def protocol_of(uri: str) -> str | None:
     """``"s3"`` for ``s3://b/k``; ``None`` for a local path or ``file://`` URL."""
     if "://" not in uri:
@@ -55,7 +89,7 @@ class LocalFS:
         return path
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        makedirs_private(path)
 
     def names(self, path: str) -> list[str]:
         """Names in ``path`` (no sizes: one system call); empty if absent."""
@@ -95,7 +129,7 @@ class LocalFS:
         """Write to a temporary name beside ``path``; on success flush, fsync, rename."""
         folder, name = os.path.split(path)
         tmp = os.path.join(folder, f"{TMP_PREFIX}{secrets.token_hex(4)}-{name}")
-        fh = open(tmp, "xb")  # closed below on every path
+        fh = open_private(tmp)  # closed below on every path
         try:
             yield fh
             fh.flush()
@@ -118,11 +152,20 @@ class LocalFS:
     def temp_dir(self, folder: str, name: str) -> str:
         """A fresh directory beside the final ``name`` for a multi-file write."""
         path = os.path.join(folder, f"{TMP_PREFIX}{secrets.token_hex(4)}-{name}")
-        os.makedirs(path)
+        os.mkdir(path, DIR_MODE)
+        os.chmod(path, DIR_MODE)
         return path
 
     def commit_dir(self, tmp: str, path: str, fsync: bool = True) -> None:
-        """Make a fully written temporary directory appear under its final name."""
+        """Make a fully written temporary directory appear under its final name.
+
+        Its files (written by torch or TensorFlow with the usual modes) become the owner's only.
+        """
+        for folder, dirs, files in os.walk(tmp):
+            for name in dirs:
+                os.chmod(os.path.join(folder, name), DIR_MODE)
+            for name in files:
+                os.chmod(os.path.join(folder, name), FILE_MODE)
         if fsync:
             for name in os.listdir(tmp):
                 fd = os.open(os.path.join(tmp, name), os.O_RDONLY)

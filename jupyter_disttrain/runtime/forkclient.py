@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         return supervise(got[0], int(got[1]["pid"]))
     sys.stdout.flush()
     os.execv(
-        sys.executable, [sys.executable, "-u", "-m", "jupyter_disttrain.runtime.worker", args[0]]
+        sys.executable,
+        [sys.executable, "-u", "-m", "jupyter_disttrain.runtime.localworker", args[0]],
     )
     return 2  # not reached
 

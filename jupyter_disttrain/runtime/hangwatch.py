@@ -31,7 +31,7 @@ import time
 from typing import Any, Final
 
 from . import env, rankprefix, report, stacks
-from .cell import CELL_FILENAME
+from .cell import code_filename
 from .jobstore import round_key, signed_default_store
 
 ENV_HANG = "DISTRAIN_HANG_AFTER"
@@ -178,7 +178,7 @@ class _Watch:
         fields = {
             "request": request,
             **why,
-            "threads": stacks.all_stacks(CELL_FILENAME, skip={me}),
+            "threads": stacks.all_stacks(code_filename(), skip={me}),
             "collective": stacks.last_collective(),
             "pid": os.getpid(),
         }

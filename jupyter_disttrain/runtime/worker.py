@@ -35,7 +35,7 @@ from . import (
     tqdm_hook,
 )
 from . import report as _report
-from .cell import CELL_FILENAME, main_module, run_cell
+from .cell import main_module, run_payload, user_traceback
 
 RESULT_INLINE_LIMIT = 4 * 1024 * 1024
 EXIT_OK, EXIT_USER_ERROR, EXIT_SETUP_ERROR = 0, 1, 2
@@ -117,7 +117,8 @@ def check_packages(payload: dict[str, Any]) -> list[str]:
     if missing:
         pips = " ".join(f"--pip {m}" for m in missing)
         raise SetupError(
-            f"the cell uses packages this worker does not have: {', '.join(missing)}; add "
+            f"the {'script' if payload.get('script') else 'cell'} uses packages this worker "
+            f"does not have: {', '.join(missing)}; add "
             f"{pips} (or install them in the image)"
         )
     return warnings
@@ -290,7 +291,9 @@ def encode_exception(exc: BaseException) -> dict[str, Any]:
         "type": etype.__name__,
         "module": etype.__module__,
         "message": str(exc),
-        "traceback": "".join(traceback.format_exception(etype, exc, exc.__traceback__)),
+        "traceback": "".join(
+            traceback.format_exception(etype, exc, user_traceback(exc.__traceback__))
+        ),
     }
     if etype.__module__ == "__main__":
         try:
@@ -378,7 +381,7 @@ def run(payload_path: str) -> int:
             blobs = list((payload.get("globals") or {}).values())
             if rank == 0 and tqdm_hook.uses_tqdm(payload["source"], blobs):
                 tqdm_hook.install()  # the cell's bar drives the job's progress
-            value = run_cell(payload["source"], module.__dict__, CELL_FILENAME)
+            value = run_payload(payload, module.__dict__)  # a cell, or a script
             _checkpoint.wait_for_saves()  # a background save fails the cell if it fails
             if rank == 0:
                 result = encode_result(value, os.environ.get("DISTRAIN_JOB_DIR"))

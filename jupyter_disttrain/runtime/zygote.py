@@ -336,6 +336,10 @@ def _run_worker(argv: list[str], env: dict[str, str]) -> int:
         threads = env.get("OMP_NUM_THREADS")
         torch.set_num_threads(int(threads) if threads else (os.cpu_count() or 1))
         from . import worker
+        from .agent import bind_stores_to_loopback
+
+        # A store rank 0 hosts listens on 127.0.0.1 (see .localworker).
+        bind_stores_to_loopback(agent=False)
 
         return worker.main(argv)
 

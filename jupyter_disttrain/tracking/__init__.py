@@ -56,8 +56,7 @@ def sinks_for(
     out: list[Sink] = []
     logdir = tensorboard_dir(spec)
     if logdir is not None:
-        private = spec.tensorboard is None  # the job home's folder: the owner's only
-        out.append(tensorboard.TensorBoardSink(logdir.parent, spec.name, feed, private=private))
+        out.append(tensorboard.TensorBoardSink(logdir.parent, spec.name, feed))
     if spec.mlflow is not None:
         out.append(mlflow.MlflowSink(spec.mlflow, spec, feed, notebook=notebook,
                                      paths_here=paths_here))  # fmt: skip

@@ -49,14 +49,16 @@ def run_dir(root: Path, job: str, rank: int) -> Path:
 class TensorBoardSink(Sink):
     """Writes ``metric`` events under ``root/job/rank-R`` (see the module doc).
 
-    ``private`` makes the directories the owner's only (the job home's own
-    folder); a directory the user gave keeps the usual permissions.
+    The directories it creates are the owner's only (0700) and so are the
+    event files (0600), in the job home as in a ``--tensorboard DIR`` (the
+    metrics of a notebook are not everybody's); directories that already
+    exist keep their mode. ``private=False`` leaves both to the umask.
     """
 
     name = "tensorboard"
     flush_every = 2.0
 
-    def __init__(self, root: Path, job: str, feed: Feed, *, private: bool = False) -> None:
+    def __init__(self, root: Path, job: str, feed: Feed, *, private: bool = True) -> None:
         self.root = Path(root)
         self.private = private
         self._writers: dict[int, Any] = {}

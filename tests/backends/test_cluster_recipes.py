@@ -224,8 +224,8 @@ def test_render_prints_every_recipe_for_both_apis(tmp_path: Path) -> None:
     recipes = ["--data", "s3://bucket/x:/data", "--prometheus", "--runai-project", "team-a"]
     for api, extra in (("pytorchjob", ["--host-network"]), ("trainjob", [])):
         done = subprocess.run(
-            [sys.executable, "-m", "jupyter_disttrain.cli", "render", str(script), "--backend",
-             "kubernetes", "--nodes", "2", "--kubeflow-api", api, *recipes, *extra],
+            [sys.executable, "-m", "jupyter_disttrain.cli", "render", "--backend",
+             "kubernetes", "--nodes", "2", "--kubeflow-api", api, *recipes, *extra, str(script)],
             capture_output=True, text=True, timeout=120, check=False,
             env={**os.environ, "KUBECONFIG": str(tmp_path / "none")},
         )  # fmt: skip

@@ -283,8 +283,8 @@ def test_render_command_prints_valid_yaml(cluster: Emulator, tmp_path: Path) -> 
     script = tmp_path / "train.py"
     script.write_text("import torch\nprint('hi $USER')\n")
     out = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "render", str(script), "--nodes", "2",
-         "--gpus", "1", "--nccl", "ib", "--name", "from-file"],
+        [sys.executable, "-m", "jupyter_disttrain.cli", "render", "--nodes", "2",
+         "--gpus", "1", "--nccl", "ib", "--name", "from-file", str(script)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -268,7 +269,7 @@ def test_job_state_is_readable_by_its_owner_only(home: Path) -> None:
                         backend=LocalBackend(mode="exec"), timeout=150)  # fmt: skip
     assert sink.final().get("state") == "Succeeded", job_logs(run)
     directory = Path(run.plan.job_dir)
-    for path in (home, home / "jobs", directory, directory / "logs"):
+    for path in (home / "jobs", directory, directory / "logs"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     files = [p for p in directory.rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"payload.pkl", "state.json", "events.jsonl",
@@ -278,37 +279,65 @@ def test_job_state_is_readable_by_its_owner_only(home: Path) -> None:
     assert not loose, loose
 
 
-def listening(pgid: int) -> list[tuple[str, int, str]]:
-    """(address, port, command) of every listening socket of a process group's members."""
+def listening(run: LocalRun) -> list[tuple[str, int, int, str]]:
+    """(address, port, pid, command) of every listening socket of every process of a job.
+
+    The job's processes: its group's members, its agents and all their descendants
+    (torchrun starts each worker in a session of its own).
+    """
+    assert run.pgid is not None
+    procs = {p.pid: p for p in psutil.process_iter() if _pgid(p.pid) == run.pgid}
+    for agent in run.agents:
+        with contextlib.suppress(psutil.Error):
+            procs.setdefault(agent.pid, psutil.Process(agent.pid))
+    for proc in list(procs.values()):
+        with contextlib.suppress(psutil.Error):
+            procs.update((c.pid, c) for c in proc.children(recursive=True))
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    for proc in procs.values():
         try:
-            if os.getpgid(proc.pid) != pgid:
-                continue
+            command = " ".join(proc.cmdline())[:80]
             for conn in proc.net_connections(kind="inet"):
                 if conn.status == psutil.CONN_LISTEN:
-                    found.append((conn.laddr.ip, conn.laddr.port,
-                                  " ".join(proc.info["cmdline"] or [])[:80]))  # fmt: skip
-        except (psutil.Error, OSError):
+                    found.append((conn.laddr.ip, conn.laddr.port, proc.pid, command))
+        except psutil.Error:
             continue
     return found
 
 
-@pytest.mark.parametrize("mode", ["fork", "exec"])
-def test_every_listening_socket_of_a_job_is_on_loopback(mode: str) -> None:
-    spec = JobSpec(f"local-listen-{mode}", nodes=2, nproc=1, timeout=120)
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("mode", "nodes", "nproc", "restarts"),
+    [("fork", 2, 1, 0), ("exec", 2, 1, 0), ("fork", 2, 2, 1), ("exec", 2, 2, 1)],
+    ids=["fork", "exec", "fork-restarts", "exec-restarts"],
+)
+def test_every_listening_socket_of_a_job_is_on_loopback(
+    mode: str, nodes: int, nproc: int, restarts: int
+) -> None:
+    """With ``--max-restarts`` rank 0's worker hosts the workers' store: on loopback too."""
+    spec = JobSpec(f"local-listen-{mode}-{restarts}", nodes=nodes, nproc=nproc,
+                   max_restarts=restarts, timeout=120)  # fmt: skip
     sink = Collector()
     payload = build_payload("import time\nreport(step=0, up=1)\ntime.sleep(60)", {},
                             job=spec.name)  # fmt: skip
     run = submit_now(LocalBackend(mode=mode), spec, payload, sink)
     try:
         deadline = time.monotonic() + 120
-        while len(sink.kinds("metric")) < 2 and time.monotonic() < deadline:
+        while len(sink.kinds("metric")) < spec.world_size and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(sink.kinds("metric")) == 2, job_logs(run)
-        assert run.pgid is not None
-        sockets = listening(run.pgid)
-        assert len(sockets) >= 2, sockets  # the rendezvous store and the workers' store at least
+        assert len(sink.kinds("metric")) == spec.world_size, job_logs(run)
+        sockets = listening(run)
+        # the rendezvous store, the workers' store and gloo's listeners at least
+        assert len(sockets) >= 2 + spec.world_size, sockets
+        if restarts:  # rank 0 hosts the workers' store (and its gloo listener)
+            rank0 = next(int(e.get("pid")) for e in sink.kinds("hello") if e.rank == 0)
+            assert len([s for s in sockets if s[2] == rank0]) >= 2, sockets
         wide = [s for s in sockets if s[0] not in ("127.0.0.1", "::1")]
         assert not wide, (wide, job_logs(run))
     finally:

@@ -131,10 +131,10 @@ def test_missing_tensorflow_is_a_clear_error(
 def test_cli_rejects_tensorflow_nproc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "train.py"
     script.write_text("print(1)\n")
-    assert cli.main(["run", str(script), "--framework", "tensorflow", "--nproc", "4"]) == 2
+    assert cli.main(["run", "--framework", "tensorflow", "--nproc", "4", str(script)]) == 2
     assert "TensorFlow runs one process per worker" in capsys.readouterr().err
-    assert cli.main(["run", str(script), "--framework", "tensorflow", "--nodes", "2",
-                     "--dry-run"]) == 0  # fmt: skip
+    assert cli.main(["run", "--framework", "tensorflow", "--nodes", "2", "--dry-run",
+                     str(script)]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "TF_CONFIG=" in out and "launch: exec" in out
 
@@ -351,9 +351,10 @@ def test_only_the_workers_grpc_ports_listen_beyond_loopback() -> None:
             time.sleep(0.2)
         assert len(sink.kinds("metric")) == 2, sink.events[-5:]
         assert run.pgid is not None
-        wide = {port for ip, port, _ in listening(run.pgid) if ip not in ("127.0.0.1", "::1")}
+        found = listening(run)
+        wide = {port for ip, port, _, _ in found if ip not in ("127.0.0.1", "::1")}
         ports = {int(a.rsplit(":", 1)[1]) for a in run.plan.rdzv_endpoint.split(",")}
-        assert wide <= ports, (wide, ports, listening(run.pgid))
+        assert wide <= ports, (wide, ports, found)
     finally:
         run.stop()
         run.join(30)

@@ -45,9 +45,9 @@ def test_render_prints_a_trainjob_for_kueue_with_no_user_text_on_a_command_line(
     script.write_text("import torch\nprint('secret $TOKEN')\n")
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "none")}  # no cluster to ask
     out = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "render", str(script), "--backend",
+        [sys.executable, "-m", "jupyter_disttrain.cli", "render", "--backend",
          "kubernetes", "--kubeflow-api", "trainjob", "--nodes", "2", "--nproc", "2", "--queue",
-         "team-a", "--env", "LR=0.1", "--name", "tj-render"],
+         "team-a", "--env", "LR=0.1", "--name", "tj-render", str(script)],
         capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -68,8 +68,8 @@ def test_render_prints_a_trainjob_for_kueue_with_no_user_text_on_a_command_line(
     assert not any(name.startswith("PET_") for name in env)  # the torch plugin sets those
     # Without a cluster to ask, render defaults to the current API.
     out = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "render", str(script), "--backend",
-         "kubernetes", "--name", "tj-default"],
+        [sys.executable, "-m", "jupyter_disttrain.cli", "render", "--backend",
+         "kubernetes", "--name", "tj-default", str(script)],
         capture_output=True, text=True, timeout=120, env=env | dict(os.environ) | {
             "KUBECONFIG": str(tmp_path / "none")}, cwd=REPO,
     )  # fmt: skip

@@ -685,6 +685,8 @@ class ApiServer:
             return
         for resource, dependent in self._dependents(uid):
             meta = dependent["metadata"]
+            if self.store.get(resource.key, meta.get("namespace", ""), meta["name"]) is None:
+                continue  # gone meanwhile: removing an earlier one ended the owner's deletion
             others = [r for r in meta.get("ownerReferences", []) if r.get("uid") != uid]
             if any(self._exists(ref["uid"]) for ref in others):
                 self._disown(resource, dependent, uid)

@@ -15,7 +15,9 @@ forking a warm one is unsafe) running the worker runtime with the
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -135,9 +137,8 @@ class LocalBackend(Backend):
             except LauncherError:
                 mode = "exec"
         run_id = {"DISTRAIN_RUN_ID": os.urandom(6).hex()}  # tells restarts from new submissions
-        return build_plan(
-            spec, payload, jobdir.job_dir(spec.name), mode=mode, port=free_port(), base_env=run_id
-        )
+        directory = jobdir.next_run_dir(spec.name)  # never where an earlier run keeps checkpoints
+        return build_plan(spec, payload, directory, mode=mode, port=free_port(), base_env=run_id)
 
     def submit(self, plan: Plan, sink: EventSink) -> LocalRun:
         """Create the job directory and start the agents of ``plan`` in the background."""
@@ -145,7 +146,7 @@ class LocalBackend(Backend):
             raise TypeError(f"the local backend runs LocalPlans, not {type(plan).__name__}")
         spec = plan.spec
         directory = Path(plan.job_dir)
-        old = jobdir.read_state(directory)
+        old = jobdir.read_state(jobdir.job_dir(spec.name))
         if old is not None and _is_live(old):
             raise JobExists(
                 f"a local job named {spec.name!r} is still {old.get('state')}; stop it with "
@@ -161,10 +162,7 @@ class LocalBackend(Backend):
                     f"the warm launcher this plan forks from stopped ({exc}); plan the job "
                     "again (it will start fresh interpreters if the launcher cannot run)"
                 ) from None
-        if directory.exists():
-            import shutil
-
-            shutil.rmtree(directory)
+        _make_run_dir(directory, spec.name)
         jobdir.make_private_dirs(jobdir.logs_dir(directory))
         jobdir.write_private(directory / "payload.pkl", plan.payload.data)
         jobdir.write_private(directory / jobkey.KEY_FILE, plan.payload.key)
@@ -189,11 +187,13 @@ class LocalBackend(Backend):
     def list_jobs(self) -> list[JobRecord]:
         """Local jobs recorded under the job root, newest first."""
         out = []
-        for directory in jobdir.list_job_dirs():
+        directories = jobdir.list_job_dirs()
+        names = jobdir.run_names(directories)  # an earlier run of a name is NAME.K
+        for directory in directories:
             state = jobdir.read_state(directory)
             if state is None:
                 continue
-            out.append(_record(state))
+            out.append(dataclasses.replace(_record(state), name=names[directory]))
         return out
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
@@ -224,3 +224,27 @@ class LocalBackend(Backend):
     def stop(self, name: str) -> bool:
         """Stop a job of any owner: mark it, then end its processes."""
         return stop_job(name)
+
+
+def _make_run_dir(directory: Path, name: str) -> None:
+    """Create the run directory a plan chose: replace an earlier run that kept no checkpoint.
+
+    Raise :class:`JobExists` when another run of ``name`` took it, or saved
+    checkpoints in it, since the plan was made (nothing is removed then).
+    """
+    if directory.exists():
+        if jobdir.holds_checkpoints(directory):
+            raise JobExists(
+                f"an earlier run of {name!r} saved checkpoints in {directory} since this job was "
+                "planned; they are kept: plan the job again (it gets a directory of its own)"
+            )
+        shutil.rmtree(directory)
+    jobdir.make_private_dirs(directory.parent)
+    try:
+        os.mkdir(directory, jobdir.DIR_MODE)
+    except FileExistsError:
+        raise JobExists(
+            f"another run of {name!r} started in {directory} since this job was planned; "
+            "plan it again"
+        ) from None
+    os.chmod(directory, jobdir.DIR_MODE)

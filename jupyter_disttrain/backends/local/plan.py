@@ -24,6 +24,7 @@ FAILURE_GRACE_SECONDS = 2.0
 LOOPBACK = "127.0.0.1"
 TORCHRUN = "jupyter_disttrain.runtime.agent"  # torchrun, with loopback-only stores
 WORKER_MODULE = "jupyter_disttrain.runtime.worker"
+LOCAL_WORKER_MODULE = "jupyter_disttrain.runtime.localworker"  # the worker, stores on loopback
 
 
 def free_port() -> int:
@@ -121,11 +122,7 @@ def build_plan(
     payload_path = str(directory / "payload.pkl")
     logs = jobdir.logs_dir(directory)
     endpoint = f"{LOOPBACK}:{port}"
-    entry = (
-        "jupyter_disttrain.runtime.forkclient"
-        if mode == "fork"
-        else ("jupyter_disttrain.runtime.worker")
-    )
+    entry = "jupyter_disttrain.runtime.forkclient" if mode == "fork" else LOCAL_WORKER_MODULE
     env = {
         **(base_env or {}),
         **spec.env_dict(),

@@ -14,6 +14,7 @@ import psutil
 
 from ... import events as ev
 from ... import jobdir
+from ...runtime.agent import ENV_OWNER
 from ..base import (
     EventSink,
     JobNotFound,
@@ -124,7 +125,8 @@ class LocalRun(Submission):
                 })  # fmt: skip
                 if self.pgid is None:
                     self.pgid = handle.pgid
-            else:
+            else:  # no launcher watches the owner: each agent does (see runtime/agent.py)
+                node_env[ENV_OWNER] = str(os.getpid())
                 handle = _ExecAgent(node, node_env, self.pgid or 0)
                 if self.pgid is None:
                     self.pgid = handle.pid
@@ -245,7 +247,7 @@ class LocalReplay(Submission):
 
     def stop(self, reason: str = "stopped by user") -> None:
         """Stop the job if it still runs (through its owner)."""
-        stop_job(self.dir.name)
+        stop_run(self.dir)
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until the replay reached the job's terminal state."""
@@ -358,9 +360,16 @@ def stop_job(name: str) -> bool:
     False when it is not running; :class:`JobNotFound` when there is no such job.
     """
     directory = jobdir.job_dir(name)
+    if jobdir.read_state(directory) is None:
+        raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
+    return stop_run(directory)
+
+
+def stop_run(directory: Path) -> bool:
+    """Stop the run of a job recorded in ``directory`` (see :func:`stop_job`)."""
     state = jobdir.read_state(directory)
     if state is None:
-        raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
+        return False
     if not _is_live(state):
         return False
     (directory / "stop").touch()

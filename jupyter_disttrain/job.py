@@ -9,12 +9,13 @@ this process's jobs by name.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from . import events as ev
 from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .checkpoints import CheckpointError, CheckpointStore, reported_dir
-from .monitor import JobMonitor, Where
+from .monitor import JobMonitor, Where, user_traceback
 from .remote import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
 
@@ -132,7 +133,7 @@ class Job:
 
     @property
     def reason(self) -> str:
-        """Why the job is in its current state (empty while it runs normally)."""
+        """Why the job is in its state: for a failure its root cause (empty while it runs)."""
         return self.monitor.reason
 
     def wait(self, timeout: float | None = None) -> str:
@@ -151,19 +152,23 @@ class Job:
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's value of the cell's last expression.
 
-        Waits for the job. If a rank raised, re-raises the first failing
-        rank's exception (same type where possible) with its rank and remote
-        traceback in the message; :class:`JobFailed` when the job failed
-        otherwise, :class:`JobStopped` when it was stopped.
+        Waits for the job. If a rank raised, re-raises the exception of the
+        rank that caused the failure (:meth:`JobMonitor.cause`; same type where
+        possible) with its rank and remote traceback in the message;
+        :class:`JobFailed` when the job failed otherwise, :class:`JobStopped` when it was stopped.
         """
         state = self.wait(timeout)
         result = self.monitor.result()
         if state == "Succeeded":
             return None if result is None else decode_result(result.fields)
-        errors = self.monitor.error_events()
-        if errors:
-            first = errors[0]
-            raise recreate_exception(first.fields, first.rank)
+        first = self.monitor.cause_error()
+        if first is None and state == "Failed" and self.monitor.cause() is None:
+            errors = self.monitor.error_events()  # no cause chosen: the earliest error
+            first = errors[0] if errors else None
+        if first is not None:  # its traceback from the cell on
+            trace = user_traceback(str(first.get("traceback") or ""))
+            fields = {**first.fields, "traceback": trace}
+            raise recreate_exception(fields, first.rank)
         if state == "Stopped":
             raise JobStopped(f"job {self.name} was stopped: {self.reason}")
         raise JobFailed(f"job {self.name} failed: {self.reason}")
@@ -183,7 +188,8 @@ class Job:
         is asked now, and this waits up to ``timeout`` s (default 10, or 90 where
         workers run in pods: a kubelet passes the request on within its sync
         period) for every rank that is still up; otherwise the newest stacks the
-        job sent (at a hang) are returned. Raises
+        job sent (at a hang) are returned. Its text shows the cell's and the user's
+        own frames with their source lines, the rest folded (``text(library=True)``). Raises
         :class:`~.backends.base.BackendError` when there are none.
         """
         if timeout is None:
@@ -192,7 +198,7 @@ class Job:
             request = self.backend.request_stacks(self.name)
             found = self.monitor.wait_for_stacks(request, timeout)
             if found is not None:
-                return found
+                return self._with_source(found)
             raise BackendError(
                 f"no rank of job {self.name} answered within {timeout:g} s (state "
                 f"{self.status()}); its ranks may not have started yet"
@@ -205,7 +211,11 @@ class Job:
                 if not self.done
                 else f"job {self.name} has ended and sent no stacks"
             )
-        return found
+        return self._with_source(found)
+
+    def _with_source(self, found: Where) -> Where:
+        """``found`` with the cell's source, so its frames show their lines."""
+        return found if self.plan is None else replace(found, cell_source=self.plan.payload.source)
 
     def logs(self, rank: int | None = None, tail: int | None = None) -> str:
         """What the ranks printed (one rank, or all prefixed with their rank)."""

@@ -18,13 +18,16 @@ from typing import Any
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import display
 from traitlets import Bool, Enum, Float, Int, Unicode
 
 from .backends.base import BackendError
+from .cellcheck import main_guard_note, spawn_problem
 from .job import Job
 from .job_checkpoints import store_for
 from .options import JOB_OPTIONS, seconds
-from .payload import CaptureError
+from .payload import CaptureError, transform_cell
+from .plan_summary import manifest_summary
 from .progress import LiveView, format_job_table, format_runtime_table
 from .service import JobService, backend_names, default_service
 from .sessions import SessionError, SessionLost, format_sessions
@@ -52,6 +55,16 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for flags, kwargs in reversed(JOB_OPTIONS):
         func = magic_arguments.argument(*flags, **kwargs)(func)
     return func
+
+
+def _check_cell(source: str) -> None:
+    """UsageError for a cell that launches processes itself; a note for a main guard."""
+    problem = spawn_problem(source)
+    if problem:
+        raise UsageError(problem)
+    note = main_guard_note(source)
+    if note:
+        print(note)
 
 
 @magics_class
@@ -159,11 +172,16 @@ class DistrainMagics(Magics):
                 hint = service.export(plan, args.export)
         except (SpecError, CaptureError, BackendError) as exc:
             raise UsageError(str(exc)) from None
+        _check_cell(plan.payload.source)
         if args.export:
             print(f"{spec.name}: wrote {args.export} (submit with: {hint})")
             return None
         if args.dry_run:
-            print(plan.export() or plan)
+            summary = manifest_summary(plan)  # a cluster's manifest: its summary, YAML folded
+            if summary is None:
+                print(plan.export() or plan)
+            else:
+                display(summary)
             return None
         view = LiveView(self._live_mode(), blocking=args.wait)
         print(f"{spec.name}: {plan.payload.describe()}")
@@ -199,6 +217,10 @@ class DistrainMagics(Magics):
                 f"{', '.join(given)} cannot be given with --session: the session's ranks and "
                 f"options were set by %distrain_session start {args.session}"
             )
+        try:
+            _check_cell(transform_cell(cell))
+        except CaptureError:
+            pass  # reported when the session builds the cell's payload
         try:
             session = self.service.session(args.session)
         except SessionError as exc:

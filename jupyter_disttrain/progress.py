@@ -134,7 +134,8 @@ class LiveView:
         elif self.mode == "lines":
             with self._lock:
                 pending, self._pending = self._pending, []
-            out = [line for e in pending if (line := _format_safely(e)) is not None]
+            why = self.job.reason if self.job is not None else None
+            out = [line for e in pending if (line := _format_safely(e, why)) is not None]
             out.extend(self._progress_line(pending))
             if out:
                 sys.stdout.write("\n".join(out) + "\n")
@@ -154,9 +155,9 @@ class LiveView:
         return [f"progress: {progress_text(p)}"]
 
 
-def _format_safely(event: ev.Event) -> str | None:
+def _format_safely(event: ev.Event, reason: str | None = None) -> str | None:
     try:
-        return format_event(event)
+        return format_event(event, reason)
     except Exception as exc:
         return f"[rank {event.rank}] ({event.kind} line not shown: {type(exc).__name__}: {exc})"
 
@@ -169,8 +170,11 @@ def _number(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def format_event(event: ev.Event) -> str | None:
+def format_event(event: ev.Event, reason: str | None = None) -> str | None:
     """One printed line for an event in ``lines`` mode, or None to skip it.
+
+    ``reason``: the job's own reading of why it ended (:attr:`Job.reason`), which a
+    terminal ``job`` event shows instead of the backend's message.
 
     Never raises for an event's field values (a metric that is not a number is
     printed as it came).
@@ -191,6 +195,8 @@ def format_event(event: ev.Event) -> str | None:
         return f"[rank 0] step {step}: {values}"
     if event.kind == "job":
         message = event.get("message")
+        if reason and event.get("state") in ev.TERMINAL_STATES:
+            message = reason
         return f"job {event.get('state')}" + (f": {message}" if message else "")
     if event.kind == "phase" and event.get("state") == "waiting" and event.get("message"):
         return f"waiting ({event.get('phase')}): {event.get('message')}"

@@ -3,17 +3,20 @@
 ``core`` holds the monitor (job and rank state, result, errors, logs,
 communication diagnosis), ``metrics`` the metric store, ``records`` the
 records and JSON-able snapshot shapes, ``text`` the plain-text view, ``where``
-the ranks' stacks grouped, ``phases`` the time-to-first-step timeline.
+the ranks' stacks grouped, ``cause`` the root cause of a failure, ``phases``
+the time-to-first-step timeline.
 """
 
 from __future__ import annotations
 
 from ..logbuffer import format_ranks
+from .cause import Cause, user_traceback
 from .core import JobMonitor
 from .metrics import MetricStore
 from .phases import PhaseRow, Timeline, summary, timeline, waiting_line
 from .records import (
     RANK_STATES,
+    CauseRow,
     Checkpoint,
     CheckpointRow,
     ErrorInfo,
@@ -35,6 +38,8 @@ from .where import StackGroup, Where, where_from
 
 __all__ = [
     "RANK_STATES",
+    "Cause",
+    "CauseRow",
     "Checkpoint",
     "CheckpointRow",
     "ErrorInfo",
@@ -60,6 +65,7 @@ __all__ = [
     "resource_outliers",
     "summary",
     "timeline",
+    "user_traceback",
     "waiting_line",
     "where_from",
 ]

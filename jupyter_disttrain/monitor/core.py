@@ -13,6 +13,7 @@ current time take ``now`` (default: :func:`time.time`).
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import replace
@@ -24,7 +25,9 @@ from numpy.typing import NDArray
 from ..events import TERMINAL_STATES, Event, JobState, StagingFields
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
+from .cause import Cause, classify_error, recovered_text
 from .records import (
+    CauseRow,
     Checkpoint,
     CheckpointRow,
     ErrorInfo,
@@ -47,8 +50,29 @@ from .records import (
 from .state import MonitorState
 from .where import Where, where_from
 
+
+def _comms_cause(comms: NcclSummary) -> bool:
+    """Whether the communication reading names a cause (not only the launcher's report)."""
+    return not comms.diagnosis.lower().startswith(("a worker process exited", "unrecognised"))
+
+
+def _cell_line(errors: list[ErrorInfo], cause: Cause) -> str:
+    """`` (cell line 7)``: where in the cell the cause's exception was raised ("" unknown)."""
+    for e in errors:
+        if e.rank == cause.rank and e.attempt == cause.attempt and e.traceback:
+            lines = [m for m in _CELL_FRAME.findall(e.traceback)]
+            return f" (cell line {lines[-1]})" if lines else ""
+    return ""
+
+
+_CELL_FRAME = re.compile(r'File "<(?:cell|distrain-cell)[^>]*>", line (\d+)')
+
 #: Seconds a hang's stacks may take to arrive from every rank before it is read with some.
 HANG_GATHER = 8.0
+#: A rank whose last metric is older than this many of its own intervals (and at least
+#: STALL_MIN_S seconds) reads as stalled: its steps/s is not shown as current.
+STALL_INTERVALS = 3.0
+STALL_MIN_S = 2.0
 #: Rank states of a rank that will send no more stacks.
 _ENDED_RANK = frozenset({"Succeeded", "Failed", "Stopped", "Exited"})
 
@@ -97,10 +121,55 @@ class JobMonitor(MonitorState):
             return self._reported
 
     @property
-    def reason(self) -> str:
-        """Why the job is in its reported state (empty while it runs normally)."""
+    def display_state(self) -> str:
+        """The state to show: the job state, or ``Hung`` while a detected hang lasts."""
         with self._lock:
-            return self._message or self._reason
+            return self._display_state()
+
+    def _display_state(self, now: float | None = None) -> str:
+        if self._state == "Running" and self._hang(now) is not None:
+            return "Hung"
+        return self._state
+
+    @property
+    def reason(self) -> str:
+        """Why the job is in its state, the one line every view shows (see :meth:`cause`).
+
+        Failed: the root cause and its consequences; Restarting: the cause it
+        restarts after; otherwise what the backend said (why it waits, how it ended).
+        """
+        with self._lock:
+            return self._why()
+
+    def _why(self) -> str:
+        cause = self._cause()
+        said = self._message or self._reason
+        if self._state == "Failed":
+            return cause.line() if cause is not None else said
+        if self._state == "Restarting" and self._recovered:
+            return f"restarting after {self._recovered[-1].line()}"
+        return said
+
+    def cause(self) -> Cause | None:
+        """The root cause of the current attempt's failures (see :mod:`.cause`), or None."""
+        with self._lock:
+            return self._cause()
+
+    def recovered(self) -> list[Cause]:
+        """The causes of the earlier attempts a restart recovered from, oldest first."""
+        with self._lock:
+            return list(self._recovered)
+
+    def cause_error(self) -> Event | None:
+        """The ``error`` event of the cause's rank (its first of the attempt), or None."""
+        with self._lock:
+            cause = self._cause()
+            if cause is None:
+                return None
+            for info, event in zip(self._errors, self._error_events, strict=True):
+                if info.rank == cause.rank and info.attempt == cause.attempt:
+                    return Event(event.kind, event.rank, event.t, dict(event.fields))
+            return None
 
     @property
     def ended(self) -> bool:
@@ -138,18 +207,23 @@ class JobMonitor(MonitorState):
             return self._diagnosis()
 
     def _diagnosis(self) -> str | None:
-        comms = self.comms()
-        if comms.failure != "none" and comms.diagnosis:
-            return comms.diagnosis
+        """A stop or a success has none; a rank's own error outranks what the logs say."""
+        if self._state in ("Stopped", "Succeeded"):
+            return None
         for staged in self._staging.values():
             if staged.get("state") == "failed":
                 return f"Data staging failed: {_str(staged.get('message'))}"
         hang = self._hang()
         if hang is not None and self._state not in TERMINAL_STATES:
             return hang.sentence()
-        failure = self._first_failure()
-        if self._state == "Failed" and failure is not None:
-            return f"rank {failure.rank} failed: {failure.reason}"
+        cause = self._cause()
+        own = cause is not None and cause.kind in ("raised", "exited")
+        comms = self.comms()
+        if not own and comms.failure != "none" and comms.diagnosis and _comms_cause(comms):
+            return comms.diagnosis
+        if self._state == "Failed" and cause is not None:
+            where = _cell_line(self._errors, cause)
+            return f"rank {cause.rank} failed{where}: {cause.line().split(': ', 1)[1]}"
         if self._state == "Failed" and (self._message or self._reason):
             return f"the job failed: {self._message or self._reason}"
         return None
@@ -269,8 +343,10 @@ class JobMonitor(MonitorState):
             return None if found is None else (found.rank, found.reason)
 
     def _first_failure(self) -> Failure | None:
-        current = [f for f in self._failures if f.attempt == self._attempt]
-        return min(current, key=lambda f: f.t) if current else None
+        cause = self._cause()
+        if cause is None:
+            return None
+        return Failure(cause.t, cause.rank, cause.reason, cause.attempt, cause.kind)
 
     def stragglers(self) -> list[int]:
         """Running ranks far behind the median step (see the class docstring)."""
@@ -404,11 +480,18 @@ class JobMonitor(MonitorState):
             failure = self._first_failure()
             frontier = None if self._frontier is None else self._frontier[1]
             phases = self._phase_log.timeline(self.phases, self._world_size, at)
+            cause = self._cause()
+            ranks = [self._rank_row(row, at, latest) for _, row in sorted(self._rows.items())]
+            rated = [r for r in ranks if r["state"] == "Running" and r["step"] is not None]
+            stalled = self._state not in TERMINAL_STATES and (
+                self._display_state(at) == "Hung"
+                or (bool(rated) and all(r["stalled"] for r in rated))
+            )
             return Snapshot(
                 name=self.name,
                 backend=self.backend,
                 dist_backend=self._dist_backend,
-                state=self._state,
+                state=self._display_state(at),
                 reason=self._reason,
                 message=self._message,
                 world_size=self._world_size,
@@ -421,11 +504,23 @@ class JobMonitor(MonitorState):
                 now=at,
                 elapsed=self.elapsed(at),
                 step=frontier,
-                steps_per_s=_finite_or_none(self.steps_per_second()),
-                ranks=[self._rank_row(row, at, latest) for _, row in sorted(self._rows.items())],
+                steps_per_s=None if stalled else _finite_or_none(self.steps_per_second()),
+                stalled=stalled,
+                ranks=ranks,
                 first_failure=None
                 if failure is None
                 else FailureRow(rank=failure.rank, t=failure.t, reason=failure.reason),
+                why=self._why(),
+                cause=None
+                if cause is None
+                else CauseRow(
+                    rank=cause.rank,
+                    kind=cause.kind,
+                    reason=cause.reason,
+                    consequences=list(cause.consequences),
+                    line=cause.line(),
+                ),
+                recovered=recovered_text(self._recovered),
                 stragglers=self._stragglers(),
                 metrics=self._metrics.rows(),
                 checkpoints=[
@@ -436,7 +531,7 @@ class JobMonitor(MonitorState):
                     ErrorRow(
                         rank=e.rank, t=e.t, type=e.type, message=e.message, traceback=e.traceback
                     )
-                    for e in self._errors
+                    for e in self._current_errors()
                 ],
                 has_result=self._result is not None,
                 logs=LogSummary(
@@ -452,9 +547,26 @@ class JobMonitor(MonitorState):
                 progress=self._progress.row(self._state in TERMINAL_STATES),
             )
 
+    def _stalled(self, rank: int, now: float) -> bool:
+        """No metric from ``rank`` for longer than :data:`STALL_INTERVALS` of its intervals."""
+        recent = self._recent.get(rank)
+        if not recent or len(recent) < 2:
+            return False
+        (t0, _), (t1, _) = recent[0], recent[-1]
+        interval = (t1 - t0) / (len(recent) - 1)
+        return now - t1 > max(STALL_INTERVALS * interval, STALL_MIN_S)
+
+    def _current_errors(self) -> list[ErrorInfo]:
+        """The errors of the current attempt; after a stop, not those the stop caused."""
+        current = [e for e in self._errors if e.attempt == self._attempt]
+        if self._state == "Stopped":
+            current = [e for e in current if classify_error(e.type, e.message) == "raised"]
+        return current
+
     def _rank_row(
         self, row: RankState, now: float, latest: dict[int, dict[str, JSONFloat]]
     ) -> RankRow:
+        stalled = row.state == "Running" and self._stalled(row.rank, now)
         return RankRow(
             rank=row.rank,
             node=row.node,
@@ -465,7 +577,8 @@ class JobMonitor(MonitorState):
             state=row.state,
             restarts=row.restarts,
             step=row.step,
-            step_rate=_finite_or_none(row.step_rate),
+            step_rate=None if stalled else _finite_or_none(row.step_rate),
+            stalled=stalled,
             last_heard=row.last_heard,
             silent_s=row.silent_for(now),
             exit_code=row.exit_code,

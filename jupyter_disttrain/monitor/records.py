@@ -14,7 +14,8 @@ from numpy.typing import NDArray
 from ..events import StagingFields
 from .phases import PhaseRow
 
-#: States of a rank row. Exited: the process ended with code 0 without ``done``.
+#: States of a rank row. Exited: the process ended with code 0 without ``done``;
+#: Ready: a session's rank that finished its cell and waits for the next one.
 RANK_STATES: Final = (
     "Pending",
     "Running",
@@ -23,6 +24,7 @@ RANK_STATES: Final = (
     "Failed",
     "Stopped",
     "Exited",
+    "Ready",
 )
 
 #: A float in a JSON-able snapshot: non-finite values become ``"NaN"``,
@@ -88,22 +90,31 @@ class Checkpoint(NamedTuple):
 
 
 class ErrorInfo(NamedTuple):
-    """An exception that escaped user code (``rank`` is ``None`` if job-wide)."""
+    """An exception that escaped user code (``rank`` is ``None`` if job-wide).
+
+    ``attempt`` counts the restarts before it.
+    """
 
     rank: int | None
     t: float
     type: str
     message: str
     traceback: str
+    attempt: int = 0
 
 
 class Failure(NamedTuple):
-    """A rank failure: an ``error`` event or a non-zero exit (``attempt`` counts restarts)."""
+    """A rank failure: an ``error`` event or a non-zero exit (``attempt`` counts restarts).
+
+    ``kind`` is its class (:data:`~.cause.CLASSES`): ``raised``, ``exited``,
+    ``killed`` or ``consequence``.
+    """
 
     t: float
     rank: int
     reason: str
     attempt: int
+    kind: str = "raised"
 
 
 # --------------------------------------------------------------------------- snapshot shapes
@@ -124,6 +135,7 @@ class RankRow(TypedDict):
     step_rate: float | None
     last_heard: float | None
     silent_s: float | None
+    stalled: bool  # Running, and no report() for longer than its own interval allows
     exit_code: int | None
     reason: str
     latest: dict[str, JSONFloat]
@@ -152,6 +164,16 @@ class FailureRow(TypedDict):
     rank: int
     t: float
     reason: str
+
+
+class CauseRow(TypedDict):
+    """The root cause (:class:`~.cause.Cause`) as JSON; ``line`` is what every view shows."""
+
+    rank: int
+    kind: str
+    reason: str
+    consequences: list[int]
+    line: str
 
 
 class MetricRow(TypedDict):
@@ -191,7 +213,8 @@ class Snapshot(TypedDict):
 
     ``elapsed`` runs from the first event to the terminal event (or ``now``).
     ``step`` is the highest step any rank reached; ``steps_per_s`` the
-    overall rate (see :meth:`JobMonitor.steps_per_second`); ``progress``
+    overall rate (see :meth:`JobMonitor.steps_per_second`; None while
+    ``stalled``: a rate nobody keeps up is not shown as current); ``progress``
     rank 0's steps done of a known total, None without one.
     """
 
@@ -212,8 +235,12 @@ class Snapshot(TypedDict):
     elapsed: float
     step: int | None
     steps_per_s: float | None
+    stalled: bool  # running, and every rank that reported a rate stopped reporting
     ranks: list[RankRow]
     first_failure: FailureRow | None
+    why: str  # the one line why the job is in its state (JobMonitor.reason)
+    cause: CauseRow | None  # the root cause of the current attempt's failures
+    recovered: str  # "recovered from 1 failure (rank 1: ...)": history, "" without
     stragglers: list[int]
     metrics: dict[str, MetricRow]
     checkpoints: list[CheckpointRow]

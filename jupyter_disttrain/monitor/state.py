@@ -24,6 +24,7 @@ from ..events import (
 )
 from ..logbuffer import JOB_RANK, LogBuffer
 from ..nccl import NcclParser, NcclSummary
+from .cause import CLASSES, Cause, LauncherExits, candidates, choose, classify_error, classify_exit
 from .metrics import MetricStore
 from .phases import PhaseLog
 from .records import (
@@ -86,6 +87,9 @@ class MonitorState:
         self._restart_counted: set[int] = set()
         self._recent: dict[int, deque[tuple[float, int]]] = {}
         self._failures: list[Failure] = []
+        self._recovered: list[Cause] = []  # the causes of the attempts a restart recovered from
+        self._launcher = LauncherExits()
+        self._exits: list[Failure] = []  # what the launcher said of the ranks' exits
         self._errors: list[ErrorInfo] = []
         self._error_events: list[Event] = []
         self._checkpoints: list[Checkpoint] = []
@@ -157,14 +161,21 @@ class MonitorState:
         self._explicit_terminal = False
         self._set_state(state, ev.t)
         self._explicit_terminal = state in TERMINAL_STATES
+        if state == "Stopped":
+            self._forget_consequences()
         if state in ("Stopped", "Failed"):
             for other in self._rows.values():
                 if other.state in ("Pending", "Running", "Restarting"):
                     other.state = "Stopped"
+        if state == "Failed":
+            self._settle()
 
     def _on_restart(self, ev: Event, row: RankState | None) -> None:
         f = ev.restart()
         attempt = _int(f.get("attempt"))
+        cause = self._cause()
+        if cause is not None:
+            self._recovered.append(cause)
         self._attempt = max(self._attempt + 1, attempt or 0)
         reason = _str(f.get("reason"))
         if not self._explicit_terminal:
@@ -177,6 +188,7 @@ class MonitorState:
             other.step = other.step_rate = None  # the new processes report afresh
             clear_resources(other)
         self._recent.clear()
+        self._exits.clear()
         self._restart_counted.clear()
         self._progress.clear()
 
@@ -274,6 +286,7 @@ class MonitorState:
             _str(f.get("type")) or "Error",
             _str(f.get("message")),
             _str(f.get("traceback")),
+            self._attempt,
         )
         self._errors.append(info)
         self._error_events.append(Event(ev.kind, ev.rank, ev.t, dict(ev.fields)))
@@ -284,7 +297,7 @@ class MonitorState:
             return
         row.state = "Failed"
         row.reason = reason
-        self._fail(row, ev.t, reason)
+        self._fail(row, ev.t, reason, classify_error(info.type, info.message))
 
     def _on_done(self, ev: Event, row: RankState | None) -> None:
         if row is None:
@@ -314,10 +327,10 @@ class MonitorState:
             why = reason or "failed"
             if code is not None:
                 why = f"{reason} (exit code {code})" if reason else f"exit code {code}"
-            if row.state != "Failed" or not row.reason:
+            if row.state not in ("Failed", "Stopped") or not row.reason:
                 row.reason = why
             row.state = "Failed"
-            self._fail(row, ev.t, why)
+            self._fail(row, ev.t, why, classify_exit(code, reason))
             return
         if state not in RANK_STATES:
             row.reason = reason or state
@@ -349,9 +362,46 @@ class MonitorState:
             if row.state == "Pending" and row.last_heard is None:
                 del self._rows[rank]
 
-    def _fail(self, row: RankState, t: float, reason: str) -> None:
-        self._failures.append(Failure(t, row.rank, reason, self._attempt))
+    def _fail(self, row: RankState, t: float, reason: str, kind: str) -> None:
+        self._failures.append(Failure(t, row.rank, reason, self._attempt, kind))
         self._derive("Failed", t)
+        self._settle()
+
+    def _cause(self) -> Cause | None:
+        """The root cause of the current attempt's failures (see :mod:`.cause`)."""
+        states = {r: row.state for r, row in self._rows.items()}
+        # the launcher's report picks among the ranks once the job failed, never fails it
+        exits = self._exits if self._state == "Failed" else ()
+        return choose(self._failures, self._attempt, states, exits)
+
+    def _settle(self) -> None:
+        """Failed: the ranks whose failure is as bad as the cause's; Stopped: its consequences."""
+        cause = self._cause()
+        if cause is None:
+            return
+        worst = CLASSES.index(cause.kind)
+        exits = self._exits if self._state == "Failed" else ()
+        best: dict[int, int] = {}
+        for f in candidates(self._failures, self._attempt, exits):
+            best[f.rank] = min(best.get(f.rank, len(CLASSES)), CLASSES.index(f.kind))
+        for rank, kind in best.items():
+            row = self._rows.get(rank)
+            if row is not None and row.state in ("Failed", "Stopped"):
+                row.state = "Failed" if kind <= worst else "Stopped"
+        row = self._rows.get(cause.rank)
+        if row is not None and row.state in ("Failed", "Stopped"):
+            row.state = "Failed"
+            row.reason = row.reason or cause.reason
+
+    def _forget_consequences(self) -> None:
+        """A stop: what the stop itself caused (signals, lost peers) is not a failure."""
+        kept = [f for f in self._failures if f.attempt != self._attempt
+                or f.kind in ("raised", "exited")]  # fmt: skip
+        failed = {f.rank for f in kept if f.attempt == self._attempt}
+        self._failures = kept
+        for row in self._rows.values():
+            if row.state == "Failed" and row.rank not in failed:
+                row.state = "Stopped"
 
     def _derive(self, state: JobState, t: float) -> None:
         """A state inferred from worker facts; ignored once the backend said terminal."""
@@ -393,6 +443,11 @@ class MonitorState:
         self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
         self._progress.add(ev.t, f.get("step"), f.get("total"))
 
+    def _on_cell(self, ev: Event, row: RankState | None) -> None:
+        """A session cell's end on a rank: the rank lives on, ready for the next cell."""
+        if row is not None and ev.get("phase") == "end" and row.state in ("Pending", "Running"):
+            row.state = "Ready"
+
     def _on_log(self, ev: Event, row: RankState | None) -> None:
         f = ev.log()
         if ev.rank is not None and ev.rank >= 0:
@@ -410,6 +465,12 @@ class MonitorState:
         for prefix in WARNING_PREFIXES:  # one copy of what every rank warns about
             if text.startswith(prefix) and len(self._warnings) < MAX_WARNINGS:
                 self._warnings.setdefault(text[len(prefix) :].strip(), None)
+        source = _str(f.get("source"))
+        if rank == JOB_RANK and source.startswith("agent-"):
+            exited = self._launcher.feed(source, text, ev.t, self._attempt)
+            if exited is not None:
+                self._exits.append(exited)
+                self._settle()
         self._logs.append(rank, ev.t, text)
         self._comms.feed(text, rank if rank >= 0 else None)
         self._comms_lines += 1
@@ -433,6 +494,7 @@ _HANDLERS: Final = {
     "staging": MonitorState._on_staging,
     "resources": MonitorState._on_resources,
     "progress": MonitorState._on_progress,
+    "cell": MonitorState._on_cell,
 }
 #: Log lines that are warnings to show above the job (the worker's, the backend's).
 WARNING_PREFIXES: Final = ("distrain: warning: ", "warning: ")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from ..events import StagingFields
 from ..logbuffer import format_ranks, rank_label
 from ..units import duration, format_bytes
+from .cause import user_traceback
 from .phases import summary, waiting_line
-from .records import ErrorRow, JSONFloat, ProgressRow, RankRow, Snapshot
+from .records import CauseRow, ErrorRow, JSONFloat, ProgressRow, RankRow, Snapshot
 from .usage import pct, resource_outliers
 
 # --------------------------------------------------------------------------- text fallback
@@ -24,11 +27,12 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
         lines.append(f"  progress: {progress_text(snap['progress'])}")
     lines.extend(f"  {line}" for line in staging_lines(snap["staging"]))
     lines.extend(f"  warning: {text}" for text in snap["warnings"])
-    if snap["reason"] or snap["message"]:
-        lines.append("  " + ": ".join(p for p in (snap["reason"], snap["message"]) if p))
-    failure = snap["first_failure"]
-    if failure is not None:
-        lines.append(f"first failure: rank {failure['rank']}: {failure['reason']}")
+    if snap["why"]:
+        lines.append(f"  {snap['why']}")
+    if snap["diagnosis"] and not repeats_cause(snap):
+        lines.append(f"  {snap['diagnosis']}")
+    if snap["recovered"]:
+        lines.append(f"  {snap['recovered']}")
     if snap["stragglers"]:
         lines.append(f"stragglers: ranks {format_ranks(snap['stragglers'])}")
     for rank, why in resource_outliers(snap["ranks"]).items():
@@ -53,8 +57,15 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
         )
     if snap["has_result"]:
         lines.append("result: available")
-    lines.extend(_error_lines(snap["errors"]))
+    lines.extend(_error_lines(snap["errors"], snap["cause"]))
     return "\n".join(lines)
+
+
+def repeats_cause(snap: Snapshot) -> bool:
+    """Whether the diagnosis only says the cause line again (then it is shown once)."""
+    diagnosis, cause = snap["diagnosis"] or "", snap["cause"]
+    return diagnosis == snap["why"] or (cause is not None and cause["reason"] in diagnosis
+                                        and "(cell line" not in diagnosis)  # fmt: skip
 
 
 def staging_lines(rows: list[StagingFields]) -> list[str]:
@@ -115,7 +126,9 @@ def _header(snap: Snapshot) -> str:
     ]
     if snap["step"] is not None:
         parts.append(f"step {snap['step']}")
-    if snap["steps_per_s"] is not None:
+    if snap["stalled"]:
+        parts.append("stalled")
+    elif snap["steps_per_s"] is not None:
         parts.append(f"{snap['steps_per_s']:.3g} steps/s")
     if snap["restarts"]:
         parts.append(f"{snap['restarts']} restart{'s' if snap['restarts'] != 1 else ''}")
@@ -152,7 +165,7 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
             r["state"],
             str(r["restarts"]),
             "-" if r["step"] is None else str(r["step"]),
-            "-" if r["step_rate"] is None else f"{r['step_rate']:.3g}",
+            _rate(r),
             *(_resources(r, gpu) if used or gpu else ()),
             "-" if r["silent_s"] is None else f"{duration(r['silent_s'])} ago",
             _exit(r),
@@ -175,6 +188,12 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
         states = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         out.append(f"... {hidden} more ranks ({states})")
     return out
+
+
+def _rate(r: RankRow) -> str:
+    if r["stalled"]:
+        return "stalled"
+    return "-" if r["step_rate"] is None else f"{r['step_rate']:.3g}"
 
 
 def _resources(r: RankRow, gpu: bool) -> tuple[str, ...]:
@@ -201,22 +220,34 @@ def _exit(row: RankRow) -> str:
     return reason or code
 
 
-def _error_lines(errors: list[ErrorRow]) -> list[str]:
+def _error_lines(errors: list[ErrorRow], cause: CauseRow | None) -> list[str]:
+    """The cause's error and traceback (from the cell on) first, then the other errors."""
     if not errors:
         return []
+    own = [e for e in errors if cause is not None and e["rank"] == cause["rank"]]
+    first = own[0] if own else None if cause is not None else errors[0]
+    ordered = ([first] if first else []) + [e for e in errors if e is not first]
     groups: dict[tuple[str, str], list[int | None]] = {}
-    for e in errors:
-        groups.setdefault((e["type"], e["message"]), []).append(e["rank"])
+    for e in ordered:
+        message = _ADDRESS.sub("", e["message"]).strip()  # one line for peers lost alike
+        message = message if len(message) <= 160 else message[:157] + "..."
+        groups.setdefault((e["type"], message), []).append(e["rank"])
     lines = ["", "errors:"]
     for (kind, message), ranks in groups.items():
         known = [r for r in ranks if r is not None]
         who = "job" if not known else rank_label(tuple(sorted(set(known))))
-        lines.append(f"  {who}: {kind}: {message}" if message else f"  {who}: {kind}")
-    tb = [line for line in errors[0]["traceback"].splitlines() if line.strip()]
-    if tb:
-        lines.append(f"traceback (rank {errors[0]['rank']}, last lines):")
-        lines.extend("    " + line for line in tb[-8:])
+        then = " (consequence)" if cause is not None and cause["rank"] not in known else ""
+        lines.append(f"  {who}{then}: {kind}: {message}" if message else f"  {who}{then}: {kind}")
+    tb = [] if first is None else user_traceback(first["traceback"]).splitlines()
+    tb = [line for line in tb if line.strip()]
+    if first is not None and tb:
+        lines.append(f"traceback (rank {first['rank']}):")
+        lines.extend("    " + line for line in tb[-12:])
     return lines
+
+
+#: ``[/path/pair.cc:553]`` and ``[127.0.0.1]:11950`` in communication errors.
+_ADDRESS = re.compile(r"\s*\[[^\]\s]*\](:\d+)?")
 
 
 def _num(value: JSONFloat) -> str:

@@ -9,6 +9,8 @@ largest group.
 
 from __future__ import annotations
 
+import linecache
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -57,6 +59,8 @@ class Where:
     missing: tuple[int, ...]
     missed_collective: tuple[int, str] | None
     stacks: Mapping[int, StacksFields]
+    #: The cell's source (the source lines of its frames), "" when unknown.
+    cell_source: str = ""
 
     def sentence(self) -> str:
         """One sentence: who is where, the odd ranks first named."""
@@ -79,14 +83,29 @@ class Where:
             return f"Hang: no rank wrote anything{quiet}. {text}."
         return f"{text}."
 
-    def text(self) -> str:
-        """The sentence, then each group's stack (innermost call last)."""
+    def text(self, *, library: bool = False) -> str:
+        """The sentence, then each group's stack (innermost call last).
+
+        The frames of the cell and of the user's own modules are shown with
+        their source lines; the runtime's and libraries' frames are folded
+        into a count unless ``library`` (then every frame is shown).
+        """
+        cell = self.cell_source.splitlines()
         lines = [self.sentence()]
         for group in self.groups:
             lines.append("")
             lines.append(f"{_ranks(group.ranks)} ({group.threads} thread(s) each at most):")
+            folded = 0
             for file, line, func in group.frames:
+                if not library and not user_frame(file):
+                    folded += 1
+                    continue
                 lines.append(f'  File "{file}", line {line}, in {func}')
+                source = _source_line(file, line, cell)
+                if source:
+                    lines.append(f"    {source}")
+            if folded:
+                lines.append(f"  ({folded} runtime and library frames folded)")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -94,6 +113,29 @@ class Where:
 
     def _repr_pretty_(self, p: object, cycle: bool) -> None:
         p.text(self.text())  # type: ignore[attr-defined]
+
+
+def user_frame(file: str) -> bool:
+    """Whether a frame's file is the cell or the user's own code (not the runtime, the
+    standard library or an installed package)."""
+    if file.startswith("<"):
+        return file.startswith(_CELL_FILES)
+    path = file.replace("\\", "/")
+    return not any(part in path for part in _LIBRARY_PARTS) and not _STDLIB.search(path)
+
+
+def _source_line(file: str, line: int, cell: list[str]) -> str:
+    """The source text of ``file:line`` (the cell's own, or a file this machine has)."""
+    if file.startswith(_CELL_FILES):
+        return cell[line - 1].strip() if 0 < line <= len(cell) else ""
+    if file.startswith("<"):
+        return ""
+    return linecache.getline(file, line).strip()
+
+
+_CELL_FILES: Final = ("<distrain-cell", "<cell", "<ipython-input")
+_LIBRARY_PARTS: Final = ("/site-packages/", "/dist-packages/", "/jupyter_disttrain/")
+_STDLIB: Final = re.compile(r"/lib/python3\.\d+/")
 
 
 def _ranks(ranks: Sequence[int]) -> str:

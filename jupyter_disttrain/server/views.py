@@ -92,6 +92,11 @@ class JobJSON(TypedDict):
     ``kind`` is ``session`` for a warm worker group (``%distrain_session``), else ``job``.
     ``error`` says why the job's view could not be built ("" when it was): the
     job is then shown from its record alone (:func:`record_json`).
+    Where the event stream is read, ``state`` is ``Hung`` while a detected hang
+    lasts, ``reason`` is the monitor's one line (:attr:`JobMonitor.reason`: for a
+    failure its root cause and consequences), ``cause_rank`` the rank that caused
+    a failure, ``recovered`` the failures a restart recovered from ("" none) and
+    ``stalled`` whether the running ranks stopped reporting (``steps_per_s`` is then None).
     """
 
     id: str
@@ -119,6 +124,9 @@ class JobJSON(TypedDict):
     progress: ProgressRow | None
     kind: str
     error: str
+    cause_rank: int | None
+    recovered: str
+    stalled: bool
 
 
 class JobListJSON(TypedDict):
@@ -167,7 +175,16 @@ def job_json(
     """
     recorded = str(record.extra.get("notebook") or "")
     terminal = record.state in TERMINAL_STATES
-    if snapshot is not None and snapshot["created"] is not None:  # events were read
+    state, reason = record.state, record.reason
+    read = snapshot is not None and snapshot["created"] is not None
+    if snapshot is not None and read:  # the monitor's one reading, where it agrees on the state
+        if record.state == "Failed" and snapshot["cause"] is not None:
+            reason = snapshot["cause"]["line"]
+        elif record.state == "Running" and snapshot["state"] == "Hung":
+            state, reason = "Hung", ""
+        elif record.state == snapshot["state"] and snapshot["why"]:
+            reason = snapshot["why"]
+    if snapshot is not None and read:  # events were read
         elapsed = snapshot["elapsed"]
         step, rate = snapshot["step"], snapshot["steps_per_s"]
         metrics = {name: row["mean"] for name, row in snapshot["metrics"].items()}
@@ -180,8 +197,8 @@ def job_json(
             id=f"{record.backend}/{record.name}",
             name=record.name,
             backend=record.backend,
-            state=record.state,
-            reason=record.reason,
+            state=state,
+            reason=reason,
             world_size=record.world_size,
             nodes=record.nodes,
             nproc=record.nproc,
@@ -202,6 +219,9 @@ def job_json(
             progress=_progress(snapshot["progress"]) if snapshot is not None else None,
             kind=str(record.extra.get("kind") or "job"),
             error="",
+            cause_rank=snapshot["cause"]["rank"] if snapshot and snapshot["cause"] else None,
+            recovered=snapshot["recovered"] if snapshot is not None else "",
+            stalled=bool(snapshot and snapshot["stalled"]) and not terminal,
         )
     )
 
@@ -226,7 +246,8 @@ def record_json(record: JobRecord, *, now: float, error: str) -> JobJSON:
         ended=None, elapsed=0.0, step=None, steps_per_s=None, metrics={}, notebook=None,
         notebook_file=str(record.extra.get("notebook") or ""), can_stop=not terminal,
         diagnosis=None, detail=None, phases=[], phase=None, first_step_s=None, progress=None,
-        kind=str(record.extra.get("kind") or "job"), error=error,
+        kind=str(record.extra.get("kind") or "job"), error=error, cause_rank=None,
+        recovered="", stalled=False,
     ))  # fmt: skip
 
 

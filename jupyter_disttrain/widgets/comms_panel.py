@@ -12,6 +12,8 @@ DOM contract: ``.distrain-comms`` with ``data-backend`` and
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ipywidgets as w
 
 from ..logbuffer import format_ranks
@@ -26,9 +28,15 @@ def _backend(summary: NcclSummary, dist_backend: str | None) -> str:
     return dist_backend or summary.backend
 
 
-def comms_html(summary: NcclSummary, dist_backend: str | None) -> str:
-    """The summary block: one sentence of diagnosis and the per-job facts."""
+def comms_html(summary: NcclSummary, dist_backend: str | None, *, quiet: bool = False) -> str:
+    """The summary block: one sentence of diagnosis and the per-job facts.
+
+    ``quiet``: the job's own reading names another cause (a rank's error), or the
+    job was stopped or succeeded; the lines' reading is then not shown as the problem.
+    """
     backend = _backend(summary, dist_backend)
+    if quiet and summary.failure != "none":
+        summary = replace(summary, diagnosis="")
     attrs = f'data-backend="{esc(backend)}" data-failure="{esc(summary.failure)}"'
     parts: list[str] = []
     if backend == "gloo":
@@ -107,7 +115,8 @@ class CommsPanel:
         """Refresh from lines received since the last render."""
         summary = self.summary()
         backend = _backend(summary, snap["dist_backend"])
-        self.summary_html.value = comms_html(summary, snap["dist_backend"])
+        quiet = snap["diagnosis"] != summary.diagnosis  # the job's reading is elsewhere
+        self.summary_html.value = comms_html(summary, snap["dist_backend"], quiet=quiet)
         if backend == "gloo" or (not summary.raw_lines and summary.comm_lines):
             lines, dropped, title = summary.comm_lines, summary.comm_dropped, "c10d / gloo lines"
         else:

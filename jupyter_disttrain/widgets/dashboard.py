@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from ..events import TERMINAL_STATES
-from ..monitor import JobMonitor
+from ..monitor import JobMonitor, Where
 from . import gc_freeze
 from .checkpoint_marks import CheckpointMarks
 from .comms_panel import CommsPanel
@@ -58,7 +58,7 @@ class Dashboard:
         stop: Callable[[], object] | None = None,
         finished: Callable[[], bool] | None = None,
         blocking: bool = False,
-        where: Callable[[], str] | None = None,
+        where: Callable[[], Where] | None = None,
         max_rate: float = 10.0,
         plot_budget: int = 20_000,
         log_lines: int = 200,
@@ -108,7 +108,7 @@ class Dashboard:
         return cls(
             job.monitor,
             stop=lambda: job.stop(wait=False),
-            where=lambda: job.where().text(),
+            where=job.where,
             finished=lambda: job.done,
             blocking=blocking,
             **options,

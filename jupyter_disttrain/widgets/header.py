@@ -21,12 +21,12 @@ from collections.abc import Callable
 import ipywidgets as w
 
 from ..events import TERMINAL_STATES
-from ..monitor import ProgressRow, Snapshot, waiting_line
+from ..monitor import ProgressRow, Snapshot, Where, user_traceback, waiting_line
 from ..monitor.phases import phase_text
-from ..monitor.text import progress_text, staging_lines
+from ..monitor.text import progress_text, repeats_cause, staging_lines
 from .text import duration, esc, rate, state_class
 
-__all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html", "progress_html"]
+__all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html", "progress_html", "where_html"]
 
 #: Shown while a ``--wait`` cell blocks the kernel (button clicks wait for the kernel).
 BLOCKING_NOTE = (
@@ -50,7 +50,10 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     ]
     if snap["step"] is not None:
         fields.append(f'<span data-field="step">step {snap["step"]}</span>')
-    fields.append(f'<span data-field="rate">{rate(snap["steps_per_s"])} steps/s</span>')
+    if snap["stalled"]:
+        fields.append('<span data-field="rate" data-stalled="true">stalled</span>')
+    else:
+        fields.append(f'<span data-field="rate">{rate(snap["steps_per_s"])} steps/s</span>')
     if snap["restarts"]:
         n = snap["restarts"]
         fields.append(f'<span data-field="restarts">{n} restart{"s" if n != 1 else ""}</span>')
@@ -61,19 +64,41 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     lines.extend(phases_html(snap))
     if snap.get("progress") is not None:
         lines.append(progress_html(snap["progress"]))
-    why = ": ".join(p for p in (snap["reason"], snap["message"]) if p)
-    if why and snap["state"] in ("Failed", "Stopped", "Restarting"):
-        lines.append(f'<div class="distrain-reason">{esc(why)}</div>')
+    why = snap["why"]
+    if why and snap["state"] in ("Failed", "Restarting"):
+        lines.append(f'<div class="distrain-reason" data-field="cause">{esc(why)}</div>')
+        lines.extend(_cause_traceback(snap))
+    elif why and snap["state"] == "Stopped":
+        lines.append(f'<div class="distrain-note" data-field="cause">{esc(why)}</div>')
+    if snap["recovered"]:
+        lines.append(
+            f'<div class="distrain-note" data-field="recovered">{esc(snap["recovered"])}</div>'
+        )
     for line in staging_lines(snap.get("staging", [])):
         lines.append(f'<div class="distrain-staging">{esc(line)}</div>')
     for warning in snap.get("warnings", []):
         lines.append(f'<div class="distrain-warning">warning: {esc(warning)}</div>')
     diagnosis = snap.get("diagnosis")
-    if diagnosis:
+    if diagnosis and not repeats_cause(snap):
         lines.append(f'<div class="distrain-diagnosis">{esc(diagnosis)}</div>')
     if note:
         lines.append(f'<div class="distrain-note">{esc(note)}</div>')
     return "".join(lines)
+
+
+def _cause_traceback(snap: Snapshot) -> list[str]:
+    """The failing rank's traceback from the cell on, pinned under the cause (open)."""
+    cause = snap["cause"]
+    if snap["state"] != "Failed" or cause is None:
+        return []
+    own = [e for e in snap["errors"] if e["rank"] == cause["rank"] and e["traceback"]]
+    if not own:
+        return []
+    trace = user_traceback(own[0]["traceback"])
+    return [
+        f'<details class="distrain-cause-traceback" data-rank="{cause["rank"]}" open>'
+        f"<summary>rank {cause['rank']}'s traceback</summary><pre>{esc(trace)}</pre></details>"
+    ]
 
 
 def phases_html(snap: Snapshot) -> list[str]:
@@ -117,14 +142,27 @@ def progress_html(p: ProgressRow | None) -> str:
     )
 
 
+def where_html(where: Where) -> str:
+    """The ranks' stacks: the user's frames with source, every frame behind a fold."""
+    return (
+        f'<pre class="distrain-where-text">{esc(where.text())}</pre>'
+        '<details class="distrain-where-all"><summary>every frame (runtime and libraries)'
+        f"</summary><pre>{esc(where.text(library=True))}</pre></details>"
+    )
+
+
 class HeaderPanel:
     """Header line plus the Stop and Where buttons.
 
     ``stop`` is called once, on the kernel thread, when the button is
     clicked; it must return promptly (``job.stop(wait=False)``). The button
-    is disabled without a ``stop`` callable and once the job has ended.
-    ``where`` returns the text of the ranks' stacks (it may take seconds: it
-    runs on a thread of its own); the Where button is hidden without it.
+    is disabled without a ``stop`` callable and hidden once the job has ended.
+    The buttons sit in a column of their own (``.distrain-actions``) that the
+    header's text wraps beside, never over.
+    ``where`` returns the ranks' stacks (it may take seconds: it runs on a
+    thread of its own): the user's frames are shown, every frame behind a fold
+    (``details.distrain-where-all``); the Where button is hidden without it.
+    Once the job ended, stacks still shown are marked stale (``data-stale``).
     """
 
     def __init__(
@@ -132,7 +170,7 @@ class HeaderPanel:
         stop: Callable[[], object] | None,
         *,
         blocking: bool = False,
-        where: Callable[[], str] | None = None,
+        where: Callable[[], Where] | None = None,
     ) -> None:
         self._stop = stop
         self._where = where
@@ -163,9 +201,13 @@ class HeaderPanel:
         self.where_button.on_click(self._where_clicked)
         self.where_out = w.HTML()
         self.where_out.add_class("distrain-where-out")
+        # the actions keep a column of their own: header text wraps, it never pushes them out
+        self.html.layout = w.Layout(flex="1 1 auto", min_width="0")
+        actions = w.HBox([self.where_button, self.button], layout=w.Layout(flex="0 0 auto"))
+        actions.add_class("distrain-actions")
         row = w.HBox(
-            [self.html, w.HBox([self.where_button, self.button])],
-            layout=w.Layout(justify_content="space-between", align_items="center"),
+            [self.html, actions],
+            layout=w.Layout(justify_content="space-between", align_items="flex-start"),
         )
         self.widget = w.VBox([row, self.where_out])
 
@@ -178,10 +220,10 @@ class HeaderPanel:
 
         def ask() -> None:
             try:
-                text = where()
+                self.where_out.value = where_html(where())
             except Exception as exc:  # shown where the stacks would be
                 text = f"{type(exc).__name__}: {exc}"
-            self.where_out.value = f'<pre class="distrain-where-text">{esc(text)}</pre>'
+                self.where_out.value = f'<pre class="distrain-where-text">{esc(text)}</pre>'
             self.where_button.disabled = False
 
         threading.Thread(target=ask, name="distrain-where-button", daemon=True).start()
@@ -214,7 +256,15 @@ class HeaderPanel:
         if not note and self.blocking and not ended:
             note = BLOCKING_NOTE
         self.html.value = header_html(snap, note=note)
-        if ended:
+        if ended:  # nothing left to stop: the button goes
             self.button.disabled = True
             self.button.description = "Stop"
+            self.button.layout.display = "none"
             self.where_button.layout.display = "none"
+            shown = self.where_out.value
+            if shown and "data-stale" not in shown:  # stacks of a job that is over
+                self.where_out.value = (
+                    '<div class="distrain-where-stale" data-stale="true">'
+                    '<div class="distrain-note">stacks from while the job ran; it has ended</div>'
+                    f"{shown}</div>"
+                )

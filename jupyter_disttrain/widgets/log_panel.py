@@ -7,7 +7,9 @@ second (a control change refreshes at once): nobody reads a flood at 10
 frames a second, and folding costs time the kernel needs. Lines printed
 identically by several ranks fold into one entry (``[ranks 0-7] Epoch 3
 done``); *First difference* jumps to the first line at which the ranks'
-output differs (``monitor.log_divergence()``).
+output differs (``monitor.log_divergence()``). The launcher's own lines
+(torchrun's, job-wide) are folded away by default: *launcher lines* shows them,
+and so does choosing "job (launcher)" in the rank filter.
 
 DOM contract: ``.distrain-logs`` (``data-view`` ``tail`` or ``divergence``)
 holding ``.distrain-log-line`` entries with ``data-ranks`` (``0-3`` or
@@ -87,6 +89,8 @@ class LogPanel:
         )
         self.fold = w.Checkbox(value=True, description="fold repeats", indent=False)
         self.fold.layout = _width("auto")
+        self.launcher = w.Checkbox(value=False, description="launcher lines", indent=False)
+        self.launcher.layout = _width("auto")
         self.first_difference = w.Button(
             description="First difference",
             tooltip="Show the first line where the ranks' output differs",
@@ -95,13 +99,20 @@ class LogPanel:
         self.first_difference.add_class("distrain-first-difference")
         self.status = w.HTML()
         self.lines = w.HTML(logs_html([]))
-        for control in (self.rank, self.search, self.follow, self.fold):
+        for control in (self.rank, self.search, self.follow, self.fold, self.launcher):
             control.observe(lambda _change: on_change(), names="value")
         self.follow.observe(self._follow_changed, names="value")
         self._on_change = on_change
         self.first_difference.on_click(self._jump_clicked)
         row = w.HBox(
-            [self.rank, self.search, self.follow, self.fold, self.first_difference],
+            [
+                self.rank,
+                self.search,
+                self.follow,
+                self.fold,
+                self.launcher,
+                self.first_difference,
+            ],
             layout=w.Layout(flex_flow="row wrap", gap="4px 10px", align_items="center"),
         )
         self.widget = w.VBox([row, self.status, self.lines])
@@ -145,6 +156,8 @@ class LogPanel:
                 self.rank.options = options
                 self.rank.value = current if current in dict(options).values() else _ALL
         ranks = self.selected_ranks()
+        if ranks is None and not self.launcher.value:  # the ranks' own output only
+            ranks = list(range(self._world))
         search = str(self.search.value or "")
         fold = bool(self.fold.value)
         filters = (tuple(ranks or ()), search, fold)
@@ -204,6 +217,8 @@ class LogPanel:
         if logs["dropped"]:
             parts.append(f"{logs['dropped']:,} older lines dropped")
         parts.append(f"showing at most {self.max_lines}")
+        if not self.launcher.value and self.selected_ranks() is None:
+            parts.append("launcher lines folded")
         if not self.follow.value:
             parts.append("paused")
         text = " · ".join(parts)

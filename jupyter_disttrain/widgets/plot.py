@@ -29,6 +29,10 @@ from .trace_feed import Ema, MinMaxReducer, StepMean, Update, latest_by_step, me
 
 __all__ = ["MetricPlot", "PlotOptions"]
 
+#: Shown instead of empty axes until the first ``report()``, and when none came.
+WAITING = "waiting for the first report(step=..., loss=...) to chart"
+NONE = "the job reported no metrics (call report(step=..., name=value) to chart them)"
+
 X_STEP = "step"
 X_TIME = "time"
 _PALETTE = plotly.colors.qualitative.Plotly
@@ -133,15 +137,19 @@ class MetricPlot:
             layout=go.Layout(
                 height=height,
                 template="plotly_white",
+                paper_bgcolor="rgba(0,0,0,0)",  # the page's background (its theme) shows
+                plot_bgcolor="rgba(0,0,0,0)",
+                font={"color": "#8a8f98"},  # readable on light and dark until the page restyles
                 margin={"l": 55, "r": 10, "t": 30, "b": 40},
                 legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
                 uirevision="distrain",
                 title={"text": "no metrics reported yet", "font": {"size": 13}},
             )
         )
-        self.widget = w.VBox(
-            [w.HBox(controls, layout=w.Layout(flex_flow="row wrap", gap="4px 10px")), self.figure]
-        )
+        self.controls = w.HBox(controls, layout=w.Layout(flex_flow="row wrap", gap="4px 10px"))
+        # no empty axes: a note until the first report(), then the controls and the chart
+        self.waiting = w.HTML(f'<div class="distrain-plot-waiting distrain-note">{WAITING}</div>')
+        self.widget = w.VBox([self.waiting])
         self.widget.add_class("distrain-plot-panel")
         self._key: tuple[Any, ...] | None = None
         self._layout_key: tuple[Any, ...] | None = None
@@ -172,7 +180,13 @@ class MetricPlot:
                     self.metric.value = current if current in names else _default_metric(names)
         opts = self.options()
         if opts.metric is None:
+            if snap["state"] in TERMINAL_STATES:
+                self.waiting.value = (
+                    f'<div class="distrain-plot-waiting distrain-note">{NONE}</div>'
+                )
             return
+        if self.figure not in self.widget.children:
+            self.widget.children = (self.controls, self.figure)
         ranks = self.monitor.metric_ranks(opts.metric)
         restarts = snap["restarts"] if opts.x == X_STEP else 0
         key = (opts, tuple(ranks), restarts)

@@ -126,7 +126,7 @@ def _row(
         "state": f'<span class="distrain-badge {state_class(r["state"])}">{esc(r["state"])}</span>',
         "restarts": str(r["restarts"]),
         "step": step or "-",
-        "rate": rate(r["step_rate"]),
+        "rate": "stalled" if r["stalled"] else rate(r["step_rate"]),
         "cpu": ABSENT if r["cpu_pct"] is None else pct(r["cpu_pct"]),
         "mem": memory_text(r["rss_bytes"], r["mem_limit_bytes"]),
         "gpu": ABSENT if r["gpu_util_pct"] is None else pct(r["gpu_util_pct"]),

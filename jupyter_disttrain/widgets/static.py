@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..downsample import lttb
-from ..monitor import JobMonitor, Snapshot, format_text
+from ..monitor import JobMonitor, Snapshot, format_text, user_traceback
 from ..nccl import NcclSummary
 from .header import header_html
 from .rank_table import rank_table_html
@@ -74,13 +74,16 @@ def snapshot_html(snap: Snapshot, monitor: JobMonitor, comms: NcclSummary | None
             "<table><thead><tr><th>metric</th><th>mean (latest)</th><th></th>"
             f"<th>mean by step</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
         )
-    if _has_comms(comms):
+    if _has_comms(snap, comms):
         assert comms is not None
         parts.append(f"<div>communication: {esc(comms.diagnosis)}</div>")
-    for error in snap["errors"][:1]:
+    cause = snap["cause"]
+    own = [e for e in snap["errors"] if cause is not None and e["rank"] == cause["rank"]]
+    for error in (own or snap["errors"])[:1]:
         parts.append(
             f"<details><summary>rank {esc(error['rank'])}: {esc(error['type'])}: "
-            f"{esc(error['message'])}</summary><pre>{esc(error['traceback'])}</pre></details>"
+            f"{esc(error['message'])}</summary>"
+            f"<pre>{esc(user_traceback(error['traceback']))}</pre></details>"
         )
     return f'<div class="distrain-static">{"".join(parts)}</div>'
 
@@ -88,12 +91,23 @@ def snapshot_html(snap: Snapshot, monitor: JobMonitor, comms: NcclSummary | None
 def snapshot_text(snap: Snapshot, comms: NcclSummary | None) -> str:
     """:func:`~jupyter_disttrain.monitor.format_text` plus the communication diagnosis."""
     text = format_text(snap)
-    if _has_comms(comms):
+    if _has_comms(snap, comms):
         assert comms is not None
         text += f"\ncommunication: {comms.diagnosis}"
     return text
 
 
-def _has_comms(comms: NcclSummary | None) -> bool:
-    """True when communication lines were seen and there is a diagnosis to keep."""
-    return bool(comms and comms.diagnosis and (comms.raw_lines or comms.comm_lines))
+def _has_comms(snap: Snapshot, comms: NcclSummary | None) -> bool:
+    """True when the communication lines name a problem the job's own reading does not.
+
+    Not after a stop or a success, nor beside a rank's own error (the cause).
+    """
+    if snap["state"] in ("Stopped", "Succeeded") or snap["cause"] is not None:
+        return False
+    return bool(
+        comms
+        and comms.failure != "none"
+        and comms.diagnosis
+        and comms.diagnosis != snap["diagnosis"]
+        and (comms.raw_lines or comms.comm_lines)
+    )

@@ -99,10 +99,54 @@ export default () => {
     el.dataset.distrainAppendedPoints = String(received.points);
   }
 
+  // The page's theme (JupyterLab's CSS variables): text and grid follow it, the
+  // background stays transparent, so light, dark and high-contrast themes all read.
+  function themeOf(el) {
+    const css = getComputedStyle(el);
+    const ink = css.getPropertyValue("--jp-ui-font-color1").trim();
+    const grid = css.getPropertyValue("--jp-border-color2").trim();
+    return ink ? { ink, grid: grid || "rgba(128,128,128,0.3)" } : null;
+  }
+
+  function themed(layout, el) {
+    const theme = themeOf(el);
+    if (!theme) return layout;
+    const axis = (a) => ({ ...(a || {}), color: theme.ink, gridcolor: theme.grid });
+    return {
+      ...layout,
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { ...(layout.font || {}), color: theme.ink },
+      xaxis: axis(layout.xaxis),
+      yaxis: axis(layout.yaxis),
+    };
+  }
+
+  // Re-colour a drawn plot in the page's theme (after the first render, on a theme change).
+  function applyTheme(el) {
+    const theme = themeOf(el);
+    if (!theme || !el.layout) return;
+    window.Plotly.relayout(el, {
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+      "font.color": theme.ink, "xaxis.color": theme.ink, "yaxis.color": theme.ink,
+      "xaxis.gridcolor": theme.grid, "yaxis.gridcolor": theme.grid,
+      _doNotReportToPy: true,
+    });
+    const means = (el.data || []).map((t, i) => (t.name === "mean" ? i : -1)).filter((i) => i >= 0);
+    if (means.length) {  // the mean's line is drawn in the theme's ink
+      window.Plotly.restyle(el, { "line.color": theme.ink, _doNotReportToPy: true }, means);
+    }
+  }
+
+  new MutationObserver(() => {
+    for (const view of views) if (view.ready) applyTheme(view.el);
+  }).observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name"] });
+
   function redraw(model, view) {
     const layout = decode(model.get("_widget_layout")) ?? {};
     if (!layout.height) layout.height = 360;
-    window.Plotly.react(view.el, decode(model.get("_widget_data")), layout);
+    window.Plotly.react(view.el, decode(model.get("_widget_data")), themed(layout, view.el));
+    applyTheme(view.el);
   }
 
   function append(model, msg, buffers) {
@@ -160,6 +204,7 @@ export default () => {
         if (event.detail?.element !== el) return;
         document.removeEventListener("plotlywidget-after-render", rendered);
         view.ready = true;
+        applyTheme(el);
         if (view.stale) {
           view.stale = false;
           redraw(model, view);

@@ -12,6 +12,8 @@ CSS = """
   background: #80868b; }
 .distrain-badge.distrain-state-running { background: #1a73e8; }
 .distrain-badge.distrain-state-restarting { background: #e37400; }
+.distrain-badge.distrain-state-hung { background: #b06000; }
+[data-field="rate"][data-stalled] { color: #b06000; font-weight: 600; }
 .distrain-badge.distrain-state-succeeded { background: #188038; }
 .distrain-badge.distrain-state-failed { background: #c5221f; }
 .distrain-badge.distrain-state-stopped, .distrain-badge.distrain-state-exited {
@@ -24,6 +26,11 @@ CSS = """
 .distrain-phase[data-state="unfinished"] { color: #c5221f; }
 .distrain-waiting { color: #e37400; }
 .distrain-reason { color: #c5221f; }
+.distrain-reason, .distrain-diagnosis, .distrain-note, .distrain-warning {
+  overflow-wrap: anywhere; }
+.distrain-actions { gap: 4px; }
+.distrain-cause-traceback pre { margin: 2px 0 4px 0; max-height: 220px; overflow: auto;
+  font-size: 11.5px; }
 table.distrain-ranks { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 table.distrain-ranks th { text-align: left; font-weight: 600; border-bottom: 1px solid #ccc; }
 table.distrain-ranks th, table.distrain-ranks td { padding: 2px 10px 2px 4px; }

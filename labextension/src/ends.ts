@@ -6,7 +6,7 @@ import { IJob } from './types';
 /** A job end to announce once: its kind picks the notification's look. */
 export interface IJobEnd {
   job: IJob;
-  kind: 'success' | 'error' | 'info';
+  kind: 'success' | 'error' | 'info' | 'warning';
   message: string;
 }
 
@@ -30,7 +30,14 @@ export function endMessage(job: IJob): IJobEnd['message'] {
     const why = job.reason ? `: ${job.reason}` : '';
     return clip(`${name} stopped ${took}${step}${why}`, MAX_MESSAGE);
   }
-  return clip(`${name} succeeded ${took}${step}`, MAX_MESSAGE);
+  const recovered = job.recovered ? ` (${job.recovered})` : '';
+  return clip(`${name} succeeded ${took}${step}${recovered}`, MAX_MESSAGE);
+}
+
+/** The notification text of a job in a detected hang. */
+export function hungMessage(job: IJob): string {
+  const why = job.diagnosis ? `: ${job.diagnosis}` : '';
+  return clip(`Training job ${job.name} hung${why}`, MAX_MESSAGE);
 }
 
 function kindOf(state: string): IJobEnd['kind'] {
@@ -50,6 +57,7 @@ export class JobEndWatcher {
   private since: number | null = null;
   private readonly active = new Set<string>();
   private readonly announced = new Set<string>();
+  private readonly hung = new Set<string>();
 
   /** Feed one listing (`now`: the server's clock); the ends to announce now. */
   update(jobs: IJob[], now: number): IJobEnd[] {
@@ -60,6 +68,14 @@ export class JobEndWatcher {
     const ends: IJobEnd[] = [];
     for (const job of jobs) {
       const key = `${job.id}@${job.created}`;
+      if (job.state === 'Hung') {
+        if (!this.hung.has(key)) {
+          this.hung.add(key); // one notice per hang; the ranks moving again clears it
+          ends.push({ job, kind: 'warning', message: hungMessage(job) });
+        }
+      } else {
+        this.hung.delete(key);
+      }
       if (isActive(job)) {
         this.active.add(key);
         this.announced.delete(key); // ends again later: news again

@@ -66,9 +66,10 @@ export function formatStep(step: number | null): string {
   return step === null ? '-' : String(step);
 }
 
-/** The status bar's text for `running` jobs. */
-export function statusText(running: number): string {
-  return running === 1 ? '1 training job running' : `${running} training jobs running`;
+/** The status bar's text for `running` jobs, `hung` of them in a detected hang. */
+export function statusText(running: number, hung = 0): string {
+  const text = running === 1 ? '1 training job running' : `${running} training jobs running`;
+  return hung > 0 ? `${text}, ${hung} hung` : text;
 }
 
 /** True while a job may still change. */

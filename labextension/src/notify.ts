@@ -35,7 +35,7 @@ export function announce(end: IJobEnd, actions: INotifyActions): string {
     callback: () => actions.showLogs(job)
   });
   return Notification.emit(end.message, end.kind, {
-    autoClose: end.kind === 'error' ? false : NOTICE_MS,
+    autoClose: end.kind === 'error' || end.kind === 'warning' ? false : NOTICE_MS,
     actions: buttons,
     data: { disttrainJob: job.id, state: job.state }
   });

@@ -71,6 +71,22 @@ export class JobsPanel extends Widget {
   }
 
   private unsubscribe: () => void;
+  /** Finished jobs the user cleared from this view (id@created); nothing is deleted. */
+  private readonly cleared = new Set<string>();
+
+  private shown(): IJob[] {
+    return this.model.jobs.filter(job => !this.cleared.has(`${job.id}@${job.created}`));
+  }
+
+  /** Hide the finished jobs listed now from this view (their files and records stay). */
+  clearFinished(): void {
+    for (const job of this.model.jobs) {
+      if (!isActive(job)) {
+        this.cleared.add(`${job.id}@${job.created}`);
+      }
+    }
+    this.render();
+  }
 
   dispose(): void {
     this.unsubscribe();
@@ -93,6 +109,15 @@ export class JobsPanel extends Widget {
     header.appendChild(
       button('refresh', 'Refresh', 'List the jobs again', () => void model.refresh())
     );
+    const finished = this.shown().filter(job => !isActive(job)).length;
+    const clear = button(
+      'clear-finished',
+      'Clear finished',
+      'Hide the finished jobs from this list (nothing is deleted: %distrain_jobs still lists them)',
+      () => this.clearFinished()
+    );
+    clear.disabled = finished === 0;
+    header.appendChild(clear);
     root.appendChild(header);
     if (model.error) {
       root.appendChild(el('div', 'jp-Disttrain-error', model.error));
@@ -107,8 +132,10 @@ export class JobsPanel extends Widget {
         el('p', 'jp-Disttrain-empty', 'No jobs yet: run a cell with %%distrain to start one.')
       );
     }
-    if (model.jobs.length > 0) {
+    if (this.shown().length > 0) {
       root.appendChild(el('div', 'jp-Disttrain-tablebox')).appendChild(this.table());
+    } else if (model.jobs.length > 0) {
+      root.appendChild(el('p', 'jp-Disttrain-empty', 'The finished jobs were cleared from this list.'));
     }
     this.node.replaceChildren(root);
   }
@@ -121,7 +148,7 @@ export class JobsPanel extends Widget {
     }
     table.appendChild(el('thead')).appendChild(head);
     const body = table.appendChild(el('tbody'));
-    for (const job of this.model.jobs) {
+    for (const job of this.shown()) {
       body.appendChild(this.row(job));
       if (this.model.expanded.has(job.id)) {
         body.appendChild(this.detailRow(this.model.job(job.id) ?? job, job));
@@ -140,6 +167,7 @@ export class JobsPanel extends Widget {
       row.classList.add('jp-mod-expanded');
     }
     const name = row.appendChild(el('td', 'jp-Disttrain-name', job.name));
+    name.dataset.name = job.name;
     if (job.kind === 'session') {
       name.appendChild(el('span', 'jp-Disttrain-session', 'session'));
       name.title = 'a warm worker group: %%distrain --session runs cells on its live ranks';
@@ -264,8 +292,11 @@ export class JobsPanel extends Widget {
     if (listed.reason) {
       cell.appendChild(el('div', 'jp-Disttrain-reason', listed.reason));
     }
-    if (listed.diagnosis) {
+    if (listed.diagnosis && listed.diagnosis !== listed.reason) {
       cell.appendChild(el('div', 'jp-Disttrain-diagnosis', listed.diagnosis));
+    }
+    if (listed.recovered) {
+      cell.appendChild(el('div', 'jp-Disttrain-note jp-Disttrain-recovered', listed.recovered));
     }
     if (listed.error) {
       cell.appendChild(el('div', 'jp-Disttrain-reason', listed.error));

@@ -26,7 +26,9 @@ export class JobsStatus extends Widget {
 
   render(): void {
     const running = this.model.running;
+    const hung = this.model.jobs.filter(job => job.state === 'Hung').length;
     this.node.dataset.running = String(running);
-    this.node.textContent = statusText(running);
+    this.node.dataset.hung = String(hung);
+    this.node.textContent = statusText(running, hung);
   }
 }

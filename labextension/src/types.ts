@@ -106,6 +106,12 @@ export interface IJob {
   can_stop: boolean;
   /** The job's one-sentence reading (communication problem or failure), null when none. */
   diagnosis?: string | null;
+  /** The rank that caused a failure (the monitor's one choice), null when none. */
+  cause_rank?: number | null;
+  /** "recovered from 1 failure (rank 1: ...)": history of a restart, "" when none. */
+  recovered?: string;
+  /** The running ranks stopped reporting (steps_per_s is then null). */
+  stalled?: boolean;
   detail: IJobDetail | null;
   /** Optional: absent from servers that do not send them (null when unknown). */
   progress?: IProgress | null;

@@ -116,3 +116,19 @@ describe('JobsPanel', () => {
     expect(big.querySelector('dd[data-fact="progress"]')).toBeNull();
   });
 });
+
+describe('Clear finished', () => {
+  it('hides the finished jobs from the list, keeps the others, deletes nothing', async () => {
+    const p = await panel();
+    const clear = p.node.querySelector('button[data-action="clear-finished"]') as HTMLButtonElement;
+    expect(clear.disabled).toBe(false);
+    expect(row(p, 'local/old')).not.toBeNull();
+    clear.click();
+    expect(row(p, 'local/old')).toBeNull();
+    expect(row(p, 'local/train')).not.toBeNull();
+    expect(row(p, 'kubernetes/big')).not.toBeNull();
+    expect(p.model.jobs.map(j => j.id)).toContain('local/old'); // still listed by the model
+    const again = p.node.querySelector('button[data-action="clear-finished"]') as HTMLButtonElement;
+    expect(again.disabled).toBe(true);
+  });
+});

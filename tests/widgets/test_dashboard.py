@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 from jupyter_disttrain.events import TERMINAL_STATES, job_event
-from jupyter_disttrain.monitor import JobMonitor
+from jupyter_disttrain.monitor import JobMonitor, Where
 from jupyter_disttrain.widgets import Dashboard
 from jupyter_disttrain.widgets.dashboard import WIDGET_MIME
 
@@ -41,7 +42,7 @@ def test_display_bundle_carries_a_static_snapshot() -> None:
     assert bundle[WIDGET_MIME]["model_id"] == dash.widget.model_id
     text = bundle["text/plain"]
     assert text.startswith("oom-straggler [local/nccl] Failed")
-    assert "first failure: rank 1: OOMKilled (exit code 137)" in text
+    assert "  rank 1: OOMKilled (exit code 137); 3 ranks stopped as a consequence" in text
     html = parse(bundle["text/html"])
     rows = html.find_all("distrain-rank-row")
     assert len(rows) == 4 and "distrain-first-failure" in rows[1].classes
@@ -115,25 +116,32 @@ def test_where_button_shows_the_ranks_stacks_and_the_header_the_hang() -> None:
     mon = JobMonitor("hang", "local", 2, nodes=1, nproc=2)
     for rank in (0, 1):
         mon.feed(ev.Event("hello", rank, T0, {"world_size": 2}))
-    frames = {0: [["<distrain-cell>", 9, "<module>"], ["/t/c10d.py", 1, "all_reduce"]],
-              1: [["<distrain-cell>", 11, "<module>"]]}  # fmt: skip
+    runtime = [["/opt/x/jupyter_disttrain/runtime/worker.py", 381, "run"]]
+    torch = [["/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 3252,
+              "all_reduce"]]  # fmt: skip
+    frames = {0: [*runtime, ["<distrain-cell>", 9, "<module>"], *torch],
+              1: [*runtime, ["<distrain-cell>", 11, "<module>"]]}  # fmt: skip
     calls = {0: "all_reduce", 1: "time.sleep"}
     for rank in (0, 1):
         thread = {"name": "MainThread", "main": True, "frames": frames[rank],
-                  "call": calls[rank], "cell_line": frames[rank][0][1]}  # fmt: skip
+                  "call": calls[rank], "cell_line": frames[rank][1][1]}  # fmt: skip
         fields = {"request": "h1", "reason": "hang", "quiet": 5.0, "threads": [thread]}
         mon.feed(ev.Event("stacks", rank, T0 + 10, fields))
     asked: list[int] = []
+    cell = (
+        "\n".join(f"line_{n}()" for n in range(1, 9)) + "\ndist.all_reduce(t)\nx()\ntime.sleep(60)"
+    )
 
-    def where() -> str:
+    def where() -> Where:
         asked.append(1)
         found = mon.where()
         assert found is not None
-        return found.text()
+        return replace(found, cell_source=cell)
 
     dash = Dashboard(mon, where=where)
     dash.render()
     header = parse(dash.header.html.value)
+    assert header.find_all("distrain-header")[0].attrs["data-state"] == "Hung"
     (diagnosis,) = header.find_all("distrain-diagnosis")
     assert "Hang: no rank wrote anything for 5 s" in diagnosis.all_text()
     assert "distrain-where" in dash.header.where_button._dom_classes
@@ -142,8 +150,22 @@ def test_where_button_shows_the_ranks_stacks_and_the_header_the_hang() -> None:
     while "cell line" not in dash.header.where_out.value and time.monotonic() < deadline:
         time.sleep(0.05)
     assert asked == [1]
-    text = dash.header.where_out.value
+    out = parse(dash.header.where_out.value)
+    (shown,) = out.find_all("distrain-where-text")
+    text = shown.all_text()
     assert "rank 1 is in time.sleep (cell line 11)" in text and "all_reduce" in text, text
+    # the user's frames with their source lines; the runtime's and torch's folded
+    assert 'File "<distrain-cell>", line 9, in <module>\n    dist.all_reduce(t)' in text
+    assert 'File "<distrain-cell>", line 11, in <module>\n    time.sleep(60)' in text
+    assert "worker.py" not in text and "site-packages" not in text
+    assert "(2 runtime and library frames folded)" in text
+    (every,) = out.find_all("distrain-where-all")
+    assert "worker.py" in every.all_text() and "distributed_c10d.py" in every.all_text()
+    # once the job ended, the stacks still shown are marked stale
+    mon.feed(ev.job_event("Stopped", "Stopped", "stopped by user", t=T0 + 20))
+    dash.render()
+    (stale,) = parse(dash.header.where_out.value).find_all("distrain-where-stale")
+    assert "it has ended" in stale.all_text()
     dash.close()
 
 

@@ -166,3 +166,24 @@ def test_a_fresh_plot_of_a_long_series_sends_only_the_budget(x_axis: str) -> Non
     render(plot, mon)
     assert plot.figure.stats.points <= 3000
     assert len(plot.figure.data) == 3
+
+
+def test_a_note_stands_in_for_empty_axes_until_the_first_report() -> None:
+    mon = JobMonitor("quiet", "local", 2, nodes=1, nproc=2)
+    mon.feed_many([hello(0, T0), hello(1, T0)])
+    plot = MetricPlot(mon)
+    plot.render(mon.snapshot())
+    assert list(plot.widget.children) == [plot.waiting]
+    assert "waiting for the first report(" in plot.waiting.value
+    mon.feed(Event("metric", 0, T0 + 1, {"step": 0, "values": {"loss": 1.0}}))
+    plot.render(mon.snapshot())
+    assert list(plot.widget.children) == [plot.controls, plot.figure]
+
+
+def test_a_job_that_reported_nothing_says_so_instead_of_a_chart() -> None:
+    mon = JobMonitor("none", "local", 1, nodes=1, nproc=1)
+    mon.feed_many([hello(0, T0), job_event("Succeeded", "Succeeded", "1 rank done", t=T0 + 2)])
+    plot = MetricPlot(mon)
+    plot.render(mon.snapshot())
+    assert list(plot.widget.children) == [plot.waiting]
+    assert "reported no metrics" in plot.waiting.value

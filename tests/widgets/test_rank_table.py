@@ -32,7 +32,8 @@ def test_first_failing_rank_is_marked_with_its_reason() -> None:
     table = rows(rank_table_html(snap))
     assert {"distrain-failed", "distrain-first-failure"} <= table[1].classes
     assert table[1].cell("exit") == "OOMKilled (exit code 137)"
-    assert "distrain-failed" in table[0].classes
+    assert "distrain-failed" not in table[0].classes  # stopped as a consequence
+    assert table[0].attrs["data-state"] == "Stopped"
     assert "distrain-first-failure" not in table[0].classes
     assert table[0].cell("exit") == "exit 1: DistBackendError: NCCL watchdog timeout"
     assert [table[r].attrs["data-state"] for r in (2, 3)] == ["Stopped", "Stopped"]

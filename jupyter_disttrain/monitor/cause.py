@@ -1,0 +1,193 @@
+"""The root cause of a failed attempt, chosen once from the ranks' failures.
+
+A rank's failure is one of (best first):
+
+* ``raised``: its own code raised an exception (an ``error`` event that is
+  not a communication consequence);
+* ``exited``: it exited non-zero without an exception, not by a signal the
+  launcher sends (or it was killed for memory, ``OOMKilled``);
+* ``killed``: it ended by SIGTERM/SIGKILL/SIGINT/SIGHUP, which the launcher
+  sends to the ranks that are left when one failed;
+* ``consequence``: an exception saying a peer went away or a collective
+  could not complete (gloo "Connection closed by peer", NCCL remote errors and
+  watchdog timeouts, a store connection refused...).
+
+The cause is the failure of the best class, the earliest (by the rank's own
+clock, then the lowest rank) within it, so it does not depend on the order
+the failures arrived in. Every other rank of the attempt that did not finish
+stopped as a consequence. :func:`choose` is the one place that decision is
+made; the monitor exposes it and every view renders it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final, NamedTuple
+
+from .records import Failure
+
+#: Failure classes, best cause first.
+CLASSES: Final = ("raised", "exited", "killed", "consequence")
+
+#: What an exception says when it only reports that a peer rank went away.
+_CONSEQUENCE: Final = re.compile(
+    r"connection closed by peer|connection reset by peer|broken pipe|"
+    r"gloo/transport|read error \[|ncclRemoteError|remote process exited|"
+    r"communicator was aborted|watchdog|NCCL communicator.*abort|"
+    r"recvValue|sendBytes|recvBytes|connection refused|failed to recv, got 0 bytes|"
+    r"socket timeout.*peer|peer .* (closed|crashed|exited)|DistNetworkError",
+    re.IGNORECASE,
+)
+#: Exception types that only report a peer's end.
+_CONSEQUENCE_TYPES: Final = frozenset({"DistNetworkError", "DistBackendError"})
+#: Rank states that are not a consequence of a failure (done, or a session rank ready).
+_LIVE: Final = frozenset({"Succeeded", "Ready"})
+#: Exit codes of the signals the launcher sends to the ranks left (negative: the signal).
+_LAUNCHER_SIGNALS: Final = frozenset({1, 2, 9, 15})
+
+
+class Cause(NamedTuple):
+    """The root cause of an attempt's failure.
+
+    ``rank`` failed first in the best class (``kind`` one of :data:`CLASSES`);
+    ``reason`` is that rank's own words (``ValueError: bad batch``, ``exit
+    code 3``); ``consequences`` the other ranks of the attempt that stopped
+    because of it; ``attempt`` counts restarts.
+    """
+
+    rank: int
+    kind: str
+    reason: str
+    t: float
+    attempt: int
+    consequences: tuple[int, ...]
+
+    def line(self) -> str:
+        """``rank 1: ValueError: bad batch; 3 ranks stopped as a consequence``."""
+        return f"rank {self.rank}: {self.reason}{consequence_text(self.consequences)}"
+
+
+def consequence_text(ranks: tuple[int, ...]) -> str:
+    """``; 3 ranks stopped as a consequence`` ("" for none)."""
+    if not ranks:
+        return ""
+    n = len(ranks)
+    return f"; {n} rank{'s' if n != 1 else ''} stopped as a consequence"
+
+
+def classify_error(kind: str, message: str) -> str:
+    """``raised`` or ``consequence`` for an exception of type ``kind`` saying ``message``."""
+    if kind in _CONSEQUENCE_TYPES or _CONSEQUENCE.search(message):
+        return "consequence"
+    return "raised"
+
+
+def classify_exit(code: int | None, reason: str) -> str:
+    """``exited`` or ``killed`` for a rank that ended with ``code`` (and the backend's reason)."""
+    if "oom" in reason.lower():
+        return "exited"  # killed for memory: its own doing
+    if code is None:
+        return "exited"
+    signal = -code if code < 0 else code - 128 if code > 128 else 0
+    if signal in _LAUNCHER_SIGNALS or re.search(r"\bSIG(TERM|KILL|INT|HUP)\b", reason):
+        return "killed"
+    return "exited"
+
+
+def choose(
+    failures: list[Failure],
+    attempt: int,
+    ended: dict[int, str],
+    exits: Sequence[Failure] = (),
+) -> Cause | None:
+    """The cause among the ``failures`` of ``attempt``; None when it has none.
+
+    ``ended`` maps every rank to its state now: ranks other than the cause
+    that did not succeed are its consequences. ``exits`` are the exits the
+    launcher reported (:class:`LauncherExits`). A rank's exception explains
+    its own exit, so a rank's exits count only when it reported no exception.
+    """
+    current = candidates(failures, attempt, exits)
+    if not current:
+        return None
+    best = min(current, key=lambda f: (CLASSES.index(f.kind), f.t, f.rank))
+    # the rank's best reason: its exception rather than its exit code
+    own = [f for f in current if f.rank == best.rank]
+    reason = min(own, key=lambda f: (CLASSES.index(f.kind), f.t)).reason
+    others = tuple(sorted(r for r, state in ended.items() if r != best.rank and state not in _LIVE))
+    return Cause(best.rank, best.kind, reason, best.t, attempt, others)
+
+
+class LauncherExits:
+    """The ranks' exits as torchrun's failure summary reports them, per agent.
+
+    The summary lists ``rank : N (local_rank: L)`` then ``exitcode : C (pid: P)``
+    for every failed rank; :meth:`feed` returns a :class:`Failure` for each exit.
+    """
+
+    def __init__(self) -> None:
+        self._rank: dict[str, int] = {}
+
+    def feed(self, source: str, text: str, t: float, attempt: int) -> Failure | None:
+        """One line of agent ``source``; the exit it completes, if any."""
+        found = _SUMMARY_RANK.match(text)
+        if found:
+            self._rank[source] = int(found.group(1))
+            return None
+        found = _SUMMARY_EXIT.match(text)
+        rank = self._rank.pop(source, None)
+        if found is None or rank is None:
+            return None
+        code = int(found.group(1))
+        signal = found.group(2) or ""
+        why = f"exit code {code}" + (f" ({signal})" if signal else "")
+        return Failure(t, rank, why, attempt, classify_exit(code, signal))
+
+
+_SUMMARY_RANK: Final = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")
+_SUMMARY_EXIT: Final = re.compile(
+    r"^\s*exitcode\s*:\s*(-?\d+)\b[^(]*(?:\(pid[^)]*\))?\s*(?:\((SIG\w+)\))?"
+)
+
+
+def candidates(
+    failures: Sequence[Failure], attempt: int, exits: Sequence[Failure] = ()
+) -> list[Failure]:
+    """The failures of ``attempt`` that count (a rank's exits only without its exception)."""
+    current = [f for f in [*failures, *exits] if f.attempt == attempt]
+    raised = {f.rank for f in current if f.kind in ("raised", "consequence")}
+    return [f for f in current if f.kind in ("raised", "consequence") or f.rank not in raised]
+
+
+def recovered_text(causes: list[Cause]) -> str:
+    """``recovered from 1 failure (rank 1: RuntimeError: flaky)`` ("" for none)."""
+    if not causes:
+        return ""
+    n = len(causes)
+    first = causes[0]
+    return (
+        f"recovered from {n} failure{'s' if n != 1 else ''} "
+        f"(rank {first.rank}: {_clip(first.reason, 100)})"
+    )
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.splitlines()[0] if text else text
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def user_traceback(traceback: str) -> str:
+    """``traceback`` starting at the cell: the runtime's frames that ran it are dropped.
+
+    A traceback with no cell frame (the error came from elsewhere) is returned whole.
+    """
+    lines = traceback.splitlines()
+    for i, line in enumerate(lines):
+        if _CELL_FILE.search(line):
+            head = lines[:1] if lines and lines[0].startswith("Traceback") else []
+            return "\n".join(head + lines[i:])
+    return traceback
+
+
+_CELL_FILE: Final = re.compile(r'^\s*File "<(?:distrain-)?cell[^>]*>", line \d+')

@@ -1,0 +1,327 @@
+"""The root cause of a failure, chosen once by the monitor, on recorded event streams.
+
+The streams in ``tests/data/events`` were recorded from real local jobs of
+2 nodes x 2 processes on gloo (``python -m tests.monitor.record_streams``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+from jupyter_disttrain.events import Event
+from jupyter_disttrain.monitor import JobMonitor, format_text
+from jupyter_disttrain.monitor.cause import (
+    LauncherExits,
+    classify_error,
+    classify_exit,
+    user_traceback,
+)
+from tests.widgets.streams import recorded
+
+GLOO_CLOSED = (
+    "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+    "[127.0.0.1]:11950. This is typically caused by a remote worker crashing."
+)
+
+
+def fed(events: list[Event]) -> JobMonitor:
+    mon = JobMonitor("job", "local", 4, nodes=2, nproc=2)
+    mon.feed_many(events)
+    return mon
+
+
+def reordered(events: list[Event], kinds: set[str], order: tuple[int, ...]) -> list[Event]:
+    """``events`` with those of ``kinds`` put in ``order`` where the first of them was."""
+    picked = [e for e in events if e.kind in kinds]
+    rest = [e for e in events if e.kind not in kinds]
+    at = events.index(picked[0])
+    before = [e for e in events[:at] if e.kind not in kinds]
+    return before + [picked[i] for i in order] + rest[len(before) :]
+
+
+def launcher_lines(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.kind == "log" and e.rank is None]
+
+
+# --------------------------------------------------------------------------- classes
+
+
+def test_classes_of_errors_and_exits() -> None:
+    assert classify_error("ValueError", "bad batch") == "raised"
+    assert classify_error("RuntimeError", GLOO_CLOSED) == "consequence"
+    assert classify_error("RuntimeError", "Read error [127.0.0.1]:4: Connection reset by peer")\
+        == "consequence"  # fmt: skip
+    assert classify_error("DistBackendError", "NCCL watchdog timeout") == "consequence"
+    assert classify_error("RuntimeError", "CUDA error: an illegal memory access") == "raised"
+    assert classify_exit(3, "") == "exited"
+    assert classify_exit(-15, "") == "killed"
+    assert classify_exit(143, "") == "killed"
+    assert classify_exit(137, "OOMKilled") == "exited"  # killed for memory: its own doing
+
+
+def test_launcher_summary_lines_give_exits() -> None:
+    exits = LauncherExits()
+    assert exits.feed("agent-0", "  rank      : 1 (local_rank: 1)", 5.0, 0) is None
+    found = exits.feed("agent-0", "  exitcode  : 3 (pid: 31321) ", 5.0, 0)
+    assert found is not None and (found.rank, found.reason, found.kind) == (
+        1,
+        "exit code 3",
+        "exited",
+    )
+    assert exits.feed("agent-1", "  rank      : 0 (local_rank: 0)", 5.0, 0) is None
+    killed = exits.feed("agent-1", "  exitcode  : -15 (pid: 31319)  (SIGTERM)", 5.0, 0)
+    assert killed is not None and (killed.rank, killed.kind) == (0, "killed")
+    assert killed.reason == "exit code -15 (SIGTERM)"
+    # an exit line without its rank line says nothing
+    assert exits.feed("agent-1", "  exitcode  : 1 (pid: 2) ", 5.0, 0) is None
+
+
+# --------------------------------------------------------------------------- a rank raises
+
+
+@pytest.mark.parametrize(
+    ("stream", "rank", "reason"),
+    [
+        ("rank1_raises", 1, "ValueError: bad batch at step 5"),
+        ("rank2_raises", 2, "ZeroDivisionError: integer division or modulo by zero"),
+    ],
+)
+def test_the_raising_rank_is_the_cause_in_every_arrival_order(
+    stream: str, rank: int, reason: str
+) -> None:
+    events = recorded(stream)
+    errors = [e for e in events if e.kind == "error"]
+    assert len(errors) == 4  # the raising rank and three lost connections
+    line = f"rank {rank}: {reason}; 3 ranks stopped as a consequence"
+    for order in itertools.permutations(range(4)):
+        mon = fed(reordered(events, {"error"}, order))
+        cause = mon.cause()
+        assert cause is not None and (cause.rank, cause.kind, cause.reason) == (
+            rank, "raised", reason,
+        ), order  # fmt: skip
+        assert cause.consequences == tuple(r for r in range(4) if r != rank)
+        assert mon.state == "Failed" and mon.reason == line
+        assert mon.first_failure() == (rank, reason)
+        states = [r.state for r in mon.ranks()]
+        assert states == ["Stopped" if r != rank else "Failed" for r in range(4)], order
+        diagnosis = mon.diagnosis()
+        assert diagnosis is not None and diagnosis.startswith(f"rank {rank} failed (cell line 7)")
+        assert "worker process exited" not in diagnosis and "gloo" not in diagnosis
+        # while the first error to arrive was a lost connection, that one was the reading
+        first = fed(reordered(events, {"error"}, order)[: events.index(errors[0]) + 1])
+        assert first.cause() is not None
+
+
+def test_cause_holds_when_the_launcher_summary_arrives_before_the_errors() -> None:
+    events = recorded("rank1_raises")
+    agent = launcher_lines(events)
+    ahead = [e for e in events if e not in agent]
+    at = next(i for i, e in enumerate(ahead) if e.kind == "error")
+    mon = fed(ahead[:at] + agent + ahead[at:])
+    assert mon.reason == "rank 1: ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
+
+
+def test_text_view_puts_the_cause_and_its_traceback_from_the_cell_first() -> None:
+    text = format_text(fed(recorded("rank1_raises")).snapshot())
+    lines = text.splitlines()
+    assert lines[2] == "  rank 1: ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
+    at = lines.index("errors:")
+    assert lines[at + 1] == "  rank 1: ValueError: bad batch at step 5"
+    assert lines[at + 2].startswith(
+        "  ranks 0,2 (consequence): RuntimeError: Connection closed by peer."
+    )
+    assert lines[at + 3].startswith(
+        "  rank 3 (consequence): RuntimeError: Read error: Connection reset"
+    )
+    tb = lines[lines.index("traceback (rank 1):") + 1 :]
+    assert tb[0].strip() == "Traceback (most recent call last):"
+    assert tb[1].strip() == 'File "<distrain-cell>", line 7, in <module>'
+    assert "worker.py" not in text and "first failure" not in text
+
+
+def test_user_traceback_starts_at_the_cell() -> None:
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/runtime/worker.py", line 381, in run\n    value = run_cell()\n'
+        '  File "<distrain-cell>", line 7, in <module>\n    f()\n'
+        '  File "/home/u/mymodels.py", line 3, in f\n    1 // 0\n'
+        "ZeroDivisionError: integer division or modulo by zero"
+    )
+    assert user_traceback(tb).splitlines() == [
+        "Traceback (most recent call last):",
+        '  File "<distrain-cell>", line 7, in <module>',
+        "    f()",
+        '  File "/home/u/mymodels.py", line 3, in f',
+        "    1 // 0",
+        "ZeroDivisionError: integer division or modulo by zero",
+    ]
+    assert user_traceback("no frames") == "no frames"
+
+
+# --------------------------------------------------------------------------- launcher only
+
+
+def test_a_rank_that_exits_without_an_exception_is_named_from_the_launcher() -> None:
+    events = recorded("rank1_exits")
+    assert not [e for e in events if e.kind == "error" and e.rank == 1]
+    for order in itertools.permutations(range(3)):
+        mon = fed(reordered(events, {"error"}, order))
+        cause = mon.cause()
+        assert cause is not None and (cause.rank, cause.kind) == (1, "exited"), order
+        assert mon.reason == "rank 1: exit code 3; 3 ranks stopped as a consequence"
+        assert [r.state for r in mon.ranks()] == ["Stopped", "Failed", "Stopped", "Stopped"]
+        snap = mon.snapshot()
+        assert snap["first_failure"] is not None and snap["first_failure"]["rank"] == 1
+        text = format_text(snap)
+        # the lost connections are consequences, and their tracebacks are not the cause's
+        assert "traceback (rank" not in text
+        assert "A worker process exited" not in text and "Root Cause" not in text
+
+
+def test_the_launcher_report_alone_never_fails_a_running_job() -> None:
+    events = recorded("rank1_exits")
+    agent = launcher_lines(events)
+    start = [e for e in events if e.kind in ("hello", "job")][:6]
+    mon = fed(start + agent)
+    assert mon.state == "Running" and mon.cause() is None
+    assert mon.reason == "all agents rendezvoused"  # what the backend said, not an exit
+
+
+# --------------------------------------------------------------------------- stop
+
+
+def test_a_stopped_job_has_no_error_and_no_failed_rank() -> None:
+    mon = fed(recorded("stopped"))
+    assert mon.state == "Stopped" and mon.reason == "stopped by user"
+    assert mon.diagnosis() is None and mon.cause() is None
+    assert {r.state for r in mon.ranks()} == {"Stopped"}
+    text = format_text(mon.snapshot())
+    assert "errors:" not in text and "nrecognised" not in text
+
+
+def test_lost_connections_the_stop_caused_are_not_failures() -> None:
+    events = recorded("stopped")
+    final = events[-1]
+    assert final.kind == "job" and final.get("state") == "Stopped"
+    lost = [
+        Event("error", r, final.t - 0.1, {"type": "RuntimeError", "message": GLOO_CLOSED})
+        for r in (2, 3)
+    ] + [Event("rank", 0, final.t - 0.05, {"state": "Failed", "exit_code": -15})]
+    mon = fed(events[:-1] + lost)
+    assert mon.display_state == "Failed"  # until the backend says it was a stop
+    mon.feed(final)
+    assert mon.display_state == "Stopped" and mon.reason == "stopped by user"
+    assert {r.state for r in mon.ranks()} == {"Stopped"}
+    snap = mon.snapshot()
+    assert snap["errors"] == [] and snap["cause"] is None and snap["first_failure"] is None
+    assert snap["diagnosis"] is None
+
+
+# --------------------------------------------------------------------------- restart
+
+
+def test_a_recovered_failure_is_history_not_the_current_problem() -> None:
+    events = recorded("restart_success")
+    restart = next(i for i, e in enumerate(events) if e.kind == "restart")
+    during = fed(events[: restart + 1])
+    assert during.state == "Restarting"
+    assert during.reason.startswith("restarting after rank 1: RuntimeError: flaky loader")
+    mon = fed(events)
+    assert mon.state == "Succeeded" and mon.reason == "4 ranks done"
+    assert mon.cause() is None and mon.diagnosis() is None
+    snap = mon.snapshot()
+    assert snap["recovered"] == "recovered from 1 failure (rank 1: RuntimeError: flaky loader)"
+    assert snap["errors"] == [] and snap["first_failure"] is None
+    assert {r["state"] for r in snap["ranks"]} == {"Succeeded"}
+    text = format_text(snap)
+    assert "worker process exited" not in text.lower() and "errors:" not in text
+    assert "  recovered from 1 failure (rank 1: RuntimeError: flaky loader)" in text
+
+
+# --------------------------------------------------------------------------- nccl -> gloo
+
+
+def test_after_a_fallback_to_gloo_nothing_speaks_of_nccl() -> None:
+    mon = fed(recorded("nccl_fallback"))
+    assert mon.state == "Succeeded" and mon.dist_backend == "gloo"
+    assert mon.diagnosis() is None
+    assert "NCCL" not in format_text(mon.snapshot())
+
+
+# --------------------------------------------------------------------------- hang
+
+
+def test_a_hang_is_its_own_state_until_the_ranks_move_again() -> None:
+    events = recorded("hang")
+    last = max(i for i, e in enumerate(events) if e.kind == "stacks")
+    mon = fed(events[: last + 1])
+    later = events[last].t + 20
+    snap = mon.snapshot(now=later)
+    assert mon.state == "Running" and snap["state"] == "Hung" and mon.display_state == "Hung"
+    assert snap["diagnosis"] is not None
+    assert re.search(r"rank 1 is in time\.sleep \(cell line 7\)", snap["diagnosis"])
+    assert format_text(snap).splitlines()[0].split(" | ")[0].endswith("Hung")
+    assert snap["stalled"] and snap["steps_per_s"] is None
+    mon.feed(Event("metric", 1, later, {"step": 6, "values": {"loss": 0.1}}))
+    assert mon.snapshot(now=later + 1)["state"] == "Running" and mon.display_state == "Running"
+    assert fed(events).snapshot()["state"] == "Stopped"
+
+
+def test_a_rank_silent_longer_than_its_interval_reads_as_stalled() -> None:
+    mon = JobMonitor("job", "local", 2, nodes=1, nproc=2)
+    t0 = 1_800_000_000.0
+    for rank in (0, 1):
+        mon.feed(Event("hello", rank, t0, {"backend": "gloo"}))
+    for step in range(20):
+        for rank in (0, 1):
+            mon.feed(Event("metric", rank, t0 + 1 + step * 0.5, {"step": step, "values": {}}))
+    last = t0 + 1 + 19 * 0.5
+    moving = mon.snapshot(now=last + 0.6)
+    assert not moving["stalled"] and moving["steps_per_s"] == pytest.approx(2.0)
+    assert [r["step_rate"] for r in moving["ranks"]] == [pytest.approx(2.0)] * 2
+    quiet = mon.snapshot(now=last + 3)
+    assert quiet["stalled"] and quiet["steps_per_s"] is None
+    assert [(r["stalled"], r["step_rate"]) for r in quiet["ranks"]] == [(True, None)] * 2
+    lines = format_text(quiet).splitlines()
+    assert lines[0].endswith("| step 19 | stalled")
+    mon.feed(Event("metric", 0, last + 3, {"step": 20, "values": {}}))
+    again = mon.snapshot(now=last + 3.1)
+    assert not again["stalled"] and [r["stalled"] for r in again["ranks"]] == [False, True]
+    mon.feed(Event("job", None, last + 4, {"state": "Succeeded"}))
+    assert not mon.snapshot(now=last + 60)["stalled"]  # a finished job keeps its rate
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def session_cell(errors: dict[int, str]) -> JobMonitor:
+    """A session cell's monitor as sessions.py feeds it: hellos, the cell's lines, its end."""
+    t0 = 1_800_000_000.0
+    mon = JobMonitor("sess", "local", 4, nodes=2, nproc=2)
+    mon.feed_many([Event("hello", r, t0, {"backend": "gloo"}) for r in range(4)])
+    mon.feed(Event("job", None, t0, {"state": "Running", "reason": "Started"}))
+    for rank in range(4):
+        mon.feed(Event("cell", rank, t0 + 1, {"id": 3, "phase": "start"}))
+    for rank, message in errors.items():
+        mon.feed(Event("error", rank, t0 + 2, {"type": "ValueError", "message": message}))
+    for rank in range(4):
+        status = "error" if rank in errors else "ok"
+        mon.feed(Event("cell", rank, t0 + 3, {"id": 3, "phase": "end", "status": status}))
+    state = "Failed" if errors else "Succeeded"
+    mon.feed(Event("job", None, t0 + 4, {"state": state, "message": "rank 0 raised"}))
+    return mon
+
+
+def test_a_session_cells_ranks_read_ready_after_it() -> None:
+    mon = session_cell({})
+    assert mon.state == "Succeeded" and [r.state for r in mon.ranks()] == ["Ready"] * 4
+
+
+def test_a_failing_session_cell_names_its_rank_and_leaves_the_others_ready() -> None:
+    mon = session_cell({2: "bad input"})
+    assert mon.state == "Failed"
+    assert [r.state for r in mon.ranks()] == ["Ready", "Ready", "Failed", "Ready"]
+    assert mon.reason == "rank 2: ValueError: bad input"  # no rank stopped: the group lives on

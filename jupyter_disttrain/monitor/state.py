@@ -372,7 +372,15 @@ class MonitorState:
         states = {r: row.state for r, row in self._rows.items()}
         # the launcher's report picks among the ranks once the job failed, never fails it
         exits = self._exits if self._state == "Failed" else ()
-        return choose(self._failures, self._attempt, states, exits)
+        cause = choose(self._failures, self._attempt, states, exits)
+        if self._state == "Failed" and (cause is None or cause.kind in _NOT_OWN):
+            # restarts that did not recover: the last attempt may hold only signals and lost
+            # peers (pods ended by their Job), the latest own failure before it is the cause
+            for attempt in range(self._attempt - 1, -1, -1):
+                earlier = choose(self._failures, attempt, states)
+                if earlier is not None and earlier.kind not in _NOT_OWN:
+                    return earlier
+        return cause
 
     def _settle(self) -> None:
         """Failed: the ranks whose failure is as bad as the cause's; Stopped: its consequences."""
@@ -496,6 +504,8 @@ _HANDLERS: Final = {
     "progress": MonitorState._on_progress,
     "cell": MonitorState._on_cell,
 }
+#: Failure classes that are not a rank's own doing (see :mod:`.cause`).
+_NOT_OWN: Final = frozenset({"killed", "consequence"})
 #: Log lines that are warnings to show above the job (the worker's, the backend's).
 WARNING_PREFIXES: Final = ("distrain: warning: ", "warning: ")
 MAX_WARNINGS: Final = 20

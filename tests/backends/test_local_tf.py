@@ -118,14 +118,15 @@ def test_missing_tensorflow_is_a_clear_error(
         shell.run_cell_magic("distrain", "--framework tensorflow --nodes 2", "1")
     with pytest.raises(UsageError, match="or pass --image with a TensorFlow image"):
         shell.run_cell_magic("distrain", "--framework tensorflow --backend kubernetes", "1")
-    # With an image the notebook needs no TensorFlow: the YAML renders.
+    # With an image the notebook needs no TensorFlow: the plan renders (a summary in a cell).
     shell.run_cell_magic(
         "distrain",
         "--framework tensorflow --backend kubernetes --nodes 2 --name tf-img "
         "--image tensorflow/tensorflow:2.21.0 --dry-run",
         "1",
     )
-    assert "kind: TFJob" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "TFJob tf-img" in out and "tensorflow/tensorflow:2.21.0" in out, out
 
 
 def test_cli_rejects_tensorflow_nproc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

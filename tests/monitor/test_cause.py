@@ -325,3 +325,23 @@ def test_a_failing_session_cell_names_its_rank_and_leaves_the_others_ready() -> 
     assert mon.state == "Failed"
     assert [r.state for r in mon.ranks()] == ["Ready", "Ready", "Failed", "Ready"]
     assert mon.reason == "rank 2: ValueError: bad input"  # no rank stopped: the group lives on
+
+
+def test_restarts_that_do_not_recover_keep_the_raising_rank_as_the_cause() -> None:
+    """A Kubernetes pod that restarts until its Job gives up: the last attempt shows only
+    the SIGTERMs that ended the pods; the rank that raised before is still the cause."""
+    from jupyter_disttrain.events import job_event, rank_event, restart_event
+
+    mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1)
+    error = {"type": "RuntimeError", "module": "builtins", "message": "failing on rank 1",
+             "traceback": "Traceback ...\nRuntimeError: failing on rank 1\n"}  # fmt: skip
+    mon.feed_many([
+        job_event("Running", t=1.0),
+        Event("error", 1, 2.0, dict(error)),
+        rank_event(1, "Failed", exit_code=1, t=2.1),
+        restart_event(1, "pod restarted", t=3.0),
+        rank_event(0, "Failed", exit_code=143, t=5.0),
+        rank_event(1, "Failed", exit_code=143, t=5.0),
+        job_event("Failed", "BackoffLimitExceeded", "job failed", t=6.0),
+    ])  # fmt: skip
+    assert mon.reason.startswith("rank 1: RuntimeError: failing on rank 1"), mon.reason

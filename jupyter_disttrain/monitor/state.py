@@ -327,10 +327,14 @@ class MonitorState:
             why = reason or "failed"
             if code is not None:
                 why = f"{reason} (exit code {code})" if reason else f"exit code {code}"
+            kind = classify_exit(code, reason)
+            if kind == "killed" and self._reported in ("Pending", "Restarting"):
+                row.state, row.reason = "Stopped", why  # ended by a suspension or preemption
+                return
             if row.state not in ("Failed", "Stopped") or not row.reason:
                 row.reason = why
             row.state = "Failed"
-            self._fail(row, ev.t, why, classify_exit(code, reason))
+            self._fail(row, ev.t, why, kind)
             return
         if state not in RANK_STATES:
             row.reason = reason or state

@@ -345,3 +345,15 @@ def test_restarts_that_do_not_recover_keep_the_raising_rank_as_the_cause() -> No
         job_event("Failed", "BackoffLimitExceeded", "job failed", t=6.0),
     ])  # fmt: skip
     assert mon.reason.startswith("rank 1: RuntimeError: failing on rank 1"), mon.reason
+
+
+def test_ranks_ended_by_a_preemption_while_the_job_waits_in_its_queue_fail_nothing() -> None:
+    from jupyter_disttrain.events import job_event, rank_event
+
+    mon = JobMonitor("job", "kubernetes", 1, nodes=1, nproc=1)
+    mon.feed_many([
+        job_event("Running", t=1.0),
+        job_event("Pending", "Queued", "waiting for Kueue admission in team-b", t=2.0),
+        rank_event(0, "Failed", exit_code=143, reason="Error", t=2.1),
+    ])  # fmt: skip
+    assert mon.state == "Pending" and mon.reason.startswith("waiting for Kueue"), mon.reason

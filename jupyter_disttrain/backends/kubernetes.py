@@ -26,7 +26,7 @@ from .. import events as ev
 from ..payload import Payload
 from ..runtime import jobkey, rankprefix
 from ..runtime.hangwatch import WHERE_ANNOTATION
-from ..runtime.protocol import PREFIX, signed_body
+from ..runtime.protocol import is_signed
 from ..spec import JobSpec, SpecError
 from . import k8s_logs
 from . import manifests as mf
@@ -493,7 +493,7 @@ class KubernetesBackend(Backend):
         for pod_name in sorted(texts):
             for line in texts[pod_name].splitlines():
                 got, text = rankprefix.split(line)
-                if signer is not None and PREFIX in text and signed_body(text, signer):
+                if signer is not None and is_signed(text, signer):
                     continue  # the job's own control line (printed look-alikes stay)
                 if rank is None:
                     lines.append(line if got is not None else f"[{pod_name}] {line}")

@@ -94,6 +94,21 @@ class Signer:
         return hmac.compare_digest(self.sign(data), signature)
 
 
+_signer: tuple[bytes, Signer] | None = None
+
+
+def signer() -> Signer | None:
+    """A :class:`Signer` of this worker's job key (:func:`load`), made once; None without a key."""
+    global _signer
+    key = load()
+    if key is None:
+        return None
+    with _lock:
+        if _signer is None or _signer[0] != key:
+            _signer = (key, Signer(key))
+        return _signer[1]
+
+
 def signed(key: bytes, data: bytes) -> bytes:
     """``data`` with its binary signature in front (for store values and frames)."""
     return hmac.new(key, data, hashlib.sha256).digest() + data

@@ -53,8 +53,8 @@ class Registry:
 
     def observe(self, line: str) -> None:
         """Take one protocol line; anything but a signed ``metric`` line is ignored."""
-        key = jobkey.load()
-        text = signed_body(line, key) if key is not None else None
+        signer = jobkey.signer()
+        text = signed_body(line, signer) if signer is not None else None
         if text is None:  # not signed with this job's key: printed text, not a metric
             return
         try:

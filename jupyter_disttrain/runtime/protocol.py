@@ -66,6 +66,11 @@ def signed_body(text: str, key: bytes | jobkey.Signer) -> str | None:
     return body
 
 
+def is_signed(text: str, signer: jobkey.Signer) -> bool:
+    """True when ``text`` holds a protocol line ``signer``'s key signed (the job's own)."""
+    return PREFIX in text and signed_body(text, signer) is not None
+
+
 def is_quiet(line: bytes) -> bool:
     """True when ``line`` holds a protocol line of a quiet kind (see :data:`QUIET_KINDS`)."""
     return any(marker in line for marker in QUIET_MARKERS)

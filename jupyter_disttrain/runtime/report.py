@@ -31,21 +31,6 @@ _tap: Callable[[str], None] | None = None
 _observers: list[Callable[[str], None]] = []
 
 
-_signers: dict[bytes, jobkey.Signer] = {}
-
-
-def _signer() -> jobkey.Signer | None:
-    """The job key's signer (None without a key: lines go out unsigned, as log text)."""
-    key = jobkey.load()
-    if key is None:
-        return None
-    signer = _signers.get(key)
-    if signer is None:
-        _signers.clear()
-        signer = _signers[key] = jobkey.Signer(key)
-    return signer
-
-
 def rank() -> int:
     """This process's global rank (0 outside a distributed job)."""
     return int(os.environ.get("RANK", "0"))
@@ -59,7 +44,7 @@ def emit(kind: str, **fields: Any) -> None:
 def emit_as(rank: int, kind: str, **fields: Any) -> None:
     """Write one protocol line on behalf of ``rank`` (rank 0 relays others' lines)."""
     global emitted, quiet_bytes
-    line = encode(kind, rank, sign_with=_signer(), **fields) + "\n"
+    line = encode(kind, rank, sign_with=jobkey.signer(), **fields) + "\n"
     with _lock:
         if kind in QUIET_KINDS:
             quiet_bytes += len(line)  # ASCII: json.dumps escapes the rest

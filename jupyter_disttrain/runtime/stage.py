@@ -81,7 +81,7 @@ class Progress:
         }  # fmt: skip
         if message is not None:
             fields["message"] = message
-        sys.stdout.write(encode("staging", None, sign_with=jobkey.load(), **fields) + "\n")
+        sys.stdout.write(encode("staging", None, sign_with=jobkey.signer(), **fields) + "\n")
         sys.stdout.flush()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ... import events as ev
 from ... import jobdir
 from ...runtime import jobkey
-from ...runtime.protocol import PREFIX, signed_body
+from ...runtime.protocol import is_signed
 
 
 def job_trust(directory: Path, nodes: int, nproc: int) -> ev.Trust | None:
@@ -26,7 +26,7 @@ def control_lines(trust: ev.Trust | None) -> Callable[[str], bool]:
     if trust is None:
         return lambda line: False
     signer = trust.signer
-    return lambda line: PREFIX in line and signed_body(line, signer) is not None
+    return lambda line: is_signed(line, signer)
 
 
 class LogTailer:

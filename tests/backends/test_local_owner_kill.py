@@ -6,7 +6,6 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -14,21 +13,12 @@ import pytest
 
 from jupyter_disttrain import jobdir
 from tests.kernel_harness import Kernel
-from tests.kernel_harness import kernel as start_kernel
 from tests.test_kernel import wait_for_hello
+from tests.test_sessions_kernel import kernel  # noqa: F401 (the fixture: a kernel with the extension)
 
 pytestmark = pytest.mark.slow
 
 SLEEPER = "import time\nreport(step=0, up=1.0)\ntime.sleep(300)"
-
-
-@pytest.fixture
-def kernel(home: Path) -> Iterator[Kernel]:
-    with start_kernel(str(home)) as k:
-        k.execute(f"import os; os.environ['DISTRAIN_HOME'] = {str(home)!r}")
-        k.execute("%load_ext jupyter_disttrain")
-        k.execute("%distrain_config live=none")
-        yield k
 
 
 def job_tree(directory: Path) -> dict[int, str]:
@@ -66,7 +56,7 @@ def running(pids: dict[int, str]) -> dict[int, str]:
 
 
 @pytest.mark.parametrize("mode", ["exec", "fork"])
-def test_sigkill_of_the_kernel_leaves_no_job_process(kernel: Kernel, mode: str) -> None:
+def test_sigkill_of_the_kernel_leaves_no_job_process(kernel: Kernel, mode: str) -> None:  # noqa: F811
     name = f"kill-owner-{mode}"
     kernel.execute(f"%distrain_config launch_mode={mode}")
     kernel.execute(f"%%distrain --nodes 2 --nproc 2 --name {name}\n{SLEEPER}")

@@ -16,8 +16,8 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_disttrain import cli
 from jupyter_disttrain import events as ev
-from jupyter_disttrain.backends import manifests as mf
-from jupyter_disttrain.backends.k8s_options import parse_options
+from jupyter_disttrain.backends.kubernetes import manifests as mf
+from jupyter_disttrain.backends.kubernetes.options import parse_options
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.checkpoints import (
     CheckpointStore,

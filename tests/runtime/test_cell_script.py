@@ -2,7 +2,7 @@
 
 These run :func:`run_script` in this process (its ``sys`` state restored after
 each test); the real launches are in ``tests/test_cli_scripts.py`` and
-``tests/backends/test_kubernetes_scripts.py``.
+``tests/backends/kubernetes/test_scripts.py``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,541 @@
+"""The Kubernetes backend: Kubeflow jobs (:mod:`.kinds`) created and watched live.
+
+Submit creates the payload ConfigMap (or Secret), then the job, then makes
+the job the payload's owner so it is garbage-collected with it. Following a
+job uses watches, never polling, and a fixed number of long-lived
+connections whatever the worker count: one watch on the job, one on its
+pods, one on Warning events, and one log stream for the pod of rank 0.
+Failing pods' logs are read once when they end; other ranks' logs on demand.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from kubernetes.client.exceptions import ApiException
+
+from ... import events as ev
+from ...payload import Payload
+from ...runtime import jobkey, rankprefix
+from ...runtime.hangwatch import WHERE_ANNOTATION
+from ...runtime.protocol import is_signed
+from ...spec import JobSpec
+from ..base import (
+    Backend,
+    BackendOption,
+    Capabilities,
+    EventSink,
+    JobNotFound,
+    JobRecord,
+    Plan,
+    RuntimeRecord,
+)
+from . import kinds
+from .attached import create_owned
+from .client import Connection, connect, explain
+from .images import STOCK_IMAGES, ImagePolicy, default_image, notebook_versions
+from .kinds import KubeflowKind, kind_of
+from .logs import logs_name
+from .manifests import manifests
+from .options import (
+    EXAMPLES,
+    OPTIONAL_VALUE,
+    REPEATABLE,
+    SWITCHES,
+    K8sOptions,
+    parse_options,
+)
+from .portforward import connect_job, leader_pod
+from .records import record_from_object, spec_from_object
+from .template import (
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PAYLOAD_FILE,
+    owner_reference,
+    payload_name,
+)
+from .watch import KubernetesRun
+from .yaml import render_yaml
+
+#: Seconds ``submit`` waits for an earlier job of the same name to finish being deleted.
+DELETION_WAIT = 120.0
+
+
+@dataclass(frozen=True)
+class KubernetesPlan(Plan):
+    """The objects ``submit`` creates; ``str()`` is the YAML ``--dry-run`` prints."""
+
+    spec: JobSpec
+    payload: Payload
+    objects: tuple[dict[str, Any], ...]
+    namespace: str
+
+    def __str__(self) -> str:
+        return render_yaml(self.objects)
+
+    def export(self) -> str:
+        """The YAML for ``kubectl create -f``."""
+        return str(self)
+
+
+def payload_files(payload: Payload) -> dict[str, bytes]:
+    """What the pods need beside the image: payload, job key, worker runtime, cloudpickle."""
+    import cloudpickle
+
+    from ... import runtime
+
+    files = {PAYLOAD_FILE: payload.data, jobkey.KEY_FILE: payload.key}
+    package = Path(runtime.__file__).parent.parent
+    files["jupyter_disttrain/__init__.py"] = (package / "__init__.py").read_bytes()
+    for path in sorted((package / "runtime").glob("*.py")):
+        if path.name != "zygote.py":  # the local launcher; pods run torchrun's own
+            files[f"jupyter_disttrain/runtime/{path.name}"] = path.read_bytes()
+    for path in sorted(Path(cloudpickle.__file__).parent.glob("*.py")):
+        files[f"cloudpickle/{path.name}"] = path.read_bytes()
+    return files
+
+
+class KubernetesBackend(Backend):
+    """Kubeflow Training Operator jobs on the cluster of a kubeconfig context."""
+
+    name = "kubernetes"
+    capabilities = Capabilities(
+        has_pods=True,
+        survives_kernel=True,
+        elastic=True,
+        frameworks=kinds.frameworks(),
+        restart_frameworks=kinds.frameworks(),
+        renders_manifests=True,
+        needs_configuration=True,
+        lists_runtimes=True,
+        stacks_on_request=True,
+        phases=ev.PHASES,
+        sessions=True,
+    )
+    options = tuple(
+        BackendOption(
+            key,
+            f"kubernetes: e.g. {example}",
+            repeatable=key in REPEATABLE,
+            switch=key in SWITCHES,
+            optional=key in OPTIONAL_VALUE,
+        )
+        for key, example in EXAMPLES.items()
+    )
+
+    @classmethod
+    def configured(cls) -> bool:
+        """True when a kubeconfig file exists or this process runs in a pod."""
+        first = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+        if Path(os.path.expanduser(first or "~/.kube/config")).is_file():
+            return True
+        token = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+        return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and token.is_file()
+
+    def __init__(
+        self,
+        context: str | None = None,
+        namespace: str | None = None,
+        images: ImagePolicy = STOCK_IMAGES,
+        notebook: str | None = None,
+    ) -> None:
+        self.context = context
+        self.namespace = namespace
+        self.images = images
+        self.notebook = notebook
+        self._conn: Connection | None = None
+
+    # -- helpers -----------------------------------------------------------------
+    def settings(self, spec: JobSpec) -> K8sOptions:
+        """The spec's Kubernetes options, validated; the payload (with the job key) in a Secret."""
+        opts = parse_options(spec.options)
+        if not opts.payload_secret:
+            opts = dataclasses.replace(opts, payload_secret=True)
+        return opts
+
+    def connection(self, opts: K8sOptions | None = None) -> Connection:
+        """The API connection for these options (cached for the defaults)."""
+        context = (opts.context if opts else None) or self.context
+        namespace = (opts.namespace if opts else None) or self.namespace
+        if self._conn is not None and (context, namespace) == (self.context, self.namespace):
+            return self._conn
+        conn = connect(context, namespace)
+        if (context, namespace) == (self.context, self.namespace):
+            self._conn = conn
+        return conn
+
+    def payload_extra(self, spec: JobSpec) -> dict[str, Any]:
+        """The image that matches the notebook's versions, named if a worker's Python differs."""
+        opts = self.settings(spec)
+        image = opts.image or default_image(spec.framework, notebook_versions(spec.framework),
+                                            gpus=opts.gpus, policy=self.images)  # fmt: skip
+        return {"image_hint": f"image {image}"}
+
+    def objects(
+        self, spec: JobSpec, payload: Payload, runtime_kind: str = ""
+    ) -> list[dict[str, Any]]:
+        """The payload object, the job and its extras (pure; raises before anything is
+        created). The job's kind follows the spec's framework and ``kubeflow_api``;
+        ``runtime_kind`` is what the kind said of its training runtime (see :meth:`resolve_api`).
+        """
+        opts = self.settings(spec)
+        files = payload_files(payload)
+        versions = notebook_versions(spec.framework)
+        return manifests(spec, opts, files, versions, notebook=self.notebook, images=self.images,
+                         script=payload.script is not None, runtime_kind=runtime_kind)  # fmt: skip
+
+    # -- Kubeflow APIs and training runtimes ---------------------------------------
+    def served_apis(self, conn: Connection) -> set[str]:
+        """The API groups the cluster serves (discovery)."""
+        from kubernetes import client
+
+        groups: Any = client.ApisApi(conn.api).get_api_versions(_request_timeout=10)
+        return {str(g.name) for g in groups.groups or []}
+
+    def resolve_api(self, spec: JobSpec) -> tuple[JobSpec, str]:
+        """The spec with its Kubeflow kind decided, and what that kind says of its runtime.
+
+        ``--kubeflow-api`` forces one (the kind it names refuses what it cannot
+        carry); otherwise, when several kinds run the framework, the cluster's
+        discovery decides (the first kind of the table whose API group is
+        served), and without a cluster to ask (render, export) it is the first.
+        """
+        opts = self.settings(spec)
+        candidates = kinds.running(spec.framework)
+        named = kinds.by_api(opts.kubeflow_api) if opts.kubeflow_api else None
+        if named is not None:
+            named.refuse(spec, opts)  # names the fix
+        kind = kind_of(spec.framework, opts.kubeflow_api)
+        conn: Connection | None = None
+        if self.configured():
+            try:
+                conn = self.connection(opts)
+            except Exception:
+                conn = None
+        if named is None and len(candidates) > 1:
+            kind = candidates[0]
+            if conn is not None:
+                try:
+                    served = self.served_apis(conn)
+                except Exception:
+                    served = {kind.group}  # unreachable: the current API
+                found = [k for k in candidates if k.group in served]
+                kind = found[0] if found else kind_of(spec.framework, None)
+            if kind.api:
+                spec = spec.with_(options=(*spec.options, ("kubeflow_api", kind.api)))
+        if kind is not named:
+            kind.refuse(spec, opts)
+        return spec, kind.runtime_kind(conn, opts)
+
+    def runtimes(self) -> list[RuntimeRecord]:
+        """The training runtimes the cluster offers its kinds: name, framework, image, nodes."""
+        conn = self.connection()
+        return [r for k in kinds.KINDS for r in k.runtimes(conn, missing_ok=True)]
+
+    def delete(self, conn: Connection, kind: KubeflowKind, name: str) -> bool:
+        """Delete a job and its payload; False when it did not exist."""
+        try:
+            conn.custom.delete_namespaced_custom_object(
+                kind.group,
+                kind.version,
+                conn.namespace,
+                kind.plural,
+                name,
+                propagation_policy="Foreground",
+            )
+            found = True
+        except ApiException as exc:
+            if exc.status != 404:
+                raise explain(exc, kind=kind.kind, name=name, namespace=conn.namespace) from None
+            found = False
+        for remove in (conn.core.delete_namespaced_config_map, conn.core.delete_namespaced_secret):
+            try:
+                remove(payload_name(name), conn.namespace)
+            except ApiException:
+                pass
+        return found
+
+    def await_deletion(
+        self, conn: Connection, kind: KubeflowKind, name: str, timeout: float = DELETION_WAIT
+    ) -> None:
+        """Wait while a job of that name is being deleted (its pods ending), so the name is free
+        again (a session restarted, a job stopped and run again); return at once otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                obj: Any = conn.custom.get_namespaced_custom_object(
+                    kind.group, kind.version, conn.namespace, kind.plural, name
+                )
+            except ApiException:
+                return  # gone (or unreadable: creating it says why)
+            if not (obj.get("metadata") or {}).get("deletionTimestamp"):
+                return
+            time.sleep(0.2)
+
+    def stream_log(
+        self,
+        conn: Connection,
+        pod: str,
+        container: str,
+        *,
+        follow: bool,
+        tail: int | None = None,
+        previous: bool = False,
+    ) -> Iterator[str]:
+        """Lines of a pod's log (following it until the container ends when ``follow``).
+
+        ``previous``: the log of the container's previous run (before its last restart).
+        """
+        try:
+            resp: Any = conn.core.read_namespaced_pod_log(
+                pod,
+                conn.namespace,
+                container=container,
+                follow=follow,
+                tail_lines=tail,
+                previous=previous,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):  # not started yet / gone
+                return
+            raise explain(exc, kind="Pod", name=pod, namespace=conn.namespace) from None
+        pending = b""
+        try:
+            for chunk in resp.stream(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    yield raw.decode("utf-8", "replace")
+            if pending:
+                yield pending.decode("utf-8", "replace")
+        finally:
+            resp.release_conn()
+
+    # -- Backend -----------------------------------------------------------------
+    def plan(self, spec: JobSpec, payload: Payload) -> KubernetesPlan:
+        """The exact objects, as YAML; nothing is created (discovery may be asked)."""
+        spec, runtime_kind = self.resolve_api(spec)
+        objs = self.objects(spec, payload, runtime_kind)
+        namespace = self.settings(spec).namespace or "<context namespace>"
+        return KubernetesPlan(spec, payload, tuple(objs), namespace)
+
+    def submit(self, plan: Plan, sink: EventSink) -> KubernetesRun:
+        """Create payload and job, own the payload by the job, start following."""
+        if not isinstance(plan, KubernetesPlan):
+            raise TypeError(
+                f"the kubernetes backend runs KubernetesPlans, not {type(plan).__name__}"
+            )
+        spec = plan.spec
+        opts = self.settings(spec)
+        payload_obj, job_obj, *attached = plan.objects
+        conn = self.connection(opts)
+        kubeflow = kind_of(spec.framework, opts.kubeflow_api)
+        plural, kind = kubeflow.plural, kubeflow.kind
+        core = conn.core
+        ns = conn.namespace
+        self.await_deletion(conn, kubeflow, spec.name)
+        try:  # a Secret (see settings): it holds the job key
+            core.create_namespaced_secret(ns, cast(Any, payload_obj))
+        except ApiException as exc:
+            raise explain(
+                exc, kind=payload_obj["kind"], name=payload_obj["metadata"]["name"], namespace=ns
+            ) from None
+        try:
+            created: Any = conn.custom.create_namespaced_custom_object(
+                kubeflow.group, kubeflow.version, ns, plural, job_obj
+            )
+        except ApiException as exc:
+            try:  # leave nothing behind
+                core.delete_namespaced_secret(payload_obj["metadata"]["name"], ns)
+            except ApiException:
+                pass
+            raise explain(exc, kind=kind, name=spec.name, namespace=ns) from None
+        owner = {"metadata": {"ownerReferences": [owner_reference(created)]}}
+        try:
+            core.patch_namespaced_secret(payload_obj["metadata"]["name"], ns, owner)
+        except ApiException as exc:
+            raise explain(
+                exc, kind=payload_obj["kind"], name=payload_obj["metadata"]["name"], namespace=ns
+            ) from None
+        sink(ev.job_event("Pending", "Created", f"{kind} {ns}/{spec.name} created"))
+        for warning in create_owned(conn, attached, conn.plain(created)):
+            sink(ev.Event("log", None, time.time(), {"text": f"warning: {warning}",
+                                                     "source": "kubernetes"}))  # fmt: skip
+        run = KubernetesRun(self, conn, spec, sink, plan.payload.key)
+        run.start()
+        return run
+
+    def job_key(self, conn: Connection, name: str, sink: EventSink | None = None) -> bytes | None:
+        """Job ``name``'s key from its payload Secret; None (and a log line) when unreadable."""
+        why = ""
+        try:
+            secret: Any = conn.core.read_namespaced_secret(payload_name(name), conn.namespace)
+            data = (secret.data or {}).get(jobkey.KEY_FILE)
+            key = base64.b64decode(data) if data else b""
+            if len(key) == jobkey.KEY_BYTES:
+                return key
+            why = "its payload Secret holds no job key"
+        except ApiException as exc:
+            why = f"its payload Secret is not readable ({exc.status} {exc.reason})"
+        if sink is not None:
+            sink(ev.Event("log", None, time.time(), {
+                "text": f"job {name!r}: {why}; worker lines are shown as log text only",
+                "source": "kubernetes",
+            }))  # fmt: skip
+        return None
+
+    def attach(self, name: str, sink: EventSink) -> tuple[JobSpec, KubernetesRun]:
+        """Follow an existing job from the start of its logs (after a kernel restart)."""
+        conn = self.connection()
+        for kubeflow in kinds.KINDS:
+            try:
+                obj = conn.custom.get_namespaced_custom_object(
+                    kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural, name
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                ns = conn.namespace
+                raise explain(exc, kind=kubeflow.kind, name=name, namespace=ns) from None
+            spec = spec_from_object(conn.plain(obj), kubeflow)
+            key = self.job_key(conn, name, sink)
+            run = KubernetesRun(self, conn, spec, sink, key)
+            run.start()
+            return spec, run
+        raise JobNotFound(f"no job named {name!r} in namespace {conn.namespace!r}")
+
+    def list_jobs(self) -> list[JobRecord]:
+        """Jobs this tool created in the namespace (by label), newest first."""
+        conn = self.connection()
+        out: list[JobRecord] = []
+        for kubeflow in kinds.KINDS:
+            try:
+                listing: Any = conn.custom.list_namespaced_custom_object(
+                    kubeflow.group,
+                    kubeflow.version,
+                    conn.namespace,
+                    kubeflow.plural,
+                    label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}",
+                )
+            except ApiException as exc:
+                if exc.status == 404:  # the cluster does not serve this Kubeflow API
+                    continue
+                raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace) from None
+            for obj in listing.get("items", []):
+                out.append(record_from_object(obj, kubeflow))
+        return sorted(out, key=lambda r: -r.created)
+
+    def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
+        """Pod logs of the job (one rank's lines, or all with their rank), control lines left out.
+
+        A failed job's pods are gone once its logs were kept (see
+        :meth:`~.watch.KubernetesRun`): those are read from its record.
+        """
+        conn = self.connection()
+        texts = self.kept_logs(conn, name)
+        if texts is None:
+            pods = self.job_pods(conn, name)
+            if not pods:
+                raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
+            texts = {}
+            for pod in sorted(pods, key=lambda p: str(p.metadata.name)):
+                names = [c.name for c in pod.spec.containers]
+                ours = [k.container for k in kinds.KINDS if k.container in names]
+                container = (ours or names)[0]
+                texts[str(pod.metadata.name)] = "\n".join(
+                    self.stream_log(conn, pod.metadata.name, container, follow=False)
+                )
+        key = self.job_key(conn, name)
+        signer = jobkey.Signer(key) if key is not None else None
+        lines: list[str] = []
+        for pod_name in sorted(texts):
+            for line in texts[pod_name].splitlines():
+                got, text = rankprefix.split(line)
+                if signer is not None and is_signed(text, signer):
+                    continue  # the job's own control line (printed look-alikes stay)
+                if rank is None:
+                    lines.append(line if got is not None else f"[{pod_name}] {line}")
+                elif got == rank:
+                    lines.append(text)
+        return "\n".join(lines if tail is None else lines[-tail:] if tail > 0 else [])
+
+    def job_pods(self, conn: Connection, name: str) -> list[Any]:
+        """The pods of job ``name`` (of whichever Kubeflow kind it is)."""
+        for selector in dict.fromkeys(k.pod_selector(name) for k in kinds.KINDS):
+            pods: Any = conn.core.list_namespaced_pod(conn.namespace, label_selector=selector)
+            if pods.items:
+                return list(pods.items)
+        return []
+
+    def kept_logs(self, conn: Connection, name: str) -> dict[str, str] | None:
+        """The logs kept when job ``name`` failed (pod -> text), or None if there are none."""
+        try:
+            found: Any = conn.core.read_namespaced_config_map(logs_name(name), conn.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            record = logs_name(name)
+            raise explain(exc, kind="ConfigMap", name=record, namespace=conn.namespace) from None
+        return {str(k): str(v) for k, v in (found.data or {}).items()}
+
+    def request_stacks(self, name: str) -> str:
+        """Raise the request counter annotation on the pod of node 0.
+
+        The kubelet writes the pod's annotations into its downward-API file,
+        where rank 0's watch reads them (on a real cluster within the
+        kubelet's sync period, up to about a minute).
+        """
+        conn = self.connection()
+        first = leader_pod([conn.plain(p) for p in self.job_pods(conn, name)])
+        if first is None:
+            raise JobNotFound(f"job {name!r} has no pod of node 0 in namespace {conn.namespace!r}")
+        meta = first["metadata"]
+        asked = int((meta.get("annotations") or {}).get(WHERE_ANNOTATION, "0") or 0) + 1
+        patch = {"metadata": {"annotations": {WHERE_ANNOTATION: str(asked)}}}
+        try:
+            conn.core.patch_namespaced_pod(meta["name"], conn.namespace, patch)
+        except ApiException as exc:
+            raise explain(exc, kind="Pod", name=meta["name"], namespace=conn.namespace) from None
+        return f"a{asked}"
+
+    def job_record(self, spec: JobSpec, state: str) -> JobRecord:
+        """The base record with the job's namespace as ``owner`` (as listings give it) and
+        its ``--context`` in ``extra``."""
+        opts = self.settings(spec)
+        record = super().job_record(spec, state)
+        extra = {**record.extra, **({"context": opts.context} if opts.context else {})}
+        namespace = opts.namespace or self.connection(opts).namespace
+        return dataclasses.replace(record, owner=namespace, extra=extra)
+
+    def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
+        """A socket to ``port`` of rank 0's pod through the API server's port-forward.
+
+        Works from outside the cluster; see :mod:`.portforward`.
+        """
+        conn = self.connection()
+        context = str(record.extra.get("context") or "") or None
+        if context is not None and context != conn.context:
+            conn = connect(context, record.owner or conn.namespace)
+        elif record.owner and record.owner != conn.namespace:
+            conn = Connection(conn.api, record.owner, conn.context)
+        return connect_job(
+            conn,
+            record.name,
+            port,
+            timeout,
+            lambda: [conn.plain(p) for p in self.job_pods(conn, record.name)],
+        )
+
+    def stop(self, name: str) -> bool:
+        """Delete job ``name`` (of whichever kind it is)."""
+        conn = self.connection()
+        return any(self.delete(conn, kubeflow, name) for kubeflow in kinds.KINDS)

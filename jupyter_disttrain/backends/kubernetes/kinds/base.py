@@ -1,0 +1,164 @@
+"""What every Kubeflow kind is: where it is served, what it runs, and what it knows of itself.
+
+A kind is one instance of a :class:`KubeflowKind` subclass, in its own module
+under ``kinds/``. The declared fields are data the kind-neutral code reads
+(API coordinates, container, port, pod label, the frameworks it runs and their
+limits); the methods are what differs between kinds: building the job object,
+reading its state and shape back, and finding its pods and the pod of node 0.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .... import events as ev
+from ...base import RuntimeRecord
+from ..images import STOCK_IMAGES, ImagePolicy
+
+if TYPE_CHECKING:
+    from ....spec import JobSpec
+    from ..client import Connection
+    from ..options import K8sOptions
+
+Manifest = dict[str, Any]
+#: A job's state as its status says: (state, reason, message).
+Condition = tuple[ev.JobState, str, str]
+Pod = TypeVar("Pod", bound=Mapping[str, Any])
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a kind's pods cannot run: each non-empty text is the error naming the fix.
+
+    ``elastic`` refuses ``--elastic``; ``nproc`` refuses ``--nproc`` above 1
+    (``{nproc}`` is the value given); ``prometheus`` refuses ``--prometheus``;
+    ``gpu_per_process`` says each process needs its own GPU (NCCL), unless
+    ``--dist-backend gloo``.
+    """
+
+    elastic: str = ""
+    nproc: str = ""
+    prometheus: str = ""
+    gpu_per_process: bool = False
+
+
+@dataclass(frozen=True)
+class KubeflowKind(ABC):
+    """One Kubeflow custom resource: where it is served and how its pods are laid out.
+
+    ``replicas`` are the replica types in node order (the first holds node 0);
+    ``replicas_field`` the spec field holding them ("" when the kind has none);
+    ``container`` is the container the operator configures (env, ports);
+    ``port_name``/``port`` the port it reads the rendezvous/cluster port from;
+    ``pod_label`` the label whose value is the job's name on each of its pods;
+    ``api`` the ``--kubeflow-api`` value that selects it ("" for none);
+    ``frameworks`` the ``--framework`` values it runs; ``default`` whether it is
+    what they run as when ``--kubeflow-api`` names no other kind (the first
+    default kind of the table wins); ``launcher`` the command that runs the
+    worker module in its training container; ``limits`` what it refuses.
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    replicas_field: str
+    replicas: tuple[str, ...]
+    container: str
+    port_name: str
+    port: int
+    frameworks: tuple[str, ...]
+    launcher: tuple[str, ...]
+    pod_label: str = "training.kubeflow.org/job-name"
+    api: str = ""
+    default: bool = True
+    limits: Limits = Limits()
+
+    @property
+    def api_version(self) -> str:
+        """``group/version`` as written in a manifest."""
+        return f"{self.group}/{self.version}"
+
+    def pod_selector(self, job: str) -> str:
+        """The label selector of every pod of job ``job``."""
+        return f"{self.pod_label}={job}"
+
+    # -- manifest ------------------------------------------------------------------
+    @abstractmethod
+    def manifest(
+        self,
+        spec: JobSpec,
+        opts: K8sOptions,
+        files: Iterable[str],
+        versions: Mapping[str, str],
+        *,
+        notebook: str | None = None,
+        images: ImagePolicy = STOCK_IMAGES,
+        script: bool = False,
+        runtime_kind: str = "",
+    ) -> Manifest:
+        """The job object of ``spec`` (pure); ``files`` are the payload's relative paths.
+
+        Checks ``opts`` against ``spec`` first (:func:`..template.check_job`
+        and :meth:`refuse`); ``runtime_kind`` is what :meth:`runtime_kind` said.
+        """
+
+    def refuse(self, spec: JobSpec, opts: K8sOptions) -> None:
+        """Raise :class:`~..syntax.ConflictingOptionsError` for what this kind cannot carry
+        beyond its :attr:`limits` (also when ``--kubeflow-api`` names it for a framework
+        another kind runs); nothing by default."""
+        return None
+
+    def runtime_kind(self, conn: Connection | None, opts: K8sOptions) -> str:
+        """The kind of the training runtime the job names ("" when the kind names none).
+
+        ``conn`` None: no cluster to ask (render, export). May raise
+        :class:`~jupyter_disttrain.spec.SpecError` naming what the cluster offers.
+        """
+        return ""
+
+    def runtimes(self, conn: Connection, *, missing_ok: bool) -> list[RuntimeRecord]:
+        """The training runtimes of this kind the cluster offers (none by default)."""
+        return []
+
+    # -- reading a job back -----------------------------------------------------------
+    @abstractmethod
+    def condition(self, obj: Mapping[str, Any]) -> Condition | None:
+        """The job's state from its status, or None while it says nothing yet."""
+
+    @abstractmethod
+    def shape(self, obj: Mapping[str, Any]) -> tuple[int, int]:
+        """(nodes, processes per node) of a job object of this kind."""
+
+    @abstractmethod
+    def has_leader(self, obj: Mapping[str, Any]) -> bool:
+        """True when the job object has a leader replica (node 0 apart from the workers)."""
+
+    # -- pods ---------------------------------------------------------------------------
+    @abstractmethod
+    def owns(self, pod: Mapping[str, Any]) -> bool:
+        """True when ``pod`` (a JSON dict) is laid out as this kind's pods are (by labels)."""
+
+    @abstractmethod
+    def node_index(self, pod: Mapping[str, Any], has_leader: bool) -> int:
+        """The node number of one of this kind's pods; ``has_leader`` as :meth:`has_leader`."""
+
+    @abstractmethod
+    def pods_have_leader(self, pods: Sequence[Mapping[str, Any]]) -> bool:
+        """:meth:`has_leader` told from the job's pods alone."""
+
+    def runs_nodes(self, pod: Mapping[str, Any]) -> bool:
+        """True when ``pod`` runs training nodes (not, say, an initializer); all by default."""
+        return True
+
+    def leader_pods(self, pods: Sequence[Pod]) -> list[Pod]:
+        """The pods among a job's ``pods`` that run node 0 (more than one after a restart)."""
+        leader = self.pods_have_leader(pods)
+        return [p for p in pods if self.runs_nodes(p) and self.node_index(p, leader) == 0]
+
+    @abstractmethod
+    def leader_selector(self, job: str) -> dict[str, str]:
+        """Labels that select the pod of rank 0 of ``job`` (its metrics source)."""

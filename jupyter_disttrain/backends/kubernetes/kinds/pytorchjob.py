@@ -1,0 +1,100 @@
+"""The Training Operator's ``PyTorchJob`` (``kubeflow.org/v1``): Master and Workers run torchrun.
+
+Pure. Master 1 + Worker ``nodes - 1`` (Worker omitted for one node), or,
+with ``--elastic``, Worker ``nodes`` and an ``elasticPolicy`` (c10d).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from ..images import STOCK_IMAGES, ImagePolicy
+from ..template import Manifest, job_metadata, plain, pod_template
+from .base import Limits
+from .operator import JOB_ROLE_LABEL, OperatorKind, replica, run_policy
+
+if TYPE_CHECKING:
+    from ....spec import JobSpec
+    from ..options import K8sOptions
+
+#: torchrun: nodes, rank, rendezvous and processes per node come from the operator's ``PET_*``.
+TORCHRUN: Final = ("python", "-m", "torch.distributed.run", "--module")
+
+
+class PyTorchJobKind(OperatorKind):
+    """A ``PyTorchJob``: its Master runs node 0 (an elastic job has Workers only)."""
+
+    def manifest(
+        self,
+        spec: JobSpec,
+        opts: K8sOptions,
+        files: Iterable[str],
+        versions: Mapping[str, str],
+        *,
+        notebook: str | None = None,
+        images: ImagePolicy = STOCK_IMAGES,
+        script: bool = False,
+        runtime_kind: str = "",
+    ) -> Manifest:
+        """The ``PyTorchJob`` of ``spec`` (see :func:`pytorchjob`)."""
+        template = pod_template(self, spec, opts, files, versions, images, script)
+        body: dict[str, Any] = {}
+        if opts.elastic is not None:
+            # Without a Master the operator sets PET_NPROC_PER_NODE only from the
+            # policy's nProcPerNode (and rejects it beside spec.nprocPerNode).
+            body["elasticPolicy"] = {
+                "rdzvBackend": "c10d",
+                "rdzvId": spec.name,
+                "minReplicas": opts.elastic.min_nodes,
+                "maxReplicas": opts.elastic.max_nodes,
+                "maxRestarts": spec.max_restarts,
+                "nProcPerNode": spec.nproc,
+            }
+            body[self.replicas_field] = {self.replicas[1]: replica(spec.nodes, template)}
+            min_available = opts.elastic.min_nodes
+        else:
+            body["nprocPerNode"] = str(spec.nproc)
+            replicas = {self.replicas[0]: replica(1, template)}
+            if spec.nodes > 1:
+                replicas[self.replicas[1]] = replica(spec.nodes - 1, plain(template))
+            body[self.replicas_field] = replicas
+            min_available = spec.nodes
+        body["runPolicy"] = run_policy(spec, opts, min_available)
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": job_metadata(spec, opts, versions, notebook),
+            "spec": body,
+        }
+
+    def leader_selector(self, job: str) -> dict[str, str]:
+        """The Master's pod: the operator labels it with job role ``master``."""
+        return {self.pod_label: job, JOB_ROLE_LABEL: "master"}
+
+
+PYTORCHJOB: Final = PyTorchJobKind(
+    group="kubeflow.org", version="v1", plural="pytorchjobs", kind="PyTorchJob",
+    replicas_field="pytorchReplicaSpecs", replicas=("Master", "Worker"),
+    container="pytorch", port_name="pytorchjob-port", port=23456, api="pytorchjob",
+    frameworks=("pytorch",), launcher=TORCHRUN, limits=Limits(gpu_per_process=True),
+)  # fmt: skip
+
+
+def pytorchjob(
+    spec: JobSpec,
+    opts: K8sOptions,
+    files: Iterable[str],
+    versions: Mapping[str, str],
+    *,
+    notebook: str | None = None,
+    images: ImagePolicy = STOCK_IMAGES,
+    script: bool = False,
+) -> Manifest:
+    """The ``PyTorchJob`` for ``spec``; ``files`` are the payload's relative paths.
+
+    ``versions`` (``python``, ``torch``, ...) pick the default image and are
+    recorded as annotations. Raises :class:`~..syntax.OptionError`.
+    """
+    return PYTORCHJOB.manifest(spec, opts, files, versions, notebook=notebook, images=images,
+                               script=script)  # fmt: skip

@@ -1,0 +1,119 @@
+"""Kubernetes objects -> job events (pure).
+
+Maps a pod's phase, container state and conditions to per-rank facts, and
+Warning Events to messages, so the monitor explains why a job is stuck (a
+job's own state is its kind's: :meth:`~.kinds.base.KubeflowKind.condition`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ... import events as ev
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What one pod says about its ranks."""
+
+    name: str
+    node: int
+    phase: str
+    state: str  # Pending / Running / Succeeded / Failed / Restarting / Waiting
+    reason: str
+    message: str
+    exit_code: int | None
+    restarts: int
+    started: bool  # the training container has started at least once
+
+
+def pod_facts(pod: dict[str, Any], container: str, node: int) -> PodFacts:
+    """Summarise a pod (as a JSON dict) for the ranks it runs as node ``node`` (which its
+    kind tells: :meth:`~.kinds.base.KubeflowKind.node_index`)."""
+    meta, status = pod.get("metadata", {}), pod.get("status") or {}
+    phase = str(status.get("phase", "Pending"))
+    statuses = status.get("containerStatuses") or []
+    cs = next((c for c in statuses if c.get("name") == container), statuses[0] if statuses else {})
+    restarts = int(cs.get("restartCount", 0) or 0)
+    state = cs.get("state") or {}
+    reason, message, exit_code = "", "", None
+    started = bool(cs.get("started")) or "running" in state or "terminated" in state or restarts > 0
+    summary = phase
+    if "waiting" in state and state["waiting"] is not None:
+        waiting = state["waiting"]
+        reason, message = str(waiting.get("reason", "")), str(waiting.get("message", ""))
+        summary = "Restarting" if restarts and reason == "CrashLoopBackOff" else "Pending"
+    elif "terminated" in state and state["terminated"] is not None:
+        term = state["terminated"]
+        exit_code = int(term.get("exitCode", 0))
+        reason, message = str(term.get("reason", "")), str(term.get("message", "") or "")
+        summary = "Succeeded" if exit_code == 0 else "Failed"
+    elif "running" in state and state["running"] is not None:
+        summary = "Running"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and str(cond.get("status")) == "False":
+            reason = str(cond.get("reason", "Unschedulable"))
+            message = str(cond.get("message", ""))
+            summary = "Pending"
+    return PodFacts(
+        str(meta.get("name", "")),
+        node,
+        phase,
+        summary,
+        reason,
+        message,
+        exit_code,
+        restarts,
+        started,
+    )
+
+
+def rank_events(facts: PodFacts, nproc: int) -> list[ev.Event]:
+    """One ``rank`` event per rank the pod runs."""
+    reason = f"{facts.reason}: {facts.message}".strip(": ") if facts.message else facts.reason
+    return [
+        ev.rank_event(
+            facts.node * nproc + local,
+            facts.state,
+            exit_code=facts.exit_code,
+            reason=reason,
+            host=facts.name,
+            node=facts.node,
+        )
+        for local in range(nproc)
+    ]
+
+
+def warning_message(event: dict[str, Any]) -> str:
+    """``FailedScheduling on job-worker-0: 0/3 nodes are available: ...``."""
+    involved = event.get("involvedObject") or {}
+    return f"{event.get('reason', 'Warning')} on {involved.get('name', '?')}: " + str(
+        event.get("message", "")
+    )
+
+
+def init_state(pod: dict[str, Any], name: str) -> tuple[str, str]:
+    """``(state, message)`` of init container ``name``: ``""`` (none or waiting), ``running``,
+    ``done`` or ``failed`` (also once it is restarting after a failure) with what it said.
+
+    The message is the copier's own ``distrain: ...`` line when the termination
+    message (its log's last lines) holds one, else that message's last line.
+    """
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    found = next((c for c in statuses if c.get("name") == name), None)
+    if found is None:
+        return "", ""
+    state, last = found.get("state") or {}, found.get("lastState") or {}
+    for term in (state.get("terminated"), last.get("terminated")):
+        if term and int(term.get("exitCode", 0)) != 0:
+            return "failed", _last_word(str(term.get("message") or term.get("reason") or ""))
+    if state.get("terminated"):
+        return "done", ""
+    return ("running", "") if state.get("running") else ("", "")
+
+
+def _last_word(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    own = [line for line in lines if line.startswith("distrain: ")]
+    return (own or lines or ["exited with an error"])[-1].removeprefix("distrain: ")

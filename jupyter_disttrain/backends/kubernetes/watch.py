@@ -1,0 +1,436 @@
+"""Following a Kubernetes job live: watches on the job, its pods and its Events, one log.
+
+:class:`KubernetesRun` keeps a fixed number of long-lived connections
+whatever the worker count and turns what it sees into job events.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, cast
+
+import urllib3
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+from ... import events as ev
+from ...runtime import rankprefix
+from ...spec import JobSpec
+from ..base import EventSink, Submission
+from . import phases as kp
+from .client import Connection
+from .kinds import KubeflowKind, kind_of
+from .logs import kept_logs
+from .staging import INIT_NAME
+from .status import init_state, pod_facts, rank_events, warning_message
+
+WATCH_SECONDS = 60
+#: Consecutive watch streams cut by the connection before the follower gives up.
+MAX_DROPPED_WATCHES = 5
+DRAIN_SECONDS = 15.0
+#: Lines kept of a pod that did not fail, when its job failed.
+KEPT_TAIL_LINES = 200
+#: Events kept for pods the pod watch has not shown yet (their ranks are not known yet).
+MAX_EARLY = 1000
+#: Warning reasons that explain a job that does not start.
+PENDING_REASONS = frozenset({"FailedScheduling", "Failed", "BackOff", "FailedMount"})
+
+
+class Cluster(Protocol):
+    """What a followed job needs of its backend: delete the job, stream a pod's log."""
+
+    def delete(self, conn: Connection, kind: KubeflowKind, name: str) -> bool:
+        """Delete job ``name`` (foreground); False if it was not there."""
+        ...
+
+    def stream_log(
+        self,
+        conn: Connection,
+        pod: str,
+        container: str,
+        *,
+        follow: bool,
+        tail: int | None = None,
+        previous: bool = False,
+    ) -> Iterator[str]:
+        """The pod's log lines (followed while it runs with ``follow``; ``previous`` run)."""
+        ...
+
+
+class KubernetesRun(Submission):
+    """Follows one job: watches translate to events; stop deletes the job."""
+
+    def __init__(
+        self, backend: Cluster, conn: Connection, spec: JobSpec, sink: EventSink, key: bytes | None
+    ) -> None:
+        self.backend = backend
+        self.conn = conn
+        self.spec = spec
+        self.sink = sink
+        #: Worker lines count only when signed with the job's key (None: none count).
+        self.trust = None if key is None else ev.Trust.of(key, spec.nodes, spec.nproc)
+        self.name = spec.name
+        self.kubeflow = kind_of(spec.framework, dict(spec.options).get("kubeflow_api"))
+        self.plural, self.kind = self.kubeflow.plural, self.kubeflow.kind
+        self.container = self.kubeflow.container
+        self._done = threading.Event()
+        self._stopping = threading.Event()
+        self._stop_reason = ""
+        self._lock = threading.Lock()
+        self._pods: dict[str, tuple[str, int, str]] = {}  # pod -> (state, restarts, reason)
+        self._followed: dict[str, threading.Thread] = {}
+        self._read_once: set[tuple[str, int]] = set()
+        self._watches: list[watch.Watch] = []
+        self._has_leader = True
+        self._terminal: tuple[ev.JobState, str, str] | None = None
+        self._state = ""
+        self._pending_why: tuple[str, str] | None = None
+        self._got_result = False
+        self._errors: list[str] = []
+        self._stop_outcome: tuple[ev.JobState, str, str] | None = None
+        # start-up phases: pod -> node, Events of pods not seen yet, facts already sent
+        self._nodes: dict[str, int] = {}
+        self._early: dict[str, list[tuple[kp.Fact, float]]] = {}
+        self._phase_sent: dict[tuple[str, str, tuple[int, ...] | None], str] = {}
+
+    # -- Submission ------------------------------------------------------------
+    def start(self) -> None:
+        """Start the watches (each on its own daemon thread)."""
+        for target in (self._watch_job, self._watch_pods, self._watch_events):
+            threading.Thread(
+                target=self._guard(target), daemon=True, name=f"distrain-k8s-{target.__name__}"
+            ).start()
+        if self.spec.timeout:
+            threading.Thread(target=self._deadline, daemon=True).start()
+
+    def stop(self, reason: str = "stopped by user") -> None:
+        """Delete the job (foreground propagation): its pods and payload go with it."""
+        if self._done.is_set() or self._stopping.is_set():
+            return
+        self._stop_reason = reason
+        self._stopping.set()
+        self.backend.delete(self.conn, self.kubeflow, self.name)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the terminal state."""
+        return self._done.wait(timeout)
+
+    def remove(self) -> None:
+        """Delete the job object, ended or not, in its own namespace (pods and payload too)."""
+        self.backend.delete(self.conn, self.kubeflow, self.name)
+
+    def detach(self) -> None:
+        """Close the watches and log streams; the job runs on."""
+        self._done.set()
+        for w in list(self._watches):
+            w.stop()
+
+    # -- plumbing --------------------------------------------------------------
+    def _guard(self, target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                target()
+            except Exception as exc:  # report instead of dying silently
+                if not self._done.is_set():
+                    self.sink(
+                        ev.Event(
+                            "log",
+                            None,
+                            time.time(),
+                            {"text": f"watch error: {exc!r}", "source": "kubernetes"},
+                        )
+                    )
+
+        return run
+
+    def _stream(
+        self, func: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events until the job is done, re-opening after server time-outs."""
+        version: str | None = None
+        dropped = 0  # consecutive watches cut off by the connection
+        while not self._done.is_set():
+            w = watch.Watch()
+            self._watches.append(w)
+            try:
+                for item in w.stream(
+                    func, *args, timeout_seconds=WATCH_SECONDS, resource_version=version, **kwargs
+                ):
+                    obj = item["object"]
+                    data = self.conn.plain(obj)
+                    version = data.get("metadata", {}).get("resourceVersion") or version
+                    yield {"type": item["type"], "object": data}
+                    if self._done.is_set():
+                        return
+            except ApiException as exc:
+                if exc.status == 410:  # too old: start over from now
+                    version = None
+                    continue
+                raise
+            except urllib3.exceptions.HTTPError:  # the stream was cut: watch again from here
+                dropped += 1
+                if dropped > MAX_DROPPED_WATCHES:
+                    raise
+                time.sleep(0.2 * dropped)
+                continue
+            finally:
+                self._watches.remove(w)
+            dropped = 0
+
+    def _watch_job(self) -> None:
+        last: tuple[ev.JobState, str, str] | None = None
+        for item in self._stream(
+            self.conn.custom.list_namespaced_custom_object,
+            self.kubeflow.group,
+            self.kubeflow.version,
+            self.conn.namespace,
+            self.plural,
+            field_selector=f"metadata.name={self.name}",
+        ):
+            if item["type"] == "DELETED":
+                if self._stopping.is_set():
+                    self._finish(self._stop_outcome or ("Stopped", "Stopped", self._stop_reason))
+                else:
+                    self._finish(("Failed", "Deleted", f"the {self.kind} was deleted"))
+                return
+            self._has_leader = self.kubeflow.has_leader(item["object"])
+            current = self.kubeflow.condition(item["object"])
+            if last is None:  # the job is waiting from its creation on
+                self._phase(kp.Fact("queued", "waiting", f"waiting for the {self.kind}'s pods",
+                                    item["object"].get("metadata", {}).get("creationTimestamp")),
+                            None, time.time())  # fmt: skip
+            if current is not None and current[1] == "Queued":
+                self._phase(kp.Fact("queued", "waiting", current[2], None), None, time.time())
+            if current is None or current == last:
+                continue
+            last = current
+            self._state = current[0]
+            if current[0] == "Pending" and self._pending_why:  # keep the known cause
+                current = ("Pending", *self._pending_why)
+            if current[0] in ev.TERMINAL_STATES:
+                self._finish(current)
+                return
+            self.sink(ev.job_event(*current))
+
+    def _watch_pods(self) -> None:
+        for item in self._stream(
+            self.conn.core.list_namespaced_pod,
+            self.conn.namespace,
+            label_selector=self.kubeflow.pod_selector(self.name),
+        ):
+            if item["type"] == "DELETED":
+                continue
+            node = self.kubeflow.node_index(item["object"], self._has_leader)
+            facts = pod_facts(item["object"], self.container, node)
+            key = (facts.state, facts.restarts, facts.reason)
+            arrived = time.time()
+            with self._lock:
+                previous = self._pods.get(facts.name)
+                self._pods[facts.name] = key
+                self._nodes[facts.name] = facts.node
+                early = self._early.pop(facts.name, [])
+            ranks = self._ranks(facts.node)
+            for fact in kp.pod_facts(item["object"], self.container):
+                self._phase(fact, ranks, arrived)
+            for fact, when in early:
+                self._phase(fact, ranks, when)
+            if previous is not None and previous[1] < facts.restarts:
+                self.sink(ev.restart_event(facts.restarts, f"{facts.name} restarted"))
+            if previous != key:
+                for event in rank_events(facts, self.spec.nproc):
+                    self.sink(event)
+            staging, why = init_state(item["object"], INIT_NAME)
+            if staging == "failed":
+                self._fail(("Failed", "DataStagingFailed",
+                            f"--data staging failed on pod {facts.name}: {why}"))  # fmt: skip
+            elif staging == "running" and facts.node == 0:
+                self._follow(facts.name, facts.restarts, INIT_NAME)
+            if facts.node == 0 and facts.started:
+                self._follow(facts.name, facts.restarts)
+            elif facts.state == "Failed":
+                self._read_log_once(facts.name, facts.restarts)
+
+    def _watch_events(self) -> None:
+        """Warnings explain a job that does not start; Normal Events time its phases."""
+        prefix = f"{self.name}-"
+        for item in self._stream(self.conn.core.list_namespaced_event, self.conn.namespace):
+            obj = item["object"]
+            involved = obj.get("involvedObject") or {}
+            name = str(involved.get("name", ""))
+            if item["type"] == "DELETED" or (name != self.name and not name.startswith(prefix)):
+                continue
+            arrived = time.time()
+            if name == self.name and involved.get("kind") == self.kind:
+                queued = kp.queue_fact(obj)
+                if queued is not None:
+                    self._phase(queued, None, arrived)
+            elif (fact := kp.event_fact(obj, self.container)) is not None:
+                with self._lock:
+                    node = self._nodes.get(name)
+                    if node is None and sum(map(len, self._early.values())) < MAX_EARLY:
+                        self._early.setdefault(name, []).append((fact, arrived))
+                if node is not None:
+                    self._phase(fact, self._ranks(node), arrived)
+            if obj.get("type") != "Warning":
+                continue
+            text = warning_message(obj)
+            self.sink(ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"}))
+            reason = str(obj.get("reason"))
+            if reason in PENDING_REASONS and self._state in ("", "Pending"):
+                self._pending_why = (reason, text)
+                self.sink(ev.job_event("Pending", reason, text))  # why it does not start
+
+    def _ranks(self, node: int) -> list[int]:
+        return list(range(node * self.spec.nproc, (node + 1) * self.spec.nproc))
+
+    def _phase(self, fact: kp.Fact, ranks: list[int] | None, arrived: float) -> None:
+        """Send a phase fact once (a ``done`` once per ranks, a ``waiting`` when it changes)."""
+        key = (fact.phase, fact.state, None if ranks is None else tuple(ranks))
+        with self._lock:
+            if key in self._phase_sent and (fact.state == "done"
+                                            or self._phase_sent[key] == fact.message):  # fmt: skip
+                return
+            self._phase_sent[key] = fact.message
+        t = kp.observed_at(fact.stamp, arrived)
+        self.sink(ev.phase_event(fact.phase, fact.state, ranks, fact.message, t))
+
+    def _follow(self, pod: str, restarts: int, container: str | None = None) -> None:
+        key = f"{pod}#{restarts}" + (f"/{container}" if container else "")
+        with self._lock:
+            if key in self._followed:
+                return
+            thread = threading.Thread(
+                target=self._guard(lambda: self._pump(pod, True, container)),
+                daemon=True,
+                name=f"distrain-log-{pod}",
+            )
+            # Started before anyone can see it: _finish joins every follower it finds, and
+            # joining a thread that is not started yet raises (that ended the job watch
+            # without a terminal state when the job ended as its node-0 pod was first seen).
+            thread.start()
+            self._followed[key] = thread
+
+    def _read_log_once(self, pod: str, restarts: int) -> None:
+        with self._lock:
+            if (pod, restarts) in self._read_once or any(
+                k.startswith(pod + "#") for k in self._followed
+            ):
+                return
+            self._read_once.add((pod, restarts))
+        threading.Thread(target=self._guard(lambda: self._pump(pod, False)), daemon=True).start()
+
+    def _pump(self, pod: str, follow: bool, container: str | None = None) -> None:
+        for line in self.backend.stream_log(
+            self.conn, pod, container or self.container, follow=follow
+        ):
+            event = parse_pod_line(line, pod, self.trust)
+            self.sink(event)
+            if event.kind == "result":  # set once delivered: _finish then need not read again
+                self._got_result = True
+
+    def _fail(self, outcome: tuple[ev.JobState, str, str]) -> None:
+        """End the job now with ``outcome``: delete it (its pods would retry forever)."""
+        if self._stopping.is_set() or self._done.is_set():
+            return
+        self._stop_outcome, self._stop_reason = outcome, outcome[2]
+        self._stopping.set()
+        self.backend.delete(self.conn, self.kubeflow, self.name)
+        self._finish(outcome)
+
+    def _deadline(self) -> None:
+        assert self.spec.timeout is not None
+        if self._done.wait(self.spec.timeout + 5):
+            return
+        self._stop_reason = f"did not finish within {self.spec.timeout:g} s"
+        self._stopping.set()
+        self.backend.delete(self.conn, self.kubeflow, self.name)
+        self._finish(("Failed", "Timeout", self._stop_reason))
+
+    def _finish(self, outcome: tuple[ev.JobState, str, str]) -> None:
+        with self._lock:
+            if self._terminal is not None:
+                return
+            self._terminal = outcome
+            followers = list(self._followed.values())
+        deadline = time.monotonic() + DRAIN_SECONDS
+        for thread in followers:  # let rank 0's log deliver its last lines (the result)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if outcome[0] == "Failed" and outcome[1] not in ("Deleted", "Timeout", "DataStagingFailed"):
+            self._keep_logs_and_end_pods()
+        if outcome[0] == "Succeeded":  # and the other pods report how they ended
+            while time.monotonic() < deadline and not self._pods_ended():
+                time.sleep(0.05)
+            if not self._got_result:  # an elastic restart moved rank 0 to another pod
+                with self._lock:
+                    followed = {key.split("#")[0] for key in self._followed}
+                    others = sorted(set(self._pods) - followed)
+                for pod in others:
+                    self._pump(pod, follow=False)
+        self.sink(ev.job_event(*outcome))
+        self._done.set()
+        for w in list(self._watches):
+            w.stop()
+
+    def _keep_logs_and_end_pods(self) -> None:
+        """A failed job: keep failing pods' logs in full and others' tails, then end its pods.
+
+        The logs go into a ConfigMap owned by the job (so ``logs()`` still
+        works after the pods are gone, from any kernel); then the pods still
+        running are deleted: nothing keeps computing for a job that failed.
+        """
+        with self._lock:
+            pods = sorted(self._pods.items(), key=lambda kv: (kv[1][0] != "Failed", kv[0]))
+        texts: dict[str, str] = {}
+        for pod, (state, restarts, _) in pods:
+            failing = state == "Failed" or restarts > 0
+            tail = None if failing else KEPT_TAIL_LINES
+            try:
+                lines = list(self.backend.stream_log(self.conn, pod, self.container,
+                                                     follow=False, tail=tail))  # fmt: skip
+                if restarts > 0:  # the run that failed, then the one after it
+                    lines[:0] = self.backend.stream_log(
+                        self.conn, pod, self.container, follow=False, previous=True
+                    )
+                texts[pod] = "\n".join(lines)
+            except Exception as exc:  # a pod that is already gone: keep what can be kept
+                texts[pod] = f"(log not readable: {exc})"
+        ns = self.conn.namespace
+        try:
+            owner: Any = self.conn.custom.get_namespaced_custom_object(
+                self.kubeflow.group, self.kubeflow.version, ns, self.plural, self.name
+            )
+            record = kept_logs(self.name, texts, self.conn.plain(owner))
+            self.conn.core.create_namespaced_config_map(ns, cast(Any, record))
+        except ApiException as exc:
+            self.sink(ev.Event("log", None, time.time(), {
+                "text": f"could not keep the job's logs ({exc.status} {exc.reason})",
+                "source": "kubernetes",
+            }))  # fmt: skip
+        try:
+            self.conn.core.delete_collection_namespaced_pod(
+                ns, label_selector=self.kubeflow.pod_selector(self.name), grace_period_seconds=0
+            )
+        except ApiException as exc:
+            self.sink(ev.Event("log", None, time.time(), {
+                "text": f"could not end the job's pods ({exc.status} {exc.reason})",
+                "source": "kubernetes",
+            }))  # fmt: skip
+
+    def _pods_ended(self) -> bool:
+        with self._lock:
+            states = [state for state, _, _ in self._pods.values()]
+        return len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
+
+
+def parse_pod_line(line: str, pod: str, trust: ev.Trust | None) -> ev.Event:
+    """One pod log line -> an event attributed to its rank (``[rank R]`` prefix).
+
+    Control lines are checked against ``trust`` (see :func:`.events.parse_line`).
+    """
+    rank, text = rankprefix.split(line)
+    event = ev.parse_line(text, rank, trust=trust)
+    if rank is None and event.kind == "log":
+        event.fields["source"] = pod
+    return event

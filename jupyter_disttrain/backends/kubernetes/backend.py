@@ -254,7 +254,8 @@ class KubernetesBackend(Backend):
             found = True
         except ApiException as exc:
             if exc.status != 404:
-                raise explain(exc, kind=kind.kind, name=name, namespace=conn.namespace) from None
+                raise explain(exc, kind=kind.kind, name=name, namespace=conn.namespace,
+                              unserved=kind.unserved()) from None  # fmt: skip
             found = False
         for remove in (conn.core.delete_namespaced_config_map, conn.core.delete_namespaced_secret):
             try:
@@ -358,7 +359,8 @@ class KubernetesBackend(Backend):
                 core.delete_namespaced_secret(payload_obj["metadata"]["name"], ns)
             except ApiException:
                 pass
-            raise explain(exc, kind=kind, name=spec.name, namespace=ns) from None
+            raise explain(exc, kind=kind, name=spec.name, namespace=ns,
+                          unserved=kubeflow.unserved()) from None  # fmt: skip
         owner = {"metadata": {"ownerReferences": [owner_reference(created)]}}
         try:
             core.patch_namespaced_secret(payload_obj["metadata"]["name"], ns, owner)
@@ -405,7 +407,8 @@ class KubernetesBackend(Backend):
                 if exc.status == 404:
                     continue
                 ns = conn.namespace
-                raise explain(exc, kind=kubeflow.kind, name=name, namespace=ns) from None
+                raise explain(exc, kind=kubeflow.kind, name=name, namespace=ns,
+                              unserved=kubeflow.unserved()) from None  # fmt: skip
             spec = spec_from_object(conn.plain(obj), kubeflow)
             key = self.job_key(conn, name, sink)
             run = KubernetesRun(self, conn, spec, sink, key)
@@ -429,7 +432,8 @@ class KubernetesBackend(Backend):
             except ApiException as exc:
                 if exc.status == 404:  # the cluster does not serve this Kubeflow API
                     continue
-                raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace) from None
+                raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace,
+                              unserved=kubeflow.unserved()) from None  # fmt: skip
             for obj in listing.get("items", []):
                 out.append(record_from_object(obj, kubeflow))
         return sorted(out, key=lambda r: -r.created)

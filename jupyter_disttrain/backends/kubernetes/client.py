@@ -22,10 +22,6 @@ from ..base import BackendError
 
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 RBAC_DOC = "docs/rbac.yaml"
-OPERATOR_INSTALL = (
-    'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/'
-    'manifests/overlays/standalone?ref=v1.9.4"'
-)
 
 
 @dataclass
@@ -104,8 +100,14 @@ def _status(exc: ApiException) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def explain(exc: ApiException, *, kind: str, name: str, namespace: str) -> BackendError:
-    """A clear error for an API failure while acting on ``kind`` ``name``."""
+def explain(
+    exc: ApiException, *, kind: str, name: str, namespace: str, unserved: str = ""
+) -> BackendError:
+    """A clear error for an API failure while acting on ``kind`` ``name``.
+
+    ``unserved`` is the whole message for a 404 that means the cluster does not
+    serve ``kind`` at all (a job kind's :meth:`~.kinds.base.KubeflowKind.unserved`).
+    """
     status = _status(exc)
     message = str(status.get("message") or exc.reason or "")
     code = int(exc.status or 0)
@@ -120,11 +122,8 @@ def explain(exc: ApiException, *, kind: str, name: str, namespace: str) -> Backe
             f"{RBAC_DOC} of jupyter_disttrain; ask an admin to apply it in namespace "
             f"{namespace!r} and bind it to your user or the notebook's service account"
         )
-    if code == 404 and kind in ("PyTorchJob", "TFJob"):
-        return BackendError(
-            f"the cluster has no kubeflow.org/v1 {kind} resource (404): the Kubeflow Training "
-            f"Operator is not installed. An admin installs it with: {OPERATOR_INSTALL}"
-        )
+    if code == 404 and unserved:
+        return BackendError(unserved)
     if code == 404:
         return BackendError(f"{kind} {name!r} not found in namespace {namespace!r}")
     if code == 409:

@@ -36,7 +36,7 @@ from tests.crd_schema import ManifestError, manifest_errors, validate_manifest
 
 Obj = dict[str, Any]
 
-PACKAGE = Path(__file__).resolve().parents[2] / "jupyter_disttrain"
+PACKAGE = Path(__file__).resolve().parents[3] / "jupyter_disttrain"
 CELL = 'import os\nprint(os.environ["HOME"], "$HOME", `whoami`, "$(id -u)")\n'
 PAYLOAD = pickle.dumps({"source": CELL, "python": "3.11.7"})
 FILES: dict[str, bytes] = {

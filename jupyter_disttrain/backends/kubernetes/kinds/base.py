@@ -58,7 +58,8 @@ class KubeflowKind(ABC):
     ``frameworks`` the ``--framework`` values it runs; ``default`` whether it is
     what they run as when ``--kubeflow-api`` names no other kind (the first
     default kind of the table wins); ``launcher`` the command that runs the
-    worker module in its training container; ``limits`` what it refuses.
+    worker module in its training container; ``limits`` what it refuses;
+    ``install`` how an admin installs the controller that serves it ("" if not told).
     """
 
     group: str
@@ -76,11 +77,19 @@ class KubeflowKind(ABC):
     api: str = ""
     default: bool = True
     limits: Limits = Limits()
+    install: str = ""
 
     @property
     def api_version(self) -> str:
         """``group/version`` as written in a manifest."""
         return f"{self.group}/{self.version}"
+
+    def unserved(self) -> str:
+        """The error for a 404 that says the cluster does not serve this kind ("" when the
+        kind says no more than "not found")."""
+        if not self.install:
+            return ""
+        return f"the cluster has no {self.api_version} {self.kind} resource (404): {self.install}"
 
     def pod_selector(self, job: str) -> str:
         """The label selector of every pod of job ``job``."""

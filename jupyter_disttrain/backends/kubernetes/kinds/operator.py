@@ -24,6 +24,12 @@ REPLICA_INDEX_LABEL: Final = "training.kubeflow.org/replica-index"
 #: Pod labels the Training Operator sets: job role ``master`` on the leader's pods.
 JOB_ROLE_LABEL: Final = "training.kubeflow.org/job-role"
 
+#: What a 404 on a v1 kind means, and the fix.
+OPERATOR_INSTALL: Final = (
+    "the Kubeflow Training Operator is not installed. An admin installs it with: "
+    'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/'
+    'manifests/overlays/standalone?ref=v1.9.4"'
+)
 #: The replica type of the workers (every v1 kind has them), as pod labels spell it.
 WORKER: Final = "worker"
 
@@ -106,8 +112,11 @@ class OperatorKind(KubeflowKind):
         return self.leader_replica in specs
 
     def owns(self, pod: Mapping[str, Any]) -> bool:
-        """True for a pod whose replica type is one of this kind's."""
-        return _replica_type(pod) in {r.lower() for r in self.replicas}
+        """True for a pod labelled with one of this kind's replica types."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return REPLICA_TYPE_LABEL in labels and _replica_type(pod) in {
+            r.lower() for r in self.replicas
+        }
 
     def node_index(self, pod: Mapping[str, Any], has_leader: bool) -> int:
         """The leader's replica index; a worker's index, after the leader when there is one."""

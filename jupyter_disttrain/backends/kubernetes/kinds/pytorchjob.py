@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..images import STOCK_IMAGES, ImagePolicy
 from ..template import Manifest, job_metadata, plain, pod_template
 from .base import Limits
-from .operator import JOB_ROLE_LABEL, OperatorKind, replica, run_policy
+from .operator import JOB_ROLE_LABEL, OPERATOR_INSTALL, OperatorKind, replica, run_policy
 
 if TYPE_CHECKING:
     from ....spec import JobSpec
@@ -78,6 +78,7 @@ PYTORCHJOB: Final = PyTorchJobKind(
     replicas_field="pytorchReplicaSpecs", replicas=("Master", "Worker"),
     container="pytorch", port_name="pytorchjob-port", port=23456, api="pytorchjob",
     frameworks=("pytorch",), launcher=TORCHRUN, limits=Limits(gpu_per_process=True),
+    install=OPERATOR_INSTALL,
 )  # fmt: skip
 
 

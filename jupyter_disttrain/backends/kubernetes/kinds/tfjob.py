@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 from ..images import STOCK_IMAGES, ImagePolicy
 from ..template import Manifest, job_metadata, plain, pod_template
 from .base import Limits
-from .operator import REPLICA_TYPE_LABEL, OperatorKind, replica, run_policy
+from .operator import OPERATOR_INSTALL, REPLICA_TYPE_LABEL, OperatorKind, replica, run_policy
 
 if TYPE_CHECKING:
     from ....spec import JobSpec
@@ -67,6 +67,7 @@ TFJOB: Final = TFJobKind(
     replicas_field="tfReplicaSpecs", replicas=("Chief", "Worker"),
     container="tensorflow", port_name="tfjob-port", port=2222,
     frameworks=("tensorflow",), launcher=("python", "-m"), limits=TFJOB_LIMITS,
+    install=OPERATOR_INSTALL,
 )  # fmt: skip
 
 

@@ -121,9 +121,7 @@ def test_a_registered_kind_renders_through_the_dry_run_path(toy: KubeflowKind) -
 
 
 def test_the_kinds_limits_and_pods_come_from_the_kind(toy: KubeflowKind) -> None:
-    pods = [
-        {"metadata": {"name": f"toy-run-{i}", "labels": {INDEX: str(i)}}} for i in (2, 0, 1)
-    ]
+    pods = [{"metadata": {"name": f"toy-run-{i}", "labels": {INDEX: str(i)}}} for i in (2, 0, 1)]
     assert kinds.pods_kind(pods) is toy
     assert (leader_pod(pods) or {})["metadata"]["name"] == "toy-run-0"
     # the port of a registered kind is taken for --prometheus like the others

@@ -1,7 +1,7 @@
 """The typed parts of the Kubernetes options: volumes, tolerations, elastic ranges, requirements.
 
 Pure: each part checks itself on construction and raises an
-:class:`~.k8s_syntax.OptionValueError` naming the fix.
+:class:`~.syntax.OptionValueError` naming the fix.
 """
 
 from __future__ import annotations

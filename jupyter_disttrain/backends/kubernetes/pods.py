@@ -2,7 +2,7 @@
 
 Pure. Run:ai (``--runai-project``, ``--gpu-fraction``) is expressed as its own
 submission sets it: the project's namespace ``runai-NAME`` (see
-:mod:`.k8s_options`), the ``project`` label, the ``runai-scheduler`` and, for
+:mod:`.options`), the ``project`` label, the ``runai-scheduler`` and, for
 a share of one GPU, the ``gpu-fraction`` pod annotation.
 """
 

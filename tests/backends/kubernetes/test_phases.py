@@ -1,4 +1,4 @@
-"""Kubernetes Events and pods as start-up phase facts (k8s_phases.py, pure)."""
+"""Kubernetes Events and pods as start-up phase facts (phases.py, pure)."""
 
 from __future__ import annotations
 

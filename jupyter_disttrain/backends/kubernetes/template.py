@@ -59,6 +59,10 @@ PIP_DIR: Final = f"{RUNTIME_ROOT}/pip"
 PODINFO_DIR: Final = f"{RUNTIME_ROOT}/podinfo"
 PAYLOAD_FILE: Final = "payload.pkl"
 WORKER_MODULE: Final = "jupyter_disttrain.runtime.worker"
+#: Launchers a kind may declare: torchrun (nodes, rank, rendezvous and processes per node
+#: from the ``PET_*`` environment its controller sets), or the module run by plain Python.
+TORCHRUN: Final = ("python", "-m", "torch.distributed.run", "--module")
+PYTHON_MODULE: Final = ("python", "-m")
 #: What the API server accepts in one ConfigMap or Secret (keys plus data).
 MAX_PAYLOAD_BYTES: Final = 1024 * 1024
 

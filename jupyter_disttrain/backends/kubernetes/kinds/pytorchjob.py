@@ -10,16 +10,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ..images import STOCK_IMAGES, ImagePolicy
-from ..template import Manifest, job_metadata, plain, pod_template
+from ..template import TORCHRUN, Manifest, job_metadata, plain, pod_template
 from .base import Limits
 from .operator import JOB_ROLE_LABEL, OPERATOR_INSTALL, OperatorKind, replica, run_policy
 
 if TYPE_CHECKING:
     from ....spec import JobSpec
     from ..options import K8sOptions
-
-#: torchrun: nodes, rank, rendezvous and processes per node come from the operator's ``PET_*``.
-TORCHRUN: Final = ("python", "-m", "torch.distributed.run", "--module")
 
 
 class PyTorchJobKind(OperatorKind):

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
 from ..images import STOCK_IMAGES, ImagePolicy
-from ..template import Manifest, job_metadata, plain, pod_template
+from ..template import PYTHON_MODULE, Manifest, job_metadata, plain, pod_template
 from .base import Limits
 from .operator import OPERATOR_INSTALL, REPLICA_TYPE_LABEL, OperatorKind, replica, run_policy
 
@@ -66,7 +66,7 @@ TFJOB: Final = TFJobKind(
     group="kubeflow.org", version="v1", plural="tfjobs", kind="TFJob",
     replicas_field="tfReplicaSpecs", replicas=("Chief", "Worker"),
     container="tensorflow", port_name="tfjob-port", port=2222,
-    frameworks=("tensorflow",), launcher=("python", "-m"), limits=TFJOB_LIMITS,
+    frameworks=("tensorflow",), launcher=PYTHON_MODULE, limits=TFJOB_LIMITS,
     install=OPERATOR_INSTALL,
 )  # fmt: skip
 

@@ -29,6 +29,7 @@ from ..syntax import ConflictingOptionsError
 from ..template import (
     KUEUE_QUEUE_LABEL,
     PAYLOAD_FILE,
+    TORCHRUN,
     Manifest,
     check_job,
     job_metadata,
@@ -39,7 +40,6 @@ from ..template import (
     worker_env,
 )
 from .base import Condition, KubeflowKind, Limits
-from .pytorchjob import TORCHRUN
 
 if TYPE_CHECKING:
     from ....spec import JobSpec

@@ -18,10 +18,10 @@ import sys
 from .backends.base import BackendError
 from .options import add_job_options, count, seconds
 from .payload import CaptureError, Script
-from .progress import LiveView, format_job_table, format_runtime_table
-from .remote import JobFailed, JobStopped
+from .results import JobFailed, JobStopped
 from .service import JobService, manifest_backends
 from .spec import SpecError
+from .textview import LiveView, format_job_table, format_runtime_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,7 +202,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     """List a checkpoint directory; exit 1 when a checkpoint is damaged."""
     from dataclasses import asdict
 
-    from .checkpoints import CheckpointError, CheckpointStore, format_table
+    from .checkpoints.store import CheckpointError, CheckpointStore, format_table
 
     try:
         store = CheckpointStore(args.uri)

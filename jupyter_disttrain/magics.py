@@ -23,15 +23,15 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 
 from .backends.base import BackendError
 from .cellcheck import main_guard_note, spawn_problem
+from .checkpoints.jobs import store_for
 from .job import Job
-from .job_checkpoints import store_for
 from .options import JOB_OPTIONS, seconds
 from .payload import CaptureError, transform_cell
 from .plan_summary import manifest_summary
-from .progress import LiveView, format_job_table, format_runtime_table
 from .service import JobService, backend_names, default_service
 from .sessions import SessionError, SessionLost, format_sessions
 from .spec import FRAMEWORKS, MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError
+from .textview import LiveView, format_job_table, format_runtime_table
 
 #: Largest ``max_capture_mb``: 64 GiB of captured values.
 MAX_CAPTURE_MB = 64.0 * 1024
@@ -463,7 +463,7 @@ class DistrainMagics(Magics):
         Shows the checkpoint browser (sortable table, contents, Load / Resume
         / Delete) in a notebook, a text table elsewhere.
         """
-        from .checkpoints import CheckpointError, format_table
+        from .checkpoints.store import CheckpointError, format_table
 
         target = line.strip() or None
         known = self.service.registered()

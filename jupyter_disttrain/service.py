@@ -31,8 +31,8 @@ from .backends.base import (
     Submission,
 )
 from .backends.registry import backend_class, get_backend, names
+from .checkpoints.jobs import preflight
 from .job import Job
-from .job_checkpoints import preflight
 from .monitor import JobMonitor, Where
 from .options import spec_from_args
 from .payload import Payload, Script, build_payload, build_script_payload
@@ -473,8 +473,8 @@ class JobService:
         return out
 
     def checkpoint_dir(self, job: Job) -> str:
-        """Where ``job`` writes checkpoints (see :func:`.job_checkpoints.checkpoint_uri`)."""
-        from .job_checkpoints import checkpoint_uri
+        """Where ``job`` writes checkpoints (see :func:`.checkpoints.jobs.checkpoint_uri`)."""
+        from .checkpoints.jobs import checkpoint_uri
 
         return checkpoint_uri(job)
 

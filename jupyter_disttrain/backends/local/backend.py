@@ -22,7 +22,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ... import jobdir
 from ...payload import Payload
 from ...runtime import hangwatch, jobkey
 from ...spec import JobSpec
@@ -37,7 +36,8 @@ from ..base import (
     Plan,
     Submission,
 )
-from ..launcher import Launcher, LauncherError, shared_launcher
+from . import jobdir
+from .launcher import Launcher, LauncherError, shared_launcher
 from .plan import (
     LocalPlan,
     build_plan,
@@ -79,7 +79,7 @@ class LocalBackend(Backend):
     def prewarm(self) -> None:
         """Start the warm launcher now (fork mode), so the first job starts fast."""
         if self.mode == "fork":
-            from ..launcher import prewarm
+            from .launcher import prewarm
 
             prewarm()
 

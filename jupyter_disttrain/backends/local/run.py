@@ -13,7 +13,6 @@ from typing import Any
 import psutil
 
 from ... import events as ev
-from ... import jobdir
 from ...runtime.agent import ENV_OWNER
 from ..base import (
     EventSink,
@@ -21,7 +20,8 @@ from ..base import (
     JobRecord,
     Submission,
 )
-from ..launcher import Launcher, ProcessHandle
+from . import jobdir
+from .launcher import Launcher, ProcessHandle
 from .plan import (
     FAILURE_GRACE_SECONDS,
     POLL_SECONDS,

@@ -12,11 +12,11 @@ import shutil
 import sys
 from collections.abc import Iterator
 
-from . import checkpoint_format as fmt
-from . import preemption
-from . import report as _report
-from .checkpoint_dir import CheckpointDir
-from .checkpoint_format import CheckpointError
+from .. import preemption
+from .. import report as _report
+from . import format as fmt
+from .directory import CheckpointDir
+from .format import CheckpointError
 
 ENV_FSYNC = "DISTRAIN_CHECKPOINT_FSYNC"
 

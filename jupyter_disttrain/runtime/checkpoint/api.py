@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import checkpoint_format as fmt
-from . import checkpoint_tf, preemption
-from .checkpoint_commit import (
+from .. import preemption
+from . import format as fmt
+from . import tf as checkpoint_tf
+from .commit import (
     _env,
     _finish_commit,
     _fsync,
@@ -33,8 +34,8 @@ from .checkpoint_commit import (
     _world_size,
     saving,
 )
-from .checkpoint_dir import CheckpointDir, HashingWriter
-from .checkpoint_format import CheckpointError, CorruptCheckpoint
+from .directory import CheckpointDir, HashingWriter
+from .format import CheckpointError, CorruptCheckpoint
 
 ENV_DIR = "DISTRAIN_CHECKPOINT_DIR"
 ENV_RESUME = "DISTRAIN_RESUME"
@@ -54,7 +55,7 @@ _lock = threading.Lock()
 
 
 def checkpoint_dir(uri: str | None = None) -> CheckpointDir:
-    """The :class:`~.checkpoint_dir.CheckpointDir` at ``uri`` or the job's directory (cached)."""
+    """The :class:`~.directory.CheckpointDir` at ``uri`` or the job's directory (cached)."""
     uri = uri or _env(ENV_DIR)
     if not uri:
         raise CheckpointError(
@@ -296,9 +297,7 @@ def save_checkpoint(
     if keep_best:
         fmt.parse_best(keep_best)
     cdir = checkpoint_dir(uri)
-    if checkpoint_tf.is_tensorflow(
-        state
-    ):  # every worker calls it; the chief writes (see .checkpoint_tf)
+    if checkpoint_tf.is_tensorflow(state):  # every worker calls it; the chief writes (see .tf)
         if sharded or background:
             raise CheckpointError("TensorFlow checkpoints take neither sharded= nor background=")
         wait_for_saves()

@@ -1,4 +1,4 @@
-"""TensorFlow checkpoints in the checkpoint directory format (see :mod:`.checkpoint_format`).
+"""TensorFlow checkpoints in the checkpoint directory format (see :mod:`.format`).
 
 ``save_checkpoint(state, step)`` with a ``tf.train.Checkpoint``, a Keras model
 or any other trackable (wrapped as ``tf.train.Checkpoint(model=state)``) must
@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import checkpoint_format as fmt
-from .checkpoint_dir import CheckpointDir
-from .checkpoint_format import CheckpointError, CorruptCheckpoint
+from . import format as fmt
+from .directory import CheckpointDir
+from .format import CheckpointError, CorruptCheckpoint
 
 PREFIX = "ckpt"
 
@@ -57,8 +57,8 @@ def save(
     keep_best: str | None,
 ) -> str | None:
     """Write ``state`` as checkpoint ``step`` (on every worker); the chief returns its URI."""
-    from . import checkpoint_commit as ck
-    from .tf import barrier
+    from ..tf import barrier
+    from . import commit as ck
 
     tf = sys.modules["tensorflow"]
     ckpt = _as_checkpoint(tf, state)

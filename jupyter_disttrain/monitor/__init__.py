@@ -31,6 +31,8 @@ from .records import (
     RankState,
     Series,
     Snapshot,
+    latest_by_step,
+    mean_by_step,
 )
 from .text import format_text
 from .usage import resource_outliers
@@ -62,6 +64,8 @@ __all__ = [
     "Where",
     "format_ranks",
     "format_text",
+    "latest_by_step",
+    "mean_by_step",
     "resource_outliers",
     "summary",
     "timeline",

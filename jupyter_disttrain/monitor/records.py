@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, TypedDict
 
@@ -260,7 +261,7 @@ class Snapshot(TypedDict):
 # --------------------------------------------------------------------------- storage
 
 
-class _Points:
+class PointColumns:
     """Append-only (step, t, value) columns in compact ``array('d')`` storage."""
 
     __slots__ = ("steps", "times", "values")
@@ -284,11 +285,11 @@ def _np(column: array[float], start: int) -> NDArray[np.float64]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _now(now: float | None) -> float:
+def now_or_clock(now: float | None) -> float:
     return time.time() if now is None else now
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
     """An int from an int or an integral float; ``None`` otherwise (bools too)."""
     if isinstance(value, bool):
         return None
@@ -299,11 +300,11 @@ def _int(value: Any) -> int | None:
     return None
 
 
-def _str(value: Any) -> str:
+def as_str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _json_float(value: float) -> JSONFloat:
+def json_float(value: float) -> JSONFloat:
     if math.isfinite(value):
         return value
     if math.isnan(value):
@@ -311,19 +312,19 @@ def _json_float(value: float) -> JSONFloat:
     return "Infinity" if value > 0 else "-Infinity"
 
 
-def _finite_or_none(value: float | None) -> float | None:
+def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _nan_min(values: list[float]) -> float:
+def nan_min(values: list[float]) -> float:
     return math.nan if any(math.isnan(v) for v in values) else min(values)
 
 
-def _nan_max(values: list[float]) -> float:
+def nan_max(values: list[float]) -> float:
     return math.nan if any(math.isnan(v) for v in values) else max(values)
 
 
-def _latest_by_step(series: Series) -> Series:
+def latest_by_step(series: Series) -> Series:
     """One point per step (the last one to arrive), sorted by step."""
     if series.steps.size == 0:
         return series
@@ -333,4 +334,20 @@ def _latest_by_step(series: Series) -> Series:
     return Series(series.steps[pick], series.times[pick], series.values[pick])
 
 
-_EMPTY: Final = Series(np.empty(0), np.empty(0), np.empty(0))
+EMPTY_SERIES: Final = Series(np.empty(0), np.empty(0), np.empty(0))
+
+
+def mean_by_step(series: Sequence[Series]) -> Series:
+    """The mean across ranks: per step, the mean time and value of each rank's latest point.
+
+    ``series`` holds one :class:`Series` per rank; the result is sorted by step.
+    """
+    latest = [latest_by_step(s) for s in series if s.steps.size]
+    if not latest:
+        return EMPTY_SERIES
+    steps = np.concatenate([s.steps for s in latest])
+    unique, inverse = np.unique(steps, return_inverse=True)
+    counts = np.bincount(inverse, minlength=unique.size)
+    times = np.bincount(inverse, np.concatenate([s.times for s in latest]), unique.size) / counts
+    values = np.bincount(inverse, np.concatenate([s.values for s in latest]), unique.size) / counts
+    return Series(unique, times, values)

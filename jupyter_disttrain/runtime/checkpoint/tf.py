@@ -62,12 +62,12 @@ def save(
 
     tf = sys.modules["tensorflow"]
     ckpt = _as_checkpoint(tf, state)
-    if ck._rank() != 0:
+    if ck.env_rank() != 0:
         with _scratch() as scratch:
             ckpt.write(os.path.join(scratch, PREFIX))
         barrier()  # the chief has committed
         return None
-    ck._prepare(cdir)
+    ck.prepare_dir(cdir)
     token = secrets.token_hex(3)
     name = fmt.payload_name(step, token, fmt.TF)
     tmp = cdir.fs.temp_dir(cdir.root, name)
@@ -79,8 +79,8 @@ def save(
             if not cdir.local:
                 for fname in files:
                     with open(os.path.join(scratch, fname), "rb") as fh:
-                        cdir.fs.write_bytes(cdir.fs.join(tmp, fname), fh.read(), ck._fsync())
-        cdir.fs.commit_dir(tmp, cdir.fs.join(cdir.root, name), fsync=ck._fsync())
+                        cdir.fs.write_bytes(cdir.fs.join(tmp, fname), fh.read(), ck.fsync_enabled())
+        cdir.fs.commit_dir(tmp, cdir.fs.join(cdir.root, name), fsync=ck.fsync_enabled())
     except BaseException:
         cdir.fs.remove(tmp)
         raise
@@ -88,11 +88,11 @@ def save(
     entry = fmt.make_entry(
         step=step, token=token, kind=fmt.TF, time=time.time(),
         nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(), metrics=metrics,
-        world_size=ck._world_size(), versions=ck._versions(), files=files,
-        job=ck._env("DISTRAIN_JOB_ID"), run=ck._env("DISTRAIN_RUN_ID"),
+        world_size=ck.env_world_size(), versions=ck.library_versions(), files=files,
+        job=ck.env_text("DISTRAIN_JOB_ID"), run=ck.env_text("DISTRAIN_RUN_ID"),
         tensors=len(shapes), parameters=sum(_numel(s) for s in shapes),
     )  # fmt: skip
-    uri = ck._finish_commit(cdir, entry, keep_last, keep_best)
+    uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     barrier()
     return uri
 

@@ -7,7 +7,7 @@ import time
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, TypedDict
+from typing import Any, Final, NamedTuple, TypedDict, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -121,22 +121,21 @@ class Failure(NamedTuple):
 # --------------------------------------------------------------------------- snapshot shapes
 
 
-class RankRow(TypedDict):
-    """:class:`RankState` as JSON, plus ``silent_s`` and the rank's latest metric values."""
+class RankJSON(TypedDict):
+    """One rank as the sidebar sees it (``IRank`` in ``labextension/src/types.ts``).
+
+    Its latest metric values and resource figures (None: absent). The one
+    schema of a rank: :class:`RankRow` adds the monitor's own fields, and
+    :func:`rank_json` cuts a row down to these.
+    """
 
     rank: int
     node: int
     local_rank: int
     host: str
-    pod: str
-    pid: int | None
     state: str
     restarts: int
     step: int | None
-    step_rate: float | None
-    last_heard: float | None
-    silent_s: float | None
-    stalled: bool  # Running, and no report() for longer than its own interval allows
     exit_code: int | None
     reason: str
     latest: dict[str, JSONFloat]
@@ -145,6 +144,23 @@ class RankRow(TypedDict):
     mem_limit_bytes: int | None
     gpu_util_pct: float | None
     gpu_mem_bytes: int | None
+
+
+class RankRow(RankJSON):
+    """:class:`RankState` as JSON: :class:`RankJSON` plus where it runs and how it reports."""
+
+    pod: str
+    pid: int | None
+    step_rate: float | None
+    last_heard: float | None
+    silent_s: float | None
+    stalled: bool  # Running, and no report() for longer than its own interval allows
+
+
+def rank_json(row: RankRow) -> RankJSON:
+    """The :class:`RankJSON` fields of ``row``, in their order."""
+    fields = cast(dict[str, Any], row)
+    return cast(RankJSON, {name: fields[name] for name in RankJSON.__annotations__})
 
 
 class ProgressRow(TypedDict):

@@ -12,7 +12,7 @@ or picks backend classes itself. A job's life here:
 Listing goes through :mod:`.listing` (time limits and a cache per
 :class:`~.listing.ListPolicy`), following listed jobs without a dashboard
 through :mod:`.following`, the run flow of the doors through :mod:`.running`,
-default job names through :mod:`.names`. Backends are told apart by their
+default job names through :mod:`.naming`. Backends are told apart by their
 declared :class:`~jupyter_disttrain.backends.base.Capabilities`, never by name.
 """
 

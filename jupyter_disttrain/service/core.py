@@ -32,7 +32,7 @@ from ..tracking import sinks_for
 from .following import Followers, open_monitor
 from .listing import ONE_SHOT, BackendListing, Lister, Listing, ListPolicy, newest_first
 from .logtext import BoundedLogs, bounded_logs
-from .names import readable_name
+from .naming import readable_name
 from .running import RunOutcome, RunView, run_and_follow
 
 Listener = Callable[[ev.Event], None]
@@ -104,7 +104,7 @@ class JobService:
 
         Without ``--name`` the job is named after ``origin`` (the notebook or
         script path) and ``cell`` (the cell's execution count), see
-        :func:`~.names.readable_name`.
+        :func:`~.naming.readable_name`.
         """
         if not getattr(args, "name", None) and origin is not None:
             args = argparse.Namespace(**{**vars(args), "name": readable_name(origin, cell)})

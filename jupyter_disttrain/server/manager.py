@@ -82,10 +82,7 @@ class JobManager:
             for b in listing.backends
         ]
         now = self.clock()
-        jobs = [
-            self._safe_json(listing.backend(r.backend), r, now, detail=False)
-            for r in listing.records
-        ]
+        jobs = [self._safe_json(listing.source(r), r, now, detail=False) for r in listing.records]
         running = sum(1 for j in jobs if j["state"] not in TERMINAL_STATES)
         return JobListJSON(jobs=jobs, backends=statuses, running=running, now=now)
 

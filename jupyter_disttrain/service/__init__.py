@@ -26,7 +26,8 @@ from ..backends.registry import backend_class, names
 from ..job import Job
 from ..payload import Payload
 from ..spec import JobSpec
-from .core import CATCH_UP, REPLAY_WAIT, JobService, Listener
+from .core import JobService, Listener
+from .following import CATCH_UP, REPLAY_WAIT
 from .listing import Listing, ListPolicy
 from .logtext import BoundedLogs
 from .running import RunOutcome, RunView

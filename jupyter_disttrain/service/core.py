@@ -16,7 +16,6 @@ from ..backends.base import (
     JobRecord,
     Plan,
     RuntimeRecord,
-    Submission,
 )
 from ..backends.registry import backend_class, get_backend, names
 from ..job import Job
@@ -29,18 +28,13 @@ from ..sessions import Session, Sessions
 from ..spec import JobSpec, SpecError
 from ..tracking import check as check_tracking
 from ..tracking import sinks_for
-from .following import Followers, open_monitor
+from .following import Followers, catch_up, open_monitor, recorded_diagnosis
 from .listing import ONE_SHOT, BackendListing, Lister, Listing, ListPolicy, newest_first
 from .logtext import BoundedLogs, bounded_logs
 from .naming import readable_name
 from .running import RunOutcome, RunView, run_and_follow
 
 Listener = Callable[[ev.Event], None]
-
-#: Seconds to wait for a finished job's recorded events when attaching to read it.
-REPLAY_WAIT = 2.0
-#: Seconds a running job's recorded output may take to be read for a listing's diagnosis.
-CATCH_UP = 2.0
 
 
 class JobService:
@@ -367,7 +361,7 @@ class JobService:
             if found.error:
                 listing.errors[backend.name] = found.error
                 continue
-            listing.records.extend(found.records)
+            listing.add(backend, found.records)
             if follow is not None:
                 for pending in self.followers.enqueue(backend, newest_first(found.records)):
                     pending.done.wait(max(0.0, deadline - time.monotonic()))
@@ -376,7 +370,7 @@ class JobService:
             for record in listing.records:
                 if record.state not in ev.TERMINAL_STATES or self._mine(record) is not None:
                     listing.diagnoses[(record.backend, record.name)] = self.diagnosis(
-                        record, listing.backend(record.backend)
+                        record, listing.source(record)
                     )
         return listing
 
@@ -452,26 +446,7 @@ class JobService:
         mine = self._mine(record)
         if mine is not None:
             return mine.diagnosis()
-        monitor, submission = self.open_monitor(backend, record)
-        if monitor is None or submission is None:
-            return None
-        try:
-            self._catch_up(monitor, submission, record)
-            return monitor.diagnosis()
-        finally:
-            submission.detach()  # read what is there; following it on is not this call's job
-
-    @staticmethod
-    def _catch_up(monitor: JobMonitor, submission: Submission, record: JobRecord) -> None:
-        """Wait until the recorded events are read (the replay ended, or output stopped growing)."""
-        if record.state in ev.TERMINAL_STATES:
-            submission.join(REPLAY_WAIT)
-            return
-        deadline = time.monotonic() + CATCH_UP
-        seen = -1
-        while time.monotonic() < deadline and monitor.version != seen:
-            seen = monitor.version
-            time.sleep(0.2)
+        return recorded_diagnosis(backend, record)
 
     open_monitor = staticmethod(open_monitor)
 
@@ -522,7 +497,7 @@ class JobService:
             return mine.where(timeout)
         job = self.attach(name, backend, log_limit=200, keep=False)
         try:
-            self._catch_up(job.monitor, job.submission, JobRecord(  # type: ignore[arg-type]
+            catch_up(job.monitor, job.submission, JobRecord(  # type: ignore[arg-type]
                 name, job.backend.name, job.status(), job.spec.world_size, job.spec.nodes,
                 job.spec.nproc, 0.0,
             ))  # fmt: skip

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 
 from ..backends.base import Backend, BackendError, JobRecord, Submission
@@ -29,6 +30,10 @@ MAX_FOLLOWED = 64
 REPLAY_TURN = 10.0
 #: Log lines a followed job keeps in memory (logs are read from the backend).
 FOLLOW_LOG_LINES = 200
+#: Seconds to wait for a finished job's recorded events when attaching to read it.
+REPLAY_WAIT = 2.0
+#: Seconds a running job's recorded output may take to be read for a listing's diagnosis.
+CATCH_UP = 2.0
 
 
 def open_monitor(
@@ -45,6 +50,30 @@ def open_monitor(
     except BackendError:
         return None, None
     return monitor, submission
+
+
+def catch_up(monitor: JobMonitor, submission: Submission, record: JobRecord) -> None:
+    """Wait until the recorded events are read (the replay ended, or output stopped growing)."""
+    if record.state in TERMINAL_STATES:
+        submission.join(REPLAY_WAIT)
+        return
+    deadline = time.monotonic() + CATCH_UP
+    seen = -1
+    while time.monotonic() < deadline and monitor.version != seen:
+        seen = monitor.version
+        time.sleep(0.2)
+
+
+def recorded_diagnosis(backend: Backend, record: JobRecord) -> str | None:
+    """The current one-sentence reading of a listed job, from what it recorded so far."""
+    monitor, submission = open_monitor(backend, record)
+    if monitor is None or submission is None:
+        return None
+    try:
+        catch_up(monitor, submission, record)
+        return monitor.diagnosis()
+    finally:
+        submission.detach()  # read what is there; following it on is not this call's job
 
 
 @dataclass

@@ -69,17 +69,21 @@ class Listing:
     errors: dict[str, str] = field(default_factory=dict)
     diagnoses: dict[tuple[str, str], str | None] = field(default_factory=dict)
     backends: list[Backend] = field(default_factory=list)
+    _sources: dict[int, Backend] = field(default_factory=dict, repr=False)
+
+    def add(self, backend: Backend, records: Iterable[JobRecord]) -> None:
+        """Add ``records`` as listed by ``backend`` (see :meth:`source`)."""
+        for record in records:
+            self.records.append(record)
+            self._sources[id(record)] = backend
+
+    def source(self, record: JobRecord) -> Backend:
+        """The backend that listed ``record`` (whatever backend name the record itself says)."""
+        return self._sources[id(record)]
 
     def diagnosis(self, record: JobRecord) -> str | None:
         """The diagnosis found for ``record`` (None when none was asked or there is none)."""
         return self.diagnoses.get((record.backend, record.name))
-
-    def backend(self, name: str) -> Backend:
-        """The backend instance that listed ``name``'s records (KeyError if none did)."""
-        for backend in self.backends:
-            if backend.name == name:
-                return backend
-        raise KeyError(name)
 
 
 def when(created: object) -> float:

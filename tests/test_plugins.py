@@ -42,7 +42,7 @@ def test_a_registered_backend_is_a_valid_spec_backend() -> None:
 def test_a_registration_must_be_what_its_kind_is() -> None:
     registry.register("not-a-backend", "jupyter_disttrain.spec:JobSpec")
     try:
-        with pytest.raises(BackendError, match="'not-a-backend' is registered as .*not a Backend"):
+        with pytest.raises(BackendError, match=r"'not-a-backend' is registered as .*not a Backend"):
             registry.backend_class("not-a-backend")
     finally:
         registry.unregister("not-a-backend")

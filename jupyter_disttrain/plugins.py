@@ -20,6 +20,19 @@ BACKEND_GROUP = "jupyter_disttrain.backends"
 FRAMEWORK_GROUP = "jupyter_disttrain.frameworks"
 
 
+#: ``sys.path`` and every installed entry point on it (``importlib.metadata.entry_points()``:
+#: ``SelectableGroups`` before Python 3.12, ``EntryPoints`` after; both ``select(group=)``).
+_scan: tuple[tuple[str, ...], Any] | None = None
+
+
+def _group(path: tuple[str, ...], group: str) -> list[metadata.EntryPoint]:
+    """Entry points of ``group``: one scan of the distributions per ``sys.path``."""
+    global _scan
+    if _scan is None or _scan[0] != path:
+        _scan = (path, metadata.entry_points())
+    return list(_scan[1].select(group=group))
+
+
 class UnknownPlugin(LookupError):
     """No plugin of that name; the message lists the registered names."""
 
@@ -51,7 +64,7 @@ class Registry:
         """The group's entry points, read again whenever ``sys.path`` changed."""
         path = tuple(sys.path)
         if self._scanned is None or self._scanned[0] != path:
-            found = {ep.name: ep for ep in metadata.entry_points(group=self.group)}
+            found = {ep.name: ep for ep in _group(path, self.group)}
             self._scanned = (path, found)
             self._loaded.clear()
         return self._scanned[1]

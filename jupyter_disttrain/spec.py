@@ -1,6 +1,7 @@
 """JobSpec: the neutral description of a distributed job.
 
-Pure: no I/O, no backend types. Every backend turns a :class:`JobSpec` into
+Pure: no I/O but reading the registered backend and framework names (see
+:mod:`.plugins`), no backend types. Every backend turns a :class:`JobSpec` into
 its own launch request; the magics and the command line build one from user
 input through :func:`validate`, which raises :class:`SpecError` with a message
 that names the problem and the fix.

@@ -74,7 +74,7 @@ class SessionLost(RuntimeError):
 
 def session_spec(spec: JobSpec) -> JobSpec:
     """``spec`` as a session's job; :class:`~.spec.SpecError` for what a session cannot run."""
-    if not frameworks.framework(spec.framework).sessions:
+    if not (frameworks.known(spec.framework) and frameworks.framework(spec.framework).sessions):
         titles = [f.title for n in frameworks.names() if (f := frameworks.framework(n)).sessions]
         raise SpecError(
             f"sessions run {' or '.join(titles)} ranks; --framework {spec.framework} runs as a "

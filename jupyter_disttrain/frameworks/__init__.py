@@ -3,6 +3,13 @@
 The built-ins (:mod:`.pytorch`, :mod:`.tensorflow`) and any other installed
 distribution's frameworks are entry points of group
 ``jupyter_disttrain.frameworks``; :func:`register` adds one in-process.
+A distribution adds its own with a :class:`Framework` object and, in its
+``pyproject.toml``::
+
+    [project.entry-points."jupyter_disttrain.frameworks"]
+    jax = "mypackage.jaxframework:JAX"
+
+after which ``--framework jax`` is a valid option everywhere.
 """
 
 from __future__ import annotations

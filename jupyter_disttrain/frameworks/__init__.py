@@ -9,7 +9,8 @@ A distribution adds its own with a :class:`Framework` object and, in its
     [project.entry-points."jupyter_disttrain.frameworks"]
     jax = "mypackage.jaxframework:JAX"
 
-after which ``--framework jax`` is a valid option everywhere.
+after which ``--framework jax`` runs on every backend whose capabilities admit it
+(the local backend runs every registered framework).
 """
 
 from __future__ import annotations

@@ -24,13 +24,14 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 from .backends.base import BackendError
 from .cellcheck import main_guard_note, spawn_problem
 from .checkpoints.jobs import store_for
+from .frameworks import names as framework_names
 from .job import Job
 from .options import JOB_OPTIONS, seconds
 from .payload import CaptureError, transform_cell
 from .plan_summary import manifest_summary
 from .service import JobService, backend_names, default_service
 from .sessions import SessionError, SessionLost, format_sessions
-from .spec import FRAMEWORKS, MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError
+from .spec import MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError
 from .textview import LiveView, format_job_table, format_runtime_table
 
 #: Largest ``max_capture_mb``: 64 GiB of captured values.
@@ -80,9 +81,9 @@ class DistrainMagics(Magics):
     backend = Enum(
         list(backend_names()), default_value=backend_names()[0], help="Default --backend."
     ).tag(config=True)
-    framework = Enum(list(FRAMEWORKS), default_value="pytorch", help="Default --framework.").tag(
-        config=True
-    )
+    framework = Enum(
+        list(framework_names()), default_value=framework_names()[0], help="Default --framework."
+    ).tag(config=True)
     timeout = Float(
         0.0, min=0.0, max=MAX_SECONDS, help="Default --timeout in seconds (0: none)."
     ).tag(config=True)

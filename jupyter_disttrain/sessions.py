@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from . import events as ev
+from . import frameworks
 from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .job import Job
 from .monitor import JobMonitor
@@ -73,10 +74,11 @@ class SessionLost(RuntimeError):
 
 def session_spec(spec: JobSpec) -> JobSpec:
     """``spec`` as a session's job; :class:`~.spec.SpecError` for what a session cannot run."""
-    if spec.framework != "pytorch":
+    if not (frameworks.known(spec.framework) and frameworks.framework(spec.framework).sessions):
+        titles = [f.title for n in frameworks.names() if (f := frameworks.framework(n)).sessions]
         raise SpecError(
-            f"sessions run PyTorch ranks; --framework {spec.framework} runs as a job: use "
-            "%%distrain without --session"
+            f"sessions run {' or '.join(titles)} ranks; --framework {spec.framework} runs as a "
+            "job: use %%distrain without --session"
         )
     if spec.max_restarts:
         raise SpecError(

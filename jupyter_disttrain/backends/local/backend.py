@@ -7,10 +7,11 @@ Agents and workers are forked from the warm launcher (see
 interpreters. Every process of a job is in one process group, or a child of
 a member, so stop, timeout, failure and owner exit end all of them.
 
-With ``--framework tensorflow`` each node is one worker process instead of an
-agent: a fresh interpreter (TensorFlow starts threads when it is imported, so
-forking a warm one is unsafe) running the worker runtime with the
-``TF_CONFIG`` a cluster would give it, workers on free ports of 127.0.0.1.
+A framework launched as ``workers`` (:mod:`...frameworks`; TensorFlow) runs
+each node as one worker process instead of an agent, told its cluster in the
+environment the framework gives (``TF_CONFIG``), workers on free ports of
+127.0.0.1; one that is not fork-safe (TensorFlow starts threads when it is
+imported) starts fresh interpreters.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from ...frameworks import framework
 from ...payload import Payload
 from ...runtime import hangwatch, jobkey
 from ...spec import JobSpec
@@ -58,8 +60,7 @@ class LocalBackend(Backend):
 
     name = "local"
     capabilities = Capabilities(
-        frameworks=frozenset({"pytorch", "tensorflow"}),
-        restart_frameworks=frozenset({"pytorch"}),
+        # every registered framework; restarts where torchrun agents restart the workers
         checkpoints_on_path=True,
         stacks_on_request=True,
         phases=("started", "rendezvous", "first_step"),
@@ -121,8 +122,8 @@ class LocalBackend(Backend):
         return str(jobdir.job_dir(name))
 
     def launch_mode(self, spec: JobSpec) -> str:
-        """``fork`` or ``exec``; TensorFlow workers always start as fresh interpreters."""
-        return "exec" if spec.framework == "tensorflow" else self.mode
+        """``fork`` or ``exec``; a framework that is not fork-safe (TensorFlow) gets ``exec``."""
+        return self.mode if framework(spec.framework).fork_safe else "exec"
 
     def plan(self, spec: JobSpec, payload: Payload) -> LocalPlan:
         """The launch plan: job directory, port, run id and launch mode, all chosen now.

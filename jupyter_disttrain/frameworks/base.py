@@ -42,7 +42,7 @@ class Framework:
     workers in place, ``--max-restarts``), ``sessions`` (ranks can stay alive
     between cells), ``elastic`` (``--elastic MIN:MAX`` node counts).
     ``checkpoint_kinds`` are the checkpoint manifest kinds its saves write
-    (:mod:`~jupyter_disttrain.runtime.checkpoint_format`), ``image`` the
+    (:mod:`~jupyter_disttrain.runtime.checkpoint.format`), ``image`` the
     default image name on clusters, a :meth:`str.format` template over the
     notebook's versions (``python`` and ``package``'s version by its name).
     """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..runtime import checkpoint_format as fmt
+from ..runtime.checkpoint import format as fmt
 from .base import AGENTS, Framework
 
 PYTORCH = Framework(

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..runtime import checkpoint_format as fmt
+from ..runtime.checkpoint import format as fmt
 from ..spec import JobSpec, SpecError
 from .base import WORKERS, Framework
 

@@ -10,7 +10,7 @@ import torch
 from jupyter_disttrain.backends.k8s_images import STOCK_IMAGES
 from jupyter_disttrain.frameworks import AGENTS, framework
 from jupyter_disttrain.frameworks.pytorch import PYTORCH
-from jupyter_disttrain.runtime import checkpoint_format as fmt
+from jupyter_disttrain.runtime.checkpoint import format as fmt
 from jupyter_disttrain.spec import JobSpec
 
 

@@ -23,7 +23,7 @@ from jupyter_disttrain.backends.registry import backend_class
 from jupyter_disttrain.options import add_job_options, spec_from_args
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.plugins import UnknownPlugin
-from jupyter_disttrain.remote import decode_result
+from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.sessions import session_spec
 from jupyter_disttrain.spec import JobSpec, SpecError
 from tests.backends.test_local import Collector

@@ -10,7 +10,7 @@ import pytest
 from jupyter_disttrain.backends.k8s_images import STOCK_IMAGES
 from jupyter_disttrain.frameworks import WORKERS, framework
 from jupyter_disttrain.frameworks.tensorflow import TENSORFLOW
-from jupyter_disttrain.runtime import checkpoint_format as fmt
+from jupyter_disttrain.runtime.checkpoint import format as fmt
 from jupyter_disttrain.runtime.tf import parse_tf_config
 from jupyter_disttrain.spec import JobSpec, SpecError
 

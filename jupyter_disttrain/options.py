@@ -14,11 +14,11 @@ import math
 import secrets
 from typing import Any
 
+from . import frameworks
 from .backends.base import BackendOption
 from .backends.registry import backend_class, names
 from .spec import (
     DIST_BACKENDS,
-    FRAMEWORKS,
     MAX_SECONDS,
     JobSpec,
     SpecError,
@@ -78,7 +78,8 @@ JOB_OPTIONS: list[Option] = [
     (("--timeout",), {"type": seconds, "default": None, "metavar": "SECONDS",
                       "help": "stop the job if it runs longer than this"}),
     (("--framework",), {"default": None, "metavar": "NAME",
-                        "help": f"{' or '.join(FRAMEWORKS)}; default pytorch"}),
+                        "help": f"{' or '.join(frameworks.names())}; default "
+                                f"{frameworks.names()[0]}"}),
     (("--dist-backend",), {"default": "auto", "metavar": "NAME",
                            "help": f"process group backend: {', '.join(DIST_BACKENDS)}; auto "
                            "picks nccl with CUDA, else gloo"}),
@@ -198,21 +199,21 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
             f"--export writes manifests to apply elsewhere; the {backend} backend has none: "
             f"add --backend {' or '.join(makers)}, or use --dry-run to see the plan"
         )
-    framework = str(pick("framework", "pytorch")).lower()
-    if framework not in caps.frameworks and framework in FRAMEWORKS:
-        raise SpecError(
-            f"--framework {framework} does not run on the {backend} backend; it runs "
-            f"{', '.join(sorted(caps.frameworks))}"
-        )
-    if framework == "tensorflow":
-        _check_tensorflow(args, backend, extra)
+    framework = str(pick("framework", frameworks.names()[0])).lower()
+    if frameworks.known(framework):
+        if not caps.runs(framework):
+            raise SpecError(
+                f"--framework {framework} does not run on the {backend} backend; it runs "
+                f"{', '.join(sorted(caps.framework_names()))}"
+            )
+        _check_framework(args, backend, extra, frameworks.framework(framework))
     spec = validate(
         JobSpec(
             name=args.name or default_name(),
             nodes=int(pick("nodes", 1)),
             nproc=int(pick("nproc", 1)),
             backend=backend,
-            framework=framework,  # type: ignore[arg-type]
+            framework=framework,
             dist_backend=str(args.dist_backend).lower(),  # type: ignore[arg-type]
             env=parse_env(list(args.env or [])),
             timeout=float(timeout) if timeout is not None else None,
@@ -257,32 +258,32 @@ def _check_declared(backend: str, extra: tuple[tuple[str, str], ...]) -> None:
     )
 
 
-def _check_tensorflow(
-    args: argparse.Namespace, backend: str, extra: tuple[tuple[str, str], ...]
+def _check_framework(
+    args: argparse.Namespace,
+    backend: str,
+    extra: tuple[tuple[str, str], ...],
+    fw: frameworks.Framework,
 ) -> None:
-    """Options that cannot run a TensorFlow job here; the message says what to change."""
+    """Options that cannot run a job of ``fw`` here; the message says what to change."""
     caps = backend_class(backend).capabilities
-    if "tensorflow" not in caps.restart_frameworks and int(getattr(args, "max_restarts", 0) or 0):
-        restarting = [
-            n for n in names() if "tensorflow" in backend_class(n).capabilities.restart_frameworks
-        ]
+    if not caps.restarts(fw.name) and int(getattr(args, "max_restarts", 0) or 0):
+        restarting = [n for n in names() if backend_class(n).capabilities.restarts(fw.name)]
+        backends = " or ".join(restarting) or "one that restarts failed workers"
+        fix = f"--backend {backends} (it restarts failed pods)"
         raise SpecError(
-            f"--max-restarts with --framework tensorflow needs --backend {' or '.join(restarting)} "
-            f"(the TFJob restarts failed pods); on the {backend} backend a TensorFlow job runs "
-            "once: remove --max-restarts"
+            f"--max-restarts with --framework {fw.name} needs {fix}; on the {backend} backend "
+            f"a {fw.title} job runs once: remove --max-restarts"
         )
-    if any(key == "elastic" for key, _ in extra):
+    if not fw.elastic and any(key == "elastic" for key, _ in extra):
         raise SpecError(
-            "--elastic is a PyTorch (torchrun) option; TensorFlow jobs have a fixed number "
-            "of workers: remove --elastic or use --framework pytorch"
+            f"--elastic is a PyTorch (torchrun) option; {fw.title} jobs have a fixed number "
+            f"of workers: remove --elastic or use --framework {frameworks.names()[0]}"
         )
     if caps.has_pods and any(key == "image" for key, _ in extra):
-        return  # the image brings TensorFlow; the notebook need not have it
-    if importlib.util.find_spec("tensorflow") is None:
+        return  # the image brings the framework; the notebook need not have it
+    if importlib.util.find_spec(fw.package) is None:
         where = "to pick the matching image" if caps.has_pods else "to run the workers"
         raise SpecError(
-            f"--framework tensorflow needs TensorFlow in this environment {where}: "
-            "pip install 'jupyter_disttrain[tensorflow]' (installs tensorflow-cpu; "
-            "tensorflow on a GPU machine)"
-            + (", or pass --image with a TensorFlow image" if caps.has_pods else "")
+            f"--framework {fw.name} needs {fw.title} in this environment {where}: {fw.install}"
+            + (f", or pass --image with a {fw.title} image" if caps.has_pods else "")
         )

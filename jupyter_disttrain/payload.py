@@ -26,6 +26,7 @@ from typing import Any
 
 import cloudpickle
 
+from .frameworks import framework as framework_of
 from .local_modules import (
     ModuleTooLarge,
     collect,
@@ -289,6 +290,8 @@ def build_payload(
         "python": python,
         "torch": torch_version,
         "framework": framework,
+        # the worker runtime's set-up of the framework, "module:function" (see runtime/worker.py)
+        "runtime": framework_of(framework).runtime,
         "dist_backend": dist_backend,
         # third-party packages the cell uses: import name -> [distribution, version]
         "packages": packages,
@@ -431,6 +434,8 @@ def build_script_payload(
         "python": python,
         "torch": torch_version,
         "framework": framework,
+        # the worker runtime's set-up of the framework, "module:function" (see runtime/worker.py)
+        "runtime": framework_of(framework).runtime,
         "dist_backend": dist_backend,
         "packages": package_versions(wanted - set(modules)),
         "modules": {},

@@ -33,11 +33,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from . import events as ev
+from . import frameworks
 from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .job import Job
 from .monitor import JobMonitor
 from .payload import build_payload
-from .remote import decode_result, recreate_exception
+from .results import decode_result, recreate_exception
 from .runtime.session import (
     DEFAULT_GRACE,
     HELLO_LIMIT,
@@ -73,10 +74,11 @@ class SessionLost(RuntimeError):
 
 def session_spec(spec: JobSpec) -> JobSpec:
     """``spec`` as a session's job; :class:`~.spec.SpecError` for what a session cannot run."""
-    if spec.framework != "pytorch":
+    if not (frameworks.known(spec.framework) and frameworks.framework(spec.framework).sessions):
+        titles = [f.title for n in frameworks.names() if (f := frameworks.framework(n)).sessions]
         raise SpecError(
-            f"sessions run PyTorch ranks; --framework {spec.framework} runs as a job: use "
-            "%%distrain without --session"
+            f"sessions run {' or '.join(titles)} ranks; --framework {spec.framework} runs as a "
+            "job: use %%distrain without --session"
         )
     if spec.max_restarts:
         raise SpecError(
@@ -336,7 +338,7 @@ class Session:
         """Run ``source`` on every rank; rank 0's last expression's value.
 
         Raises the first failing rank's exception (see
-        :func:`~.remote.recreate_exception`), ``KeyboardInterrupt`` when the
+        :func:`~.results.recreate_exception`), ``KeyboardInterrupt`` when the
         cell was interrupted and every rank came back, :class:`SessionLost`
         when the group had to be restarted, :class:`SessionError` when the
         session is not running, :class:`~.payload.CaptureError` when the cell

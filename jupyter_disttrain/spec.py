@@ -1,6 +1,7 @@
 """JobSpec: the neutral description of a distributed job.
 
-Pure: no I/O, no backend types. Every backend turns a :class:`JobSpec` into
+Pure: no I/O but reading the registered backend and framework names (see
+:mod:`.plugins`), no backend types. Every backend turns a :class:`JobSpec` into
 its own launch request; the magics and the command line build one from user
 input through :func:`validate`, which raises :class:`SpecError` with a message
 that names the problem and the fix.
@@ -13,12 +14,11 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-Framework = Literal["pytorch", "tensorflow"]
+from .plugins import BACKENDS, FRAMEWORKS, SpecRules
+
 DistBackend = Literal["auto", "gloo", "nccl"]
 
-FRAMEWORKS: tuple[str, ...] = ("pytorch", "tensorflow")
 DIST_BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl")
-BACKENDS: tuple[str, ...] = ("local", "kubernetes")
 
 #: A job name becomes a directory name here and a DNS-1035 label on Kubernetes.
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -55,7 +55,7 @@ class JobSpec:
     nodes: int = 1
     nproc: int = 1
     backend: str = "local"
-    framework: Framework = "pytorch"
+    framework: str = "pytorch"
     dist_backend: DistBackend = "auto"
     env: tuple[tuple[str, str], ...] = ()
     timeout: float | None = None
@@ -113,11 +113,14 @@ def validate(spec: JobSpec) -> JobSpec:
         raise SpecError(f"--nodes must be between 1 and {MAX_NODES}, got {spec.nodes}")
     if not 1 <= spec.nproc <= MAX_NPROC:
         raise SpecError(f"--nproc must be between 1 and {MAX_NPROC}, got {spec.nproc}")
-    if spec.backend not in BACKENDS:
-        raise SpecError(f"unknown --backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}")
-    if spec.framework not in FRAMEWORKS:
+    if not BACKENDS.known(spec.backend):
         raise SpecError(
-            f"unknown --framework {spec.framework!r}; choose one of: {', '.join(FRAMEWORKS)}"
+            f"unknown --backend {spec.backend!r}; choose one of: {', '.join(BACKENDS.names())}"
+        )
+    if not FRAMEWORKS.known(spec.framework):
+        raise SpecError(
+            f"unknown --framework {spec.framework!r}; choose one of: "
+            f"{', '.join(FRAMEWORKS.names())}"
         )
     if spec.dist_backend not in DIST_BACKENDS:
         raise SpecError(
@@ -143,8 +146,8 @@ def validate(spec: JobSpec) -> JobSpec:
         raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}")
     _check_checkpoint_options(spec)
     _check_tracking_options(spec)
-    if spec.framework == "tensorflow":
-        _check_tensorflow(spec)
+    rules: SpecRules = FRAMEWORKS.load(spec.framework)
+    rules.check_spec(spec)  # what the framework itself rules out (TensorFlow: --nproc 1)
     for key, value in spec.env:
         if not ENV_KEY_RE.fullmatch(key):
             raise SpecError(f"environment variable name {key!r} is not valid")
@@ -168,21 +171,6 @@ def _check_seconds(flag: str, value: float | None, fix: str) -> None:
         raise SpecError(
             f"{flag} {value:g} is more than a year ({MAX_SECONDS:.0f} seconds); give at most "
             f"that, or {fix}"
-        )
-
-
-def _check_tensorflow(spec: JobSpec) -> None:
-    """TensorFlow runs one process per node, with no PyTorch process-group settings."""
-    if spec.nproc != 1:
-        raise SpecError(
-            f"--nproc {spec.nproc} with --framework tensorflow: TensorFlow runs one process "
-            "per worker, and MultiWorkerMirroredStrategy uses every device of its machine; "
-            f"use --nodes {spec.nodes * spec.nproc} --nproc 1 for {spec.nodes * spec.nproc} workers"
-        )
-    if spec.dist_backend != "auto":
-        raise SpecError(
-            f"--dist-backend {spec.dist_backend} is a PyTorch process-group setting; "
-            "TensorFlow picks its own collectives (ring on CPU, NCCL on GPUs): remove it"
         )
 
 

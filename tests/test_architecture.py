@@ -1,4 +1,4 @@
-"""The package's shape: small modules, no import cycles, backends told apart by capabilities."""
+"""The package's shape: small modules, no import cycles, backends and frameworks asked."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import grimp
 
+from jupyter_disttrain import frameworks
 from jupyter_disttrain.backends.registry import names
 from tests.conftest import REPO
 
@@ -39,17 +40,80 @@ def test_no_import_cycles() -> None:
     assert not cycles, f"import cycles: {cycles}"
 
 
-def _compared_names(tree: ast.AST, backend_names: set[str]) -> list[int]:
-    """Lines where a backend name literal is compared (==, !=, in, not in)."""
-    lines = []
+SET_MAKERS = ("frozenset", "set")
+
+
+def _holds(node: ast.AST, wanted: set[str]) -> bool:
+    """Whether ``node`` holds one of the ``wanted`` text literals."""
+    return any(isinstance(c, ast.Constant) and c.value in wanted for c in ast.walk(node))
+
+
+def _is_collection(node: ast.AST) -> bool:
+    """A literal collection: ``(..)``, ``[..]``, ``{..}``, ``{k: ..}`` or ``frozenset(..)``."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict):
+        return True
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in (*SET_MAKERS, "tuple", "list")
+    )
+
+
+def _literal(node: ast.AST, wanted: set[str]) -> bool:
+    """A ``wanted`` text literal, or a literal collection holding one (a call's text is not)."""
+    if isinstance(node, ast.Constant):
+        return node.value in wanted
+    return _is_collection(node) and _holds(node, wanted)
+
+
+def _last_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _compared_names(tree: ast.AST, wanted: set[str]) -> list[int]:
+    """Lines where a ``wanted`` name is compared or tested for membership.
+
+    The forms: a literal compared (``==``, ``!=``, ``is``, ``in``/``not in``
+    a literal collection: ``x in ("a", "b")``, ``x in {"a"}``,
+    ``x in frozenset({"a"})``); a set or frozenset literal holding a name,
+    wherever it is (sets are made for membership tests); ``x in NAMES`` where
+    ``NAMES`` (or ``obj.NAMES``) is bound in the module to a literal
+    collection holding a name; and ``case "a":`` in a ``match``.
+    """
+    bound: set[str] = set()
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Compare):
-            continue
-        for operand in [node.left, *node.comparators]:
-            for const in ast.walk(operand):
-                if isinstance(const, ast.Constant) and const.value in backend_names:
-                    lines.append(node.lineno)
-    return lines
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        if targets and _is_collection(value) and _holds(value, wanted):
+            bound |= {n for t in targets if (n := _last_name(t)) is not None}
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_literal(operand, wanted) for operand in operands):
+                lines.add(node.lineno)
+            membership = any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+            if membership and any(_last_name(c) in bound for c in node.comparators):
+                lines.add(node.lineno)
+        elif isinstance(node, ast.Set) and _holds(node, wanted):
+            lines.add(node.lineno)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in SET_MAKERS
+            and _holds(node, wanted)
+        ):
+            lines.add(node.lineno)
+        elif isinstance(node, ast.MatchValue) and _holds(node, wanted):
+            lines.add(node.lineno)
+    return sorted(lines)
 
 
 def test_nothing_outside_backends_compares_backend_names() -> None:
@@ -66,9 +130,83 @@ def test_nothing_outside_backends_compares_backend_names() -> None:
     assert not found, f"backend names compared outside backends/: {found}"
 
 
-def test_the_check_finds_a_comparison() -> None:
-    tree = ast.parse("if spec.backend == 'kubernetes':\n    pass\nx = b in ('local',)\n")
+def test_nothing_outside_frameworks_compares_framework_names() -> None:
+    framework_names = set(frameworks.names())
+    assert framework_names >= {"pytorch", "tensorflow"}
+    found = {}
+    for path in modules():
+        parts = path.relative_to(PACKAGE).parts
+        if parts[0] == "frameworks":
+            continue
+        lines = _compared_names(ast.parse(path.read_text()), framework_names)
+        if lines:
+            found[str(path.relative_to(REPO))] = lines
+    assert not found, f"framework names compared outside frameworks/: {found}"
+
+
+FORMS = """\
+if spec.backend == 'kubernetes':
+    pass
+x = b in ('local',)
+y = fw != "pytorch"
+z = fw in {"tensorflow", "jax"}
+w = fw not in frozenset({"pytorch"})
+RUNS = frozenset({"tensorflow"})
+v = fw in RUNS
+ORDER = ("pytorch", "tensorflow")
+u = fw in ORDER
+t = fw in caps.ORDER
+match fw:
+    case "tensorflow":
+        pass
+KNOWN = set(["tensorflow"])
+s = fw in frameworks.names()
+for package in ("torch", "tensorflow"):
+    pass
+r = "tensorflow" is fw
+q = sys.modules.get("tensorflow") is None
+"""
+
+
+def test_the_check_finds_each_form() -> None:
+    tree = ast.parse(FORMS)
     assert _compared_names(tree, set(names())) == [1, 3]
+    assert _compared_names(tree, {"pytorch", "tensorflow"}) == [
+        4, 5, 6, 7, 8, 10, 11, 13, 15, 19,
+    ]  # fmt: skip
+
+
+def _underscore_imports(tree: ast.AST) -> list[str]:
+    """``line: name`` of each underscore name imported from a module of the package."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if not (node.level or (node.module or "").split(".")[0] == "jupyter_disttrain"):
+            continue
+        for alias in node.names:
+            if alias.name.startswith("_") and not alias.name.startswith("__"):
+                found.append(f"{node.lineno}: {alias.name}")
+    return found
+
+
+def test_no_underscore_name_imported_from_another_module_of_the_package() -> None:
+    found = {}
+    for path in modules():
+        names = _underscore_imports(ast.parse(path.read_text()))
+        if names:
+            found[str(path.relative_to(REPO))] = names
+    assert not found, f"underscore names imported across modules (make them public): {found}"
+
+
+def test_the_check_finds_an_underscore_import() -> None:
+    tree = ast.parse(
+        "from .records import _int, as_str\n"
+        "from jupyter_disttrain.nccl.patterns import _RULES\n"
+        "from os import _exit\n"
+        "from . import __version__\n"
+    )
+    assert _underscore_imports(tree) == ["1: _int", "2: _RULES"]
 
 
 def _kind_branches(tree: ast.AST, constants: set[str], literals: set[str]) -> list[int]:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .. import frameworks
 from ..events import Event
 from ..payload import Payload
 from ..spec import JobSpec
@@ -46,8 +47,11 @@ class Capabilities:
     ``has_pods``: workers run in pods (scheduling, image pulls, pod events).
     ``survives_kernel``: a job keeps running when the notebook's kernel exits.
     ``elastic``: ``--elastic MIN:MAX`` node counts.
-    ``frameworks``: the ``--framework`` values it runs.
-    ``restart_frameworks``: frameworks whose failed workers it restarts (``--max-restarts``).
+    ``frameworks``: the ``--framework`` values it runs (``None``: every registered one);
+    ask :meth:`runs`.
+    ``restart_frameworks``: frameworks whose failed workers it restarts (``--max-restarts``;
+    ``None``: those whose own launcher restarts them, :attr:`.Framework.restarts`); ask
+    :meth:`restarts`.
     ``checkpoints_on_path``: its jobs' default checkpoint directory is a path this
     machine can read (so the notebook can list a job's checkpoints without a URI).
     ``renders_manifests``: ``--export`` / ``disttrain render`` produce files to apply elsewhere.
@@ -66,8 +70,8 @@ class Capabilities:
     has_pods: bool = False
     survives_kernel: bool = False
     elastic: bool = False
-    frameworks: frozenset[str] = frozenset({"pytorch"})
-    restart_frameworks: frozenset[str] = frozenset({"pytorch"})
+    frameworks: frozenset[str] | None = None
+    restart_frameworks: frozenset[str] | None = None
     checkpoints_on_path: bool = False
     renders_manifests: bool = False
     needs_configuration: bool = False
@@ -75,6 +79,22 @@ class Capabilities:
     stacks_on_request: bool = False
     phases: tuple[str, ...] = ("rendezvous", "first_step")
     sessions: bool = False
+
+    def runs(self, name: str) -> bool:
+        """Whether it runs jobs of the registered framework ``name``."""
+        return frameworks.known(name) and (self.frameworks is None or name in self.frameworks)
+
+    def restarts(self, name: str) -> bool:
+        """Whether it restarts failed workers of framework ``name`` (``--max-restarts``)."""
+        if not self.runs(name):
+            return False
+        if self.restart_frameworks is None:
+            return frameworks.framework(name).restarts
+        return name in self.restart_frameworks
+
+    def framework_names(self) -> tuple[str, ...]:
+        """The registered frameworks it runs, the default first."""
+        return tuple(name for name in frameworks.names() if self.runs(name))
 
 
 @dataclass(frozen=True)

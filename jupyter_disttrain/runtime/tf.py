@@ -1,7 +1,8 @@
 """TensorFlow workers: the rank from ``TF_CONFIG`` and the job's ``MultiWorkerMirroredStrategy``.
 
-Used by the worker runtime when the payload's framework is ``tensorflow``.
-Nothing here imports torch; TensorFlow itself is imported by :func:`init` only.
+The worker runtime calls :func:`init_worker` when the payload names it (the
+TensorFlow framework's ``runtime``). Nothing here imports torch; TensorFlow
+itself is imported by :func:`init` only.
 
 Ranks: a ``chief`` (or ``master``) task is rank ``index`` and ``worker`` tasks
 follow the chiefs, so a TFJob's ``<job>-chief-0`` is rank 0 and
@@ -122,6 +123,11 @@ def init() -> tuple[str, dict[str, Any], dict[str, Any]]:
         raise TFConfigError(f"{joined} of the {world} TensorFlow tasks joined the all-reduce")
     backend = "tf-nccl" if tf.config.list_physical_devices("GPU") else "tf-ring"
     return backend, {"strategy": strategy}, {"task": task}
+
+
+def init_worker(payload: dict[str, Any], rank: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The framework set-up the worker calls (see ``runtime/worker.py``): :func:`init`."""
+    return init()
 
 
 def barrier() -> int:

@@ -22,7 +22,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import checkpoint as _checkpoint
 from . import (
     hangwatch,
     metrics_server,
@@ -36,6 +35,7 @@ from . import (
 )
 from . import report as _report
 from .cell import main_module, run_payload, user_traceback
+from .checkpoint import api as _checkpoint
 
 RESULT_INLINE_LIMIT = 4 * 1024 * 1024
 EXIT_OK, EXIT_USER_ERROR, EXIT_SETUP_ERROR = 0, 1, 2
@@ -206,13 +206,39 @@ def _make_reinit_harmless(dist: Any) -> None:
     dist._distrain_real_destroy = real_destroy
 
 
+#: The framework set-up of a payload that names none: PyTorch's.
+DEFAULT_RUNTIME = "jupyter_disttrain.runtime.worker:init_torch"
+
+
+def init_torch(payload: dict[str, Any], rank: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """PyTorch's set-up: the default process group (see :func:`init_torch_distributed`)."""
+    return init_torch_distributed(payload, rank), {}, {}
+
+
 def init_framework(
     payload: dict[str, Any], rank: int
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Set up the payload's framework: ``(backend, names for the cell, extra hello fields)``."""
-    if payload.get("framework") == "tensorflow":
-        return tf.init()
-    return init_torch_distributed(payload, rank), {}, {}
+    """Set up the payload's framework: ``(backend, names for the cell, extra hello fields)``.
+
+    The payload names the set-up as ``"module:function"`` (its framework's
+    ``runtime``); the function is called with ``(payload, rank)``.
+    """
+    import importlib
+
+    entry = str(payload.get("runtime") or DEFAULT_RUNTIME)
+    module, sep, attribute = entry.partition(":")
+    if not sep or not module or not attribute:
+        raise SetupError(f"the payload's framework set-up {entry!r} is not 'module:function'")
+    try:
+        setup: Callable[..., tuple[str, dict[str, Any], dict[str, Any]]] = getattr(
+            importlib.import_module(module), attribute
+        )
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SetupError(
+            f"the framework set-up {entry!r} the payload names cannot be loaded in this worker: "
+            f"{exc}; install the framework's package in the image"
+        ) from exc
+    return setup(payload, rank)
 
 
 def finish_torch_distributed() -> None:

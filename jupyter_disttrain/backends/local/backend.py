@@ -7,10 +7,11 @@ Agents and workers are forked from the warm launcher (see
 interpreters. Every process of a job is in one process group, or a child of
 a member, so stop, timeout, failure and owner exit end all of them.
 
-With ``--framework tensorflow`` each node is one worker process instead of an
-agent: a fresh interpreter (TensorFlow starts threads when it is imported, so
-forking a warm one is unsafe) running the worker runtime with the
-``TF_CONFIG`` a cluster would give it, workers on free ports of 127.0.0.1.
+A framework launched as ``workers`` (:mod:`...frameworks`; TensorFlow) runs
+each node as one worker process instead of an agent, told its cluster in the
+environment the framework gives (``TF_CONFIG``), workers on free ports of
+127.0.0.1; one that is not fork-safe (TensorFlow starts threads when it is
+imported) starts fresh interpreters.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ... import jobdir
+from ...frameworks import framework
 from ...payload import Payload
 from ...runtime import hangwatch, jobkey
 from ...spec import JobSpec
@@ -37,7 +38,8 @@ from ..base import (
     Plan,
     Submission,
 )
-from ..launcher import Launcher, LauncherError, shared_launcher
+from . import jobdir
+from .launcher import Launcher, LauncherError, shared_launcher
 from .plan import (
     LocalPlan,
     build_plan,
@@ -46,8 +48,8 @@ from .plan import (
 from .run import (
     LocalReplay,
     LocalRun,
-    _is_live,
-    _record,
+    is_live,
+    state_record,
     stop_job,
 )
 from .tailer import control_lines, job_trust
@@ -58,8 +60,7 @@ class LocalBackend(Backend):
 
     name = "local"
     capabilities = Capabilities(
-        frameworks=frozenset({"pytorch", "tensorflow"}),
-        restart_frameworks=frozenset({"pytorch"}),
+        # every registered framework; restarts where torchrun agents restart the workers
         checkpoints_on_path=True,
         stacks_on_request=True,
         phases=("started", "rendezvous", "first_step"),
@@ -79,7 +80,7 @@ class LocalBackend(Backend):
     def prewarm(self) -> None:
         """Start the warm launcher now (fork mode), so the first job starts fast."""
         if self.mode == "fork":
-            from ..launcher import prewarm
+            from .launcher import prewarm
 
             prewarm()
 
@@ -121,8 +122,8 @@ class LocalBackend(Backend):
         return str(jobdir.job_dir(name))
 
     def launch_mode(self, spec: JobSpec) -> str:
-        """``fork`` or ``exec``; TensorFlow workers always start as fresh interpreters."""
-        return "exec" if spec.framework == "tensorflow" else self.mode
+        """``fork`` or ``exec``; a framework that is not fork-safe (TensorFlow) gets ``exec``."""
+        return self.mode if framework(spec.framework).fork_safe else "exec"
 
     def plan(self, spec: JobSpec, payload: Payload) -> LocalPlan:
         """The launch plan: job directory, port, run id and launch mode, all chosen now.
@@ -147,7 +148,7 @@ class LocalBackend(Backend):
         spec = plan.spec
         directory = Path(plan.job_dir)
         old = jobdir.read_state(jobdir.job_dir(spec.name))
-        if old is not None and _is_live(old):
+        if old is not None and is_live(old):
             raise JobExists(
                 f"a local job named {spec.name!r} is still {old.get('state')}; stop it with "
                 f"%distrain_stop {spec.name} or choose another --name"
@@ -193,7 +194,7 @@ class LocalBackend(Backend):
             state = jobdir.read_state(directory)
             if state is None:
                 continue
-            out.append(dataclasses.replace(_record(state), name=names[directory]))
+            out.append(dataclasses.replace(state_record(state), name=names[directory]))
         return out
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ... import jobdir
+from ...frameworks import WORKERS, Framework, framework
 from ...payload import Payload
 from ...runtime import jobkey
 from ...spec import JobSpec
 from ..base import (
     Plan,
 )
+from . import jobdir
 
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 3.0
@@ -48,7 +48,7 @@ def free_ports(count: int) -> list[int]:
 
 @dataclass(frozen=True)
 class NodeLaunch:
-    """How one node is started: ``python -m MODULE ARGV`` (torchrun, or a TensorFlow worker)."""
+    """How one node is started: ``python -m MODULE ARGV`` (torchrun, or one worker process)."""
 
     node: int
     argv: tuple[str, ...]  # arguments of ``module``
@@ -79,19 +79,17 @@ class LocalPlan(Plan):
 
     def __str__(self) -> str:
         spec = self.spec
-        tf = spec.framework == "tensorflow"
+        fw = framework(spec.framework)
         lines = [
             f"job {spec.name}: {spec.nodes} node(s) x {spec.nproc} process(es) = "
             f"{spec.world_size} rank(s), local backend",
-            f"cluster: TF_CONFIG workers {self.rdzv_endpoint} (worker 0 is the chief)"
-            if tf
-            else f"rendezvous: c10d at {self.rdzv_endpoint} (node 0 hosts the store)",
+            fw.describe_cluster(self.rdzv_endpoint),
             f"launch: {self.mode} "
             + (
                 "(agents and workers forked from a warm launcher)"
                 if self.mode == "fork"
-                else "(a fresh interpreter per worker: TensorFlow is not fork-safe)"
-                if tf
+                else f"(a fresh interpreter per worker: {fw.title} is not fork-safe)"
+                if not fw.fork_safe
                 else "(fresh interpreters)"
             ),
             f"job directory: {self.job_dir}",
@@ -116,8 +114,9 @@ def build_plan(
 ) -> LocalPlan:
     """The launch plan for ``spec`` (pure apart from the arguments given).
 
-    ``port`` is the c10d rendezvous port; a TensorFlow job's workers listen on
-    ``ports`` (one per node; free ones are picked when not given).
+    ``port`` is the c10d rendezvous port; the workers of a framework launched
+    as ``workers`` (TensorFlow) listen on ``ports`` (one per node; free ones are
+    picked when not given).
     """
     payload_path = str(directory / "payload.pkl")
     logs = jobdir.logs_dir(directory)
@@ -147,8 +146,10 @@ def build_plan(
         env["DISTRAIN_HANG_AFTER"] = f"{spec.hang_after:g}"
     if spec.max_restarts:  # restarted workers must not meet the last round's store keys
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-    if spec.framework == "tensorflow":
-        return _tf_plan(spec, payload, directory, env, list(ports) or free_ports(spec.nodes))
+    fw = framework(spec.framework)
+    if fw.launch == WORKERS:
+        ports = list(ports) or free_ports(spec.nodes)
+        return _workers_plan(fw, spec, payload, directory, env, ports)
     nodes = []
     for node in range(spec.nodes):
         argv = (
@@ -173,19 +174,23 @@ def build_plan(
     )  # fmt: skip
 
 
-def _tf_plan(
-    spec: JobSpec, payload: Payload, directory: Path, env: dict[str, str], ports: list[int]
+def _workers_plan(
+    fw: Framework,
+    spec: JobSpec,
+    payload: Payload,
+    directory: Path,
+    env: dict[str, str],
+    ports: list[int],
 ) -> LocalPlan:
-    """One fresh worker process per node, each with its task's ``TF_CONFIG``."""
+    """One fresh worker process per node, each told its cluster by ``fw`` (``TF_CONFIG``)."""
     if len(set(ports)) != spec.nodes:
-        raise ValueError(f"a TensorFlow job of {spec.nodes} nodes needs as many distinct ports")
+        raise ValueError(f"a {fw.title} job of {spec.nodes} nodes needs as many distinct ports")
     logs = jobdir.logs_dir(directory)
-    cluster = {"worker": [f"{LOOPBACK}:{p}" for p in ports]}
+    addresses = [f"{LOOPBACK}:{p}" for p in ports]
     nodes = []
     for node in range(spec.nodes):
-        config = {"cluster": cluster, "task": {"type": "worker", "index": node}}
         node_env = {
-            **env, "TF_CONFIG": json.dumps(config, separators=(",", ":")),
+            **env, **fw.cluster_env(addresses, node),
             "RANK": str(node), "WORLD_SIZE": str(spec.nodes), "GROUP_RANK": str(node),
             "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
         }  # fmt: skip
@@ -193,6 +198,6 @@ def _tf_plan(
         log = str(logs / f"agent-{node}.log")
         nodes.append(NodeLaunch(node, argv, node_env, log, module=WORKER_MODULE))
     return LocalPlan(
-        spec, payload, str(directory), ",".join(cluster["worker"]), "exec", tuple(nodes),
+        spec, payload, str(directory), ",".join(addresses), "exec", tuple(nodes),
         len(payload.data), payload.describe(),
     )  # fmt: skip

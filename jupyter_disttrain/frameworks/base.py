@@ -1,0 +1,82 @@
+"""What a training framework decides about a job, asked by name through the registry.
+
+A :class:`Framework` is a frozen description plus a few methods; the
+built-ins live beside this module (:mod:`.pytorch`, :mod:`.tensorflow`) and
+are registered as entry points of group ``jupyter_disttrain.frameworks``.
+Nothing outside this package compares framework names: the spec, the
+options, the sessions, the payload and the local backend ask the object.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..spec import JobSpec
+
+#: How the local backend starts a framework's workers: ``agents`` is one
+#: torchrun agent per node starting ``--nproc`` workers after a c10d
+#: rendezvous; ``workers`` is one process per worker, told its cluster in
+#: the environment by :meth:`Framework.cluster_env`.
+Launch = Literal["agents", "workers"]
+AGENTS: Launch = "agents"
+WORKERS: Launch = "workers"
+
+
+@dataclass(frozen=True)
+class Framework:
+    """A training framework: how its workers start and what a job of it may ask.
+
+    ``name`` is the ``--framework`` value; ``title`` names it in messages.
+    ``package`` is the import name the notebook and the workers need (its
+    version is the one the workers should match, read from ``distributions``,
+    the first installed wins); ``install`` says how to get it.
+    ``runtime`` is ``"module:function"`` in the worker runtime that sets the
+    framework up in each worker: called as ``function(payload, rank)``, it
+    returns ``(process group backend, names for the cell, extra hello fields)``.
+    ``launch`` (see :data:`Launch`), ``fork_safe`` (workers may be forked from
+    a warm launcher; otherwise each starts as a fresh interpreter),
+    ``restarts`` (a launcher on the workers' machine restarts failed
+    workers in place, ``--max-restarts``), ``sessions`` (ranks can stay alive
+    between cells), ``elastic`` (``--elastic MIN:MAX`` node counts).
+    ``checkpoint_kinds`` are the checkpoint manifest kinds its saves write
+    (:mod:`~jupyter_disttrain.runtime.checkpoint.format`), ``image`` the
+    default image name on clusters, a :meth:`str.format` template over the
+    notebook's versions (``python`` and ``package``'s version by its name).
+    """
+
+    name: str
+    title: str
+    package: str
+    distributions: tuple[str, ...]
+    install: str
+    runtime: str
+    launch: Launch = AGENTS
+    fork_safe: bool = True
+    restarts: bool = True
+    sessions: bool = False
+    elastic: bool = False
+    checkpoint_kinds: tuple[str, ...] = ()
+    image: str = ""
+
+    def check_spec(self, spec: JobSpec) -> None:
+        """Raise :class:`~jupyter_disttrain.spec.SpecError` for what a job of this cannot be."""
+
+    def cluster_env(self, addresses: Sequence[str], index: int) -> dict[str, str]:
+        """The environment telling worker ``index`` its cluster (``workers`` launch only)."""
+        return {}
+
+    def describe_cluster(self, endpoint: str) -> str:
+        """The plan's line about how the workers find each other at ``endpoint``."""
+        return f"rendezvous: c10d at {endpoint} (node 0 hosts the store)"
+
+    def notebook_version(self) -> str | None:
+        """The version of ``package`` installed here, ``None`` if it is not."""
+        for dist in self.distributions:
+            try:
+                return importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return None

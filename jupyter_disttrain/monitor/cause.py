@@ -100,6 +100,8 @@ def choose(
     attempt: int,
     ended: dict[int, str],
     exits: Sequence[Failure] = (),
+    *,
+    every: bool = False,
 ) -> Cause | None:
     """The cause among the ``failures`` of ``attempt``; None when it has none.
 
@@ -107,16 +109,22 @@ def choose(
     that did not succeed are its consequences. ``exits`` are the exits the
     launcher reported (:class:`LauncherExits`). A rank's exception explains
     its own exit, so a rank's exits count only when it reported no exception.
+    ``every``: the failures of every attempt up to ``attempt`` compete (a job
+    whose restarts did not recover); the best class wins, then the latest
+    attempt, so a last attempt that holds only signals and lost peers is
+    explained by the rank that raised before it.
     """
-    current = candidates(failures, attempt, exits)
+    first = 0 if every else attempt
+    current = [f for a in range(first, attempt + 1) for f in candidates(failures, a, exits)]
     if not current:
         return None
-    best = min(current, key=lambda f: (CLASSES.index(f.kind), f.t, f.rank))
+    best = min(current, key=lambda f: (CLASSES.index(f.kind), -f.attempt, f.t, f.rank))
+    current = [f for f in current if f.attempt == best.attempt]
     # the rank's best reason: its exception rather than its exit code
     own = [f for f in current if f.rank == best.rank]
     reason = min(own, key=lambda f: (CLASSES.index(f.kind), f.t)).reason
     others = tuple(sorted(r for r, state in ended.items() if r != best.rank and state not in _LIVE))
-    return Cause(best.rank, best.kind, reason, best.t, attempt, others)
+    return Cause(best.rank, best.kind, reason, best.t, best.attempt, others)
 
 
 class LauncherExits:

@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
+from ..remote import user_traceback as user_traceback  # re-exported: the views import it here
 from .records import Failure
 
 #: Failure classes, best cause first.
@@ -183,19 +184,3 @@ def recovered_text(causes: list[Cause]) -> str:
 def _clip(text: str, limit: int) -> str:
     text = text.splitlines()[0] if text else text
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def user_traceback(traceback: str) -> str:
-    """``traceback`` starting at the cell: the runtime's frames that ran it are dropped.
-
-    A traceback with no cell frame (the error came from elsewhere) is returned whole.
-    """
-    lines = traceback.splitlines()
-    for i, line in enumerate(lines):
-        if _CELL_FILE.search(line):
-            head = lines[:1] if lines and lines[0].startswith("Traceback") else []
-            return "\n".join(head + lines[i:])
-    return traceback
-
-
-_CELL_FILE: Final = re.compile(r'^\s*File "<(?:distrain-)?cell[^>]*>", line \d+')

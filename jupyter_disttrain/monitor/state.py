@@ -411,7 +411,8 @@ class MonitorState:
             if row is not None and row.state in ("Failed", "Stopped"):
                 row.state = "Failed" if kind <= worst else "Stopped"
         row = self._rows.get(cause.rank)
-        if row is not None and row.state in ("Failed", "Stopped") and CLASSES.index(cause.kind) <= worst:
+        own = CLASSES.index(cause.kind) <= worst
+        if row is not None and row.state in ("Failed", "Stopped") and own:
             row.state = "Failed"
             row.reason = row.reason or cause.reason
 

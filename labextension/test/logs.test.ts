@@ -1,6 +1,11 @@
+/**
+ * @jest-environment jsdom
+ */
 // The log viewer folds the launcher's own lines (torchrun's log lines, its ChildFailedError
 // traceback and failure summary, recorded from a real 2x2 job) and keeps the ranks' output;
 // logs below a Notebook 7 notebook take the height they need.
+import './dom-shim';
+
 import { readFileSync } from 'fs';
 import { join } from 'path';
 

@@ -12,8 +12,8 @@ T = 1_700_000_000.0
 
 
 def error(rank: int, t: float, message: str, kind: str = "RuntimeError") -> Event:
-    return Event("error", rank, t, {"type": kind, "message": message,
-                                    "traceback": f"Traceback ...\n{kind}: {message}\n"})  # fmt: skip
+    trace = f"Traceback ...\n{kind}: {message}\n"
+    return Event("error", rank, t, {"type": kind, "message": message, "traceback": trace})
 
 
 def running(world: int = 2, backend: str = "kubernetes") -> JobMonitor:
@@ -85,8 +85,10 @@ def test_the_cause_of_a_job_that_did_not_recover_is_chosen_over_every_attempt() 
         job_event("Failed", "BackoffLimitExceeded", "job failed", t=T + 6),
     ])  # fmt: skip
     # both attempts raised: the last one's own failure ended the job
-    assert mon.reason == "rank 0: RuntimeError: out of memory in the loader; 1 rank stopped " \
-        "as a consequence", mon.reason
+    assert (
+        mon.reason == "rank 0: RuntimeError: out of memory in the loader; 1 rank stopped "
+        "as a consequence"
+    ), mon.reason
     assert mon.cause_error() is not None and mon.cause_error().rank == 0  # type: ignore[union-attr]
 
 

@@ -71,7 +71,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
         // below the notebook: as tall as the logs are (a few lines take a few lines)
         reveal(widget, 0.15);
         void viewer.firstLoad.then(() =>
-          requestAnimationFrame(() => fit(widget, widget.toolbar.node.offsetHeight + viewer.contentHeight()))
+          requestAnimationFrame(() =>
+            // the widget's own chrome (its toolbar, borders) and the viewer's lines, a little slack
+            fit(widget, widget.node.offsetHeight - viewer.node.clientHeight + viewer.contentHeight() + 4)
+          )
         );
       }
     };

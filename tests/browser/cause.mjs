@@ -87,11 +87,24 @@ async function sidebarRow(id, state) {
   return row.evaluate((tr) => ({ state: tr.dataset.state, title: tr.title }));
 }
 
+// Each dashboard from its top, as much as the notebook shows of it (notifications hidden),
+// then the whole page.
 async function shots(dir) {
+  const toasts = await page.addStyleTag({ content: ".Toastify { visibility: hidden !important; }" });
   for (const key of ["fail", "hang", "recover", "session"]) {
-    await page.locator(dash(key)).first().scrollIntoViewIfNeeded();
-    await page.locator(dash(key)).first().screenshot({ path: path.join(outDir, dir, `${key}-job.png`) });
+    const clip = await page.evaluate((sel) => {
+      const root = document.querySelector(sel);
+      root.scrollIntoView({ block: "start" });
+      const box = root.getBoundingClientRect();
+      const area = root.closest(".jp-Notebook").getBoundingClientRect();
+      const top = Math.max(box.top, area.top);
+      const bottom = Math.min(box.bottom, area.bottom);
+      return { x: box.left, y: top, width: Math.min(box.width, area.right - box.left), height: bottom - top };
+    }, dash(key));
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(outDir, dir, `${key}-job.png`), clip });
   }
+  await toasts.evaluate((el) => el.remove());
   await page.screenshot({ path: path.join(outDir, dir, "page.png") });
 }
 

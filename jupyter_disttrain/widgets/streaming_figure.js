@@ -211,6 +211,9 @@ export default () => {
         document.removeEventListener("plotlywidget-after-render", rendered);
         view.ready = true;
         applyTheme(el);
+        // a view made later (a refreshed display, another page on the same kernel) asks for
+        // the whole state: the model may only know what its first views were sent
+        model.send({ type: "ready" });
         if (view.stale) {
           view.stale = false;
           redraw(model, view);

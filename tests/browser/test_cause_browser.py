@@ -115,6 +115,7 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
     hung = views["hang"]
     assert hung["state"] == "Hung" and hung["rate"] == "stalled", (name, hung)
     assert "rank 1 is in time.sleep" in (hung["diagnosis"] or ""), (name, hung)
+    assert hung["chartLastX"] == max(hung["rankSteps"]), (name, hung)  # also in a later page
     in_view(hung)
 
 

@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 from results import write_section  # noqa: E402
 
-from jupyter_disttrain.checkpoints import CheckpointStore  # noqa: E402
-from jupyter_disttrain.runtime import checkpoint as ck  # noqa: E402
-from jupyter_disttrain.runtime import checkpoint_format as fmt  # noqa: E402
-from jupyter_disttrain.runtime.checkpoint_commit import ENV_FSYNC  # noqa: E402
-from jupyter_disttrain.runtime.checkpoint_dir import CheckpointDir  # noqa: E402
+from jupyter_disttrain.checkpoints.store import CheckpointStore  # noqa: E402
+from jupyter_disttrain.runtime.checkpoint import api as ck  # noqa: E402
+from jupyter_disttrain.runtime.checkpoint import format as fmt  # noqa: E402
+from jupyter_disttrain.runtime.checkpoint.commit import ENV_FSYNC  # noqa: E402
+from jupyter_disttrain.runtime.checkpoint.directory import CheckpointDir  # noqa: E402
 
 
 def timed(fn: Callable[[], object]) -> float:

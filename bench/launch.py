@@ -139,7 +139,7 @@ class Kernel:
         self.execute("%load_ext jupyter_disttrain")
         self.execute(f"%distrain_config launch_mode={mode} live=none")
         if mode == "fork":
-            self.execute("from jupyter_disttrain.backends.launcher import shared_launcher\n"
+            self.execute("from jupyter_disttrain.backends.local.launcher import shared_launcher\n"
                          "shared_launcher().wait_ready()")  # fmt: skip
 
     def execute(self, code: str, timeout: float = 600) -> dict[str, object]:

@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 from results import machine as machine_name  # noqa: E402
 from results import write_section  # noqa: E402
 
-from jupyter_disttrain.downsample import lttb, minmax  # noqa: E402
 from jupyter_disttrain.events import Event, Trust, parse_line  # noqa: E402
 from jupyter_disttrain.monitor import JobMonitor  # noqa: E402
 from jupyter_disttrain.runtime.protocol import KINDS, PREFIX, encode  # noqa: E402
+from jupyter_disttrain.widgets.downsample import lttb, minmax  # noqa: E402
 
 
 def best_of(fn: Callable[[], object], reps: int = 5) -> float:

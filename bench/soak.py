@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from jupyter_disttrain import jobdir  # noqa: E402
+from jupyter_disttrain.backends.local import jobdir  # noqa: E402
 from jupyter_disttrain.payload import build_payload  # noqa: E402
 from jupyter_disttrain.service import JobService  # noqa: E402
 from jupyter_disttrain.spec import JobSpec  # noqa: E402

@@ -22,10 +22,10 @@ __all__ = ["CheckpointStore", "Job", "JobSpec", "Session", "SessionLost", "__ver
            "load_checkpoint", "load_ipython_extension", "report", "save_checkpoint",
            "submit"]  # fmt: skip
 
-_LAZY = {"Job": "job", "submit": "service", "JobSpec": "spec", "CheckpointStore": "checkpoints",
-         "save_checkpoint": "runtime.checkpoint", "load_checkpoint": "runtime.checkpoint",
-         "every": "runtime.checkpoint", "Session": "sessions",
-         "SessionLost": "sessions"}  # fmt: skip
+_LAZY = {"Job": "job", "submit": "service", "JobSpec": "spec",
+         "CheckpointStore": "checkpoints.store", "save_checkpoint": "runtime.checkpoint.api",
+         "load_checkpoint": "runtime.checkpoint.api", "every": "runtime.checkpoint.api",
+         "Session": "sessions", "SessionLost": "sessions"}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

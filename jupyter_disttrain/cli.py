@@ -18,10 +18,10 @@ import sys
 from .backends.base import BackendError
 from .options import add_job_options, count, seconds
 from .payload import CaptureError, Script
-from .progress import LiveView, format_job_table, format_runtime_table
-from .remote import JobFailed, JobStopped
+from .results import JobFailed, JobStopped
 from .service import JobService, manifest_backends
 from .spec import SpecError
+from .textview import LiveView, format_job_table, format_runtime_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,36 +114,28 @@ def script_of(args: argparse.Namespace) -> Script:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a script; exit 0 when the job succeeded."""
     service = JobService(launch_mode=args.launch)
+    script = script_of(args)
     try:
-        spec = service.spec(args)
-        plan = service.plan_script(spec, script_of(args))
-        hint = service.export(plan, args.export) if args.export else ""
+        spec = service.spec(args, origin=script.target)
+        plan = service.plan_script(spec, script)
+        outcome = service.run_and_follow(plan, LiveView("lines"), export=args.export,
+                                         dry_run=args.dry_run)  # fmt: skip
     except (SpecError, CaptureError, BackendError) as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 2
-    if args.export:
-        print(f"wrote {args.export} (submit with: {hint})")
+    if outcome.what == "exported":
+        print(f"wrote {args.export} (submit with: {outcome.hint})")
         return 0
-    if args.dry_run:
+    if outcome.what == "planned":
         if plan.export() is not None:  # manifests: what travels, as a YAML comment
             print(f"# {plan.payload.describe()}")
         print(plan.export() or plan)
         return 0
-    view = LiveView("lines")
-    try:
-        job = service.run(plan, listeners=[view.on_event])
-    except BackendError as exc:
-        print(f"disttrain: {exc}", file=sys.stderr)
-        return 2
-    try:
-        view.attach(job)
-        job.wait()
-    except KeyboardInterrupt:
-        job.stop()
-        view.close()
+    job = outcome.job
+    assert job is not None
+    if outcome.what == "interrupted":
         print(f"{job.name}: stopped (interrupted)", file=sys.stderr)
         return 130
-    view.close()
     try:
         value = job.result()
     except (JobFailed, JobStopped) as exc:
@@ -167,8 +159,9 @@ def cmd_render(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     service = JobService()
+    script = script_of(args)
     try:
-        plan = service.plan_script(service.spec(args), script_of(args))
+        plan = service.plan_script(service.spec(args, origin=script.target), script)
         if args.export:
             service.export(plan, args.export)
     except (SpecError, CaptureError, BackendError) as exc:
@@ -202,7 +195,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     """List a checkpoint directory; exit 1 when a checkpoint is damaged."""
     from dataclasses import asdict
 
-    from .checkpoints import CheckpointError, CheckpointStore, format_table
+    from .checkpoints.store import CheckpointError, CheckpointStore, format_table
 
     try:
         store = CheckpointStore(args.uri)

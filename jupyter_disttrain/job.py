@@ -14,9 +14,9 @@ from typing import Any
 
 from . import events as ev
 from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
-from .checkpoints import CheckpointError, CheckpointStore, reported_dir
+from .checkpoints.store import CheckpointError, CheckpointStore, reported_dir
 from .monitor import JobMonitor, Where, user_traceback
-from .remote import JobFailed, JobStopped, decode_result, recreate_exception
+from .results import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
 
 Listener = Callable[[ev.Event], None]

@@ -23,15 +23,15 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 
 from .backends.base import BackendError
 from .cellcheck import main_guard_note, spawn_problem
+from .checkpoints.jobs import store_for
 from .job import Job
-from .job_checkpoints import store_for
 from .options import JOB_OPTIONS, seconds
 from .payload import CaptureError, transform_cell
 from .plan_summary import manifest_summary
-from .progress import LiveView, format_job_table, format_runtime_table
 from .service import JobService, backend_names, default_service
 from .sessions import SessionError, SessionLost, format_sessions
 from .spec import FRAMEWORKS, MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError
+from .textview import LiveView, format_job_table, format_runtime_table
 
 #: Largest ``max_capture_mb``: 64 GiB of captured values.
 MAX_CAPTURE_MB = 64.0 * 1024
@@ -161,48 +161,43 @@ class DistrainMagics(Magics):
             raise UsageError(f"-o {args.output!r} is not a valid Python variable name")
         service = self.service
         try:
-            spec = service.spec(args, self._defaults())
+            spec = service.spec(args, self._defaults(), origin=service.notebook,
+                                cell=execution_count(self.shell))  # fmt: skip
             plan = service.plan(
                 spec,
                 cell,
                 self.shell.user_ns if self.shell else {},
                 max_capture_bytes=int(self.max_capture_mb * 1024 * 1024),
             )
-            if args.export:
-                hint = service.export(plan, args.export)
         except (SpecError, CaptureError, BackendError) as exc:
             raise UsageError(str(exc)) from None
         _check_cell(plan.payload.source)
-        if args.export:
-            print(f"{spec.name}: wrote {args.export} (submit with: {hint})")
-            return None
-        if args.dry_run:
+
+        def started(job: Job) -> None:
+            print(f"{spec.name}: {plan.payload.describe()}")
+            if args.output:
+                self.shell.user_ns[args.output] = job  # type: ignore[union-attr]
+
+        view = LiveView(self._live_mode(), blocking=args.wait)
+        try:
+            outcome = service.run_and_follow(plan, view, export=args.export, dry_run=args.dry_run,
+                                             wait=args.wait, on_start=started)  # fmt: skip
+        except (SpecError, BackendError) as exc:
+            raise UsageError(str(exc)) from None
+        if outcome.what == "exported":
+            print(f"{spec.name}: wrote {args.export} (submit with: {outcome.hint})")
+        elif outcome.what == "planned":
             summary = manifest_summary(plan)  # a cluster's manifest: its summary, YAML folded
             if summary is None:
                 print(plan.export() or plan)
             else:
                 display(summary)
-            return None
-        view = LiveView(self._live_mode(), blocking=args.wait)
-        print(f"{spec.name}: {plan.payload.describe()}")
-        try:
-            job = service.run(plan, listeners=[view.on_event])
-        except BackendError as exc:
-            raise UsageError(str(exc)) from None
-        if args.output:
-            self.shell.user_ns[args.output] = job  # type: ignore[union-attr]
-        try:  # Ctrl-C at any point from here on stops the job
-            view.attach(job)
-            if not args.wait:
-                return job
-            job.wait()
-        except KeyboardInterrupt:
-            job.stop()
-            view.close()
-            print(f"{job.name}: stopped (interrupted)")
-            raise
-        view.close()
-        return job.result()
+        elif outcome.what == "interrupted":
+            print(f"{spec.name}: stopped (interrupted)")
+            raise KeyboardInterrupt
+        elif outcome.job is not None:
+            return outcome.job if outcome.what == "running" else outcome.job.result()
+        return None
 
     def _session_cell(self, args: Any, cell: str) -> Any:
         """``%%distrain --session NAME``: the cell on every rank of the live group."""
@@ -463,7 +458,7 @@ class DistrainMagics(Magics):
         Shows the checkpoint browser (sortable table, contents, Load / Resume
         / Delete) in a notebook, a text table elsewhere.
         """
-        from .checkpoints import CheckpointError, format_table
+        from .checkpoints.store import CheckpointError, format_table
 
         target = line.strip() or None
         known = self.service.registered()
@@ -528,6 +523,18 @@ def given_job_options(args: Any, ignore: tuple[str, ...] = ()) -> list[str]:
         if getattr(args, key) != default:
             out.append(flags[-1])
     return out
+
+
+def execution_count(shell: Any) -> int | None:
+    """The number the notebook shows beside the running cell (``In[N]``); None outside a shell.
+
+    IPython advances ``shell.execution_count`` to the next cell's number
+    before the running cell's code (and so its magics) runs.
+    """
+    count = getattr(shell, "execution_count", None)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 2:
+        return None
+    return count - 1
 
 
 def notebook_path(shell: Any) -> str | None:

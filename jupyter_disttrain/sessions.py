@@ -37,7 +37,7 @@ from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .job import Job
 from .monitor import JobMonitor
 from .payload import build_payload
-from .remote import decode_result, recreate_exception
+from .results import decode_result, recreate_exception
 from .runtime.session import (
     DEFAULT_GRACE,
     HELLO_LIMIT,
@@ -336,7 +336,7 @@ class Session:
         """Run ``source`` on every rank; rank 0's last expression's value.
 
         Raises the first failing rank's exception (see
-        :func:`~.remote.recreate_exception`), ``KeyboardInterrupt`` when the
+        :func:`~.results.recreate_exception`), ``KeyboardInterrupt`` when the
         cell was interrupted and every rank came back, :class:`SessionLost`
         when the group had to be restarted, :class:`SessionError` when the
         session is not running, :class:`~.payload.CaptureError` when the cell

@@ -73,9 +73,9 @@ class Kernel:
 
 
 @contextmanager
-def kernel(home: str | None = None) -> Iterator[Kernel]:
-    """A fresh python3 kernel (its own ``DISTRAIN_HOME``), shut down on exit."""
-    env = dict(os.environ)
+def kernel(home: str | None = None, env: dict[str, str] | None = None) -> Iterator[Kernel]:
+    """A fresh python3 kernel (its own ``DISTRAIN_HOME``, ``env`` added), shut down on exit."""
+    env = {**os.environ, **(env or {})}
     env["DISTRAIN_HOME"] = home or tempfile.mkdtemp(prefix="distrain-kernel-home-")
     km, kc = start_new_kernel(kernel_name="python3", env=env)
     try:

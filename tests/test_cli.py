@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_disttrain import jobdir
+from jupyter_disttrain.backends.local import jobdir
 from tests.conftest import SHARED, assert_no_processes
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -155,6 +156,7 @@ def test_dry_run_lists_the_modules_that_travel(tmp_path: Path) -> None:
     done = disttrain(elsewhere, "run", "--nodes", "2", "--nproc", "2", "--dry-run",
                      "../proj/train.py", "2", "1", "--batch_size", "4")  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert re.search(r"^job train-[0-9a-f]{4}: ", done.stdout, re.M), done.stdout  # its stem
     line = next(x for x in done.stdout.splitlines() if x.startswith("payload:"))
     assert "script ../proj/train.py 2 1 --batch_size 4 (" in line
     sizes = {n: len(PROJECT[n]) for n in PROJECT}

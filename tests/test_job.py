@@ -10,9 +10,9 @@ import pytest
 
 from jupyter_disttrain import events as ev
 from jupyter_disttrain.backends.local import LocalBackend
-from jupyter_disttrain.checkpoints import CheckpointError
+from jupyter_disttrain.checkpoints.store import CheckpointError
 from jupyter_disttrain.job import Job
-from jupyter_disttrain.remote import JobFailed, JobStopped
+from jupyter_disttrain.results import JobFailed, JobStopped
 from jupyter_disttrain.spec import JobSpec
 
 T0 = 1_800_000_000.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_disttrain import jobdir
+from jupyter_disttrain.backends.local import jobdir
 from tests.conftest import assert_no_processes
 from tests.kernel_harness import Kernel
 from tests.kernel_harness import kernel as start_kernel
@@ -61,3 +62,23 @@ def test_kernel_shutdown_ends_background_jobs(kernel: Kernel, home: Any) -> None
     kernel.kc.stop_channels()
     kernel.km.shutdown_kernel(now=False)
     assert_no_processes(jobdir.job_dir("kr-bg"), pids, wait=15)
+
+
+def test_a_cell_job_is_named_after_its_notebook_and_cell(home: Any) -> None:
+    """As Jupyter starts a notebook's kernel: JPY_SESSION_NAME set, ipykernel's __session__."""
+    notebook = str(home / "work" / "Quick Start.ipynb")
+    with start_kernel(str(home), env={"JPY_SESSION_NAME": notebook}) as kernel:
+        kernel.execute("%load_ext jupyter_disttrain")
+        assert kernel.run("print(__session__)").strip() == notebook
+        kernel.run("x = 1")
+        _, reply = kernel.execute("%%distrain --nodes 1 --nproc 1 --wait\n6 * 7")
+        cell = reply["content"]["execution_count"]  # the In[N] the notebook shows
+        kernel.drain(0.5)
+        printed = "".join(
+            m["content"]["text"] for m in kernel.iopub
+            if m["msg_type"] == "stream"
+            and m["parent_header"].get("msg_id") == reply["parent_header"]["msg_id"]
+        )  # fmt: skip
+        found = re.search(rf"^(quick-start-c{cell}-[0-9a-f]{{4}}): ", printed, re.M)
+        assert found, printed
+        assert jobdir.read_state(jobdir.job_dir(found[1]))["state"] == "Succeeded"  # type: ignore[index]

@@ -180,7 +180,7 @@ def test_a_job_that_succeeded_without_the_facts_leaves_unseen_phases_pending() -
 
 
 def test_the_lines_view_prints_what_a_job_waits_for() -> None:
-    from jupyter_disttrain.progress import format_event
+    from jupyter_disttrain.textview import format_event
 
     waiting = ev.phase_event("image", "waiting", [2, 3], 'pod tj-1 pulling image "pt"', T0)
     assert format_event(waiting) == 'waiting (image): pod tj-1 pulling image "pt"'

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from jupyter_disttrain import events as ev
-from jupyter_disttrain import jobdir
+from jupyter_disttrain.backends.local import jobdir
 from jupyter_disttrain.job import Job
 from jupyter_disttrain.runtime.session import HELLO_SECONDS, recv_frame, send_frame
 from jupyter_disttrain.service import JobService

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_disttrain import jobdir
+from jupyter_disttrain.backends.local import jobdir
 from tests.conftest import assert_no_processes
 from tests.kernel_harness import Kernel
 from tests.kernel_harness import kernel as start_kernel

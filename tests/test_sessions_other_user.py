@@ -26,8 +26,7 @@ import psutil
 import pytest
 
 from jupyter_disttrain import events as ev
-from jupyter_disttrain import jobdir
-from jupyter_disttrain.backends.local import LocalBackend
+from jupyter_disttrain.backends.local import LocalBackend, jobdir
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec

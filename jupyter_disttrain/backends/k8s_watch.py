@@ -76,9 +76,9 @@ def payload_files(payload: Payload) -> dict[str, bytes]:
     files = {mf.PAYLOAD_FILE: payload.data, jobkey.KEY_FILE: payload.key}
     package = Path(runtime.__file__).parent.parent
     files["jupyter_disttrain/__init__.py"] = (package / "__init__.py").read_bytes()
-    for path in sorted((package / "runtime").glob("*.py")):
+    for path in sorted((package / "runtime").rglob("*.py")):
         if path.name != "zygote.py":  # the local launcher; pods run torchrun's own
-            files[f"jupyter_disttrain/runtime/{path.name}"] = path.read_bytes()
+            files[path.relative_to(package.parent).as_posix()] = path.read_bytes()
     for path in sorted(Path(cloudpickle.__file__).parent.glob("*.py")):
         files[f"cloudpickle/{path.name}"] = path.read_bytes()
     return files

@@ -27,10 +27,14 @@ from .records import (
     LogSummary,
     MetricRow,
     ProgressRow,
+    RankJSON,
     RankRow,
     RankState,
     Series,
     Snapshot,
+    latest_by_step,
+    mean_by_step,
+    rank_json,
 )
 from .text import format_text
 from .usage import resource_outliers
@@ -53,6 +57,7 @@ __all__ = [
     "MetricStore",
     "PhaseRow",
     "ProgressRow",
+    "RankJSON",
     "RankRow",
     "RankState",
     "Series",
@@ -62,6 +67,9 @@ __all__ = [
     "Where",
     "format_ranks",
     "format_text",
+    "latest_by_step",
+    "mean_by_step",
+    "rank_json",
     "resource_outliers",
     "summary",
     "timeline",

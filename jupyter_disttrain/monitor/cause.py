@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from ..remote import user_traceback as user_traceback  # re-exported: the views import it here
+from ..results import user_traceback as user_traceback  # re-exported: the views import it here
 from .records import Failure
 
 #: Failure classes, best cause first.

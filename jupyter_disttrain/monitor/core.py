@@ -40,10 +40,10 @@ from .records import (
     RankState,
     Series,
     Snapshot,
-    _finite_or_none,
-    _int,
-    _now,
-    _str,
+    as_int,
+    as_str,
+    finite_or_none,
+    now_or_clock,
 )
 
 # --------------------------------------------------------------------------- the monitor
@@ -80,10 +80,10 @@ _ENDED_RANK = frozenset({"Succeeded", "Failed", "Stopped", "Exited"})
 def _staging_row(f: StagingFields) -> StagingFields:
     total = f.get("total")
     return StagingFields(
-        src=_str(f.get("src")), dest=_str(f.get("dest")), state=_str(f.get("state")),
-        done=_int(f.get("done")) or 0, total=total if isinstance(total, int) else None,
-        files_done=_int(f.get("files_done")) or 0, files_total=_int(f.get("files_total")) or 0,
-        host=_str(f.get("host")), message=_str(f.get("message")),
+        src=as_str(f.get("src")), dest=as_str(f.get("dest")), state=as_str(f.get("state")),
+        done=as_int(f.get("done")) or 0, total=total if isinstance(total, int) else None,
+        files_done=as_int(f.get("files_done")) or 0, files_total=as_int(f.get("files_total")) or 0,
+        host=as_str(f.get("host")), message=as_str(f.get("message")),
     )  # fmt: skip
 
 
@@ -212,7 +212,7 @@ class JobMonitor(MonitorState):
             return None
         for staged in self._staging.values():
             if staged.get("state") == "failed":
-                return f"Data staging failed: {_str(staged.get('message'))}"
+                return f"Data staging failed: {as_str(staged.get('message'))}"
         hang = self._hang()
         if hang is not None and self._state not in TERMINAL_STATES:
             return hang.sentence()
@@ -260,7 +260,7 @@ class JobMonitor(MonitorState):
                 first = self._stacks_t[request]
                 if self._output_t is not None and self._output_t > first:
                     return None
-                if not self._stacks_complete(request) and _now(now) - first < HANG_GATHER:
+                if not self._stacks_complete(request) and now_or_clock(now) - first < HANG_GATHER:
                     return None  # rank 0 is still relaying the others' stacks
                 return where_from(request, self._stacks[request], self._world_size)
         return None
@@ -304,7 +304,7 @@ class JobMonitor(MonitorState):
         with self._lock:
             if self._first_t is None:
                 return 0.0
-            end = self._end_t if self._end_t is not None else _now(now)
+            end = self._end_t if self._end_t is not None else now_or_clock(now)
             return max(0.0, end - self._first_t)
 
     def steps_per_second(self) -> float | None:
@@ -368,7 +368,7 @@ class JobMonitor(MonitorState):
     def silent_ranks(self, after: float, now: float | None = None) -> list[int]:
         """Running ranks not heard from for more than ``after`` seconds."""
         with self._lock:
-            at = _now(now)
+            at = now_or_clock(now)
             return [
                 r
                 for r, row in sorted(self._rows.items())
@@ -475,7 +475,7 @@ class JobMonitor(MonitorState):
     def snapshot(self, now: float | None = None) -> Snapshot:
         """A JSON-able summary of everything shown (see :class:`Snapshot`)."""
         with self._lock:
-            at = _now(now)
+            at = now_or_clock(now)
             latest = self._metrics.latest_values()
             failure = self._first_failure()
             frontier = None if self._frontier is None else self._frontier[1]
@@ -504,7 +504,7 @@ class JobMonitor(MonitorState):
                 now=at,
                 elapsed=self.elapsed(at),
                 step=frontier,
-                steps_per_s=None if stalled else _finite_or_none(self.steps_per_second()),
+                steps_per_s=None if stalled else finite_or_none(self.steps_per_second()),
                 stalled=stalled,
                 ranks=ranks,
                 first_failure=None
@@ -577,7 +577,7 @@ class JobMonitor(MonitorState):
             state=row.state,
             restarts=row.restarts,
             step=row.step,
-            step_rate=None if stalled else _finite_or_none(row.step_rate),
+            step_rate=None if stalled else finite_or_none(row.step_rate),
             stalled=stalled,
             last_heard=row.last_heard,
             silent_s=row.silent_for(now),

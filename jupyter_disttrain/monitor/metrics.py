@@ -16,15 +16,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .records import (
-    _EMPTY,
+    EMPTY_SERIES,
     JSONFloat,
     MetricRow,
+    PointColumns,
     Series,
-    _json_float,
-    _latest_by_step,
-    _nan_max,
-    _nan_min,
-    _Points,
+    json_float,
+    latest_by_step,
+    mean_by_step,
+    nan_max,
+    nan_min,
 )
 
 
@@ -33,7 +34,7 @@ class MetricStore:
 
     def __init__(self, lock: threading.RLock) -> None:
         self._lock = lock
-        self._points: dict[str, dict[int, _Points]] = {}
+        self._points: dict[str, dict[int, PointColumns]] = {}
         self._ev_rank = array("q")
         self._ev_step = array("d")
         self._ev_t = array("d")
@@ -50,7 +51,7 @@ class MetricStore:
                     if isinstance(name, str) and isinstance(value, int | float):
                         points = self._points.setdefault(name, {}).get(rank)
                         if points is None:
-                            points = self._points[name][rank] = _Points()
+                            points = self._points[name][rank] = PointColumns()
                         points.steps.append(step)
                         points.times.append(t)
                         points.values.append(float(value))
@@ -85,28 +86,21 @@ class MetricStore:
         """All points of ``name`` from ``rank`` (one per step, the latest, with ``by_step``)."""
         with self._lock:
             points = self._points.get(name, {}).get(rank)
-            series = _EMPTY if points is None else points.slice()
-        return _latest_by_step(series) if by_step else series
+            series = EMPTY_SERIES if points is None else points.slice()
+        return latest_by_step(series) if by_step else series
 
     def since(self, name: str, rank: int, index: int) -> Series:
         """Points from position ``index`` on."""
         with self._lock:
             points = self._points.get(name, {}).get(rank)
-            return _EMPTY if points is None else points.slice(max(0, index))
+            return EMPTY_SERIES if points is None else points.slice(max(0, index))
 
     def mean(self, name: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """``(steps, means)``: per step, the mean of each rank's latest value for it."""
         with self._lock:
             per_rank = [points.slice() for points in self._points.get(name, {}).values()]
-        if not per_rank:
-            return np.empty(0), np.empty(0)
-        latest = [_latest_by_step(s) for s in per_rank]
-        steps = np.concatenate([s.steps for s in latest])
-        values = np.concatenate([s.values for s in latest])
-        unique, inverse = np.unique(steps, return_inverse=True)
-        sums = np.bincount(inverse, weights=values, minlength=unique.size)
-        counts = np.bincount(inverse, minlength=unique.size)
-        return unique, sums / counts
+        mean = mean_by_step(per_rank)
+        return mean.steps, mean.values
 
     def table(self) -> list[dict[str, float | int]]:
         """One row per metric event: ``rank``, ``step``, ``t`` and each reported value."""
@@ -156,7 +150,7 @@ class MetricStore:
             out: dict[int, dict[str, JSONFloat]] = {}
             for name, by_rank in self._points.items():
                 for rank, points in by_rank.items():
-                    out.setdefault(rank, {})[name] = _json_float(points.values[-1])
+                    out.setdefault(rank, {})[name] = json_float(points.values[-1])
             return out
 
     def rows(self) -> dict[str, MetricRow]:
@@ -168,9 +162,9 @@ class MetricStore:
                 step = max(int(points.steps[-1]) for points in by_rank.values())
                 rows[name] = MetricRow(
                     step=step,
-                    mean=_json_float(math.fsum(values) / len(values)),
-                    min=_json_float(_nan_min(values)),
-                    max=_json_float(_nan_max(values)),
+                    mean=json_float(math.fsum(values) / len(values)),
+                    min=json_float(nan_min(values)),
+                    max=json_float(nan_max(values)),
                     ranks=len(values),
                 )
             return rows

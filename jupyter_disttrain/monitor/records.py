@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import time
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, TypedDict
+from typing import Any, Final, NamedTuple, TypedDict, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -120,22 +121,21 @@ class Failure(NamedTuple):
 # --------------------------------------------------------------------------- snapshot shapes
 
 
-class RankRow(TypedDict):
-    """:class:`RankState` as JSON, plus ``silent_s`` and the rank's latest metric values."""
+class RankJSON(TypedDict):
+    """One rank as the sidebar sees it (``IRank`` in ``labextension/src/types.ts``).
+
+    Its latest metric values and resource figures (None: absent). The one
+    schema of a rank: :class:`RankRow` adds the monitor's own fields, and
+    :func:`rank_json` cuts a row down to these.
+    """
 
     rank: int
     node: int
     local_rank: int
     host: str
-    pod: str
-    pid: int | None
     state: str
     restarts: int
     step: int | None
-    step_rate: float | None
-    last_heard: float | None
-    silent_s: float | None
-    stalled: bool  # Running, and no report() for longer than its own interval allows
     exit_code: int | None
     reason: str
     latest: dict[str, JSONFloat]
@@ -144,6 +144,23 @@ class RankRow(TypedDict):
     mem_limit_bytes: int | None
     gpu_util_pct: float | None
     gpu_mem_bytes: int | None
+
+
+class RankRow(RankJSON):
+    """:class:`RankState` as JSON: :class:`RankJSON` plus where it runs and how it reports."""
+
+    pod: str
+    pid: int | None
+    step_rate: float | None
+    last_heard: float | None
+    silent_s: float | None
+    stalled: bool  # Running, and no report() for longer than its own interval allows
+
+
+def rank_json(row: RankRow) -> RankJSON:
+    """The :class:`RankJSON` fields of ``row``, in their order."""
+    fields = cast(dict[str, Any], row)
+    return cast(RankJSON, {name: fields[name] for name in RankJSON.__annotations__})
 
 
 class ProgressRow(TypedDict):
@@ -260,7 +277,7 @@ class Snapshot(TypedDict):
 # --------------------------------------------------------------------------- storage
 
 
-class _Points:
+class PointColumns:
     """Append-only (step, t, value) columns in compact ``array('d')`` storage."""
 
     __slots__ = ("steps", "times", "values")
@@ -284,11 +301,11 @@ def _np(column: array[float], start: int) -> NDArray[np.float64]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _now(now: float | None) -> float:
+def now_or_clock(now: float | None) -> float:
     return time.time() if now is None else now
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
     """An int from an int or an integral float; ``None`` otherwise (bools too)."""
     if isinstance(value, bool):
         return None
@@ -299,11 +316,11 @@ def _int(value: Any) -> int | None:
     return None
 
 
-def _str(value: Any) -> str:
+def as_str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _json_float(value: float) -> JSONFloat:
+def json_float(value: float) -> JSONFloat:
     if math.isfinite(value):
         return value
     if math.isnan(value):
@@ -311,19 +328,19 @@ def _json_float(value: float) -> JSONFloat:
     return "Infinity" if value > 0 else "-Infinity"
 
 
-def _finite_or_none(value: float | None) -> float | None:
+def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _nan_min(values: list[float]) -> float:
+def nan_min(values: list[float]) -> float:
     return math.nan if any(math.isnan(v) for v in values) else min(values)
 
 
-def _nan_max(values: list[float]) -> float:
+def nan_max(values: list[float]) -> float:
     return math.nan if any(math.isnan(v) for v in values) else max(values)
 
 
-def _latest_by_step(series: Series) -> Series:
+def latest_by_step(series: Series) -> Series:
     """One point per step (the last one to arrive), sorted by step."""
     if series.steps.size == 0:
         return series
@@ -333,4 +350,20 @@ def _latest_by_step(series: Series) -> Series:
     return Series(series.steps[pick], series.times[pick], series.values[pick])
 
 
-_EMPTY: Final = Series(np.empty(0), np.empty(0), np.empty(0))
+EMPTY_SERIES: Final = Series(np.empty(0), np.empty(0), np.empty(0))
+
+
+def mean_by_step(series: Sequence[Series]) -> Series:
+    """The mean across ranks: per step, the mean time and value of each rank's latest point.
+
+    ``series`` holds one :class:`Series` per rank; the result is sorted by step.
+    """
+    latest = [latest_by_step(s) for s in series if s.steps.size]
+    if not latest:
+        return EMPTY_SERIES
+    steps = np.concatenate([s.steps for s in latest])
+    unique, inverse = np.unique(steps, return_inverse=True)
+    counts = np.bincount(inverse, minlength=unique.size)
+    times = np.bincount(inverse, np.concatenate([s.times for s in latest]), unique.size) / counts
+    values = np.bincount(inverse, np.concatenate([s.values for s in latest]), unique.size) / counts
+    return Series(unique, times, values)

@@ -33,8 +33,8 @@ from .records import (
     ErrorInfo,
     Failure,
     RankState,
-    _int,
-    _str,
+    as_int,
+    as_str,
 )
 from .usage import ProgressTracker, apply_resources, clear_resources
 
@@ -153,8 +153,8 @@ class MonitorState:
 
     def _on_job(self, ev: Event, row: RankState | None) -> None:
         f = ev.job()
-        self._reason = _str(f.get("reason"))
-        self._message = _str(f.get("message"))
+        self._reason = as_str(f.get("reason"))
+        self._message = as_str(f.get("message"))
         reported = f.get("state")
         if reported not in JOB_STATES:
             return
@@ -175,12 +175,12 @@ class MonitorState:
 
     def _on_restart(self, ev: Event, row: RankState | None) -> None:
         f = ev.restart()
-        attempt = _int(f.get("attempt"))
+        attempt = as_int(f.get("attempt"))
         cause = self._cause()
         if cause is not None:
             self._recovered.append(cause)
         self._attempt = max(self._attempt + 1, attempt or 0)
-        reason = _str(f.get("reason"))
+        reason = as_str(f.get("reason"))
         if not self._explicit_terminal:
             self._reason = reason
             self._message = ""
@@ -207,23 +207,23 @@ class MonitorState:
             row.step = row.step_rate = None
         self._restart_counted.discard(row.rank)
         self._hello_attempt[row.rank] = self._attempt
-        local_rank = _int(f.get("local_rank"))
-        node = _int(f.get("node_rank"))
-        pid = _int(f.get("pid"))
+        local_rank = as_int(f.get("local_rank"))
+        node = as_int(f.get("node_rank"))
+        pid = as_int(f.get("pid"))
         if local_rank is not None:
             row.local_rank = local_rank
         if node is not None:
             row.node = node
         if pid is not None:
             row.pid = pid
-        row.host = _str(f.get("host")) or row.host
+        row.host = as_str(f.get("host")) or row.host
         versions = f.get("versions")
         if isinstance(versions, dict):
             row.versions = dict(versions)
         backend = f.get("backend")
         if isinstance(backend, str) and backend:
             self._dist_backend = backend
-        world = _int(f.get("world_size"))
+        world = as_int(f.get("world_size"))
         if world is not None and world > 0 and world != self._world_size:
             self._resize(world)
         self._recent.pop(row.rank, None)
@@ -240,7 +240,7 @@ class MonitorState:
     def _on_metric(self, ev: Event, row: RankState | None) -> None:
         f = ev.metric()
         self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
-        step = _int(f.get("step"))
+        step = as_int(f.get("step"))
         values = f.get("values")
         if row is None or step is None:
             return
@@ -269,12 +269,12 @@ class MonitorState:
 
     def _on_checkpoint(self, ev: Event, row: RankState | None) -> None:
         f = ev.checkpoint()
-        step = _int(f.get("step"))
+        step = as_int(f.get("step"))
         self._checkpoints.append(
             Checkpoint(
                 step if step is not None else -1,
-                _str(f.get("uri")),
-                _int(f.get("bytes")),
+                as_str(f.get("uri")),
+                as_int(f.get("bytes")),
                 ev.rank,
                 ev.t,
             )
@@ -289,9 +289,9 @@ class MonitorState:
         info = ErrorInfo(
             ev.rank,
             ev.t,
-            _str(f.get("type")) or "Error",
-            _str(f.get("message")),
-            _str(f.get("traceback")),
+            as_str(f.get("type")) or "Error",
+            as_str(f.get("message")),
+            as_str(f.get("traceback")),
             self._attempt,
         )
         self._errors.append(info)
@@ -317,14 +317,14 @@ class MonitorState:
         f = ev.rank_fact()
         if row is None:
             return
-        state = _str(f.get("state"))
-        code = _int(f.get("exit_code"))
-        reason = _str(f.get("reason"))
-        node = _int(f.get("node"))
+        state = as_str(f.get("state"))
+        code = as_int(f.get("exit_code"))
+        reason = as_str(f.get("reason"))
+        node = as_int(f.get("node"))
         if node is not None:
             row.node = node
-        row.host = _str(f.get("host")) or row.host
-        row.pod = _str(f.get("pod")) or row.pod
+        row.host = as_str(f.get("host")) or row.host
+        row.pod = as_str(f.get("pod")) or row.pod
         if code is not None:
             row.exit_code = code
         if self._explicit_terminal and row.state == "Stopped":
@@ -448,7 +448,7 @@ class MonitorState:
 
     def _on_stacks(self, ev: Event, row: RankState | None) -> None:
         f = ev.stacks()
-        request = _str(f.get("request"))
+        request = as_str(f.get("request"))
         if row is None or not request:
             return
         seen = self._stacks.setdefault(request, {})
@@ -460,7 +460,7 @@ class MonitorState:
 
     def _on_staging(self, ev: Event, row: RankState | None) -> None:
         f = ev.staging()
-        key = (_str(f.get("src")), _str(f.get("host")))
+        key = (as_str(f.get("src")), as_str(f.get("host")))
         self._staging[key] = f
 
     def _on_resources(self, ev: Event, row: RankState | None) -> None:
@@ -482,7 +482,7 @@ class MonitorState:
         if ev.rank is not None and ev.rank >= 0:
             self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
         rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
-        text = _str(f.get("text"))
+        text = as_str(f.get("text"))
         rejected = f.get("rejected")
         if rejected and not self._rejected_warned:  # once per job: printed text, not a command
             self._rejected_warned = True
@@ -494,7 +494,7 @@ class MonitorState:
         for prefix in WARNING_PREFIXES:  # one copy of what every rank warns about
             if text.startswith(prefix) and len(self._warnings) < MAX_WARNINGS:
                 self._warnings.setdefault(text[len(prefix) :].strip(), None)
-        source = _str(f.get("source"))
+        source = as_str(f.get("source"))
         if rank == JOB_RANK and source.startswith("agent-"):
             exited = self._launcher.feed(source, text, ev.t, self._attempt)
             if exited is not None:

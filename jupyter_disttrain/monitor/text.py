@@ -168,7 +168,7 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
             _rate(r),
             *(_resources(r, gpu) if used or gpu else ()),
             "-" if r["silent_s"] is None else f"{duration(r['silent_s'])} ago",
-            _exit(r),
+            exit_text(r, 80),
         )
         for r in shown
     ]
@@ -210,11 +210,15 @@ def _resources(r: RankRow, gpu: bool) -> tuple[str, ...]:
     return (*cells, util, used)
 
 
-def _exit(row: RankRow) -> str:
+def exit_text(row: RankRow, width: int = 120) -> str:
+    """``exit 137: OOMKilled``, the reason alone, or the exit code alone.
+
+    A reason longer than ``width`` characters is cut to ``width`` with ``...``.
+    """
     code = "" if row["exit_code"] is None else f"exit {row['exit_code']}"
     reason = row["reason"]
-    if len(reason) > 80:
-        reason = reason[:77] + "..."
+    if len(reason) > width:
+        reason = reason[: width - 3] + "..."
     if code and reason and f"exit code {row['exit_code']}" not in reason:
         return f"{code}: {reason}"
     return reason or code

@@ -16,7 +16,7 @@ from typing import Final
 
 from ..events import ResourcesFields
 from ..units import format_bytes
-from .records import ProgressRow, RankRow, RankState, _int
+from .records import ProgressRow, RankRow, RankState, as_int
 
 #: The resource fields of a rank row, in the order the tables show them.
 RESOURCE_FIELDS: Final = ("cpu_pct", "rss_bytes", "mem_limit_bytes", "gpu_util_pct",
@@ -33,7 +33,7 @@ def _float(value: object) -> float | None:
 
 
 def _count(value: object) -> int | None:
-    n = _int(value)
+    n = as_int(value)
     return n if n is not None and n >= 0 else None
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from .parser import NcclParser
 from .patterns import FAILURES, RAW_HEAD, RAW_TAIL
-from .summary import NcclSummary, format_summary, summary_to_json
+from .summary import NcclSummary, format_summary, summary_facts, summary_to_json
 
 __all__ = [
     "FAILURES",
@@ -34,6 +34,7 @@ __all__ = [
     "NcclSummary",
     "format_summary",
     "summarize",
+    "summary_facts",
     "summary_to_json",
 ]
 

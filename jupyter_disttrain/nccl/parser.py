@@ -3,62 +3,62 @@
 from __future__ import annotations
 
 from .patterns import (
-    _BENIGN_WARN,
-    _BOOTSTRAP,
-    _BYTES,
-    _COMM,
-    _EXPLICIT,
-    _FILE_TRANSPORTS,
-    _GLOG,
-    _GLOO_PEERS,
-    _GLOO_RANK,
-    _HEADER,
-    _IB_DEV,
-    _INIT_STARTED,
-    _MAX_IFACES,
-    _MAX_TEXT,
-    _NNODES,
-    _NVLS_CHANNELS,
-    _OOB,
-    _OPTYPE,
-    _PG_SIZE,
-    _PROBLEM,
-    _RANK_PREFIX,
-    _RANK_TAG,
-    _RING,
-    _ROOT_CAUSE_ORDER,
-    _ROOT_CAUSES,
-    _RULES,
-    _SEQ,
-    _SETTING,
-    _SOCKET_IF,
-    _TIMEOUT_MS,
-    _TRACE,
-    _TRANSPORT_FILE,
-    _USING_NET,
-    _VERSION,
-    _VIA,
+    BENIGN_WARN,
+    BOOTSTRAP,
+    BYTES,
+    COMM,
+    EXPLICIT,
+    FILE_TRANSPORTS,
+    GLOG,
+    GLOO_PEERS,
+    GLOO_RANK,
+    HEADER,
+    IB_DEV,
+    INIT_STARTED,
+    MAX_IFACES,
     MAX_PROBLEM_LINES,
+    MAX_TEXT,
+    NNODES,
+    NVLS_CHANNELS,
+    OOB_ADDR,
+    OPTYPE,
+    PG_SIZE,
+    PROBLEM,
+    RANK_PREFIX,
+    RANK_TAG,
+    RING,
+    ROOT_CAUSE_ORDER,
+    ROOT_CAUSES,
+    RULES,
+    SEQ,
+    SETTING,
+    SOCKET_IF,
+    TIMEOUT_MS,
+    TRACE,
+    TRANSPORT_FILE,
+    USING_NET,
+    VERSION,
+    VIA,
     Source,
 )
 from .summary import (
+    Finding,
+    Lines,
     NcclSummary,
-    _add,
-    _Finding,
-    _Lines,
-    _relevant,
+    add_bounded,
+    relevant,
 )
 from .text import (
-    _connection_text,
-    _hint_text,
-    _ib_text,
-    _net_name,
-    _oom_text,
-    _other_text,
-    _ranks_text,
-    _sentence,
-    _size_text,
-    _strip_rank_prefix,
+    connection_text,
+    hint_text,
+    ib_text,
+    net_name,
+    oom_text,
+    other_text,
+    ranks_text,
+    sentence,
+    size_text,
+    strip_rank_prefix,
     timeout_text,
 )
 
@@ -79,8 +79,8 @@ class NcclParser:
         self._nccl_seen = False
         self._nccl_info_seen = False
         self._gloo_seen = False
-        self._raw = _Lines()
-        self._comm = _Lines()
+        self._raw = Lines()
+        self._comm = Lines()
         self._version: str | None = None
         self._nranks: int | None = None
         self._multi_node: bool | None = None
@@ -102,7 +102,7 @@ class NcclParser:
         self._init_done: set[Source] = set()
         self._init_failed: set[Source] = set()
         self._bootstrap_failed = False
-        self._found: dict[tuple[str | None, str], _Finding] = {}
+        self._found: dict[tuple[str | None, str], Finding] = {}
         self._class_sources: dict[str | None, set[Source]] = {}
         self._watchdog: dict[Source, tuple[str | None, str | None, int | None]] = {}
         self._pending_last_error: set[Source | None] = set()
@@ -120,9 +120,9 @@ class NcclParser:
                 # The line after PyTorch's "Last error:" is NCCL's own message.
                 self._pending_last_error.discard(waiting)
                 self._raw.add(line.rstrip("\r\n"))
-                self._classify(_strip_rank_prefix(line), waiting, None, None)
+                self._classify(strip_rank_prefix(line), waiting, None, None)
                 return
-        if not _relevant(line):
+        if not relevant(line):
             return
         text = line.rstrip("\r\n")
         is_nccl = "NCCL" in text or "nccl" in text
@@ -134,58 +134,58 @@ class NcclParser:
                 self._gloo_seen = True
             self._comm.add(text)
 
-        header = _HEADER.search(text) if is_nccl else None
+        header = HEADER.search(text) if is_nccl else None
         host = dev = proc = None
         if header is not None:
             host, dev = header.group(1), header.group(3)
             proc = f"{host}:{header.group(2)}"
-            _add(self._hosts, host)
+            add_bounded(self._hosts, host)
         src: Source | None
         if rank is not None:
             src = rank
             if proc is not None:
                 self._proc_rank.pop(proc, None)
-                _add(self._proc_rank, proc, (_EXPLICIT, rank))
+                add_bounded(self._proc_rank, proc, (EXPLICIT, rank))
         elif proc is not None:
             src = proc
         else:
             src = self._torch_rank(text)
         if isinstance(src, int):
-            _add(self._ranks, src)
+            add_bounded(self._ranks, src)
 
         if "NCCL version" in text and self._version is None:
-            version = _VERSION.search(text)
+            version = VERSION.search(text)
             if version is not None:
                 self._version = version.group(1)
         if "NCCL WARN" in text:
             self._warnings += 1
             message = text[text.index("NCCL WARN") + 10 :].strip()
             if self._first_warning is None:
-                self._first_warning = message[:_MAX_TEXT]
-            if self._first_error_warning is None and not _BENIGN_WARN.search(message):
-                self._first_error_warning = message[:_MAX_TEXT]
+                self._first_warning = message[:MAX_TEXT]
+            if self._first_error_warning is None and not BENIGN_WARN.search(message):
+                self._first_error_warning = message[:MAX_TEXT]
             self._classify(message, src, host, dev)
         elif "NCCL INFO" in text:
             message = text[text.index("NCCL INFO") + 10 :].strip()
-            if not _BENIGN_WARN.search(message) and not _SETTING.search(message):
+            if not BENIGN_WARN.search(message) and not SETTING.search(message):
                 self._classify(message, src, host, dev, known_only=True)
         elif header is None:
-            level = _GLOG.search(text)
+            level = GLOG.search(text)
             if level is None or level.group(1) in "EF":
-                self._classify(_strip_rank_prefix(text), src, host, dev)
+                self._classify(strip_rank_prefix(text), src, host, dev)
         if "Last error:" in text:
             rest = text[text.index("Last error:") + 11 :].strip()
             if not rest:
-                _add(self._pending_last_error, src)
+                add_bounded(self._pending_last_error, src)
         if is_nccl:
             self._parse_nccl(text, src, proc, host)
         elif "[Gloo]" in text:
-            peers = _GLOO_PEERS.search(text)
+            peers = GLOO_PEERS.search(text)
             if peers is not None:
                 self._see_nranks(int(peers.group(2)) + 1)
 
     def _torch_rank(self, text: str) -> int | None:
-        for pattern in (_RANK_PREFIX, _RANK_TAG, _GLOO_RANK):
+        for pattern in (RANK_PREFIX, RANK_TAG, GLOO_RANK):
             found = pattern.search(text)
             if found is not None:
                 return int(found.group(1))
@@ -200,53 +200,53 @@ class NcclParser:
     ) -> None:
         if "NCCL INFO" in text:
             self._nccl_info_seen = True
-        if not self._init_started and _INIT_STARTED.search(text):
+        if not self._init_started and INIT_STARTED.search(text):
             self._init_started = True
         if "anks " in text:
-            comm = _COMM.search(text)
+            comm = COMM.search(text)
             if comm is not None:
                 comm_rank, size = int(comm.group(1)), int(comm.group(2))
                 self._see_nranks(size)
                 if proc is not None:
                     known = self._proc_rank.get(proc)
                     if known is None:
-                        _add(self._proc_rank, proc, (size, comm_rank))
+                        add_bounded(self._proc_rank, proc, (size, comm_rank))
                     elif size > known[0]:
                         self._proc_rank[proc] = (size, comm_rank)
-                nodes = _NNODES.search(text)
+                nodes = NNODES.search(text)
                 if nodes is not None:
                     self._multi_node = int(nodes.group(1)) > 1 or bool(self._multi_node)
         if "global rank: " in text:
-            pg = _PG_SIZE.search(text)
+            pg = PG_SIZE.search(text)
             if pg is not None:
                 self._see_nranks(int(pg.group(1)))
         if "Init COMPLETE" in text and src is not None:
-            _add(self._init_done, src)
+            add_bounded(self._init_done, src)
         if " -> " in text:
             if ".c" in text:
-                trace = _TRACE.search(text)
+                trace = TRACE.search(text)
                 if trace is not None:
                     self._failed(None, "error", text.partition("NCCL INFO")[2] or text, src)
                     if trace.group(1) in ("init", "bootstrap") and src not in self._init_done:
-                        _add(self._init_failed, src if src is not None else "?")
+                        add_bounded(self._init_failed, src if src is not None else "?")
                     if trace.group(1) == "bootstrap":
                         self._bootstrap_failed = True
             if " via " in text:
-                via = _VIA.search(text)
+                via = VIA.search(text)
                 if via is not None:
                     self._see_via(via.group(1), via.group(2), src)
                     if "GDRDMA" in text:
                         self._gdr = True
         elif ("Channel " in text or "Ring " in text) and " : " in text:
-            ring = _RING.search(text)
+            ring = RING.search(text)
             if ring is not None:
                 members = [int(n) for n in ring.group(1).split()]
                 if sorted(members) == list(range(len(members))):
                     self._see_nranks(len(members))
         if ".c" in text:
-            source_file = _TRANSPORT_FILE.search(text)
+            source_file = TRANSPORT_FILE.search(text)
             if source_file is not None:
-                self._see_transport(_FILE_TRANSPORTS[source_file.group(1) or "ib_plugin"], src)
+                self._see_transport(FILE_TRANSPORTS[source_file.group(1) or "ib_plugin"], src)
         if "NET/IB" in text and "Got " in text:  # completion or async event errors
             self._see_transport("IB", src)
         if "Using" in text:
@@ -262,29 +262,29 @@ class NcclParser:
 
     def _parse_using(self, text: str, src: Source | None, host: str | None) -> None:
         if "Using network" in text:
-            net = _USING_NET.search(text)
+            net = USING_NET.search(text)
             if net is not None:
-                self._see_transport(_net_name(net.group(1)), src)
+                self._see_transport(net_name(net.group(1)), src)
         elif "NET/IB" in text:
             before_oob, _, oob = text.partition("OOB")
-            devices = _IB_DEV.findall(before_oob.partition("Using")[2])
+            devices = IB_DEV.findall(before_oob.partition("Using")[2])
             if devices:
                 self._see_transport("IB", src)
             for device in devices:
-                if len(self._ib_devs) < _MAX_IFACES:
+                if len(self._ib_devs) < MAX_IFACES:
                     self._ib_devs.setdefault(device, None)
-            oob_if = _OOB.search("OOB" + oob) if oob else None
+            oob_if = OOB_ADDR.search("OOB" + oob) if oob else None
             if oob_if is not None:
                 self._see_iface(oob_if.group(1), oob_if.group(2), host)
         elif "NET/Socket" in text:
             found = False
-            for iface, address in _SOCKET_IF.findall(text.partition("Using")[2]):
+            for iface, address in SOCKET_IF.findall(text.partition("Using")[2]):
                 self._see_iface(iface, address, host)
                 found = True
             if found:
                 self._see_transport("Socket", src)
         elif "Bootstrap" in text:
-            boot = _BOOTSTRAP.search(text)
+            boot = BOOTSTRAP.search(text)
             if boot is not None:
                 self._see_iface(boot.group(1), boot.group(2), host)
 
@@ -295,13 +295,13 @@ class NcclParser:
         elif "NVLS Head" in text or "Connected NVLS" in text:
             self._see_transport("NVLS", src)
         else:
-            channels = _NVLS_CHANNELS.search(text)
+            channels = NVLS_CHANNELS.search(text)
             if channels is not None and int(channels.group(1)) > 0:
                 self._see_transport("NVLS", src)
 
     def _see_via(self, first: str, second: str | None, src: Source | None) -> None:
         if first == "NET" and second:
-            self._see_transport(_net_name(second), src)
+            self._see_transport(net_name(second), src)
         elif first in ("P2P", "SHM", "NVLS"):
             self._see_transport(first, src)
         elif first == "direct":  # NCCL < 2.7: "via direct shared memory"
@@ -312,10 +312,10 @@ class NcclParser:
     def _see_transport(self, name: str, src: Source | None) -> None:
         sources = self._transports.setdefault(name, set())
         if src is not None:
-            _add(sources, src)
+            add_bounded(sources, src)
 
     def _see_iface(self, iface: str, address: str, host: str | None) -> None:
-        if len(self._net_ifaces) < _MAX_IFACES:
+        if len(self._net_ifaces) < MAX_IFACES:
             self._net_ifaces.setdefault(iface, None)
         if iface == "lo" or address.startswith(("127.", "::1")):
             self._hints.setdefault("loopback", (iface, address))
@@ -326,7 +326,7 @@ class NcclParser:
         if host is not None and address[:1].isdigit():
             owner = self._addr_host.get(address)
             if owner is None:
-                _add(self._addr_host, address, host)
+                add_bounded(self._addr_host, address, host)
             elif owner != host:
                 self._hints.setdefault("shared-address", (iface, address))
 
@@ -340,7 +340,7 @@ class NcclParser:
         known_only: bool = False,
     ) -> None:
         """Find the rule a problem line matches; ``known_only``: informational lines."""
-        for failure, cause, pattern in _RULES:
+        for failure, cause, pattern in RULES:
             if known_only and failure not in ("connection", "timeout"):
                 continue  # an INFO line is trusted for network trouble only
             if pattern.search(text):
@@ -351,11 +351,11 @@ class NcclParser:
         if (
             not known_only
             and len(self._problems) < MAX_PROBLEM_LINES
-            and _PROBLEM.search(text)
-            and not _SETTING.search(text)
-            and not _BENIGN_WARN.search(text)
+            and PROBLEM.search(text)
+            and not SETTING.search(text)
+            and not BENIGN_WARN.search(text)
         ):
-            self._problems.append(text.strip()[:_MAX_TEXT])
+            self._problems.append(text.strip()[:MAX_TEXT])
 
     def _failed(
         self,
@@ -375,19 +375,19 @@ class NcclParser:
         if weak and key not in self._found:
             self._from_info.add(key)
         if failure == "cuda-oom":
-            size = _BYTES.search(text)
+            size = BYTES.search(text)
             if size is not None:
                 self._oom_bytes = max(self._oom_bytes, int(size.group(1) or size.group(2)))
         if key not in self._found:
-            self._found[key] = _Finding(cause, text.strip()[:_MAX_TEXT], src, host, dev)
+            self._found[key] = Finding(cause, text.strip()[:MAX_TEXT], src, host, dev)
         if src is not None:
-            _add(self._class_sources.setdefault(failure, set()), src)
+            add_bounded(self._class_sources.setdefault(failure, set()), src)
 
     def _see_timeout(self, cause: str, text: str, src: Source | None) -> None:
         if cause != "watchdog" or src is None or "collective operation timeout" not in text:
             return
-        seq, op, limit = _SEQ.search(text), _OPTYPE.search(text), _TIMEOUT_MS.search(text)
-        _add(
+        seq, op, limit = SEQ.search(text), OPTYPE.search(text), TIMEOUT_MS.search(text)
+        add_bounded(
             self._watchdog,
             src,
             (
@@ -421,7 +421,7 @@ class NcclParser:
             init_complete=init,
             warnings=self._warnings,
             failure=failure,
-            diagnosis=_sentence(self._diagnose(failure, finding, transport)),
+            diagnosis=sentence(self._diagnose(failure, finding, transport)),
             backend=self._backend(),
             raw_lines=self._raw.lines(),
             comm_lines=self._comm.lines(),
@@ -457,13 +457,13 @@ class NcclParser:
             return (kind, *self._hints[kind])
         return None
 
-    def _failure(self) -> tuple[str, _Finding | None]:
-        for root in _ROOT_CAUSES:
-            for rule_failure, cause, _ in _RULES:
+    def _failure(self) -> tuple[str, Finding | None]:
+        for root in ROOT_CAUSES:
+            for rule_failure, cause, _ in RULES:
                 if cause == root and (rule_failure, cause) in self._found:
                     return str(rule_failure), self._found[(rule_failure, cause)]
-        for failure in _ROOT_CAUSE_ORDER:
-            for rule_failure, cause, _ in _RULES:
+        for failure in ROOT_CAUSE_ORDER:
+            for rule_failure, cause, _ in RULES:
                 if rule_failure == failure and (failure, cause) in self._found:
                     return failure, self._found[(failure, cause)]
         if self._hint() is not None:
@@ -472,10 +472,10 @@ class NcclParser:
             return "other", self._found[(None, "error")]
         if self._problems or self._first_error_warning is not None:
             lines = self._problems or [str(self._first_error_warning)]
-            return "other", _Finding("unrecognised", " | ".join(lines), None, None, None)
+            return "other", Finding("unrecognised", " | ".join(lines), None, None, None)
         return "none", None
 
-    def _where(self, finding: _Finding) -> str:
+    def _where(self, finding: Finding) -> str:
         rank = self._resolve(finding.source)
         if rank is not None:
             return f" on rank {rank}"
@@ -484,13 +484,13 @@ class NcclParser:
         return ""
 
     def _diagnose(
-        self, failure: str, finding: _Finding | None, transport: dict[str, list[int]]
+        self, failure: str, finding: Finding | None, transport: dict[str, list[int]]
     ) -> str:
         hint = self._hint()
         if failure == "none":
             return self._diagnose_healthy(transport)
         if hint is not None and (finding is None or failure in ("connection", "timeout")):
-            cause, fix = _hint_text(*hint)
+            cause, fix = hint_text(*hint)
             if failure == "timeout":
                 cause = f"collectives timed out, and {cause}"
             return f"{cause}: {fix}"
@@ -498,9 +498,9 @@ class NcclParser:
         where = self._where(finding)
         if failure == "cuda-oom":
             others = any(found not in (None, "cuda-oom") for found, _ in self._found)
-            return _oom_text(where, self._oom_bytes, others)
+            return oom_text(where, self._oom_bytes, others)
         if failure == "shm":
-            size = _size_text(finding.text)
+            size = size_text(finding.text)
             return (
                 f"/dev/shm is too small for NCCL's shared-memory segments{where}"
                 f"{f' ({size} each)' if size else ''}, as with a container's 64 MB default: "
@@ -508,14 +508,14 @@ class NcclParser:
                 "--shm-size or --ipc=host"
             )
         if failure == "ib":
-            return _ib_text(finding, where)
+            return ib_text(finding, where)
         if failure == "connection":
-            return _connection_text(finding, where, self._bootstrap_failed)
+            return connection_text(finding, where, self._bootstrap_failed)
         if failure == "timeout":
             return self._timeout_text(finding)
-        return _other_text(finding, where, self._first_error_warning)
+        return other_text(finding, where, self._first_error_warning)
 
-    def _timeout_text(self, finding: _Finding) -> str:
+    def _timeout_text(self, finding: Finding) -> str:
         reports = {self._resolve(s): v for s, v in self._watchdog.items()}
         others = [self._resolve(s) for s in self._class_sources.get("timeout", ())]
         return timeout_text(finding, reports, others, self._nranks)
@@ -548,7 +548,7 @@ class NcclParser:
                 "the aws-ofi-nccl plugin)"
             )
         if "Socket" in nets and len(nets) > 1:
-            slow = _ranks_text(transport["Socket"])
+            slow = ranks_text(transport["Socket"])
             fast = ", ".join(name for name in nets if name != "Socket")
             return (
                 f"{f'ranks {slow}' if slow else 'some ranks'} use TCP sockets while the others "

@@ -11,18 +11,18 @@ FAILURES: Final = ("none", "connection", "ib", "cuda-oom", "timeout", "shm", "ot
 RAW_HEAD: Final = 500
 RAW_TAIL: Final = 500
 
-_ROOT_CAUSE_ORDER: Final = ("cuda-oom", "shm", "ib", "connection", "other", "timeout")
+ROOT_CAUSE_ORDER: Final = ("cuda-oom", "shm", "ib", "connection", "other", "timeout")
 # Causes that explain the errors that follow them, tried first whatever their class.
-_ROOT_CAUSES: Final = ("oom", "shm", "driver", "version", "dup-gpu", "duplicate-rank")
-_MAX_TRACKED: Final = 4096  # ranks, processes, hosts and addresses remembered
-_MAX_IFACES: Final = 32
-_MAX_TEXT: Final = 240
-_EXPLICIT: Final = 1 << 62  # "communicator size" of a rank given to feed()
+ROOT_CAUSES: Final = ("oom", "shm", "driver", "version", "dup-gpu", "duplicate-rank")
+MAX_TRACKED: Final = 4096  # ranks, processes, hosts and addresses remembered
+MAX_IFACES: Final = 32
+MAX_TEXT: Final = 240
+EXPLICIT: Final = 1 << 62  # "communicator size" of a rank given to feed()
 
 Source = int | str  # a global rank, or "host:pid" until the rank is known
 
 # Substrings that make a line worth a closer look; checked before any regex.
-_MARKERS: Final = (
+MARKERS: Final = (
     "NCCL",
     "nccl",
     "c10d",
@@ -40,54 +40,54 @@ _MARKERS: Final = (
     "CUDA driver",
 )
 
-_HEADER = re.compile(r"([^\s:\[\]]+):(\d+):\d+ \[(\d+)\] ")
-_VERSION = re.compile(r"NCCL version:? (\d+\.\d+\.\d+(?:\+cuda\d+(?:\.\d+)*)?)")
-_COMM = re.compile(r"\brank (\d+) nranks (\d+)", re.IGNORECASE)
-_NNODES = re.compile(r"\bnNodes (\d+)")
-_PG_SIZE = re.compile(r"\bsize: (\d+), global rank: (\d+)")
-_GLOO_PEERS = re.compile(r"\[Gloo\] Rank (\d+) is connected to \d+ peer ranks.*?is : (\d+)")
-_RING = re.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
-_VIA = re.compile(r" via ([^\s/]+)(?:/([^\s/]+))?")
-_USING_NET = re.compile(r"Using network (\S.*?)\s*$")
-_NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels")
-_TRANSPORT_FILE = re.compile(
+HEADER = re.compile(r"([^\s:\[\]]+):(\d+):\d+ \[(\d+)\] ")
+VERSION = re.compile(r"NCCL version:? (\d+\.\d+\.\d+(?:\+cuda\d+(?:\.\d+)*)?)")
+COMM = re.compile(r"\brank (\d+) nranks (\d+)", re.IGNORECASE)
+NNODES = re.compile(r"\bnNodes (\d+)")
+PG_SIZE = re.compile(r"\bsize: (\d+), global rank: (\d+)")
+GLOO_PEERS = re.compile(r"\[Gloo\] Rank (\d+) is connected to \d+ peer ranks.*?is : (\d+)")
+RING = re.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
+VIA = re.compile(r" via ([^\s/]+)(?:/([^\s/]+))?")
+USING_NET = re.compile(r"Using network (\S.*?)\s*$")
+NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels")
+TRANSPORT_FILE = re.compile(
     r"(?:^|[\s/])(?:(?:transport/)?(p2p|shm|net_ib|net_socket|nvls|coll_net)(?:/\w+)?\.cc"
     r"|(ib_plugin|p2p_plugin)\.c):\d+"
 )
-_BOOTSTRAP = re.compile(r"Bootstrap ?: Using ?(?:\[\d+\])?([^\s:<\[\]]+):(\S+?)<\d+>")
-_SOCKET_IF = re.compile(r"\[\d+\]([^\s:<\[\]]+):(\S+?)<\d+>")
-_IB_DEV = re.compile(r"([A-Za-z][\w.\-]*:\d+/(?:IB|RoCE|ETH))\b")
-_OOB = re.compile(r"OOB ([^\s:<]+):(\S+?)<\d+>")
-_TRACE = re.compile(r"(?:^|[\s/])(init|bootstrap|proxy|enqueue|group)\.cc:\d+ -> ([1-9]\d*)")
-_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
-_RANK_TAG = re.compile(r"\[(?:PG (?:ID )?0 (?:PG GUID \S+ )?)?Rank (\d+)\]")
-_GLOO_RANK = re.compile(r"\[Gloo\] Rank (\d+)")
+BOOTSTRAP = re.compile(r"Bootstrap ?: Using ?(?:\[\d+\])?([^\s:<\[\]]+):(\S+?)<\d+>")
+SOCKET_IF = re.compile(r"\[\d+\]([^\s:<\[\]]+):(\S+?)<\d+>")
+IB_DEV = re.compile(r"([A-Za-z][\w.\-]*:\d+/(?:IB|RoCE|ETH))\b")
+OOB_ADDR = re.compile(r"OOB ([^\s:<]+):(\S+?)<\d+>")
+TRACE = re.compile(r"(?:^|[\s/])(init|bootstrap|proxy|enqueue|group)\.cc:\d+ -> ([1-9]\d*)")
+RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
+RANK_TAG = re.compile(r"\[(?:PG (?:ID )?0 (?:PG GUID \S+ )?)?Rank (\d+)\]")
+GLOO_RANK = re.compile(r"\[Gloo\] Rank (\d+)")
 # glog severity prefix of PyTorch C++ logs: "[W socket.cpp:464]", "[E1206 18:44:12.7 x.cpp:607]".
-_GLOG = re.compile(
+GLOG = re.compile(
     r"(?:^|[\s\[])([IWEF])(?:\d{4} [\d:.]+(?: +\d+)?)? ?[\w.\-/]+\.(?:cpp|cc|hpp|h|py):\d+\]"
 )
-_SEQ = re.compile(r"SeqNum=(\d+)")
-_OPTYPE = re.compile(r"OpType=(\w+)")
-_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
-_BARRIER = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier")
-_NCCL_PEER = re.compile(r"([\w.:%\-]+)<(\d+)>")
-_C10D_PEER = re.compile(r"\[([^\]\s]+)\]:(\d+)|\(([^,()\s]+), (\d+)\)")
-_IB_STATUS = re.compile(r"status=(?:[A-Za-z_ ]*\()?(\d+)")
-_IB_VENDOR = re.compile(r"vendor[ _]err[ =](\d+)")
-_BYTES = re.compile(r"(\d{4,}) bytes|size (\d{4,})")
-_BENIGN_WARN = re.compile(
+SEQ = re.compile(r"SeqNum=(\d+)")
+OPTYPE = re.compile(r"OpType=(\w+)")
+TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
+BARRIER = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier")
+NCCL_PEER = re.compile(r"([\w.:%\-]+)<(\d+)>")
+C10D_PEER = re.compile(r"\[([^\]\s]+)\]:(\d+)|\(([^,()\s]+), (\d+)\)")
+IB_STATUS = re.compile(r"status=(?:[A-Za-z_ ]*\()?(\d+)")
+IB_VENDOR = re.compile(r"vendor[ _]err[ =](\d+)")
+BYTES = re.compile(r"(\d{4,}) bytes|size (\d{4,})")
+BENIGN_WARN = re.compile(
     r"ignoring|Failed to open libibverbs|NET/Plugin|No plugin found|falling back|fall back"
 )
 # A line that says something went wrong, in words no rule knows (never "nothing to fix").
-_PROBLEM = re.compile(
+PROBLEM = re.compile(
     r"\b(?:error|errors|failed|failure|fails|abort(?:ed|ing)?|retry(?:ing)?|refused|unreachable"
     r"|timed? ?out|timeout|exception|fatal|invalid|unable|cannot|could not|mismatch)\b",
     re.IGNORECASE,
 )
 # Settings echoed at start-up ("NCCL_IB_TIMEOUT set by environment to 22") are no problem.
-_SETTING = re.compile(r"set by environment|\bNCCL_\w+\s*=|\bTORCH_\w+\s*=")
+SETTING = re.compile(r"set by environment|\bNCCL_\w+\s*=|\bTORCH_\w+\s*=")
 # Lines that show NCCL's communicator initialisation under way.
-_INIT_STARTED = re.compile(
+INIT_STARTED = re.compile(
     r"NCCL version|Bootstrap|bootstrap\.cc|init\.cc|Init START|ncclCommInit|cudaDriverVersion"
 )
 #: Lines quoted when no rule recognises a problem.
@@ -95,7 +95,7 @@ MAX_PROBLEM_LINES: Final = 3
 
 # (failure class, cause, pattern) tried in order on error lines; the first match wins.
 # Class None marks a failure whose cause is not recognised.
-_RULES: Final[tuple[tuple[str | None, str, re.Pattern[str]], ...]] = (
+RULES: Final[tuple[tuple[str | None, str, re.Pattern[str]], ...]] = (
     (
         "cuda-oom",
         "oom",
@@ -227,7 +227,7 @@ _RULES: Final[tuple[tuple[str | None, str, re.Pattern[str]], ...]] = (
     ),
 )
 
-_FILE_TRANSPORTS: Final = {
+FILE_TRANSPORTS: Final = {
     "p2p": "P2P",
     "shm": "SHM",
     "net_ib": "IB",
@@ -236,7 +236,7 @@ _FILE_TRANSPORTS: Final = {
     "coll_net": "CollNet",
     "ib_plugin": "IB",
 }
-_IB_STATUS_NAMES: Final = {
+IB_STATUS_NAMES: Final = {
     4: "local protection error",
     5: "work request flushed",
     10: "remote access error",

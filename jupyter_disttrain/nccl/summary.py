@@ -8,8 +8,8 @@ from typing import Any
 
 from ..logbuffer import format_ranks
 from .patterns import (
-    _MARKERS,
-    _MAX_TRACKED,
+    MARKERS,
+    MAX_TRACKED,
     RAW_HEAD,
     RAW_TAIL,
     Source,
@@ -50,7 +50,7 @@ class NcclSummary:
 
 
 @dataclass
-class _Finding:
+class Finding:
     cause: str
     text: str
     source: Source | None
@@ -58,7 +58,7 @@ class _Finding:
     dev: str | None
 
 
-class _Lines:
+class Lines:
     """The first RAW_HEAD and the last RAW_TAIL lines added."""
 
     def __init__(self) -> None:
@@ -80,9 +80,9 @@ class _Lines:
         return self.seen - len(self.head) - len(self.tail)
 
 
-def _add(bounded: set[Any] | dict[Any, Any], key: Any, value: Any = None) -> None:
-    """Add to a set (or dict) unless it already holds _MAX_TRACKED entries."""
-    if key in bounded or len(bounded) >= _MAX_TRACKED:
+def add_bounded(bounded: set[Any] | dict[Any, Any], key: Any, value: Any = None) -> None:
+    """Add to a set (or dict) unless it already holds MAX_TRACKED entries."""
+    if key in bounded or len(bounded) >= MAX_TRACKED:
         return
     if isinstance(bounded, dict):
         bounded[key] = value
@@ -90,8 +90,8 @@ def _add(bounded: set[Any] | dict[Any, Any], key: Any, value: Any = None) -> Non
         bounded.add(key)
 
 
-def _relevant(line: str) -> bool:
-    for marker in _MARKERS:
+def relevant(line: str) -> bool:
+    for marker in MARKERS:
         if marker in line:
             return True
     return False
@@ -111,8 +111,12 @@ def summary_to_json(s: NcclSummary) -> dict[str, Any]:
     }
 
 
-def format_summary(s: NcclSummary) -> str:
-    """A short multi-line text for people."""
+def summary_facts(s: NcclSummary, backend: str | None = None) -> list[tuple[str, str]]:
+    """The per-job facts as ``(name, value)`` rows, for the text summary and the panel.
+
+    ``backend`` overrides the backend the lines showed (the job's own
+    ``--dist-backend``, when known); a fact not seen in the lines reads ``unknown``.
+    """
 
     def unknown(value: object) -> str:
         return "unknown" if value is None or value == "" else str(value)
@@ -121,15 +125,20 @@ def format_summary(s: NcclSummary) -> str:
         f"{name} (ranks {format_ranks(ranks).replace(',', ', ')})" if ranks else name
         for name, ranks in s.transport.items()
     )
-    init = {True: "complete", False: "failed", None: "unknown"}[s.init_complete]
-    rows = [
-        ("backend", s.backend + (f", NCCL {s.nccl_version}" if s.nccl_version else "")),
+    init = {True: "complete on every rank", False: "failed", None: "unknown"}[s.init_complete]
+    return [
+        ("backend", backend or s.backend),
+        ("nccl", unknown(s.nccl_version)),
         ("ranks", unknown(s.nranks)),
         ("init", init),
         ("transport", transports or "unknown"),
         ("interfaces", ", ".join(s.interfaces) or "unknown"),
         ("warnings", str(s.warnings)),
         ("failure", s.failure),
-        ("diagnosis", s.diagnosis),
     ]
+
+
+def format_summary(s: NcclSummary) -> str:
+    """A short multi-line text for people: :func:`summary_facts` and the diagnosis."""
+    rows = [*summary_facts(s), ("diagnosis", s.diagnosis)]
     return "\n".join(f"{name:<11}{value}" for name, value in rows)

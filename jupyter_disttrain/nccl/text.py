@@ -6,21 +6,21 @@ from collections.abc import Iterable
 
 from ..logbuffer import format_ranks
 from .patterns import (
-    _BARRIER,
-    _BYTES,
-    _C10D_PEER,
-    _IB_STATUS,
-    _IB_STATUS_NAMES,
-    _IB_VENDOR,
-    _NCCL_PEER,
-    _RANK_PREFIX,
+    BARRIER,
+    BYTES,
+    C10D_PEER,
+    IB_STATUS,
+    IB_STATUS_NAMES,
+    IB_VENDOR,
+    NCCL_PEER,
+    RANK_PREFIX,
 )
 from .summary import (
-    _Finding,
+    Finding,
 )
 
 
-def _net_name(name: str) -> str:
+def net_name(name: str) -> str:
     """'IB', 'IBext', 'IBext_v8' -> 'IB'; 'Socket' -> 'Socket'; a plugin keeps its name."""
     if name.upper().startswith("IB"):
         return "IB"
@@ -29,18 +29,18 @@ def _net_name(name: str) -> str:
     return name
 
 
-def _strip_rank_prefix(text: str) -> str:
-    found = _RANK_PREFIX.match(text)
+def strip_rank_prefix(text: str) -> str:
+    found = RANK_PREFIX.match(text)
     return text[found.end() :].strip() if found else text.strip()
 
 
-def _ranks_text(ranks: Iterable[int]) -> str:
+def ranks_text(ranks: Iterable[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     return format_ranks(ranks).replace(",", ", ")
 
 
-def _size_text(text: str) -> str:
-    found = _BYTES.search(text)
+def size_text(text: str) -> str:
+    found = BYTES.search(text)
     if found is None:
         return ""
     size = int(found.group(1) or found.group(2))
@@ -48,16 +48,16 @@ def _size_text(text: str) -> str:
 
 
 def _peer(text: str) -> str:
-    found = _NCCL_PEER.search(text)
+    found = NCCL_PEER.search(text)
     if found is not None:
         return f"{found.group(1)}:{found.group(2)}"
-    found = _C10D_PEER.search(text)
+    found = C10D_PEER.search(text)
     if found is not None:
         return f"{found.group(1) or found.group(3)}:{found.group(2) or found.group(4)}"
     return "the peer"
 
 
-def _hint_text(kind: str, iface: str, address: str) -> tuple[str, str]:
+def hint_text(kind: str, iface: str, address: str) -> tuple[str, str]:
     """(cause, fix) for a suspect network configuration."""
     if kind == "link-local":
         return (
@@ -82,7 +82,7 @@ def _hint_text(kind: str, iface: str, address: str) -> tuple[str, str]:
     )
 
 
-def _oom_text(where: str, size: int, consequences: bool) -> str:
+def oom_text(where: str, size: int, consequences: bool) -> str:
     alloc = f" allocating {size / 2**20:.1f} MiB" if size else ""
     after = ", and the errors elsewhere follow from it" if consequences else ""
     return (
@@ -92,7 +92,7 @@ def _oom_text(where: str, size: int, consequences: bool) -> str:
     )
 
 
-def _ib_text(finding: _Finding, where: str) -> str:
+def ib_text(finding: Finding, where: str) -> str:
     if finding.cause == "gid":
         return (
             f"NCCL found no usable RoCE GID{where} ({finding.text}): set NCCL_IB_GID_INDEX to "
@@ -118,10 +118,10 @@ def _ib_text(finding: _Finding, where: str) -> str:
             "(ibstat) and the routes between the nodes"
         )
     if finding.cause == "completion":
-        status = _IB_STATUS.search(finding.text)
-        vendor = _IB_VENDOR.search(finding.text)
+        status = IB_STATUS.search(finding.text)
+        vendor = IB_VENDOR.search(finding.text)
         code = int(status.group(1)) if status else -1
-        name = _IB_STATUS_NAMES.get(code, "an error")
+        name = IB_STATUS_NAMES.get(code, "an error")
         detail = f"status={code} ({name}{f', vendor err {vendor.group(1)}' if vendor else ''})"
         peer = _peer(finding.text)
         if code in (12, 13):
@@ -151,7 +151,7 @@ def _ib_text(finding: _Finding, where: str) -> str:
     )
 
 
-def _connection_text(finding: _Finding, where: str, bootstrap: bool) -> str:
+def connection_text(finding: Finding, where: str, bootstrap: bool) -> str:
     peer = _peer(finding.text)
     if finding.cause == "no-iface":
         return (
@@ -213,7 +213,7 @@ def _connection_text(finding: _Finding, where: str, bootstrap: bool) -> str:
     )
 
 
-def _other_text(finding: _Finding, where: str, first_warning: str | None) -> str:
+def other_text(finding: Finding, where: str, first_warning: str | None) -> str:
     if finding.cause == "dup-gpu":
         return (
             f"two ranks were given the same GPU{where}: call torch.cuda.set_device(local_rank) "
@@ -266,7 +266,7 @@ def _other_text(finding: _Finding, where: str, first_warning: str | None) -> str
 
 
 def timeout_text(
-    finding: _Finding,
+    finding: Finding,
     reports: dict[int | None, tuple[str | None, str | None, int | None]],
     others: list[int | None],
     nranks: int | None,
@@ -277,7 +277,7 @@ def timeout_text(
     timeout ms); ``others`` are ranks with other timeout lines.
     """
     if finding.cause == "barrier":
-        late = _BARRIER.search(finding.text)
+        late = BARRIER.search(finding.text)
         who = f"ranks {late.group(1)}" if late else "some ranks"
         return (
             f"{who} never reached the monitored barrier: see what they were doing "
@@ -298,12 +298,12 @@ def timeout_text(
     ops = {(seq, op) for seq, op, _ in reports.values()}
     limits = {limit for _, _, limit in reports.values() if limit}
     limit_text = f" after {max(limits) // 1000} s" if limits else ""
-    who = f"ranks {_ranks_text(ranks)}" if ranks else "the reporting ranks"
+    who = f"ranks {ranks_text(ranks)}" if ranks else "the reporting ranks"
     silent = ""
     if nranks and ranks:
         missing = sorted(set(range(nranks)) - set(ranks))
         if missing and len(missing) < nranks:
-            silent = f"; ranks {_ranks_text(missing)} reported no timeout, look there first"
+            silent = f"; ranks {ranks_text(missing)} reported no timeout, look there first"
     if len(ops) > 1:
         detail = ", ".join(
             f"rank {r}: {op or '?'} SeqNum {seq or '?'}"
@@ -325,7 +325,7 @@ def timeout_text(
     )
 
 
-def _sentence(text: str) -> str:
+def sentence(text: str) -> str:
     text = text.strip()
     if not text:
         return text

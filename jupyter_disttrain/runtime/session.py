@@ -213,7 +213,7 @@ class _Watcher:
 
 def _outcome(message: dict[str, Any], module: Any, rank: int, tools: CellTools) -> dict[str, Any]:
     """Run one cell in ``module``; its outcome for ``done/N/R``."""
-    from . import checkpoint
+    from .checkpoint import api as checkpoint
 
     try:
         envelope = pickle.loads(message["payload"])

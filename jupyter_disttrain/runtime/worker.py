@@ -22,7 +22,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import checkpoint as _checkpoint
 from . import (
     hangwatch,
     metrics_server,
@@ -36,6 +35,7 @@ from . import (
 )
 from . import report as _report
 from .cell import main_module, run_payload, user_traceback
+from .checkpoint import api as _checkpoint
 
 RESULT_INLINE_LIMIT = 4 * 1024 * 1024
 EXIT_OK, EXIT_USER_ERROR, EXIT_SETUP_ERROR = 0, 1, 2

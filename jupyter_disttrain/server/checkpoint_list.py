@@ -21,8 +21,8 @@ def list_checkpoints(
 ) -> list[CheckpointJSON]:
     """The checkpoints of the job's recorded directory by step, else ``reported`` (never raises)."""
     try:
-        from ..checkpoints import CheckpointStore
-        from ..job_checkpoints import record_checkpoint_dir
+        from ..checkpoints.jobs import record_checkpoint_dir
+        from ..checkpoints.store import CheckpointStore
 
         uri = record_checkpoint_dir(record, backend)
         if uri is None:

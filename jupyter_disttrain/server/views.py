@@ -1,7 +1,9 @@
 """The JSON the lab extension sees. :func:`job_json` is the one place a job object is built.
 
-Every response of ``/disttrain/api/...`` is one of the TypedDicts below;
-``labextension/src/types.ts`` mirrors them. Floats are finite or, for metric
+Every response of ``/disttrain/api/...`` is one of the TypedDicts below
+(a rank is :class:`~jupyter_disttrain.monitor.RankJSON`, the monitor's own);
+:data:`TYPESCRIPT` names the interface of each in ``labextension/src/types.ts``,
+which a test checks field by field against them. Floats are finite or, for metric
 values, the strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (see
 :data:`~jupyter_disttrain.monitor.JSONFloat`); any other non-finite number a
 job's lines brought in becomes ``null`` (:func:`json_safe`), so the JSON is
@@ -18,7 +20,16 @@ from typing import Any, TypedDict, TypeVar, cast
 
 from ..backends.base import JobRecord
 from ..events import TERMINAL_STATES
-from ..monitor import ErrorRow, JSONFloat, MetricRow, PhaseRow, ProgressRow, Snapshot
+from ..monitor import (
+    ErrorRow,
+    JSONFloat,
+    MetricRow,
+    PhaseRow,
+    ProgressRow,
+    RankJSON,
+    Snapshot,
+    rank_json,
+)
 
 
 class BackendStatus(TypedDict):
@@ -27,26 +38,6 @@ class BackendStatus(TypedDict):
     name: str
     ok: bool
     error: str
-
-
-class RankJSON(TypedDict):
-    """One rank of a job, with its latest metric values and resource figures (None: absent)."""
-
-    rank: int
-    node: int
-    local_rank: int
-    host: str
-    state: str
-    restarts: int
-    step: int | None
-    exit_code: int | None
-    reason: str
-    latest: dict[str, JSONFloat]
-    cpu_pct: float | None
-    rss_bytes: int | None
-    mem_limit_bytes: int | None
-    gpu_util_pct: float | None
-    gpu_mem_bytes: int | None
 
 
 class CheckpointJSON(TypedDict):
@@ -154,6 +145,23 @@ class StopJSON(TypedDict):
 
     stopped: bool
     job: JobJSON
+
+
+#: The TypeScript interface of each JSON shape (``labextension/src/types.ts``).
+TYPESCRIPT: dict[str, type] = {
+    "IBackendStatus": BackendStatus,
+    "IRank": RankJSON,
+    "IMetricRow": MetricRow,
+    "ICheckpoint": CheckpointJSON,
+    "IErrorRow": ErrorRow,
+    "IJobDetail": JobDetail,
+    "IProgress": ProgressRow,
+    "IPhase": PhaseRow,
+    "IJob": JobJSON,
+    "IJobList": JobListJSON,
+    "ILogs": LogsJSON,
+    "IStopResult": StopJSON,
+}
 
 
 def job_json(
@@ -282,26 +290,7 @@ def _detail(
         return JobDetail(
             ranks=[], metrics={}, checkpoints=listed, errors=[], stragglers=[], followed=False
         )
-    ranks = [
-        RankJSON(
-            rank=r["rank"],
-            node=r["node"],
-            local_rank=r["local_rank"],
-            host=r["host"],
-            state=r["state"],
-            restarts=r["restarts"],
-            step=r["step"],
-            exit_code=r["exit_code"],
-            reason=r["reason"],
-            latest=r["latest"],
-            cpu_pct=r["cpu_pct"],
-            rss_bytes=r["rss_bytes"],
-            mem_limit_bytes=r["mem_limit_bytes"],
-            gpu_util_pct=r["gpu_util_pct"],
-            gpu_mem_bytes=r["gpu_mem_bytes"],
-        )
-        for r in snapshot["ranks"]
-    ]
+    ranks = [rank_json(r) for r in snapshot["ranks"]]
     reported = [
         CheckpointJSON(
             step=c["step"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..jobdir import tensorboard_root
+from ..backends.local.jobdir import tensorboard_root
 from ..spec import TENSORBOARD_OFF, JobSpec, SpecError
 from . import mlflow, tensorboard
 from .sink import Feed, Sink, SinkError

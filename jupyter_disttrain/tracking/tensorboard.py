@@ -137,7 +137,7 @@ class TensorBoardSink(Sink):
 
     def _mkdir(self, directory: Path) -> None:
         if self.private:
-            from ..jobdir import make_private_dirs
+            from ..backends.local.jobdir import make_private_dirs
 
             make_private_dirs(directory)
         else:

@@ -21,7 +21,8 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
-from ..checkpoints import (
+from ..checkpoints.jobs import resume_cell
+from ..checkpoints.store import (
     CheckpointDetails,
     CheckpointError,
     CheckpointInfo,
@@ -30,7 +31,6 @@ from ..checkpoints import (
     format_table,
     format_time,
 )
-from ..job_checkpoints import resume_cell
 from ..units import format_bytes
 from .text import esc
 

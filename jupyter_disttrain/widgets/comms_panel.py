@@ -16,9 +16,8 @@ from dataclasses import replace
 
 import ipywidgets as w
 
-from ..logbuffer import format_ranks
 from ..monitor import JobMonitor, Snapshot
-from ..nccl import RAW_HEAD, NcclSummary
+from ..nccl import RAW_HEAD, NcclSummary, summary_facts
 from .text import esc
 
 __all__ = ["CommsPanel", "comms_html", "raw_lines_html"]
@@ -57,24 +56,7 @@ def comms_html(summary: NcclSummary, dist_backend: str | None, *, quiet: bool = 
 
 
 def _facts(s: NcclSummary, backend: str) -> str:
-    def unknown(value: object) -> str:
-        return "unknown" if value is None or value == "" else str(value)
-
-    transport = "; ".join(
-        f"{name} (ranks {format_ranks(ranks)})" if ranks else name
-        for name, ranks in s.transport.items()
-    )
-    init = {True: "complete on every rank", False: "failed", None: "unknown"}[s.init_complete]
-    rows = [
-        ("backend", backend),
-        ("NCCL version", unknown(s.nccl_version)),
-        ("ranks", unknown(s.nranks)),
-        ("init", init),
-        ("transport", transport or "unknown"),
-        ("interfaces", ", ".join(s.interfaces) or "unknown"),
-        ("warnings", str(s.warnings)),
-        ("failure", s.failure),
-    ]
+    rows = summary_facts(s, backend)
     cells = "".join(
         f'<tr data-field="{esc(name)}"><td>{esc(name)}</td><td>{esc(value)}</td></tr>'
         for name, value in rows

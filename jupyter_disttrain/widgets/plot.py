@@ -23,9 +23,9 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from ..events import TERMINAL_STATES
-from ..monitor import JobMonitor, Snapshot
+from ..monitor import JobMonitor, Series, Snapshot, latest_by_step, mean_by_step
 from .streaming_figure import StreamingFigure
-from .trace_feed import Ema, MinMaxReducer, StepMean, Update, latest_by_step, mean_by_step
+from .trace_feed import Ema, MinMaxReducer, StepMean, Update
 
 __all__ = ["MetricPlot", "PlotOptions"]
 
@@ -211,17 +211,17 @@ class MetricPlot:
         with_mean = opts.mean and len(ranks) > 1
         per_line = max(64, self.budget // max(1, len(shown) + with_mean))
         traces: list[go.Scatter] = []
-        raw: dict[int, tuple[Any, Any, Any]] = {}
+        raw: dict[int, Series] = {}
         for rank in ranks:
             s = self.monitor.series(opts.metric, rank)
             source = _Source(cursor=int(s.values.size))
             steps, times, values = s.steps, s.times, s.values
             if opts.x == X_STEP:
-                steps, times, values = latest_by_step(steps, times, values)
+                steps, times, values = latest_by_step(Series(steps, times, values))
             else:
                 order = np.argsort(times, kind="stable")
                 steps, times, values = steps[order], times[order], values[order]
-            raw[rank] = (steps, times, values)
+            raw[rank] = Series(steps, times, values)
             x = steps if opts.x == X_STEP else times * 1000.0
             if x.size:
                 source.last_x = float(x[-1])

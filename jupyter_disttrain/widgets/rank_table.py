@@ -13,6 +13,7 @@ the others' has ``distrain-outlier`` and says so in its ``title``.
 from __future__ import annotations
 
 from ..monitor import RankRow, Snapshot, resource_outliers
+from ..monitor.text import exit_text
 from ..monitor.usage import pct
 from ..units import format_bytes
 from .text import ago, esc, rate, state_class
@@ -146,14 +147,3 @@ def _row(
         f'<tr class="{" ".join(classes)}" data-rank="{r["rank"]}" data-state="{esc(r["state"])}" '
         f'data-node="{r["node"]}" data-step="{step}"{title}>{tds}</tr>'
     )
-
-
-def exit_text(r: RankRow) -> str:
-    """``exit 137: OOMKilled``, the reason alone, or the exit code alone."""
-    code = "" if r["exit_code"] is None else f"exit {r['exit_code']}"
-    reason = r["reason"]
-    if len(reason) > 120:
-        reason = reason[:117] + "..."
-    if code and reason and f"exit code {r['exit_code']}" not in reason:
-        return f"{code}: {reason}"
-    return reason or code

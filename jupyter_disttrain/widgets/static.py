@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..downsample import lttb
 from ..monitor import JobMonitor, Snapshot, format_text, user_traceback
 from ..nccl import NcclSummary
+from .downsample import lttb
 from .header import header_html
 from .rank_table import rank_table_html
 from .text import esc

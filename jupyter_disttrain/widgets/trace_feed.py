@@ -17,13 +17,12 @@ builds the across-rank mean, one step at a time.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["Ema", "MinMaxReducer", "StepMean", "Update", "latest_by_step", "mean_by_step"]
+__all__ = ["Ema", "MinMaxReducer", "StepMean", "Update"]
 
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -236,30 +235,6 @@ def _pairs(a: Ints, b: Ints) -> Ints:
     keep = np.stack((np.ones(lo.size, dtype=bool), hi != lo), axis=1).ravel()
     out: Ints = pick[keep]
     return out
-
-
-def latest_by_step(steps: Floats, times: Floats, values: Floats) -> tuple[Floats, Floats, Floats]:
-    """One point per step (the last to arrive), sorted by step."""
-    if steps.size == 0:
-        return steps, times, values
-    _, first = np.unique(steps[::-1], return_index=True)
-    pick = steps.size - 1 - first
-    return steps[pick], times[pick], values[pick]
-
-
-def mean_by_step(
-    series: Sequence[tuple[Floats, Floats, Floats]],
-) -> tuple[Floats, Floats, Floats]:
-    """``(steps, mean times, mean values)`` over ranks, each rank's latest point per step."""
-    latest = [latest_by_step(*s) for s in series if s[0].size]
-    if not latest:
-        return _EMPTY, _EMPTY, _EMPTY
-    steps = np.concatenate([s[0] for s in latest])
-    unique, inverse = np.unique(steps, return_inverse=True)
-    counts = np.bincount(inverse, minlength=unique.size)
-    times = np.bincount(inverse, np.concatenate([s[1] for s in latest]), unique.size) / counts
-    values = np.bincount(inverse, np.concatenate([s[2] for s in latest]), unique.size) / counts
-    return unique, times, values
 
 
 class StepMean:

@@ -1,4 +1,6 @@
-// The JSON of /disttrain/api/... : mirrors jupyter_disttrain/server/views.py (keep in step).
+// The JSON of /disttrain/api/... : the TypedDicts of jupyter_disttrain/server/views.py
+// (views.TYPESCRIPT names each interface's); tests/server/test_types_ts.py checks every
+// field against them. A field may be optional or also null here, never narrower.
 
 /** A metric value: a number, or "NaN" / "Infinity" / "-Infinity". */
 export type JSONFloat = number | string;
@@ -82,6 +84,8 @@ export interface IPhase {
   started: number | null;
   ended: number | null;
   duration_s: number | null;
+  /** What an active phase waits for ("" otherwise). */
+  detail?: string;
 }
 
 export interface IJob {

@@ -18,11 +18,10 @@ import psutil
 import pytest
 
 from jupyter_disttrain import events as ev
-from jupyter_disttrain import jobdir
-from jupyter_disttrain.backends.local import LocalBackend, LocalRun, build_plan
+from jupyter_disttrain.backends.local import LocalBackend, LocalRun, build_plan, jobdir
 from jupyter_disttrain.backends.local.tailer import job_trust
 from jupyter_disttrain.payload import build_payload
-from jupyter_disttrain.remote import decode_result
+from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.spec import JobSpec
 from tests.conftest import assert_no_processes, submit_now
 
@@ -439,7 +438,7 @@ def test_sigterm_to_a_rank_saves_a_last_checkpoint_and_resumes_with_no_lost_step
     final = sink.final()
     assert final.get("state") == "Succeeded", (final.fields, job_logs(run))
     result = [e for e in sink.kinds("result")][-1]
-    from jupyter_disttrain.remote import decode_result
+    from jupyter_disttrain.results import decode_result
 
     value = decode_result(result.fields)
     assert value["w"] == 80.0, (value, job_logs(run))  # every step counted exactly once

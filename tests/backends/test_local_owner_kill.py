@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_disttrain import jobdir
+from jupyter_disttrain.backends.local import jobdir
 from tests.kernel_harness import Kernel
 from tests.test_kernel import wait_for_hello
 from tests.test_sessions_kernel import kernel  # noqa: F401 (the fixture: a kernel with the extension)

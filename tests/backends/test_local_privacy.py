@@ -89,7 +89,7 @@ def test_an_existing_checkpoint_directory_keeps_its_mode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: None
 ) -> None:
     """The user's own (group-shared) folder stays as it is; what is saved in it is private."""
-    from jupyter_disttrain.runtime.checkpoint import save_checkpoint
+    from jupyter_disttrain.runtime.checkpoint.api import save_checkpoint
 
     ckpt = tmp_path / "team"
     ckpt.mkdir()

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_disttrain import jobdir
-from jupyter_disttrain.backends.local import LocalBackend
-from jupyter_disttrain.checkpoints import CheckpointStore
-from jupyter_disttrain.job_checkpoints import store_for
-from jupyter_disttrain.remote import decode_result
+from jupyter_disttrain.backends.local import LocalBackend, jobdir
+from jupyter_disttrain.checkpoints.jobs import store_for
+from jupyter_disttrain.checkpoints.store import CheckpointStore
+from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_local import Collector, job_logs, run_job
 

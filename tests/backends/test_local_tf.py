@@ -16,9 +16,9 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_disttrain import cli, jobdir
+from jupyter_disttrain import cli
 from jupyter_disttrain import service as jobs
-from jupyter_disttrain.backends.local import LocalBackend, build_plan
+from jupyter_disttrain.backends.local import LocalBackend, build_plan, jobdir
 from jupyter_disttrain.backends.local.tailer import job_trust
 from jupyter_disttrain.events import parse_line
 from jupyter_disttrain.payload import Payload, build_payload
@@ -301,7 +301,7 @@ CHECKPOINTS = textwrap.dedent(
 @pytest.mark.slow
 def test_checkpoints_of_a_tensorflow_job() -> None:
     """Every worker saves; the chief writes the atomic checkpoint; all restore from it."""
-    from jupyter_disttrain.checkpoints import CheckpointStore
+    from jupyter_disttrain.checkpoints.store import CheckpointStore
 
     spec = tf_spec("tf-ckpt", nodes=2, timeout=150)
     sink = Collector()

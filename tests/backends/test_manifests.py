@@ -45,8 +45,8 @@ FILES: dict[str, bytes] = {
     "payload.pkl": PAYLOAD,
     "jupyter_disttrain/__init__.py": (PACKAGE / "__init__.py").read_bytes(),
     **{
-        f"jupyter_disttrain/runtime/{path.name}": path.read_bytes()
-        for path in sorted((PACKAGE / "runtime").glob("*.py"))
+        path.relative_to(PACKAGE.parent).as_posix(): path.read_bytes()
+        for path in sorted((PACKAGE / "runtime").rglob("*.py"))
     },
 }
 VERSIONS = {"python": "3.11.7", "torch": "2.13.0+cpu", "cloudpickle": "3.1.1"}

@@ -12,9 +12,9 @@ from jupyter_disttrain.backends.base import JobRecord
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.job import Job
 from jupyter_disttrain.monitor import JobMonitor, format_text
-from jupyter_disttrain.progress import format_event
 from jupyter_disttrain.server.views import job_json
 from jupyter_disttrain.spec import JobSpec
+from jupyter_disttrain.textview import format_event
 from jupyter_disttrain.widgets.header import header_html
 from tests.widgets.dom import parse
 from tests.widgets.streams import recorded
@@ -85,7 +85,7 @@ def test_the_backends_first_arrival_does_not_override_the_cause() -> None:
 
 
 def test_a_stopped_job_result_raises_job_stopped_not_a_lost_connection() -> None:
-    from jupyter_disttrain.remote import JobStopped
+    from jupyter_disttrain.results import JobStopped
 
     job = failed_job("stopped")
     assert job.reason == "stopped by user"

@@ -22,7 +22,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
-from jupyter_disttrain.runtime.checkpoint import save_checkpoint
+from jupyter_disttrain.runtime.checkpoint.api import save_checkpoint
 
 
 def say(text: str) -> None:

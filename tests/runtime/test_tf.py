@@ -14,7 +14,7 @@ import pytest
 from jupyter_disttrain.backends.local import free_ports
 from jupyter_disttrain.events import Event
 from jupyter_disttrain.payload import build_payload
-from jupyter_disttrain.remote import decode_result
+from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.runtime.tf import TFConfigError, apply_env, parse_tf_config
 from tests.signing import parse
 
@@ -182,7 +182,7 @@ def test_worker_without_tensorflow_says_how_to_install(tmp_path: Path) -> None:
 
 
 def test_tensorflow_checkpoint_names() -> None:
-    from jupyter_disttrain.runtime import checkpoint_format as fmt
+    from jupyter_disttrain.runtime.checkpoint import format as fmt
 
     name = fmt.payload_name(40, "1a2b3c", fmt.TF)
     assert name == "step-000000040-1a2b3c.tf" and fmt.PAYLOAD_RE.match(name)

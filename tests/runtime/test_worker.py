@@ -112,7 +112,7 @@ def test_worker_runs_with_notebook_packages_blocked(tmp_path: Path) -> None:
     metric = next(e for e in events if e.kind == "metric")
     assert metric.get("values") == {"loss": 0.25}
     result = next(e for e in events if e.kind == "result")
-    from jupyter_disttrain.remote import decode_result
+    from jupyter_disttrain.results import decode_result
 
     assert decode_result(result.fields) == 2
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from jupyter_disttrain import events as ev
-from jupyter_disttrain import jobdir
+from jupyter_disttrain.backends.local import jobdir
 from jupyter_disttrain.runtime import jobkey, protocol
 from tests.signing import KEY, key_file
 

@@ -12,9 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyter_disttrain import jobdir
 from jupyter_disttrain.backends.base import Backend, BackendError, JobNotFound, JobRecord
-from jupyter_disttrain.backends.local import LocalBackend
+from jupyter_disttrain.backends.local import LocalBackend, jobdir
 from jupyter_disttrain.server.manager import JobManager, configured_backends
 from jupyter_disttrain.server.views import JobJSON, job_json, notebook_api_path
 
@@ -222,7 +221,7 @@ def test_configured_backends_follow_the_kubeconfig(
 def test_checkpoints_come_from_the_recorded_directory(
     manager: JobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.test_checkpoints import save_steps
+    from tests.checkpoints.test_checkpoints import save_steps
 
     default = write_job("x", steps=5) / "checkpoints"  # the job directory's own folder
     save_steps(default, [2, 4], monkeypatch)
@@ -243,7 +242,7 @@ def test_checkpoints_come_from_the_recorded_directory(
 def test_a_checkpoint_directory_a_line_names_is_not_read(
     manager: JobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.test_checkpoints import save_steps
+    from tests.checkpoints.test_checkpoints import save_steps
 
     elsewhere = tmp_path / "elsewhere"  # real checkpoints, but not the job's directory
     save_steps(elsewhere, [1, 2, 3], monkeypatch)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_disttrain import jobdir
+from jupyter_disttrain.backends.local import jobdir
 
 from .jobdirs import line, write_job
 

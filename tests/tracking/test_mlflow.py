@@ -12,9 +12,9 @@ from mlflow.tracking import MlflowClient
 from jupyter_disttrain import events as ev
 from jupyter_disttrain.monitor import format_text
 from jupyter_disttrain.options import add_job_options
-from jupyter_disttrain.progress import format_event
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
+from jupyter_disttrain.textview import format_event
 from jupyter_disttrain.tracking.mlflow import MlflowSink, metric_key, params
 from tests.tracking.mlflow_server import MlflowServer, free_port, mlflow_server
 

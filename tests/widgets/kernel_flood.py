@@ -25,7 +25,7 @@ from jupyter_disttrain.backends.registry import get_backend
 from jupyter_disttrain.events import Trust, job_event
 from jupyter_disttrain.events import parse_line as _parse_line
 from jupyter_disttrain.job import Job
-from jupyter_disttrain.progress import LiveView
+from jupyter_disttrain.textview import LiveView
 from jupyter_disttrain.runtime.protocol import encode as _encode
 from jupyter_disttrain.spec import JobSpec
 

@@ -10,10 +10,10 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_disttrain.backends.local import LocalBackend
-from jupyter_disttrain.checkpoints import CheckpointStore
+from jupyter_disttrain.checkpoints.store import CheckpointStore
 from jupyter_disttrain.events import Event
 from jupyter_disttrain.job import Job
-from jupyter_disttrain.runtime import checkpoint as ck
+from jupyter_disttrain.runtime.checkpoint import api as ck
 from jupyter_disttrain.spec import JobSpec
 from jupyter_disttrain.widgets import Dashboard
 from jupyter_disttrain.widgets.checkpoint_marks import checkpoint_points

@@ -7,16 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from jupyter_disttrain.monitor import JobMonitor
 from jupyter_disttrain.widgets.trace_feed import (
     Ema,
     MinMaxReducer,
     StepMean,
     Update,
-    mean_by_step,
 )
-
-from .streams import metric
 
 
 def naive_ema(values: list[float], weight: float) -> list[float]:
@@ -118,20 +114,3 @@ def test_step_mean_releases_steps_behind_the_frontier_once() -> None:
     mean.add(np.array([1.0, 2.0]), np.array([0.0, 0.0]), np.array([100.0, 5.0]))  # 1 is late
     steps, _, values = mean.release(math.inf)
     assert steps.tolist() == [2.0] and values.tolist() == [4.0]
-
-
-def test_mean_by_step_agrees_with_the_monitor() -> None:
-    mon = JobMonitor("j", "local", 3)
-    t = 1.0
-    for step in range(20):
-        for rank in range(3):
-            if (step + rank) % 4:
-                mon.feed(metric(rank, t, step, loss=step * 10.0 + rank))
-            t += 1
-    mon.feed(metric(1, t, 3, loss=-5.0))  # a step reported twice: the latest counts
-    steps, _, values = mean_by_step(
-        [tuple(mon.series("loss", r)) for r in range(3)]  # type: ignore[misc]
-    )
-    ref_steps, ref_values = mon.mean_series("loss")
-    np.testing.assert_array_equal(steps, ref_steps)
-    np.testing.assert_allclose(values, ref_values)

@@ -22,7 +22,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ... import jobdir
 from ...payload import Payload
 from ...runtime import hangwatch, jobkey
 from ...spec import JobSpec
@@ -37,7 +36,8 @@ from ..base import (
     Plan,
     Submission,
 )
-from ..launcher import Launcher, LauncherError, shared_launcher
+from . import jobdir
+from .launcher import Launcher, LauncherError, shared_launcher
 from .plan import (
     LocalPlan,
     build_plan,
@@ -46,8 +46,8 @@ from .plan import (
 from .run import (
     LocalReplay,
     LocalRun,
-    _is_live,
-    _record,
+    is_live,
+    state_record,
     stop_job,
 )
 from .tailer import control_lines, job_trust
@@ -79,7 +79,7 @@ class LocalBackend(Backend):
     def prewarm(self) -> None:
         """Start the warm launcher now (fork mode), so the first job starts fast."""
         if self.mode == "fork":
-            from ..launcher import prewarm
+            from .launcher import prewarm
 
             prewarm()
 
@@ -147,7 +147,7 @@ class LocalBackend(Backend):
         spec = plan.spec
         directory = Path(plan.job_dir)
         old = jobdir.read_state(jobdir.job_dir(spec.name))
-        if old is not None and _is_live(old):
+        if old is not None and is_live(old):
             raise JobExists(
                 f"a local job named {spec.name!r} is still {old.get('state')}; stop it with "
                 f"%distrain_stop {spec.name} or choose another --name"
@@ -193,7 +193,7 @@ class LocalBackend(Backend):
             state = jobdir.read_state(directory)
             if state is None:
                 continue
-            out.append(dataclasses.replace(_record(state), name=names[directory]))
+            out.append(dataclasses.replace(state_record(state), name=names[directory]))
         return out
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:

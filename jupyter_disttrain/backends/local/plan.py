@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ... import jobdir
 from ...payload import Payload
 from ...runtime import jobkey
 from ...spec import JobSpec
 from ..base import (
     Plan,
 )
+from . import jobdir
 
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 3.0

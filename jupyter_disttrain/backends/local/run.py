@@ -13,7 +13,6 @@ from typing import Any
 import psutil
 
 from ... import events as ev
-from ... import jobdir
 from ...runtime.agent import ENV_OWNER
 from ..base import (
     EventSink,
@@ -21,7 +20,8 @@ from ..base import (
     JobRecord,
     Submission,
 )
-from ..launcher import Launcher, ProcessHandle
+from . import jobdir
+from .launcher import Launcher, ProcessHandle
 from .plan import (
     FAILURE_GRACE_SECONDS,
     POLL_SECONDS,
@@ -280,7 +280,7 @@ class LocalReplay(Submission):
                 for event in tailer.poll():
                     self.sink(event)
                 state = jobdir.read_state(self.dir) or {}
-                if state.get("state") in ev.TERMINAL_STATES or not _is_live(state):
+                if state.get("state") in ev.TERMINAL_STATES or not is_live(state):
                     break
                 if self._detached.wait(POLL_SECONDS):
                     return
@@ -291,7 +291,7 @@ class LocalReplay(Submission):
             if final:
                 self.sink(final[-1])
             else:
-                record = _record(jobdir.read_state(self.dir) or {"name": self.dir.name})
+                record = state_record(jobdir.read_state(self.dir) or {"name": self.dir.name})
                 self.sink(ev.job_event(record.state, "Lost", record.reason))  # type: ignore[arg-type]
         finally:
             self._done.set()
@@ -334,12 +334,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _is_live(state: dict[str, Any]) -> bool:
+def is_live(state: dict[str, Any]) -> bool:
     """A recorded job is live while it is not terminal and its owner still runs."""
     return state.get("state") not in ev.TERMINAL_STATES and _alive(int(state.get("owner_pid", 0)))
 
 
-def _record(state: dict[str, Any]) -> JobRecord:
+def state_record(state: dict[str, Any]) -> JobRecord:
     status = str(state.get("state", "Pending"))
     reason = str(state.get("message") or state.get("reason") or "")
     if status not in ev.TERMINAL_STATES and not _alive(int(state.get("owner_pid", 0))):
@@ -370,7 +370,7 @@ def stop_run(directory: Path) -> bool:
     state = jobdir.read_state(directory)
     if state is None:
         return False
-    if not _is_live(state):
+    if not is_live(state):
         return False
     (directory / "stop").touch()
     if not _alive(int(state.get("owner_pid", 0))):

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ... import events as ev
-from ... import jobdir
 from ...runtime import jobkey
 from ...runtime.protocol import is_signed
+from . import jobdir
 
 
 def job_trust(directory: Path, nodes: int, nproc: int) -> ev.Trust | None:

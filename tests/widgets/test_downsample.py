@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from numpy.typing import ArrayLike, NDArray
 
-from jupyter_disttrain import downsample
-from jupyter_disttrain.downsample import lttb, minmax
+from jupyter_disttrain.widgets import downsample
+from jupyter_disttrain.widgets.downsample import lttb, minmax
 
 Floats = NDArray[np.float64]
 DownsampleFn = Callable[[ArrayLike, ArrayLike, int], tuple[Floats, Floats]]

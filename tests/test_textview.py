@@ -1,4 +1,4 @@
-"""The live text views (progress.py): rank 0's progress in ``lines`` mode."""
+"""The live text views (textview.py): rank 0's progress in ``lines`` mode."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from jupyter_disttrain import events as ev
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.job import Job
-from jupyter_disttrain.progress import LiveView
 from jupyter_disttrain.spec import JobSpec
+from jupyter_disttrain.textview import LiveView
 
 T0 = 1_800_000_000.0
 

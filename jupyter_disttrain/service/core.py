@@ -1,66 +1,40 @@
-"""The one job service: plan, run, attach, list, logs, stop, checkpoints and runtimes.
-
-The magics, the ``disttrain`` command and the server extension are argument
-parsing and display over :class:`JobService`; none of them builds payloads
-or picks backend classes itself. A job's life here:
-
-    spec = service.spec(args)                      # options -> validated JobSpec
-    plan = service.plan(spec, source, namespace)   # payload + backend.plan: printable
-    job = service.run(plan, listeners)             # submits exactly that plan
-
-Backends are told apart by their declared
-:class:`~jupyter_disttrain.backends.base.Capabilities`, never by name.
-"""
+"""The :class:`JobService`: plan, run, attach, list, logs, stop, checkpoints and runtimes."""
 
 from __future__ import annotations
 
 import argparse
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from . import events as ev
-from .backends.base import (
+from .. import events as ev
+from ..backends.base import (
     Backend,
     BackendError,
+    JobNotFound,
     JobRecord,
     Plan,
     RuntimeRecord,
-    Submission,
 )
-from .backends.registry import backend_class, get_backend, names
-from .job import Job
-from .job_checkpoints import preflight
-from .monitor import JobMonitor, Where
-from .options import spec_from_args
-from .payload import Payload, Script, build_payload, build_script_payload
-from .runtime.session import DEFAULT_GRACE
-from .sessions import Session, Sessions
-from .spec import JobSpec, SpecError
-from .tracking import check as check_tracking
-from .tracking import sinks_for
+from ..backends.registry import backend_class, get_backend, names
+from ..checkpoints.jobs import preflight
+from ..job import Job
+from ..monitor import JobMonitor, Where
+from ..options import spec_from_args
+from ..payload import Payload, Script, build_payload, build_script_payload
+from ..runtime.session import DEFAULT_GRACE
+from ..sessions import Session, Sessions
+from ..spec import JobSpec, SpecError
+from ..tracking import check as check_tracking
+from ..tracking import sinks_for
+from .following import Followers, catch_up, open_monitor, recorded_diagnosis
+from .listing import ONE_SHOT, BackendListing, Lister, Listing, ListPolicy, newest_first
+from .logtext import BoundedLogs, bounded_logs
+from .naming import readable_name
+from .running import RunOutcome, RunView, run_and_follow
 
 Listener = Callable[[ev.Event], None]
-
-#: Seconds to wait for a finished job's recorded events when attaching to read it.
-REPLAY_WAIT = 2.0
-#: Seconds a running job's recorded output may take to be read for a listing's diagnosis.
-CATCH_UP = 2.0
-
-
-@dataclass
-class Listing:
-    """Jobs of several backends, newest first, and the backends that could not be asked."""
-
-    records: list[JobRecord] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)
-    diagnoses: dict[tuple[str, str], str | None] = field(default_factory=dict)
-
-    def diagnosis(self, record: JobRecord) -> str | None:
-        """The diagnosis found for ``record`` (None when none was asked or there is none)."""
-        return self.diagnoses.get((record.backend, record.name))
 
 
 class JobService:
@@ -68,17 +42,30 @@ class JobService:
 
     ``launch_mode`` and ``notebook`` configure the backends it creates (one
     per call, see :meth:`backend`). Jobs this process submitted or attached
-    to are kept by name (:meth:`registered`). Raises
+    to are kept by name (:meth:`registered`). ``listing`` says how backends
+    are listed (a kernel or command waits for each; a polled server sets time
+    limits and a cache); ``backends`` gives the backends a listing asks when
+    none are named (default :meth:`listing_backends`). Raises
     :class:`~jupyter_disttrain.spec.SpecError` for options that cannot run and
     :class:`~jupyter_disttrain.backends.base.BackendError` when a backend refuses.
     """
 
-    def __init__(self, *, launch_mode: str = "fork", notebook: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        launch_mode: str = "fork",
+        notebook: str | None = None,
+        listing: ListPolicy = ONE_SHOT,
+        backends: Callable[[], Sequence[Backend]] | None = None,
+    ) -> None:
         self.launch_mode = launch_mode
         self.notebook = notebook
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
         self.sessions = Sessions()
+        self._listed_backends = backends
+        self._lister = Lister(listing)
+        self.followers = Followers()
 
     # ------------------------------------------------------------------ backends
 
@@ -99,8 +86,22 @@ class JobService:
 
     # ------------------------------------------------------------------ plan and run
 
-    def spec(self, args: argparse.Namespace, defaults: Mapping[str, Any] | None = None) -> JobSpec:
-        """A validated spec from parsed options (``defaults`` fill options left unset)."""
+    def spec(
+        self,
+        args: argparse.Namespace,
+        defaults: Mapping[str, Any] | None = None,
+        *,
+        origin: str | None = None,
+        cell: int | None = None,
+    ) -> JobSpec:
+        """A validated spec from parsed options (``defaults`` fill options left unset).
+
+        Without ``--name`` the job is named after ``origin`` (the notebook or
+        script path) and ``cell`` (the cell's execution count), see
+        :func:`~.naming.readable_name`.
+        """
+        if not getattr(args, "name", None) and origin is not None:
+            args = argparse.Namespace(**{**vars(args), "name": readable_name(origin, cell)})
         spec = spec_from_args(args, dict(defaults or {}))
         check_tracking(spec)
         backend = self.backend(spec.backend)
@@ -190,6 +191,25 @@ class JobService:
             raise
         self._keep(job)
         return job
+
+    def run_and_follow(
+        self,
+        plan: Plan,
+        view: RunView,
+        *,
+        export: str | None = None,
+        dry_run: bool = False,
+        wait: bool = True,
+        on_start: Callable[[Job], None] | None = None,
+    ) -> RunOutcome:
+        """The doors' run flow: ``plan`` exported to ``export``, or a dry run, or run and shown.
+
+        See :func:`~.running.run_and_follow`: ``view`` follows the job from
+        its submission, ``on_start`` gets the job before the view shows it,
+        with ``wait`` the call returns when the job ended, and Ctrl-C stops the job.
+        """
+        return run_and_follow(self, plan, view, export_to=export, dry_run=dry_run, wait=wait,
+                              on_start=on_start)  # fmt: skip
 
     def submit(self, spec: JobSpec, payload: Payload, listeners: Iterable[Listener] = ()) -> Job:
         """Plan and run an already-built payload (the Python API's one call)."""
@@ -322,30 +342,86 @@ class JobService:
         backends: Iterable[Backend] | None = None,
         *,
         diagnose: bool = False,
+        follow: float | None = None,
     ) -> Listing:
-        """Jobs of ``backends`` (default: :meth:`listing_backends`).
+        """Jobs of ``backends`` (default: the service's own, else :meth:`listing_backends`).
 
-        A backend that fails to list is reported in ``errors``; the others are
+        Each backend is asked as the service's :class:`~.listing.ListPolicy`
+        says; one that fails to list is reported in ``errors``, the others are
         still listed. With ``diagnose``, each job that is not over gets its
         current diagnosis (this process's jobs from their monitors, others by
-        reading their recorded output).
+        reading their recorded output). With ``follow``, the listed jobs worth
+        following are handed to :attr:`followers` and the listing waits up to
+        ``follow`` seconds for the ones it handed over.
         """
-        chosen = list(backends) if backends is not None else self.listing_backends()
-        listing = Listing()
-        for backend in chosen:
-            try:
-                listing.records.extend(backend.list_jobs())
-            except Exception as exc:  # one unreachable backend must not hide the others
-                listing.errors[backend.name] = str(exc) or type(exc).__name__
-        listing.records.sort(key=lambda r: -r.created)
+        listing = Listing(backends=self._listable(backends))
+        deadline = time.monotonic() + (follow or 0.0)
+        for backend in listing.backends:
+            found = self._listing_of(backend)
+            if found.error:
+                listing.errors[backend.name] = found.error
+                continue
+            listing.add(backend, found.records)
+            if follow is not None:
+                for pending in self.followers.enqueue(backend, newest_first(found.records)):
+                    pending.done.wait(max(0.0, deadline - time.monotonic()))
+        listing.records = newest_first(listing.records)
         if diagnose:
-            by_name = {b.name: b for b in chosen}
             for record in listing.records:
                 if record.state not in ev.TERMINAL_STATES or self._mine(record) is not None:
                     listing.diagnoses[(record.backend, record.name)] = self.diagnosis(
-                        record, by_name[record.backend]
+                        record, listing.source(record)
                     )
         return listing
+
+    def _listable(self, backends: Iterable[Backend] | None) -> list[Backend]:
+        if backends is None:
+            made = self._listed_backends
+            backends = made() if made is not None else self.listing_backends()
+        return self._lister.keep(backends)
+
+    def _listing_of(self, backend: Backend) -> BackendListing:
+        """One backend's listing (see :class:`~.listing.Lister`); its stale followers forgotten."""
+        found = self._lister.listing(backend)
+        if not found.error:
+            self.followers.prune(backend, newest_first(found.records))
+        return found
+
+    def find(self, backend: str, name: str) -> tuple[Backend, JobRecord]:
+        """Listed job ``name`` of backend ``backend`` (of :meth:`list_jobs`' default backends).
+
+        Raises :class:`JobNotFound` for an unknown backend or job and
+        :class:`BackendError` when the backend could not list its jobs.
+        """
+        for found in self._listable(None):
+            if found.name == backend:
+                break
+        else:
+            raise JobNotFound(f"no backend named {backend!r} is configured")
+        listing = self._listing_of(found)
+        if listing.error:
+            raise BackendError(f"{found.name}: {listing.error}")
+        for record in listing.records:
+            if record.name == name:
+                return found, record
+        raise JobNotFound(f"no {found.name} job named {name!r}")
+
+    def follow(self, backend: Backend, record: JobRecord, wait: float) -> JobMonitor | None:
+        """Follow a listed job now if worth it (see :meth:`.Followers.for_detail`); its monitor.
+
+        A finished job's replay is given up to ``wait`` seconds to complete.
+        """
+        cached = self._lister.cached(backend.name)
+        listed = newest_first(cached.records) if cached is not None else []
+        started = self.followers.for_detail(backend, record, listed)
+        if started is not None and record.state in ev.TERMINAL_STATES:
+            started.join(wait)
+        return self.followers.monitor(backend.name, record.name)
+
+    def close(self) -> None:
+        """Stop listing threads and the followers' opener (followers end with their jobs)."""
+        self._lister.close()
+        self.followers.close()
 
     def listing_backends(self, also: Iterable[str] = ()) -> list[Backend]:
         """Backends worth listing: those that need no set-up, ``also``, and this process's jobs'.
@@ -370,42 +446,9 @@ class JobService:
         mine = self._mine(record)
         if mine is not None:
             return mine.diagnosis()
-        monitor, submission = self.open_monitor(backend, record)
-        if monitor is None or submission is None:
-            return None
-        try:
-            self._catch_up(monitor, submission, record)
-            return monitor.diagnosis()
-        finally:
-            submission.detach()  # read what is there; following it on is not this call's job
+        return recorded_diagnosis(backend, record)
 
-    @staticmethod
-    def _catch_up(monitor: JobMonitor, submission: Submission, record: JobRecord) -> None:
-        """Wait until the recorded events are read (the replay ended, or output stopped growing)."""
-        if record.state in ev.TERMINAL_STATES:
-            submission.join(REPLAY_WAIT)
-            return
-        deadline = time.monotonic() + CATCH_UP
-        seen = -1
-        while time.monotonic() < deadline and monitor.version != seen:
-            seen = monitor.version
-            time.sleep(0.2)
-
-    @staticmethod
-    def open_monitor(
-        backend: Backend, record: JobRecord, *, log_limit: int = 200
-    ) -> tuple[JobMonitor | None, Submission | None]:
-        """A monitor fed by the backend's attach for ``record``, and the follower's handle."""
-        monitor = JobMonitor(
-            record.name, backend.name, max(1, record.world_size),
-            nodes=max(1, record.nodes), nproc=max(1, record.nproc), log_limit=log_limit,
-            phases=backend.capabilities.phases,
-        )  # fmt: skip
-        try:
-            _, submission = backend.attach(record.name, monitor.feed)
-        except BackendError:
-            return None, None
-        return monitor, submission
+    open_monitor = staticmethod(open_monitor)
 
     # ------------------------------------------------------------------ one job
 
@@ -419,11 +462,8 @@ class JobService:
             return mine.backend
         candidates = self.configured_backends()
         for candidate in candidates:
-            try:
-                if any(r.name == name for r in candidate.list_jobs()):
-                    return candidate
-            except BackendError:
-                continue
+            if any(r.name == name for r in self._lister.listing(candidate).records):
+                return candidate
         return candidates[0]  # the default backend says in its own words that it has no such job
 
     def logs(
@@ -436,6 +476,16 @@ class JobService:
         """What a job's ranks printed (one rank, or all prefixed with their rank)."""
         return self._backend_of(name, backend).logs(name, rank=rank, tail=tail)
 
+    def bounded_logs(
+        self, backend: str, name: str, rank: int | None, tail: int | None
+    ) -> tuple[Backend, BoundedLogs]:
+        """A listed job's logs cut to a viewer's size (see :func:`~.logtext.bounded_logs`).
+
+        Raises as :meth:`find` does.
+        """
+        found, record = self.find(backend, name)
+        return found, bounded_logs(found, record, rank, tail)
+
     def where(self, name: str, backend: str | None = None, timeout: float | None = None) -> Where:
         """Where the ranks of job ``name`` are (see :meth:`Job.where`).
 
@@ -447,7 +497,7 @@ class JobService:
             return mine.where(timeout)
         job = self.attach(name, backend, log_limit=200, keep=False)
         try:
-            self._catch_up(job.monitor, job.submission, JobRecord(  # type: ignore[arg-type]
+            catch_up(job.monitor, job.submission, JobRecord(  # type: ignore[arg-type]
                 name, job.backend.name, job.status(), job.spec.world_size, job.spec.nodes,
                 job.spec.nproc, 0.0,
             ))  # fmt: skip
@@ -461,8 +511,18 @@ class JobService:
         mine = self.registered().get(name)
         if mine is not None and backend in (None, mine.backend.name):
             return mine.stop()
-        stopped = self._backend_of(name, backend).stop(name)
+        stopped = self.stop_listed(self._backend_of(name, backend), name)
         return "stopped" if stopped else "was not running"
+
+    def stop_listed(self, backend: Backend, name: str) -> bool:
+        """Ask ``backend`` to stop job ``name`` of any owner; False when it was not running.
+
+        The backend's cached listing is dropped, so the next one shows the change.
+        """
+        try:
+            return backend.stop(name)
+        finally:
+            self._lister.forget(backend.name)
 
     def runtimes(self) -> list[RuntimeRecord]:
         """Training runtimes of every configured backend that has them."""
@@ -473,57 +533,7 @@ class JobService:
         return out
 
     def checkpoint_dir(self, job: Job) -> str:
-        """Where ``job`` writes checkpoints (see :func:`.job_checkpoints.checkpoint_uri`)."""
-        from .job_checkpoints import checkpoint_uri
+        """Where ``job`` writes checkpoints (see :func:`..checkpoints.jobs.checkpoint_uri`)."""
+        from ..checkpoints.jobs import checkpoint_uri
 
         return checkpoint_uri(job)
-
-
-def backend_names() -> tuple[str, ...]:
-    """Every backend a job can name, the default first."""
-    return names()
-
-
-def manifest_backends() -> list[str]:
-    """Backends whose plans are manifests to apply elsewhere (``--export``, ``render``)."""
-    return [n for n in names() if backend_class(n).capabilities.renders_manifests]
-
-
-_default: JobService | None = None
-_default_lock = threading.Lock()
-
-
-def default_service() -> JobService:
-    """This process's service (the magics, the command and the Python API share it)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = JobService()
-        return _default
-
-
-def submit(
-    spec: JobSpec, payload: Payload, backend: Backend | None = None,
-    listeners: Iterable[Listener] = (),
-) -> Job:  # fmt: skip
-    """Start ``spec`` with a built payload; ``backend`` overrides the service's instance."""
-    service = default_service()
-    if backend is None:
-        return service.submit(spec, payload, listeners)
-    return service._start(Job(spec, backend, plan=backend.plan(spec, payload)), listeners)
-
-
-def attach(name: str, backend: Backend | str | None = None,
-           listeners: Iterable[Listener] = ()) -> Job:  # fmt: skip
-    """Follow an existing job (see :meth:`JobService.attach`)."""
-    return default_service().attach(name, backend, listeners)
-
-
-def registered() -> dict[str, Job]:
-    """Jobs of this process, by name."""
-    return default_service().registered()
-
-
-def stop_all(timeout: float = 30.0) -> None:
-    """Stop every running job of this process (kernel shutdown)."""
-    default_service().stop_all(timeout)

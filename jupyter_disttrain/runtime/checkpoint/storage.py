@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Iterator
 from typing import IO, Any
 
-from .checkpoint_format import TMP_PREFIX, CheckpointError
+from .format import TMP_PREFIX, CheckpointError
 
 #: fsspec protocols and the package that provides each (for the "not installed" message).
 PROTOCOL_PACKAGES = {

@@ -1,4 +1,4 @@
-"""TensorFlow checkpoints in the checkpoint directory format (see :mod:`.checkpoint_format`).
+"""TensorFlow checkpoints in the checkpoint directory format (see :mod:`.format`).
 
 ``save_checkpoint(state, step)`` with a ``tf.train.Checkpoint``, a Keras model
 or any other trackable (wrapped as ``tf.train.Checkpoint(model=state)``) must
@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import checkpoint_format as fmt
-from .checkpoint_dir import CheckpointDir
-from .checkpoint_format import CheckpointError, CorruptCheckpoint
+from . import format as fmt
+from .directory import CheckpointDir
+from .format import CheckpointError, CorruptCheckpoint
 
 PREFIX = "ckpt"
 
@@ -57,17 +57,17 @@ def save(
     keep_best: str | None,
 ) -> str | None:
     """Write ``state`` as checkpoint ``step`` (on every worker); the chief returns its URI."""
-    from . import checkpoint_commit as ck
-    from .tf import barrier
+    from ..tf import barrier
+    from . import commit as ck
 
     tf = sys.modules["tensorflow"]
     ckpt = _as_checkpoint(tf, state)
-    if ck._rank() != 0:
+    if ck.env_rank() != 0:
         with _scratch() as scratch:
             ckpt.write(os.path.join(scratch, PREFIX))
         barrier()  # the chief has committed
         return None
-    ck._prepare(cdir)
+    ck.prepare_dir(cdir)
     token = secrets.token_hex(3)
     name = fmt.payload_name(step, token, fmt.TF)
     tmp = cdir.fs.temp_dir(cdir.root, name)
@@ -79,8 +79,8 @@ def save(
             if not cdir.local:
                 for fname in files:
                     with open(os.path.join(scratch, fname), "rb") as fh:
-                        cdir.fs.write_bytes(cdir.fs.join(tmp, fname), fh.read(), ck._fsync())
-        cdir.fs.commit_dir(tmp, cdir.fs.join(cdir.root, name), fsync=ck._fsync())
+                        cdir.fs.write_bytes(cdir.fs.join(tmp, fname), fh.read(), ck.fsync_enabled())
+        cdir.fs.commit_dir(tmp, cdir.fs.join(cdir.root, name), fsync=ck.fsync_enabled())
     except BaseException:
         cdir.fs.remove(tmp)
         raise
@@ -88,11 +88,11 @@ def save(
     entry = fmt.make_entry(
         step=step, token=token, kind=fmt.TF, time=time.time(),
         nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(), metrics=metrics,
-        world_size=ck._world_size(), versions=ck._versions(), files=files,
-        job=ck._env("DISTRAIN_JOB_ID"), run=ck._env("DISTRAIN_RUN_ID"),
+        world_size=ck.env_world_size(), versions=ck.library_versions(), files=files,
+        job=ck.env_text("DISTRAIN_JOB_ID"), run=ck.env_text("DISTRAIN_RUN_ID"),
         tensors=len(shapes), parameters=sum(_numel(s) for s in shapes),
     )  # fmt: skip
-    uri = ck._finish_commit(cdir, entry, keep_last, keep_best)
+    uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     barrier()
     return uri
 

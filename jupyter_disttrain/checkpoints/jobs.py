@@ -15,15 +15,15 @@ import pickle
 import secrets
 from collections.abc import Mapping
 
-from .backends.base import Backend, JobRecord
-from .backends.registry import backend_class, names
-from .checkpoints import CheckpointStore
-from .job import Job
-from .runtime import checkpoint_format as fmt
-from .runtime.checkpoint import find_checkpoint
-from .runtime.checkpoint_dir import CheckpointDir
-from .runtime.checkpoint_format import CheckpointError
-from .spec import JobSpec, SpecError
+from ..backends.base import Backend, JobRecord
+from ..backends.registry import backend_class, names
+from ..job import Job
+from ..runtime.checkpoint import format as fmt
+from ..runtime.checkpoint.api import find_checkpoint
+from ..runtime.checkpoint.directory import CheckpointDir
+from ..runtime.checkpoint.format import CheckpointError
+from ..spec import JobSpec, SpecError
+from .store import CheckpointStore
 
 
 def checkpoint_uri(job: Job) -> str:

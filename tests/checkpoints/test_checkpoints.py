@@ -19,18 +19,18 @@ from jupyter_disttrain import events as ev
 from jupyter_disttrain.backends import manifests as mf
 from jupyter_disttrain.backends.k8s_options import parse_options
 from jupyter_disttrain.backends.local import LocalBackend
-from jupyter_disttrain.checkpoints import (
+from jupyter_disttrain.checkpoints.jobs import preflight, resume_cell
+from jupyter_disttrain.checkpoints.store import (
     CheckpointStore,
     CorruptCheckpoint,
     format_table,
 )
 from jupyter_disttrain.job import Job
-from jupyter_disttrain.job_checkpoints import preflight, resume_cell
 from jupyter_disttrain.payload import build_payload
-from jupyter_disttrain.remote import decode_result
-from jupyter_disttrain.runtime import checkpoint as ck
-from jupyter_disttrain.runtime import checkpoint_format as fmt
-from jupyter_disttrain.runtime.checkpoint_dir import CheckpointDir
+from jupyter_disttrain.results import decode_result
+from jupyter_disttrain.runtime.checkpoint import api as ck
+from jupyter_disttrain.runtime.checkpoint import format as fmt
+from jupyter_disttrain.runtime.checkpoint.directory import CheckpointDir
 from jupyter_disttrain.spec import JobSpec, SpecError
 from tests.conftest import submit_now
 

@@ -5,7 +5,7 @@ manifest, not the checkpoints), shows what one holds (``describe``), loads
 one into the notebook (``load``), and deletes or prunes. A checkpoint whose
 file is missing or whose checksum does not match is reported as
 ``incomplete`` or ``corrupt`` and never loaded. The format and the I/O are
-the workers' own (:mod:`.runtime.checkpoint_format`, :mod:`.runtime.checkpoint_dir`), so
+the workers' own (:mod:`..runtime.checkpoint.format`, :mod:`..runtime.checkpoint.directory`), so
 both sides always agree. Paths use the standard library, URLs fsspec.
 """
 
@@ -19,12 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .runtime import checkpoint_format as fmt
-from .runtime import checkpoint_tf
-from .runtime.checkpoint import load_sharded
-from .runtime.checkpoint_dir import CheckpointDir
-from .runtime.checkpoint_format import CheckpointError, CorruptCheckpoint
-from .units import format_bytes
+from ..runtime.checkpoint import format as fmt
+from ..runtime.checkpoint import tf as checkpoint_tf
+from ..runtime.checkpoint.api import load_sharded
+from ..runtime.checkpoint.directory import CheckpointDir
+from ..runtime.checkpoint.format import CheckpointError, CorruptCheckpoint
+from ..units import format_bytes
 
 __all__ = [
     "CheckpointDetails",
@@ -66,7 +66,7 @@ class CheckpointInfo:
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> CheckpointInfo:
-        """Build from a record of :mod:`.runtime.checkpoint_format`."""
+        """Build from a record of :mod:`..runtime.checkpoint.format`."""
         return cls(
             step=int(entry["step"]), time=float(entry.get("time", 0.0)),
             bytes=int(entry.get("bytes", 0)), metrics=entry.get("metrics") or {},

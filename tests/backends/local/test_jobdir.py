@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_disttrain import jobdir
+from jupyter_disttrain.backends.local import jobdir
 
 
 def test_a_tail_reads_from_the_end_in_bounded_memory(tmp_path: Path) -> None:

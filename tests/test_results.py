@@ -5,7 +5,7 @@ import base64
 import cloudpickle
 import pytest
 
-from jupyter_disttrain.remote import RemoteError, decode_result, recreate_exception
+from jupyter_disttrain.results import RemoteError, decode_result, recreate_exception
 
 
 def test_builtin_exception_keeps_type_rank_and_traceback() -> None:

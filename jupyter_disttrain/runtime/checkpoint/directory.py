@@ -1,8 +1,8 @@
 """One checkpoint directory: list, commit, verify, read and remove checkpoints.
 
-The I/O half of :mod:`.checkpoint_format`, shared by the workers
-(:mod:`.checkpoint`) and the notebook (:mod:`jupyter_disttrain.checkpoints`).
-Standard library only (fsspec for URLs, through :mod:`.checkpoint_storage`).
+The I/O half of :mod:`.format`, shared by the workers
+(:mod:`.api`) and the notebook (:mod:`jupyter_disttrain.checkpoints.store`).
+Standard library only (fsspec for URLs, through :mod:`.storage`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from . import checkpoint_format as fmt
-from .checkpoint_storage import FileSystem, LocalFS, open_fs
+from . import format as fmt
+from .storage import FileSystem, LocalFS, open_fs
 
 #: Rewrite the manifest once this many records are not in it yet.
 COMPACT_AFTER = 16
@@ -26,7 +26,7 @@ CHUNK = 1 << 20
 
 
 class CheckpointDir:
-    """A checkpoint directory at ``uri`` (a path or fsspec URL); see :mod:`.checkpoint_format`."""
+    """A checkpoint directory at ``uri`` (a path or fsspec URL); see :mod:`.format`."""
 
     def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
         self.fs: FileSystem
@@ -164,7 +164,7 @@ class CheckpointDir:
         keep_best: str | None = None,
         protect: Iterable[str] = (),
     ) -> list[fmt.Entry]:
-        """Apply retention (see :func:`.checkpoint_format.to_prune`); return what was removed."""
+        """Apply retention (see :func:`.format.to_prune`); return what was removed."""
         victims = fmt.to_prune(self.entries(), keep_last, keep_best, protect)
         self.remove(victims)
         return victims

@@ -21,20 +21,21 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import checkpoint_format as fmt
-from . import checkpoint_tf, preemption
-from .checkpoint_commit import (
-    _env,
-    _finish_commit,
-    _fsync,
-    _prepare,
-    _rank,
-    _versions,
-    _world_size,
+from .. import preemption
+from . import format as fmt
+from . import tf as checkpoint_tf
+from .commit import (
+    env_rank,
+    env_text,
+    env_world_size,
+    finish_commit,
+    fsync_enabled,
+    library_versions,
+    prepare_dir,
     saving,
 )
-from .checkpoint_dir import CheckpointDir, HashingWriter
-from .checkpoint_format import CheckpointError, CorruptCheckpoint
+from .directory import CheckpointDir, HashingWriter
+from .format import CheckpointError, CorruptCheckpoint
 
 ENV_DIR = "DISTRAIN_CHECKPOINT_DIR"
 ENV_RESUME = "DISTRAIN_RESUME"
@@ -54,8 +55,8 @@ _lock = threading.Lock()
 
 
 def checkpoint_dir(uri: str | None = None) -> CheckpointDir:
-    """The :class:`~.checkpoint_dir.CheckpointDir` at ``uri`` or the job's directory (cached)."""
-    uri = uri or _env(ENV_DIR)
+    """The :class:`~.directory.CheckpointDir` at ``uri`` or the job's directory (cached)."""
+    uri = uri or env_text(ENV_DIR)
     if not uri:
         raise CheckpointError(
             "no checkpoint directory: run the cell with --checkpoint-dir PATH_OR_URL "
@@ -127,9 +128,9 @@ def _write_full_unguarded(
 ) -> str:
     import torch
 
-    _prepare(cdir)
+    prepare_dir(cdir)
     path = cdir.fs.join(cdir.root, fmt.payload_name(step, token, fmt.FULL))
-    with cdir.fs.atomic_write(path, fsync=_fsync()) as fh:
+    with cdir.fs.atomic_write(path, fsync=fsync_enabled()) as fh:
         writer = HashingWriter(fh)
         try:
             torch.save(state, writer)  # type: ignore[arg-type]
@@ -140,11 +141,11 @@ def _write_full_unguarded(
     tensors, elements = _count(state)
     entry = fmt.make_entry(
         step=step, token=token, kind=fmt.FULL, time=time.time(), nbytes=writer.bytes,
-        sha256=digest, metrics=metrics, world_size=_world_size(),
-        versions=_versions(), job=_env("DISTRAIN_JOB_ID"), run=_env("DISTRAIN_RUN_ID"),
+        sha256=digest, metrics=metrics, world_size=env_world_size(), versions=library_versions(),
+        job=env_text("DISTRAIN_JOB_ID"), run=env_text("DISTRAIN_RUN_ID"),
         tensors=tensors, parameters=elements,
     )  # fmt: skip
-    return _finish_commit(cdir, entry, keep_last, keep_best)
+    return finish_commit(cdir, entry, keep_last, keep_best)
 
 
 def _write_sharded(
@@ -167,7 +168,7 @@ def _write_sharded(
     rank = dist.get_rank() if distributed else 0
     plan: list[Any] = [None]
     if rank == 0:
-        _prepare(cdir)
+        prepare_dir(cdir)
         token = secrets.token_hex(3)
         name = fmt.payload_name(step, token, fmt.SHARDED)
         plan = [(token, name, cdir.fs.temp_dir(cdir.root, name))]
@@ -210,7 +211,7 @@ def _write_sharded(
         files: dict[str, tuple[int, str]] = digests(None)
         for part in shards:
             files.update(part)
-        cdir.fs.commit_dir(tmp, cdir.fs.join(cdir.root, name), fsync=_fsync())
+        cdir.fs.commit_dir(tmp, cdir.fs.join(cdir.root, name), fsync=fsync_enabled())
         combined = hashlib.sha256(
             "".join(f"{n}:{h}\n" for n, (_, h) in sorted(files.items())).encode()
         )
@@ -218,11 +219,11 @@ def _write_sharded(
         entry = fmt.make_entry(
             step=step, token=token, kind=fmt.SHARDED, time=time.time(),
             nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(),
-            metrics=metrics, world_size=_world_size(), versions=_versions(), files=files,
-            job=_env("DISTRAIN_JOB_ID"), run=_env("DISTRAIN_RUN_ID"),
+            metrics=metrics, world_size=env_world_size(), versions=library_versions(), files=files,
+            job=env_text("DISTRAIN_JOB_ID"), run=env_text("DISTRAIN_RUN_ID"),
             tensors=tensors, parameters=elements,
         )  # fmt: skip
-        uri = _finish_commit(cdir, entry, keep_last, keep_best)
+        uri = finish_commit(cdir, entry, keep_last, keep_best)
     done: list[Any] = [uri]
     if distributed:
         dist.broadcast_object_list(done, src=0)  # every rank returns once it is committed
@@ -296,9 +297,7 @@ def save_checkpoint(
     if keep_best:
         fmt.parse_best(keep_best)
     cdir = checkpoint_dir(uri)
-    if checkpoint_tf.is_tensorflow(
-        state
-    ):  # every worker calls it; the chief writes (see .checkpoint_tf)
+    if checkpoint_tf.is_tensorflow(state):  # every worker calls it; the chief writes (see .tf)
         if sharded or background:
             raise CheckpointError("TensorFlow checkpoints take neither sharded= nor background=")
         wait_for_saves()
@@ -310,7 +309,7 @@ def save_checkpoint(
         wait_for_saves()
         with saving(cdir, step):
             return _write_sharded(cdir, state, step, values, keep_last, keep_best)
-    if _rank() != 0:
+    if env_rank() != 0:
         return None
     token = secrets.token_hex(3)
     args = (step, values, keep_last, keep_best, token)
@@ -324,13 +323,13 @@ def save_checkpoint(
 
 def _resume_target(cdir: CheckpointDir | None) -> tuple[CheckpointDir, fmt.Entry] | None:
     """What ``load_checkpoint()`` returns: own latest after a restart, else ``--resume``."""
-    job, run = _env("DISTRAIN_JOB_ID"), _env("DISTRAIN_RUN_ID")
+    job, run = env_text("DISTRAIN_JOB_ID"), env_text("DISTRAIN_RUN_ID")
     if cdir is not None and job:
         own = [e for e in cdir.entries() if e.get("job") == job and e.get("run") == run]
         good = [e for e in own if e["status"] == fmt.OK]
         if good:
             return cdir, good[-1]
-    resume = _env(ENV_RESUME)
+    resume = env_text(ENV_RESUME)
     if not resume:
         return None
     found = find_checkpoint(fmt.parse_which(resume), cdir)
@@ -394,7 +393,7 @@ def load_checkpoint(
     one before it, with a warning.
     """
     wait_for_saves()
-    cdir = checkpoint_dir() if _env(ENV_DIR) else None
+    cdir = checkpoint_dir() if env_text(ENV_DIR) else None
     if which is None:
         found = _resume_target(cdir)
         fallback = True
@@ -417,7 +416,7 @@ def load_checkpoint(
                 raise
             print(f"jupyter_disttrain: skipping damaged checkpoint: {exc}", file=sys.stderr)
             continue
-        if _rank() == 0:
+        if env_rank() == 0:
             print(f"jupyter_disttrain: loaded checkpoint step {candidate['step']} "
                   f"({candidate['uri']})", flush=True)  # fmt: skip
         return state
@@ -485,7 +484,7 @@ class Every:
         """Whether to act at ``step``."""
         step = fmt.check_step(step)
         due = self.n is not None and step > 0 and step % self.n == 0
-        if not due and _rank() == 0 and preemption.pending():  # the writer saves a last one
+        if not due and env_rank() == 0 and preemption.pending():  # the writer saves a last one
             due = True
         now = time.monotonic()
         if self.seconds is not None and now - self._last >= self.seconds:
@@ -513,6 +512,6 @@ def every(n: int | None = None, step: int | None = None, *, seconds: float | Non
 def resume_step() -> int | None:
     """The step :func:`load_checkpoint` would load with no argument (no data read)."""
     with contextlib.suppress(CheckpointError):
-        found = _resume_target(checkpoint_dir() if _env(ENV_DIR) else None)
+        found = _resume_target(checkpoint_dir() if env_text(ENV_DIR) else None)
         return None if found is None else int(found[1]["step"])
     return None

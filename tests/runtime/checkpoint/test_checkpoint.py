@@ -17,15 +17,14 @@ import pytest
 import torch
 
 from jupyter_disttrain import events as ev
-from jupyter_disttrain import jobdir
-from jupyter_disttrain.backends.local import LocalBackend
+from jupyter_disttrain.backends.local import LocalBackend, jobdir
 from jupyter_disttrain.backends.local.tailer import job_trust
-from jupyter_disttrain.checkpoints import CheckpointStore
+from jupyter_disttrain.checkpoints.store import CheckpointStore
 from jupyter_disttrain.payload import build_payload
-from jupyter_disttrain.remote import decode_result
-from jupyter_disttrain.runtime import checkpoint as ck
-from jupyter_disttrain.runtime import checkpoint_format as fmt
-from jupyter_disttrain.runtime.checkpoint_dir import CheckpointDir
+from jupyter_disttrain.results import decode_result
+from jupyter_disttrain.runtime.checkpoint import api as ck
+from jupyter_disttrain.runtime.checkpoint import format as fmt
+from jupyter_disttrain.runtime.checkpoint.directory import CheckpointDir
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_local import Collector
 from tests.conftest import REPO, assert_no_processes, submit_now

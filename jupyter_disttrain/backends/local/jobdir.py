@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .runtime.checkpoint_format import ENTRIES_DIR, META_DIR
-from .runtime.checkpoint_storage import makedirs_private
+from ...runtime.checkpoint.format import ENTRIES_DIR, META_DIR
+from ...runtime.checkpoint.storage import makedirs_private
 
 RANK_LOG_RE = re.compile(r"^rank-(\d+)\.log$")
 #: Run K of a job name: ``NAME.K``.

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from jupyter_disttrain.checkpoints import CheckpointStore
-from jupyter_disttrain.runtime import checkpoint
-from jupyter_disttrain.runtime.checkpoint_format import CheckpointError
+from jupyter_disttrain.checkpoints.store import CheckpointStore
+from jupyter_disttrain.runtime.checkpoint import api as checkpoint
+from jupyter_disttrain.runtime.checkpoint.format import CheckpointError
 
 SIZE = 2 << 20  # bytes of the small disk
 BIG = 1 << 20  # float32 elements: 4 MiB, more than the disk holds

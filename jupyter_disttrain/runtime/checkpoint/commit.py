@@ -12,26 +12,26 @@ import shutil
 import sys
 from collections.abc import Iterator
 
-from . import checkpoint_format as fmt
-from . import preemption
-from . import report as _report
-from .checkpoint_dir import CheckpointDir
-from .checkpoint_format import CheckpointError
+from .. import preemption
+from .. import report as _report
+from . import format as fmt
+from .directory import CheckpointDir
+from .format import CheckpointError
 
 ENV_FSYNC = "DISTRAIN_CHECKPOINT_FSYNC"
 
 _prepared: set[str] = set()
 
 
-def _env(name: str) -> str:
+def env_text(name: str) -> str:
     return os.environ.get(name, "").strip()
 
 
-def _rank() -> int:
+def env_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _versions() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
     import platform
 
     out = {"python": platform.python_version()}
@@ -42,11 +42,11 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _fsync() -> bool:
-    return _env(ENV_FSYNC) not in ("0", "false", "no")
+def fsync_enabled() -> bool:
+    return env_text(ENV_FSYNC) not in ("0", "false", "no")
 
 
-def _prepare(cdir: CheckpointDir) -> None:
+def prepare_dir(cdir: CheckpointDir) -> None:
     if cdir.uri not in _prepared:
         try:
             cdir.prepare()
@@ -55,7 +55,7 @@ def _prepare(cdir: CheckpointDir) -> None:
         _prepared.add(cdir.uri)
 
 
-def _finish_commit(
+def finish_commit(
     cdir: CheckpointDir,
     entry: fmt.Entry,
     keep_last: int | None,
@@ -73,7 +73,7 @@ def _finish_commit(
     return uri
 
 
-def _world_size() -> int:
+def env_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 

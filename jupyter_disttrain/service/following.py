@@ -1,0 +1,220 @@
+"""Listed jobs followed by monitors, without any dashboard open (the sidebar's progress).
+
+A :class:`~jupyter_disttrain.monitor.JobMonitor` is fed by the backend's own
+``attach`` (for local jobs the job's ``events.jsonl`` and rank logs replayed,
+then followed while the job runs). Jobs of backends without pods are followed
+as soon as they are listed (reading files is cheap), the newest
+:data:`MAX_FOLLOWED`; jobs in pods only once their detail is asked for while
+they run (following costs watches on the API server).
+
+Listed jobs are opened one at a time by one background thread (a finished
+job's replay reads all its logs), newest first; a detail request opens its
+own job at once. A follower of a job gone, re-created or past the newest is
+forgotten at the next listing. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..backends.base import Backend, BackendError, JobRecord, Submission
+from ..events import TERMINAL_STATES
+from ..monitor import JobMonitor
+
+#: Jobs without pods followed at once (the newest); older ones show without progress.
+MAX_FOLLOWED = 64
+#: Seconds the background opener gives one finished job's replay before opening the next.
+REPLAY_TURN = 10.0
+#: Log lines a followed job keeps in memory (logs are read from the backend).
+FOLLOW_LOG_LINES = 200
+#: Seconds to wait for a finished job's recorded events when attaching to read it.
+REPLAY_WAIT = 2.0
+#: Seconds a running job's recorded output may take to be read for a listing's diagnosis.
+CATCH_UP = 2.0
+
+
+def open_monitor(
+    backend: Backend, record: JobRecord, *, log_limit: int = 200
+) -> tuple[JobMonitor | None, Submission | None]:
+    """A monitor fed by the backend's attach for ``record``, and the follower's handle."""
+    monitor = JobMonitor(
+        record.name, backend.name, max(1, record.world_size),
+        nodes=max(1, record.nodes), nproc=max(1, record.nproc), log_limit=log_limit,
+        phases=backend.capabilities.phases,
+    )  # fmt: skip
+    try:
+        _, submission = backend.attach(record.name, monitor.feed)
+    except BackendError:
+        return None, None
+    return monitor, submission
+
+
+def catch_up(monitor: JobMonitor, submission: Submission, record: JobRecord) -> None:
+    """Wait until the recorded events are read (the replay ended, or output stopped growing)."""
+    if record.state in TERMINAL_STATES:
+        submission.join(REPLAY_WAIT)
+        return
+    deadline = time.monotonic() + CATCH_UP
+    seen = -1
+    while time.monotonic() < deadline and monitor.version != seen:
+        seen = monitor.version
+        time.sleep(0.2)
+
+
+def recorded_diagnosis(backend: Backend, record: JobRecord) -> str | None:
+    """The current one-sentence reading of a listed job, from what it recorded so far."""
+    monitor, submission = open_monitor(backend, record)
+    if monitor is None or submission is None:
+        return None
+    try:
+        catch_up(monitor, submission, record)
+        return monitor.diagnosis()
+    finally:
+        submission.detach()  # read what is there; following it on is not this call's job
+
+
+@dataclass
+class _Followed:
+    """A followed job; ``monitor`` None: being opened, or its events cannot be read."""
+
+    created: float
+    monitor: JobMonitor | None
+    submission: Submission | None
+
+
+@dataclass
+class Pending:
+    """A job waiting for the background opener; ``done`` is set once it was opened."""
+
+    backend: Backend
+    record: JobRecord
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Followers:
+    """The followed jobs of one process, by ``(backend name, job name)``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._followed: dict[tuple[str, str], _Followed] = {}
+        self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._queued: dict[tuple[str, str], Pending] = {}
+        self._opener: threading.Thread | None = None
+
+    def monitor(self, backend: str, name: str) -> JobMonitor | None:
+        """The monitor following job ``name`` of ``backend`` (None: not followed, or not yet)."""
+        with self._lock:
+            followed = self._followed.get((backend, name))
+        return followed.monitor if followed is not None else None
+
+    def enqueue(self, backend: Backend, records: list[JobRecord]) -> list[Pending]:
+        """Hand the listed jobs worth following, not followed yet, to the background opener.
+
+        ``records`` newest first. Returns the ones queued by this call (a later
+        listing does not wait for them again).
+        """
+        if backend.capabilities.has_pods:  # pods: followed on request only
+            return []
+        out = []
+        with self._lock:
+            for record in records[:MAX_FOLLOWED]:  # following reads files: cheap
+                key = (backend.name, record.name)
+                if key in self._followed:
+                    continue
+                if key not in self._queued:
+                    pending = self._queued[key] = Pending(backend, record)
+                    self._queue.put(pending)
+                    out.append(pending)
+            if out and (self._opener is None or not self._opener.is_alive()):
+                self._opener = threading.Thread(
+                    target=self._open_queued, name="distrain-open", daemon=True
+                )
+                self._opener.start()
+        return out
+
+    def for_detail(
+        self, backend: Backend, record: JobRecord, listed: list[JobRecord]
+    ) -> Submission | None:
+        """Follow ``record`` now if it is worth it; the follower's handle (None: not followed).
+
+        Worth it: a job in pods while it runs; another job among the newest of
+        ``listed`` (at once, rather than in the opener's turn).
+        """
+        key = (backend.name, record.name)
+        with self._lock:
+            followed = self._followed.get(key)
+        if followed is not None:
+            return followed.submission
+        if backend.capabilities.has_pods:
+            follow = record.state not in TERMINAL_STATES
+        else:
+            follow = any(r.name == record.name for r in listed[:MAX_FOLLOWED])
+        return self.follow(backend, record) if follow else None
+
+    def prune(self, backend: Backend, records: list[JobRecord]) -> None:
+        """Forget followers of jobs gone or re-created, and of jobs without pods past the newest.
+
+        ``records``: the backend's whole listing, newest first.
+        """
+        current = {r.name: r for r in records}
+        with self._lock:
+            for key in [k for k in self._followed if k[0] == backend.name]:
+                record = current.get(key[1])
+                if record is None or record.created != self._followed[key].created:
+                    self._forget(key)
+            if not backend.capabilities.has_pods:
+                keep = {r.name for r in records[:MAX_FOLLOWED]}
+                for key in [k for k in self._followed if k[0] == backend.name and k[1] not in keep]:
+                    self._forget(key)
+
+    def follow(self, backend: Backend, record: JobRecord) -> Submission | None:
+        """Start following ``record``; its replay when this call started one, else None.
+
+        The job is claimed under the lock, then opened without it.
+        """
+        key = (backend.name, record.name)
+        claim = _Followed(record.created, None, None)
+        with self._lock:
+            if key in self._followed:
+                return None
+            self._followed[key] = claim
+        try:
+            monitor, submission = open_monitor(backend, record, log_limit=FOLLOW_LOG_LINES)
+        except Exception:  # a job directory that cannot be read: shown from its record
+            monitor, submission = None, None
+        with self._lock:
+            mine = self._followed.get(key) is claim
+            if mine and monitor is not None and submission is not None:
+                self._followed[key] = _Followed(record.created, monitor, submission)
+                return submission
+            if mine:  # tried again at the next listing
+                del self._followed[key]
+        if submission is not None:  # forgotten meanwhile (the job was re-created)
+            submission.detach()
+        return None
+
+    def close(self) -> None:
+        """End the background opener (followers end with their jobs)."""
+        self._queue.put(None)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        followed = self._followed.pop(key)
+        if followed.submission is not None:
+            followed.submission.detach()
+
+    def _open_queued(self) -> None:
+        """The opener: follow queued jobs one by one; a finished one's replay runs alone."""
+        while (pending := self._queue.get()) is not None:
+            try:
+                replay = self.follow(pending.backend, pending.record)
+                if replay is not None and pending.record.state in TERMINAL_STATES:
+                    replay.join(REPLAY_TURN)
+            except Exception:  # shown from its record; tried again at a later listing
+                pass
+            finally:
+                with self._lock:
+                    self._queued.pop((pending.backend.name, pending.record.name), None)
+                pending.done.set()

@@ -4,10 +4,10 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTHON  ?= python3
 
-.PHONY: venv demo test lint typecheck importlint unit notebooks bench clean browser-deps labextension-test binder-check
+.PHONY: venv demo test lint typecheck importlint unit notebooks bench clean browser-deps labextension-test binder-check readme-pictures
 
 # The editable install also builds the lab extension (labextension/ -> jupyter_disttrain/labextension).
-$(STAMP): pyproject.toml constraints.txt labextension/package.json $(wildcard labextension/src/*.ts labextension/style/*)
+$(STAMP): pyproject.toml constraints.txt labextension/package.json $(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,tensorflow]'
 	@touch $(STAMP)
@@ -40,6 +40,11 @@ labextension-test: venv
 	@test labextension/node_modules/.yarn-state.yml -nt labextension/yarn.lock \
 		|| (cd labextension && ../$(VENV)/bin/jlpm install)
 	cd labextension && ../$(VENV)/bin/jlpm test --ci
+
+# README's pictures of a failing and a hung job, from the cause browser test's screenshots
+# (run it first: $(PY) -m pytest tests/browser/test_cause_browser.py).
+readme-pictures: venv
+	$(PY) scripts/readme_pictures.py
 
 # The Binder recipe in a fresh venv: install, both extensions enabled, quickstart runs.
 binder-check:

@@ -96,7 +96,7 @@ FIELDS: Final[dict[str, _Fields]] = {
                   "gpu_util_pct": _SECONDS, "gpu_mem_bytes": _COUNT},
     "progress": {"step": _COUNT, "total": lambda v: _int(v, 1)},
     "session": {"port": lambda v: _int(v, 1, 65535), "world_size": _COUNT},
-    "cell": {"id": _text, "phase": _text, "status": _text},
+    "cell": {"id": lambda v: _int(v, 0) or _text(v), "phase": _text, "status": _text},
 }  # fmt: skip
 #: Kinds that speak for the whole job (no rank).
 JOB_WIDE: Final = frozenset({"staging"})

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import builtins
 import importlib
-from typing import Any
+import re
+from collections.abc import Callable
+from typing import Any, Final
 
 import cloudpickle
 
@@ -76,4 +78,35 @@ def recreate_exception(fields: dict[str, Any], rank: int | None) -> BaseExceptio
     exc.remote_rank = rank  # type: ignore[attr-defined]
     exc.remote_type = etype  # type: ignore[attr-defined]
     exc.remote_traceback = trace  # type: ignore[attr-defined]
+    exc._render_traceback_ = _shown(exc, rank, etype, original, trace)  # type: ignore[attr-defined]
     return exc
+
+
+def _shown(
+    exc: BaseException, rank: int | None, etype: str, original: str, trace: str
+) -> Callable[[], list[str]]:
+    """What IPython shows of ``exc`` (its ``_render_traceback_``): the rank's own traceback
+    from the cell on, not the notebook's frames that re-raised it; then its notes."""
+
+    def render() -> list[str]:
+        own = user_traceback(trace).splitlines() if trace else [f"{etype}: {original}"]
+        notes = [str(n) for n in getattr(exc, "__notes__", ())]
+        return [f"rank {rank} raised {etype}:", *own, *notes]
+
+    return render
+
+
+def user_traceback(traceback: str) -> str:
+    """``traceback`` starting at the cell: the runtime's frames that ran it are dropped.
+
+    A traceback with no cell frame (the error came from elsewhere) is returned whole.
+    """
+    lines = traceback.splitlines()
+    for i, line in enumerate(lines):
+        if _CELL_FILE.search(line):
+            head = lines[:1] if lines and lines[0].startswith("Traceback") else []
+            return "\n".join(head + lines[i:])
+    return traceback
+
+
+_CELL_FILE: Final = re.compile(r'^\s*File "<(?:distrain-)?cell[^>]*>", line \d+')

@@ -490,6 +490,13 @@ class Session:
                 f"session {self.name}: the cell was interrupted on every rank; the ranks keep "
                 "their state"
             )
+        now = time.time()
+        for error in errors:  # the cell's job names the rank and shows its traceback
+            rank = error.get("rank")
+            if isinstance(rank, int):
+                fields = {k: error[k] for k in ("type", "module", "message", "traceback")
+                          if k in error}  # fmt: skip
+                cell_job.feed(ev.Event("error", rank, now, fields))
         self._end_cell(cell_job, "Failed", f"rank {errors[0].get('rank')} raised")
         first = errors[0]
         error = recreate_exception(first, first.get("rank"))

@@ -15,6 +15,7 @@ import pytest
 
 from jupyter_disttrain import events as ev
 from jupyter_disttrain.backends.local import jobdir
+from jupyter_disttrain.job import Job
 from jupyter_disttrain.runtime.session import HELLO_SECONDS, recv_frame, send_frame
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.sessions import (
@@ -114,8 +115,13 @@ def test_error_on_one_rank_is_raised_with_its_rank_and_the_session_stays_usable(
         check(dist.get_rank())
         """
     )
+    jobs: list[Job] = []
     with pytest.raises(KeyError) as caught:
-        group.run(cell)
+        group.run(cell, on_cell=jobs.append)
+    # the cell's job: the raising rank is its cause, the others are ready for the next cell
+    (cell_job,) = jobs
+    assert cell_job.monitor.reason == "rank 2: KeyError: 'missing column on rank 2'", logs(group)
+    assert [r.state for r in cell_job.monitor.ranks()] == ["Ready", "Ready", "Failed", "Ready"]
     message = str(caught.value)
     assert "[rank 2]" in message and "missing column on rank 2" in message, logs(group)
     assert "Remote traceback (rank 2)" in message and "in check" in message

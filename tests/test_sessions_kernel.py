@@ -104,3 +104,31 @@ def test_kernel_exit_leaves_no_session_process(kernel: Kernel, now: bool) -> Non
     kernel.kc.stop_channels()
     kernel.km.shutdown_kernel(now=now)
     assert_no_processes(jobdir.job_dir(name), pids, wait=15)
+
+
+def test_a_failing_cell_shows_its_rank_s_traceback_from_the_cell_and_the_group_lives_on(
+    kernel: Kernel,
+) -> None:
+    kernel.execute("%distrain_session start ks-fail --nodes 2 --nproc 1")
+    wait_for_hello("ks-fail", 2)
+    cell = ("%%distrain --session ks-fail\nimport torch.distributed as dist\n"
+            "def check(rank):\n    if rank == 1:\n        raise ValueError('bad input')\n"
+            "check(dist.get_rank())")  # fmt: skip
+    kernel.start(cell)
+    reply = kernel.kc.get_shell_msg(timeout=90)
+    assert reply["content"]["ename"] == "ValueError", reply["content"]
+    shown = "\n".join(reply["content"]["traceback"])
+    lines = shown.splitlines()
+    assert lines[:2] == ["rank 1 raised ValueError:", "Traceback (most recent call last):"], shown
+    assert lines[2].startswith('  File "<distrain-cell') and lines[-1] == "ValueError: bad input"
+    assert "in check" in shown
+    assert "jupyter_disttrain" not in shown and "interactiveshell" not in shown, shown
+    # between cells every rank reads ready, the group is not stopped
+    states = kernel.run(
+        "from jupyter_disttrain.service import default_service\n"
+        "group = default_service().sessions.get('ks-fail').job\n"
+        "print(group.monitor.display_state, [r.state for r in group.monitor.ranks()])"
+    )
+    assert states.strip() == "Running ['Ready', 'Ready']", states
+    kernel.execute("%%distrain --session ks-fail\nimport torch.distributed as dist\ndist.barrier()")
+    kernel.run("%distrain_session stop ks-fail")

@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
+from ..results import user_traceback as user_traceback  # re-exported: the views import it here
 from .records import Failure
 
 #: Failure classes, best cause first.
@@ -100,6 +101,8 @@ def choose(
     attempt: int,
     ended: dict[int, str],
     exits: Sequence[Failure] = (),
+    *,
+    every: bool = False,
 ) -> Cause | None:
     """The cause among the ``failures`` of ``attempt``; None when it has none.
 
@@ -107,16 +110,22 @@ def choose(
     that did not succeed are its consequences. ``exits`` are the exits the
     launcher reported (:class:`LauncherExits`). A rank's exception explains
     its own exit, so a rank's exits count only when it reported no exception.
+    ``every``: the failures of every attempt up to ``attempt`` compete (a job
+    whose restarts did not recover); the best class wins, then the latest
+    attempt, so a last attempt that holds only signals and lost peers is
+    explained by the rank that raised before it.
     """
-    current = candidates(failures, attempt, exits)
+    first = 0 if every else attempt
+    current = [f for a in range(first, attempt + 1) for f in candidates(failures, a, exits)]
     if not current:
         return None
-    best = min(current, key=lambda f: (CLASSES.index(f.kind), f.t, f.rank))
+    best = min(current, key=lambda f: (CLASSES.index(f.kind), -f.attempt, f.t, f.rank))
+    current = [f for f in current if f.attempt == best.attempt]
     # the rank's best reason: its exception rather than its exit code
     own = [f for f in current if f.rank == best.rank]
     reason = min(own, key=lambda f: (CLASSES.index(f.kind), f.t)).reason
     others = tuple(sorted(r for r, state in ended.items() if r != best.rank and state not in _LIVE))
-    return Cause(best.rank, best.kind, reason, best.t, attempt, others)
+    return Cause(best.rank, best.kind, reason, best.t, best.attempt, others)
 
 
 class LauncherExits:
@@ -175,19 +184,3 @@ def recovered_text(causes: list[Cause]) -> str:
 def _clip(text: str, limit: int) -> str:
     text = text.splitlines()[0] if text else text
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def user_traceback(traceback: str) -> str:
-    """``traceback`` starting at the cell: the runtime's frames that ran it are dropped.
-
-    A traceback with no cell frame (the error came from elsewhere) is returned whole.
-    """
-    lines = traceback.splitlines()
-    for i, line in enumerate(lines):
-        if _CELL_FILE.search(line):
-            head = lines[:1] if lines and lines[0].startswith("Traceback") else []
-            return "\n".join(head + lines[i:])
-    return traceback
-
-
-_CELL_FILE: Final = re.compile(r'^\s*File "<(?:distrain-)?cell[^>]*>", line \d+')

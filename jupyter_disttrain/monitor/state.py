@@ -96,8 +96,10 @@ class MonitorState:
         self._result: Event | None = None
         self._logs = LogBuffer(log_limit)
         self._metrics = MetricStore(self._lock)
-        # what the backend itself last said (the end is final only once it says so)
+        # what the backend itself last said (the end is final only once it says so), and
+        # whether it holds the job (waiting or restarting, not yet run since): see _derive
         self._reported: JobState = "Pending"
+        self._held = False
         self._changed = threading.Condition(self._lock)
         # every log line goes through the NCCL / c10d / gloo parser as it arrives
         self._comms = NcclParser()
@@ -158,6 +160,7 @@ class MonitorState:
             return
         state = cast(JobState, reported)
         self._reported = state
+        self._held = state in _HOLDS
         self._explicit_terminal = False
         self._set_state(state, ev.t)
         self._explicit_terminal = state in TERMINAL_STATES
@@ -181,7 +184,8 @@ class MonitorState:
         if not self._explicit_terminal:
             self._reason = reason
             self._message = ""
-        self._derive("Restarting", ev.t)
+            self._held = True  # the backend's own report: its ranks start again
+            self._set_state("Restarting", ev.t)
         for other in self._rows.values():
             other.restarts += 1
             other.state = "Restarting"
@@ -225,6 +229,7 @@ class MonitorState:
         self._recent.pop(row.rank, None)
         if self._explicit_terminal:
             return  # the backend said the job is over; keep its verdict on the rows
+        self._held = False  # a rank of the current attempt runs: the wait is over
         row.state = "Running"
         row.exit_code = None
         row.reason = ""
@@ -241,6 +246,7 @@ class MonitorState:
             return
         if row.state == "Pending":
             row.state = "Running"
+            self._held = False  # the first sign of this rank: it runs
             if self._state == "Pending":
                 self._derive("Running", ev.t)
         self._track_step(row, step, ev.t)
@@ -328,9 +334,6 @@ class MonitorState:
             if code is not None:
                 why = f"{reason} (exit code {code})" if reason else f"exit code {code}"
             kind = classify_exit(code, reason)
-            if kind == "killed" and self._reported in ("Pending", "Restarting"):
-                row.state, row.reason = "Stopped", why  # ended by a suspension or preemption
-                return
             if row.state not in ("Failed", "Stopped") or not row.reason:
                 row.reason = why
             row.state = "Failed"
@@ -367,31 +370,38 @@ class MonitorState:
                 del self._rows[rank]
 
     def _fail(self, row: RankState, t: float, reason: str, kind: str) -> None:
+        if self._held and kind in _NOT_OWN:
+            row.state = "Stopped"  # ended by what the backend does while it holds the job
+            return
         self._failures.append(Failure(t, row.rank, reason, self._attempt, kind))
         self._derive("Failed", t)
         self._settle()
 
     def _cause(self) -> Cause | None:
-        """The root cause of the current attempt's failures (see :mod:`.cause`)."""
+        """The root cause of the job's failures (see :mod:`.cause`).
+
+        While the job runs, waits or restarts: the current attempt's. Once it
+        failed (it did not recover): chosen over every attempt, so a last
+        attempt of signals and lost peers is explained by the rank that raised.
+        """
         states = {r: row.state for r, row in self._rows.items()}
+        failed = self._state == "Failed"
         # the launcher's report picks among the ranks once the job failed, never fails it
-        exits = self._exits if self._state == "Failed" else ()
-        cause = choose(self._failures, self._attempt, states, exits)
-        if self._state == "Failed" and (cause is None or cause.kind in _NOT_OWN):
-            # restarts that did not recover: the last attempt may hold only signals and lost
-            # peers (pods ended by their Job), the latest own failure before it is the cause
-            for attempt in range(self._attempt - 1, -1, -1):
-                earlier = choose(self._failures, attempt, states)
-                if earlier is not None and earlier.kind not in _NOT_OWN:
-                    return earlier
-        return cause
+        exits = self._exits if failed else ()
+        return choose(self._failures, self._attempt, states, exits, every=failed)
 
     def _settle(self) -> None:
-        """Failed: the ranks whose failure is as bad as the cause's; Stopped: its consequences."""
+        """Failed: the ranks whose failure is as bad as the cause's; Stopped: its consequences.
+
+        A job that has not failed (the backend holds it) fails no rank for what
+        was done to it: a rank ended by a signal or a lost peer reads Stopped.
+        """
         cause = self._cause()
         if cause is None:
             return
         worst = CLASSES.index(cause.kind)
+        if self._state != "Failed":
+            worst = min(worst, CLASSES.index("exited"))
         exits = self._exits if self._state == "Failed" else ()
         best: dict[int, int] = {}
         for f in candidates(self._failures, self._attempt, exits):
@@ -401,7 +411,8 @@ class MonitorState:
             if row is not None and row.state in ("Failed", "Stopped"):
                 row.state = "Failed" if kind <= worst else "Stopped"
         row = self._rows.get(cause.rank)
-        if row is not None and row.state in ("Failed", "Stopped"):
+        own = CLASSES.index(cause.kind) <= worst
+        if row is not None and row.state in ("Failed", "Stopped") and own:
             row.state = "Failed"
             row.reason = row.reason or cause.reason
 
@@ -416,8 +427,14 @@ class MonitorState:
                 row.state = "Stopped"
 
     def _derive(self, state: JobState, t: float) -> None:
-        """A state inferred from worker facts; ignored once the backend said terminal."""
-        if not self._explicit_terminal and state != self._state:
+        """A state inferred from worker facts (hello, metric, error, exit, done).
+
+        It never overrides the backend's own report of a terminal state, nor of
+        a wait or a restart (Pending, Restarting) no rank of the job has run in
+        since: what ends a rank then (a preemption's SIGTERM, a restart's
+        teardown) is the backend's doing, and the backend says what follows.
+        """
+        if not self._explicit_terminal and not self._held and state != self._state:
             self._set_state(state, t)
 
     def _set_state(self, state: JobState, t: float) -> None:
@@ -508,6 +525,8 @@ _HANDLERS: Final = {
     "progress": MonitorState._on_progress,
     "cell": MonitorState._on_cell,
 }
+#: The backend's reports that hold the job: no worker fact changes its state until a rank runs.
+_HOLDS: Final = frozenset({"Pending", "Restarting"})
 #: Failure classes that are not a rank's own doing (see :mod:`.cause`).
 _NOT_OWN: Final = frozenset({"killed", "consequence"})
 #: Log lines that are warnings to show above the job (the worker's, the backend's).

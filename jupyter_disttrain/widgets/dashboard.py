@@ -169,11 +169,16 @@ class Dashboard:
         )
 
     def _finish(self) -> None:
-        """After the last render: refresh the display so it keeps the final snapshot."""
+        """After the last render: refresh the display so it keeps the final snapshot.
+
+        The chart's model first gets its whole data: the views the refreshed
+        display makes draw from it (appends reached only the views then shown).
+        """
         self._closed.set()
         if self._held:
             self._held = False
             gc_freeze.release()
+        self.plot.figure.resync()
         if self._handle is not None:
             self._handle.update(self)
 

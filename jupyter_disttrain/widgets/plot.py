@@ -191,12 +191,14 @@ class MetricPlot:
         restarts = snap["restarts"] if opts.x == X_STEP else 0
         key = (opts, tuple(ranks), restarts)
         now = time.monotonic()
-        if key != self._key or (self._stale and now - self._rebuilt >= _REBUILD_EVERY):
+        # the end is drawn complete: a job that ended gets no later render to catch up in
+        ended = snap["state"] in TERMINAL_STATES
+        if not self._stale and key == self._key:
+            self._extend(opts, snap)
+        if key != self._key or (self._stale and (ended or now - self._rebuilt >= _REBUILD_EVERY)):
             self._rebuild(opts, ranks, snap)
             self._key = key
             self._rebuilt = now
-        elif not self._stale:
-            self._extend(opts, snap)
         self._relayout(opts)
 
     # -- full build ----------------------------------------------------------------

@@ -123,8 +123,14 @@ export default () => {
   }
 
   // Re-colour a drawn plot in the page's theme (after the first render, on a theme change).
-  function applyTheme(el) {
+  // A plot drawn before its output joined the page (a display updated at a job's end) has
+  // no theme to read yet: it is coloured once it is in the page.
+  function applyTheme(el, tries = 40) {
     const theme = themeOf(el);
+    if (!theme && tries > 0 && !el.isConnected) {
+      setTimeout(() => applyTheme(el, tries - 1), 100);
+      return;
+    }
     if (!theme || !el.layout) return;
     window.Plotly.relayout(el, {
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
@@ -205,6 +211,9 @@ export default () => {
         document.removeEventListener("plotlywidget-after-render", rendered);
         view.ready = true;
         applyTheme(el);
+        // a view made later (a refreshed display, another page on the same kernel) asks for
+        // the whole state: the model may only know what its first views were sent
+        model.send({ type: "ready" });
         if (view.stale) {
           view.stale = false;
           redraw(model, view);

@@ -10,9 +10,9 @@ import {
 import { ICommandPalette, MainAreaWidget, WidgetTracker } from '@jupyterlab/apputils';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
-import { SplitPanel, Widget } from '@lumino/widgets';
 
 import { JobsAPI } from './api';
+import { fit, reveal } from './layout';
 import { LogViewer } from './logs';
 import { JobsModel } from './model';
 import { notifyJobEnds } from './notify';
@@ -26,25 +26,6 @@ const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" wi
 <path d="M6.5 7.5l4 3M17.5 7.5l-4 3M6.5 16.5l4-3M17.5 16.5l-4-3" stroke="#616161" stroke-width="1.4"/></g></svg>`;
 
 export const disttrainIcon = new LabIcon({ name: 'jupyter-disttrain:jobs', svgstr: ICON_SVG });
-
-/**
- * Give `widget` a `share` of the nearest vertical split it lies in when the
- * split shows it at (almost) no height (Notebook 7's down area opens so).
- */
-export function reveal(widget: Widget, share = 0.4): void {
-  let child: Widget = widget;
-  for (let parent = widget.parent; parent !== null; child = parent, parent = parent.parent) {
-    if (parent instanceof SplitPanel && parent.orientation === 'vertical') {
-      const index = parent.widgets.indexOf(child);
-      const sizes = parent.relativeSizes();
-      if (index >= 0 && !(sizes[index] >= 0.1)) {
-        const rest = sizes.reduce((sum, size, i) => (i === index ? sum : sum + size), 0) || 1;
-        parent.setRelativeSizes(sizes.map((size, i) => (i === index ? share : (size / rest) * (1 - share))));
-      }
-      return;
-    }
-  }
-}
 
 namespace CommandIDs {
   export const open = 'disttrain:open-panel';
@@ -87,7 +68,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
       app.shell.add(widget, labShell ? 'main' : 'down');
       app.shell.activateById(widget.id);
       if (!labShell) {
-        reveal(widget);
+        // below the notebook: as tall as the logs are (a few lines take a few lines)
+        reveal(widget, 0.15);
+        void viewer.firstLoad.then(() =>
+          requestAnimationFrame(() =>
+            // the widget's own chrome (its toolbar, borders) and the viewer's lines, a little slack
+            fit(widget, widget.node.offsetHeight - viewer.node.clientHeight + viewer.contentHeight() + 4)
+          )
+        );
       }
     };
 
@@ -98,8 +86,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, 'jupyter-disttrain-panel');
 
+    // in the View menu and the notebook toolbar (schema/plugin.json), in JupyterLab and Notebook 7
     app.commands.addCommand(CommandIDs.open, {
-      label: 'Show Distributed Training Jobs',
+      label: args => (args.toolbar ? '' : 'Show Distributed Training Jobs'),
+      caption: 'Show the Distributed Training jobs panel',
+      icon: args => (args.toolbar || args.isPalette ? disttrainIcon : undefined),
       execute: () => app.shell.activateById(panel.id)
     });
     app.commands.addCommand(CommandIDs.refresh, {

@@ -1,12 +1,17 @@
-// Drives JupyterLab in Debian's Chromium (1440x900, sidebar open) through a failing and a
-// hung job, and reads what their dashboards, the sidebar and the status bar say.
+// Drives JupyterLab (light, then dark) and Notebook 7 in Debian's Chromium (1440x900, the jobs
+// panel open) through the moments a job goes wrong, and reads what each view says.
 //
 //   node cause.mjs BASE_URL NOTEBOOK OUT_DIR
 //
-// The notebook (written by test_cause_browser.py) has three code cells: load the
-// extension, a 2x2 job where rank 1 raises among lost gloo connections ("cause-fail"),
-// and a job whose rank 1 sleeps inside the loop ("cause-hang", --hang-after 3). The hung
-// job is stopped from its dashboard. Prints one JSON object; screenshots in OUT_DIR.
+// The notebook (written by test_cause_browser.py) has code cells: load the extension; a 2x2
+// job where rank 1 raises among lost gloo connections ("cause-fail"); a job whose rank 1
+// fails once and torchrun restarts ("cause-recover", --max-restarts 1); a session and its
+// failing cell ("cause-sess"); a job whose rank 1 sleeps inside the loop ("cause-hang",
+// --hang-after 3). One kernel runs them all in JupyterLab; every dashboard is read in the
+// light theme and again in the dark one; the notebook is saved and opened in Notebook 7 (same
+// server, same kernel), where the dashboards are read a third time, the jobs panel is opened
+// from the View menu and from the toolbar, logs open below the notebook, and the hung job is
+// stopped. Prints one JSON object; screenshots in OUT_DIR/{light,dark,notebook7}.
 
 import fs from "node:fs";
 import path from "node:path";
@@ -15,13 +20,16 @@ import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from ".
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
 const VIEW = { width: 1440, height: 900 };
+export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5 };
+const JOBS = { fail: "cause-fail", recover: "cause-recover", hang: "cause-hang" };
 
-fs.mkdirSync(outDir, { recursive: true });
-const { page, result, close } = await openBrowser(VIEW);
-const dash = (job) => `.distrain-job-${job}`;
+for (const theme of ["light", "dark", "notebook7"]) fs.mkdirSync(path.join(outDir, theme), { recursive: true });
+const { page: lab, result, close } = await openBrowser(VIEW);
+let page = lab;
+const dash = (key) => (key === "session" ? `[data-distrain-test="session"] .distrain-dashboard` : `.distrain-job-${JOBS[key]}`);
 
-async function seen(job) {
-  const sel = dash(job);
+// What the dashboard `key` shows: its header, cause, rows, Stop's box, chart colours, scroll.
+async function seen(key) {
   return page.evaluate(
     ({ sel, view }) => {
       const root = document.querySelector(sel);
@@ -36,62 +44,181 @@ async function seen(job) {
       document.body.appendChild(probe);
       const ink = getComputedStyle(probe).color;
       probe.remove();
+      const plot = root?.querySelector(".js-plotly-plot");
+      const xs = (plot?.data ?? []).flatMap((t) => Array.from(t.x ?? []).map(Number));
+      const rows = [...(root?.querySelectorAll("tr.distrain-rank-row") ?? [])];
       return {
         state: root?.querySelector(".distrain-header")?.dataset.state ?? null,
         cause: text('.distrain-reason[data-field="cause"]'),
+        note: text('.distrain-note[data-field="cause"]'),
+        recovered: text('[data-field="recovered"]'),
         diagnosis: text(".distrain-diagnosis"),
         traceback: text(".distrain-cause-traceback pre"),
         rate: text('[data-field="rate"]'),
-        rows: [...(root?.querySelectorAll("tr.distrain-rank-row") ?? [])].map((tr) => tr.dataset.state),
+        step: text('[data-field="step"]'),
+        rows: rows.map((tr) => tr.dataset.state),
+        rankSteps: rows.map((tr) => Number(tr.dataset.step)),
+        chartLastX: xs.length ? Math.max(...xs) : null,
         stop: box && { left: box.left, right: box.right, top: box.top, bottom: box.bottom },
         stopVisible: Boolean(box),
         plotBackground: bg ? getComputedStyle(bg).backgroundColor : null,
         plotInk: tick ? getComputedStyle(tick).fill : null,
         themeInk: ink,
-        hscroll: [...document.querySelectorAll(".jp-Notebook, .jp-DisttrainPanel")].some(
+        hscroll: [...document.querySelectorAll(".jp-Notebook, .jp-DisttrainPanel, .jp-WindowedPanel-outer")].some(
           (el) => el.scrollWidth > el.clientWidth + 1,
         ),
         view,
       };
     },
-    { sel, view: VIEW },
+    { sel: dash(key), view: VIEW },
   );
 }
 
-// The sidebar row of job `id` once the sidebar's polls show it in `state`.
+async function seenAll() {
+  const out = {};
+  for (const key of ["fail", "recover", "session", "hang"]) out[key] = await seen(key);
+  return out;
+}
+
+// The jobs panel's row of job `id` once it shows `state`.
 async function sidebarRow(id, state) {
   const row = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"][data-state="${state}"]`);
   await row.waitFor({ timeout: 30_000 });
   return row.evaluate((tr) => ({ state: tr.dataset.state, title: tr.title }));
 }
 
-await runScenario({ page, result, close }, outDir, async () => {
+// Each dashboard from its top, as much as the notebook shows of it (notifications hidden),
+// then the whole page.
+async function shots(dir) {
+  const toasts = await page.addStyleTag({ content: ".Toastify { visibility: hidden !important; }" });
+  for (const key of ["fail", "hang", "recover", "session"]) {
+    const clip = await page.evaluate((sel) => {
+      const root = document.querySelector(sel);
+      root.scrollIntoView({ block: "start" });
+      const box = root.getBoundingClientRect();
+      const area = root.closest(".jp-Notebook").getBoundingClientRect();
+      const top = Math.max(box.top, area.top);
+      const bottom = Math.min(box.bottom, area.bottom);
+      return { x: box.left, y: top, width: Math.min(box.width, area.right - box.left), height: bottom - top };
+    }, dash(key));
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(outDir, dir, `${key}-job.png`), clip });
+  }
+  await toasts.evaluate((el) => el.remove());
+  await page.screenshot({ path: path.join(outDir, dir, "page.png") });
+}
+
+// The View menu's entry that shows the jobs panel: how many there are; clicked when `click`.
+async function menuEntry(click = false) {
+  await page.locator(".lm-MenuBar-itemLabel", { hasText: /^View$/ }).click();
+  const entry = page.locator(".lm-Menu-itemLabel", { hasText: "Show Distributed Training Jobs" });
+  await entry.first().waitFor({ timeout: 5_000 }).catch(() => {});
+  const count = await entry.count();
+  if (click && count) await entry.first().click();
+  else await page.keyboard.press("Escape");
+  return count;
+}
+
+const header = (key, state) => page.locator(`${dash(key)} .distrain-header[data-state="${state}"]`).first();
+
+// The error output of cell `index` (the traceback IPython shows).
+async function errorText(index) {
+  const out = page.locator(".jp-Notebook .jp-Cell").nth(index).locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').last();
+  await out.waitFor({ timeout: 60_000 });
+  return out.textContent();
+}
+
+await runScenario({ page: lab, result, close }, outDir, async () => {
+  // ---------------------------------------------------------------- JupyterLab, light
   await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
   await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
-  await page.locator(".jp-Disttrain-status").click(); // the sidebar stays open throughout
+  await page.locator(".jp-Disttrain-status").click(); // the panel stays open throughout
   await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
+  await page.locator(".jp-Notebook .jp-Cell").nth(CELL.sessionCell).evaluate((el) => { el.dataset.distrainTest = "session"; });
 
-  await waitForPrompt(await runCellOn(page, 0));
-
-  // a rank raises among lost connections
-  await runCellOn(page, 1);
-  await page.locator(`${dash("cause-fail")} .distrain-header[data-state="Failed"]`).waitFor({ timeout: JOB_TIMEOUT });
-  await page.waitForTimeout(1500); // the last render
-  result.failed = await seen("cause-fail");
-  result.failedRow = await sidebarRow("local/cause-fail", "Failed");
-  await page.locator(dash("cause-fail")).screenshot({ path: path.join(outDir, "failed-job.png") });
-
-  // a hang: the state, the status bar, then Stop
-  await runCellOn(page, 2);
-  await page.locator(`${dash("cause-hang")} .distrain-header[data-state="Hung"]`).waitFor({ timeout: JOB_TIMEOUT });
-  result.hung = await seen("cause-hang");
-  result.hungRow = await sidebarRow("local/cause-hang", "Hung");
+  await waitForPrompt(await runCellOn(page, CELL.load));
+  await runCellOn(page, CELL.fail);
+  await runCellOn(page, CELL.recover); // queued behind the first: runs once it returned
+  await header("fail", "Failed").waitFor({ timeout: JOB_TIMEOUT });
+  await header("recover", "Succeeded").waitFor({ timeout: JOB_TIMEOUT });
+  await waitForPrompt(await runCellOn(page, CELL.session));
+  await waitForPrompt(await runCellOn(page, CELL.sessionCell));
+  result.sessionError = await errorText(CELL.sessionCell);
+  await runCellOn(page, CELL.hang);
+  await header("hang", "Hung").waitFor({ timeout: JOB_TIMEOUT });
+  await page.waitForTimeout(1500); // the last renders
+  result.light = await seenAll();
+  result.rows = {
+    fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"),
+    recover: await sidebarRow(`local/${JOBS.recover}`, "Succeeded"),
+    hang: await sidebarRow(`local/${JOBS.hang}`, "Hung"),
+    session: await sidebarRow("local/cause-sess", "Running"),
+  };
   result.status = await page.locator(".jp-Disttrain-status").textContent();
-  await page.locator(dash("cause-hang")).screenshot({ path: path.join(outDir, "hung-job.png") });
-  await page.locator(`${dash("cause-hang")} button.distrain-stop`).click();
-  await page.locator(`${dash("cause-hang")} .distrain-header[data-state="Stopped"]`).waitFor({ timeout: 60_000 });
+  result.labMenuEntry = await menuEntry();
+  result.labToolbar = await page.locator('.jp-NotebookPanel-toolbar [data-jp-item-name="disttrain-jobs"]').count();
+  await shots("light");
+
+  // ---------------------------------------------------------------- JupyterLab, dark
+  await page.evaluate(() => window.jupyterapp.commands.execute("apputils:change-theme", { theme: "JupyterLab Dark" }));
+  await page.waitForFunction(() => document.body.dataset.jpThemeName === "JupyterLab Dark", null, { timeout: 30_000 });
+  await page.waitForTimeout(1500); // the charts restyle on the theme change
+  result.dark = await seenAll();
+  await shots("dark");
+  await page.evaluate(() => window.jupyterapp.commands.execute("apputils:change-theme", { theme: "JupyterLab Light" }));
+  await page.keyboard.press("Control+s");
+  await page.locator(".jp-mod-dirty").waitFor({ state: "detached", timeout: 30_000 }).catch(() => {});
+
+  // ---------------------------------------------------------------- Notebook 7, same kernel
+  page = await lab.context().newPage();
+  await page.setViewportSize(VIEW);
+  await page.goto(`${baseUrl}/notebooks/${notebook}`, { waitUntil: "domcontentloaded" });
+  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
+  await page.locator(".jp-Notebook .jp-Cell").nth(CELL.sessionCell).evaluate((el) => { el.dataset.distrainTest = "session"; });
+  await header("hang", "Hung").waitFor({ timeout: 60_000 });
+  // the jobs panel from the View menu
+  await page.locator(".jp-DisttrainPanel").waitFor({ state: "hidden", timeout: 10_000 }).catch(() => {});
+  result.nb7PanelBefore = await page.locator(".jp-DisttrainPanel").isVisible();
+  result.nb7MenuEntry = await menuEntry(true);
+  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
+  result.nb7Toolbar = await page.locator('.jp-NotebookPanel-toolbar [data-jp-item-name="disttrain-jobs"]').count();
   await page.waitForTimeout(1500);
-  result.stopped = await seen("cause-hang");
-  await page.screenshot({ path: path.join(outDir, "jupyterlab-cause.png") });
+  result.notebook7 = await seenAll();
+  result.nb7Rows = { fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"), hang: await sidebarRow(`local/${JOBS.hang}`, "Hung") };
+  await shots("notebook7");
+
+  // logs below the notebook, as tall as they are
+  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/${JOBS.fail}"]`).click();
+  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] button[data-action="logs"]`).click();
+  const logs = page.locator(`.jp-DisttrainLogs[data-job-id="local/${JOBS.fail}"][data-rank="all"]`);
+  await logs.waitFor({ timeout: 30_000 });
+  await page.waitForTimeout(1000); // sized once the first lines arrived
+  result.nb7Logs = await logs.evaluate((el) => {
+    const pane = el.closest("#jp-down-stack") ?? el;
+    const text = el.querySelector(".jp-DisttrainLogs-text");
+    return {
+      below: el.closest("#jp-down-stack") !== null,
+      paneHeight: pane.getBoundingClientRect().height,
+      content: el.querySelector(".jp-DisttrainLogs-toolbar").offsetHeight + text.scrollHeight,
+      clipped: el.scrollHeight > el.clientHeight + 1,
+      text: text.textContent,
+      launcher: Number(el.dataset.launcher ?? 0),
+      status: el.querySelector(".jp-DisttrainLogs-status").textContent,
+    };
+  });
+  await page.screenshot({ path: path.join(outDir, "notebook7", "logs.png") });
+
+  // Stop from the hung job's dashboard, in view
+  const stop = page.locator(`${dash("hang")} button.distrain-stop`);
+  await stop.scrollIntoViewIfNeeded();
+  await stop.click();
+  await header("hang", "Stopped").waitFor({ timeout: 60_000 });
+  await page.waitForTimeout(1500);
+  result.stopped = await seen("hang");
+  await page.locator(dash("hang")).screenshot({ path: path.join(outDir, "notebook7", "stopped-job.png") });
+  await page.close();
+  page = lab;
+  await header("hang", "Stopped").waitFor({ timeout: 60_000 });
+  result.stoppedLab = await seen("hang");
 });

@@ -195,3 +195,25 @@ def test_package_versions_that_differ_show_once_as_a_warning_above_the_job() -> 
     expected = f"numpy {importlib.metadata.version('numpy')} here, 0.0.1 in the notebook"
     assert [w.all_text() for w in warnings] == [
         f"warning: package versions differ: {expected}"], dash.header.html.value  # fmt: skip
+
+
+def test_the_end_state_is_drawn_with_the_chart_complete_in_its_model() -> None:
+    """A fast job with a restart: when the render loop ends, the chart holds every rank's
+    last step, and so does the state a view made afterwards draws from (the display is
+    refreshed at the end: appends reached only the views shown before)."""
+    mon = JobMonitor("fast", "local", 4, nodes=2, nproc=2)
+    dash = Dashboard(mon)
+    figure = dash.plot.figure
+    figure._handle_custom_msg({"type": "ready"}, [])  # a view listens from the start
+    dash.start()
+    mon.feed_many(recorded("restart_recovery"))
+    deadline = time.monotonic() + 10
+    while dash._loop.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not dash._loop.running and mon.state == "Succeeded"
+    last = max(r.step or 0 for r in mon.ranks())
+    assert f"step {last}" in dash.header.html.value
+    shown = {t["name"]: t for t in figure._widget_data}
+    for rank in range(4):
+        assert shown[f"rank {rank}"]["x"][-1] == mon.ranks()[rank].step, rank
+    assert shown["mean"]["x"][-1] == last

@@ -187,3 +187,23 @@ def test_a_job_that_reported_nothing_says_so_instead_of_a_chart() -> None:
     plot.render(mon.snapshot())
     assert list(plot.widget.children) == [plot.waiting]
     assert "reported no metrics" in plot.waiting.value
+
+
+def test_the_end_is_drawn_with_every_point_even_right_after_a_rebuild() -> None:
+    """Steps that run backwards (a restart) make the chart rebuild at most once a second;
+    the render that draws the end must not wait for that: its curve reaches the last step."""
+    events = recorded("restart_recovery")
+    end = next(i for i, e in enumerate(events) if e.kind == "job" and e.get("state") == "Succeeded")
+    mon = JobMonitor("r", "local", 4, nodes=2, nproc=2)
+    plot = MetricPlot(mon)
+    for chunk in np.array_split(np.arange(end), 12):
+        mon.feed_many([events[i] for i in chunk])
+        render(plot, mon)
+    mon.feed_many(events[end:])
+    render(plot, mon)  # within a second of the rebuilds above: the final render
+    snap = mon.snapshot()
+    assert snap["state"] == "Succeeded"
+    for row in snap["ranks"]:
+        x, _ = traces(plot)[f"rank {row['rank']}"]
+        assert x[-1] == row["step"], (row["rank"], x[-5:], row["step"])
+    assert traces(plot)["mean"][0][-1] == max(r["step"] for r in snap["ranks"])

@@ -1,0 +1,46 @@
+"""Refresh the README's pictures of a failing and a hung job from the browser test's screenshots.
+
+``python scripts/readme_pictures.py`` (or ``make readme-pictures``) reads the
+dashboards ``tests/browser/test_cause_browser.py`` saved under
+``test-output/browser-cause/light/`` and writes them, at most 960 px wide and
+in 256 colours, to ``docs/failing-job.png`` and ``docs/hung-job.png``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[1]
+SHOTS = REPO / "test-output" / "browser-cause" / "light"
+PICTURES = {"fail-job.png": "failing-job.png", "hang-job.png": "hung-job.png"}
+WIDTH = 960
+
+
+def shrink(source: Path, target: Path) -> int:
+    """Write ``source`` scaled to at most :data:`WIDTH` px wide, palette PNG; its size in bytes."""
+    with Image.open(source) as image:
+        picture = image.convert("RGB")
+    if picture.width > WIDTH:
+        picture = picture.resize((WIDTH, round(picture.height * WIDTH / picture.width)),
+                                 Image.Resampling.LANCZOS)  # fmt: skip
+    picture.quantize(256, dither=Image.Dither.NONE).save(target, optimize=True)
+    return target.stat().st_size
+
+
+def main() -> int:
+    missing = [name for name in PICTURES if not (SHOTS / name).is_file()]
+    if missing:
+        print(f"no screenshots {', '.join(missing)} in {SHOTS}: run the browser test first "
+              "(pytest tests/browser/test_cause_browser.py)", file=sys.stderr)  # fmt: skip
+        return 1
+    for shot, picture in PICTURES.items():
+        size = shrink(SHOTS / shot, REPO / "docs" / picture)
+        print(f"docs/{picture}: {size / 1024:.0f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .images import STOCK_IMAGES, ImagePolicy
 from .kinds import kind_of
+from .kinds.base import build
 from .kinds.pytorchjob import pytorchjob as pytorchjob  # re-exported: the builders
 from .kinds.tfjob import tfjob as tfjob
 from .kinds.trainjob import trainjob as trainjob
@@ -57,8 +58,8 @@ def manifests(
     anything could be created.
     """
     kind = kind_of(spec.framework, opts.kubeflow_api)
-    job = kind.manifest(spec, opts, payload_files, versions, notebook=notebook, images=images,
-                        script=script, runtime_kind=runtime_kind)  # fmt: skip
+    job = build(kind, spec, opts, payload_files, versions, notebook=notebook, images=images,
+                script=script, runtime_kind=runtime_kind)  # fmt: skip
     payload_obj = payload_object(spec.name, opts.namespace, payload_files, opts.payload_secret)
     extras = metrics_objects(spec.name, opts.namespace, kind, opts, labels(spec.name))
     return [payload_obj, job, *extras]

@@ -34,7 +34,7 @@ from ...runtime import jobkey
 from ...spec import JobSpec, SpecError
 from ...units import format_bytes
 from . import staging
-from .images import ImagePolicy, default_image
+from .images import default_image
 from .labels import job_labels
 from .metrics import PORT_NAME, metrics_env
 from .pods import RUNAI_PROJECT_LABEL, RUNAI_SCHEDULER, host_port, pod_metadata
@@ -42,7 +42,7 @@ from .script import add_script_dir
 from .syntax import RUNTIME_ROOT, SHM_PATH, ConflictingOptionsError, is_dns_label
 
 if TYPE_CHECKING:
-    from .kinds.base import KubeflowKind
+    from .kinds.base import JobInputs, KubeflowKind
     from .options import K8sOptions
 
 Manifest = dict[str, Any]
@@ -344,22 +344,23 @@ def pip_command(requirements: Sequence[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def pod_template(
-    kind: KubeflowKind,
-    spec: JobSpec,
-    opts: K8sOptions,
-    files: Iterable[str],
-    versions: Mapping[str, str],
-    images: ImagePolicy,
-    script: bool = False,
-) -> dict[str, Any]:
-    """Every replica's pod template of ``kind``, after checking that ``opts`` can run
-    ``spec`` (:func:`check_job`); a ``script`` payload's pods get its folder (:mod:`.script`)."""
-    check_job(spec, opts, kind)
-    paths = list(files)
+def payload_paths(job: JobInputs) -> list[str]:
+    """``job.files`` as a list; ValueError when the payload itself is not among them."""
+    paths = list(job.files)
     if PAYLOAD_FILE not in paths:
         raise ValueError(f"the payload files must include {PAYLOAD_FILE}")
-    image = opts.image or default_image(spec.framework, versions, gpus=opts.gpus, policy=images)
+    return paths
+
+
+def pod_template(kind: KubeflowKind, job: JobInputs) -> dict[str, Any]:
+    """Every replica's pod template of ``kind``, after checking that ``job.opts`` can run
+    ``job.spec`` (:func:`check_job`); a script payload's pods get its folder (:mod:`.script`)."""
+    spec, opts, script = job.spec, job.opts, job.script
+    check_job(spec, opts, kind)
+    paths = payload_paths(job)
+    image = opts.image or default_image(
+        spec.framework, job.versions, gpus=opts.gpus, policy=job.images
+    )
     name, port_name, port = kind.container, kind.port_name, kind.port
     metrics_port = []
     if opts.prometheus is not None:

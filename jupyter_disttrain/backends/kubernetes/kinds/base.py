@@ -46,6 +46,42 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class JobInputs:
+    """What a kind builds a job object from.
+
+    ``files`` are the payload's relative paths (they appear under
+    ``/opt/disttrain/payload`` in each pod); ``versions`` (``python``,
+    ``torch``, ...) pick the default image and are recorded as annotations, as
+    is ``notebook`` (a path); ``script`` says the payload is a script with its
+    folder (:mod:`..script`); ``runtime_kind`` is what the kind's
+    :meth:`KubeflowKind.runtime_kind` said ("" for its default).
+    """
+
+    spec: JobSpec
+    opts: K8sOptions
+    files: tuple[str, ...]
+    versions: Mapping[str, str]
+    notebook: str | None = None
+    images: ImagePolicy = STOCK_IMAGES
+    script: bool = False
+    runtime_kind: str = ""
+
+
+def build(
+    kind: KubeflowKind,
+    spec: JobSpec,
+    opts: K8sOptions,
+    files: Iterable[str],
+    versions: Mapping[str, str],
+    **extra: Any,
+) -> Manifest:
+    """``kind``'s job object of ``spec``: :meth:`KubeflowKind.manifest` of the
+    :class:`JobInputs` these make (``extra``: its optional fields). Raises
+    :class:`~..syntax.OptionError`."""
+    return kind.manifest(JobInputs(spec, opts, tuple(files), versions, **extra))
+
+
+@dataclass(frozen=True)
 class KubeflowKind(ABC):
     """One Kubeflow custom resource: where it is served and how its pods are laid out.
 
@@ -97,22 +133,11 @@ class KubeflowKind(ABC):
 
     # -- manifest ------------------------------------------------------------------
     @abstractmethod
-    def manifest(
-        self,
-        spec: JobSpec,
-        opts: K8sOptions,
-        files: Iterable[str],
-        versions: Mapping[str, str],
-        *,
-        notebook: str | None = None,
-        images: ImagePolicy = STOCK_IMAGES,
-        script: bool = False,
-        runtime_kind: str = "",
-    ) -> Manifest:
-        """The job object of ``spec`` (pure); ``files`` are the payload's relative paths.
+    def manifest(self, job: JobInputs) -> Manifest:
+        """The job object of ``job.spec`` (pure).
 
-        Checks ``opts`` against ``spec`` first (:func:`..template.check_job`
-        and :meth:`refuse`); ``runtime_kind`` is what :meth:`runtime_kind` said.
+        Checks ``job.opts`` against the spec first (:func:`..template.check_job`
+        and :meth:`refuse`).
         """
 
     def refuse(self, spec: JobSpec, opts: K8sOptions) -> None:

@@ -6,36 +6,21 @@ with ``--elastic``, Worker ``nodes`` and an ``elasticPolicy`` (c10d).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from functools import partial
+from typing import Any, Final
 
-from ..images import STOCK_IMAGES, ImagePolicy
 from ..template import TORCHRUN, Manifest, job_metadata, plain, pod_template
-from .base import Limits
+from .base import JobInputs, Limits, build
 from .operator import JOB_ROLE_LABEL, OPERATOR_INSTALL, OperatorKind, replica, run_policy
-
-if TYPE_CHECKING:
-    from ....spec import JobSpec
-    from ..options import K8sOptions
 
 
 class PyTorchJobKind(OperatorKind):
     """A ``PyTorchJob``: its Master runs node 0 (an elastic job has Workers only)."""
 
-    def manifest(
-        self,
-        spec: JobSpec,
-        opts: K8sOptions,
-        files: Iterable[str],
-        versions: Mapping[str, str],
-        *,
-        notebook: str | None = None,
-        images: ImagePolicy = STOCK_IMAGES,
-        script: bool = False,
-        runtime_kind: str = "",
-    ) -> Manifest:
+    def manifest(self, job: JobInputs) -> Manifest:
         """The ``PyTorchJob`` of ``spec`` (see :func:`pytorchjob`)."""
-        template = pod_template(self, spec, opts, files, versions, images, script)
+        spec, opts = job.spec, job.opts
+        template = pod_template(self, job)
         body: dict[str, Any] = {}
         if opts.elastic is not None:
             # Without a Master the operator sets PET_NPROC_PER_NODE only from the
@@ -61,7 +46,7 @@ class PyTorchJobKind(OperatorKind):
         return {
             "apiVersion": self.api_version,
             "kind": self.kind,
-            "metadata": job_metadata(spec, opts, versions, notebook),
+            "metadata": job_metadata(spec, opts, job.versions, job.notebook),
             "spec": body,
         }
 
@@ -79,20 +64,6 @@ PYTORCHJOB: Final = PyTorchJobKind(
 )  # fmt: skip
 
 
-def pytorchjob(
-    spec: JobSpec,
-    opts: K8sOptions,
-    files: Iterable[str],
-    versions: Mapping[str, str],
-    *,
-    notebook: str | None = None,
-    images: ImagePolicy = STOCK_IMAGES,
-    script: bool = False,
-) -> Manifest:
-    """The ``PyTorchJob`` for ``spec``; ``files`` are the payload's relative paths.
-
-    ``versions`` (``python``, ``torch``, ...) pick the default image and are
-    recorded as annotations. Raises :class:`~..syntax.OptionError`.
-    """
-    return PYTORCHJOB.manifest(spec, opts, files, versions, notebook=notebook, images=images,
-                               script=script)  # fmt: skip
+#: The ``PyTorchJob`` for ``spec``: ``pytorchjob(spec, opts, files, versions, **extra)`` (see
+#: :func:`.base.build`).
+pytorchjob: Final = partial(build, PYTORCHJOB)

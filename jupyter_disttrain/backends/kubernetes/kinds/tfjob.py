@@ -7,17 +7,12 @@ all of its node's GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Final
+from functools import partial
+from typing import Final
 
-from ..images import STOCK_IMAGES, ImagePolicy
 from ..template import PYTHON_MODULE, Manifest, job_metadata, plain, pod_template
-from .base import Limits
+from .base import JobInputs, Limits, build
 from .operator import OPERATOR_INSTALL, REPLICA_TYPE_LABEL, OperatorKind, replica, run_policy
-
-if TYPE_CHECKING:
-    from ....spec import JobSpec
-    from ..options import K8sOptions
 
 #: What a TFJob cannot run, each with its fix.
 TFJOB_LIMITS: Final = Limits(
@@ -32,27 +27,17 @@ TFJOB_LIMITS: Final = Limits(
 class TFJobKind(OperatorKind):
     """A ``TFJob``: its Chief runs node 0."""
 
-    def manifest(
-        self,
-        spec: JobSpec,
-        opts: K8sOptions,
-        files: Iterable[str],
-        versions: Mapping[str, str],
-        *,
-        notebook: str | None = None,
-        images: ImagePolicy = STOCK_IMAGES,
-        script: bool = False,
-        runtime_kind: str = "",
-    ) -> Manifest:
+    def manifest(self, job: JobInputs) -> Manifest:
         """The ``TFJob`` of ``spec``: Chief 1 + Worker ``nodes - 1``."""
-        template = pod_template(self, spec, opts, files, versions, images, script)
+        spec, opts = job.spec, job.opts
+        template = pod_template(self, job)
         replicas = {self.replicas[0]: replica(1, template)}
         if spec.nodes > 1:
             replicas[self.replicas[1]] = replica(spec.nodes - 1, plain(template))
         return {
             "apiVersion": self.api_version,
             "kind": self.kind,
-            "metadata": job_metadata(spec, opts, versions, notebook),
+            "metadata": job_metadata(spec, opts, job.versions, job.notebook),
             "spec": {self.replicas_field: replicas,
                      "runPolicy": run_policy(spec, opts, spec.nodes)},
         }  # fmt: skip
@@ -71,16 +56,6 @@ TFJOB: Final = TFJobKind(
 )  # fmt: skip
 
 
-def tfjob(
-    spec: JobSpec,
-    opts: K8sOptions,
-    files: Iterable[str],
-    versions: Mapping[str, str],
-    *,
-    notebook: str | None = None,
-    images: ImagePolicy = STOCK_IMAGES,
-    script: bool = False,
-) -> Manifest:
-    """The ``TFJob`` for ``spec``; as :func:`.pytorchjob.pytorchjob`."""
-    return TFJOB.manifest(spec, opts, files, versions, notebook=notebook, images=images,
-                          script=script)  # fmt: skip
+#: The ``TFJob`` for ``spec``: ``tfjob(spec, opts, files, versions, **extra)`` (see
+#: :func:`.base.build`).
+tfjob: Final = partial(build, TFJOB)

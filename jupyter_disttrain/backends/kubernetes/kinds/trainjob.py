@@ -13,7 +13,8 @@ express is refused with the fix.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from kubernetes.client.exceptions import ApiException
@@ -22,24 +23,24 @@ from ....spec import SpecError
 from ...base import RuntimeRecord
 from .. import staging
 from ..client import explain
-from ..images import STOCK_IMAGES, ImagePolicy, default_image
+from ..images import default_image
 from ..pods import pod_metadata
 from ..script import add_script_dir
 from ..syntax import ConflictingOptionsError
 from ..template import (
     KUEUE_QUEUE_LABEL,
-    PAYLOAD_FILE,
     TORCHRUN,
     Manifest,
     check_job,
     job_metadata,
     labels,
     launch_command,
+    payload_paths,
     pod_volumes,
     resources,
     worker_env,
 )
-from .base import Condition, KubeflowKind, Limits
+from .base import Condition, JobInputs, KubeflowKind, Limits, build
 
 if TYPE_CHECKING:
     from ....spec import JobSpec
@@ -103,25 +104,14 @@ def check_trainjob(spec: JobSpec, opts: K8sOptions) -> None:
         )
 
 
-def trainjob(
-    spec: JobSpec,
-    opts: K8sOptions,
-    files: Iterable[str],
-    versions: Mapping[str, str],
-    *,
-    notebook: str | None = None,
-    images: ImagePolicy = STOCK_IMAGES,
-    runtime_kind: str = CLUSTER_RUNTIME,
-    script: bool = False,
-) -> Manifest:
-    """The TrainJob of ``spec`` on runtime ``opts.runtime`` (of kind ``runtime_kind``, by
-    default :data:`CLUSTER_RUNTIME`); a
-    ``script`` payload's pods get its folder (:mod:`..script`)."""
+def trainjob_object(job: JobInputs) -> Manifest:
+    """The TrainJob of ``job.spec`` on runtime ``opts.runtime`` (of kind
+    ``job.runtime_kind``, by default :data:`CLUSTER_RUNTIME`); a script payload's pods get
+    its folder (:mod:`..script`)."""
+    spec, opts, versions, images = job.spec, job.opts, job.versions, job.images
     check_job(spec, opts, TRAINJOB)
     check_trainjob(spec, opts)
-    paths = list(files)
-    if PAYLOAD_FILE not in paths:
-        raise ValueError(f"the payload files must include {PAYLOAD_FILE}")
+    paths = payload_paths(job)
     volumes, mounts = pod_volumes(spec.name, opts, paths)
     data_vols, data_mounts = staging.data_volumes(opts, init=False)
     volumes, mounts = volumes + data_vols, mounts + data_mounts
@@ -136,7 +126,7 @@ def trainjob(
         "command": command,
         "env": worker_env(spec, opts),
     }
-    if script:
+    if job.script:
         add_script_dir(volumes, mounts, trainer["env"])
     amounts = resources(opts, gpus=True)
     if amounts:
@@ -174,7 +164,7 @@ def trainjob(
     body: dict[str, Any] = {
         "runtimeRef": {
             "apiGroup": TRAINJOB.group,
-            "kind": runtime_kind or CLUSTER_RUNTIME,
+            "kind": job.runtime_kind or CLUSTER_RUNTIME,
             "name": opts.runtime,
         },
         "trainer": trainer,
@@ -187,7 +177,7 @@ def trainjob(
     return {
         "apiVersion": TRAINJOB.api_version,
         "kind": TRAINJOB.kind,
-        "metadata": job_metadata(spec, opts, versions, notebook),
+        "metadata": job_metadata(spec, opts, versions, job.notebook),
         "spec": body,
     }
 
@@ -305,21 +295,9 @@ def list_runtimes(conn: Connection, *, missing_ok: bool) -> list[RuntimeRecord]:
 class TrainJobKind(KubeflowKind):
     """A Kubeflow Trainer v2 ``TrainJob``: one replicated job ``node``, pods by their JobSet."""
 
-    def manifest(
-        self,
-        spec: JobSpec,
-        opts: K8sOptions,
-        files: Iterable[str],
-        versions: Mapping[str, str],
-        *,
-        notebook: str | None = None,
-        images: ImagePolicy = STOCK_IMAGES,
-        script: bool = False,
-        runtime_kind: str = "",
-    ) -> Manifest:
-        """The TrainJob of ``spec`` (see :func:`trainjob`)."""
-        return trainjob(spec, opts, files, versions, notebook=notebook, images=images,
-                        runtime_kind=runtime_kind, script=script)  # fmt: skip
+    def manifest(self, job: JobInputs) -> Manifest:
+        """The TrainJob of ``job.spec`` (see :func:`trainjob_object`)."""
+        return trainjob_object(job)
 
     def refuse(self, spec: JobSpec, opts: K8sOptions) -> None:
         """What a TrainJob cannot carry (:func:`check_trainjob`)."""
@@ -393,3 +371,8 @@ TRAINJOB: Final = TrainJobKind(
     pod_label="jobset.sigs.k8s.io/jobset-name", api="trainjob", frameworks=("pytorch",),
     launcher=TORCHRUN, default=False, limits=Limits(gpu_per_process=True),
 )  # fmt: skip
+
+
+#: The TrainJob for ``spec``: ``trainjob(spec, opts, files, versions, **extra)`` (see
+#: :func:`.base.build`).
+trainjob: Final = partial(build, TRAINJOB)

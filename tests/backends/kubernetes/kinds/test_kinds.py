@@ -8,7 +8,7 @@ its container, launcher, pod labels and metrics Service selector.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,13 @@ import pytest
 import yaml
 
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend, kinds
-from jupyter_disttrain.backends.kubernetes.images import STOCK_IMAGES, ImagePolicy
-from jupyter_disttrain.backends.kubernetes.kinds.base import Condition, KubeflowKind, Manifest
-from jupyter_disttrain.backends.kubernetes.options import K8sOptions, OptionError, parse_options
+from jupyter_disttrain.backends.kubernetes.kinds.base import (
+    Condition,
+    JobInputs,
+    KubeflowKind,
+    Manifest,
+)
+from jupyter_disttrain.backends.kubernetes.options import OptionError, parse_options
 from jupyter_disttrain.backends.kubernetes.portforward import leader_pod
 from jupyter_disttrain.backends.kubernetes.records import spec_from_object
 from jupyter_disttrain.backends.kubernetes.template import job_metadata, pod_template
@@ -31,24 +35,13 @@ INDEX = "example.org/toy-index"
 class ToyKind(KubeflowKind):
     """One replica set of ``spec.replicas`` pods, numbered by a label."""
 
-    def manifest(
-        self,
-        spec: JobSpec,
-        opts: K8sOptions,
-        files: Iterable[str],
-        versions: Mapping[str, str],
-        *,
-        notebook: str | None = None,
-        images: ImagePolicy = STOCK_IMAGES,
-        script: bool = False,
-        runtime_kind: str = "",
-    ) -> Manifest:
-        template = pod_template(self, spec, opts, files, versions, images, script)
+    def manifest(self, job: JobInputs) -> Manifest:
+        template = pod_template(self, job)
         return {
             "apiVersion": self.api_version,
             "kind": self.kind,
-            "metadata": job_metadata(spec, opts, versions, notebook),
-            "spec": {"replicas": spec.nodes, "template": template},
+            "metadata": job_metadata(job.spec, job.opts, job.versions, job.notebook),
+            "spec": {"replicas": job.spec.nodes, "template": template},
         }
 
     def condition(self, obj: Mapping[str, Any]) -> Condition | None:

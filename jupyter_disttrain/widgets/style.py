@@ -34,6 +34,8 @@ CSS = """
 table.distrain-ranks { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 table.distrain-ranks th { text-align: left; font-weight: 600; border-bottom: 1px solid #ccc; }
 table.distrain-ranks th, table.distrain-ranks td { padding: 2px 10px 2px 4px; }
+/* a reason is one long path or message: it wraps inside the cell, never past the output */
+table.distrain-ranks td[data-col="exit"] { overflow-wrap: anywhere; min-width: 12em; }
 tr.distrain-failed { background: rgba(197, 34, 31, 0.12); }
 tr.distrain-first-failure td[data-col="rank"]::before { content: "\\25B6  "; color: #c5221f; }
 tr.distrain-straggler, tr.distrain-outlier { background: rgba(227, 116, 0, 0.15); }

@@ -67,6 +67,13 @@ async function seen(key) {
         hscroll: [...document.querySelectorAll(".jp-Notebook, .jp-DisttrainPanel, .jp-WindowedPanel-outer")].some(
           (el) => el.scrollWidth > el.clientWidth + 1,
         ),
+        // the rank table ends inside its cell's output (a long reason wraps)
+        tableInside: (() => {
+          const table = root?.querySelector("table.distrain-ranks");
+          const out = table?.closest(".jp-OutputArea-output, .jp-OutputArea");
+          if (!table || !out) return true;
+          return table.getBoundingClientRect().right <= out.getBoundingClientRect().right + 1;
+        })(),
         view,
       };
     },

@@ -87,6 +87,7 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
     """What every view (light, dark, Notebook 7) must say of the four jobs."""
     for key, seen in views.items():
         assert not seen["hscroll"], (name, key)
+        assert seen["tableInside"], (name, key, "rank table past its output's edge")
         if key != "session":  # charts: the page's background, the theme's ink
             assert seen["plotBackground"] in TRANSPARENT, (name, key, seen["plotBackground"])
             assert rgb(seen["plotInk"]) == rgb(seen["themeInk"]), (name, key, seen)

@@ -66,14 +66,16 @@ def assert_no_processes(job_dir: Path, pids: Sequence[int] = (), wait: float = 5
     assert not left, f"processes left behind: {left}"
 
 
-def pytest_itemcollected(item: pytest.Item) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The notebooks' cells (nbval) are ``serial``: they run in order, in one kernel.
 
     pytest-xdist would hand one notebook's cells to different workers, so ``make test``
-    runs them after the parallel run, with the other ``serial`` tests.
+    runs them after the parallel run, with the other ``serial`` tests. (A session-wide
+    hook: ``notebooks/`` is outside this conftest's directory.)
     """
-    if item.path.suffix == ".ipynb":
-        item.add_marker(pytest.mark.serial)
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture

@@ -50,8 +50,18 @@ readme-pictures: venv
 binder-check:
 	bash scripts/binder_check.sh
 
+# The whole suite in two pytest runs: the independent tests in parallel (pytest-xdist,
+# TEST_WORKERS processes, each with its own job home, temporary directory and emulators;
+# one test file's tests run in one worker, in order, sharing its module fixtures), then,
+# alone, the notebooks and the tests marked serial (they measure time or resources).
+# Both always run; either failing fails.
+TEST_WORKERS ?= 2
+PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=20
 test: venv lint typecheck importlint browser-deps labextension-test
-	$(PY) -m pytest -p no:cacheprovider --durations=20 --nbval-lax tests notebooks
+	status=0; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial" tests || status=$$?; \
+	$(PYTEST) --nbval-lax -m serial tests notebooks || status=$$?; \
+	exit $$status
 
 bench: venv
 	$(PY) bench/launch.py

@@ -15,8 +15,15 @@ import pytest
 #: Shared fixtures: ``s3`` (moto's S3 server on 127.0.0.1).
 pytest_plugins = ["tests.s3_server", "tests.k8s_emulator.fixtures"]
 
-# Every test process keeps its local jobs in a private directory.
-os.environ.setdefault("DISTRAIN_HOME", tempfile.mkdtemp(prefix="distrain-test-home-"))
+# Every test process (each pytest-xdist worker too) keeps its local jobs in a private
+# directory, and its jobs' scratch files in a private temporary directory: tests that look
+# at what a job left in the temporary directory see only their own process's jobs.
+# A pytest-xdist worker inherits the controller's environment: it makes its own home.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER or "DISTRAIN_HOME" not in os.environ:
+    os.environ["DISTRAIN_HOME"] = tempfile.mkdtemp(prefix=f"distrain-test-home-{_WORKER or ''}")
+os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="dt-tmp-")
+tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -57,6 +64,18 @@ def assert_no_processes(job_dir: Path, pids: Sequence[int] = (), wait: float = 5
         time.sleep(0.1)
         left = live_job_processes(job_dir, list(pids))
     assert not left, f"processes left behind: {left}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The notebooks' cells (nbval) are ``serial``: they run in order, in one kernel.
+
+    pytest-xdist would hand one notebook's cells to different workers, so ``make test``
+    runs them after the parallel run, with the other ``serial`` tests. (A session-wide
+    hook: ``notebooks/`` is outside this conftest's directory.)
+    """
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture

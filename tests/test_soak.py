@@ -11,6 +11,7 @@ from tests.conftest import REPO
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # it measures this process's memory, fds and threads: alone
 def test_consecutive_jobs_leave_nothing_behind() -> None:
     spec = importlib.util.spec_from_file_location("soak", REPO / "bench" / "soak.py")
     assert spec is not None and spec.loader is not None

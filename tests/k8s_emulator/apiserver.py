@@ -4,7 +4,8 @@ Create (names, generateName, validation, server-set metadata), get, list
 (selectors, pagination), replace and patch (optimistic concurrency, status
 subresource, immutable ConfigMaps/Secrets), delete (graceful pod deletion,
 finalizers, Foreground/Background/Orphan propagation through
-ownerReferences, as the garbage collector does) and Events.
+ownerReferences, as the garbage collector does: ``apiserver_delete.py``) and Events
+(``apiserver_events.py``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import binascii
 import json
 import random
 import string
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from . import schema
+from .apiserver_delete import Deletion
+from .apiserver_events import EventRecorder
 from .meta import (
     ApiError,
     Obj,
@@ -34,16 +35,10 @@ from .meta import (
     now,
 )
 from .patch import json_patch, merge_patch
-from .resources import CONFIGMAPS, EVENTS, NAMESPACES, PODS, SECRETS, SERVICES, Registry, Resource
+from .resources import CONFIGMAPS, NAMESPACES, PODS, SECRETS, SERVICES, Registry, Resource
 from .store import Store
 
 MAX_DATA_BYTES = 1024 * 1024
-#: client-go's event spam filter: Events one source may report about one object at once...
-EVENT_BURST = 25
-#: ...and how often one more is allowed after that.
-EVENT_REFILL_SECONDS = 300.0
-FOREGROUND = "foregroundDeletion"
-ORPHAN = "orphan"
 _SERVER_META = (
     "uid",
     "resourceVersion",
@@ -61,10 +56,6 @@ def _suffix() -> str:
     return "".join(random.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
 
 
-def owned_by(obj: Obj, uid: str) -> bool:
-    return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences", ()))
-
-
 #: A mutating admission webhook: ``(operation, object, old object)``; changes the object in
 #: place, or raises an :class:`ApiError` to deny the request.
 Mutator = Callable[[str, Obj, Obj | None], None]
@@ -74,7 +65,7 @@ Validator = Callable[[str, Obj, Obj | None], list[str]]
 Rules = Callable[[Obj, Obj | None], list[Obj]]
 
 
-class ApiServer:
+class ApiServer(Deletion, EventRecorder):
     """Object semantics over a :class:`Store`; every method is thread-safe."""
 
     def __init__(self, store: Store, registry: Registry, *, auto_namespaces: bool = True) -> None:
@@ -89,8 +80,7 @@ class ApiServer:
         self.rules: dict[str, list[Rules]] = {}
         #: Built-in defaulting (what the API server's strategies fill in), by resource key.
         self.defaulters: dict[str, Callable[[Obj], None]] = {}
-        self._spam_filter = SpamFilter(EVENT_BURST, EVENT_REFILL_SECONDS)
-        self._events: dict[tuple[Any, ...], str] = {}  # repeat key -> Event name
+        super().__init__()
         for name in ("default", "kube-system", "kube-public"):
             self.ensure_namespace(name)
 
@@ -521,317 +511,3 @@ class ApiServer:
     ) -> Obj | None:
         """Change a stored object in place (controllers: status updates); None if it is gone."""
         return self.store.mutate(resource.key, namespace, name, change)
-
-    # --- delete --------------------------------------------------------------------------
-
-    def delete(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        *,
-        propagation: str | None = None,
-        grace: int | None = None,
-        preconditions: Mapping[str, str] | None = None,
-        dry_run: bool = False,
-    ) -> tuple[int, Obj]:
-        """DELETE: the HTTP status and body (the object, or a ``Status``)."""
-        with self.store.lock:
-            obj = self.get(resource, namespace, name)
-            meta = obj["metadata"]
-            for key, value in (preconditions or {}).items():
-                field = {"uid": "uid", "resourceVersion": "resourceVersion"}.get(key)
-                if field and value and meta.get(field) != value:
-                    raise ApiError(
-                        409,
-                        "Conflict",
-                        f"Precondition failed: {key} in precondition: {value}, {key} in "
-                        f"object meta: {meta.get(field)}",
-                        self._details(resource, name),
-                    )
-            if dry_run:
-                return 200, obj
-            policy = propagation or "Background"
-            if policy not in ("Foreground", "Background", "Orphan"):
-                raise bad_request(f"propagationPolicy {policy!r} is not supported")
-            finalizers = list(meta.get("finalizers", []))
-            if policy == "Foreground" and self._blocking(meta["uid"]):
-                finalizers.append(FOREGROUND)
-            elif policy == "Orphan":
-                finalizers.append(ORPHAN)
-            finalizers = list(dict.fromkeys(finalizers))
-            if resource is PODS:
-                grace = self._pod_grace(obj, grace)
-            else:
-                grace = 0
-            if not finalizers and grace == 0:
-                self._remove(resource, obj)
-                if resource is PODS:
-                    return 200, obj
-                details = self._details(resource, name, uid=meta["uid"])
-                return 200, {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Success",
-                    "details": details,
-                }
-
-            def mark(o: Obj) -> None:
-                m = o["metadata"]
-                m.setdefault("deletionTimestamp", now())
-                # A shorter grace period (the kubelet's final delete) replaces a longer one.
-                if m.get("deletionGracePeriodSeconds") is None or grace < int(
-                    m["deletionGracePeriodSeconds"]
-                ):
-                    m["deletionGracePeriodSeconds"] = grace
-                if finalizers:
-                    m["finalizers"] = finalizers
-
-            already = bool(meta.get("deletionTimestamp"))
-            marked = self.mutate(resource, namespace, name, mark) or obj
-            if not already:
-                if ORPHAN in finalizers:
-                    self._orphan(resource, marked)
-                elif FOREGROUND in finalizers:
-                    self._collect(marked["metadata"]["uid"])
-                    if not self._blocking(marked["metadata"]["uid"]):
-                        self._drop_finalizer(resource, marked, FOREGROUND)
-            return 200, marked
-
-    def drop_finalizer(
-        self, resource: Resource, namespace: str, name: str, finalizer: str
-    ) -> Obj | None:
-        """Remove a controller's finalizer; an object being deleted goes once none is left
-        (a pod only once its graceful termination has ended: grace period 0)."""
-
-        def drop(obj: Obj) -> None:
-            left = [f for f in obj["metadata"].get("finalizers", []) if f != finalizer]
-            if left:
-                obj["metadata"]["finalizers"] = left
-            else:
-                obj["metadata"].pop("finalizers", None)
-
-        with self.store.lock:
-            updated = self.mutate(resource, namespace, name, drop)
-            if updated is None:
-                return None
-            meta = updated["metadata"]
-            terminated = (
-                resource is not PODS or int(meta.get("deletionGracePeriodSeconds") or 0) == 0
-            )
-            if meta.get("deletionTimestamp") and not meta.get("finalizers") and terminated:
-                self._remove(resource, updated)
-            return updated
-
-    def _pod_grace(self, pod: Obj, grace: int | None) -> int:
-        """Unscheduled and finished pods go at once; others after the kubelet stops them."""
-        if not pod["spec"].get("nodeName"):
-            return 0
-        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-            return 0
-        if grace is None:
-            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
-        return max(grace, 0)
-
-    def _dependents(self, uid: str) -> list[tuple[Resource, Obj]]:
-        with self.store.lock:
-            found = []
-            for key, obj in self.store.scan():
-                if owned_by(obj, uid):
-                    resource = self._resource_of(key)
-                    if resource is not None:
-                        found.append((resource, deep(obj)))
-            return found
-
-    def _blocking(self, uid: str) -> bool:
-        """Whether a dependent of ``uid`` blocks its owner's foreground deletion."""
-        return any(
-            ref.get("uid") == uid and ref.get("blockOwnerDeletion")
-            for _, dependent in self._dependents(uid)
-            for ref in dependent["metadata"].get("ownerReferences", [])
-        )
-
-    def _resource_of(self, key: str) -> Resource | None:
-        for resource in self.registry.all():
-            if resource.key == key:
-                return resource
-        return None
-
-    def _remove(self, resource: Resource, obj: Obj) -> None:
-        meta = obj["metadata"]
-        removed = self.store.remove(resource.key, meta.get("namespace", ""), meta["name"])
-        if removed is None:
-            return
-        if resource is NAMESPACES:
-            self._empty_namespace(meta["name"])
-        self._collect(meta["uid"])
-        self._release_owners(removed)
-
-    def _empty_namespace(self, namespace: str) -> None:
-        for resource in self.registry.all():
-            if resource.namespaced:
-                items, _ = self.store.objects(resource.key, namespace)
-                for item in items:
-                    self.delete(resource, namespace, item["metadata"]["name"], grace=0)
-
-    def _collect(self, uid: str) -> None:
-        """Garbage-collect the dependents of ``uid`` (owner gone, or being deleted in front)."""
-        owner_alive = any(
-            o["metadata"].get("uid") == uid and not o["metadata"].get("deletionTimestamp")
-            for _, o in self.store.scan()
-        )
-        if owner_alive:
-            return
-        for resource, dependent in self._dependents(uid):
-            meta = dependent["metadata"]
-            if self.store.get(resource.key, meta.get("namespace", ""), meta["name"]) is None:
-                continue  # gone meanwhile: removing an earlier one ended the owner's deletion
-            others = [r for r in meta.get("ownerReferences", []) if r.get("uid") != uid]
-            if any(self._exists(ref["uid"]) for ref in others):
-                self._disown(resource, dependent, uid)
-            elif not meta.get("deletionTimestamp"):
-                self.delete(resource, meta.get("namespace", ""), meta["name"])
-
-    def _exists(self, uid: str) -> bool:
-        return any(o["metadata"].get("uid") == uid for _, o in self.store.scan())
-
-    def _orphan(self, resource: Resource, owner: Obj) -> None:
-        uid = owner["metadata"]["uid"]
-        for dep_resource, dependent in self._dependents(uid):
-            self._disown(dep_resource, dependent, uid)
-        self._drop_finalizer(resource, owner, ORPHAN)
-
-    def _disown(self, resource: Resource, dependent: Obj, uid: str) -> None:
-        """Remove ``dependent``'s ownerReferences to ``uid``."""
-
-        def drop(obj: Obj) -> None:
-            meta = obj["metadata"]
-            refs = [r for r in meta.get("ownerReferences", []) if r.get("uid") != uid]
-            if refs:
-                meta["ownerReferences"] = refs
-            else:
-                meta.pop("ownerReferences", None)
-
-        meta = dependent["metadata"]
-        self.mutate(resource, meta.get("namespace", ""), meta["name"], drop)
-
-    def _release_owners(self, removed: Obj) -> None:
-        """A dependent is gone: finish the foreground deletion of owners it was blocking."""
-        for ref in removed["metadata"].get("ownerReferences", []):
-            for key, owner in list(self.store.scan()):
-                meta = owner["metadata"]
-                if meta.get("uid") != ref.get("uid") or FOREGROUND not in meta.get(
-                    "finalizers", []
-                ):
-                    continue
-                if self._blocking(meta["uid"]):
-                    continue
-                resource = self._resource_of(key)
-                if resource is not None:
-                    self._drop_finalizer(resource, deep(owner), FOREGROUND)
-
-    def _drop_finalizer(self, resource: Resource, owner: Obj, finalizer: str) -> None:
-        meta = owner["metadata"]
-
-        def drop(o: Obj) -> None:
-            o["metadata"]["finalizers"] = [
-                f for f in o["metadata"].get("finalizers", []) if f != finalizer
-            ]
-            if not o["metadata"]["finalizers"]:
-                del o["metadata"]["finalizers"]
-
-        updated = self.mutate(resource, meta.get("namespace", ""), meta["name"], drop)
-        if updated is not None and not updated["metadata"].get("finalizers"):
-            self._remove(resource, updated)
-
-    # --- events --------------------------------------------------------------------------
-
-    def record_event(
-        self,
-        involved: Obj,
-        event_type: str,
-        reason: str,
-        message: str,
-        component: str,
-        *,
-        host: str | None = None,
-        field_path: str | None = None,
-    ) -> Obj | None:
-        """Record an Event about ``involved`` the way client-go's recorder does.
-
-        A repeat (same object, type, reason, message, source) bumps the
-        ``count`` of the existing Event. The recorder's spam filter applies:
-        each source may report :data:`EVENT_BURST` Events about one object,
-        then one per :data:`EVENT_REFILL_SECONDS`; the others are dropped
-        (None is returned).
-        """
-        meta = involved["metadata"]
-        namespace = meta.get("namespace") or "default"
-        spam_key = (component, host, involved.get("kind"), namespace, meta["name"], meta.get("uid"))
-        if not self._spam_filter.allow(spam_key):
-            return None
-        ref = {
-            "kind": involved.get("kind"),
-            "namespace": namespace,
-            "name": meta["name"],
-            "uid": meta.get("uid"),
-            "apiVersion": involved.get("apiVersion"),
-            "resourceVersion": meta.get("resourceVersion"),
-        }
-        if field_path:
-            ref["fieldPath"] = field_path
-        stamp = now()
-        key = (*spam_key, field_path, event_type, reason, message)
-        with self.store.lock:
-            existing = self._events.get(key)
-            if existing is not None:
-
-                def bump(event: Obj) -> None:
-                    event["count"] = event.get("count", 1) + 1
-                    event["lastTimestamp"] = stamp
-
-                bumped = self.mutate(EVENTS, namespace, existing, bump)
-                if bumped is not None:
-                    return bumped
-            source = {"component": component, **({"host": host} if host else {})}
-            name = f"{meta['name']}.{time.time_ns():x}"
-            event = {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": name, "namespace": namespace},
-                "involvedObject": ref,
-                "reason": reason,
-                "message": message,
-                "source": source,
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
-                "count": 1,
-                "type": event_type,
-                "eventTime": None,
-                "reportingComponent": component,
-                "reportingInstance": host or "",
-            }
-            self._stamp(EVENTS, event)
-            self._events[key] = name
-            return self.store.add(EVENTS.key, event)
-
-
-class SpamFilter:
-    """A token bucket per key: ``burst`` tokens, refilled at one per ``refill`` seconds."""
-
-    def __init__(self, burst: int, refill: float) -> None:
-        self.burst, self.refill = burst, refill
-        self._buckets: dict[Any, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def allow(self, key: Any) -> bool:
-        with self._lock:
-            clock = time.monotonic()
-            tokens, last = self._buckets.get(key, (float(self.burst), clock))
-            tokens = min(float(self.burst), tokens + (clock - last) / self.refill)
-            if tokens < 1:
-                self._buckets[key] = (tokens, clock)
-                return False
-            self._buckets[key] = (tokens - 1, clock)
-            return True

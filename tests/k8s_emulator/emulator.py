@@ -24,7 +24,8 @@ from .batchjob import JobController, default_job, job_rules
 from .describe import describe as describe_state
 from .describe import track
 from .faults import DEFAULT_USER, INSUFFICIENT_GPU, Faults
-from .jobset import JobSetController, default_jobset
+from .jobset import default_jobset
+from .jobset_controller import JobSetController
 from .kubeflow import FRAMEWORKS
 from .kubelet import Kubelet, KubeletSettings
 from .kueue import Kueue
@@ -50,14 +51,10 @@ from .rewrite import Network
 from .server import CountingHTTPServer, make_app, not_served
 from .stats import Accounting, Stats
 from .store import Store
-from .trainjob import API_VERSION as TRAINER_API_VERSION
-from .trainjob import (
-    TrainerKinds,
-    TrainerWebhooks,
-    TrainJobController,
-    default_runtime,
-    trainjob_rules,
-)
+from .trainer import API_VERSION as TRAINER_API_VERSION
+from .trainer import TrainerKinds
+from .trainer_webhooks import TrainerWebhooks, trainjob_rules
+from .trainjob import TrainJobController, default_runtime
 
 #: What ``Emulator(apis=...)`` can serve: the Training Operator v1 and Kubeflow Trainer v2.
 APIS = ("kubeflow-v1", "trainer")

@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Any
 
-from .apiserver import ApiServer, owned_by
+from .apiserver import ApiServer
+from .apiserver_delete import owned_by
 from .kubeflow import (
     FRAMEWORKS,
     LABEL_INDEX,

@@ -10,7 +10,7 @@ reported so the handler can answer with a ``Warning`` header (the default
 defaults are applied (after pruning) to the resources that ask for it
 (:attr:`Resource.defaulted`: Trainer v2's kinds); CEL rules
 (``x-kubernetes-validations``) are not evaluated here (the few a controller
-depends on are checked by hand, see :mod:`trainjob`).
+depends on are checked by hand, see :mod:`trainer_webhooks`).
 """
 
 from __future__ import annotations

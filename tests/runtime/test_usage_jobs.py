@@ -14,7 +14,8 @@ from tests.conftest import assert_no_processes
 from tests.test_service import parse
 from tests.widgets.dom import parse as parse_html
 
-pytestmark = pytest.mark.slow
+#: They compare the ranks' CPU and memory figures: alone (``make test``'s serial run).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 #: Rank 1 holds ~200 MB and burns CPU; the others sleep.
 BUSY_CELL = """import time

@@ -18,6 +18,9 @@ from tests.kernel_harness import Kernel, kernel
 
 from .kernel_flood import flood
 
+#: It measures the kernel's line rate, latency and memory: alone (``make test``'s serial run).
+pytestmark = pytest.mark.serial
+
 #: The kernel stays responsive: a trivial cell never waits a second behind the flood.
 #: The 200 ms target itself is measured (median, p95, max) by bench/monitor.py.
 LATENCY_BOUND = 1.0

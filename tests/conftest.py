@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -19,10 +20,14 @@ pytest_plugins = ["tests.s3_server", "tests.k8s_emulator.fixtures"]
 # directory, and its jobs' scratch files in a private temporary directory: tests that look
 # at what a job left in the temporary directory see only their own process's jobs.
 # A pytest-xdist worker inherits the controller's environment: it makes its own home.
+# Both are this process's own and are removed when it ends (:func:`pytest_unconfigure`).
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_MADE: list[str] = []
 if _WORKER or "DISTRAIN_HOME" not in os.environ:
     os.environ["DISTRAIN_HOME"] = tempfile.mkdtemp(prefix=f"distrain-test-home-{_WORKER or ''}")
+    _MADE.append(os.environ["DISTRAIN_HOME"])
 os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="dt-tmp-")
+_MADE.append(os.environ["TMPDIR"])
 tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,6 +69,12 @@ def assert_no_processes(job_dir: Path, pids: Sequence[int] = (), wait: float = 5
         time.sleep(0.1)
         left = live_job_processes(job_dir, list(pids))
     assert not left, f"processes left behind: {left}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the job home and temporary directory this test process made for itself."""
+    for directory in _MADE:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

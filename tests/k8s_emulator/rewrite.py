@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import socket
@@ -68,6 +69,19 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+def port_range() -> tuple[int, int]:
+    """The ports this process's emulators hand out: below the ephemeral range, and under
+    pytest-xdist a slice of their own per worker (``gw<N>`` of
+    ``PYTEST_XDIST_WORKER_COUNT``), so two workers' emulators never pick the same port
+    between checking it is free and their pods listening on it."""
+    low, _ = _ephemeral_range()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
+    index = int(worker[2:]) if worker[:2] == "gw" and worker[2:].isdigit() else 0
+    span = (low - PORT_FLOOR) // max(count, 1)
+    return PORT_FLOOR + index * span, PORT_FLOOR + (index + 1) * span
+
+
 def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -85,10 +99,10 @@ def free_port(taken: set[int]) -> int:
     of this busy host before the pod listens on it, and the pod's listen then
     fails (EADDRINUSE) only sometimes.
     """
-    low, _ = _ephemeral_range()
-    if low - PORT_FLOOR >= 1000:
+    start, end = port_range()
+    if end - start >= 1000:
         for _ in range(200):
-            port = random.randrange(PORT_FLOOR, low)
+            port = random.randrange(start, end)
             if port not in taken and _bindable(port):
                 return port
     while True:

@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.stream import portforward
 
 from tests.k8s_emulator import Emulator
-from tests.k8s_emulator.rewrite import free_port
+from tests.k8s_emulator.rewrite import free_port, port_range
 
 NS = "default"
 #: A TCP echo server on 127.0.0.1:argv[1] (or $MASTER_PORT), one thread per connection.
@@ -390,3 +390,16 @@ def test_the_bearer_token_travels_with_the_upgrade() -> None:
         anonymous = client.CoreV1Api(emulator.api_client(token="wrong"))
         code, status = handshake_error(lambda: forward(anonymous, "echo", port))
         assert (code, status["reason"]) == (401, "Unauthorized")
+
+
+def test_each_xdist_worker_hands_out_ports_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers' emulators never pick the same port: their slices do not overlap."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    slices = []
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        slices.append(port_range())
+        start, end = slices[-1]
+        assert start <= free_port(set()) < end or end - start < 1000
+    (a0, a1), (b0, b1) = slices
+    assert a1 <= b0 and a0 < a1 and b0 < b1, slices

@@ -94,3 +94,43 @@ export class JobEndWatcher {
     return ends;
   }
 }
+
+/** Quiet ends (a success, a stop) that come within this long of the last one join its notice. */
+export const GROUP_MS = 15000;
+
+/** One notice that several quiet job ends share (a Run All of several cells). */
+export interface IEndGroup {
+  ends: IJobEnd[];
+  /** When the last end joined (ms, the page's clock). */
+  at: number;
+}
+
+/** Whether `end` is quiet: a success or a stop (a failure or a hang keeps its own notice). */
+export function isQuiet(end: IJobEnd): boolean {
+  return end.kind === 'success' || end.kind === 'info';
+}
+
+/**
+ * The group `end` belongs to at `now`: `group` with `end` added when both are quiet and
+ * the group's last end was at most {@link GROUP_MS} ago, else null (`end` gets its own).
+ */
+export function joinGroup(group: IEndGroup | null, end: IJobEnd, now: number): IEndGroup | null {
+  if (!group || !isQuiet(end) || now - group.at > GROUP_MS) {
+    return null;
+  }
+  return { ends: [...group.ends, end], at: now };
+}
+
+/** The text of a shared notice: how many ended and each job's name with its end. */
+export function groupMessage(ends: IJobEnd[]): string {
+  if (ends.length === 1) {
+    return ends[0].message;
+  }
+  const each = ends.map(e => `${e.job.name} ${e.job.state.toLowerCase()}`);
+  return clip(`${ends.length} training jobs ended: ${each.join(', ')}`, MAX_MESSAGE);
+}
+
+/** The look of a shared notice: success when every job succeeded, else info. */
+export function groupKind(ends: IJobEnd[]): IJobEnd['kind'] {
+  return ends.every(e => e.kind === 'success') ? 'success' : 'info';
+}

@@ -109,7 +109,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
 
-    notifyJobEnds(model, { showLogs, openNotebook });
+    const showJobs = (): void => app.shell.activateById(panel.id);
+    notifyJobEnds(model, { showLogs, openNotebook, showJobs });
 
     model.setVisible(panel.isVisible);
     labShell?.layoutModified.connect(() => model.setVisible(panel.isVisible));

@@ -3,7 +3,15 @@
 
 import { Notification } from '@jupyterlab/apputils';
 
-import { IJobEnd, JobEndWatcher } from './ends';
+import {
+  IEndGroup,
+  IJobEnd,
+  JobEndWatcher,
+  groupKind,
+  groupMessage,
+  isQuiet,
+  joinGroup
+} from './ends';
 import { JobsModel } from './model';
 import { IJob } from './types';
 
@@ -13,6 +21,8 @@ export const NOTICE_MS = 15000;
 export interface INotifyActions {
   showLogs(job: IJob): void;
   openNotebook(path: string): void;
+  /** Show the jobs panel (a notice that several jobs share). */
+  showJobs(): void;
 }
 
 /** Show one job end: an error (kept until dismissed) for a failure, else a short-lived notice. */
@@ -41,17 +51,48 @@ export function announce(end: IJobEnd, actions: INotifyActions): string {
   });
 }
 
-/** Announce each job end the model's listings show, once; returns a function that stops it. */
+/** Update the shared notice `id` to say every end of `group`; false when it was dismissed. */
+function announceGroup(id: string, group: IEndGroup, actions: INotifyActions): boolean {
+  return Notification.update({
+    id,
+    message: groupMessage(group.ends),
+    type: groupKind(group.ends),
+    autoClose: NOTICE_MS,
+    actions: [
+      {
+        label: 'Show jobs',
+        caption: 'The Distributed Training jobs panel',
+        displayType: 'accent',
+        callback: () => actions.showJobs()
+      }
+    ]
+  });
+}
+
+/**
+ * Announce each job end the model's listings show, once; returns a function that stops it.
+ *
+ * Quiet ends that follow each other (several cells of one Run All) share one notice that
+ * names each job; a failure or a hang always has a notice of its own.
+ */
 export function notifyJobEnds(model: JobsModel, actions: INotifyActions): () => void {
   const watcher = new JobEndWatcher();
   let listed: IJob[] | null = null;
+  let shared: { id: string; group: IEndGroup } | null = null;
   return model.subscribe(() => {
     if (!model.loaded || model.jobs === listed) {
       return; // no new listing (an expanded row or a failed poll)
     }
     listed = model.jobs;
     for (const end of watcher.update(model.jobs, model.now)) {
-      announce(end, actions);
+      const now = Date.now();
+      const joined = joinGroup(shared?.group ?? null, end, now);
+      if (shared && joined && announceGroup(shared.id, joined, actions)) {
+        shared = { id: shared.id, group: joined };
+        continue;
+      }
+      const id = announce(end, actions);
+      shared = isQuiet(end) ? { id, group: { ends: [end], at: now } } : shared;
     }
   });
 }

@@ -1,4 +1,13 @@
-import { JobEndWatcher, MAX_MESSAGE, endMessage } from '../src/ends';
+import {
+  GROUP_MS,
+  IJobEnd,
+  JobEndWatcher,
+  MAX_MESSAGE,
+  endMessage,
+  groupKind,
+  groupMessage,
+  joinGroup
+} from '../src/ends';
 import { IJob } from '../src/types';
 
 function job(name: string, state: string, extra: Partial<IJob> = {}): IJob {
@@ -56,5 +65,41 @@ describe('JobEndWatcher', () => {
     expect(long.length).toBe(MAX_MESSAGE);
     expect(long.endsWith('…')).toBe(true);
     expect(endMessage(job('s', 'Succeeded', { step: null, elapsed: 3 }))).toBe('Training job s succeeded after 3s');
+  });
+});
+
+describe('notices several quiet ends share', () => {
+  const end = (name: string, state: string): IJobEnd => ({
+    job: job(name, state),
+    kind: state === 'Failed' ? 'error' : state === 'Succeeded' ? 'success' : 'info',
+    message: endMessage(job(name, state))
+  });
+
+  it('joins successes and stops that follow each other, naming each job', () => {
+    let group = { ends: [end('nb-c3-aaaa', 'Succeeded')], at: 1000 };
+    const second = joinGroup(group, end('nb-c5-bbbb', 'Succeeded'), 1000 + GROUP_MS);
+    expect(second).not.toBeNull();
+    group = second!;
+    expect(groupKind(group.ends)).toBe('success');
+    const third = joinGroup(group, end('nb-c7-cccc', 'Stopped'), 1000 + GROUP_MS + 10);
+    expect(third!.ends.map(e => e.job.name)).toEqual(['nb-c3-aaaa', 'nb-c5-bbbb', 'nb-c7-cccc']);
+    expect(groupMessage(third!.ends)).toBe(
+      '3 training jobs ended: nb-c3-aaaa succeeded, nb-c5-bbbb succeeded, nb-c7-cccc stopped'
+    );
+    expect(groupKind(third!.ends)).toBe('info');
+  });
+
+  it('keeps a failure, a hang and a late end apart', () => {
+    const group = { ends: [end('a', 'Succeeded')], at: 1000 };
+    expect(joinGroup(group, end('b', 'Failed'), 1001)).toBeNull();
+    expect(joinGroup(group, { ...end('c', 'Hung'), kind: 'warning' }, 1001)).toBeNull();
+    expect(joinGroup(group, end('d', 'Succeeded'), 1000 + GROUP_MS + 1)).toBeNull();
+    expect(joinGroup(null, end('e', 'Succeeded'), 1000)).toBeNull();
+    expect(groupMessage(group.ends)).toBe(group.ends[0].message);
+  });
+
+  it('clips a long shared notice to what Lab shows', () => {
+    const ends = Array.from({ length: 12 }, (_, i) => end(`notebook-c${i}-abcd`, 'Succeeded'));
+    expect(groupMessage(ends).length).toBe(MAX_MESSAGE);
   });
 });

@@ -44,7 +44,10 @@ class Framework:
     ``checkpoint_kinds`` are the checkpoint manifest kinds its saves write
     (:mod:`~jupyter_disttrain.runtime.checkpoint.format`), ``image`` the
     default image name on clusters, a :meth:`str.format` template over the
-    notebook's versions (``python`` and ``package``'s version by its name).
+    notebook's versions (``python`` and ``package``'s version by its name),
+    ``gpu_image`` the same for pods with GPUs ("" = ``image``); ``cuda_tag``
+    says the template has a ``{cuda}`` field, filled from the image policy's
+    CUDA tags by ``package``'s version.
     """
 
     name: str
@@ -60,6 +63,8 @@ class Framework:
     elastic: bool = False
     checkpoint_kinds: tuple[str, ...] = ()
     image: str = ""
+    gpu_image: str = ""
+    cuda_tag: bool = False
 
     def check_spec(self, spec: JobSpec) -> None:
         """Raise :class:`~jupyter_disttrain.spec.SpecError` for what a job of this cannot be."""

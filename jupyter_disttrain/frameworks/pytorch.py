@@ -19,4 +19,5 @@ PYTORCH = Framework(
     elastic=True,
     checkpoint_kinds=(fmt.FULL, fmt.SHARDED),
     image="pytorch/pytorch:{torch}-cuda{cuda}-runtime",
+    cuda_tag=True,
 )

@@ -66,4 +66,5 @@ TENSORFLOW = TensorFlow(
     elastic=False,
     checkpoint_kinds=(fmt.TF,),
     image="tensorflow/tensorflow:{tensorflow}",
+    gpu_image="tensorflow/tensorflow:{tensorflow}-gpu",
 )

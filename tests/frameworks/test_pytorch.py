@@ -7,7 +7,6 @@ import importlib.metadata
 
 import torch
 
-from jupyter_disttrain.backends.kubernetes.images import STOCK_IMAGES
 from jupyter_disttrain.frameworks import AGENTS, framework
 from jupyter_disttrain.frameworks.pytorch import PYTORCH
 from jupyter_disttrain.runtime.checkpoint import format as fmt
@@ -37,7 +36,3 @@ def test_notebook_version_is_the_installed_torch() -> None:
 def test_runtime_entry_is_the_workers_torch_set_up() -> None:
     module, _, name = PYTORCH.runtime.partition(":")
     assert callable(getattr(importlib.import_module(module), name))
-
-
-def test_default_image_is_the_clusters_stock_template() -> None:
-    assert PYTORCH.image == STOCK_IMAGES.pytorch

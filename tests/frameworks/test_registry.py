@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_disttrain import frameworks
+from jupyter_disttrain.backends.kubernetes.images import ImagePolicy, default_image
 from jupyter_disttrain.backends.local import LocalBackend, build_plan
 from jupyter_disttrain.backends.registry import backend_class
 from jupyter_disttrain.options import add_job_options, spec_from_args
@@ -59,7 +60,8 @@ TOY_MODULE = textwrap.dedent(
 
 
     TOY = Toy(name="toy", title="Toy", package="json", distributions=(), install="",
-              runtime="toyframework:init", launch=WORKERS, fork_safe=True, restarts=False)
+              runtime="toyframework:init", launch=WORKERS, fork_safe=True, restarts=False,
+              image="example.org/toy:{json}-py{python}")
     '''
 )
 
@@ -126,6 +128,11 @@ def check_toy_plans(directory: Path) -> None:
 def test_a_registered_framework_plans_on_the_local_backend(toy_dir: Path) -> None:
     frameworks.register("toyframework:TOY", name="toy")
     check_toy_plans(toy_dir)
+    # on a cluster its own image, unless the site names another
+    versions = {"python": "3.12.1", "json": "2.0.9"}
+    assert default_image("toy", versions) == "example.org/toy:2.0.9-py3.12"
+    site = ImagePolicy(templates={"toy": "registry.local/toy:{json}"})
+    assert default_image("toy", versions, gpus=1, policy=site) == "registry.local/toy:2.0.9"
     frameworks.unregister("toy")
     assert not frameworks.known("toy")
 

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from jupyter_disttrain.backends.kubernetes.images import STOCK_IMAGES
 from jupyter_disttrain.frameworks import WORKERS, framework
 from jupyter_disttrain.frameworks.tensorflow import TENSORFLOW
 from jupyter_disttrain.runtime.checkpoint import format as fmt
@@ -56,7 +55,3 @@ def test_spec_rules(changes: dict[str, object], needle: str) -> None:
 def test_runtime_entry_is_the_workers_tf_set_up() -> None:
     module, _, name = TENSORFLOW.runtime.partition(":")
     assert callable(getattr(importlib.import_module(module), name))
-
-
-def test_default_image_is_the_clusters_stock_template() -> None:
-    assert TENSORFLOW.image == STOCK_IMAGES.tensorflow

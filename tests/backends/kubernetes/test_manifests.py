@@ -565,7 +565,7 @@ def test_default_pytorch_image_follows_the_torch_version(torch: str, image: str)
 
 
 def test_default_image_is_configurable_and_refuses_unknown_versions() -> None:
-    site = ImagePolicy(pytorch="registry.local/torch:{torch}-py{python}")
+    site = ImagePolicy(templates={"pytorch": "registry.local/torch:{torch}-py{python}"})
     versions = {"python": "3.12.4", "torch": "2.13.0+cu128"}
     assert default_image("pytorch", versions, policy=site) == "registry.local/torch:2.13.0-py3.12"
     assert default_image("tensorflow", {"tensorflow": "2.21.0"}) == "tensorflow/tensorflow:2.21.0"

@@ -33,7 +33,7 @@ class Kernel:
     def execute(self, code: str, timeout: float = 120.0) -> tuple[float, dict[str, Any]]:
         """Run ``code``; seconds until its ``execute_reply``, and the reply."""
         started = time.perf_counter()
-        msg_id = self.kc.execute(code)
+        msg_id = self.start(code)
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -46,13 +46,21 @@ class Kernel:
                 continue
             if reply["parent_header"].get("msg_id") == msg_id:
                 elapsed = time.perf_counter() - started
-                if reply["content"]["status"] != "ok":
-                    raise RuntimeError("".join(reply["content"].get("traceback", [])))
+                content = reply["content"]
+                if content["status"] != "ok":
+                    raise RuntimeError(
+                        f"{content['status']}: " + "".join(content.get("traceback", []))
+                    )
                 return elapsed, reply
 
     def start(self, code: str) -> str:
-        """Send ``code`` without waiting; returns the request's message id."""
-        msg_id: str = self.kc.execute(code)
+        """Send ``code`` without waiting; returns the request's message id.
+
+        With ``stop_on_error`` off: after a cell that raised, ipykernel otherwise aborts
+        every request that reaches it before it stops aborting (a reply ``aborted``, no
+        traceback), which a test's next cell sent right after the error reply can be.
+        """
+        msg_id: str = self.kc.execute(code, stop_on_error=False)
         return msg_id
 
     def run(self, code: str, timeout: float = 120.0) -> str:

@@ -36,22 +36,18 @@ from .views import (
     record_json,
 )
 
-__all__ = ["MAX_LOG_CHARS", "MAX_TAIL", "REPLAY_WAIT", "JobManager", "configured_backends"]
+__all__ = ["MAX_LOG_CHARS", "MAX_TAIL", "REPLAY_WAIT", "JobManager"]
 
 #: Seconds a listing (or a detail request) waits for the replays of the jobs it follows.
 REPLAY_WAIT = 1.0
 
 
-def configured_backends() -> list[Backend]:
-    """The backends a user has configured right now."""
-    return JobService().configured_backends()
-
-
 class JobManager:
     """Lists, follows, stops and reads the logs of jobs of several backends, as JSON.
 
-    ``backends`` is called at each listing (default :func:`configured_backends`,
-    so a kubeconfig created later is picked up); instances are kept by name.
+    ``backends`` is called at each listing (default: the service's
+    :meth:`~JobService.configured_backends`, so a kubeconfig created later is
+    picked up); instances are kept by name.
     ``root_dir`` is the server's root, to turn recorded notebook paths into
     openable ones. ``list_timeout`` and ``cache_seconds`` adjust the service's
     listing policy (see :class:`~jupyter_disttrain.service.ListPolicy`).
@@ -61,7 +57,7 @@ class JobManager:
 
     def __init__(
         self,
-        backends: Callable[[], Sequence[Backend]] = configured_backends,
+        backends: Callable[[], Sequence[Backend]] | None = None,
         *,
         root_dir: str | None = None,
         list_timeout: float = LIST_TIMEOUT,

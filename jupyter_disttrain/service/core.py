@@ -377,7 +377,12 @@ class JobService:
     def _listable(self, backends: Iterable[Backend] | None) -> list[Backend]:
         if backends is None:
             made = self._listed_backends
-            backends = made() if made is not None else self.listing_backends()
+            if made is not None:
+                backends = made()
+            elif self._lister.policy.configured:
+                backends = self.configured_backends()
+            else:
+                backends = self.listing_backends()
         return self._lister.keep(backends)
 
     def _listing_of(self, backend: Backend) -> BackendListing:

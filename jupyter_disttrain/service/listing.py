@@ -36,17 +36,21 @@ class ListPolicy:
     by backend name (0 for a name it lacks). ``keep_backends``: the first
     instance of each backend name is kept and used from then on (its
     followers and caches stay), rather than the one each call is given.
+    ``configured``: list every configured backend (a cluster with a
+    kubeconfig), not only those this process's jobs use.
     """
 
     timeout: float | None = None
     cache_seconds: Mapping[str, float] | None = field(default_factory=dict)
     keep_backends: bool = False
+    configured: bool = False
 
 
 #: A kernel or a command: every backend answers in its own time, nothing reused.
 ONE_SHOT = ListPolicy()
-#: A server polled by a sidebar: time limits, clusters' answers reused, instances kept.
-POLLED = ListPolicy(timeout=LIST_TIMEOUT, cache_seconds=None, keep_backends=True)
+#: A server polled by a sidebar: every configured backend, time limits, clusters' answers
+#: reused, instances kept.
+POLLED = ListPolicy(timeout=LIST_TIMEOUT, cache_seconds=None, keep_backends=True, configured=True)
 
 
 @dataclass

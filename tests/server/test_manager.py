@@ -14,8 +14,9 @@ import pytest
 
 from jupyter_disttrain.backends.base import Backend, BackendError, JobNotFound, JobRecord
 from jupyter_disttrain.backends.local import LocalBackend, jobdir
-from jupyter_disttrain.server.manager import JobManager, configured_backends
+from jupyter_disttrain.server.manager import JobManager
 from jupyter_disttrain.server.views import JobJSON, job_json, notebook_api_path
+from jupyter_disttrain.service import JobService
 
 from .jobdirs import write_job
 
@@ -211,11 +212,11 @@ def test_notebook_paths(tmp_path: Path) -> None:
 def test_configured_backends_follow_the_kubeconfig(
     job_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert [b.name for b in configured_backends()] == ["local"]
+    assert [b.name for b in JobService().configured_backends()] == ["local"]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    assert [b.name for b in configured_backends()] == ["local", "kubernetes"]
+    assert [b.name for b in JobService().configured_backends()] == ["local", "kubernetes"]
 
 
 def test_checkpoints_come_from_the_recorded_directory(

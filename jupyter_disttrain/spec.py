@@ -68,6 +68,8 @@ class JobSpec:
     tensorboard: str | None = None
     mlflow: str | None = None
     labels: tuple[tuple[str, str], ...] = field(default=())
+    #: A rank whose code raises stays paused in the raising frame (``--post-mortem``).
+    post_mortem: bool = False
 
     @property
     def world_size(self) -> int:

@@ -127,6 +127,8 @@ class JobMonitor(MonitorState):
             return self._display_state()
 
     def _display_state(self, now: float | None = None) -> str:
+        if self._state == "Running" and self._pauses.ranks(self._rows):
+            return "Paused"
         if self._state == "Running" and self._hang(now) is not None:
             return "Hung"
         return self._state
@@ -213,6 +215,9 @@ class JobMonitor(MonitorState):
         for staged in self._staging.values():
             if staged.get("state") == "failed":
                 return f"Data staging failed: {as_str(staged.get('message'))}"
+        paused = self._pauses.ranks(self._rows) if self._state not in TERMINAL_STATES else []
+        if paused:  # stopped in the debugger: no hang
+            return "; ".join(p.sentence() for p in paused)
         hang = self._hang()
         if hang is not None and self._state not in TERMINAL_STATES:
             return hang.sentence()

@@ -67,7 +67,11 @@ def leader_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     deleted nor ended is preferred (a replacement after a restart).
     """
     kind = pods_kind(pods)
-    first = kind.leader_pods(pods) if kind is not None else []
+    return _preferred(kind.leader_pods(pods) if kind is not None else [])
+
+
+def _preferred(first: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest of ``first`` that is neither being deleted nor ended (else the newest)."""
     first.sort(key=lambda p: str(p["metadata"].get("creationTimestamp", "")), reverse=True)
     first.sort(
         key=lambda p: (
@@ -84,8 +88,9 @@ def node_pod(pods: list[dict[str, Any]], node: int) -> dict[str, Any] | None:
     if kind is None:
         return None
     leader = kind.pods_have_leader(pods)
-    found = [p for p in pods if kind.runs_nodes(p) and kind.node_index(p, leader) == node]
-    return leader_pod(found) if found else None
+    return _preferred(
+        [p for p in pods if kind.runs_nodes(p) and kind.node_index(p, leader) == node]
+    )
 
 
 def handshake_failure(exc: ApiException) -> tuple[int, dict[str, Any]]:

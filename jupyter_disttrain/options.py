@@ -107,7 +107,7 @@ JOB_OPTIONS: list[Option] = [
                      "params, every rank's metrics, checkpoints, final status"}),
     (("--post-mortem",), {"action": "store_true",
                           "help": "a rank whose code raises stays paused in the raising frame "
-                          "for the debugger (job.debug(rank), %distrain_debug); Stop ends all"}),
+                          "for the debugger (job.debug(rank), %%distrain_debug); Stop ends all"}),
     (("--dry-run",), {"action": "store_true",
                       "help": "print the exact launch plan (or Kubernetes YAML) and run nothing"}),
     (("--export",), {"default": None, "metavar": "FILE.yaml",

@@ -13,7 +13,6 @@ from typing import Any
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.display import display
 
 from .backends.base import BackendError
 from .magics import parse_line
@@ -51,9 +50,7 @@ class DebugMagics(Magics):
                 )
         from .widgets.debug_console import DebugConsole
 
-        console = DebugConsole(job, args.rank)
-        display(console.widget)
-        return console
+        return DebugConsole(job, args.rank)  # shown as the cell's value
 
 
 def load(ipython: Any) -> None:

@@ -33,7 +33,8 @@ _STYLE = """<style>
 .distrain-debug pre {margin: 0; font-size: 12px; line-height: 1.35; white-space: pre-wrap}
 .distrain-debug .dd-where {font-weight: 600; margin: 2px 0 4px}
 .distrain-debug .dd-source {background: var(--jp-layout-color2, #f5f5f5); padding: 4px 6px}
-.distrain-debug .dd-current {background: #fff3b0; color: #000; display: block}
+.distrain-debug .dd-current {background: #fff3b0; color: #000; display: inline-block;
+  width: 100%}
 .distrain-debug .dd-answer {border-left: 3px solid #3b82f6; padding-left: 6px; margin: 4px 0}
 .distrain-debug .dd-error {border-left-color: #dc2626}
 </style>"""

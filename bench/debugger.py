@@ -93,7 +93,7 @@ def command_round_trip(n: int = 200) -> float:
         fh.write(key)
     os.environ[jobkey.ENV_KEY_FILE] = fh.name
     debugger.install()
-    devnull = open(os.devnull, "w")  # noqa: SIM115 (the rank thread's stdout)
+    devnull = open(os.devnull, "w")  # the rank thread's stdout
 
     def rank() -> None:
         sys.stdout = devnull
@@ -141,7 +141,8 @@ Machine: {machine_name()}. `python bench/debugger.py`.
 | `debugger.install()` in a worker (median of 5 fresh interpreters) | {setup["ms"]:.3f} ms |
 | threads / file descriptors it adds | {setup["threads"]} / {setup["fds"]} |
 | modules it imports beyond its own (pdb loaded: {setup["pdb"]}) | {setup["modules"] - 1} |
-| a module lookup without / with the pdb finder on `sys.meta_path` | {without:.2f} / {with_finder:.2f} µs |
+| a module lookup without / with the pdb finder on `sys.meta_path` | \
+{without:.2f} / {with_finder:.2f} µs |
 | `p x` to a stopped rank over the signed 127.0.0.1 channel (median of 200) | {rtt:.2f} ms |
 
 A rank that never stops pays the set-up line above and nothing else: no

@@ -256,12 +256,15 @@ class _Channel:
     def resumed(self) -> None:
         """The stopped thread runs on (``c``, ``q``): answer, and say so."""
         global _stopped
-        with _lock:
-            _stopped -= 1
         with self.cond:
+            stopped = self.debugger is not None
             self.where = None
             self.debugger = None
+            self.at_prompt = False
             self._finish(False)
+        if stopped:
+            with _lock:
+                _stopped -= 1
         report.emit("resumed")
 
     def _finish(self, stopped: bool) -> None:
@@ -393,9 +396,11 @@ def _make_pdb(channel: _Channel) -> Any:
             self.forget()
             try:
                 super().interaction(frame, traceback)
-            finally:
-                if self._resuming or traceback is not None:
-                    channel.resumed()
+            except BaseException:  # an interrupt (a session's), BdbQuit: the rank runs on
+                channel.resumed()
+                raise
+            if self._resuming or traceback is not None:
+                channel.resumed()
 
         def set_continue(self) -> None:
             self._resuming = True

@@ -82,6 +82,32 @@ def test_a_stopped_thread_says_where_and_answers_over_the_channel(keyed: bytes) 
     link.sock.close()
 
 
+def test_quitting_ends_the_stop_and_raises_in_the_rank(keyed: bytes) -> None:
+    debugger.install()
+    out = io.StringIO()
+    raised: list[BaseException] = []
+
+    def rank_main() -> None:
+        with redirect_stdout(out):
+            try:
+                breakpoint()
+                raised.append(AssertionError("ran on"))  # BdbQuit comes at this line
+            except BaseException as exc:
+                raised.append(exc)
+
+    thread = threading.Thread(target=rank_main, daemon=True)
+    thread.start()
+    while not debugger.paused():
+        threading.Event().wait(0.01)
+    link = connect(int(paused_lines(out)[-1]["port"]), keyed)  # type: ignore[call-overload]
+    link.send({"op": "cmd", "line": "q", "wait": 10})
+    assert link.recv(1 << 20)["paused"] is False
+    thread.join(10)
+    assert [type(e).__name__ for e in raised] == ["BdbQuit"] and not debugger.paused()
+    assert paused_lines(out)[-1]["kind"] == "resumed"
+    link.sock.close()
+
+
 def test_the_channel_refuses_a_wrong_key_a_replay_and_an_oversized_hello(keyed: bytes) -> None:
     channel = debugger._Channel(keyed)  # a rank that stopped: its listener, no prompt yet
     for attempt in ("wrong key", "too big"):

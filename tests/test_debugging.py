@@ -169,3 +169,35 @@ def test_the_channel_refuses_a_client_without_the_job_key() -> None:
     finally:
         if not job.done:
             job.stop()
+
+
+LOADER = textwrap.dedent(
+    """
+    import time, torch.distributed as dist
+    def load_batch(idx):
+        rows = list(range(3))
+        while True:
+            time.sleep(0.05)
+    if dist.get_rank() == 1:
+        load_batch(8123)
+    dist.barrier()
+    """
+).lstrip()
+
+
+def test_where_shows_the_locals_of_the_users_frames_when_asked() -> None:
+    spec_ = JobSpec("dbg-locals", nodes=1, nproc=2, where_locals=True)
+    backend = LocalBackend()
+    plan = backend.plan(spec_, build_payload(LOADER, {}, job="dbg-locals"))
+    job = Job(spec_, backend, plan=plan)
+    job.submission = backend.submit(plan, job.feed)
+    try:
+        wait_for(lambda: len([r for r in job.monitor.ranks() if r.state == "Running"]) == 2, 90,
+                 f"the ranks did not start\n{job.logs()}")  # fmt: skip
+        text = job.where().text()
+        assert "rank 1: idx=8123, rows=[0, 1, 2]" in text, text
+        assert "time=" not in text  # modules are left out
+        cell_locals = [line for line in text.splitlines() if line.startswith("      rank 0:")]
+        assert cell_locals and "load_batch=<function load_batch" in cell_locals[0], text
+    finally:
+        job.stop()

@@ -52,9 +52,9 @@ def wait_for(what: Callable[[], Any], timeout: float, message: str) -> Any:
         time.sleep(0.05)
 
 
-def start(name: str, cell: str, **spec: Any) -> Job:
+def start(name: str, cell: str, mode: str = "fork", **spec: Any) -> Job:
     spec_ = JobSpec(name, nodes=2, nproc=2, **spec)
-    backend = LocalBackend()
+    backend = LocalBackend(mode)
     plan = backend.plan(spec_, build_payload(cell, {}, job=name))
     job = Job(spec_, backend, plan=plan)
     job.submission = backend.submit(plan, job.feed)
@@ -147,11 +147,13 @@ def test_cast_answers_once_per_paused_rank_and_post_mortem_holds_the_raising_fra
 
 
 def test_the_channel_refuses_a_client_without_the_job_key() -> None:
-    """Runs on its own job: a rank paused at a breakpoint, reached without the key."""
+    """Every rank stops at pdb.set_trace() (fresh interpreters: the exec launch path); a client
+    without the key is refused."""
     cell = "import pdb, torch.distributed as dist\npdb.set_trace()\ndist.barrier()\n1"
-    job = start("dbg-auth", cell)
+    job = start("dbg-auth", cell, mode="exec")
     try:
-        paused = wait_for(job.paused, 90, f"no rank paused\n{job.logs()}")
+        paused = wait_for(lambda: len(job.paused()) == 4 and job.paused(), 90,
+                          f"the ranks did not pause\n{job.logs()}")  # fmt: skip
         port = paused[0].port
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             hello = wire.recv(sock, job.plan.payload.key, wire.HELLO_LIMIT)  # type: ignore[union-attr]

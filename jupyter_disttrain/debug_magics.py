@@ -17,7 +17,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from .backends.base import BackendError
 from .magics import parse_line
 from .service import default_service
-from .service.debugging import debug_job
+from .service.debugging import debug_job, debug_last
 
 
 @magics_class
@@ -28,12 +28,19 @@ class DebugMagics(Magics):
     @magic_arguments.argument("name", help="job or session name")
     @magic_arguments.argument("--rank", type=int, default=None, help="the paused rank to show")
     @magic_arguments.argument("--backend", default=None, help="where the job runs")
+    @magic_arguments.argument(
+        "--last", action="store_true",
+        help="a session: stop the ranks whose last cell failed in the frame that raised",
+    )  # fmt: skip
     @line_magic
     def distrain_debug(self, line: str) -> Any:
         """Open the debugger console of a job's paused ranks (``breakpoint()``, --post-mortem)."""
         args = parse_line(self.distrain_debug, line)
         try:
-            job = debug_job(default_service(), args.name, args.backend)
+            if args.last:
+                job = debug_last(default_service(), args.name)
+            else:
+                job = debug_job(default_service(), args.name, args.backend)
         except (BackendError, KeyError) as exc:
             raise UsageError(f"%distrain_debug {args.name}: {exc}") from None
         paused = [p.rank for p in job.paused()]

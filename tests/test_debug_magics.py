@@ -12,6 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_disttrain import service as jobs
 from jupyter_disttrain.job import Job
+from jupyter_disttrain.sessions import SessionError
 from jupyter_disttrain.spec import JobSpec
 from jupyter_disttrain.widgets.debug_console import ALL, DebugConsole
 from tests.test_debugging import wait_for
@@ -120,3 +121,37 @@ def test_the_console_shows_the_frame_sends_commands_and_casts(
     console.continue_button.click()
     wait_for(lambda: [p.rank for p in paused_job.paused()] == [3], 30, "rank 1 did not resume")
     wait_for(lambda: console.ranks.options == (("rank 3", 3),), 30, str(console.ranks.options))
+
+
+@pytest.mark.slow
+def test_debug_last_enters_a_sessions_last_failed_cell(shell: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="'no-session' is not a session of this kernel"):
+        shell.run_line_magic("distrain_debug", "no-session --last")
+    service = jobs.default_service()
+    session = service.start_session(JobSpec("dbg-sess", nodes=1, nproc=2))
+    try:
+        session.run("import torch.distributed as dist\nrank = dist.get_rank()")
+        with pytest.raises(UsageError, match="no cell of session dbg-sess has failed"):
+            shell.run_line_magic("distrain_debug", "dbg-sess --last")
+        with pytest.raises(KeyError):
+            session.run("batch = {'idx': 40 + rank}\nif rank == 1:\n    batch['nope']")
+        console = shell.run_line_magic("distrain_debug", "dbg-sess --last")
+        job = session.job
+        assert job is not None
+        [paused] = job.paused()
+        assert (paused.rank, paused.line, paused.exception) == (1, 3, "KeyError: 'nope'")
+        assert "rank 1 at cell:3 in <module> after KeyError: 'nope'" in unescape(
+            console.where.value
+        )
+        assert job.debug(1).send("p batch") == "{'idx': 41}\n"
+        job.debug(1).cont()
+
+        def next_cell() -> list[object] | None:
+            try:
+                return [session.run("rank * 10")]
+            except SessionError:  # the --last cell is still ending
+                return None
+
+        assert wait_for(next_cell, 30, "the session runs no cell") == [0]
+    finally:
+        service.stop_session("dbg-sess")

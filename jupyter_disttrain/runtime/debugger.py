@@ -467,6 +467,23 @@ class _PdbPatcher:
         return spec
 
 
+_last: list[BaseException] = []
+
+
+def keep_last(exc: BaseException) -> None:
+    """Keep ``exc`` (a session cell's error, with its frames) for :func:`post_mortem_last`."""
+    _last[:] = [exc]
+
+
+def post_mortem_last() -> bool:
+    """Stop in the frame where this rank's last failed session cell raised, until ``c``;
+    False when no cell of this rank failed."""
+    if not _last:
+        return False
+    post_mortem(_last[0])
+    return True
+
+
 def install() -> None:
     """Route ``breakpoint()`` and ``pdb.set_trace()`` here (no thread, no socket, no import)."""
     sys.breakpointhook = set_trace

@@ -231,6 +231,8 @@ def _outcome(message: dict[str, Any], module: Any, rank: int, tools: CellTools) 
     except BaseException as exc:
         if debugger.post_mortem_on() and isinstance(exc, Exception):
             debugger.post_mortem(exc)  # paused in the raising frame until the notebook says c
+        elif isinstance(exc, Exception):
+            debugger.keep_last(exc)  # for %distrain_debug --last
         return {"status": "error", "error": tools.encode_exception(_from_cell(exc))}
 
 

@@ -92,6 +92,22 @@ def test_bad_debug_lines_are_usage_errors(
 
 
 @pytest.mark.slow
+def test_a_job_attached_to_from_elsewhere_is_debugged_with_its_stored_key(
+    paused_job: Job,
+) -> None:
+    elsewhere = jobs.JobService()  # another kernel's service: no plan, the key from the job dir
+    job = elsewhere.attach("dbg-magic", "local", keep=False)
+    try:
+        assert job.plan is None
+        wait_for(lambda: len(job.paused()) == 2, 30, "the attached job shows no paused ranks")
+        assert job.debug(3).send("p batch") == "{'idx': 8126}\n"
+    finally:
+        job.debug(3).close()
+        if job.submission is not None:
+            job.submission.detach()
+
+
+@pytest.mark.slow
 def test_the_console_shows_the_frame_sends_commands_and_casts(
     shell: InteractiveShell, paused_job: Job
 ) -> None:

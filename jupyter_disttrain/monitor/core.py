@@ -215,9 +215,8 @@ class JobMonitor(MonitorState):
         for staged in self._staging.values():
             if staged.get("state") == "failed":
                 return f"Data staging failed: {as_str(staged.get('message'))}"
-        paused = self._pauses.ranks(self._rows) if self._state not in TERMINAL_STATES else []
-        if paused:  # stopped in the debugger: no hang
-            return "; ".join(p.sentence() for p in paused)
+        if self._state not in TERMINAL_STATES and (paused := self._pauses.ranks(self._rows)):
+            return "; ".join(p.sentence() for p in paused)  # stopped in the debugger: no hang
         hang = self._hang()
         if hang is not None and self._state not in TERMINAL_STATES:
             return hang.sentence()

@@ -545,7 +545,10 @@ class KubernetesBackend(Backend):
     ) -> socket.socket:
         """A socket to ``port`` of node ``node``'s pod through the API server's port-forward."""
         conn = self.connection()
-        if record.owner and record.owner != conn.namespace:
+        context = str(record.extra.get("context") or "") or None
+        if context is not None and context != conn.context:
+            conn = connect(context, record.owner or conn.namespace)
+        elif record.owner and record.owner != conn.namespace:
             conn = Connection(conn.api, record.owner, conn.context)
         return connect_job(
             conn, record.name, port, timeout,

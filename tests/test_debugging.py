@@ -63,7 +63,7 @@ def start(name: str, cell: str, mode: str = "fork", **spec: Any) -> Job:
 
 @pytest.fixture(scope="module")
 def loop_job() -> Iterator[Job]:
-    job = start("dbg-loop", LOOP, hang_after=1.0)
+    job = start("dbg-loop", LOOP, hang_after=1.0, where_locals=True)
     try:
         yield job
     finally:
@@ -86,6 +86,10 @@ def test_a_breakpoint_pauses_its_rank_and_answers_pdb_commands(loop_job: Job) ->
     where = job.where()
     for rank in (0, 2, 3):
         assert "all_reduce" in str(where.stacks[rank]["threads"]), where.text()
+    # --where-locals: the cell frame's locals, rank by rank
+    shown = [line.strip() for line in where.text().splitlines() if line.startswith("      rank")]
+    assert any(line.startswith("rank 2: ") and "step=1" in line for line in shown), shown
+    assert not any("torch=" in line or "dist=" in line for line in shown), shown  # no modules
     time.sleep(2.5)  # longer than --hang-after: a paused rank is no hang
     assert job.monitor.hang() is None and job.monitor.display_state == "Paused"
 
@@ -171,35 +175,3 @@ def test_the_channel_refuses_a_client_without_the_job_key() -> None:
     finally:
         if not job.done:
             job.stop()
-
-
-LOADER = textwrap.dedent(
-    """
-    import time, torch.distributed as dist
-    def load_batch(idx):
-        rows = list(range(3))
-        while True:
-            time.sleep(0.05)
-    if dist.get_rank() == 1:
-        load_batch(8123)
-    dist.barrier()
-    """
-).lstrip()
-
-
-def test_where_shows_the_locals_of_the_users_frames_when_asked() -> None:
-    spec_ = JobSpec("dbg-locals", nodes=1, nproc=2, where_locals=True)
-    backend = LocalBackend()
-    plan = backend.plan(spec_, build_payload(LOADER, {}, job="dbg-locals"))
-    job = Job(spec_, backend, plan=plan)
-    job.submission = backend.submit(plan, job.feed)
-    try:
-        wait_for(lambda: len([r for r in job.monitor.ranks() if r.state == "Running"]) == 2, 90,
-                 f"the ranks did not start\n{job.logs()}")  # fmt: skip
-        text = job.where().text()
-        assert "rank 1: idx=8123, rows=[0, 1, 2]" in text, text
-        assert "time=" not in text  # modules are left out
-        cell_locals = [line for line in text.splitlines() if line.startswith("      rank 0:")]
-        assert cell_locals and "load_batch=<function load_batch" in cell_locals[0], text
-    finally:
-        job.stop()

@@ -1,0 +1,91 @@
+"""Kubeflow-native progress: a ``%%distrain`` TrainJob writes ``status.trainerStatus`` through
+the Trainer's status endpoint (the emulator with its ``TrainJobStatus`` gate on)."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.spec import JobSpec
+from tests.k8s_emulator.emulator import Emulator
+
+pytestmark = pytest.mark.slow
+TRAINER, V1ALPHA1 = "trainer.kubeflow.org", "v1alpha1"
+CELL = textwrap.dedent(
+    """
+    import time
+    for step in range(STEPS):
+        report(step=step, total=STEPS, loss=1.0 / (step + 1))
+        time.sleep(0.3)
+    "trained"
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    """Trainer v2 with its status server; rank 0 may post every 0.2 s here."""
+    env = {"GLOO_SOCKET_IFNAME": "lo", "DISTRAIN_TRAINER_STATUS_EVERY": "0.2"}
+    home = tmp_path_factory.mktemp("kube")
+    with Emulator(env=env, apis=("trainer",), trainer_status=True) as emulator:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(home / "kubeconfig")))
+            yield emulator
+
+
+def follow(emu: Emulator, name: str, seen: list[dict[str, Any]], stop: threading.Event) -> None:
+    """Every ``trainerStatus`` of TrainJob ``name`` as a watch delivers it."""
+    api = emu.api_client()
+    custom = client.CustomObjectsApi(api)
+    stream = watch.Watch()
+    try:
+        for event in stream.stream(custom.list_namespaced_custom_object, TRAINER, V1ALPHA1,
+                                   "default", "trainjobs", field_selector=f"metadata.name={name}",
+                                   timeout_seconds=120):  # fmt: skip
+            status = (event["object"].get("status") or {}).get("trainerStatus")
+            if status and status not in seen:
+                seen.append(status)
+            if stop.is_set():
+                break
+    finally:
+        stream.stop()
+        api.close()
+
+
+def test_a_distrain_trainjob_writes_its_progress_into_trainer_status(cluster: Emulator) -> None:
+    seen: list[dict[str, Any]] = []
+    stop = threading.Event()
+    follower = threading.Thread(target=follow, args=(cluster, "tj-progress", seen, stop),
+                                daemon=True)  # fmt: skip
+    follower.start()
+    try:
+        payload = build_payload(CELL, {"STEPS": 12}, job="tj-progress")
+        spec = JobSpec("tj-progress", backend="kubernetes", nodes=2, nproc=1, timeout=240)
+        job = jobs.default_service().run(KubernetesBackend().plan(spec, payload))
+        assert job.result(timeout=240) == "trained", job.logs()
+    finally:
+        stop.set()
+    # the object as `kubectl get trainjob tj-progress -o yaml` shows it
+    with cluster.api_client() as api:
+        obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            TRAINER, V1ALPHA1, "default", "trainjobs", "tj-progress"
+        )
+    final = obj["status"]["trainerStatus"]
+    assert final["progressPercentage"] == 100 and final["estimatedRemainingSeconds"] == 0
+    metrics = {m["name"]: m["value"] for m in final["metrics"]}
+    assert metrics == {"step": "11", "loss": "0.0833333"}, final
+    assert final["lastUpdatedTime"].endswith("Z")
+    moving = [s["progressPercentage"] for s in seen if s.get("progressPercentage", 100) < 100]
+    assert len(set(moving)) >= 2 and moving == sorted(moving), seen
+    assert any(s.get("estimatedRemainingSeconds", 0) > 0 for s in seen), seen
+    codes = cluster.trainer_status.posts("tj-progress")  # type: ignore[union-attr]
+    assert codes and set(codes) == {200}, codes
+    assert "trainerStatus" not in job.logs()  # no warning: every post was taken

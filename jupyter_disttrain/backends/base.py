@@ -249,6 +249,19 @@ class Backend(abc.ABC):
     def list_jobs(self) -> list[JobRecord]:
         """Jobs this tool created on this backend, newest first."""
 
+    def list_namespace(self) -> list[JobRecord]:
+        """Every job of this backend's scope, whoever started it, newest first (``--all``).
+
+        A record's ``extra`` may say ``foreign`` (True: not started by this
+        tool), ``kubeflow_kind``, ``started_by``, ``progress`` (percent) and
+        ``eta`` (seconds) as the job reports them. Default: :meth:`list_jobs`.
+        """
+        return self.list_jobs()
+
+    def may_stop(self, name: str) -> bool | None:
+        """Whether this user may stop job ``name`` (None: the backend cannot tell)."""
+        return None
+
     @abc.abstractmethod
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
         """Text printed by a job's ranks (all ranks, prefixed, when ``rank`` is None)."""

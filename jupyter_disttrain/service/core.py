@@ -28,6 +28,7 @@ from ..sessions import Session, Sessions
 from ..spec import JobSpec, SpecError
 from ..tracking import check as check_tracking
 from ..tracking import sinks_for
+from . import namespace
 from .following import Followers, catch_up, open_monitor, recorded_diagnosis
 from .listing import ONE_SHOT, BackendListing, Lister, Listing, ListPolicy, newest_first
 from .logtext import BoundedLogs, bounded_logs
@@ -518,6 +519,17 @@ class JobService:
             return mine.stop()
         stopped = self.stop_listed(self._backend_of(name, backend), name)
         return "stopped" if stopped else "was not running"
+
+    def list_all(self, backends: Iterable[Backend] | None = None) -> Listing:
+        """Every job of the backends' scopes, whoever started it (:mod:`.namespace`)."""
+        return namespace.list_namespace(self._listable(backends))
+
+    def stop_question(self, name: str, backend: str | None = None) -> str | None:
+        """The confirmation stopping job ``name`` needs (a foreign job), or None; raises
+        :class:`~.namespace.StopRefused` when RBAC forbids it."""
+        if name in self.registered():
+            return None
+        return namespace.stop_question(self._backend_of(name, backend), name)
 
     def stop_listed(self, backend: Backend, name: str) -> bool:
         """Ask ``backend`` to stop job ``name`` of any owner; False when it was not running.

@@ -38,7 +38,7 @@ from ..base import (
     Plan,
     RuntimeRecord,
 )
-from . import kinds
+from . import access, kinds
 from .attached import create_owned
 from .client import Connection, connect, explain
 from .images import STOCK_IMAGES, ImagePolicy, default_image, notebook_versions
@@ -54,7 +54,7 @@ from .options import (
     parse_options,
 )
 from .portforward import connect_job, leader_pod
-from .records import record_from_object, spec_from_object
+from .records import namespace_record, record_from_object, spec_from_object
 from .template import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -437,6 +437,27 @@ class KubernetesBackend(Backend):
             for obj in listing.get("items", []):
                 out.append(record_from_object(obj, kubeflow))
         return sorted(out, key=lambda r: -r.created)
+
+    def list_namespace(self) -> list[JobRecord]:
+        """Every job of every served kind in the namespace, whoever started it, newest first."""
+        conn = self.connection()
+        out: list[JobRecord] = []
+        for kubeflow in kinds.KINDS:
+            try:
+                listing: Any = conn.custom.list_namespaced_custom_object(
+                    kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural
+                )
+            except ApiException as exc:
+                if exc.status == 404:  # the cluster does not serve this Kubeflow API
+                    continue
+                raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace,
+                              unserved=kubeflow.unserved()) from None  # fmt: skip
+            out += [namespace_record(obj, kubeflow) for obj in listing.get("items", [])]
+        return sorted(out, key=lambda r: -r.created)
+
+    def may_stop(self, name: str) -> bool | None:
+        """Whether RBAC lets this user delete job ``name`` (a SelfSubjectAccessReview)."""
+        return access.may_delete(self.connection(), name)
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
         """Pod logs of the job (one rank's lines, or all with their rank), control lines left out.

@@ -3,14 +3,17 @@ the Trainer's status endpoint (the emulator with its ``TrainJobStatus`` gate on)
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, watch
 
+from jupyter_disttrain import cli
 from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.payload import build_payload
@@ -89,3 +92,65 @@ def test_a_distrain_trainjob_writes_its_progress_into_trainer_status(cluster: Em
     codes = cluster.trainer_status.posts("tj-progress")  # type: ignore[union-attr]
     assert codes and set(codes) == {200}, codes
     assert "trainerStatus" not in job.logs()  # no warning: every post was taken
+
+
+# --- a TrainJob of the namespace that this tool did not start ---------------------------------
+
+MANIFEST = Path(__file__).resolve().parents[2] / "data" / "kubeflow_custom_trainer.yaml"
+FOREIGN = "sdk-custom-trainer"
+
+
+@pytest.fixture(scope="module")
+def foreign(cluster: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The Kubeflow SDK-style TrainJob created with ``kubectl create -f``, attached from its
+    start; yields the attached Job once the TrainJob is over."""
+    config = cluster.write_kubeconfig(tmp_path_factory.mktemp("kubectl") / "config")
+    create = ["kubectl", f"--kubeconfig={config}", "create", "--validate=false", "-f"]
+    done = subprocess.run([*create, str(MANIFEST)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    job = jobs.attach(FOREIGN, KubernetesBackend())
+    assert job.wait(180) == "Succeeded", job.logs()
+    yield job
+
+
+def test_a_foreign_trainjob_is_listed_with_its_progress(
+    foreign: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["jobs", "--all"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:4] == ["NAME", "KIND", "STATE", "PROGRESS"]
+    row = next(line.split() for line in table if line.startswith(FOREIGN))
+    assert row[1:4] == ["TrainJob", "Succeeded", "100%"] and row[5] == "2" and row[6] == "-"
+    mine = next(line.split() for line in table if line.startswith("tj-progress"))
+    assert mine[3] == "100%" and mine[-1] == "jupyter-disttrain"
+    assert cli.main(["jobs"]) == 0  # without --all: only this tool's jobs
+    assert FOREIGN not in capsys.readouterr().out
+
+
+def test_a_foreign_trainjob_attaches_with_logs_and_a_progress_curve(foreign: Any) -> None:
+    logs = foreign.logs()
+    assert "node 0: step 6/6 loss=0.3333" in logs and "node 1: done" in logs, logs
+    curve = [(row["step"], row["loss"]) for row in foreign.metrics() if row["rank"] == 0]
+    assert len(curve) >= 3 and curve[-1] == (6, pytest.approx(0.3333)), curve
+    assert [s for s, _ in curve] == sorted(s for s, _ in curve)
+    snap = foreign.monitor.snapshot()
+    assert snap["progress"] is not None and snap["progress"]["step"] == 100, snap["progress"]
+
+
+def test_stopping_a_foreign_trainjob_needs_rbac_then_a_confirmation(
+    cluster: Emulator, foreign: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.deny(verbs=["delete"], resources=["trainjobs"])
+    try:
+        assert cli.main(["stop", FOREIGN, "--backend", "kubernetes"]) == 1
+        assert "read-only here: your Kubernetes RBAC does not allow" in capsys.readouterr().err
+        assert (
+            cli.main(["stop", FOREIGN, "--backend", "kubernetes", "--yes"]) == 1
+        )  # RBAC decides, not the flag
+    finally:
+        cluster.clear_faults()
+    assert cli.main(["stop", FOREIGN, "--backend", "kubernetes"]) == 1
+    assert "not by jupyter-disttrain" in capsys.readouterr().err
+    assert FOREIGN in {r.name for r in KubernetesBackend().list_namespace()}
+    assert cli.main(["stop", FOREIGN, "--backend", "kubernetes", "--yes"]) == 0
+    assert f"{FOREIGN}: stopped" in capsys.readouterr().out

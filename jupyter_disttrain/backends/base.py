@@ -258,6 +258,12 @@ class Backend(abc.ABC):
         """
         return self.list_jobs()
 
+    def watch_namespace(self) -> Callable[[], None] | None:
+        """Keep :meth:`list_namespace` current from long-lived watches (a few, not one per
+        job) instead of asking at each call; the function that ends them, or None when the
+        backend has no such watches (the default)."""
+        return None
+
     def may_stop(self, name: str) -> bool | None:
         """Whether this user may stop job ``name`` (None: the backend cannot tell)."""
         return None

@@ -524,6 +524,19 @@ class JobService:
         """Every job of the backends' scopes, whoever started it (:mod:`.namespace`)."""
         return namespace.list_namespace(self._listable(backends))
 
+    def find_any(self, backend: str, name: str) -> tuple[Backend, JobRecord]:
+        """:meth:`find`, else job ``name`` among every job of the backend's scope (a job
+        another tool or user started); raises as :meth:`find`."""
+        try:
+            return self.find(backend, name)
+        except JobNotFound:
+            for found in self._listable(None):
+                if found.name == backend:
+                    for record in found.list_namespace():
+                        if record.name == name:
+                            return found, record
+            raise
+
     def stop_question(self, name: str, backend: str | None = None) -> str | None:
         """The confirmation stopping job ``name`` needs (a foreign job), or None; raises
         :class:`~.namespace.StopRefused` when RBAC forbids it."""

@@ -15,7 +15,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -45,6 +45,7 @@ from .images import STOCK_IMAGES, ImagePolicy, default_image, notebook_versions
 from .kinds import KubeflowKind, kind_of
 from .logs import logs_name
 from .manifests import manifests
+from .namespace_watch import NamespaceWatch
 from .options import (
     EXAMPLES,
     OPTIONAL_VALUE,
@@ -152,6 +153,7 @@ class KubernetesBackend(Backend):
         self.images = images
         self.notebook = notebook
         self._conn: Connection | None = None
+        self._namespace: NamespaceWatch | None = None  # see watch_namespace()
 
     # -- helpers -----------------------------------------------------------------
     def settings(self, spec: JobSpec) -> K8sOptions:
@@ -438,8 +440,23 @@ class KubernetesBackend(Backend):
                 out.append(record_from_object(obj, kubeflow))
         return sorted(out, key=lambda r: -r.created)
 
+    def watch_namespace(self) -> Callable[[], None] | None:
+        """Follow the namespace's jobs with one watch per kind (:mod:`.namespace_watch`)."""
+        if self._namespace is None:
+            self._namespace = NamespaceWatch(self.connection()).start()
+        return self._close_namespace
+
+    def _close_namespace(self) -> None:
+        found, self._namespace = self._namespace, None
+        if found is not None:
+            found.close()
+
     def list_namespace(self) -> list[JobRecord]:
-        """Every job of every served kind in the namespace, whoever started it, newest first."""
+        """Every job of every served kind in the namespace, whoever started it, newest first
+        (from the namespace watch once it has listed every kind)."""
+        cached = self._namespace.records() if self._namespace is not None else None
+        if cached is not None:
+            return cached
         conn = self.connection()
         out: list[JobRecord] = []
         for kubeflow in kinds.KINDS:

@@ -501,6 +501,9 @@ class JobService:
         mine = self.registered().get(name)
         if mine is not None and (backend is None or mine.backend.name == backend):
             return mine.where(timeout)
+        refusal = namespace.where_refusal(self._backend_of(name, backend), name)
+        if refusal is not None:
+            raise BackendError(refusal)
         job = self.attach(name, backend, log_limit=200, keep=False)
         try:
             catch_up(job.monitor, job.submission, JobRecord(  # type: ignore[arg-type]

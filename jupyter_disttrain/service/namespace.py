@@ -55,3 +55,14 @@ def stop_question(backend: Backend, name: str) -> str | None:
     who = str(record.extra.get("started_by") or "") or "someone else"
     return (f"{name} is a {kind} started by {who}, not by jupyter-disttrain: stopping it deletes "
             "it for everyone. Confirm to stop it.")  # fmt: skip
+
+
+def where_refusal(backend: Backend, name: str) -> str | None:
+    """Why ``where`` is not available for job ``name`` (its pods do not run this tool's
+    runtime: nothing in them answers for stacks), or None when it may be asked."""
+    record = next((r for r in backend.list_namespace() if r.name == name), None)
+    if record is None or not is_foreign(record):
+        return None
+    return (f"where is not available for {name}: it was not started by jupyter-disttrain, so "
+            "its pods do not run its runtime (nothing there sends the ranks' stacks); its "
+            "logs and the progress it reports are shown")  # fmt: skip

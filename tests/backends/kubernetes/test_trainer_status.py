@@ -127,12 +127,16 @@ def test_a_foreign_trainjob_is_listed_with_its_progress(
     assert FOREIGN not in capsys.readouterr().out
 
 
-def test_a_foreign_trainjob_attaches_with_logs_and_a_progress_curve(foreign: Any) -> None:
+def test_a_foreign_trainjob_attaches_with_logs_and_a_progress_curve(
+    foreign: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     logs = foreign.logs()
     assert "node 0: step 6/6 loss=0.3333" in logs and "node 1: done" in logs, logs
     curve = [(row["step"], row["loss"]) for row in foreign.metrics() if row["rank"] == 0]
     assert len(curve) >= 3 and curve[-1] == (6, pytest.approx(0.3333)), curve
     assert [s for s, _ in curve] == sorted(s for s, _ in curve)
+    assert cli.main(["where", FOREIGN, "--backend", "kubernetes"]) == 1
+    assert "where is not available for sdk-custom-trainer" in capsys.readouterr().err
     snap = foreign.monitor.snapshot()
     assert snap["progress"] is not None and snap["progress"]["step"] == 100, snap["progress"]
 

@@ -543,8 +543,9 @@ class JobService:
     def stop_question(self, name: str, backend: str | None = None) -> str | None:
         """The confirmation stopping job ``name`` needs (a foreign job), or None; raises
         :class:`~.namespace.StopRefused` when RBAC forbids it."""
-        if name in self.registered():
-            return None
+        mine = self.registered().get(name)  # attached to here: maybe someone else's
+        if mine is not None and backend in (None, mine.backend.name):
+            return namespace.stop_question(mine.backend, name)
         return namespace.stop_question(self._backend_of(name, backend), name)
 
     def stop_listed(self, backend: Backend, name: str) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
 from kubernetes import client, watch
 
 from jupyter_disttrain import cli
@@ -139,6 +140,27 @@ def test_a_foreign_trainjob_attaches_with_logs_and_a_progress_curve(
     assert "where is not available for sdk-custom-trainer" in capsys.readouterr().err
     snap = foreign.monitor.snapshot()
     assert snap["progress"] is not None and snap["progress"]["step"] == 100, snap["progress"]
+
+
+def test_the_magics_list_attach_and_ask_before_stopping(
+    foreign: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell = InteractiveShell.instance()
+    shell.extension_manager.load_extension("jupyter_disttrain")
+    shell.run_line_magic("distrain_config", "backend=kubernetes")
+    try:
+        shell.run_line_magic("distrain_jobs", "--all")
+        row = next(line.split() for line in capsys.readouterr().out.splitlines()
+                   if line.startswith(FOREIGN))  # fmt: skip
+        assert row[1:4] == ["TrainJob", "Succeeded", "100%"]
+        job = shell.run_line_magic("distrain_attach", FOREIGN)
+        assert job.wait(60) == "Succeeded" and "node 1: done" in job.logs()
+        assert any(r["loss"] == pytest.approx(0.3333) for r in job.metrics())
+        shell.run_line_magic("distrain_stop", FOREIGN)
+        assert "not by jupyter-disttrain" in capsys.readouterr().out
+        assert FOREIGN in {r.name for r in KubernetesBackend().list_namespace()}
+    finally:
+        shell.run_line_magic("distrain_config", "backend=local")
 
 
 def test_stopping_a_foreign_trainjob_needs_rbac_then_a_confirmation(

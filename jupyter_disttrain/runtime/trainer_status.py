@@ -173,6 +173,7 @@ class Writer:
                     r.read()
             except Exception as exc:  # the endpoint must never break training
                 self.failures += 1
+                self.progress.changed = True  # sent again at the next interval
                 if not self._warned:
                     self._warned = True
                     detail = f"{type(exc).__name__}: {exc}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,30 @@ def test_a_distrain_trainjob_writes_its_progress_into_trainer_status(cluster: Em
     codes = cluster.trainer_status.posts("tj-progress")  # type: ignore[union-attr]
     assert codes and set(codes) == {200}, codes
     assert "trainerStatus" not in job.logs()  # no warning: every post was taken
+
+
+def test_a_session_on_trainjob_writes_each_cells_progress(cluster: Emulator) -> None:
+    service = jobs.JobService()
+    spec = JobSpec("ks-progress", backend="kubernetes", nodes=1, nproc=1,
+                   options=(("kubeflow_api", "trainjob"),))  # fmt: skip
+    session = service.start_session(spec)
+    try:
+        session.run("for i in range(4):\n    report(step=i, total=4, loss=0.5)")
+
+        def reported() -> dict[str, Any]:
+            with cluster.api_client() as api:
+                obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+                    TRAINER, V1ALPHA1, "default", "trainjobs", "ks-progress"
+                )
+            return dict((obj.get("status") or {}).get("trainerStatus") or {})
+
+        deadline = time.monotonic() + 30
+        while reported().get("progressPercentage") != 100:
+            assert time.monotonic() < deadline, reported()
+            time.sleep(0.1)
+        assert {"name": "loss", "value": "0.5"} in reported()["metrics"]
+    finally:
+        service.stop_session("ks-progress")
 
 
 # --- a TrainJob of the namespace that this tool did not start ---------------------------------

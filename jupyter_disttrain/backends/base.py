@@ -253,8 +253,9 @@ class Backend(abc.ABC):
         """Every job of this backend's scope, whoever started it, newest first (``--all``).
 
         A record's ``extra`` may say ``foreign`` (True: not started by this
-        tool), ``kubeflow_kind``, ``started_by``, ``progress`` (percent) and
-        ``eta`` (seconds) as the job reports them. Default: :meth:`list_jobs`.
+        tool), ``kubeflow_kind``, ``started_by``, ``progress`` (percent), ``eta``
+        (seconds) and ``reported_metrics`` (name -> number) as the job reports them.
+        Default: :meth:`list_jobs`.
         """
         return self.list_jobs()
 

@@ -253,6 +253,10 @@ def job_json(
         end = record.ended if record.ended is not None else (None if terminal else now)
         elapsed = max(0.0, end - record.created) if end is not None and record.created else 0.0
         step, rate, metrics = None, None, {}
+        metrics = dict(record.extra.get("reported_metrics") or {})  # what the job's object says
+    progress = _progress(snapshot["progress"]) if snapshot is not None else None
+    if progress is None and isinstance(record.extra.get("progress"), int):
+        progress = reported_progress(record.extra["progress"], record.extra.get("eta"))
     return json_safe(
         JobJSON(
             id=f"{record.backend}/{record.name}",
@@ -277,7 +281,7 @@ def job_json(
             phases=snapshot["phases"] if snapshot is not None else [],
             phase=snapshot["phase"] if snapshot is not None else None,
             first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
-            progress=_progress(snapshot["progress"]) if snapshot is not None else None,
+            progress=progress,
             kind=str(record.extra.get("kind") or "job"),
             error="",
             cause_rank=snapshot["cause"]["rank"] if snapshot and snapshot["cause"] else None,
@@ -385,6 +389,13 @@ def notebook_api_path(recorded: str, root_dir: str | None) -> str | None:
     if not parts or ".." in parts:
         return None
     return "/".join(parts)
+
+
+def reported_progress(percent: int, eta: object) -> ProgressRow:
+    """The progress a job reports in its object (percent done, seconds left) as a row."""
+    seconds = float(eta) if isinstance(eta, int) else None
+    return ProgressRow(step=percent, total=100, fraction=percent / 100, eta_s=seconds,
+                       rate_per_s=None)  # fmt: skip
 
 
 def _progress(row: ProgressRow | None) -> ProgressRow | None:

@@ -485,11 +485,10 @@ class JobService:
     def bounded_logs(
         self, backend: str, name: str, rank: int | None, tail: int | None
     ) -> tuple[Backend, BoundedLogs]:
-        """A listed job's logs cut to a viewer's size (see :func:`~.logtext.bounded_logs`).
-
-        Raises as :meth:`find` does.
+        """A listed job's (also one another tool started) logs cut to a viewer's size (see
+        :func:`~.logtext.bounded_logs`). Raises as :meth:`find` does.
         """
-        found, record = self.find(backend, name)
+        found, record = self.find_any(backend, name)
         return found, bounded_logs(found, record, rank, tail)
 
     def where(self, name: str, backend: str | None = None, timeout: float | None = None) -> Where:

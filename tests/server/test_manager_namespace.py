@@ -79,7 +79,9 @@ def test_the_namespace_section_follows_every_trainjob_with_one_watch(cluster: Em
         assert (row["kind"], row["state"], row["foreign"], row["started_by"]) == (
             "TrainJob", "Pending", True, "")  # fmt: skip
         assert row["progress"] is None and row["nodes"] == 2 and row["can_stop"]
-        wait_for(lambda: cluster.stats().watches.current, lambda n: n == 1)  # TrainJobs only
+        # listed by the first call and by the watch of each kind; one watch: TrainJobs only
+        wait_for(lambda: (cluster.stats().count(verb="list"), cluster.stats().watches.current),
+                 lambda seen: seen == (6, 1))  # fmt: skip
         cluster.reset_stats()
         for index, name in enumerate(NAMES):
             report(cluster, name, 10 * (index + 1))
@@ -94,12 +96,17 @@ def test_the_namespace_section_follows_every_trainjob_with_one_watch(cluster: Em
         asked = {k: v for k, v in stats.requests.items() if k[1] != "trainjobs/status"}
         assert asked == {}, asked  # every poll was answered from the watch
         assert stats.watches.current == 1
-        detail = manager.job("kubernetes", NAMES[2])  # the same dashboard for a foreign job
-        assert detail["name"] == NAMES[2] and detail["state"] == "Pending"
     finally:
         manager.close()
-    # the namespace watch is closed; the detail's follower (job, pods, events) runs on
-    wait_for(lambda: cluster.stats().watches.current, lambda n: n == 3)
+    wait_for(lambda: cluster.stats().watches.current, lambda n: n == 0)  # the watch is closed
+    manager = JobManager(backends=lambda: [KubernetesBackend()])
+    try:
+        detail = manager.job("kubernetes", NAMES[2])  # the same dashboard for a foreign job
+        assert detail["name"] == NAMES[2] and detail["state"] == "Pending"
+        assert detail["progress"] is not None and detail["progress"]["step"] == 30
+        assert manager.logs("kubernetes", NAMES[2], None, 100)["text"] == ""  # no pods yet
+    finally:
+        manager.close()
 
 
 def test_a_foreign_job_is_read_only_without_rbac(cluster: Emulator) -> None:

@@ -70,6 +70,8 @@ def namespace_record(obj: Mapping[str, Any], kubeflow: KubeflowKind) -> JobRecor
         extra["progress"] = reported.percent
     if reported is not None and reported.eta is not None:
         extra["eta"] = reported.eta
+    if reported is not None and reported.metrics:
+        extra["reported_metrics"] = dict(reported.metrics)
     return replace(record, extra=extra)
 
 

@@ -19,6 +19,7 @@ from jupyter_disttrain import cli
 from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.server.manager import JobManager
 from jupyter_disttrain.spec import JobSpec
 from tests.k8s_emulator.emulator import Emulator
 
@@ -165,6 +166,20 @@ def test_a_foreign_trainjob_attaches_with_logs_and_a_progress_curve(
     assert "where is not available for sdk-custom-trainer" in capsys.readouterr().err
     snap = foreign.monitor.snapshot()
     assert snap["progress"] is not None and snap["progress"]["step"] == 100, snap["progress"]
+
+
+def test_the_sidebar_opens_a_foreign_trainjob_with_its_logs_and_metrics(foreign: Any) -> None:
+    manager = JobManager(backends=lambda: [KubernetesBackend()])
+    try:
+        row = next(j for j in manager.namespace()["jobs"] if j["name"] == FOREIGN)
+        assert (row["kind"], row["progress"], row["foreign"]) == ("TrainJob", 100, True)
+        detail = manager.job("kubernetes", FOREIGN)  # over: shown from its object
+        assert detail["state"] == "Succeeded" and detail["metrics"]["loss"] == pytest.approx(0.3333)
+        assert detail["progress"] is not None and detail["progress"]["fraction"] == 1.0
+        text = manager.logs("kubernetes", FOREIGN, None, 50)["text"]
+        assert "node 0: step 6/6 loss=0.3333" in text and "node 1: done" in text, text
+    finally:
+        manager.close()
 
 
 def test_the_magics_list_attach_and_ask_before_stopping(

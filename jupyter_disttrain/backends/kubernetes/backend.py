@@ -54,12 +54,12 @@ from .options import (
     K8sOptions,
     parse_options,
 )
+from .podfiles import payload_files
 from .portforward import connect_job, leader_pod, node_pod
 from .records import namespace_record, record_from_object, spec_from_object
 from .template import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    PAYLOAD_FILE,
     owner_reference,
     payload_name,
 )
@@ -85,23 +85,6 @@ class KubernetesPlan(Plan):
     def export(self) -> str:
         """The YAML for ``kubectl create -f``."""
         return str(self)
-
-
-def payload_files(payload: Payload) -> dict[str, bytes]:
-    """What the pods need beside the image: payload, job key, worker runtime, cloudpickle."""
-    import cloudpickle
-
-    from ... import runtime
-
-    files = {PAYLOAD_FILE: payload.data, jobkey.KEY_FILE: payload.key}
-    package = Path(runtime.__file__).parent.parent
-    files["jupyter_disttrain/__init__.py"] = (package / "__init__.py").read_bytes()
-    for path in sorted((package / "runtime").rglob("*.py")):
-        if path.name != "zygote.py":  # the local launcher; pods run torchrun's own
-            files[path.relative_to(package.parent).as_posix()] = path.read_bytes()
-    for path in sorted(Path(cloudpickle.__file__).parent.glob("*.py")):
-        files[f"cloudpickle/{path.name}"] = path.read_bytes()
-    return files
 
 
 class KubernetesBackend(Backend):

@@ -1,4 +1,6 @@
-"""Launch benchmark: the same 2x2 DDP job started four ways, timed in one run.
+"""Launch benchmark: the same 2x2 DDP job started several ways, timed in one run.
+
+Warm kernel, time to first step:
 
 (a) raw ``torchrun``: two agents with c10d rendezvous on 127.0.0.1;
 (b) Accelerate's ``notebook_launcher(num_processes=4)`` from a process that
@@ -7,11 +9,21 @@
     that already ran ``%load_ext jupyter_disttrain`` (warm launcher);
 (d) the same cell with ``%distrain_config launch_mode=exec`` (fresh interpreters).
 
+Brand-new kernel, until the first training cell is done (``bench/newkernel.py``):
+(e) Accelerate: ``import torch, accelerate`` and ``notebook_launcher(train, 4)``;
+(f) ``%load_ext jupyter_disttrain`` and the 2x2 cell, in a kernel of a running
+    Jupyter server (the server's warm launcher);
+(g) the same in a kernel without a server (the kernel starts its launcher).
+
 Each job trains a small MLP for 20 DDP steps on 4 ranks (gloo, CPU). Time to
 first step is when rank 0 finishes its first optimizer step (written to a
-file by the training code itself, identical in all four); total is until the
-launch returns. ``python bench/launch.py [--reps 5]`` prints a table and
-rewrites the "Launch" section of ``BENCHMARKS.md``.
+file by the training code itself, identical in all); total is until the
+launch returns. Every run has a time limit (``--limit``): a run that hangs is
+killed, marked and left out of the medians; the table is written anyway. For
+(c) the time to first step is broken down with the job's own start-up phases
+(its events and signed lines) and marks of the training code.
+``python bench/launch.py [--reps 5]`` prints the tables and rewrites the
+"Launch" section of ``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
@@ -48,6 +60,9 @@ TRAIN = textwrap.dedent(
     torch.manual_seed(dist.get_rank())
     model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
                                     torch.nn.Linear(128, 10)))
+    if dist.get_rank() == 0:
+        with open(os.environ["BENCH_MARK_FILE"], "a") as fh:
+            fh.write(f"ddp {time.time()}\\n")
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for step in range(20):
         x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
@@ -55,7 +70,7 @@ TRAIN = textwrap.dedent(
         opt.zero_grad(); loss.backward(); opt.step()
         if step == 0 and dist.get_rank() == 0:
             with open(os.environ["BENCH_MARK_FILE"], "a") as fh:
-                fh.write(f"{time.time()}\\n")
+                fh.write(f"step {time.time()}\\n")
     """
 )
 
@@ -66,8 +81,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def mark_time(path: Path, what: str = "step") -> float:
+    """When rank 0 wrote mark ``what`` (``ddp``: model built; ``step``: first step done)."""
+    for line in path.read_text().splitlines():
+        name, _, t = line.partition(" ")
+        if name == what:
+            return float(t)
+    raise ValueError(f"no {what} mark in {path}")
+
+
 def first_mark(path: Path) -> float:
-    return float(path.read_text().split()[0])
+    return mark_time(path, "step")
 
 
 def run_torchrun(mark: Path) -> tuple[float, float]:

@@ -20,6 +20,8 @@ import sys
 from types import FrameType
 from typing import Any
 
+from .launcher_identity import peer_uid
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
 
@@ -37,6 +39,9 @@ def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
+        if peer_uid(conn) != os.getuid():  # not our launcher: start the worker ourselves
+            conn.close()
+            return None
         request = {
             "op": "worker",
             "argv": [payload],

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +47,11 @@ from jupyter_client.manager import start_new_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+from newkernel import breakdown, new_kernel_runs  # noqa: E402
 from results import write_section  # noqa: E402
+
+#: Seconds one run may take before it counts as hung (set by ``--limit``).
+LIMIT = 180.0
 
 TRAIN = textwrap.dedent(
     """
@@ -111,7 +116,13 @@ def run_torchrun(mark: Path) -> tuple[float, float]:
         )
         for node in range(2)
     ]  # fmt: skip
-    codes = [p.wait(300) for p in procs]
+    try:
+        codes = [p.wait(max(1.0, LIMIT - (time.time() - t0))) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise TimeoutError(f"torchrun agents still running after {LIMIT:.0f} s") from None
     total = time.time() - t0
     assert codes == [0, 0], codes
     return first_mark(mark) - t0, total
@@ -145,11 +156,16 @@ def run_notebook_launcher(mark: Path) -> tuple[float, float]:
     time.sleep(8)  # let it import torch and accelerate, as a notebook would have
     proc.stdin.write("go\n")
     proc.stdin.flush()
+    timer = threading.Timer(LIMIT, proc.kill)  # a hung launch ends here
+    timer.start()
     out = ""
     for line in proc.stdout:
         if line.startswith("T0 "):
             out = line
-    proc.wait(300)
+    timer.cancel()
+    proc.wait()
+    if not out:
+        raise TimeoutError(f"notebook_launcher did not return within {LIMIT:.0f} s")
     parts = out.split()
     t0, end = float(parts[1]), float(parts[3])
     return first_mark(mark) - t0, end - t0
@@ -158,8 +174,11 @@ def run_notebook_launcher(mark: Path) -> tuple[float, float]:
 class Kernel:
     """A real Jupyter kernel with the extension loaded and its launcher warm."""
 
-    def __init__(self, mode: str) -> None:
-        self.km, self.kc = start_new_kernel(kernel_name="python3")
+    def __init__(self, mode: str, home: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "DISTRAIN_WARM_LAUNCHER"}
+        env["DISTRAIN_HOME"] = str(home)
+        self.home = home
+        self.km, self.kc = start_new_kernel(kernel_name="python3", env=env)
         self.execute("%load_ext jupyter_disttrain")
         self.execute(f"%distrain_config launch_mode={mode} live=none")
         if mode == "fork":
@@ -168,10 +187,12 @@ class Kernel:
 
     def execute(self, code: str, timeout: float = 600) -> dict[str, object]:
         msg_id = self.kc.execute(code)
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                msg = self.kc.get_iopub_msg(timeout=timeout)
+                msg = self.kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
+                self.km.interrupt_kernel()  # a hung job: stop it, mark the run
                 raise TimeoutError(code) from None
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -185,12 +206,23 @@ class Kernel:
         self.km.shutdown_kernel(now=False)
 
 
-def distrain_runner(kernel: Kernel) -> Callable[[Path], tuple[float, float]]:
+BREAKDOWNS: list[dict[str, float]] = []
+
+
+def distrain_runner(kernel: Kernel, parts: bool) -> Callable[[Path], tuple[float, float]]:
     def run(mark: Path) -> tuple[float, float]:
         kernel.execute(f"import os; os.environ['BENCH_MARK_FILE'] = {str(mark)!r}")
+        name = mark.stem
         t0 = time.time()
-        kernel.execute("%%distrain --nodes 2 --nproc 2 --wait\n" + TRAIN)
-        return first_mark(mark) - t0, time.time() - t0
+        kernel.execute(f"%%distrain --nodes 2 --nproc 2 --wait --name {name}\n" + TRAIN, LIMIT)
+        end = time.time()
+        if parts:
+            parts_of = breakdown(kernel.home / "jobs" / name, t0, mark)
+            parts_of["after the first step: 19 steps, exit, result to the cell"] = end - first_mark(
+                mark
+            )
+            BREAKDOWNS.append(parts_of)
+        return first_mark(mark) - t0, end - t0
 
     return run
 
@@ -198,54 +230,160 @@ def distrain_runner(kernel: Kernel) -> Callable[[Path], tuple[float, float]]:
 def measure(
     name: str, run: Callable[[Path], tuple[float, float]], reps: int, work: Path
 ) -> dict[str, float]:
-    firsts, totals = [], []
+    """Medians of the runs that finished; ``hung`` counts those past the time limit."""
+    firsts, totals, hung = [], [], 0
     for i in range(reps):
         mark = work / f"{name.split()[0]}-{i}.mark"
-        first, total = run(mark)
+        try:
+            first, total = run(mark)
+        except TimeoutError as exc:
+            hung += 1
+            print(f"  {name} #{i + 1}: HUNG, stopped after {LIMIT:.0f} s ({exc})", flush=True)
+            continue
         firsts.append(first)
         totals.append(total)
         print(f"  {name} #{i + 1}: first step {first:.2f} s, total {total:.2f} s", flush=True)
-    return {"first": statistics.median(firsts), "total": statistics.median(totals)}
+    nan = float("nan")
+    return {"first": statistics.median(firsts) if firsts else nan,
+            "total": statistics.median(totals) if totals else nan, "hung": hung}  # fmt: skip
+
+
+def measure_new(name: str, run: Callable[[int], dict[str, float]], reps: int) -> dict[str, float]:
+    """Medians of a brand-new kernel's parts (``load_ext``, ``cell``) and their sum."""
+    got: list[dict[str, float]] = []
+    hung = 0
+    for i in range(reps):
+        try:
+            parts = run(i)
+        except TimeoutError as exc:
+            hung += 1
+            print(f"  {name} #{i + 1}: HUNG, stopped after {LIMIT:.0f} s ({exc})", flush=True)
+            continue
+        parts["total"] = sum(parts.values())
+        got.append(parts)
+        print(f"  {name} #{i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()),
+              flush=True)  # fmt: skip
+    out: dict[str, float] = {"hung": hung}
+    for key in ("load_ext", "cell", "total"):
+        values = [p[key] for p in got if key in p]
+        out[key] = statistics.median(values) if values else float("nan")
+    return out
+
+
+def _hung(r: dict[str, float]) -> str:
+    return f" ({int(r['hung'])} hung)" if r.get("hung") else ""
+
+
+def load_now() -> str:
+    """The machine's load averages and the busiest other processes, for the record."""
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min)"
 
 
 def main() -> int:
+    global LIMIT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--new-reps", type=int, default=4, help="runs of each new-kernel row")
+    parser.add_argument("--limit", type=float, default=LIMIT, help="seconds before a run is hung")
+    parser.add_argument("--only", default="abcdefg", help="rows to run, e.g. 'bc' or 'efg'")
     parser.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     args = parser.parse_args()
+    LIMIT = args.limit
     work = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
+    loads = [load_now()]
     results: dict[str, dict[str, float]] = {}
-    print("(a) raw torchrun, 2 agents x 2")
-    results["(a) raw torchrun 2x2"] = measure("torchrun", run_torchrun, args.reps, work)
-    print("(b) accelerate notebook_launcher(num_processes=4)")
-    results["(b) notebook_launcher, 4 procs"] = measure(
-        "accelerate", run_notebook_launcher, args.reps, work
-    )
-    for label, mode in (("(c) %%distrain 2x2 (fork, default)", "fork"),
-                        ("(d) %%distrain 2x2 (exec)", "exec")):  # fmt: skip
+    if "a" in args.only:
+        print("(a) raw torchrun, 2 agents x 2")
+        results["(a) raw torchrun 2x2"] = measure("torchrun", run_torchrun, args.reps, work)
+    if "b" in args.only:
+        print("(b) accelerate notebook_launcher(num_processes=4)")
+        results["(b) notebook_launcher, 4 procs"] = measure(
+            "accelerate", run_notebook_launcher, args.reps, work
+        )
+    for row, label, mode in (("c", "(c) %%distrain 2x2 (fork, default)", "fork"),
+                             ("d", "(d) %%distrain 2x2 (exec)", "exec")):  # fmt: skip
+        if row not in args.only:
+            continue
         print(label)
-        kernel = Kernel(mode)
+        kernel = Kernel(mode, work / f"home-{mode}")
         try:
-            results[label] = measure(f"distrain-{mode}", distrain_runner(kernel), args.reps, work)
+            results[label] = measure(
+                f"distrain-{mode}", distrain_runner(kernel, mode == "fork"), args.reps, work
+            )
         finally:
             kernel.close()
-    base = results["(b) notebook_launcher, 4 procs"]
-    rows = ["| launch | first step (median s) | total (median s) | first step vs (b) |",
-            "|---|---|---|---|"]  # fmt: skip
-    for label, r in results.items():
-        rows.append(f"| {label} | {r['first']:.2f} | {r['total']:.2f} | "
-                    f"{r['first'] / base['first']:.2f}x |")  # fmt: skip
-    table = "\n".join(rows)
-    print("\n" + table)
+    loads.append(load_now())
+    new: dict[str, dict[str, float]] = {}
+    if set("efg") & set(args.only):
+        runs, close = new_kernel_runs(TRAIN, dict(os.environ), work, LIMIT)
+        try:
+            for label, run in runs.items():
+                if label[1] in args.only:
+                    print(label)
+                    new[label] = measure_new(label, run, args.new_reps)
+        finally:
+            close()
+    loads.append(load_now())
+    tables = [warm_table(results), new_table(new), parts_table()]
+    text = "\n\n".join(t for t in tables if t)
+    print("\n" + text)
     if not args.no_write:
         body = (
-            f"`python bench/launch.py --reps {args.reps}` on {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}. 4 ranks, 20 DDP "
-            "steps of a 64-128-10 MLP, gloo on CPU. (b) and (c)/(d) are timed from a process "
-            "that has already imported torch (a notebook kernel); (a) pays everything.\n\n" + table
+            f"`python bench/launch.py --reps {args.reps} --new-reps {args.new_reps}` on "
+            f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}; the machine is shared: {'; '.join(loads)} "
+            "(start, after the warm rows, end). 4 ranks, 20 DDP steps of a 64-128-10 MLP, "
+            "gloo on CPU. Warm rows: (b) and (c)/(d) are timed from a process that has already "
+            "imported torch (a notebook kernel); (a) pays everything. A run that takes longer "
+            f"than {LIMIT:.0f} s is stopped and counted as hung, not in the medians.\n\n" + text
         )
         write_section(ROOT / "BENCHMARKS.md", "Launch", body)
     return 0
+
+
+def warm_table(results: dict[str, dict[str, float]]) -> str:
+    if not results:
+        return ""
+    base = results.get("(b) notebook_launcher, 4 procs", {}).get("first", float("nan"))
+    rows = [
+        "| launch (warm kernel) | first step (median s) | total (median s) | first step vs (b) |",
+        "|---|---|---|---|",
+    ]
+    for label, r in results.items():
+        rows.append(f"| {label}{_hung(r)} | {r['first']:.2f} | {r['total']:.2f} | "
+                    f"{r['first'] / base:.2f}x |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def new_table(new: dict[str, dict[str, float]]) -> str:
+    if not new:
+        return ""
+    base = new.get("(e) Accelerate notebook_launcher(4)", {}).get("total", float("nan"))
+    rows = [
+        "| brand-new kernel -> first 2x2 cell done | `%load_ext` (median s) | "
+        "first cell (median s) | total (median s) | vs (e) |",
+        "|---|---|---|---|---|",
+    ]
+    for label, r in new.items():
+        load = "-" if r["load_ext"] != r["load_ext"] else f"{r['load_ext']:.2f}"
+        rows.append(f"| {label}{_hung(r)} | {load} | {r['cell']:.2f} | {r['total']:.2f} | "
+                    f"{r['total'] / base:.2f}x |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def parts_table() -> str:
+    if not BREAKDOWNS:
+        return ""
+    rows = ["| (c) warm 2x2, where the time goes (median of the runs) | s |", "|---|---|"]
+    total = 0.0
+    for key in BREAKDOWNS[0]:
+        value = statistics.median(b[key] for b in BREAKDOWNS)
+        rows.append(f"| {key} | {value:.2f} |")
+        if not key.startswith("after"):
+            total += value
+    rows.append(f"| = time to first step (sum of the medians) | {total:.2f} |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

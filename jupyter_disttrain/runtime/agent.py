@@ -172,13 +172,16 @@ def fast_rendezvous_polls(poll: float = RDZV_POLL_SECONDS) -> None:
     """Wait ``poll`` seconds between rendezvous state reads, no skew (idempotent).
 
     torch sleeps one second between reads of the shared state while a node
-    waits for the others, and a random 0-0.3 s before the first round to
-    spread the load of many nodes on a remote store; local agents share a
-    loopback store.
+    waits for the others, serves a read from its cache for one second, and
+    sleeps a random 0-0.3 s before the first round, to spread the load of
+    many nodes on a remote store; local agents share a loopback store. And
+    it names the method of each rendezvous record with ``inspect.stack()``
+    (twice), which reads the source file of every frame: tens of
+    milliseconds a record, many records a round.
     """
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
-    current: Any = dynamic_rendezvous._delay
+    current: Any = getattr(dynamic_rendezvous, "_delay")  # noqa: B009 (not exported)
     if getattr(current, "_distrain_poll", None) is not None:
         return
 
@@ -189,6 +192,19 @@ def fast_rendezvous_polls(poll: float = RDZV_POLL_SECONDS) -> None:
 
     delay._distrain_poll = poll  # type: ignore[attr-defined]
     setattr(dynamic_rendezvous, "_delay", delay)  # noqa: B010
+    # The state holder serves its cached state for ``cache_duration`` (1 s) after a read.
+    holder: Any = dynamic_rendezvous._BackendRendezvousStateHolder
+    holder.__init__.__defaults__ = (poll,)
+
+    def method_name(depth: int = 2) -> str:
+        """torch's ``get_method_name``, from the frame instead of ``inspect.stack()``."""
+        try:
+            return sys._getframe(depth).f_code.co_name
+        except ValueError:
+            return "no_method_name"
+
+    # Called for every rendezvous record; ``inspect.stack()`` reads the source of every frame.
+    setattr(dynamic_rendezvous, "get_method_name", method_name)  # noqa: B010
 
 
 def main(argv: list[str] | None = None) -> None:

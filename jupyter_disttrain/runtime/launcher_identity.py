@@ -1,4 +1,4 @@
-"""Which warm launcher a process may share: its Python environment and the environment it imports under.
+"""Which warm launcher a process may share: same Python environment, same import-time variables.
 
 A warm launcher has imported torch and the runtime once; what it forks
 inherits that state. A process may use a launcher another process started

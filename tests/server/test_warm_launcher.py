@@ -130,11 +130,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
            "JUPYTER_PATH": str(specs), "KUBECONFIG": str(tmp / "no-kubeconfig")}  # fmt: skip
     env.pop("DISTRAIN_WARM_LAUNCHER", None)
     port = _free_port()
-    log = open(tmp / "server.log", "wb")  # noqa: SIM115 (closed below)
+    log = open(tmp / "server.log", "wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyter_server", "--ip=127.0.0.1", f"--port={port}",
          "--ServerApp.port_retries=0", "--IdentityProvider.token=", "--ServerApp.password=",
-         "--no-browser", "--allow-root", "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}",
+         "--no-browser", "--allow-root", "--ServerApp.disable_check_xsrf=True",
+         f"--ServerApp.root_dir={root}",
          '--ServerApp.jpserver_extensions={"jupyter_disttrain.server": True}'],
         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
@@ -146,8 +147,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             break
         except OSError:
             assert process.poll() is None and time.monotonic() < deadline, (
-                (tmp / "server.log").read_text()
-            )
+                tmp / "server.log"
+            ).read_text()
             time.sleep(0.2)
     try:
         yield srv
@@ -185,7 +186,9 @@ def pair(server: Server) -> tuple[Kernel, Kernel]:
     return kernels[0], kernels[1]
 
 
-def test_two_kernels_share_the_servers_launcher(server: Server, pair: tuple[Kernel, Kernel]) -> None:
+def test_two_kernels_share_the_servers_launcher(
+    server: Server, pair: tuple[Kernel, Kernel]
+) -> None:
     launchers = server.launchers()
     assert len(launchers) == 1, launchers
     a, b = (_pid_and_kind(k) for k in pair)
@@ -219,8 +222,14 @@ def test_a_job_sees_its_own_kernels_cwd_env_and_sys_path(
             f"%%distrain --nodes 1 --nproc 1 --wait --name warm-{mark} -o job\n{CELL}\n", 180
         )
         assert "Succeeded" in kernel.run("print(job.status())"), out
-        cwd, env_mark, paths, parent = eval(kernel.run("print(repr(job.result()))"))  # noqa: S307
-        assert (cwd, env_mark, paths) == (str(server.root / mark), mark, [f"/nonexistent/mark-{mark}"])
+        cwd, env_mark, paths, parent = json.loads(
+            kernel.run("import json; print(json.dumps(job.result()))")
+        )
+        assert (cwd, env_mark, paths) == (
+            str(server.root / mark),
+            mark,
+            [f"/nonexistent/mark-{mark}"],
+        )
         assert parent == shared  # forked from the server's launcher
 
 
@@ -235,7 +244,7 @@ def test_the_socket_is_private_and_refuses_another_user(server: Server) -> None:
     probe = (
         "import socket, sys\n"
         "s = socket.socket(socket.AF_UNIX); s.settimeout(20); s.connect(sys.argv[1])\n"
-        "s.sendall(b'{\"op\": \"ping\"}\\n'); print(repr(s.recv(4096)))"
+        's.sendall(b\'{"op": "ping"}\\n\'); print(repr(s.recv(4096)))'
     )
     os.chmod(folder, 0o711)  # let another user reach the socket: its peer check must refuse
     os.chmod(path, 0o666)
@@ -278,3 +287,14 @@ def test_killing_the_server_leaves_no_launcher(server: Server) -> None:
     server.process.wait()
     _, alive = psutil.wait_procs(launchers, timeout=15)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+
+
+def test_the_servers_prewarm_option_governs_its_launcher() -> None:
+    from traitlets.config import Config
+
+    from jupyter_disttrain.server import warm
+
+    off = Config()
+    off.DistrainMagics.prewarm = False
+    assert not warm.wanted(off)
+    assert warm.wanted(Config())

@@ -20,7 +20,6 @@ is its lifeline.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import os
 import shutil
@@ -169,6 +168,9 @@ def request(path: str, message: dict[str, Any]) -> ProcessHandle:
     """Send a fork request to the launcher at ``path``; the handle reports the ending."""
     try:
         conn = _connect(path)
+    except OSError as exc:
+        raise LauncherError(f"cannot reach the launcher: {exc}") from exc
+    try:
         conn.sendall((json.dumps(message) + "\n").encode())
         reply = b""
         while not reply.endswith(b"\n"):
@@ -177,8 +179,7 @@ def request(path: str, message: dict[str, Any]) -> ProcessHandle:
                 break
             reply += chunk
     except OSError as exc:
-        with contextlib.suppress(UnboundLocalError):
-            conn.close()
+        conn.close()
         raise LauncherError(f"launcher did not answer: {exc}") from exc
     first, _, rest = reply.partition(b"\n")
     answer = json.loads(first or b"{}")

@@ -1,4 +1,6 @@
-"""Launch benchmark: the same 2x2 DDP job started four ways, timed in one run.
+"""Launch benchmark: the same 2x2 DDP job started several ways, timed in one run.
+
+Warm kernel, time to first step:
 
 (a) raw ``torchrun``: two agents with c10d rendezvous on 127.0.0.1;
 (b) Accelerate's ``notebook_launcher(num_processes=4)`` from a process that
@@ -7,11 +9,21 @@
     that already ran ``%load_ext jupyter_disttrain`` (warm launcher);
 (d) the same cell with ``%distrain_config launch_mode=exec`` (fresh interpreters).
 
+Brand-new kernel, until the first training cell is done (``bench/newkernel.py``):
+(e) Accelerate: ``import torch, accelerate`` and ``notebook_launcher(train, 4)``;
+(f) ``%load_ext jupyter_disttrain`` and the 2x2 cell, in a kernel of a running
+    Jupyter server (the server's warm launcher);
+(g) the same in a kernel without a server (the kernel starts its launcher).
+
 Each job trains a small MLP for 20 DDP steps on 4 ranks (gloo, CPU). Time to
 first step is when rank 0 finishes its first optimizer step (written to a
-file by the training code itself, identical in all four); total is until the
-launch returns. ``python bench/launch.py [--reps 5]`` prints a table and
-rewrites the "Launch" section of ``BENCHMARKS.md``.
+file by the training code itself, identical in all); total is until the
+launch returns. Every run has a time limit (``--limit``): a run that hangs is
+killed, marked and left out of the medians; the table is written anyway. For
+(c) the time to first step is broken down with the job's own start-up phases
+(its events and signed lines) and marks of the training code.
+``python bench/launch.py [--reps 5]`` prints the tables and rewrites the
+"Launch" section of ``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +47,11 @@ from jupyter_client.manager import start_new_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+from newkernel import breakdown, new_kernel_runs  # noqa: E402
 from results import write_section  # noqa: E402
+
+#: Seconds one run may take before it counts as hung (set by ``--limit``).
+LIMIT = 180.0
 
 TRAIN = textwrap.dedent(
     """
@@ -48,6 +65,9 @@ TRAIN = textwrap.dedent(
     torch.manual_seed(dist.get_rank())
     model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
                                     torch.nn.Linear(128, 10)))
+    if dist.get_rank() == 0:
+        with open(os.environ["BENCH_MARK_FILE"], "a") as fh:
+            fh.write(f"ddp {time.time()}\\n")
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for step in range(20):
         x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
@@ -55,7 +75,7 @@ TRAIN = textwrap.dedent(
         opt.zero_grad(); loss.backward(); opt.step()
         if step == 0 and dist.get_rank() == 0:
             with open(os.environ["BENCH_MARK_FILE"], "a") as fh:
-                fh.write(f"{time.time()}\\n")
+                fh.write(f"step {time.time()}\\n")
     """
 )
 
@@ -66,8 +86,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def mark_time(path: Path, what: str = "step") -> float:
+    """When rank 0 wrote mark ``what`` (``ddp``: model built; ``step``: first step done)."""
+    for line in path.read_text().splitlines():
+        name, _, t = line.partition(" ")
+        if name == what:
+            return float(t)
+    raise ValueError(f"no {what} mark in {path}")
+
+
 def first_mark(path: Path) -> float:
-    return float(path.read_text().split()[0])
+    return mark_time(path, "step")
 
 
 def run_torchrun(mark: Path) -> tuple[float, float]:
@@ -87,7 +116,13 @@ def run_torchrun(mark: Path) -> tuple[float, float]:
         )
         for node in range(2)
     ]  # fmt: skip
-    codes = [p.wait(300) for p in procs]
+    try:
+        codes = [p.wait(max(1.0, LIMIT - (time.time() - t0))) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise TimeoutError(f"torchrun agents still running after {LIMIT:.0f} s") from None
     total = time.time() - t0
     assert codes == [0, 0], codes
     return first_mark(mark) - t0, total
@@ -121,11 +156,16 @@ def run_notebook_launcher(mark: Path) -> tuple[float, float]:
     time.sleep(8)  # let it import torch and accelerate, as a notebook would have
     proc.stdin.write("go\n")
     proc.stdin.flush()
+    timer = threading.Timer(LIMIT, proc.kill)  # a hung launch ends here
+    timer.start()
     out = ""
     for line in proc.stdout:
         if line.startswith("T0 "):
             out = line
-    proc.wait(300)
+    timer.cancel()
+    proc.wait()
+    if not out:
+        raise TimeoutError(f"notebook_launcher did not return within {LIMIT:.0f} s")
     parts = out.split()
     t0, end = float(parts[1]), float(parts[3])
     return first_mark(mark) - t0, end - t0
@@ -134,8 +174,11 @@ def run_notebook_launcher(mark: Path) -> tuple[float, float]:
 class Kernel:
     """A real Jupyter kernel with the extension loaded and its launcher warm."""
 
-    def __init__(self, mode: str) -> None:
-        self.km, self.kc = start_new_kernel(kernel_name="python3")
+    def __init__(self, mode: str, home: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "DISTRAIN_WARM_LAUNCHER"}
+        env["DISTRAIN_HOME"] = str(home)
+        self.home = home
+        self.km, self.kc = start_new_kernel(kernel_name="python3", env=env)
         self.execute("%load_ext jupyter_disttrain")
         self.execute(f"%distrain_config launch_mode={mode} live=none")
         if mode == "fork":
@@ -144,10 +187,12 @@ class Kernel:
 
     def execute(self, code: str, timeout: float = 600) -> dict[str, object]:
         msg_id = self.kc.execute(code)
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                msg = self.kc.get_iopub_msg(timeout=timeout)
+                msg = self.kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
+                self.km.interrupt_kernel()  # a hung job: stop it, mark the run
                 raise TimeoutError(code) from None
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -161,12 +206,23 @@ class Kernel:
         self.km.shutdown_kernel(now=False)
 
 
-def distrain_runner(kernel: Kernel) -> Callable[[Path], tuple[float, float]]:
+BREAKDOWNS: list[dict[str, float]] = []
+
+
+def distrain_runner(kernel: Kernel, parts: bool) -> Callable[[Path], tuple[float, float]]:
     def run(mark: Path) -> tuple[float, float]:
         kernel.execute(f"import os; os.environ['BENCH_MARK_FILE'] = {str(mark)!r}")
+        name = mark.stem
         t0 = time.time()
-        kernel.execute("%%distrain --nodes 2 --nproc 2 --wait\n" + TRAIN)
-        return first_mark(mark) - t0, time.time() - t0
+        kernel.execute(f"%%distrain --nodes 2 --nproc 2 --wait --name {name}\n" + TRAIN, LIMIT)
+        end = time.time()
+        if parts:
+            parts_of = breakdown(kernel.home / "jobs" / name, t0, mark)
+            parts_of["after the first step: 19 steps, exit, result to the cell"] = end - first_mark(
+                mark
+            )
+            BREAKDOWNS.append(parts_of)
+        return first_mark(mark) - t0, end - t0
 
     return run
 
@@ -174,54 +230,160 @@ def distrain_runner(kernel: Kernel) -> Callable[[Path], tuple[float, float]]:
 def measure(
     name: str, run: Callable[[Path], tuple[float, float]], reps: int, work: Path
 ) -> dict[str, float]:
-    firsts, totals = [], []
+    """Medians of the runs that finished; ``hung`` counts those past the time limit."""
+    firsts, totals, hung = [], [], 0
     for i in range(reps):
         mark = work / f"{name.split()[0]}-{i}.mark"
-        first, total = run(mark)
+        try:
+            first, total = run(mark)
+        except TimeoutError as exc:
+            hung += 1
+            print(f"  {name} #{i + 1}: HUNG, stopped after {LIMIT:.0f} s ({exc})", flush=True)
+            continue
         firsts.append(first)
         totals.append(total)
         print(f"  {name} #{i + 1}: first step {first:.2f} s, total {total:.2f} s", flush=True)
-    return {"first": statistics.median(firsts), "total": statistics.median(totals)}
+    nan = float("nan")
+    return {"first": statistics.median(firsts) if firsts else nan,
+            "total": statistics.median(totals) if totals else nan, "hung": hung}  # fmt: skip
+
+
+def measure_new(name: str, run: Callable[[int], dict[str, float]], reps: int) -> dict[str, float]:
+    """Medians of a brand-new kernel's parts (``load_ext``, ``cell``) and their sum."""
+    got: list[dict[str, float]] = []
+    hung = 0
+    for i in range(reps):
+        try:
+            parts = run(i)
+        except TimeoutError as exc:
+            hung += 1
+            print(f"  {name} #{i + 1}: HUNG, stopped after {LIMIT:.0f} s ({exc})", flush=True)
+            continue
+        parts["total"] = sum(parts.values())
+        got.append(parts)
+        print(f"  {name} #{i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()),
+              flush=True)  # fmt: skip
+    out: dict[str, float] = {"hung": hung}
+    for key in ("load_ext", "cell", "total"):
+        values = [p[key] for p in got if key in p]
+        out[key] = statistics.median(values) if values else float("nan")
+    return out
+
+
+def _hung(r: dict[str, float]) -> str:
+    return f" ({int(r['hung'])} hung)" if r.get("hung") else ""
+
+
+def load_now() -> str:
+    """The machine's load averages and the busiest other processes, for the record."""
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min)"
 
 
 def main() -> int:
+    global LIMIT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--new-reps", type=int, default=4, help="runs of each new-kernel row")
+    parser.add_argument("--limit", type=float, default=LIMIT, help="seconds before a run is hung")
+    parser.add_argument("--only", default="abcdefg", help="rows to run, e.g. 'bc' or 'efg'")
     parser.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     args = parser.parse_args()
+    LIMIT = args.limit
     work = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
+    loads = [load_now()]
     results: dict[str, dict[str, float]] = {}
-    print("(a) raw torchrun, 2 agents x 2")
-    results["(a) raw torchrun 2x2"] = measure("torchrun", run_torchrun, args.reps, work)
-    print("(b) accelerate notebook_launcher(num_processes=4)")
-    results["(b) notebook_launcher, 4 procs"] = measure(
-        "accelerate", run_notebook_launcher, args.reps, work
-    )
-    for label, mode in (("(c) %%distrain 2x2 (fork, default)", "fork"),
-                        ("(d) %%distrain 2x2 (exec)", "exec")):  # fmt: skip
+    if "a" in args.only:
+        print("(a) raw torchrun, 2 agents x 2")
+        results["(a) raw torchrun 2x2"] = measure("torchrun", run_torchrun, args.reps, work)
+    if "b" in args.only:
+        print("(b) accelerate notebook_launcher(num_processes=4)")
+        results["(b) notebook_launcher, 4 procs"] = measure(
+            "accelerate", run_notebook_launcher, args.reps, work
+        )
+    for row, label, mode in (("c", "(c) %%distrain 2x2 (fork, default)", "fork"),
+                             ("d", "(d) %%distrain 2x2 (exec)", "exec")):  # fmt: skip
+        if row not in args.only:
+            continue
         print(label)
-        kernel = Kernel(mode)
+        kernel = Kernel(mode, work / f"home-{mode}")
         try:
-            results[label] = measure(f"distrain-{mode}", distrain_runner(kernel), args.reps, work)
+            results[label] = measure(
+                f"distrain-{mode}", distrain_runner(kernel, mode == "fork"), args.reps, work
+            )
         finally:
             kernel.close()
-    base = results["(b) notebook_launcher, 4 procs"]
-    rows = ["| launch | first step (median s) | total (median s) | first step vs (b) |",
-            "|---|---|---|---|"]  # fmt: skip
-    for label, r in results.items():
-        rows.append(f"| {label} | {r['first']:.2f} | {r['total']:.2f} | "
-                    f"{r['first'] / base['first']:.2f}x |")  # fmt: skip
-    table = "\n".join(rows)
-    print("\n" + table)
+    loads.append(load_now())
+    new: dict[str, dict[str, float]] = {}
+    if set("efg") & set(args.only):
+        runs, close = new_kernel_runs(TRAIN, dict(os.environ), work, LIMIT)
+        try:
+            for label, run in runs.items():
+                if label[1] in args.only:
+                    print(label)
+                    new[label] = measure_new(label, run, args.new_reps)
+        finally:
+            close()
+    loads.append(load_now())
+    tables = [warm_table(results), new_table(new), parts_table()]
+    text = "\n\n".join(t for t in tables if t)
+    print("\n" + text)
     if not args.no_write:
         body = (
-            f"`python bench/launch.py --reps {args.reps}` on {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}. 4 ranks, 20 DDP "
-            "steps of a 64-128-10 MLP, gloo on CPU. (b) and (c)/(d) are timed from a process "
-            "that has already imported torch (a notebook kernel); (a) pays everything.\n\n" + table
+            f"`python bench/launch.py --reps {args.reps} --new-reps {args.new_reps}` on "
+            f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}; the machine is shared: {'; '.join(loads)} "
+            "(start, after the warm rows, end). 4 ranks, 20 DDP steps of a 64-128-10 MLP, "
+            "gloo on CPU. Warm rows: (b) and (c)/(d) are timed from a process that has already "
+            "imported torch (a notebook kernel); (a) pays everything. A run that takes longer "
+            f"than {LIMIT:.0f} s is stopped and counted as hung, not in the medians.\n\n" + text
         )
         write_section(ROOT / "BENCHMARKS.md", "Launch", body)
     return 0
+
+
+def warm_table(results: dict[str, dict[str, float]]) -> str:
+    if not results:
+        return ""
+    base = results.get("(b) notebook_launcher, 4 procs", {}).get("first", float("nan"))
+    rows = [
+        "| launch (warm kernel) | first step (median s) | total (median s) | first step vs (b) |",
+        "|---|---|---|---|",
+    ]
+    for label, r in results.items():
+        rows.append(f"| {label}{_hung(r)} | {r['first']:.2f} | {r['total']:.2f} | "
+                    f"{r['first'] / base:.2f}x |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def new_table(new: dict[str, dict[str, float]]) -> str:
+    if not new:
+        return ""
+    base = new.get("(e) Accelerate notebook_launcher(4)", {}).get("total", float("nan"))
+    rows = [
+        "| brand-new kernel -> first 2x2 cell done | `%load_ext` (median s) | "
+        "first cell (median s) | total (median s) | vs (e) |",
+        "|---|---|---|---|---|",
+    ]
+    for label, r in new.items():
+        load = "-" if r["load_ext"] != r["load_ext"] else f"{r['load_ext']:.2f}"
+        rows.append(f"| {label}{_hung(r)} | {load} | {r['cell']:.2f} | {r['total']:.2f} | "
+                    f"{r['total'] / base:.2f}x |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def parts_table() -> str:
+    if not BREAKDOWNS:
+        return ""
+    rows = ["| (c) warm 2x2, where the time goes (median of the runs) | s |", "|---|---|"]
+    total = 0.0
+    for key in BREAKDOWNS[0]:
+        value = statistics.median(b[key] for b in BREAKDOWNS)
+        rows.append(f"| {key} | {value:.2f} |")
+        if not key.startswith("after"):
+            total += value
+    rows.append(f"| = time to first step (sum of the medians) | {total:.2f} |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

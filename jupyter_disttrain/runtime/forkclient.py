@@ -1,12 +1,14 @@
 """The worker command torchrun starts when the local launcher is available.
 
-``python -m jupyter_disttrain.runtime.forkclient PAYLOAD`` asks the launcher
+``python .../runtime/forkclient.py PAYLOAD`` (run as a script, so that its
+start imports no package, only a few standard library modules) asks the launcher
 (Unix socket in ``DISTRAIN_LAUNCHER``) to fork a warm worker with this
 process's environment, then stands in for it: signals it receives are
 forwarded, and it exits the way the worker exited, so torchrun's agent
 supervises it exactly like a worker it started itself. If the launcher cannot
-fork (not running, or no longer single-threaded), it becomes the worker with
-``exec`` instead. Standard library only; imports no torch.
+fork (not running, no longer single-threaded, or run by another user: the
+peer's user id is checked), it becomes the worker with ``exec`` instead.
+Standard library only; imports no torch.
 """
 
 from __future__ import annotations
@@ -16,12 +18,19 @@ import json
 import os
 import signal
 import socket
+import struct
 import sys
 from types import FrameType
 from typing import Any
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The user id at the other end of ``conn`` (``launcher_identity.peer_uid``, unimported)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
 
 
 def die_with_parent() -> None:
@@ -37,6 +46,9 @@ def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
+        if peer_uid(conn) != os.getuid():  # not our launcher: start the worker ourselves
+            conn.close()
+            return None
         request = {
             "op": "worker",
             "argv": [payload],
@@ -90,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: ``forkclient PAYLOAD``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m jupyter_disttrain.runtime.forkclient PAYLOAD", file=sys.stderr)
+        print("usage: python forkclient.py PAYLOAD", file=sys.stderr)
         return 2
     die_with_parent()
     path = os.environ.get("DISTRAIN_LAUNCHER")

@@ -17,6 +17,18 @@ Requests, one JSON object per connection:
 * ``{"op": "worker", "argv": [PAYLOAD], "env": {...}, "cwd": D, "pgid": G}``: run
   the worker runtime on ``PAYLOAD`` in group ``G``. The worker dies when the
   requesting connection closes (its client died).
+* ``{"op": "ping"}``: the launcher's pid, thread count and identity
+  (:mod:`.launcher_identity`: who may share it).
+
+Every forked process gets the request's environment and working directory,
+and its ``sys.path`` from ``DISTRAIN_SYS_PATH`` in that environment when set
+(the requesting kernel's), so one launcher serves several kernels. An
+agent's process group is ended (SIGTERM, then SIGKILL) when the connection
+that requested it closes before it ended: its owner died. The socket is
+bound (0600, in the owner's 0700 directory) before the imports, so an early
+request waits for them instead of failing; a peer of another user id
+(``SO_PEERCRED``) is refused. Idle, the launcher sleeps in ``select`` with
+no timeout (a child's end wakes it through ``SIGCHLD``).
 
 Each answer is ``{"pid": P, "pgid": G, "forked": bool}`` (or ``{"error": ...}``)
 and, when the process ends, ``{"exit": CODE}`` or ``{"signal": N}``. When the
@@ -26,6 +38,7 @@ terminated and the launcher exits: a job never outlives its owner.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -39,6 +52,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from .launcher_identity import ENV_SYS_PATH, identity, peer_uid
+
 PRELOAD = (
     "numpy",
     "torch",
@@ -49,7 +64,11 @@ PRELOAD = (
     "torch.utils.data",
     "torch.optim",
     "torch._dynamo",
+    "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
+    "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
     "cloudpickle",
+    "jupyter_disttrain.runtime.agent",
+    "jupyter_disttrain.runtime.worker",
 )
 GRACE_SECONDS = 3.0
 
@@ -104,34 +123,95 @@ def read_request(conn: socket.socket, limit: int = 1 << 22) -> dict[str, Any]:
 class Launcher:
     """The fork server's state: its socket, its owner pipe and its children."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, ident: dict[str, str] | None = None) -> None:
         self.path = path
+        self.identity = ident or identity()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         os.chmod(path, 0o600)
         self.listener.listen(256)
         self.children: dict[int, socket.socket] = {}
+        self.child_groups: dict[int, int] = {}
         self.groups: set[int] = set()
         self.popen: dict[int, subprocess.Popen[bytes]] = {}
+        self.doomed: dict[int, float] = {}  # process group -> when it gets SIGKILL
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(sys.stdin, selectors.EVENT_READ, "owner")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.running = True
+
+    def install_signals(self) -> None:
+        """SIGTERM ends the launcher; SIGCHLD (and any signal) wakes its ``select``."""
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "running", False))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
 
     # -- serving ---------------------------------------------------------
     def serve(self) -> None:
         """Answer requests until the owner goes away."""
         while self.running:
-            for key, _ in self.selector.select(timeout=0.05):
+            timeout = None
+            if self.doomed:
+                timeout = max(0.0, min(self.doomed.values()) - time.monotonic())
+            for key, _ in self.selector.select(timeout):
                 if key.data == "accept":
                     self.accept()
                 elif key.data == "owner" and not os.read(sys.stdin.fileno(), 4096):
                     self.running = False
+                elif key.data == "wake":
+                    with contextlib.suppress(OSError):
+                        while os.read(self.wake_r, 4096):
+                            pass
+                elif isinstance(key.data, int):
+                    self.lifeline(key.data, key.fileobj)  # type: ignore[arg-type]
             self.reap()
+            self.kill_doomed()
         self.shutdown()
+
+    def lifeline(self, pid: int, conn: socket.socket) -> None:
+        """The connection that asked for agent ``pid`` is readable: on its end, end the agent."""
+        try:
+            data = conn.recv(4096)
+        except OSError:
+            data = b""
+        if data:
+            return
+        self._unwatch(conn)
+        group = self.child_groups.get(pid)
+        if pid in self.children and group is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGTERM)
+            self.doomed[group] = time.monotonic() + GRACE_SECONDS
+
+    def kill_doomed(self) -> None:
+        """SIGKILL the groups of vanished owners whose grace is over."""
+        now = time.monotonic()
+        for group, when in list(self.doomed.items()):
+            if not _group_alive(group):
+                del self.doomed[group]
+            elif now >= when:
+                with contextlib.suppress(OSError):
+                    os.killpg(group, signal.SIGKILL)
+                del self.doomed[group]
+
+    def _unwatch(self, conn: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(conn)
 
     def accept(self) -> None:
         conn, _ = self.listener.accept()
+        try:
+            if peer_uid(conn) != os.getuid():  # another user on this machine
+                conn.close()
+                return
+        except OSError:
+            conn.close()
+            return
         try:
             request = read_request(conn)
             op = request.get("op")
@@ -140,7 +220,8 @@ class Launcher:
             elif op == "worker":
                 self.start_worker(conn, request)
             elif op == "ping":
-                send(conn, {"pid": os.getpid(), "threads": thread_count()})
+                send(conn, {"pid": os.getpid(), "threads": thread_count(),
+                            "identity": self.identity})  # fmt: skip
                 conn.close()
             else:
                 raise ValueError(f"unknown op {op!r}")
@@ -158,6 +239,7 @@ class Launcher:
         except OSError:
             group = pgid or pid
         self.children[pid] = conn
+        self.child_groups[pid] = group
         self.groups.add(group)
         send(conn, {"pid": pid, "pgid": group, "forked": forked})
 
@@ -179,6 +261,7 @@ class Launcher:
                 )
             self.popen[proc.pid] = proc
             self._register(conn, proc.pid, pgid, forked=False)
+            self.selector.register(conn, selectors.EVENT_READ, proc.pid)
             return
         self._flush()
         pid = os.fork()
@@ -188,6 +271,7 @@ class Launcher:
             _redirect(req["log"])
             os._exit(_run_agent(argv))
         self._register(conn, pid, pgid, forked=True)
+        self.selector.register(conn, selectors.EVENT_READ, pid)
 
     def start_worker(self, conn: socket.socket, req: dict[str, Any]) -> None:
         threads = thread_count()
@@ -211,10 +295,13 @@ class Launcher:
             os.setpgid(0, pgid)
         except OSError:
             pass
+        signal.set_wakeup_fd(-1)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         self.selector.close()
         self.listener.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
         for conn in self.children.values():
             if conn is not keep:
                 conn.close()
@@ -225,6 +312,7 @@ class Launcher:
         os.environ.update(env)
         if cwd:
             os.chdir(cwd)
+        _apply_sys_path(env.get(ENV_SYS_PATH))
 
     @staticmethod
     def _flush() -> None:
@@ -242,11 +330,13 @@ class Launcher:
             if pid == 0:
                 return
             conn = self.children.pop(pid, None)
+            self.child_groups.pop(pid, None)
             proc = self.popen.pop(pid, None)
             if proc is not None:
                 proc.returncode = os.waitstatus_to_exitcode(status)
             if conn is None:
                 continue
+            self._unwatch(conn)
             if os.WIFSIGNALED(status):
                 send(conn, {"signal": os.WTERMSIG(status)})
             else:
@@ -271,6 +361,18 @@ class Launcher:
             os.unlink(self.path)
         except OSError:
             pass
+
+
+def _apply_sys_path(raw: str | None) -> None:
+    """Make ``sys.path`` the requester's (a JSON list of strings), when it sent one."""
+    if not raw:
+        return
+    try:
+        paths = json.loads(raw)
+    except ValueError:
+        return
+    if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
+        sys.path[:] = paths
 
 
 def _group_alive(group: int) -> bool:
@@ -352,14 +454,14 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m jupyter_disttrain.runtime.zygote SOCKET", file=sys.stderr)
         return 2
+    ident = identity()  # before the defaults below and the imports
     # No thread pools in the launcher (a fork after threads start can deadlock);
     # each worker sets its own thread count from the job's environment.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    launcher = Launcher(args[0], ident)  # bound now: early requests wait for the imports
+    launcher.install_signals()
     missing = preload()
-    launcher = Launcher(args[0])
-    signal.signal(signal.SIGTERM, lambda *_: setattr(launcher, "running", False))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     print(json.dumps({"ready": True, "pid": os.getpid(), "missing": missing}), flush=True)
     os.dup2(2, 1)  # nobody reads stdout after the ready line
     launcher.serve()

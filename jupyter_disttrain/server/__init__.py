@@ -3,7 +3,7 @@
 Enabled by ``etc/jupyter/jupyter_server_config.d/jupyter_disttrain.json``
 (installed with the package). :mod:`.manager` does the work without any web
 code; :mod:`.handlers` exposes it under ``/disttrain/api/``; :mod:`.views`
-defines the JSON.
+defines the JSON; :mod:`.warm` starts the warm launcher the server's kernels share.
 """
 
 from __future__ import annotations
@@ -23,3 +23,11 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     manager = JobManager(root_dir=str(server_app.root_dir))
     setup_handlers(server_app.web_app, manager)
     server_app.log.info("jupyter_disttrain: jobs API at /disttrain/api/jobs")
+    from . import warm
+
+    if warm.wanted(server_app.config):
+        import atexit
+
+        launcher = warm.start()
+        atexit.register(warm.stop)
+        server_app.log.info("jupyter_disttrain: warm launcher (pid %d) for kernels", launcher.pid)

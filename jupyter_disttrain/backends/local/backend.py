@@ -39,7 +39,7 @@ from ..base import (
     Submission,
 )
 from . import jobdir
-from .launcher import Launcher, LauncherError, shared_launcher
+from .launcher import AnyLauncher, LauncherError, shared_launcher
 from .plan import (
     LocalPlan,
     build_plan,
@@ -174,7 +174,7 @@ class LocalBackend(Backend):
                 f"a local job named {spec.name!r} is still {old.get('state')}; stop it with "
                 f"%distrain_stop {spec.name} or choose another --name"
             )
-        launcher: Launcher | None = None
+        launcher: AnyLauncher | None = None
         if plan.mode == "fork":
             try:
                 launcher = shared_launcher()

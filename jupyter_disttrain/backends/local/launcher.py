@@ -4,6 +4,17 @@ One launcher process per owner (kernel or ``disttrain`` command), started
 early in the background so that its torch import overlaps with the user's
 typing. The owner holds the launcher's stdin: when the owner exits, however
 it exits, the launcher terminates every job it started.
+
+A Jupyter server with this package's extension starts one launcher when it
+starts (:mod:`jupyter_disttrain.server.warm`) and names its socket to the
+kernels it starts in ``DISTRAIN_WARM_LAUNCHER``. A kernel uses that
+launcher (a :class:`ServerLauncher`) when the socket is private (this user's,
+0600 in a 0700 directory, the peer of this user id) and the launcher's
+identity (:mod:`jupyter_disttrain.runtime.launcher_identity`: interpreter
+environment and the variables read at import) is the kernel's own; otherwise
+it starts its own :class:`Launcher`. The jobs a kernel runs in the server's
+launcher end with the kernel all the same: each agent's request connection
+is its lifeline.
 """
 
 from __future__ import annotations
@@ -21,7 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...runtime.launcher_identity import check_private, identity, peer_uid
+
 READY_TIMEOUT = 120.0
+#: Names the socket of the Jupyter server's warm launcher to the kernels it starts.
+ENV_WARM = "DISTRAIN_WARM_LAUNCHER"
 
 
 class LauncherError(RuntimeError):
@@ -115,31 +130,7 @@ class Launcher:
     def request(self, message: dict[str, Any]) -> ProcessHandle:
         """Send a fork request; the handle reports the process's ending."""
         self.wait_ready()
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(self.socket_path)
-            conn.sendall((json.dumps(message) + "\n").encode())
-            reply = b""
-            while not reply.endswith(b"\n"):
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                reply += chunk
-        except OSError as exc:
-            conn.close()
-            raise LauncherError(f"launcher did not answer: {exc}") from exc
-        first, _, rest = reply.partition(b"\n")
-        answer = json.loads(first or b"{}")
-        if "pid" not in answer:
-            conn.close()
-            raise LauncherError(str(answer.get("error", "no answer")))
-        handle = ProcessHandle(
-            int(answer["pid"]), int(answer["pgid"]), bool(answer["forked"]), conn
-        )
-        if rest.strip():
-            ending = json.loads(rest.splitlines()[0])
-            handle.code = -int(ending["signal"]) if "signal" in ending else int(ending["exit"])
-        return handle
+        return request(self.socket_path, message)
 
     def close(self) -> None:
         """End the launcher and, with it, every job it started."""
@@ -158,24 +149,128 @@ class Launcher:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-_shared: Launcher | None = None
+def _connect(path: str, timeout: float | None = None) -> socket.socket:
+    """A connection to the launcher at ``path``, refused unless its peer is this user."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(timeout)
+        conn.connect(path)
+        if peer_uid(conn) != os.getuid():
+            raise LauncherError(f"the launcher at {path} is run by another user")
+        conn.settimeout(None)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def request(path: str, message: dict[str, Any]) -> ProcessHandle:
+    """Send a fork request to the launcher at ``path``; the handle reports the ending."""
+    try:
+        conn = _connect(path)
+    except OSError as exc:
+        raise LauncherError(f"cannot reach the launcher: {exc}") from exc
+    try:
+        conn.sendall((json.dumps(message) + "\n").encode())
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    except OSError as exc:
+        conn.close()
+        raise LauncherError(f"launcher did not answer: {exc}") from exc
+    first, _, rest = reply.partition(b"\n")
+    answer = json.loads(first or b"{}")
+    if "pid" not in answer:
+        conn.close()
+        raise LauncherError(str(answer.get("error", "no answer")))
+    handle = ProcessHandle(int(answer["pid"]), int(answer["pgid"]), bool(answer["forked"]), conn)
+    if rest.strip():
+        ending = json.loads(rest.splitlines()[0])
+        handle.code = -int(ending["signal"]) if "signal" in ending else int(ending["exit"])
+    return handle
+
+
+def ping(path: str, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+    """The launcher's answer to ``ping`` (pid, threads, identity); waits while it imports."""
+    conn = _connect(path, timeout)
+    try:
+        conn.settimeout(timeout)
+        conn.sendall(b'{"op": "ping"}\n')
+        answer: dict[str, Any] = json.loads(conn.makefile("rb").readline() or b"{}")
+    finally:
+        conn.close()
+    return answer
+
+
+class ServerLauncher:
+    """The Jupyter server's warm launcher, used by this kernel (it does not own it)."""
+
+    def __init__(self, socket_path: str, pid: int) -> None:
+        self.socket_path = socket_path
+        self._pid = pid
+
+    @property
+    def pid(self) -> int:
+        """The launcher's process id."""
+        return self._pid
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """It answered a ping already: ready."""
+        if not self.alive():
+            raise LauncherError("the Jupyter server's launcher has ended")
+
+    def alive(self) -> bool:
+        """True while the launcher process runs and its socket is there."""
+        return _alive(self._pid) and os.path.exists(self.socket_path)
+
+    def request(self, message: dict[str, Any]) -> ProcessHandle:
+        """Send a fork request; the handle reports the process's ending."""
+        return request(self.socket_path, message)
+
+    def close(self) -> None:
+        """Nothing to end: the server owns the launcher (this kernel's jobs end with it)."""
+
+
+def server_launcher(env: dict[str, str] | None = None) -> ServerLauncher | None:
+    """The Jupyter server's launcher when this process may share it, else None."""
+    path = (os.environ if env is None else env).get(ENV_WARM)
+    if not path:
+        return None
+    try:
+        check_private(path)
+        answer = ping(path)
+    except (OSError, ValueError, LauncherError):
+        return None
+    if answer.get("identity") != identity() or not isinstance(answer.get("pid"), int):
+        return None
+    return ServerLauncher(path, int(answer["pid"]))
+
+
+AnyLauncher = Launcher | ServerLauncher
+_shared: AnyLauncher | None = None
 _lock = threading.Lock()
 
 
-def shared_launcher() -> Launcher:
-    """This process's launcher, started on first use (restarted if it died)."""
+def shared_launcher() -> AnyLauncher:
+    """This process's launcher: the server's when it may share it, else its own.
+
+    Chosen on first use (again if the chosen one died).
+    """
     global _shared
     with _lock:
         if _shared is None or not _shared.alive():
             if _shared is not None:
                 _shared.close()
-            _shared = Launcher()
+            _shared = server_launcher() or Launcher()
         return _shared
 
 
 def prewarm() -> None:
-    """Start the launcher now so its imports overlap with other work."""
-    shared_launcher()
+    """Choose (or start) the launcher now, in the background, so the first job is fast."""
+    threading.Thread(target=shared_launcher, name="distrain-prewarm", daemon=True).start()
 
 
 @atexit.register

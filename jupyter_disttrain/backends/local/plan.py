@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...frameworks import WORKERS, Framework, framework
 from ...payload import Payload
-from ...runtime import jobkey
+from ...runtime import forkclient, jobkey
 from ...spec import JobSpec
 from ..base import (
     Plan,
@@ -121,7 +121,8 @@ def build_plan(
     payload_path = str(directory / "payload.pkl")
     logs = jobdir.logs_dir(directory)
     endpoint = f"{LOOPBACK}:{port}"
-    entry = "jupyter_disttrain.runtime.forkclient" if mode == "fork" else LOCAL_WORKER_MODULE
+    # fork: the worker command is the fork client, run as a script (it imports no package)
+    worker = ("-m", LOCAL_WORKER_MODULE) if mode != "fork" else (forkclient.__file__,)
     env = {
         **(base_env or {}),
         **spec.env_dict(),
@@ -166,7 +167,7 @@ def build_plan(
             "--local-addr", LOOPBACK,
             "--max-restarts", str(spec.max_restarts),
             "--monitor-interval", "0.1",
-            "-m", entry, payload_path,
+            *worker, payload_path,
         )  # fmt: skip
         nodes.append(NodeLaunch(node, argv, env, str(logs / f"agent-{node}.log")))
     notes: tuple[str, ...] = ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -14,6 +15,7 @@ import psutil
 
 from ... import events as ev
 from ...runtime.agent import ENV_OWNER
+from ...runtime.launcher_identity import ENV_SYS_PATH
 from ..base import (
     EventSink,
     JobNotFound,
@@ -21,7 +23,7 @@ from ..base import (
     Submission,
 )
 from . import jobdir
-from .launcher import Launcher, ProcessHandle
+from .launcher import AnyLauncher, ProcessHandle
 from .plan import (
     FAILURE_GRACE_SECONDS,
     POLL_SECONDS,
@@ -41,7 +43,7 @@ class LocalRun(Submission):
         self,
         plan: LocalPlan,
         sink: EventSink,
-        launcher: Launcher | None,
+        launcher: AnyLauncher | None,
         notebook: str | None = None,
     ) -> None:
         self.plan = plan
@@ -119,6 +121,7 @@ class LocalRun(Submission):
             handle: ProcessHandle | Any
             if self.launcher is not None:
                 node_env["DISTRAIN_LAUNCHER"] = self.launcher.socket_path
+                node_env.setdefault(ENV_SYS_PATH, json.dumps(sys.path))  # the owner's
                 handle = self.launcher.request({
                     "op": "agent", "argv": list(node.argv), "env": node_env,
                     "cwd": os.getcwd(), "pgid": self.pgid or 0, "log": node.log,

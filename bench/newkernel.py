@@ -1,0 +1,230 @@
+"""The brand-new-kernel rows of ``bench/launch.py``, and the breakdown of a warm start.
+
+A brand-new kernel runs its first training cell: Accelerate (``import torch,
+accelerate``; ``notebook_launcher(train, 4)``) or ``%load_ext
+jupyter_disttrain`` and the 2x2 ``%%distrain`` cell, the latter in a kernel of
+a running Jupyter server (whose warm launcher the kernel shares) and in a
+kernel started without a server. Timed from the kernel's ``kernel_info``
+reply to the cell's ``execute_reply``. Every cell has a time limit; a hung
+one raises :class:`TimeoutError` and its kernel is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.blocking import BlockingKernelClient
+from jupyter_client.manager import start_new_kernel
+
+ENV_WARM = "DISTRAIN_WARM_LAUNCHER"
+
+ACCELERATE_CELL = """
+import os, torch, accelerate
+from accelerate import notebook_launcher
+def train():
+    exec(compile(open(os.environ["BENCH_TRAIN"]).read(), "train", "exec"), {})
+notebook_launcher(train, num_processes=4, use_port=os.environ["BENCH_PORT"])
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def execute(kc: BlockingKernelClient, code: str, limit: float) -> float:
+    """Run ``code``; seconds until its reply. TimeoutError past ``limit``, RuntimeError on error."""
+    started = time.perf_counter()
+    msg_id = kc.execute(code)
+    deadline = time.monotonic() + limit
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no reply within {limit:.0f} s to {code.strip()[:40]!r}")
+        try:
+            reply = kc.get_shell_msg(timeout=min(left, 1.0))
+        except queue.Empty:
+            continue
+        if reply["parent_header"].get("msg_id") != msg_id:
+            continue
+        if reply["content"]["status"] != "ok":
+            raise RuntimeError("".join(reply["content"].get("traceback", [])))
+        return time.perf_counter() - started
+
+
+class JupyterServer:
+    """``jupyter server`` with this package's extension (its warm launcher), on 127.0.0.1."""
+
+    def __init__(self, env: dict[str, str], work: Path) -> None:
+        self.runtime = work / "server-runtime"
+        self.runtime.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = open(work / "server.log", "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", "--ip=127.0.0.1", f"--port={port}",
+             "--ServerApp.port_retries=0", "--IdentityProvider.token=", "--no-browser",
+             "--allow-root", "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={work}",
+             '--ServerApp.jpserver_extensions={"jupyter_disttrain.server": True}'],
+            env={**env, "JUPYTER_RUNTIME_DIR": str(self.runtime)}, stdout=self.log,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(self.url + "/api/status", timeout=2).close()
+                break
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("jupyter server did not start") from None
+                time.sleep(0.2)
+
+    def launcher_pid(self, timeout: float = 120) -> int:
+        """The server's warm launcher, once it answers (its imports done)."""
+        import psutil
+
+        from jupyter_disttrain.backends.local.launcher import ping
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for child in psutil.Process(self.process.pid).children():
+                cmd = child.cmdline()
+                if "jupyter_disttrain.runtime.zygote" in cmd:
+                    return int(ping(cmd[-1], timeout)["pid"])
+            time.sleep(0.2)
+        raise RuntimeError("the server started no launcher")
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            text = resp.read()
+        return json.loads(text) if text else None
+
+    def new_kernel(self) -> tuple[str, BlockingKernelClient]:
+        kid = str(self.request("POST", "/api/kernels", {"name": "python3"})["id"])
+        kc = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kid}.json"))
+        kc.load_connection_file()
+        kc.start_channels(hb=False)
+        kc.wait_for_ready(timeout=120)
+        return kid, kc
+
+    def kill_kernel(self, kid: str, kc: BlockingKernelClient) -> None:
+        kc.stop_channels()
+        try:
+            self.request("DELETE", f"/api/kernels/{kid}")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+Runner = Callable[[int], dict[str, float]]
+
+
+def new_kernel_runs(
+    train: str, env: dict[str, str], work: Path, limit: float
+) -> tuple[dict[str, Runner], Callable[[], None]]:
+    """The brand-new-kernel runners (e) Accelerate, (f) in a server, (g) without one; a closer."""
+    script = work / "train.py"
+    script.write_text(train)
+    plain = {k: v for k, v in env.items() if k != ENV_WARM}
+    cell = "%%distrain --nodes 2 --nproc 2 --wait\n" + train
+
+    def in_kernel(kc: BlockingKernelClient, distrain: bool) -> dict[str, float]:
+        if not distrain:
+            return {"cell": execute(kc, ACCELERATE_CELL, limit)}
+        load = execute(kc, "%load_ext jupyter_disttrain\n%distrain_config live=none", limit)
+        return {"load_ext": load, "cell": execute(kc, cell, limit)}
+
+    def standalone(distrain: bool) -> Runner:
+        def run(i: int) -> dict[str, float]:
+            mark = work / f"new-{'g' if distrain else 'e'}-{i}.mark"
+            kenv = {**plain, "BENCH_MARK_FILE": str(mark), "BENCH_TRAIN": str(script),
+                    "BENCH_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo",
+                    "DISTRAIN_HOME": tempfile.mkdtemp(prefix="bench-home-")}  # fmt: skip
+            km, kc = start_new_kernel(kernel_name="python3", env=kenv)
+            try:
+                return in_kernel(kc, distrain)
+            finally:
+                kc.stop_channels()
+                km.shutdown_kernel(now=True)
+
+        return run
+
+    server_box: list[JupyterServer] = []
+
+    def in_server(i: int) -> dict[str, float]:
+        if not server_box:
+            server_box.append(JupyterServer({**plain, "GLOO_SOCKET_IFNAME": "lo"}, work))
+            server_box[0].launcher_pid()
+        server = server_box[0]
+        kid, kc = server.new_kernel()
+        try:
+            mark = work / f"new-f-{i}.mark"
+            execute(kc, f"import os; os.environ['BENCH_MARK_FILE'] = {str(mark)!r}", limit)
+            return in_kernel(kc, True)
+        finally:
+            server.kill_kernel(kid, kc)
+
+    def close() -> None:
+        for server in server_box:
+            server.close()
+
+    runs: dict[str, Runner] = {
+        "(e) Accelerate notebook_launcher(4)": standalone(False),
+        "(f) %%distrain 2x2, kernel of a Jupyter server": in_server,
+        "(g) %%distrain 2x2, kernel without a server": standalone(True),
+    }
+    return runs, close
+
+
+def breakdown(job_dir: Path, t0: float, mark: Path) -> dict[str, float]:
+    """A warm job's time to first step in parts, from its events, signed hellos and marks."""
+    events = [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()
+              if line.strip()]  # fmt: skip
+    submitted = min(float(e["t"]) for e in events)
+    started = [float(e["t"]) for e in events
+               if e.get("kind") == "phase" and e.get("phase") == "started"]  # fmt: skip
+    hellos = []
+    for log in (job_dir / "logs").glob("rank-*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if '"kind":"hello"' in line and "##distrain " in line:
+                body = line.split("##distrain ", 1)[1]
+                hellos.append(float(json.loads(body[: body.rindex("}") + 1])["t"]))
+    ddp, step = (_mark(mark, w) for w in ("ddp", "step"))
+    return {
+        "cell to submit (capture, payload, plan)": submitted - t0,
+        "agents forked, rendezvous, workers forked (to last `started`)": max(started) - submitted,
+        "process group (to last `hello`)": max(hellos) - max(started),
+        "DDP construction (rank 0)": ddp - max(hellos),
+        "first step (rank 0)": step - ddp,
+    }
+
+
+def _mark(path: Path, what: str) -> float:
+    for line in path.read_text().splitlines():
+        name, _, t = line.partition(" ")
+        if name == what:
+            return float(t)
+    raise ValueError(f"no {what} mark in {path}")

@@ -1,0 +1,76 @@
+"""Which warm launcher a process may share: same Python environment, same import-time variables.
+
+A warm launcher has imported torch and the runtime once; what it forks
+inherits that state. A process may use a launcher another process started
+(the Jupyter server's) only when forking from it gives what its own launcher
+would: the same interpreter and environment (``sys.prefix``, version) and
+the same value of every variable read while Python and torch import
+(:func:`relevant_env`). Everything else (working directory, the rest of the
+environment, ``sys.path``) is applied to each job the launcher forks.
+
+A private socket: :func:`check_private` refuses a socket another user could
+have made or can reach, :func:`peer_uid` tells who is at the other end.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+import struct
+import sys
+from collections.abc import Mapping
+
+#: Variables whose names start with one of these are read while Python, torch and the
+#: libraries they load import (search paths, preloads, thread pools, devices, allocators).
+RELEVANT_PREFIXES = (
+    "PYTHON", "LD_", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "OMP_", "KMP_", "MKL",
+    "OPENBLAS", "GOMP", "NUMEXPR", "VIRTUAL_ENV", "CONDA_PREFIX", "MALLOC", "HIP", "ROCM",
+)  # fmt: skip
+#: Set by the launcher itself before it imports (``zygote.main``), so never a difference.
+LAUNCHER_DEFAULTS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: Carries the kernel's ``sys.path`` to each process a launcher forks for it (JSON list).
+ENV_SYS_PATH = "DISTRAIN_SYS_PATH"
+
+
+def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``env`` that decides what an import of Python and torch gives."""
+    return {
+        k: v
+        for k, v in env.items()
+        if k.startswith(RELEVANT_PREFIXES) and k not in LAUNCHER_DEFAULTS and k != ENV_SYS_PATH
+    }
+
+
+def identity(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What two processes must share to fork from one launcher (JSON-ready)."""
+    chosen = relevant_env(os.environ if env is None else env)
+    digest = hashlib.sha256(json.dumps(sorted(chosen.items())).encode()).hexdigest()
+    return {
+        "prefix": sys.prefix,
+        "exec_prefix": sys.exec_prefix,
+        "version": sys.version,
+        "env": digest,
+    }
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a connected AF_UNIX socket."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
+
+
+def check_private(path: str) -> None:
+    """Raise ``PermissionError`` unless ``path`` is our socket, 0600, in our own 0700 directory."""
+    uid = os.getuid()
+    folder = os.path.dirname(path) or "."
+    d = os.lstat(folder)
+    if not stat.S_ISDIR(d.st_mode) or d.st_uid != uid or d.st_mode & 0o077:
+        raise PermissionError(f"{folder} is not a directory of this user with mode 0700")
+    s = os.lstat(path)
+    if not stat.S_ISSOCK(s.st_mode) or s.st_uid != uid or s.st_mode & 0o077:
+        raise PermissionError(f"{path} is not a socket of this user with mode 0600")

@@ -54,7 +54,7 @@ from .store import Store
 from .trainer import API_VERSION as TRAINER_API_VERSION
 from .trainer import TrainerKinds
 from .trainer_webhooks import TrainerWebhooks, trainjob_rules
-from .trainjob import TrainJobController, default_runtime
+from .trainjob import TrainJobController, default_runtime, jax_runtime
 
 #: What ``Emulator(apis=...)`` can serve: the Training Operator v1 and Kubeflow Trainer v2.
 APIS = ("kubeflow-v1", "trainer")
@@ -76,8 +76,8 @@ class Emulator:
     ``apis`` says which Kubeflow APIs the cluster has: ``"kubeflow-v1"`` (the
     Training Operator's PyTorchJob and TFJob; the default) and/or ``"trainer"``
     (Kubeflow Trainer v2: TrainJob, TrainingRuntime, ClusterTrainingRuntime with
-    ``torch-distributed`` installed, JobSet, batch Jobs, their controllers, and
-    Kueue: :attr:`kueue`). An API left out is absent as on a real cluster: not
+    ``torch-distributed`` and ``jax-distributed`` installed, JobSet, batch Jobs, their
+    controllers, and Kueue: :attr:`kueue`). An API left out is absent as on a real cluster: not
     in discovery, 404 on its paths. ``webhooks=False`` runs Trainer v2 without
     its admission webhooks (a TrainJob naming a missing runtime is then
     accepted, and the controller reports it); ``kueue=False`` without Kueue (the
@@ -335,6 +335,7 @@ class Emulator:
         if webhooks:
             TrainerWebhooks(self.api, self.trainer_kinds).install()
         self.api.create(cluster_runtimes, "", default_runtime())
+        self.api.create(cluster_runtimes, "", jax_runtime())
 
     def serve_service_monitors(self) -> list[Resource]:
         """Serve the Prometheus Operator's ServiceMonitor (a cluster with that operator)."""

@@ -157,6 +157,9 @@ class KubernetesBackend(Backend):
     def settings(self, spec: JobSpec) -> K8sOptions:
         """The spec's Kubernetes options, validated; the payload (with the job key) in a Secret."""
         opts = parse_options(spec.options)
+        runtime = kind_of(spec.framework, opts.kubeflow_api).default_runtime(spec.framework)
+        if runtime and "runtime" not in dict(spec.options):  # JAX: jax-distributed
+            opts = dataclasses.replace(opts, runtime=runtime)
         if not opts.payload_secret:
             opts = dataclasses.replace(opts, payload_secret=True)
         return opts

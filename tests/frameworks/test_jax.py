@@ -100,7 +100,7 @@ TRAIN = textwrap.dedent(
         params, per_example = step(params, x, y)
         local = float(np.mean([np.asarray(s.data) for s in per_example.addressable_shards]))
         report(step=i, loss=local)
-        if (i + 1) % 10 == 0:
+        if SAVE_EVERY and (i + 1) % SAVE_EVERY == 0:
             save_checkpoint(params, i + 1, {"loss": local})
     print(f"process {rank}: psum {total} devices {jax.device_count()}")
     {"psum": total, "devices": jax.device_count(), "params": params}
@@ -113,7 +113,7 @@ def trained() -> Iterator[tuple[Job, Collector, float]]:
     spec = jax_spec("jax-train", nodes=2, nproc=2, timeout=240)
     sink = Collector()
     started = time.monotonic()
-    job = submit(spec, TRAIN, sink, {"STEPS": 20})
+    job = submit(spec, TRAIN, sink, {"STEPS": 20, "SAVE_EVERY": 10})
     job.result(timeout=240)
     yield job, sink, time.monotonic() - started
 

@@ -71,6 +71,7 @@ bench: venv
 	$(PY) bench/nccl_corpus.py
 	$(PY) bench/tracking.py
 	$(PY) bench/session.py
+	$(PY) bench/jax_launch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

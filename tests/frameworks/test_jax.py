@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from jupyter_disttrain import service as jobs
@@ -241,6 +242,12 @@ def test_a_process_that_skips_a_collective_is_named_with_its_frame(home: Path) -
             time.sleep(0.2)
             sentence = job.diagnosis()
         pids = [r.pid for r in job.monitor.ranks() if r.pid]
+        assert len(pids) == 4
+        listening = {(c.laddr.ip, pid) for pid in pids
+                     for c in psutil.Process(pid).net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN}  # fmt: skip
+        loopback = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}  # the coordinator (gRPC), gloo
+        assert listening and {ip for ip, _ in listening} <= loopback, listening
         assert "rank 1 is in time.sleep (cell line 11)" in sentence, sentence
         assert "ranks 0,2-3 wait in sync_global_devices (cell line 9)" in sentence, sentence
         where = job.where(timeout=20)
@@ -250,3 +257,34 @@ def test_a_process_that_skips_a_collective_is_named_with_its_frame(home: Path) -
         job.stop()
     assert job.status() == "Stopped"
     assert_no_processes(home / "jobs" / "jax-hang", pids)
+
+
+# --- the magic ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shell() -> Iterator[Any]:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.extension_manager.load_extension("jupyter_disttrain")
+    yield ip
+
+
+def test_the_magic_refuses_what_a_jax_job_cannot_be(
+    shell: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="JAX picks its own collectives"):
+        shell.run_cell_magic("distrain", "--framework jax --dist-backend nccl", "1")
+    with pytest.raises(UsageError, match=r"--max-restarts with --framework jax"):
+        shell.run_cell_magic("distrain", "--framework jax --max-restarts 1", "1")
+    shell.run_cell_magic("distrain", "--framework jax --nodes 2 --nproc 2 --name jx --dry-run", "1")
+    out = capsys.readouterr().out
+    assert "JAX_COORDINATOR_ADDRESS=127.0.0.1:" in out and "launch: exec" in out, out
+    monkeypatch.setitem(sys.modules, "jax", None)  # as if it were not installed
+    with pytest.raises(UsageError, match=r"pip install 'jupyter_disttrain\[jax\]'"):
+        shell.run_cell_magic("distrain", "--framework jax --nodes 2", "1")

@@ -14,15 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..runtime.checkpoint import format as fmt
+from ..runtime.jax import ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID
 from ..spec import JobSpec, SpecError
 from .base import WORKERS, Framework
-
-#: Environment variables the workers read (those Kubeflow Trainer's JAX plugin sets).
-ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
-ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
-ENV_PROCESS_ID = "JAX_PROCESS_ID"
-#: Where the job's own store (relay, hang watch) listens; rank 0 hosts it.
-ENV_STORE = "DISTRAIN_STORE_ADDRESS"
 
 
 @dataclass(frozen=True)
@@ -38,17 +32,14 @@ class Jax(Framework):
             )
 
     def cluster_env(self, addresses: Sequence[str], index: int) -> dict[str, str]:
-        """Process ``index`` of ``len(addresses)``: the coordinator listens on the first
-        address, the job's store on the second (none for a single process)."""
-        env = {
+        """Process ``index`` of ``len(addresses)`` (one per process), on CPU: the coordinator
+        listens on the first address (the job's store is its key-value store)."""
+        return {
             ENV_COORDINATOR: addresses[0],
             ENV_NUM_PROCESSES: str(len(addresses)),
             ENV_PROCESS_ID: str(index),
             "JAX_PLATFORMS": "cpu",
         }
-        if len(addresses) > 1:
-            env[ENV_STORE] = addresses[1]
-        return env
 
     def describe_cluster(self, endpoint: str) -> str:
         """The plan's line: where the coordinator listens."""
@@ -66,7 +57,7 @@ JAX = Jax(
     launch=WORKERS,
     fork_safe=False,
     restarts=False,
-    sessions=False,
+    sessions=True,
     elastic=False,
     checkpoint_kinds=(fmt.JAX,),
     image="",  # a TrainJob keeps its runtime's image (jax-distributed: NVIDIA's JAX image)

@@ -181,29 +181,37 @@ class CoordinationStore:
     """JAX's coordination-service key-value store with the c10d store methods the runtime uses.
 
     ``set``/``get`` (blocking)/``check``/``add``/``delete_key``, as
-    :class:`~.jobstore.SignedStore` calls them; values are bytes.
+    :class:`~.jobstore.SignedStore` calls them; values are bytes. Every name
+    gets ``prefix`` in front (:meth:`scoped`, as a c10d ``PrefixStore``). The
+    client is thread-safe: threads share it, a blocking read holds no lock.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, prefix: str = "") -> None:
         self.client = client
+        self.prefix = prefix
+
+    def scoped(self, prefix: str) -> CoordinationStore:
+        """The same store with ``prefix`` added in front of every name."""
+        return CoordinationStore(self.client, self.prefix + prefix)
 
     def set(self, name: str, value: bytes | str) -> None:
         """Set ``name`` (overwriting)."""
         data = value.encode() if isinstance(value, str) else bytes(value)
-        self.client.key_value_set_bytes(name, data, allow_overwrite=True)
+        self.client.key_value_set_bytes(self.prefix + name, data, allow_overwrite=True)
 
     def get(self, name: str) -> bytes:
         """The value of ``name``, waiting until it is set."""
         while True:
             try:
-                return bytes(self.client.blocking_key_value_get_bytes(name, GET_ROUND_MS))
+                found = self.client.blocking_key_value_get_bytes(self.prefix + name, GET_ROUND_MS)
+                return bytes(found)
             except Exception as exc:
                 if "DEADLINE" not in str(exc).upper():
                     raise
 
     def _get_now(self, name: str) -> bytes | None:
         try:
-            return bytes(self.client.key_value_try_get_bytes(name))
+            return bytes(self.client.key_value_try_get_bytes(self.prefix + name))
         except Exception as exc:
             if "NOT_FOUND" in str(exc).upper() or "NOT FOUND" in str(exc).upper():
                 return None
@@ -215,9 +223,9 @@ class CoordinationStore:
 
     def add(self, name: str, amount: int) -> int:
         """The counter ``name`` after adding ``amount`` (atomic in the coordination service)."""
-        return int(self.client.key_value_increment(name, int(amount)))
+        return int(self.client.key_value_increment(self.prefix + name, int(amount)))
 
     def delete_key(self, name: str) -> bool:
         """Delete ``name``."""
-        self.client.key_value_delete(name)
+        self.client.key_value_delete(self.prefix + name)
         return True

@@ -41,6 +41,11 @@ def use_store(store: Any) -> None:
     _framework_store = store
 
 
+def framework_store() -> Any:
+    """The store a framework set up (:func:`use_store`), or None (PyTorch: its process group's)."""
+    return _framework_store
+
+
 def default_store() -> Any:
     """The default process group's store, or None before (or without) a process group.
 

@@ -46,7 +46,6 @@ def test_plan_runs_one_process_per_rank_with_the_coordinator_on_loopback(tmp_pat
     for rank, node in enumerate(plan.nodes):
         env = node.env
         assert env["JAX_COORDINATOR_ADDRESS"] == "127.0.0.1:5001"
-        assert env["DISTRAIN_STORE_ADDRESS"] == "127.0.0.1:5002"
         assert (env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"]) == ("4", str(rank))
         assert (env["RANK"], env["WORLD_SIZE"]) == (str(rank), "4")
         assert (env["GROUP_RANK"], env["LOCAL_RANK"]) == (str(rank // 2), str(rank % 2))
@@ -288,3 +287,30 @@ def test_the_magic_refuses_what_a_jax_job_cannot_be(
     monkeypatch.setitem(sys.modules, "jax", None)  # as if it were not installed
     with pytest.raises(UsageError, match=r"pip install 'jupyter_disttrain\[jax\]'"):
         shell.run_cell_magic("distrain", "--framework jax --nodes 2", "1")
+
+
+# --- a session: JAX processes that stay up between cells -----------------------------------
+
+
+def test_a_jax_session_keeps_each_process_state_between_cells() -> None:
+    from jupyter_disttrain.sessions import Session
+
+    service = JobService()
+    pids: list[int] = []
+    session: Session = service.start_session(
+        jax_spec("jax-sess", nodes=1, nproc=2),
+        listeners=[lambda e: pids.append(int(e.get("pid"))) if e.kind == "hello" else None],
+    )
+    try:
+        assert session.run("import jax, numpy as np\nw = np.zeros(3) + jax.process_index()") is None
+        cell = "from jax.experimental import multihost_utils\nw = w + 1\n"
+        cell += "multihost_utils.sync_global_devices('cell')\n(jax.process_count(), w)"
+        count, w = session.run(cell)
+        assert count == 2 and w.tolist() == [1.0, 1.0, 1.0]
+        with pytest.raises(KeyError, match=r"\[rank 1\]"):
+            session.run("if jax.process_index() == 1:\n    raise KeyError('no batch')")
+        assert session.run("float(w.sum())") == 3.0  # the session stays usable
+    finally:
+        assert service.stop_session(session.name) in ("Succeeded", "Stopped")
+    assert len(pids) == 2
+    assert_no_processes(jobdir.job_dir("jax-sess"), pids)

@@ -25,6 +25,12 @@ from tests.conftest import assert_no_processes
 jax = pytest.importorskip("jax", reason="JAX is an optional extra: pip install '.[jax]'")
 
 
+def orbax_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("orbax") is not None
+
+
 def jax_spec(name: str, **kw: Any) -> JobSpec:
     return JobSpec(name, framework="jax", **kw)
 
@@ -173,6 +179,11 @@ def test_a_checkpoint_saved_on_2x2_loads_on_1x2(trained: tuple[Job, Collector, f
     infos = store.list()
     assert [i.step for i in infos] == [10, 20] and {i.kind for i in infos} == {"jax"}
     assert store.verify() == {10: "ok", 20: "ok"} and infos[-1].world_size == 4
+    files = sorted(p.relative_to(Path(uri)).as_posix() for p in Path(uri).rglob("*") if p.is_file())
+    if orbax_installed():  # every process wrote its own shards with orbax
+        assert "state/_METADATA" in files and any(".process_3" in f for f in files), files
+    else:
+        assert files == ["arrays.npz", "tree.json"], files
     notebook_side = store.load(20)  # numpy arrays, no JAX needed in the notebook
     assert (notebook_side["w"] == job.result()["params"]["w"]).all()
 
@@ -181,6 +192,41 @@ def test_a_checkpoint_saved_on_2x2_loads_on_1x2(trained: tuple[Job, Collector, f
     assert loaded["world"] == 2 and loaded["same"], loaded
     assert loaded["mesh"] == {"data": 2}, loaded  # placed on the loading job's own mesh
     assert (loaded["w"] == job.result()["params"]["w"]).all()
+
+
+SHARDED = textwrap.dedent(
+    """
+    import jax, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    mesh = jax.make_mesh((jax.device_count(),), ("data",))
+    sharded = NamedSharding(mesh, P("data"))
+    state = {"w": jax.device_put(np.arange(8.0, dtype=np.float32), sharded), "n": [np.int32(3)]}
+    uri = save_checkpoint(state, 5)  # w's halves live on two processes: gathered, then written
+    back = load_checkpoint(uri, into={"w": jax.device_put(np.zeros(8, np.float32), sharded),
+                                      "n": [np.int32(0)]})
+    mine = np.asarray(back["w"].addressable_data(0)).tolist()
+    print(f"process {jax.process_index()} holds {mine}")
+    {"uri": uri, "plain": load_checkpoint(uri), "n": int(back["n"][0])}
+    """
+)
+
+
+def test_on_an_object_store_a_checkpoint_is_npz_and_gathers_sharded_arrays(
+    s3: dict[str, str],
+) -> None:
+    from jupyter_disttrain.checkpoints.store import CheckpointStore
+
+    spec = jax_spec("jax-s3", nodes=1, nproc=2, timeout=120, checkpoint_dir="s3://ckpt-bucket/jx")
+    job = submit(spec, SHARDED, Collector())
+    value = job.result(timeout=120)
+    assert value["uri"].startswith("s3://ckpt-bucket/jx/step-000000005-"), value
+    assert value["plain"]["w"].tolist() == list(range(8)) and value["n"] == 3, value
+    assert value["plain"]["n"][0] == 3 and isinstance(value["plain"]["n"], list)
+    assert "process 1 holds [4.0, 5.0, 6.0, 7.0]" in job.logs(rank=1)
+    store = CheckpointStore("s3://ckpt-bucket/jx")
+    (info,) = store.list()
+    assert info.kind == "jax" and info.world_size == 2 and store.verify() == {5: "ok"}
+    assert store.load(5)["w"].tolist() == list(range(8))
 
 
 # --- failures: a process that raises, a process that skips a collective --------------------

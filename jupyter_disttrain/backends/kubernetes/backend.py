@@ -23,6 +23,7 @@ from typing import Any, cast
 from kubernetes.client.exceptions import ApiException
 
 from ... import events as ev
+from ...frameworks import framework
 from ...payload import Payload
 from ...runtime import jobkey, rankprefix
 from ...runtime.hangwatch import WHERE_ANNOTATION
@@ -178,6 +179,8 @@ class KubernetesBackend(Backend):
     def payload_extra(self, spec: JobSpec) -> dict[str, Any]:
         """The image that matches the notebook's versions, named if a worker's Python differs."""
         opts = self.settings(spec)
+        if not opts.image and not framework(spec.framework).image:
+            return {}  # the training runtime's own image (JAX: jax-distributed's)
         image = opts.image or default_image(spec.framework, notebook_versions(spec.framework),
                                             gpus=opts.gpus, policy=self.images)  # fmt: skip
         return {"image_hint": f"image {image}"}

@@ -72,11 +72,10 @@ def trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulato
 
 @pytest.mark.slow
 def test_the_jax_cell_runs_as_a_trainjob_with_every_process_metrics(trainer: Emulator) -> None:
-    backend = KubernetesBackend()
-    payload = build_payload(TRAIN, {"STEPS": 20, "SAVE_EVERY": 0}, job="jx-train",
-                            framework="jax")  # fmt: skip
-    plan = backend.plan(spec("jx-train", nodes=2, timeout=240), payload)
-    job = jobs.default_service().run(plan)
+    backend, service = KubernetesBackend(), jobs.default_service()
+    plan = service.plan(spec("jx-train", nodes=2, timeout=240), TRAIN,
+                        {"STEPS": 20, "SAVE_EVERY": 0})  # fmt: skip
+    job = service.run(plan)
     value = job.result(timeout=240)
     assert value["psum"] == 3.0 and value["devices"] == 2, (value, job.logs())  # 1 + 2
     assert type(value["params"]["w"]).__module__ == "numpy"

@@ -41,3 +41,6 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magics import load
 
     load(ipython)
+    from .debug_magics import load as load_debugger
+
+    load_debugger(ipython)

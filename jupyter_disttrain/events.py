@@ -98,6 +98,8 @@ class StackFrame(TypedDict, total=False):
     frames: list[list[Any]]
     call: str
     cell_line: int | None
+    #: ``--where-locals``: a user frame's index in ``frames`` -> its locals, shortened.
+    locals: dict[str, dict[str, str]]
 
 
 class StacksFields(TypedDict, total=False):

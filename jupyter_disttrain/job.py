@@ -15,7 +15,9 @@ from typing import Any
 from . import events as ev
 from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .checkpoints.store import CheckpointError, CheckpointStore, reported_dir
+from .debugging import COMMAND_WAIT, Answer, RankDebugger, cast
 from .monitor import JobMonitor, Where, user_traceback
+from .monitor.paused import PausedRank
 from .results import JobFailed, JobStopped, decode_result, recreate_exception
 from .spec import JobSpec
 
@@ -259,6 +261,23 @@ class Job:
         if wait and self.submission is not None:
             self.submission.join(timeout)
         return self.status()
+
+    # -- the debugger ---------------------------------------------------------
+    def paused(self) -> list[PausedRank]:
+        """The ranks stopped in the debugger now (``rank``, ``file``, ``line``, ``function``)."""
+        return self.monitor.paused()
+
+    def debug(self, rank: int) -> RankDebugger:
+        """The debugger of ``rank`` (paused at ``breakpoint()`` or post-mortem): ``send("p x")``,
+        ``cont()``. One handle per rank, kept."""
+        debuggers: dict[int, RankDebugger] = self.__dict__.setdefault("_debuggers", {})
+        if rank not in debuggers:
+            debuggers[rank] = RankDebugger(self, rank)
+        return debuggers[rank]
+
+    def cast(self, line: str, timeout: float = COMMAND_WAIT) -> dict[int, Answer]:
+        """Send one pdb command to every paused rank at once: ``{rank: answer}``."""
+        return cast({p.rank: self.debug(p.rank) for p in self.paused()}, line, timeout)
 
     def __repr__(self) -> str:
         reason = self.reason

@@ -97,6 +97,9 @@ FIELDS: Final[dict[str, _Fields]] = {
     "progress": {"step": _COUNT, "total": lambda v: _int(v, 1)},
     "session": {"port": lambda v: _int(v, 1, 65535), "world_size": _COUNT},
     "cell": {"id": lambda v: _int(v, 0) or _text(v), "phase": _text, "status": _text},
+    "paused": {"port": lambda v: _int(v, 1, 65535), "pid": _COUNT, "file": _text, "line": _COUNT,
+               "function": _text, "exception": _text},
+    "resumed": {},
 }  # fmt: skip
 #: Kinds that speak for the whole job (no rank).
 JOB_WIDE: Final = frozenset({"staging"})

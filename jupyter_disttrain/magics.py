@@ -120,9 +120,13 @@ class DistrainMagics(Magics):
         "'text', 'lines' or 'none'.",
     ).tag(config=True)
 
+    post_mortem = Bool(
+        False, help="Default --post-mortem: a rank that raises stays paused for the debugger."
+    ).tag(config=True)
+
     CONFIG_KEYS = ("nodes", "nproc", "backend", "framework", "timeout", "hang_after",
                    "max_capture_mb", "launch_mode", "prewarm", "live", "tensorboard",
-                   "mlflow")  # fmt: skip
+                   "mlflow", "post_mortem")  # fmt: skip
 
     # -- %%distrain ------------------------------------------------------------
     @magic_arguments.magic_arguments()
@@ -500,6 +504,7 @@ class DistrainMagics(Magics):
             "hang_after": self.hang_after,
             "tensorboard": self.tensorboard or None,
             "mlflow": self.mlflow or None,
+            "post_mortem": self.post_mortem,
         }
 
     def _live_mode(self) -> str:

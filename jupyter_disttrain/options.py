@@ -105,6 +105,12 @@ JOB_OPTIONS: list[Option] = [
     (("--mlflow",), {"default": None, "metavar": "URI",
                      "help": "make the job an MLflow run at this tracking URI: options as "
                      "params, every rank's metrics, checkpoints, final status"}),
+    (("--post-mortem",), {"action": "store_true",
+                          "help": "a rank whose code raises stays paused in the raising frame "
+                          "for the debugger (job.debug(rank), %%distrain_debug); Stop ends all"}),
+    (("--where-locals",), {"action": "store_true",
+                           "help": "Where? and a hang's stacks also show the locals of your "
+                           "own frames (values shortened)"}),
     (("--dry-run",), {"action": "store_true",
                       "help": "print the exact launch plan (or Kubernetes YAML) and run nothing"}),
     (("--export",), {"default": None, "metavar": "FILE.yaml",
@@ -225,6 +231,8 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
             options=extra,
             tensorboard=_given(args, conf, "tensorboard"),
             mlflow=_given(args, conf, "mlflow"),
+            post_mortem=bool(getattr(args, "post_mortem", False) or conf.get("post_mortem")),
+            where_locals=bool(getattr(args, "where_locals", False)),
         )
     )
     return spec

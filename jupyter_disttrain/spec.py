@@ -68,6 +68,10 @@ class JobSpec:
     tensorboard: str | None = None
     mlflow: str | None = None
     labels: tuple[tuple[str, str], ...] = field(default=())
+    #: A rank whose code raises stays paused in the raising frame (``--post-mortem``).
+    post_mortem: bool = False
+    #: Stacks (Where?, a hang) show the locals of the user's frames (``--where-locals``).
+    where_locals: bool = False
 
     @property
     def world_size(self) -> int:

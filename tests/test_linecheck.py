@@ -33,3 +33,12 @@ def test_a_session_cell_line_as_the_runtime_writes_it_is_believed(phase: dict[st
 def test_a_cell_line_with_a_negative_or_odd_id_is_not() -> None:
     for bad in (-1, True, 1.5, ["x"]):
         assert problem("cell", 0, 1_700_000_000.0, {"id": bad}, SHAPE) is not None, bad
+
+
+def test_a_paused_line_needs_a_port_and_bounded_fields() -> None:
+    good = {"file": "<distrain-cell>", "line": 9, "function": "f", "port": 4242, "pid": 7}
+    assert problem("paused", 1, 1_700_000_000.0, good, SHAPE) is None
+    for bad in ({"port": 0}, {"port": 70000}, {"line": -1}, {"file": "x" * 5000}):
+        assert problem("paused", 1, 1_700_000_000.0, {**good, **bad}, SHAPE) is not None, bad
+    assert problem("resumed", 1, 1_700_000_000.0, {}, SHAPE) is None
+    assert problem("paused", 2, 1_700_000_000.0, good, SHAPE) is not None  # not a rank

@@ -65,6 +65,8 @@ class Capabilities:
     ``rendezvous`` and ``first_step`` (the workers' ``hello`` and ``report()``).
     ``sessions``: it can run a live session (ranks kept alive between cells) and
     :meth:`Backend.connect` reaches its rank 0.
+    ``reaches_ranks``: :meth:`Backend.connect_rank` reaches a port of any rank's node
+    (a paused rank's debugger) and :meth:`Backend.job_key` gives a job's key.
     """
 
     has_pods: bool = False
@@ -79,6 +81,7 @@ class Capabilities:
     stacks_on_request: bool = False
     phases: tuple[str, ...] = ("rendezvous", "first_step")
     sessions: bool = False
+    reaches_ranks: bool = False
 
     def runs(self, name: str) -> bool:
         """Whether it runs jobs of the registered framework ``name``."""
@@ -290,6 +293,22 @@ class Backend(abc.ABC):
             f"the {self.name} backend cannot run live sessions; run the cell as a job "
             "(%%distrain without --session) or choose a backend that can"
         )
+
+    def connect_rank(
+        self, record: JobRecord, node: int, port: int, timeout: float = 30.0
+    ) -> socket.socket:
+        """A connected stream socket to ``port`` (on 127.0.0.1 there) of node ``node`` of job
+        ``record`` (a paused rank's debugger). Only where ``capabilities.reaches_ranks``;
+        raises :class:`BackendError` naming the problem and the fix."""
+        raise BackendError(
+            f"the {self.name} backend cannot reach a rank's debugger; run the job on a backend "
+            "that can (local, kubernetes)"
+        )
+
+    def stored_key(self, name: str) -> bytes | None:
+        """The key of job ``name`` (see :mod:`..runtime.jobkey`), or None when it is not known
+        here. Only where ``capabilities.reaches_ranks``."""
+        return None
 
     def runtimes(self) -> list[RuntimeRecord]:
         """Training runtimes offered (only where ``capabilities.lists_runtimes``)."""

@@ -127,6 +127,8 @@ class JobMonitor(MonitorState):
             return self._display_state()
 
     def _display_state(self, now: float | None = None) -> str:
+        if self._state == "Running" and self._pauses.ranks(self._rows):
+            return "Paused"
         if self._state == "Running" and self._hang(now) is not None:
             return "Hung"
         return self._state
@@ -213,6 +215,8 @@ class JobMonitor(MonitorState):
         for staged in self._staging.values():
             if staged.get("state") == "failed":
                 return f"Data staging failed: {as_str(staged.get('message'))}"
+        if self._state not in TERMINAL_STATES and (paused := self._pauses.ranks(self._rows)):
+            return "; ".join(p.sentence() for p in paused)  # stopped in the debugger: no hang
         hang = self._hang()
         if hang is not None and self._state not in TERMINAL_STATES:
             return hang.sentence()

@@ -26,6 +26,7 @@ RANK_STATES: Final = (
     "Stopped",
     "Exited",
     "Ready",
+    "Paused",
 )
 
 #: A float in a JSON-able snapshot: non-finite values become ``"NaN"``,

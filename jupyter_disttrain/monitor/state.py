@@ -26,6 +26,7 @@ from ..logbuffer import JOB_RANK, LogBuffer
 from ..nccl import NcclParser, NcclSummary
 from .cause import CLASSES, Cause, LauncherExits, candidates, choose, classify_error, classify_exit
 from .metrics import MetricStore
+from .paused import PauseBook, PausedRank
 from .phases import PhaseLog
 from .records import (
     RANK_STATES,
@@ -120,6 +121,7 @@ class MonitorState:
         self.phases = tuple(phases)
         self._phase_log = PhaseLog()
         self._progress = ProgressTracker()  # rank 0's steps of a known total
+        self._pauses = PauseBook()  # ranks stopped in the debugger
 
     # ------------------------------------------------------------------ feeding
 
@@ -150,6 +152,8 @@ class MonitorState:
         handler = _HANDLERS.get(ev.kind)
         if handler is not None:
             handler(self, ev, row)
+        if row is not None and self._pauses.active:
+            self._pauses.note(row)
 
     def _on_job(self, ev: Event, row: RankState | None) -> None:
         f = ev.job()
@@ -477,6 +481,21 @@ class MonitorState:
         if row is not None and ev.get("phase") == "end" and row.state in ("Pending", "Running"):
             row.state = "Ready"
 
+    def _on_paused(self, ev: Event, row: RankState | None) -> None:
+        self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
+        if row is not None:
+            self._pauses.pause(ev, row, self._rows)
+
+    def _on_resumed(self, ev: Event, row: RankState | None) -> None:
+        self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
+        if row is not None:
+            self._pauses.resume(row, self._rows)
+
+    def paused(self) -> list[PausedRank]:
+        """The ranks stopped in the debugger now, in rank order."""
+        with self._lock:
+            return self._pauses.ranks(self._rows)
+
     def _on_log(self, ev: Event, row: RankState | None) -> None:
         f = ev.log()
         if ev.rank is not None and ev.rank >= 0:
@@ -507,7 +526,7 @@ class MonitorState:
 
 _WORKER_SPEAKS: Final = frozenset(
     {"hello", "metric", "checkpoint", "result", "error", "done", "log", "progress"}
-)
+) | {"paused", "resumed"}
 _HANDLERS: Final = {
     "job": MonitorState._on_job,
     "restart": MonitorState._on_restart,
@@ -524,6 +543,8 @@ _HANDLERS: Final = {
     "resources": MonitorState._on_resources,
     "progress": MonitorState._on_progress,
     "cell": MonitorState._on_cell,
+    "paused": MonitorState._on_paused,
+    "resumed": MonitorState._on_resumed,
 }
 #: The backend's reports that hold the job: no worker fact changes its state until a rank runs.
 _HOLDS: Final = frozenset({"Pending", "Restarting"})

@@ -99,7 +99,7 @@ class Where:
             lines.append("")
             lines.append(f"{_ranks(group.ranks)} ({group.threads} thread(s) each at most):")
             folded = 0
-            for file, line, func in group.frames:
+            for index, (file, line, func) in enumerate(group.frames):
                 if not library and not user_frame(file):
                     folded += 1
                     continue
@@ -107,6 +107,7 @@ class Where:
                 source = _source_line(file, line, cell)
                 if source:
                     lines.append(f"    {source}")
+                lines.extend(locals_lines(self.stacks, group.ranks, index))
             if folded:
                 lines.append(f"  ({folded} runtime and library frames folded)")
         return "\n".join(lines)
@@ -116,6 +117,19 @@ class Where:
 
     def _repr_pretty_(self, p: object, cycle: bool) -> None:
         p.text(self.text())  # type: ignore[attr-defined]
+
+
+def locals_lines(stacks: Mapping[int, StacksFields], ranks: Sequence[int], index: int) -> list[str]:
+    """``rank 3: idx=8123, batch=[...]`` per rank for frame ``index`` of the ranks' main
+    threads, where the job sent locals (``--where-locals``)."""
+    out = []
+    for rank in ranks:
+        main = _main_thread(stacks[rank]) if rank in stacks else None
+        values = ((main or {}).get("locals") or {}).get(str(index))
+        if values:
+            shown = ", ".join(f"{name}={value}" for name, value in values.items())
+            out.append(f"      rank {rank}: {shown}")
+    return out
 
 
 def user_frame(file: str) -> bool:

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any, Final
 
-from . import env, rankprefix, report, stacks
+from . import debugger, env, rankprefix, report, stacks
 from .cell import code_filename
 from .jobstore import round_key, signed_default_store
 
@@ -118,7 +118,7 @@ class _Watch:
         while not self.stop.wait(self.tick):
             try:
                 token = self._activity()
-                if token != self.token:
+                if token != self.token or debugger.paused():  # a paused rank is no hang
                     self.token = token
                     if self.store is not None and self.hang:
                         self.store.add(_key("active"), 1)

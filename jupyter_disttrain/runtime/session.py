@@ -60,7 +60,7 @@ import threading
 import time
 from typing import Any, Final, Protocol
 
-from . import jobkey, relay, report
+from . import debugger, jobkey, relay, report
 from .cell import main_module, run_cell
 from .jobstore import SignedStore, framework_store, job_key
 
@@ -233,6 +233,10 @@ def _outcome(message: dict[str, Any], module: Any, rank: int, tools: CellTools) 
     except KeyboardInterrupt as exc:
         return {"status": "interrupted", "error": tools.encode_exception(_from_cell(exc))}
     except BaseException as exc:
+        if debugger.post_mortem_on() and isinstance(exc, Exception):
+            debugger.post_mortem(exc)  # paused in the raising frame until the notebook says c
+        elif isinstance(exc, Exception):
+            debugger.keep_last(exc)  # for %distrain_debug --last
         return {"status": "error", "error": tools.encode_exception(_from_cell(exc))}
 
 

@@ -25,18 +25,55 @@ MAX_THREADS: Final = 32
 WRAPPERS: Final = frozenset(
     {"wrapper", "inner", "_fn", "decorate_context", "wrapped", "_wrapper", "new_func"}
 )
+#: ``1``: each user frame also carries its locals, shortened (``--where-locals``).
+ENV_LOCALS: Final = "DISTRAIN_WHERE_LOCALS"
+#: Locals kept per frame, and characters kept of each value's ``repr``.
+MAX_LOCALS: Final = 24
+LOCAL_CHARS: Final = 80
+#: Paths of frames that are not the user's own (the runtime, the stdlib, packages).
+_NOT_USER: Final = ("/site-packages/", "/dist-packages/", "/jupyter_disttrain/", "/lib/python3")
 #: The flight recorder's records kept per process group (``TORCH_FR_BUFFER_SIZE``).
 FLIGHT_RECORDER_SIZE: Final = 2000
 
 
-class ThreadStack(TypedDict):
-    """One thread: ``frames`` outermost first, each ``[file, line, function]``."""
+class ThreadStack(TypedDict, total=False):
+    """One thread: ``frames`` outermost first, each ``[file, line, function]``; with
+    ``--where-locals``, ``locals`` maps a user frame's index in ``frames`` to its locals."""
 
     name: str
     main: bool
     frames: list[list[Any]]
     call: str
     cell_line: int | None
+    locals: dict[str, dict[str, str]]
+
+
+def shorten(value: Any) -> str:
+    """``repr(value)`` cut to :data:`LOCAL_CHARS` characters (a failing repr says so)."""
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = f"<repr failed: {type(exc).__name__}>"
+    return text if len(text) <= LOCAL_CHARS else text[: LOCAL_CHARS - 3] + "..."
+
+
+def frame_locals(frame: FrameType) -> dict[str, str]:
+    """The first :data:`MAX_LOCALS` locals of a user frame, shortened (modules and dunders
+    left out)."""
+    out: dict[str, str] = {}
+    for name, value in list(frame.f_locals.items()):
+        if name.startswith("__") or type(value).__name__ == "module":
+            continue
+        out[str(name)[:64]] = shorten(value)
+        if len(out) >= MAX_LOCALS:
+            break
+    return out
+
+
+def _user_file(file: str, cell_filename: str) -> bool:
+    if file.startswith("<"):
+        return file == cell_filename or file.startswith("<distrain-cell")
+    return not any(part in file.replace("\\", "/") for part in _NOT_USER)
 
 
 class Collective(TypedDict):
@@ -86,8 +123,16 @@ def thread_stack(
             call = _call_text(chain[cell_at]) or ""
     elif chain:
         call = chain[-1].f_code.co_name
-    frames = [[f.f_code.co_filename, f.f_lineno, f.f_code.co_name] for f in chain[-MAX_FRAMES:]]
-    return ThreadStack(name=name, main=main, frames=frames, call=call, cell_line=cell_line)
+    kept = chain[-MAX_FRAMES:]
+    frames = [[f.f_code.co_filename, f.f_lineno, f.f_code.co_name] for f in kept]
+    stack = ThreadStack(name=name, main=main, frames=frames, call=call, cell_line=cell_line)
+    if os.environ.get(ENV_LOCALS) == "1":
+        stack["locals"] = {
+            str(i): frame_locals(f)
+            for i, f in enumerate(kept)
+            if _user_file(f.f_code.co_filename, cell_filename)
+        }
+    return stack
 
 
 def all_stacks(cell_filename: str, *, skip: set[int] | None = None) -> list[ThreadStack]:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import (
+    debugger,
     hangwatch,
     metrics_server,
     preemption,
@@ -403,6 +404,7 @@ def run(payload_path: str) -> int:
     metrics_server.start(rank)
     relay.start(rank, world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
                 int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))))  # fmt: skip
+    debugger.install()  # breakpoint() and pdb.set_trace() are driven from the notebook
     if preemption.uses_checkpoints(str(payload["source"])):
         preemption.install()  # SIGTERM: one last checkpoint, then an exit for a restart
     failed = False
@@ -423,6 +425,8 @@ def run(payload_path: str) -> int:
                 result = encode_result(value, os.environ.get("DISTRAIN_JOB_DIR"))
                 _report.emit("result", **result)
     except BaseException as exc:
+        if debugger.post_mortem_on() and isinstance(exc, Exception):
+            debugger.post_mortem(exc)  # paused in the raising frame until the notebook says c
         _report.emit("error", **encode_exception(exc))
         sys.stdout.flush()
         failed = True

@@ -84,7 +84,8 @@ class JobJSON(TypedDict):
     ``error`` says why the job's view could not be built ("" when it was): the
     job is then shown from its record alone (:func:`record_json`).
     Where the event stream is read, ``state`` is ``Hung`` while a detected hang
-    lasts, ``reason`` is the monitor's one line (:attr:`JobMonitor.reason`: for a
+    lasts (``Paused`` while ranks are stopped in the debugger, ``reason`` saying
+    where), ``reason`` is the monitor's one line (:attr:`JobMonitor.reason`: for a
     failure its root cause and consequences), ``cause_rank`` the rank that caused
     a failure, ``recovered`` the failures a restart recovered from ("" none) and
     ``stalled`` whether the running ranks stopped reporting (``steps_per_s`` is then None).
@@ -190,6 +191,9 @@ def job_json(
             reason = snapshot["cause"]["line"]
         elif record.state == "Running" and snapshot["state"] == "Hung":
             state, reason = "Hung", ""
+        elif record.state == "Running" and snapshot["state"] == "Paused":  # in the debugger
+            state = "Paused"
+            reason = "; ".join(r["reason"] for r in snapshot["ranks"] if r["state"] == "Paused")
         elif record.state == snapshot["state"] and snapshot["why"]:
             reason = snapshot["why"]
     if snapshot is not None and read:  # events were read

@@ -70,6 +70,10 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
         lines.extend(_cause_traceback(snap))
     elif why and snap["state"] == "Stopped":
         lines.append(f'<div class="distrain-note" data-field="cause">{esc(why)}</div>')
+    for row in snap["ranks"] if snap["state"] == "Paused" else []:  # stopped in the debugger
+        if row["state"] == "Paused":
+            note = esc(row["reason"])
+            lines.append(f'<div class="distrain-note" data-field="paused">{note}</div>')
     if snap["recovered"]:
         lines.append(
             f'<div class="distrain-note" data-field="recovered">{esc(snap["recovered"])}</div>'

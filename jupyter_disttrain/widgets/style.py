@@ -13,6 +13,7 @@ CSS = """
 .distrain-badge.distrain-state-running { background: #1a73e8; }
 .distrain-badge.distrain-state-restarting { background: #e37400; }
 .distrain-badge.distrain-state-hung { background: #b06000; }
+.distrain-badge.distrain-state-paused { background: #7c3aed; }
 [data-field="rate"][data-stalled] { color: #b06000; font-weight: 600; }
 .distrain-badge.distrain-state-succeeded { background: #188038; }
 .distrain-badge.distrain-state-failed { background: #c5221f; }

@@ -40,6 +40,12 @@ export function hungMessage(job: IJob): string {
   return clip(`Training job ${job.name} hung${why}`, MAX_MESSAGE);
 }
 
+/** The notification text of a job whose ranks stopped in the debugger. */
+export function pausedMessage(job: IJob): string {
+  const why = job.reason ? `: ${job.reason}` : '';
+  return clip(`Training job ${job.name} paused${why}`, MAX_MESSAGE);
+}
+
 function kindOf(state: string): IJobEnd['kind'] {
   return state === 'Failed' ? 'error' : state === 'Succeeded' ? 'success' : 'info';
 }
@@ -58,6 +64,7 @@ export class JobEndWatcher {
   private readonly active = new Set<string>();
   private readonly announced = new Set<string>();
   private readonly hung = new Set<string>();
+  private readonly paused = new Set<string>();
 
   /** Feed one listing (`now`: the server's clock); the ends to announce now. */
   update(jobs: IJob[], now: number): IJobEnd[] {
@@ -75,6 +82,14 @@ export class JobEndWatcher {
         }
       } else {
         this.hung.delete(key);
+      }
+      if (job.state === 'Paused') {
+        if (!this.paused.has(key)) {
+          this.paused.add(key); // one notice per pause; running on clears it
+          ends.push({ job, kind: 'info', message: pausedMessage(job) });
+        }
+      } else {
+        this.paused.delete(key);
       }
       if (isActive(job)) {
         this.active.add(key);

@@ -56,6 +56,19 @@ describe('JobEndWatcher', () => {
     expect(watcher.update([job('a', 'Succeeded', { created: 200 })], 230).map(e => e.kind)).toEqual(['success']);
   });
 
+  it('announces each pause in the debugger once, with where the rank stopped', () => {
+    const watcher = new JobEndWatcher();
+    expect(watcher.update([job('a', 'Running')], 110)).toEqual([]);
+    const paused = job('a', 'Paused', { reason: 'rank 1 paused at cell:9 in <module>' });
+    const ends = watcher.update([paused], 112);
+    expect(ends.map(e => [e.kind, e.message])).toEqual([
+      ['info', 'Training job a paused: rank 1 paused at cell:9 in <module>']
+    ]);
+    expect(watcher.update([paused], 113)).toEqual([]);
+    expect(watcher.update([job('a', 'Running')], 114)).toEqual([]);
+    expect(watcher.update([paused], 115).length).toBe(1);
+  });
+
   it('keeps messages short and names a failure without a reason', () => {
     expect(endMessage(job('f', 'Failed'))).toBe('Training job f failed: no reason given');
     expect(endMessage(job('f', 'Failed', { diagnosis: 'NCCL timeout on rank 3' }))).toBe(

@@ -54,7 +54,7 @@ from .options import (
     K8sOptions,
     parse_options,
 )
-from .portforward import connect_job, leader_pod
+from .portforward import connect_job, leader_pod, node_pod
 from .records import record_from_object, spec_from_object
 from .template import (
     LABEL_MANAGED_BY,
@@ -120,6 +120,7 @@ class KubernetesBackend(Backend):
         stacks_on_request=True,
         phases=ev.PHASES,
         sessions=True,
+        reaches_ranks=True,
     )
     options = tuple(
         BackendOption(
@@ -544,6 +545,26 @@ class KubernetesBackend(Backend):
             timeout,
             lambda: [conn.plain(p) for p in self.job_pods(conn, record.name)],
         )
+
+    def connect_rank(
+        self, record: JobRecord, node: int, port: int, timeout: float = 30.0
+    ) -> socket.socket:
+        """A socket to ``port`` of node ``node``'s pod through the API server's port-forward."""
+        conn = self.connection()
+        context = str(record.extra.get("context") or "") or None
+        if context is not None and context != conn.context:
+            conn = connect(context, record.owner or conn.namespace)
+        elif record.owner and record.owner != conn.namespace:
+            conn = Connection(conn.api, record.owner, conn.context)
+        return connect_job(
+            conn, record.name, port, timeout,
+            lambda: [conn.plain(p) for p in self.job_pods(conn, record.name)],
+            lambda pods: node_pod(pods, node),
+        )  # fmt: skip
+
+    def stored_key(self, name: str) -> bytes | None:
+        """Job ``name``'s key from its payload Secret (None when unreadable)."""
+        return self.job_key(self.connection(), name)
 
     def stop(self, name: str) -> bool:
         """Delete job ``name`` (of whichever kind it is)."""

@@ -67,7 +67,11 @@ def leader_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     deleted nor ended is preferred (a replacement after a restart).
     """
     kind = pods_kind(pods)
-    first = kind.leader_pods(pods) if kind is not None else []
+    return _preferred(kind.leader_pods(pods) if kind is not None else [])
+
+
+def _preferred(first: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest of ``first`` that is neither being deleted nor ended (else the newest)."""
     first.sort(key=lambda p: str(p["metadata"].get("creationTimestamp", "")), reverse=True)
     first.sort(
         key=lambda p: (
@@ -76,6 +80,17 @@ def leader_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
         )
     )
     return first[0] if first else None
+
+
+def node_pod(pods: list[dict[str, Any]], node: int) -> dict[str, Any] | None:
+    """The pod of node ``node`` among a job's pods (as :func:`leader_pod` for node 0), or None."""
+    kind = pods_kind(pods)
+    if kind is None:
+        return None
+    leader = kind.pods_have_leader(pods)
+    return _preferred(
+        [p for p in pods if kind.runs_nodes(p) and kind.node_index(p, leader) == node]
+    )
 
 
 def handshake_failure(exc: ApiException) -> tuple[int, dict[str, Any]]:
@@ -228,17 +243,19 @@ def connect_job(
     port: int,
     timeout: float,
     list_pods: Callable[[], list[dict[str, Any]]],
+    pick: Callable[[list[dict[str, Any]]], dict[str, Any] | None] = leader_pod,
 ) -> socket.socket:
     """A connected socket to ``port`` of job ``name``'s rank-0 pod, within ``timeout`` seconds.
 
-    ``list_pods`` lists the job's pods (as JSON dicts). Waits while the pod is
+    ``list_pods`` lists the job's pods (as JSON dicts); ``pick`` chooses the pod among them
+    (node 0's by default). Waits while the pod is
     missing or starting and while its port refuses; raises
     :class:`~.base.BackendError` when the pod has ended or on timeout.
     """
     deadline = time.monotonic() + timeout
     why = f"job {name!r} has no pod of node 0 in namespace {conn.namespace!r}"
     while True:
-        pod = leader_pod(list_pods())
+        pod = pick(list_pods())
         if pod is not None:
             pod_name = str(pod["metadata"]["name"])
             state = _pod_state(pod)

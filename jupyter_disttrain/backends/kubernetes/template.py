@@ -292,6 +292,10 @@ def worker_env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
         env["DISTRAIN_GRACE_PERIOD"] = f"{spec.grace_period:g}"
     if spec.hang_after is not None:
         env["DISTRAIN_HANG_AFTER"] = f"{spec.hang_after:g}"
+    if spec.post_mortem:
+        env["DISTRAIN_POST_MORTEM"] = "1"
+    if spec.where_locals:
+        env["DISTRAIN_WHERE_LOCALS"] = "1"
     if opts.elastic is not None and spec.max_restarts:  # a fresh worker store per round
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     for key, value in user_env(spec).items():

@@ -65,6 +65,7 @@ class LocalBackend(Backend):
         stacks_on_request=True,
         phases=("started", "rendezvous", "first_step"),
         sessions=True,
+        reaches_ranks=True,
     )
 
     def __init__(self, mode: str = "fork") -> None:
@@ -116,6 +117,26 @@ class LocalBackend(Backend):
                 f"cannot reach rank 0 of session {record.name} on 127.0.0.1:{port}: "
                 f"{exc.strerror or exc}"
             ) from None
+
+    def connect_rank(
+        self, record: JobRecord, node: int, port: int, timeout: float = 30.0
+    ) -> socket.socket:
+        """Every node runs on this machine: connect to ``127.0.0.1:port``."""
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        except OSError as exc:
+            raise BackendError(
+                f"cannot reach the debugger of job {record.name} (node {node}) on "
+                f"127.0.0.1:{port}: {exc.strerror or exc}; the rank may have resumed or ended"
+            ) from None
+
+    def stored_key(self, name: str) -> bytes | None:
+        """The key in job ``name``'s directory (None without a readable one)."""
+        try:
+            key = (jobdir.job_dir(name) / jobkey.KEY_FILE).read_bytes()
+        except OSError:
+            return None
+        return key if len(key) == jobkey.KEY_BYTES else None
 
     def job_directory(self, name: str) -> str:
         """The directory where job ``name`` keeps its payload, logs and state."""

@@ -144,6 +144,10 @@ def build_plan(
         env["DISTRAIN_GRACE_PERIOD"] = f"{spec.grace_period:g}"
     if spec.hang_after is not None:
         env["DISTRAIN_HANG_AFTER"] = f"{spec.hang_after:g}"
+    if spec.post_mortem:
+        env["DISTRAIN_POST_MORTEM"] = "1"
+    if spec.where_locals:
+        env["DISTRAIN_WHERE_LOCALS"] = "1"
     if spec.max_restarts:  # restarted workers must not meet the last round's store keys
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     fw = framework(spec.framework)

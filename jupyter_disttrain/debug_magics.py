@@ -1,0 +1,65 @@
+"""``%distrain_debug NAME [--rank R]``: the debugger console of a job's paused ranks.
+
+Argument parsing and display only: the job comes from the service
+(:func:`~.service.debugging.debug_job`), the console is
+:class:`~.widgets.debug_console.DebugConsole`. Mistakes raise
+:class:`~IPython.core.error.UsageError` naming the problem and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core import magic_arguments
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from .backends.base import BackendError
+from .magics import parse_line
+from .service import default_service
+from .service.debugging import debug_job, debug_last
+
+
+@magics_class
+class DebugMagics(Magics):
+    """The debugger's magic."""
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("name", help="job or session name")
+    @magic_arguments.argument("--rank", type=int, default=None, help="the paused rank to show")
+    @magic_arguments.argument("--backend", default=None, help="where the job runs")
+    @magic_arguments.argument(
+        "--last", action="store_true",
+        help="a session: stop the ranks whose last cell failed in the frame that raised",
+    )  # fmt: skip
+    @line_magic
+    def distrain_debug(self, line: str) -> Any:
+        """Open the debugger console of a job's paused ranks (``breakpoint()``, --post-mortem)."""
+        args = parse_line(self.distrain_debug, line)
+        try:
+            if args.last:
+                job = debug_last(default_service(), args.name)
+            else:
+                job = debug_job(default_service(), args.name, args.backend)
+        except (BackendError, KeyError) as exc:
+            raise UsageError(f"%distrain_debug {args.name}: {exc}") from None
+        paused = [p.rank for p in job.paused()]
+        if args.rank is not None:
+            if not 0 <= args.rank < job.spec.world_size:
+                raise UsageError(
+                    f"--rank {args.rank}: job {job.name} has ranks 0 to {job.spec.world_size - 1}"
+                )
+            if args.rank not in paused:
+                raise UsageError(
+                    f"--rank {args.rank}: rank {args.rank} of job {job.name} is not paused "
+                    f"(paused ranks: {', '.join(map(str, paused)) or 'none'}); put breakpoint() "
+                    "in the cell, or run it with --post-mortem"
+                )
+        from .widgets.debug_console import DebugConsole
+
+        return DebugConsole(job, args.rank)  # shown as the cell's value
+
+
+def load(ipython: Any) -> None:
+    """Register ``%distrain_debug``."""
+    ipython.register_magics(DebugMagics(ipython))

@@ -1,0 +1,57 @@
+// Drives JupyterLab in Debian's Chromium through the debugger console of a paused rank.
+//
+//   node debug.mjs BASE_URL NOTEBOOK OUT_DIR
+//
+// The notebook (written by test_debug_browser.py) has three code cells: load
+// the extension, a 2x2 job whose rank 1 stops at breakpoint() ("browser-debug"),
+// and %distrain_debug for it. The script waits for the dashboard to say Paused,
+// opens the console, sends `p step` from its input line, screenshots it, clicks
+// Continue and waits for the job to succeed. Prints one JSON object of what it saw.
+
+import fs from "node:fs";
+import path from "node:path";
+import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+
+const [baseUrl, notebook, outDir] = process.argv.slice(2);
+const JOB_TIMEOUT = 180_000;
+
+fs.mkdirSync(outDir, { recursive: true });
+const { page, result, close } = await openBrowser({ width: 1300, height: 1600 });
+const dash = ".distrain-job-browser-debug";
+const runCell = (index) => runCellOn(page, index);
+
+await runScenario({ page, result, close }, outDir, async () => {
+  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
+  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
+  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+
+  await waitForPrompt(await runCell(0));
+  await waitForPrompt(await runCell(1));
+  await page.locator(`${dash} .distrain-header[data-state="Paused"]`).waitFor({ timeout: JOB_TIMEOUT });
+  result.paused = {
+    note: await page.locator(`${dash} [data-field="paused"]`).first().textContent(),
+    rows: await page.locator(`${dash} tr.distrain-rank-row`).evaluateAll((trs) =>
+      trs.map((tr) => ({ rank: Number(tr.dataset.rank), state: tr.dataset.state })),
+    ),
+  };
+
+  const consoleCell = await runCell(2);
+  await waitForPrompt(consoleCell);
+  const panel = page.locator(".distrain-debug");
+  await panel.locator(".dd-where").waitFor({ timeout: 60_000 });
+  result.where = await panel.locator(".dd-where").textContent();
+  result.current = await panel.locator(".dd-current").textContent();
+
+  const input = panel.locator("input[type=text]");
+  await input.fill("p step");
+  await input.press("Enter");
+  await panel.locator(".dd-answer").first().waitFor({ timeout: 60_000 });
+  result.answer = await panel.locator(".dd-answer").first().textContent();
+  await panel.scrollIntoViewIfNeeded();
+  await panel.screenshot({ path: path.join(outDir, "debug-console.png") });
+
+  await panel.getByRole("button", { name: "Continue" }).click();
+  await page.locator(`${dash} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: JOB_TIMEOUT });
+  result.final = await page.locator(`${dash} .distrain-header`).getAttribute("data-state");
+  result.afterStatus = await panel.locator("text=no rank is paused").count();
+});

@@ -1,0 +1,55 @@
+"""The debugger console in a real browser (JupyterLab on 127.0.0.1, Debian's Chromium).
+
+A notebook runs a 2x2 local job whose rank 1 stops at ``breakpoint()``: the
+dashboard says Paused and where; ``%distrain_debug`` opens the console, which
+shows the frame's source with the current line, answers ``p step`` typed in its
+input line, and Continue lets the job finish. The console's screenshot lands in
+``test-output/debug/`` (the README's picture, ``docs/debug-console.png``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import REPO, Lab
+from .harness import run_harness, write_notebook
+
+OUTPUT = REPO / "test-output" / "debug"
+
+CELLS = [
+    "%load_ext jupyter_disttrain",
+    """%%distrain --nodes 2 --nproc 2 --name browser-debug
+import torch, torch.distributed as dist
+
+rank = dist.get_rank()
+total = 0.0
+for step in range(3):
+    x = torch.ones(2, 3) * (step + 1)
+    if rank == 1 and step == 1:
+        breakpoint()
+    t = torch.tensor([float(step)])
+    dist.all_reduce(t)
+    total += t.item()
+total""",
+    "%distrain_debug browser-debug --rank 1",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_debug_console_in_jupyterlab(lab: Lab) -> None:
+    notebook = write_notebook(lab.root, "debug.ipynb", CELLS)
+    result = run_harness("debug.mjs", lab, notebook, OUTPUT)
+
+    assert result["paused"]["note"] == "rank 1 paused at cell:9 in <module>"
+    states = {row["rank"]: row["state"] for row in result["paused"]["rows"]}
+    assert states == {0: "Running", 1: "Paused", 2: "Running", 3: "Running"}
+    assert result["where"] == "rank 1 at cell:9 in <module>"
+    assert result["current"].strip() == "9 ->     t = torch.tensor([float(step)])"
+    assert "(Pdb) p step" in result["answer"] and result["answer"].rstrip().endswith("1")
+    assert result["final"] == "Succeeded"
+    assert result["afterStatus"] == 1
+
+    errors = [e for e in result["console"] if e.startswith("pageerror")]
+    assert not errors, errors
+    assert (OUTPUT / "debug-console.png").stat().st_size > 10_000

@@ -1,0 +1,142 @@
+"""The rank side of the debugger: its line, its channel's framing and authentication, in-process.
+
+A thread stands in for a rank's main thread: it stops at ``breakpoint()`` under
+the runtime's hook and is driven over a real 127.0.0.1 socket with the job key.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pdb
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain.linecheck import Shape, problem
+from jupyter_disttrain.runtime import debugger, jobkey
+
+KEY = b"k" * 32
+SHAPE = Shape(world_size=2, nodes=1, nproc=2)
+
+
+@pytest.fixture
+def keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[bytes]:
+    path = tmp_path / "key"
+    path.write_bytes(KEY)
+    monkeypatch.setenv(jobkey.ENV_KEY_FILE, str(path))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(sys, "breakpointhook", sys.breakpointhook)
+    monkeypatch.setattr(pdb, "set_trace", pdb.set_trace)
+    yield KEY
+
+
+def paused_lines(out: io.StringIO) -> list[dict[str, object]]:
+    lines = [ln.split(" ", 2)[1] for ln in out.getvalue().splitlines() if "##distrain" in ln]
+    return [json.loads(body) for body in lines]
+
+
+def connect(port: int, key: bytes) -> debugger.Link:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    hello = debugger.recv(sock, key, debugger.HELLO_LIMIT)
+    debugger.send(sock, key, {"op": "hello", "nonce": hello["nonce"]})
+    return debugger.Link(sock, key, str(hello["nonce"]), "notebook")
+
+
+def test_a_stopped_thread_says_where_and_answers_over_the_channel(keyed: bytes) -> None:
+    debugger.install()
+    out = io.StringIO()
+    done = threading.Event()
+
+    def rank_main() -> None:
+        with redirect_stdout(out):
+            secret = {"idx": 8123}
+            breakpoint()
+            secret["idx"] += 1
+            done.set()
+
+    thread = threading.Thread(target=rank_main, daemon=True)
+    thread.start()
+    while not debugger.paused():
+        assert thread.is_alive()
+        threading.Event().wait(0.01)
+    fields = paused_lines(out)[0]
+    assert fields["kind"] == "paused" and fields["rank"] == 1 and fields["function"] == "rank_main"
+    assert problem("paused", 1, fields["t"], {k: v for k, v in fields.items()
+                   if k not in ("v", "kind", "rank", "t")}, SHAPE) is None  # fmt: skip
+    link = connect(int(fields["port"]), keyed)  # type: ignore[call-overload]
+    link.send({"op": "cmd", "line": "p secret", "wait": 10})
+    answer = link.recv(1 << 20)
+    assert answer["output"] == "{'idx': 8123}\n" and answer["paused"]
+    assert answer["from"] == "rank" and answer["n"] == 1
+    link.send({"op": "cmd", "line": "c", "wait": 10})
+    assert link.recv(1 << 20)["paused"] is False
+    assert done.wait(10) and not debugger.paused()
+    assert [f["kind"] for f in paused_lines(out)] == ["paused", "resumed"]
+    link.sock.close()
+
+
+def test_quitting_ends_the_stop_and_raises_in_the_rank(keyed: bytes) -> None:
+    debugger.install()
+    out = io.StringIO()
+    raised: list[BaseException] = []
+
+    def rank_main() -> None:
+        with redirect_stdout(out):
+            try:
+                breakpoint()
+                raised.append(AssertionError("ran on"))  # BdbQuit comes at this line
+            except BaseException as exc:
+                raised.append(exc)
+
+    thread = threading.Thread(target=rank_main, daemon=True)
+    thread.start()
+    while not debugger.paused():
+        threading.Event().wait(0.01)
+    link = connect(int(paused_lines(out)[-1]["port"]), keyed)  # type: ignore[call-overload]
+    link.send({"op": "cmd", "line": "q", "wait": 10})
+    assert link.recv(1 << 20)["paused"] is False
+    thread.join(10)
+    assert [type(e).__name__ for e in raised] == ["BdbQuit"] and not debugger.paused()
+    assert paused_lines(out)[-1]["kind"] == "resumed"
+    link.sock.close()
+
+
+def test_the_channel_refuses_a_wrong_key_a_replay_and_an_oversized_hello(keyed: bytes) -> None:
+    channel = debugger._Channel(keyed)  # a rank that stopped: its listener, no prompt yet
+    for attempt in ("wrong key", "too big"):
+        with socket.create_connection(("127.0.0.1", channel.port), timeout=10) as sock:
+            hello = debugger.recv(sock, keyed, debugger.HELLO_LIMIT)
+            if attempt == "wrong key":
+                debugger.send(sock, b"x" * 32, {"op": "hello", "nonce": hello["nonce"]})
+            else:
+                sock.sendall(debugger.HEADER.pack(debugger.HELLO_LIMIT + 1))
+            assert sock.recv(1) == b""
+    link = connect(channel.port, keyed)
+    link.send({"op": "state"})
+    assert link.recv(1 << 20)["paused"] is False  # not stopped: it says so
+    link.sent = 0  # a replayed frame (its number again) ends the connection
+    link.send({"op": "state"})
+    assert link.sock.recv(1) == b""
+    writer, reader = socket.socketpair()
+    with writer, reader, pytest.raises(ConnectionError, match="failed verification"):
+        debugger.send(writer, b"y" * 32, {"op": "state"})
+        debugger.recv(reader, keyed, 1 << 20)
+    link.sock.close()
+    channel.listener.close()
+
+
+def test_without_a_key_breakpoint_is_the_standard_debugger(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(jobkey.ENV_KEY_FILE, raising=False)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("p 6 * 7\nc\n"))
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    debugger.set_trace()
+    assert "42" in out.getvalue()
+    assert os.environ.get(jobkey.ENV_KEY_FILE) is None

@@ -26,6 +26,11 @@ prints the other ranks' lines, as the runtime's relay does (tested for real
 with torch in ``tests/backends/test_kubernetes_trainjob.py``), and in the
 SDK's run every node prints only its own, as a job without the relay does.
 It rewrites the "Kubernetes API: TrainJob" section.
+
+``--namespace`` measures following 10 TrainJobs another tool started (the
+sidebar's namespace section) against polling their list and against a
+dashboard per job; it rewrites the "Kubernetes API: following a namespace"
+section.
 """
 
 from __future__ import annotations
@@ -259,11 +264,152 @@ def trainjob_main(write: bool) -> int:
     return 0
 
 
+FOREIGN_JOBS = 10
+FOREIGN_STEPS = 12
+POLL_SECONDS = 2.0
+FOREIGN_MANIFEST = ROOT / "tests" / "data" / "kubeflow_custom_trainer.yaml"
+
+
+def create_foreign_trainjobs(emulator: Emulator) -> list[str]:
+    """Ten SDK-style TrainJobs (one node each, reporting progress every 2 s for ~24 s)."""
+    import yaml
+
+    base = yaml.safe_load(FOREIGN_MANIFEST.read_text())
+    api = emulator.api_client()
+    names = []
+    for index in range(FOREIGN_JOBS):
+        job = yaml.safe_load(yaml.safe_dump(base))
+        job["metadata"]["name"] = f"sdk-job-{index}"
+        job["spec"]["trainer"]["numNodes"] = 1
+        job["spec"]["trainer"]["env"] = [{"name": "STEPS", "value": str(FOREIGN_STEPS)},
+                                         {"name": "STEP_SECONDS", "value": "2"}]  # fmt: skip
+        k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", job
+        )
+        names.append(job["metadata"]["name"])
+    api.close()
+    return names
+
+
+def poll_until_done(poll: Callable[[], dict[str, int | None]], names: list[str]) -> int:
+    """Call ``poll`` (name -> progress %) every POLL_SECONDS until every job shows 100; the
+    number of distinct progress values seen."""
+    seen: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        progress = poll()
+        seen |= {(n, p) for n, p in progress.items() if p is not None}
+        if all(progress.get(n) == 100 for n in names):
+            break
+        time.sleep(POLL_SECONDS)
+    return len(seen)
+
+
+def sidebar_disttrain(names: list[str]) -> int:
+    from jupyter_disttrain.server.manager import JobManager
+
+    manager = JobManager(backends=lambda: [KubernetesBackend()])
+    try:
+        return poll_until_done(
+            lambda: {j["name"]: j["progress"] for j in manager.namespace()["jobs"]}, names
+        )
+    finally:
+        manager.close()
+
+
+def sidebar_kubectl_style(names: list[str]) -> int:
+    """What a page polling the TrainJob list does (``kubectl get trainjobs`` every 2 s)."""
+    api = k8s.ApiClient(k8s.Configuration.get_default_copy())
+    from kubernetes import config
+
+    config.load_kube_config(_kubeconfig(), client_configuration=api.configuration)
+    custom = k8s.CustomObjectsApi(api)
+
+    def poll() -> dict[str, int | None]:
+        items = custom.list_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
+        )["items"]
+        return {i["metadata"]["name"]: ((i.get("status") or {}).get("trainerStatus") or {})
+                .get("progressPercentage") for i in items}  # fmt: skip
+
+    try:
+        return poll_until_done(poll, names)
+    finally:
+        api.close()
+
+
+def sidebar_per_job(names: list[str]) -> int:
+    """Following each job as a dashboard of its own does (one watch per job)."""
+    jobs = [attach(name, KubernetesBackend()) for name in names]
+    for job in jobs:
+        job.wait(timeout=300)
+    return sum(len([r for r in job.metrics() if r["rank"] == 0]) for job in jobs)
+
+
+def namespace_main(write: bool) -> int:
+    runs = []
+    clients = [
+        ("jupyter_disttrain sidebar (namespace section)", sidebar_disttrain),
+        ("polling the TrainJob list every 2 s", sidebar_kubectl_style),
+        ("one dashboard per job (%distrain_attach each)", sidebar_per_job),
+    ]
+    for label, follow in clients:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            Emulator(apis=("trainer",), trainer_status=True) as emulator,
+        ):
+            import os
+
+            os.environ["KUBECONFIG"] = str(emulator.write_kubeconfig(Path(tmp) / "kubeconfig"))
+            names = create_foreign_trainjobs(emulator)
+            emulator.reset_stats()
+            t0 = time.monotonic()
+            seen = follow(names)
+            stats = emulator.stats()
+            runs.append({"label": label, "requests": stats.total,
+                         "non_stream": stats.total - stats.streams.opened,
+                         "streams_peak": stats.streams.peak,
+                         "connections_peak": stats.connections.peak,
+                         "seconds": time.monotonic() - t0, "seen": seen,
+                         "by_kind": dict(sorted(stats.requests.items()))})  # fmt: skip
+    rows = [
+        "| client | API requests | of them one-shot | peak long-lived responses | "
+        "peak TCP connections | wall s | progress reports seen |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        rows.append(
+            f"| {r['label']} | {r['requests']} | {r['non_stream']} | {r['streams_peak']} | "
+            f"{r['connections_peak']} | {r['seconds']:.1f} | {r['seen']} |"
+        )
+        print(r["label"], r["by_kind"])
+    table = "\n".join(rows)
+    print(table)
+    if write:
+        body = (
+            f"`python bench/k8s_api.py --namespace`, {time.strftime('%Y-%m-%d')}: "
+            f"{FOREIGN_JOBS} TrainJobs another tool started (Kubeflow SDK-style `CustomTrainer` "
+            f"manifests, one node each), each posting its progress into `trainerStatus` every "
+            f"2 s for {FOREIGN_STEPS} steps, followed until every one shows 100 %, polling "
+            f"every {POLL_SECONDS:g} s (the sidebar's pace while it is shown). The namespace "
+            "section lists once, then keeps one watch per served kind (here TrainJobs only: "
+            "the emulator serves no v1 kinds) and answers every poll from it; polling the list "
+            "costs one request a poll; a dashboard per job holds three watches and a log "
+            "stream each.\n\n" + table
+        )
+        write_section(ROOT / "BENCHMARKS.md", "Kubernetes API: following a namespace", body)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     parser.add_argument("--trainjob", action="store_true", help="the TrainJob comparison")
+    parser.add_argument("--namespace", action="store_true",
+                        help="following 10 foreign TrainJobs in the sidebar")  # fmt: skip
     args = parser.parse_args()
+    if args.namespace:
+        return namespace_main(not args.no_write)
     if args.trainjob:
         return trainjob_main(not args.no_write)
     runs = [

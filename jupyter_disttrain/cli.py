@@ -21,7 +21,7 @@ from .payload import CaptureError, Script
 from .results import JobFailed, JobStopped
 from .service import JobService, manifest_backends
 from .spec import SpecError
-from .textview import LiveView, format_job_table, format_runtime_table
+from .textview import LiveView, format_job_table, format_namespace_table, format_runtime_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_job_options(render)
     add_script_arguments(render)
-    sub.add_parser("jobs", help="list jobs (running ones with their diagnosis)")
+    jobs = sub.add_parser("jobs", help="list jobs (running ones with their diagnosis)")
+    jobs.add_argument("--all", action="store_true",
+                      help="every job of the namespace, whoever started it")  # fmt: skip
     sub.add_parser("runtimes", help="list the training runtimes of the configured clusters")
     logs = sub.add_parser("logs", help="print a job's logs")
     logs.add_argument("name")
@@ -66,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     stop = sub.add_parser("stop", help="stop a job")
     stop.add_argument("name")
     stop.add_argument("--backend", default=None, help="where the job runs")
+    stop.add_argument("--yes", action="store_true",
+                      help="confirm stopping a job another tool or user started")  # fmt: skip
     nccl = sub.add_parser("nccl", help="summarise NCCL / communication lines of a log file")
     nccl.add_argument("logfile")
     nccl.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -226,6 +230,15 @@ def cmd_jobs(service: JobService) -> int:
     return 0
 
 
+def cmd_jobs_all(service: JobService) -> int:
+    """Every job of the configured backends' scopes, whoever started it."""
+    listing = service.list_all(service.configured_backends())
+    print(format_namespace_table(listing.records))
+    for backend, error in listing.errors.items():
+        print(f"disttrain: {backend}: {error}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``disttrain``."""
     args = build_parser().parse_args(argv)
@@ -239,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_checkpoints(args)
     service = JobService()
     try:
+        if args.command == "jobs" and args.all:
+            return cmd_jobs_all(service)
         if args.command == "jobs":
             return cmd_jobs(service)
         if args.command == "runtimes":
@@ -248,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "where":
             print(service.where(args.name, backend=args.backend, timeout=args.timeout).text())
         elif args.command == "stop":
+            question = None if args.yes else service.stop_question(args.name, args.backend)
+            if question is not None:
+                print(f"disttrain: {question} (disttrain stop {args.name} --yes)", file=sys.stderr)
+                return 1
             print(f"{args.name}: {service.stop(args.name, backend=args.backend)}")
     except BackendError as exc:
         print(f"disttrain: {exc}", file=sys.stderr)

@@ -32,7 +32,7 @@ from .plan_summary import manifest_summary
 from .service import JobService, backend_names, default_service
 from .sessions import SessionError, SessionLost, format_sessions
 from .spec import MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError
-from .textview import LiveView, format_job_table, format_runtime_table
+from .textview import LiveView, format_job_table, format_namespace_table, format_runtime_table
 
 #: Largest ``max_capture_mb``: 64 GiB of captured values.
 MAX_CAPTURE_MB = 64.0 * 1024
@@ -313,15 +313,27 @@ class DistrainMagics(Magics):
     # -- line magics -------------------------------------------------------------
     @line_magic
     def distrain_jobs(self, line: str) -> None:
-        """List this kernel's jobs and every job that is still running, with diagnoses."""
+        """List this kernel's jobs and every job that is still running, with diagnoses;
+        ``--all``: every job of the namespace, whoever started it."""
+        if line.strip() == "--all":
+            self._namespace_jobs()
+            return
         if line.strip():
-            raise UsageError("%distrain_jobs takes no arguments")
+            raise UsageError("%distrain_jobs takes no arguments but --all (every job of the "
+                             "namespace, whoever started it)")  # fmt: skip
         service = self.service
         mine = service.registered()
         listing = service.list_jobs(service.listing_backends(also=[self.backend]), diagnose=True)
         live = ("Pending", "Running", "Restarting")
         shown = [r for r in listing.records if r.name in mine or r.state in live]
         print(format_job_table(shown, set(mine), listing.diagnoses))
+        for backend, error in listing.errors.items():
+            print(f"{backend}: {error}")
+
+    def _namespace_jobs(self) -> None:
+        service = self.service
+        listing = service.list_all(service.listing_backends(also=[self.backend]))
+        print(format_namespace_table(listing.records))
         for backend, error in listing.errors.items():
             print(f"{backend}: {error}")
 
@@ -359,11 +371,18 @@ class DistrainMagics(Magics):
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("name", help="job name")
+    @magic_arguments.argument(
+        "--yes", action="store_true", help="confirm stopping a job another tool or user started"
+    )
     @line_magic
     def distrain_stop(self, line: str) -> None:
         """Stop a job; every process of it ends."""
         args = parse_line(self.distrain_stop, line)
         try:
+            question = None if args.yes else self.service.stop_question(args.name)
+            if question is not None:
+                print(f"{question} (%distrain_stop {args.name} --yes)")
+                return
             print(f"{args.name}: {self.service.stop(args.name)}")
         except BackendError as exc:
             raise UsageError(str(exc)) from None

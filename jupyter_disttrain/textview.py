@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import events as ev
 from .backends.base import JobRecord, RuntimeRecord
+from .units import duration
 
 if TYPE_CHECKING:
     from .job import Job
@@ -236,6 +237,37 @@ def format_job_table(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
     return "\n".join(table + notes)
+
+
+def _age(created: float) -> str:
+    seconds = max(0, int(time.time() - created)) if created else None
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def format_namespace_table(records: Iterable[JobRecord]) -> str:
+    """Every job of a namespace (``--all``): kind, state, the progress it reports, age,
+    nodes, and who started it (``jupyter-disttrain`` for this tool's)."""
+    rows = [("NAME", "KIND", "STATE", "PROGRESS", "AGE", "NODES", "STARTED BY")]
+    for r in records:
+        extra = r.extra
+        progress = f"{extra['progress']}%" if isinstance(extra.get("progress"), int) else "-"
+        if isinstance(extra.get("eta"), int) and extra["eta"] > 0 and r.state == "Running":
+            progress += f" ({duration(float(extra['eta']))} left)"
+        started = "" if extra.get("foreign") else "jupyter-disttrain"
+        rows.append((r.name, str(extra.get("kubeflow_kind") or r.backend), r.state, progress,
+                     _age(r.created), str(r.nodes),
+                     started or str(extra.get("started_by") or "-")))  # fmt: skip
+    if len(rows) == 1:
+        return "no jobs in this namespace"
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
 
 
 def format_runtime_table(runtimes: Iterable[RuntimeRecord]) -> str:

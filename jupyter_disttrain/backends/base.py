@@ -252,6 +252,26 @@ class Backend(abc.ABC):
     def list_jobs(self) -> list[JobRecord]:
         """Jobs this tool created on this backend, newest first."""
 
+    def list_namespace(self) -> list[JobRecord]:
+        """Every job of this backend's scope, whoever started it, newest first (``--all``).
+
+        A record's ``extra`` may say ``foreign`` (True: not started by this
+        tool), ``kubeflow_kind``, ``started_by``, ``progress`` (percent), ``eta``
+        (seconds) and ``reported_metrics`` (name -> number) as the job reports them.
+        Default: :meth:`list_jobs`.
+        """
+        return self.list_jobs()
+
+    def watch_namespace(self) -> Callable[[], None] | None:
+        """Keep :meth:`list_namespace` current from long-lived watches (a few, not one per
+        job) instead of asking at each call; the function that ends them, or None when the
+        backend has no such watches (the default)."""
+        return None
+
+    def may_stop(self, name: str) -> bool | None:
+        """Whether this user may stop job ``name`` (None: the backend cannot tell)."""
+        return None
+
     @abc.abstractmethod
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
         """Text printed by a job's ranks (all ranks, prefixed, when ``rank`` is None)."""

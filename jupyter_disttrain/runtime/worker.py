@@ -33,6 +33,7 @@ from . import (
     stacks,
     tf,
     tqdm_hook,
+    trainer_status,
 )
 from . import report as _report
 from .cell import main_module, run_payload, user_traceback
@@ -402,6 +403,7 @@ def run(payload_path: str) -> int:
     hangwatch.start(rank, world)
     resources.start(rank, int(os.environ.get("LOCAL_RANK", "0")))
     metrics_server.start(rank)
+    trainer_status.start(rank)  # Kubeflow Trainer's own progress, when its endpoint is here
     relay.start(rank, world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
                 int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))))  # fmt: skip
     debugger.install()  # breakpoint() and pdb.set_trace() are driven from the notebook
@@ -434,6 +436,7 @@ def run(payload_path: str) -> int:
     finally:
         _checkpoint.wait_for_saves(raise_errors=False)
         _report.flush_progress()
+        trainer_status.stop()
         resources.stop()
         relay.stop(wait=not failed)  # a failed rank 0 does not wait for the others' last lines
         metrics_server.stop()

@@ -26,6 +26,7 @@ from tornado import web
 from tornado.ioloop import IOLoop
 
 from ..backends.base import BackendError, JobNotFound
+from ..service.namespace import StopRefused
 from .manager import JobManager
 
 T = TypeVar("T")
@@ -50,6 +51,8 @@ class _Base(APIHandler):
             return await IOLoop.current().run_in_executor(None, func, *args)
         except JobNotFound as exc:
             self._fail(404, str(exc))
+        except StopRefused as exc:  # RBAC: the job is read-only for this user
+            self._fail(403, str(exc))
         except BackendError as exc:
             self._fail(502, str(exc))
         return None
@@ -67,6 +70,15 @@ class JobsHandler(_Base):
     @authorized
     async def get(self) -> None:
         data = await self.call(self.manager.list_jobs)
+        if data is not None:
+            self.answer(data)
+
+
+class NamespaceHandler(_Base):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        data = await self.call(self.manager.namespace)
         if data is not None:
             self.answer(data)
 
@@ -124,6 +136,10 @@ def setup_handlers(web_app: Any, manager: JobManager) -> None:
         ".*$",
         [
             (base, JobsHandler),
+            (
+                url_path_join(web_app.settings["base_url"], "disttrain", "api", "namespace"),
+                NamespaceHandler,
+            ),
             (url_path_join(base, NAME, "stop"), StopHandler),
             (url_path_join(base, NAME, "logs"), LogsHandler),
             (url_path_join(base, NAME), JobHandler),

@@ -25,14 +25,17 @@ from ..monitor import JobMonitor
 from ..service import JobService
 from ..service.listing import LIST_TIMEOUT, POLLED
 from ..service.logtext import MAX_LOG_CHARS, MAX_TAIL
+from ..service.namespace import StopRefused
 from .checkpoint_list import list_checkpoints
 from .views import (
     BackendStatus,
     JobJSON,
     JobListJSON,
     LogsJSON,
+    NamespaceJSON,
     StopJSON,
     job_json,
+    namespace_job_json,
     record_json,
 )
 
@@ -40,6 +43,8 @@ __all__ = ["MAX_LOG_CHARS", "MAX_TAIL", "REPLAY_WAIT", "JobManager"]
 
 #: Seconds a listing (or a detail request) waits for the replays of the jobs it follows.
 REPLAY_WAIT = 1.0
+#: Seconds an answer of RBAC on stopping a kind of job is reused.
+STOP_RIGHTS_SECONDS = 60.0
 
 
 class JobManager:
@@ -68,6 +73,8 @@ class JobManager:
         self.clock = clock
         policy = replace(POLLED, timeout=list_timeout, cache_seconds=cache_seconds)
         self.service = JobService(listing=policy, backends=backends)
+        self._namespace_watches: dict[str, Callable[[], None] | None] = {}
+        self._may_stop: dict[tuple[str, str], tuple[float, bool]] = {}  # (backend, kind)
 
     def list_jobs(self) -> JobListJSON:
         """Every job of every backend, newest first, with the backends' status."""
@@ -82,9 +89,40 @@ class JobManager:
         running = sum(1 for j in jobs if j["state"] not in TERMINAL_STATES)
         return JobListJSON(jobs=jobs, backends=statuses, running=running, now=now)
 
+    def namespace(self) -> NamespaceJSON:
+        """Every job of the configured backends' scopes, whoever started it (the sidebar's
+        namespace section). After the first call each backend follows its scope with a few
+        long-lived watches (:meth:`Backend.watch_namespace`): a call then asks nothing."""
+        listing = self.service.list_all()
+        for backend in listing.backends:
+            if backend.name not in self._namespace_watches:
+                self._namespace_watches[backend.name] = backend.watch_namespace()
+        statuses = [
+            BackendStatus(name=b.name, ok=b.name not in listing.errors,
+                          error=listing.errors.get(b.name, ""))
+            for b in listing.backends
+        ]  # fmt: skip
+        rows = [
+            namespace_job_json(r, may_stop=self._stoppable(listing.source(r), r))
+            for r in listing.records
+        ]
+        return NamespaceJSON(jobs=rows, backends=statuses, now=self.clock())
+
+    def _stoppable(self, backend: Backend, record: JobRecord) -> bool:
+        """Whether RBAC lets this user stop ``record`` (asked once a minute per kind)."""
+        if record.state in TERMINAL_STATES or not record.extra.get("foreign"):
+            return True
+        key = (backend.name, str(record.extra.get("kubeflow_kind") or ""))
+        cached = self._may_stop.get(key)
+        if cached is None or self.clock() - cached[0] > STOP_RIGHTS_SECONDS:
+            cached = (self.clock(), backend.may_stop(record.name) is not False)
+            self._may_stop[key] = cached
+        return cached[1]
+
     def job(self, backend: str, name: str) -> JobJSON:
-        """One job with its ranks, metrics and checkpoints (starts following it if it runs)."""
-        found, record = self.service.find(backend, name)
+        """One job with its ranks, metrics and checkpoints (starts following it if it runs);
+        a job of the namespace another tool started too."""
+        found, record = self.service.find_any(backend, name)
         self.service.follow(found, record, REPLAY_WAIT)
         return self._safe_json(found, record, self.clock(), detail=True)
 
@@ -101,14 +139,22 @@ class JobManager:
 
     def stop(self, backend: str, name: str) -> StopJSON:
         """Stop a job of any owner; ``stopped`` is False when it was not running."""
-        found, _ = self.service.find(backend, name)
+        found, record = self.service.find_any(backend, name)
+        if record.extra.get("foreign") and found.may_stop(name) is False:
+            raise StopRefused(f"{name} is read-only here: your Kubernetes RBAC does not allow "
+                              "deleting it (docs/rbac.yaml lists the rules)")  # fmt: skip
         stopped = self.service.stop_listed(found, name)
-        _, record = self.service.find(backend, name)
+        _, record = self.service.find_any(backend, name)
         job = self._safe_json(found, record, self.clock(), detail=False)
         return StopJSON(stopped=stopped, job=job)
 
     def close(self) -> None:
-        """Stop listing threads and the opener (followers end with their jobs)."""
+        """Stop listing threads, namespace watches and the opener (followers end with their
+        jobs)."""
+        for stop in self._namespace_watches.values():
+            if stop is not None:
+                stop()
+        self._namespace_watches.clear()
         self.service.close()
 
     def _safe_json(

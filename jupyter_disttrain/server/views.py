@@ -148,6 +148,57 @@ class StopJSON(TypedDict):
     job: JobJSON
 
 
+class NamespaceJobJSON(TypedDict):
+    """A row of the sidebar's namespace section: any job of a backend's scope, whoever
+    started it (a Kubeflow SDK TrainJob, a pipeline's, a colleague's, this tool's).
+
+    ``id`` is ``backend/name`` as :class:`JobJSON`'s (the detail and logs of
+    ``/disttrain/api/jobs/<id>`` serve it too); ``kind`` its Kubeflow kind;
+    ``progress`` the percent the job reports itself (Trainer's ``trainerStatus``),
+    ``eta`` the seconds left it reports (None without); ``started_by`` its
+    ``app.kubernetes.io/managed-by`` label ("" none); ``foreign`` True when this
+    tool did not start it; ``can_stop`` False when it is over or RBAC does not
+    let this user delete it (the row is then read-only).
+    """
+
+    id: str
+    name: str
+    backend: str
+    kind: str
+    state: str
+    reason: str
+    progress: int | None
+    eta: int | None
+    created: float
+    nodes: int
+    started_by: str
+    foreign: bool
+    can_stop: bool
+
+
+class NamespaceJSON(TypedDict):
+    """``GET /disttrain/api/namespace``: every job of the configured backends' scopes."""
+
+    jobs: list[NamespaceJobJSON]
+    backends: list[BackendStatus]
+    now: float
+
+
+def namespace_job_json(record: JobRecord, *, may_stop: bool) -> NamespaceJobJSON:
+    """The namespace section's row of ``record`` (a :meth:`Backend.list_namespace` one)."""
+    extra = record.extra
+    progress, eta = extra.get("progress"), extra.get("eta")
+    return NamespaceJobJSON(
+        id=f"{record.backend}/{record.name}", name=record.name, backend=record.backend,
+        kind=str(extra.get("kubeflow_kind") or "job"), state=record.state, reason=record.reason,
+        progress=progress if isinstance(progress, int) else None,
+        eta=eta if isinstance(eta, int) else None,
+        created=record.created if math.isfinite(record.created) else 0.0, nodes=record.nodes,
+        started_by=str(extra.get("started_by") or ""), foreign=bool(extra.get("foreign")),
+        can_stop=may_stop and record.state not in TERMINAL_STATES,
+    )  # fmt: skip
+
+
 #: The TypeScript interface of each JSON shape (``labextension/src/types.ts``).
 TYPESCRIPT: dict[str, type] = {
     "IBackendStatus": BackendStatus,
@@ -162,6 +213,8 @@ TYPESCRIPT: dict[str, type] = {
     "IJobList": JobListJSON,
     "ILogs": LogsJSON,
     "IStopResult": StopJSON,
+    "INamespaceJob": NamespaceJobJSON,
+    "INamespace": NamespaceJSON,
 }
 
 
@@ -204,6 +257,10 @@ def job_json(
         end = record.ended if record.ended is not None else (None if terminal else now)
         elapsed = max(0.0, end - record.created) if end is not None and record.created else 0.0
         step, rate, metrics = None, None, {}
+        metrics = dict(record.extra.get("reported_metrics") or {})  # what the job's object says
+    progress = _progress(snapshot["progress"]) if snapshot is not None else None
+    if progress is None and isinstance(record.extra.get("progress"), int):
+        progress = reported_progress(record.extra["progress"], record.extra.get("eta"))
     return json_safe(
         JobJSON(
             id=f"{record.backend}/{record.name}",
@@ -228,7 +285,7 @@ def job_json(
             phases=snapshot["phases"] if snapshot is not None else [],
             phase=snapshot["phase"] if snapshot is not None else None,
             first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
-            progress=_progress(snapshot["progress"]) if snapshot is not None else None,
+            progress=progress,
             kind=str(record.extra.get("kind") or "job"),
             error="",
             cause_rank=snapshot["cause"]["rank"] if snapshot and snapshot["cause"] else None,
@@ -336,6 +393,13 @@ def notebook_api_path(recorded: str, root_dir: str | None) -> str | None:
     if not parts or ".." in parts:
         return None
     return "/".join(parts)
+
+
+def reported_progress(percent: int, eta: object) -> ProgressRow:
+    """The progress a job reports in its object (percent done, seconds left) as a row."""
+    seconds = float(eta) if isinstance(eta, int) else None
+    return ProgressRow(step=percent, total=100, fraction=percent / 100, eta_s=seconds,
+                       rate_per_s=None)  # fmt: skip
 
 
 def _progress(row: ProgressRow | None) -> ProgressRow | None:

@@ -28,6 +28,7 @@ from ..sessions import Session, Sessions
 from ..spec import JobSpec, SpecError
 from ..tracking import check as check_tracking
 from ..tracking import sinks_for
+from . import namespace
 from .following import Followers, catch_up, open_monitor, recorded_diagnosis
 from .listing import ONE_SHOT, BackendListing, Lister, Listing, ListPolicy, newest_first
 from .logtext import BoundedLogs, bounded_logs
@@ -484,11 +485,10 @@ class JobService:
     def bounded_logs(
         self, backend: str, name: str, rank: int | None, tail: int | None
     ) -> tuple[Backend, BoundedLogs]:
-        """A listed job's logs cut to a viewer's size (see :func:`~.logtext.bounded_logs`).
-
-        Raises as :meth:`find` does.
+        """A listed job's (also one another tool started) logs cut to a viewer's size (see
+        :func:`~.logtext.bounded_logs`). Raises as :meth:`find` does.
         """
-        found, record = self.find(backend, name)
+        found, record = self.find_any(backend, name)
         return found, bounded_logs(found, record, rank, tail)
 
     def where(self, name: str, backend: str | None = None, timeout: float | None = None) -> Where:
@@ -500,6 +500,9 @@ class JobService:
         mine = self.registered().get(name)
         if mine is not None and (backend is None or mine.backend.name == backend):
             return mine.where(timeout)
+        refusal = namespace.where_refusal(self._backend_of(name, backend), name)
+        if refusal is not None:
+            raise BackendError(refusal)
         job = self.attach(name, backend, log_limit=200, keep=False)
         try:
             catch_up(job.monitor, job.submission, JobRecord(  # type: ignore[arg-type]
@@ -518,6 +521,31 @@ class JobService:
             return mine.stop()
         stopped = self.stop_listed(self._backend_of(name, backend), name)
         return "stopped" if stopped else "was not running"
+
+    def list_all(self, backends: Iterable[Backend] | None = None) -> Listing:
+        """Every job of the backends' scopes, whoever started it (:mod:`.namespace`)."""
+        return namespace.list_namespace(self._listable(backends))
+
+    def find_any(self, backend: str, name: str) -> tuple[Backend, JobRecord]:
+        """:meth:`find`, else job ``name`` among every job of the backend's scope (a job
+        another tool or user started); raises as :meth:`find`."""
+        try:
+            return self.find(backend, name)
+        except JobNotFound:
+            for found in self._listable(None):
+                if found.name == backend:
+                    for record in found.list_namespace():
+                        if record.name == name:
+                            return found, record
+            raise
+
+    def stop_question(self, name: str, backend: str | None = None) -> str | None:
+        """The confirmation stopping job ``name`` needs (a foreign job), or None; raises
+        :class:`~.namespace.StopRefused` when RBAC forbids it."""
+        mine = self.registered().get(name)  # attached to here: maybe someone else's
+        if mine is not None and backend in (None, mine.backend.name):
+            return namespace.stop_question(mine.backend, name)
+        return namespace.stop_question(self._backend_of(name, backend), name)
 
     def stop_listed(self, backend: Backend, name: str) -> bool:
         """Ask ``backend`` to stop job ``name`` of any owner; False when it was not running.

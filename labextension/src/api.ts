@@ -3,7 +3,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IJob, IJobList, IJobsAPI, ILogs, IStopResult } from './types';
+import { IJob, IJobList, IJobsAPI, ILogs, INamespace, IStopResult } from './types';
 
 /** GET/POST `/disttrain/api/<path>`; a non-2xx answer throws with the server's message. */
 export async function requestAPI<T>(
@@ -32,6 +32,10 @@ export async function requestAPI<T>(
 export class JobsAPI implements IJobsAPI {
   list(): Promise<IJobList> {
     return requestAPI<IJobList>('jobs');
+  }
+
+  namespace(): Promise<INamespace> {
+    return requestAPI<INamespace>('namespace');
   }
 
   job(id: string): Promise<IJob> {

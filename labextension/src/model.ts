@@ -7,7 +7,7 @@
 // interval is short while the panel is visible, and slow when only the
 // status bar needs the running count.
 
-import { IJob, IJobsAPI, IBackendStatus, IPhase, IProgress, IRank, JSONFloat, TERMINAL_STATES } from './types';
+import { IJob, IJobsAPI, IBackendStatus, INamespaceJob, IPhase, IProgress, IRank, JSONFloat, TERMINAL_STATES } from './types';
 
 /** Poll intervals in milliseconds. */
 export const FAST_MS = 1500;
@@ -200,6 +200,10 @@ export class JobsModel {
   readonly showCheckpoints = new Set<string>();
   /** Per job: the message of its last action (stop), shown in its row. */
   readonly notes = new Map<string, string>();
+  /** The namespace section: shown (then polled with the listing), its rows, its error. */
+  showNamespace = false;
+  namespaceJobs: INamespaceJob[] = [];
+  namespaceError = '';
 
   constructor(
     readonly api: IJobsAPI,
@@ -252,7 +256,8 @@ export class JobsModel {
       this.emit();
       return;
     }
-    const ids = new Set(this.jobs.map(j => j.id));
+    await this.pollNamespace();
+    const ids = new Set([...this.jobs.map(j => j.id), ...this.namespaceJobs.map(j => j.id)]);
     for (const id of [...this.expanded]) {
       if (!ids.has(id)) {
         this.expanded.delete(id);
@@ -266,6 +271,29 @@ export class JobsModel {
     }
     await Promise.all([...this.expanded].map(id => this.loadDetail(id)));
     this.emit();
+  }
+
+  /** The namespace's jobs, when the section is shown (one request: the server watches). */
+  private async pollNamespace(): Promise<void> {
+    if (!this.showNamespace || !this.api.namespace) {
+      return;
+    }
+    try {
+      this.namespaceJobs = (await this.api.namespace()).jobs;
+      this.namespaceError = '';
+    } catch (err) {
+      this.namespaceError = `cannot list the namespace: ${(err as Error).message ?? err}`;
+    }
+  }
+
+  /** Show or hide the namespace section (showing lists it at once). */
+  async toggleNamespace(): Promise<void> {
+    this.showNamespace = !this.showNamespace;
+    this.emit();
+    if (this.showNamespace) {
+      await this.pollNamespace();
+      this.emit();
+    }
   }
 
   private async loadDetail(id: string): Promise<void> {

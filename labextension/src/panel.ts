@@ -20,7 +20,7 @@ import {
   progressView,
   usageText
 } from './model';
-import { IJob } from './types';
+import { IJob, INamespaceJob } from './types';
 
 export interface IPanelActions {
   showLogs(job: IJob): void;
@@ -137,7 +137,70 @@ export class JobsPanel extends Widget {
     } else if (model.jobs.length > 0) {
       root.appendChild(el('p', 'jp-Disttrain-empty', 'The finished jobs were cleared from this list.'));
     }
+    root.appendChild(this.namespaceSection());
     this.node.replaceChildren(root);
+  }
+
+  /** Every job of the namespace, whoever started it; a row expands to the same detail. */
+  private namespaceSection(): HTMLElement {
+    const model = this.model;
+    const section = el('div', 'jp-Disttrain-namespace');
+    section.dataset.section = 'namespace';
+    section.appendChild(
+      button('namespace', model.showNamespace ? 'Hide namespace' : 'Namespace',
+        'Every TrainJob, PyTorchJob and TFJob of the namespace, whoever started it',
+        () => void model.toggleNamespace())
+    );
+    if (!model.showNamespace) {
+      return section;
+    }
+    if (model.namespaceError) {
+      section.appendChild(el('div', 'jp-Disttrain-error', model.namespaceError));
+    }
+    const table = section.appendChild(el('table', 'jp-Disttrain-table jp-Disttrain-namespace-table'));
+    const head = el('tr');
+    for (const name of ['Name', 'Kind', 'State', 'Progress']) {
+      head.appendChild(el('th', '', name));
+    }
+    table.appendChild(el('thead')).appendChild(head);
+    const body = table.appendChild(el('tbody'));
+    for (const job of model.namespaceJobs) {
+      body.appendChild(this.namespaceRow(job));
+      const detail = model.expanded.has(job.id) ? model.details.get(job.id) : undefined;
+      if (detail) {
+        const row = this.detailRow(detail, { ...detail, can_stop: false });
+        row.querySelector('td')?.setAttribute('colspan', '4');
+        body.appendChild(row);
+      }
+    }
+    if (model.namespaceJobs.length === 0) {
+      section.appendChild(el('p', 'jp-Disttrain-empty', 'No Kubeflow jobs in the namespace.'));
+    }
+    return section;
+  }
+
+  private namespaceRow(job: INamespaceJob): HTMLTableRowElement {
+    const row = el('tr', 'jp-Disttrain-job jp-Disttrain-namespace-job');
+    row.dataset.jobId = job.id;
+    row.dataset.state = job.state;
+    row.dataset.foreign = String(job.foreign);
+    const name = row.appendChild(el('td', 'jp-Disttrain-name', job.name));
+    name.title = job.foreign ? `started by ${job.started_by || 'another tool'}` : 'started by jupyter-disttrain';
+    row.appendChild(el('td', 'jp-Disttrain-kind', job.kind));
+    row.appendChild(el('td', `jp-Disttrain-state jp-Disttrain-state-${job.state.toLowerCase()}`, job.state));
+    const eta = job.eta !== null && job.eta > 0 && job.state === 'Running' ? `, ${formatDuration(job.eta)} left` : '';
+    const cell = row.appendChild(el('td', 'jp-Disttrain-step', job.progress === null ? '-' : `${job.progress}%${eta}`));
+    if (job.can_stop) {
+      const ask = `Stop ${job.name}? It was started by ${job.started_by || 'another tool or user'}: stopping deletes it for everyone.`;
+      cell.appendChild(button('stop', 'Stop', 'Delete this job (asks first)', () => {
+        if (!job.foreign || window.confirm(ask)) {
+          void this.model.stopJob(job.id);
+        }
+      }));
+    }
+    row.title = job.reason ? `${job.state}: ${job.reason}` : job.state;
+    row.addEventListener('click', () => void this.model.toggle(job.id));
+    return row;
   }
 
   private table(): HTMLTableElement {

@@ -152,8 +152,33 @@ export interface IStopResult {
 }
 
 /** What the model needs from the server (the real one is in api.ts; tests pass fakes). */
+/** A row of the namespace section: any job of the namespace, whoever started it. */
+export interface INamespaceJob {
+  id: string;
+  name: string;
+  backend: string;
+  kind: string;
+  state: string;
+  reason: string;
+  progress: number | null;
+  eta: number | null;
+  created: number;
+  nodes: number;
+  started_by: string;
+  foreign: boolean;
+  can_stop: boolean;
+}
+
+export interface INamespace {
+  jobs: INamespaceJob[];
+  backends: IBackendStatus[];
+  now: number;
+}
+
 export interface IJobsAPI {
   list(): Promise<IJobList>;
+  /** Every job of the namespace (GET /disttrain/api/namespace); optional for other APIs. */
+  namespace?(): Promise<INamespace>;
   job(id: string): Promise<IJob>;
   stop(id: string): Promise<IStopResult>;
   logs(id: string, rank: number | null, tail: number): Promise<ILogs>;

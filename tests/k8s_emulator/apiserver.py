@@ -37,6 +37,7 @@ from .meta import (
 from .patch import json_patch, merge_patch
 from .resources import CONFIGMAPS, NAMESPACES, PODS, SECRETS, SERVICES, Registry, Resource
 from .store import Store
+from .tokens import TokenIssuer
 
 MAX_DATA_BYTES = 1024 * 1024
 _SERVER_META = (
@@ -80,6 +81,8 @@ class ApiServer(Deletion, EventRecorder):
         self.rules: dict[str, list[Rules]] = {}
         #: Built-in defaulting (what the API server's strategies fill in), by resource key.
         self.defaulters: dict[str, Callable[[Obj], None]] = {}
+        #: TokenRequest/TokenReview for projected service account tokens.
+        self.tokens = TokenIssuer()
         super().__init__()
         for name in ("default", "kube-system", "kube-public"):
             self.ensure_namespace(name)

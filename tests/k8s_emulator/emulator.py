@@ -53,6 +53,7 @@ from .stats import Accounting, Stats
 from .store import Store
 from .trainer import API_VERSION as TRAINER_API_VERSION
 from .trainer import TrainerKinds
+from .trainer_status import StatusServer, with_trainer_status
 from .trainer_webhooks import TrainerWebhooks, trainjob_rules
 from .trainjob import TrainJobController, default_runtime, jax_runtime
 
@@ -102,6 +103,7 @@ class Emulator:
         apis: Iterable[str] = ("kubeflow-v1",),
         webhooks: bool = True,
         kueue: bool = True,
+        trainer_status: bool = False,
     ) -> None:
         self.apis = frozenset(apis)
         unknown = self.apis - set(APIS)
@@ -124,6 +126,9 @@ class Emulator:
         self.kueue = Kueue()
         self._with_kueue = kueue
         self.trainer_kinds: TrainerKinds | None = None
+        #: Trainer's status server (``trainer_status``: its ``TrainJobStatus`` gate on).
+        self.trainer_status: StatusServer | None = None
+        self._status_gate = trainer_status
         if "trainer" in self.apis:
             self._install_trainer(webhooks)
         self.faults = Faults()
@@ -172,7 +177,7 @@ class Emulator:
             self.controllers = [
                 JobController(self.api, backoff=self.kubelet_settings.restart_backoff),
                 JobSetController(self.api),
-                TrainJobController(self.api, self.trainer_kinds),
+                TrainJobController(self.api, self.trainer_kinds, self._status_plugins()),
             ]
             if self._with_kueue:
                 self.kueue.start(self.api, self.trainer_kinds.trainjobs)
@@ -245,6 +250,8 @@ class Emulator:
             finally:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join(timeout=10)
+        if self.trainer_status is not None:
+            self.trainer_status.close()
         if self.operator is not None:
             self.operator.close()
         self.kueue.close()
@@ -318,7 +325,8 @@ class Emulator:
     def _install_trainer(self, webhooks: bool) -> None:
         """Kubeflow Trainer v2's CRDs, JobSet and batch Jobs, webhooks and default runtime."""
         for crd in TRAINER_CRDS:
-            self.install_crd(crd, defaulted=True)
+            gated = self._status_gate and "trainjobs" in str(crd)
+            self.install_crd(crd, defaulted=True, change=with_trainer_status if gated else None)
         self.registry.add(JOBSETS)
         self.registry.add(JOBS)
         found = {
@@ -337,15 +345,31 @@ class Emulator:
         self.api.create(cluster_runtimes, "", default_runtime())
         self.api.create(cluster_runtimes, "", jax_runtime())
 
+    def _status_plugins(self) -> list[Callable[[Obj, Obj], None]]:
+        if not self._status_gate or self.trainer_kinds is None:
+            return []
+        self.trainer_status = StatusServer(
+            self.api, self.trainer_kinds.trainjobs, self.network, self.root
+        )
+        self.trainer_status.start()
+        return [self.trainer_status.enforce]
+
     def serve_service_monitors(self) -> list[Resource]:
         """Serve the Prometheus Operator's ServiceMonitor (a cluster with that operator)."""
         return self.install_crd(
             Path(__file__).parent / "crds" / "monitoring.coreos.com_servicemonitors.yaml"
         )
 
-    def install_crd(self, path: str | Path, *, defaulted: bool = False) -> list[Resource]:
-        """Serve the custom resources of a CRD file (``defaulted``: apply its schema defaults)."""
-        crd = load_crd(path)
+    def install_crd(
+        self,
+        path: str | Path,
+        *,
+        defaulted: bool = False,
+        change: Callable[[Obj], Obj] | None = None,
+    ) -> list[Resource]:
+        """Serve the custom resources of a CRD file (``defaulted``: apply its schema defaults;
+        ``change``: the CRD served instead of the file's)."""
+        crd = load_crd(path) if change is None else change(load_crd(path))
         resources = crd_resources(crd, defaulted=defaulted)
         for resource in resources:
             self.registry.add(resource)

@@ -117,6 +117,29 @@ class Faults:
                 return unauthorized() if refusal.code == 401 else forbidden(info, refusal.user)
         return None
 
+    def review(self, body: Obj) -> Obj:
+        """A SelfSubjectAccessReview answered (``kubectl auth can-i``): denied when an armed
+        403 refusal would refuse that request (it is not used up by the question)."""
+        attrs = ((body.get("spec") or {}).get("resourceAttributes")) or {}
+        resource = str(attrs.get("resource") or "")
+        if attrs.get("subresource"):
+            resource += f"/{attrs['subresource']}"
+        verb = str(attrs.get("verb") or "")
+        with self._lock:
+            denied = any(
+                r.code == 403
+                and (r.verbs is None or verb in r.verbs)
+                and (r.resources is None or resource in r.resources)
+                for r in self._refusals
+            )
+        status: Obj = {"allowed": not denied}
+        if denied:
+            status.update(denied=True, reason="")
+        else:
+            status["reason"] = 'RBAC: allowed by RoleBinding "edit/default" of ClusterRole "edit"'
+        return {**body, "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview", "status": status}  # fmt: skip
+
     # --- scheduling ----------------------------------------------------------------------
 
     def make_unschedulable(self, pods: str, namespace: str | None, message: str) -> None:

@@ -294,7 +294,7 @@ class PodWorker(threading.Thread):
         while not self.stopping.is_set():
             try:
                 self.volumes = materialise(
-                    self.pod, self.dir, self.kubelet.root / "claims", self._lookup
+                    self.pod, self.dir, self.kubelet.root / "claims", self._lookup, self._token
                 )
                 break
             except MountError as exc:
@@ -344,6 +344,9 @@ class PodWorker(threading.Thread):
     def runner(self, name: str) -> ContainerRunner | None:
         """The container (or init container) ``name`` of this pod."""
         return self.containers.get(name) or self.inits.get(name)
+
+    def _token(self, audience: str, expiry: int) -> str:
+        return self.api.tokens.issue(self.pod, audience, expiry)
 
     def _lookup(self, plural: str, name: str) -> Obj | None:
         resource = SECRETS if plural == "secrets" else CONFIGMAPS

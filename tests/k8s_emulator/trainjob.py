@@ -40,6 +40,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 
 import yaml
 
@@ -83,8 +84,15 @@ class TrainJobController(ControlLoop):
 
     name = "trainjob-controller"
 
-    def __init__(self, api: ApiServer, kinds: TrainerKinds) -> None:
+    def __init__(
+        self,
+        api: ApiServer,
+        kinds: TrainerKinds,
+        plugins: Iterable[Callable[[Obj, Obj], None]] = (),
+    ) -> None:
         self.kinds = kinds
+        #: Runtime plugins that change the JobSet before it is applied (``TrainJobStatus``).
+        self.plugins = list(plugins)
         self.webhooks = TrainerWebhooks(api, kinds)
         super().__init__(api)
 
@@ -167,7 +175,8 @@ class TrainJobController(ControlLoop):
         if status != old:
 
             def write(obj: Obj) -> None:
-                obj["status"] = status
+                reported = (obj.get("status") or {}).get("trainerStatus")  # not this loop's field
+                obj["status"] = {**status, "trainerStatus": reported} if reported else status
 
             self.api.mutate(self.kinds.trainjobs, namespace, name, write)
         if error is not None or missing:
@@ -236,6 +245,8 @@ class TrainJobController(ControlLoop):
         if current is not None and not suspended and not current["spec"].get("suspend"):
             return
         jobset = build_jobset(trainjob, runtime)
+        for plugin in self.plugins:
+            plugin(trainjob, jobset)
         if current is None:
             try:
                 self.api.create(JOBSETS, meta["namespace"], jobset)

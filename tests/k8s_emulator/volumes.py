@@ -11,6 +11,9 @@
   ``metadata.labels`` (``key="value"`` lines, sorted, Go-quoted values),
   ``metadata.name``, ``metadata.namespace`` or ``metadata.uid``; written
   atomically, and again when the pod's metadata changes (:func:`refresh_downward`).
+* ``projected``: its ``configMap`` and ``secret`` sources as above, and each
+  ``serviceAccountToken`` (``audience``, ``expirationSeconds``, ``path``) as a
+  token file from the API server's issuer (:mod:`.tokens`), in one directory.
 * Other volume types: an empty directory.
 """
 
@@ -26,6 +29,7 @@ from typing import Any
 from .meta import Obj
 
 Lookup = Callable[[str, str], Obj | None]  # (kind "configmaps"|"secrets", name) -> object
+Tokens = Callable[[str, int], str]  # (audience, expirationSeconds) -> a token of the pod
 
 
 class MountError(Exception):
@@ -79,8 +83,41 @@ def refresh_downward(pod: Obj, volumes: dict[str, Path]) -> None:
             os.replace(tmp, path)  # a reader sees the old or the new file, as with the kubelet
 
 
-def materialise(pod: Obj, pod_dir: Path, claims_dir: Path, lookup: Lookup) -> dict[str, Path]:
-    """A local directory per volume of ``pod``.
+def _source(name: str, spec: Obj, secret: bool, target: Path, lookup: Lookup) -> None:
+    """Write a ConfigMap's or Secret's files into ``target`` (MountError when it is missing)."""
+    source_name = spec.get("secretName" if secret else "name", "")
+    source = lookup("secrets" if secret else "configmaps", source_name)
+    target.mkdir(parents=True, exist_ok=True)
+    if source is None:
+        if not spec.get("optional"):
+            kind = "secret" if secret else "configmap"
+            raise MountError(
+                f'MountVolume.SetUp failed for volume "{name}" : {kind} "{source_name}" not found'
+            )
+    else:
+        _write_files(target, source, spec, secret)
+
+
+def _projected(name: str, spec: Obj, target: Path, lookup: Lookup, tokens: Tokens | None) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for source in spec.get("sources") or []:
+        if "configMap" in source or "secret" in source:
+            secret = "secret" in source
+            _source(name, source["secret" if secret else "configMap"], secret, target, lookup)
+        elif "serviceAccountToken" in source:
+            token = source["serviceAccountToken"]
+            if tokens is None:
+                raise MountError(f'MountVolume.SetUp failed for volume "{name}" : no token issuer')
+            text = tokens(str(token.get("audience", "")), int(token.get("expirationSeconds", 3600)))
+            path = target / str(token.get("path", "token"))
+            path.write_text(text, encoding="utf-8")
+            os.chmod(path, 0o600)
+
+
+def materialise(
+    pod: Obj, pod_dir: Path, claims_dir: Path, lookup: Lookup, tokens: Tokens | None = None
+) -> dict[str, Path]:
+    """A local directory per volume of ``pod`` (``tokens`` issues projected tokens).
 
     Raises :class:`MountError` when a ConfigMap or Secret it needs is missing.
     """
@@ -95,19 +132,9 @@ def materialise(pod: Obj, pod_dir: Path, claims_dir: Path, lookup: Lookup) -> di
             target.mkdir(parents=True, exist_ok=True)
         elif "configMap" in volume or "secret" in volume:
             secret = "secret" in volume
-            spec = volume["secret" if secret else "configMap"]
-            source_name = spec.get("secretName" if secret else "name", "")
-            source = lookup("secrets" if secret else "configmaps", source_name)
-            target.mkdir(parents=True, exist_ok=True)
-            if source is None:
-                if not spec.get("optional"):
-                    kind = "secret" if secret else "configmap"
-                    raise MountError(
-                        f'MountVolume.SetUp failed for volume "{name}" : {kind} "{source_name}" '
-                        "not found"
-                    )
-            else:
-                _write_files(target, source, spec, secret)
+            _source(name, volume["secret" if secret else "configMap"], secret, target, lookup)
+        elif "projected" in volume:
+            _projected(name, volume["projected"], target, lookup, tokens)
         else:
             target.mkdir(parents=True, exist_ok=True)
         out[name] = target

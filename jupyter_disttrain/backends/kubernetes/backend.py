@@ -15,7 +15,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -39,13 +39,14 @@ from ..base import (
     Plan,
     RuntimeRecord,
 )
-from . import kinds
+from . import access, kinds
 from .attached import create_owned
 from .client import Connection, connect, explain
 from .images import STOCK_IMAGES, ImagePolicy, default_image, notebook_versions
 from .kinds import KubeflowKind, kind_of
 from .logs import logs_name
 from .manifests import manifests
+from .namespace_watch import NamespaceWatch
 from .options import (
     EXAMPLES,
     OPTIONAL_VALUE,
@@ -54,12 +55,12 @@ from .options import (
     K8sOptions,
     parse_options,
 )
+from .podfiles import payload_files
 from .portforward import connect_job, leader_pod, node_pod
-from .records import record_from_object, spec_from_object
+from .records import namespace_record, record_from_object, spec_from_object
 from .template import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    PAYLOAD_FILE,
     owner_reference,
     payload_name,
 )
@@ -85,23 +86,6 @@ class KubernetesPlan(Plan):
     def export(self) -> str:
         """The YAML for ``kubectl create -f``."""
         return str(self)
-
-
-def payload_files(payload: Payload) -> dict[str, bytes]:
-    """What the pods need beside the image: payload, job key, worker runtime, cloudpickle."""
-    import cloudpickle
-
-    from ... import runtime
-
-    files = {PAYLOAD_FILE: payload.data, jobkey.KEY_FILE: payload.key}
-    package = Path(runtime.__file__).parent.parent
-    files["jupyter_disttrain/__init__.py"] = (package / "__init__.py").read_bytes()
-    for path in sorted((package / "runtime").rglob("*.py")):
-        if path.name != "zygote.py":  # the local launcher; pods run torchrun's own
-            files[path.relative_to(package.parent).as_posix()] = path.read_bytes()
-    for path in sorted(Path(cloudpickle.__file__).parent.glob("*.py")):
-        files[f"cloudpickle/{path.name}"] = path.read_bytes()
-    return files
 
 
 class KubernetesBackend(Backend):
@@ -154,6 +138,7 @@ class KubernetesBackend(Backend):
         self.images = images
         self.notebook = notebook
         self._conn: Connection | None = None
+        self._namespace: NamespaceWatch | None = None  # see watch_namespace()
 
     # -- helpers -----------------------------------------------------------------
     def settings(self, spec: JobSpec) -> K8sOptions:
@@ -444,6 +429,42 @@ class KubernetesBackend(Backend):
             for obj in listing.get("items", []):
                 out.append(record_from_object(obj, kubeflow))
         return sorted(out, key=lambda r: -r.created)
+
+    def watch_namespace(self) -> Callable[[], None] | None:
+        """Follow the namespace's jobs with one watch per kind (:mod:`.namespace_watch`)."""
+        if self._namespace is None:
+            self._namespace = NamespaceWatch(self.connection()).start()
+        return self._close_namespace
+
+    def _close_namespace(self) -> None:
+        found, self._namespace = self._namespace, None
+        if found is not None:
+            found.close()
+
+    def list_namespace(self) -> list[JobRecord]:
+        """Every job of every served kind in the namespace, whoever started it, newest first
+        (from the namespace watch once it has listed every kind)."""
+        cached = self._namespace.records() if self._namespace is not None else None
+        if cached is not None:
+            return cached
+        conn = self.connection()
+        out: list[JobRecord] = []
+        for kubeflow in kinds.KINDS:
+            try:
+                listing: Any = conn.custom.list_namespaced_custom_object(
+                    kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural
+                )
+            except ApiException as exc:
+                if exc.status == 404:  # the cluster does not serve this Kubeflow API
+                    continue
+                raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace,
+                              unserved=kubeflow.unserved()) from None  # fmt: skip
+            out += [namespace_record(obj, kubeflow) for obj in listing.get("items", [])]
+        return sorted(out, key=lambda r: -r.created)
+
+    def may_stop(self, name: str) -> bool | None:
+        """Whether RBAC lets this user delete job ``name`` (a SelfSubjectAccessReview)."""
+        return access.may_delete(self.connection(), name)
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
         """Pod logs of the job (one rank's lines, or all with their rank), control lines left out.

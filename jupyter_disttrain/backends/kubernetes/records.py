@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 from ...spec import JobSpec
 from ..base import JobRecord
 from .kinds import KubeflowKind
 from .labels import read_labels
-from .template import ANNOTATION_NOTEBOOK
+from .template import ANNOTATION_NOTEBOOK, LABEL_MANAGED_BY, MANAGED_BY
 
 
 def spec_from_object(obj: Mapping[str, Any], kubeflow: KubeflowKind) -> JobSpec:
@@ -49,6 +50,29 @@ def record_from_object(obj: Mapping[str, Any], kubeflow: KubeflowKind) -> JobRec
         owner=str(meta.get("namespace", "")),
         extra={**read_labels(meta), **({"notebook": notebook} if notebook else {})},
     )
+
+
+def namespace_record(obj: Mapping[str, Any], kubeflow: KubeflowKind) -> JobRecord:
+    """A listing row of any job of the namespace (``--all``): :func:`record_from_object`
+    with who started it, its kind and the progress it reports (see
+    :meth:`~..base.Backend.list_namespace`)."""
+    record = record_from_object(obj, kubeflow)
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    started_by = str(labels.get(LABEL_MANAGED_BY) or "")
+    reported = kubeflow.reported(obj)
+    extra: dict[str, Any] = {
+        **record.extra,
+        "kubeflow_kind": kubeflow.kind,
+        "started_by": started_by,
+        "foreign": started_by != MANAGED_BY,
+    }
+    if reported is not None and reported.percent is not None:
+        extra["progress"] = reported.percent
+    if reported is not None and reported.eta is not None:
+        extra["eta"] = reported.eta
+    if reported is not None and reported.metrics:
+        extra["reported_metrics"] = dict(reported.metrics)
+    return replace(record, extra=extra)
 
 
 def notebook_annotation(meta: Mapping[str, Any]) -> str:

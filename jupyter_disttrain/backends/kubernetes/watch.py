@@ -23,6 +23,7 @@ from . import phases as kp
 from .client import Connection
 from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
+from .reported import Reported
 from .staging import INIT_NAME
 from .status import init_state, pod_facts, rank_events, warning_message
 
@@ -94,6 +95,7 @@ class KubernetesRun(Submission):
         self._nodes: dict[str, int] = {}
         self._early: dict[str, list[tuple[kp.Fact, float]]] = {}
         self._phase_sent: dict[tuple[str, str, tuple[int, ...] | None], str] = {}
+        self._reported: tuple[Reported | None, int] = (None, 0)  # (last report, reports seen)
 
     # -- Submission ------------------------------------------------------------
     def start(self) -> None:
@@ -196,6 +198,8 @@ class KubernetesRun(Submission):
                     self._finish(("Failed", "Deleted", f"the {self.kind} was deleted"))
                 return
             self._has_leader = self.kubeflow.has_leader(item["object"])
+            if self.trust is None:  # a job without this tool's key: what its object reports
+                self._report(item["object"])
             current = self.kubeflow.condition(item["object"])
             if last is None:  # the job is waiting from its creation on
                 self._phase(kp.Fact("queued", "waiting", f"waiting for the {self.kind}'s pods",
@@ -213,6 +217,22 @@ class KubernetesRun(Submission):
                 self._finish(current)
                 return
             self.sink(ev.job_event(*current))
+
+    def _report(self, obj: dict[str, Any]) -> None:
+        """The progress and metrics a foreign job reports in its object, as rank 0's
+        ``progress`` and ``metric`` events (display data: they change no state)."""
+        reported = self.kubeflow.reported(obj)
+        if reported is None or reported == self._reported[0]:
+            return
+        count = self._reported[1] + 1
+        self._reported = (reported, count)
+        values = {k: v for k, v in reported.metrics.items() if k != "step"}
+        step = reported.metrics.get("step", float(count))
+        now = time.time()
+        if values:
+            self.sink(ev.Event("metric", 0, now, {"step": int(step), "values": values}))
+        if reported.percent is not None:
+            self.sink(ev.Event("progress", 0, now, {"step": reported.percent, "total": 100}))
 
     def _watch_pods(self) -> None:
         for item in self._stream(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .... import events as ev
 from ...base import RuntimeRecord
 from ..images import STOCK_IMAGES, ImagePolicy
+from ..reported import Reported
 
 if TYPE_CHECKING:
     from ....spec import JobSpec
@@ -187,6 +188,11 @@ class KubeflowKind(ABC):
     @abstractmethod
     def condition(self, obj: Mapping[str, Any]) -> Condition | None:
         """The job's state from its status, or None while it says nothing yet."""
+
+    def reported(self, obj: Mapping[str, Any]) -> Reported | None:
+        """The progress the job reports in its own object (:mod:`..reported`); None by
+        default (the kind has no such field)."""
+        return None
 
     @abstractmethod
     def shape(self, obj: Mapping[str, Any]) -> tuple[int, int]:

@@ -25,6 +25,7 @@ from .. import staging
 from ..client import explain
 from ..images import ImagePolicy, default_image
 from ..pods import pod_metadata
+from ..reported import Reported, read_reported
 from ..script import add_script_dir
 from ..syntax import ConflictingOptionsError
 from ..template import (
@@ -344,6 +345,10 @@ class TrainJobKind(KubeflowKind):
     def condition(self, obj: Mapping[str, Any]) -> Condition | None:
         """From conditions and ``jobsStatus`` (:func:`trainjob_condition`)."""
         return trainjob_condition(obj)
+
+    def reported(self, obj: Mapping[str, Any]) -> Reported | None:
+        """``status.trainerStatus`` (Trainer v2.2+), written by any trainer process."""
+        return read_reported((obj.get("status") or {}).get("trainerStatus"))
 
     def shape(self, obj: Mapping[str, Any]) -> tuple[int, int]:
         """``trainer.numNodes`` and ``numProcPerNode`` (:func:`trainjob_shape`)."""

@@ -1,0 +1,68 @@
+"""Every job of a backend's scope, whoever started it (``--all``), and stopping one safely.
+
+A foreign job (one this tool did not start: a Kubeflow SDK TrainJob, a
+pipeline's, a colleague's) is listed and followed read-only. Stopping it
+needs the user's RBAC to allow it (asked of the backend, as ``kubectl auth
+can-i`` would) and an explicit confirmation, since it is someone's work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..backends.base import Backend, BackendError, JobRecord
+from .listing import Listing, newest_first
+
+
+class StopRefused(BackendError):
+    """RBAC does not let this user stop the job."""
+
+
+def list_namespace(backends: Iterable[Backend]) -> Listing:
+    """Every job of ``backends`` (:meth:`~..backends.base.Backend.list_namespace`), newest
+    first; a backend that fails is reported in ``errors``, the others are still listed."""
+    listing = Listing(backends=list(backends))
+    for backend in listing.backends:
+        try:
+            listing.add(backend, backend.list_namespace())
+        except Exception as exc:  # one backend's failure stays its own
+            listing.errors[backend.name] = str(exc) or type(exc).__name__
+    listing.records = newest_first(listing.records)
+    return listing
+
+
+def is_foreign(record: JobRecord) -> bool:
+    """True for a job this tool did not start."""
+    return bool(record.extra.get("foreign"))
+
+
+def stop_question(backend: Backend, name: str) -> str | None:
+    """None when job ``name`` of ``backend`` may be stopped as any of this tool's jobs; else
+    the confirmation to ask (a foreign job the user's RBAC lets them delete).
+
+    Raises :class:`StopRefused` when RBAC does not allow it.
+    """
+    record = next((r for r in backend.list_namespace() if r.name == name), None)
+    if record is None or not is_foreign(record):
+        return None
+    allowed = backend.may_stop(name)
+    kind = str(record.extra.get("kubeflow_kind") or "job")
+    if allowed is False:
+        raise StopRefused(
+            f"{name} is read-only here: your Kubernetes RBAC does not allow deleting this "
+            f"{kind} (ask for 'delete' on it in your namespace; docs/rbac.yaml lists the rules)"
+        )
+    who = str(record.extra.get("started_by") or "") or "someone else"
+    return (f"{name} is a {kind} started by {who}, not by jupyter-disttrain: stopping it deletes "
+            "it for everyone. Confirm to stop it.")  # fmt: skip
+
+
+def where_refusal(backend: Backend, name: str) -> str | None:
+    """Why ``where`` is not available for job ``name`` (its pods do not run this tool's
+    runtime: nothing in them answers for stacks), or None when it may be asked."""
+    record = next((r for r in backend.list_namespace() if r.name == name), None)
+    if record is None or not is_foreign(record):
+        return None
+    return (f"where is not available for {name}: it was not started by jupyter-disttrain, so "
+            "its pods do not run its runtime (nothing there sends the ranks' stacks); its "
+            "logs and the progress it reports are shown")  # fmt: skip

@@ -9,7 +9,7 @@ PYTHON  ?= python3
 # The editable install also builds the lab extension (labextension/ -> jupyter_disttrain/labextension).
 $(STAMP): pyproject.toml constraints.txt labextension/package.json $(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,tensorflow]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,tensorflow,jax]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -71,6 +71,7 @@ bench: venv
 	$(PY) bench/nccl_corpus.py
 	$(PY) bench/tracking.py
 	$(PY) bench/session.py
+	$(PY) bench/jax_launch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

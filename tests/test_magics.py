@@ -252,7 +252,7 @@ def test_framework_default_is_configurable(shell: InteractiveShell) -> None:
     finally:
         shell.run_line_magic("distrain_config", "framework=pytorch")
     with pytest.raises(UsageError, match="not valid"):
-        shell.run_line_magic("distrain_config", "framework=jax")
+        shell.run_line_magic("distrain_config", "framework=mxnet")
 
 
 SESSION_MISTAKES = [

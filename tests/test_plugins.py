@@ -20,7 +20,7 @@ class NearbyBackend(LocalBackend):
 
 def test_the_builtins_come_from_the_packages_entry_points() -> None:
     assert BACKENDS.names() == ("local", "kubernetes")
-    assert FRAMEWORKS.names() == ("pytorch", "tensorflow")
+    assert FRAMEWORKS.names() == ("pytorch", "jax", "tensorflow")
     assert registry.backend_class("local") is LocalBackend
 
 

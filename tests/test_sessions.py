@@ -245,7 +245,7 @@ def test_bound_names_are_what_the_top_level_of_a_cell_binds() -> None:
 @pytest.mark.parametrize(
     ("changes", "needle"),
     [
-        ({"framework": "tensorflow", "nproc": 1}, "sessions run PyTorch ranks"),
+        ({"framework": "tensorflow", "nproc": 1}, "sessions run PyTorch or JAX ranks"),
         ({"max_restarts": 2}, "remove --max-restarts"),
         ({"resume": "/tmp/ckpt"}, "call load_checkpoint(URI) in a cell"),
     ],

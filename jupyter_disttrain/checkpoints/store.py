@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime.checkpoint import format as fmt
+from ..runtime.checkpoint import jax as checkpoint_jax
 from ..runtime.checkpoint import tf as checkpoint_tf
 from ..runtime.checkpoint.api import load_sharded
 from ..runtime.checkpoint.directory import CheckpointDir
@@ -218,6 +219,8 @@ class CheckpointStore:
     def _load_entry(self, entry: fmt.Entry, weights_only: bool, map_location: Any) -> Any:
         if entry.get("kind") == fmt.TF:  # variables by checkpoint key, as numpy arrays
             return checkpoint_tf.variables(self.dir, entry)
+        if entry.get("kind") == fmt.JAX:  # the saved tree, as numpy arrays
+            return checkpoint_jax.variables(self.dir, entry)
         import torch
 
         if entry.get("status") not in (fmt.OK, None):

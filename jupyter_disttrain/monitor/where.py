@@ -25,6 +25,9 @@ COLLECTIVES: Final = frozenset({
     "reduce", "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all",
     "all_to_all_single", "broadcast_object_list", "send", "recv", "isend", "irecv",
     "batch_isend_irecv", "wait", "synchronize",
+    # JAX: its multi-process helpers, and the wait for a compiled computation's collectives
+    "sync_global_devices", "process_allgather", "broadcast_one_to_all", "block_until_ready",
+    "wait_at_barrier",
 })  # fmt: skip
 
 

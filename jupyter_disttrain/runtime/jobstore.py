@@ -31,8 +31,28 @@ _refused: set[str] = set()
 _refused_lock = threading.Lock()
 
 
+_framework_store: Any = None
+
+
+def use_store(store: Any) -> None:
+    """Make ``store`` (with a c10d store's ``set/get/check/add/delete_key``) the job's store
+    in a worker whose framework has no torch process group (JAX's coordination service)."""
+    global _framework_store
+    _framework_store = store
+
+
+def framework_store() -> Any:
+    """The store a framework set up (:func:`use_store`), or None (PyTorch: its process group's)."""
+    return _framework_store
+
+
 def default_store() -> Any:
-    """The default process group's store, or None before (or without) a process group."""
+    """The default process group's store, or None before (or without) a process group.
+
+    A store a framework set up (:func:`use_store`) comes first.
+    """
+    if _framework_store is not None:
+        return _framework_store
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_initialized():
         return None

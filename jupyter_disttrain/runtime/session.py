@@ -62,7 +62,7 @@ from typing import Any, Final, Protocol
 
 from . import debugger, jobkey, relay, report
 from .cell import main_module, run_cell
-from .jobstore import SignedStore, job_key
+from .jobstore import SignedStore, framework_store, job_key
 
 PREFIX: Final = "distrain-session/"
 HEADER: Final = struct.Struct(">I")
@@ -150,7 +150,14 @@ def recv_message(sock: socket.socket, key: bytes) -> dict[str, Any]:
 
 def control_store(key: bytes) -> SignedStore:
     """A new client of the job's c10d store (torchrun's ``MASTER_ADDR``/``MASTER_PORT``),
-    signing and checking with ``key``."""
+    signing and checking with ``key``. A framework's own store (JAX's coordination
+    service, see :func:`.jobstore.use_store`) is used, scoped, where there is one."""
+    run = os.environ.get("DISTRAIN_RUN_ID", "")
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    scope = f"{PREFIX}{run}/{restart}/"
+    own = framework_store()
+    if own is not None:
+        return SignedStore(own.scoped(scope), key, scope)
     import torch.distributed as dist
 
     host = os.environ.get("MASTER_ADDR", "127.0.0.1")
@@ -158,9 +165,6 @@ def control_store(key: bytes) -> SignedStore:
     tcp: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's stubs' exports)
     prefix: Any = getattr(dist, "PrefixStore")  # noqa: B009
     base = tcp(host, port, is_master=False, timeout=STORE_TIMEOUT, wait_for_workers=False)
-    run = os.environ.get("DISTRAIN_RUN_ID", "")
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    scope = f"{PREFIX}{run}/{restart}/"
     return SignedStore(prefix(scope, base), key, scope)
 
 

@@ -38,6 +38,7 @@ from . import (
 from . import report as _report
 from .cell import main_module, run_payload, user_traceback
 from .checkpoint import api as _checkpoint
+from .jax import apply_env as apply_jax_env
 
 RESULT_INLINE_LIMIT = 4 * 1024 * 1024
 EXIT_OK, EXIT_USER_ERROR, EXIT_SETUP_ERROR = 0, 1, 2
@@ -243,6 +244,14 @@ def init_framework(
     return setup(payload, rank)
 
 
+def framework_result(payload: dict[str, Any], value: Any) -> Any:
+    """Rank 0's value as its framework's ``result(value)`` makes it (JAX arrays to numpy);
+    unchanged when the framework's runtime module has no ``result``."""
+    module = sys.modules.get(str(payload.get("runtime") or DEFAULT_RUNTIME).partition(":")[0])
+    convert = getattr(module, "result", None)  # the set-up imported its module
+    return convert(value) if callable(convert) else value
+
+
 def finish_torch_distributed() -> None:
     """Tear down the default process group if the cell left it up."""
     dist = sys.modules.get("torch.distributed")
@@ -351,7 +360,7 @@ def encode_result(value: Any, result_dir: str | None) -> dict[str, Any]:
 def versions() -> dict[str, str]:
     """Versions this worker runs with, reported in ``hello``."""
     out = {"python": platform.python_version()}
-    for name in ("torch", "tensorflow"):
+    for name in ("torch", "tensorflow", "jax"):
         mod = sys.modules.get(name)
         if mod is not None:
             out[name] = str(getattr(mod, "__version__", "?"))
@@ -414,6 +423,7 @@ def run(payload_path: str) -> int:
             value = run_payload(payload, module.__dict__)  # a cell, or a script
             _checkpoint.wait_for_saves()  # a background save fails the cell if it fails
             if rank == 0:
+                value = framework_result(payload, value)
                 result = encode_result(value, os.environ.get("DISTRAIN_JOB_DIR"))
                 _report.emit("result", **result)
     except BaseException as exc:
@@ -443,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m jupyter_disttrain.runtime.worker PAYLOAD", file=sys.stderr)
         return EXIT_SETUP_ERROR
     tf.apply_env(os.environ)  # a TensorFlow task's rank comes from TF_CONFIG
+    apply_jax_env(os.environ)  # a JAX process's rank from JAX_PROCESS_ID (one per pod)
     prefixed = os.environ.get("DISTRAIN_RANK_PREFIX") == "1"
     if prefixed:
         rankprefix.start(int(os.environ.get("RANK", "0")))

@@ -98,7 +98,7 @@ BAD_TF_LINES = [
         "--framework tensorflow --backend kubernetes --elastic 1:3",
         r"--elastic is a PyTorch \(torchrun\) option",
     ),
-    ("--framework jax", r"unknown --framework 'jax'; choose one of: pytorch, tensorflow"),
+    ("--framework mxnet", r"unknown --framework 'mxnet'; choose one of: pytorch, jax, tensorflow"),
 ]
 
 

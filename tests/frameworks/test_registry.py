@@ -112,7 +112,7 @@ def check_toy_plans(directory: Path) -> None:
         parse("--framework toy --nodes 3")
     with pytest.raises(SpecError, match="--max-restarts with --framework toy needs --backend"):
         parse("--framework toy --max-restarts 1")
-    with pytest.raises(SpecError, match="sessions run PyTorch ranks; --framework toy runs"):
+    with pytest.raises(SpecError, match="sessions run PyTorch or JAX ranks; --framework toy runs"):
         session_spec(spec)
     caps = backend_class("local").capabilities
     assert caps.runs("toy") and not caps.restarts("toy") and "toy" in caps.framework_names()

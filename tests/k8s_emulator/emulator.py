@@ -55,7 +55,7 @@ from .trainer import API_VERSION as TRAINER_API_VERSION
 from .trainer import TrainerKinds
 from .trainer_status import StatusServer, with_trainer_status
 from .trainer_webhooks import TrainerWebhooks, trainjob_rules
-from .trainjob import TrainJobController, default_runtime
+from .trainjob import TrainJobController, default_runtime, jax_runtime
 
 #: What ``Emulator(apis=...)`` can serve: the Training Operator v1 and Kubeflow Trainer v2.
 APIS = ("kubeflow-v1", "trainer")
@@ -77,8 +77,8 @@ class Emulator:
     ``apis`` says which Kubeflow APIs the cluster has: ``"kubeflow-v1"`` (the
     Training Operator's PyTorchJob and TFJob; the default) and/or ``"trainer"``
     (Kubeflow Trainer v2: TrainJob, TrainingRuntime, ClusterTrainingRuntime with
-    ``torch-distributed`` installed, JobSet, batch Jobs, their controllers, and
-    Kueue: :attr:`kueue`). An API left out is absent as on a real cluster: not
+    ``torch-distributed`` and ``jax-distributed`` installed, JobSet, batch Jobs, their
+    controllers, and Kueue: :attr:`kueue`). An API left out is absent as on a real cluster: not
     in discovery, 404 on its paths. ``webhooks=False`` runs Trainer v2 without
     its admission webhooks (a TrainJob naming a missing runtime is then
     accepted, and the controller reports it); ``kueue=False`` without Kueue (the
@@ -343,6 +343,7 @@ class Emulator:
         if webhooks:
             TrainerWebhooks(self.api, self.trainer_kinds).install()
         self.api.create(cluster_runtimes, "", default_runtime())
+        self.api.create(cluster_runtimes, "", jax_runtime())
 
     def _status_plugins(self) -> list[Callable[[Obj, Obj], None]]:
         if not self._status_gate or self.trainer_kinds is None:

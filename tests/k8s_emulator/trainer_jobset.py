@@ -2,7 +2,8 @@
 
 The runtime's JobSet template with ``spec.runtimePatches`` merged in, the
 trainer step's node count and ``resourcesPerNode``, the torch plugin's
-``PET_*`` variables and port, PlainML's env and the initializer steps (see
+``PET_*`` variables and port, the JAX plugin's ``JAX_*`` variables and port,
+PlainML's env and the initializer steps (see
 ``trainjob.py`` for the whole contract).
 """
 
@@ -184,6 +185,8 @@ def build_jobset(trainjob: Obj, runtime: Obj) -> Obj:
     others = any((ml_policy or {}).get(k) is not None for k in ("torch", "mpi", "jax"))
     if torch is not None:
         _torch(trainjob, ml_policy or {}, rjobs, trainer_rjob, counts)
+    elif (ml_policy or {}).get("jax") is not None:
+        _jax(trainjob, trainer_rjob, counts)
     elif not others and trainer is not None and trainer_rjob is not None:
         # PlainML: numNodes and the trainer's env.
         if trainer.get("numNodes") is not None:
@@ -287,6 +290,28 @@ def _torch(
                 )
             upsert_env(found.setdefault("env", []), *pet)
             upsert_env(found["env"], *master)
+
+
+def _jax(trainjob: Obj, trainer_rjob: Obj | None, counts: dict[str, int]) -> None:
+    """The JAX plugin's ``EnforceMLPolicy``: one process per pod, told its cluster by env."""
+    name = trainjob["metadata"]["name"]
+    trainer = trainjob.get("spec", {}).get("trainer")
+    if trainer_rjob is None:
+        return
+    if trainer is not None and trainer.get("numNodes") is not None:
+        counts[trainer_rjob["name"]] = int(trainer["numNodes"])
+    container = _node_container(trainer_rjob) if trainer is not None else None
+    if container is None or trainer is None:
+        return
+    env = container.setdefault("env", [])
+    upsert_env(env, *trainer.get("env", []))
+    upsert_env(
+        env,
+        {"name": "JAX_NUM_PROCESSES", "value": str(counts[trainer_rjob["name"]])},
+        {"name": "JAX_PROCESS_ID", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_PATH}}},
+        {"name": "JAX_COORDINATOR_ADDRESS", "value": f"{name}-{NODE}-0-0.{name}:{TRAINER_PORT}"},
+    )
+    upsert_port(container.setdefault("ports", []), {"containerPort": TRAINER_PORT})
 
 
 def _initializers(spec: Obj, rjobs: list[Obj]) -> None:

@@ -330,3 +330,17 @@ def default_runtime() -> Obj:
         runtime = yaml.safe_load(fh)
     assert isinstance(runtime, dict)
     return runtime
+
+
+def jax_runtime() -> Obj:
+    """The ``jax-distributed`` ClusterTrainingRuntime, in the shape of ``torch-distributed``:
+    the framework label ``jax``, ``mlPolicy.jax``, NVIDIA's JAX image (as Trainer's manifests
+    install it)."""
+    runtime = default_runtime()
+    runtime["metadata"] = {"name": "jax-distributed",
+                           "labels": {"trainer.kubeflow.org/framework": "jax"}}  # fmt: skip
+    runtime["spec"]["mlPolicy"] = {"numNodes": 1, "jax": {}}
+    for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
+            container["image"] = "nvcr.io/nvidia/jax:25.10-py3"
+    return runtime

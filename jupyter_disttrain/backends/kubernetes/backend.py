@@ -23,6 +23,7 @@ from typing import Any, cast
 from kubernetes.client.exceptions import ApiException
 
 from ... import events as ev
+from ...frameworks import framework
 from ...payload import Payload
 from ...runtime import jobkey, rankprefix
 from ...runtime.hangwatch import WHERE_ANNOTATION
@@ -143,6 +144,9 @@ class KubernetesBackend(Backend):
     def settings(self, spec: JobSpec) -> K8sOptions:
         """The spec's Kubernetes options, validated; the payload (with the job key) in a Secret."""
         opts = parse_options(spec.options)
+        runtime = kind_of(spec.framework, opts.kubeflow_api).default_runtime(spec.framework)
+        if runtime and "runtime" not in dict(spec.options):  # JAX: jax-distributed
+            opts = dataclasses.replace(opts, runtime=runtime)
         if not opts.payload_secret:
             opts = dataclasses.replace(opts, payload_secret=True)
         return opts
@@ -161,6 +165,8 @@ class KubernetesBackend(Backend):
     def payload_extra(self, spec: JobSpec) -> dict[str, Any]:
         """The image that matches the notebook's versions, named if a worker's Python differs."""
         opts = self.settings(spec)
+        if not opts.image and not framework(spec.framework).image:
+            return {}  # the training runtime's own image (JAX: jax-distributed's)
         image = opts.image or default_image(spec.framework, notebook_versions(spec.framework),
                                             gpus=opts.gpus, policy=self.images)  # fmt: skip
         return {"image_hint": f"image {image}"}

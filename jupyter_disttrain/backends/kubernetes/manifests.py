@@ -32,7 +32,7 @@ def check(spec: JobSpec, opts: K8sOptions) -> None:
 
 def worker_command(framework: str) -> list[str]:
     """The exec-form command of every training container of a ``framework`` job."""
-    return launch_command(kind_of(framework, None))
+    return launch_command(kind_of(framework, None), framework)
 
 
 def manifests(

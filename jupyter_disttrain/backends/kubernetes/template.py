@@ -459,7 +459,9 @@ def job_metadata(
     return meta
 
 
-def launch_command(kind: KubeflowKind) -> list[str]:
-    """The exec-form command of every training container of ``kind``: its launcher, then
-    the worker module with the payload file."""
-    return [*kind.launcher, WORKER_MODULE, posixpath.join(PAYLOAD_DIR, PAYLOAD_FILE)]
+def launch_command(kind: KubeflowKind, framework: str = "") -> list[str]:
+    """The exec-form command of every training container of ``kind``: its launcher (for
+    ``framework``, see :meth:`~.kinds.base.KubeflowKind.launcher_of`), then the worker
+    module with the payload file."""
+    launcher = kind.launcher_of(framework) if framework else kind.launcher
+    return [*launcher, WORKER_MODULE, posixpath.join(PAYLOAD_DIR, PAYLOAD_FILE)]

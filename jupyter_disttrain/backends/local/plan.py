@@ -115,8 +115,8 @@ def build_plan(
     """The launch plan for ``spec`` (pure apart from the arguments given).
 
     ``port`` is the c10d rendezvous port; the workers of a framework launched
-    as ``workers`` (TensorFlow) listen on ``ports`` (one per node; free ones are
-    picked when not given).
+    as ``workers`` (TensorFlow, JAX) listen on ``ports`` (one per process, ``--nodes``
+    times ``--nproc``; free ones are picked when not given).
     """
     payload_path = str(directory / "payload.pkl")
     logs = jobdir.logs_dir(directory)
@@ -153,7 +153,7 @@ def build_plan(
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     fw = framework(spec.framework)
     if fw.launch == WORKERS:
-        ports = list(ports) or free_ports(spec.nodes)
+        ports = list(ports) or free_ports(spec.world_size)
         return _workers_plan(fw, spec, payload, directory, env, ports)
     nodes = []
     for node in range(spec.nodes):
@@ -187,21 +187,25 @@ def _workers_plan(
     env: dict[str, str],
     ports: list[int],
 ) -> LocalPlan:
-    """One fresh worker process per node, each told its cluster by ``fw`` (``TF_CONFIG``)."""
-    if len(set(ports)) != spec.nodes:
-        raise ValueError(f"a {fw.title} job of {spec.nodes} nodes needs as many distinct ports")
+    """One fresh worker process per rank, each told its cluster by ``fw`` (``TF_CONFIG``,
+    ``JAX_*``); rank ``node * nproc + local`` is process ``local`` of node ``node``."""
+    if len(set(ports)) != spec.world_size:
+        raise ValueError(
+            f"a {fw.title} job of {spec.world_size} processes needs as many distinct ports"
+        )
     logs = jobdir.logs_dir(directory)
     addresses = [f"{LOOPBACK}:{p}" for p in ports]
     nodes = []
-    for node in range(spec.nodes):
+    for rank in range(spec.world_size):
+        node, local = divmod(rank, spec.nproc)
         node_env = {
-            **env, **fw.cluster_env(addresses, node),
-            "RANK": str(node), "WORLD_SIZE": str(spec.nodes), "GROUP_RANK": str(node),
-            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+            **env, **fw.cluster_env(addresses, rank),
+            "RANK": str(rank), "WORLD_SIZE": str(spec.world_size), "GROUP_RANK": str(node),
+            "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(spec.nproc),
         }  # fmt: skip
         argv = (str(directory / "payload.pkl"),)
-        log = str(logs / f"agent-{node}.log")
-        nodes.append(NodeLaunch(node, argv, node_env, log, module=WORKER_MODULE))
+        log = str(logs / f"agent-{rank}.log")
+        nodes.append(NodeLaunch(rank, argv, node_env, log, module=WORKER_MODULE))
     return LocalPlan(
         spec, payload, str(directory), ",".join(addresses), "exec", tuple(nodes),
         len(payload.data), payload.describe(),

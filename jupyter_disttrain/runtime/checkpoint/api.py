@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import preemption
 from . import format as fmt
+from . import jax as checkpoint_jax
 from . import tf as checkpoint_tf
 from .commit import (
     env_rank,
@@ -303,6 +304,12 @@ def save_checkpoint(
         wait_for_saves()
         with saving(cdir, step):
             return checkpoint_tf.save(cdir, state, step, values, keep_last, keep_best)
+    if checkpoint_jax.is_jax(state):  # every process calls it; process 0 writes (see .jax)
+        if sharded or background:
+            raise CheckpointError("JAX checkpoints take neither sharded= nor background=")
+        wait_for_saves()
+        with saving(cdir, step):
+            return checkpoint_jax.save(cdir, state, step, values, keep_last, keep_best)
     if sharded:
         if background:
             raise CheckpointError("background=True is for full checkpoints, not sharded=True")
@@ -428,6 +435,8 @@ def _load(
 ) -> Any:
     if entry.get("kind") == fmt.TF:
         return checkpoint_tf.load(cdir, entry, into)
+    if entry.get("kind") == fmt.JAX:
+        return checkpoint_jax.load(cdir, entry, into)
     import torch
 
     if entry.get("status") not in (fmt.OK, None):

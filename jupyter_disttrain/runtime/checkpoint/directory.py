@@ -77,7 +77,7 @@ class CheckpointDir:
         if entry.get("status") == fmt.CORRUPT:
             return fmt.CORRUPT, str(entry.get("reason", ""))
         try:
-            if entry.get("kind") in (fmt.SHARDED, fmt.TF):  # a folder of files
+            if entry.get("kind") in (fmt.SHARDED, fmt.TF, fmt.JAX):  # a folder of files
                 return self._verify_sharded(entry)
             data = self.fs.read_bytes(self.payload_path(entry))
         except OSError as exc:
@@ -105,9 +105,11 @@ class CheckpointDir:
         folder = self.payload_path(entry)
         sizes = self.fs.listdir(folder)
         for name, (nbytes, digest) in dict(entry.get("files", {})).items():
-            if name not in sizes:
+            nested = "/" in name  # a file in a subfolder (an orbax checkpoint's)
+            found = self.fs.read_bytes(self.fs.join(folder, name)) if nested else None
+            if (name not in sizes) if not nested else found is None:
                 return fmt.INCOMPLETE, f"{entry['path']}/{name} is missing"
-            data = self.fs.read_bytes(self.fs.join(folder, name)) or b""
+            data = (found if nested else self.fs.read_bytes(self.fs.join(folder, name))) or b""
             if len(data) != nbytes or hashlib.sha256(data).hexdigest() != digest:
                 return fmt.CORRUPT, f"{entry['path']}/{name}: checksum mismatch"
         return fmt.OK, ""

@@ -33,11 +33,13 @@ ENTRIES_DIR = f"{META_DIR}/entries"
 MANIFEST = f"{META_DIR}/manifest.json"
 TMP_PREFIX = ".tmp-"
 FULL, SHARDED, TF = "full", "sharded", "tf"
+#: A JAX pytree: a folder with its arrays (``.npz``) and its structure (JSON), see ``jax.py``.
+JAX = "jax"
 #: Statuses: complete; a file is missing; size or checksum wrong, or record unreadable.
 OK, INCOMPLETE, CORRUPT = "ok", "incomplete", "corrupt"
 
 ENTRY_RE = re.compile(r"^(\d{12})-([0-9a-f]{6,32})\.json$")
-PAYLOAD_RE = re.compile(r"^step-(\d{9,})-([0-9a-f]{6,32})\.(pt|dcp|tf)$")
+PAYLOAD_RE = re.compile(r"^step-(\d{9,})-([0-9a-f]{6,32})\.(pt|dcp|tf|jax)$")
 
 Entry = dict[str, Any]
 
@@ -52,7 +54,7 @@ class CorruptCheckpoint(CheckpointError):
 
 def payload_name(step: int, token: str, kind: str) -> str:
     """File (full) or directory (sharded) name of a checkpoint's data."""
-    suffix = {SHARDED: "dcp", TF: "tf"}.get(kind, "pt")
+    suffix = {SHARDED: "dcp", TF: "tf", JAX: "jax"}.get(kind, "pt")
     return f"step-{step:09d}-{token}.{suffix}"
 
 

@@ -72,12 +72,13 @@ def test_a_queued_trainjob_shows_queued_until_kueue_admits_it(trainer: Emulator)
 
 def test_runtimes_are_listed_and_an_unknown_one_names_the_choices(trainer: Emulator) -> None:
     backend = KubernetesBackend()
-    (runtime,) = backend.runtimes()
+    jax_runtime, runtime = sorted(backend.runtimes(), key=lambda r: r.name)
     assert (runtime.name, runtime.scope, runtime.framework) == ("torch-distributed", "cluster",
                                                                 "torch")  # fmt: skip
+    assert (jax_runtime.name, jax_runtime.framework) == ("jax-distributed", "jax")
     assert runtime.image.startswith("pytorch/pytorch:") and runtime.nodes == 1
     payload = build_payload("1", {}, job="tj-nort")
-    with pytest.raises(SpecError, match="this cluster offers: torch-distributed"):
+    with pytest.raises(SpecError, match="this cluster offers: jax-distributed, torch-distributed"):
         backend.plan(spec("tj-nort", ("runtime", "torch-missing")), payload)
 
 

@@ -97,6 +97,10 @@ class KubeflowKind(ABC):
     default kind of the table wins); ``launcher`` the command that runs the
     worker module in its training container; ``limits`` what it refuses;
     ``install`` how an admin installs the controller that serves it ("" if not told).
+    ``launchers`` are ``(framework, launcher)`` pairs replacing ``launcher`` for those
+    frameworks; ``framework_runtimes`` ``(framework, name)`` pairs, the training runtime a job of
+    that framework names without ``--runtime``; ``refuses`` ``(framework, error)`` pairs:
+    ``--kubeflow-api`` naming this kind for that framework is that error, naming the fix.
     """
 
     group: str
@@ -115,6 +119,9 @@ class KubeflowKind(ABC):
     default: bool = True
     limits: Limits = Limits()
     install: str = ""
+    launchers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    framework_runtimes: tuple[tuple[str, str], ...] = ()
+    refuses: tuple[tuple[str, str], ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -127,6 +134,24 @@ class KubeflowKind(ABC):
         if not self.install:
             return ""
         return f"the cluster has no {self.api_version} {self.kind} resource (404): {self.install}"
+
+    def launcher_of(self, framework: str) -> tuple[str, ...]:
+        """The command that runs the worker module for ``framework`` (see ``launchers``)."""
+        return dict(self.launchers).get(framework, self.launcher)
+
+    def default_runtime(self, framework: str) -> str | None:
+        """The training runtime ``framework``'s jobs name without ``--runtime`` (None: the
+        option's own default)."""
+        return dict(self.framework_runtimes).get(framework)
+
+    def refuse_framework(self, spec: JobSpec) -> None:
+        """Raise :class:`~..syntax.ConflictingOptionsError` when this kind refuses ``spec``'s
+        framework (``refuses``)."""
+        error = dict(self.refuses).get(spec.framework)
+        if error:
+            from ..syntax import ConflictingOptionsError
+
+            raise ConflictingOptionsError(error)
 
     def pod_selector(self, job: str) -> str:
         """The label selector of every pod of job ``job``."""
@@ -144,8 +169,8 @@ class KubeflowKind(ABC):
     def refuse(self, spec: JobSpec, opts: K8sOptions) -> None:
         """Raise :class:`~..syntax.ConflictingOptionsError` for what this kind cannot carry
         beyond its :attr:`limits` (also when ``--kubeflow-api`` names it for a framework
-        another kind runs); nothing by default."""
-        return None
+        another kind runs); by default what ``refuses`` says."""
+        self.refuse_framework(spec)
 
     def runtime_kind(self, conn: Connection | None, opts: K8sOptions) -> str:
         """The kind of the training runtime the job names ("" when the kind names none).

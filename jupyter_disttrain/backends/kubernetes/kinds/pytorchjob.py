@@ -11,7 +11,14 @@ from typing import Any, Final
 
 from ..template import TORCHRUN, Manifest, job_metadata, plain, pod_template
 from .base import JobInputs, Limits, build
-from .operator import JOB_ROLE_LABEL, OPERATOR_INSTALL, OperatorKind, replica, run_policy
+from .operator import (
+    JOB_ROLE_LABEL,
+    OPERATOR_INSTALL,
+    V1_REFUSES,
+    OperatorKind,
+    replica,
+    run_policy,
+)
 
 
 class PyTorchJobKind(OperatorKind):
@@ -60,7 +67,7 @@ PYTORCHJOB: Final = PyTorchJobKind(
     replicas_field="pytorchReplicaSpecs", replicas=("Master", "Worker"),
     container="pytorch", port_name="pytorchjob-port", port=23456, api="pytorchjob",
     frameworks=("pytorch",), launcher=TORCHRUN, limits=Limits(gpu_per_process=True),
-    install=OPERATOR_INSTALL,
+    install=OPERATOR_INSTALL, refuses=V1_REFUSES,
 )  # fmt: skip
 
 

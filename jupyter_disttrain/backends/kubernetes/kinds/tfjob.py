@@ -12,7 +12,14 @@ from typing import Final
 
 from ..template import PYTHON_MODULE, Manifest, job_metadata, plain, pod_template
 from .base import JobInputs, Limits, build
-from .operator import OPERATOR_INSTALL, REPLICA_TYPE_LABEL, OperatorKind, replica, run_policy
+from .operator import (
+    OPERATOR_INSTALL,
+    REPLICA_TYPE_LABEL,
+    V1_REFUSES,
+    OperatorKind,
+    replica,
+    run_policy,
+)
 
 #: What a TFJob cannot run, each with its fix.
 TFJOB_LIMITS: Final = Limits(
@@ -52,7 +59,7 @@ TFJOB: Final = TFJobKind(
     replicas_field="tfReplicaSpecs", replicas=("Chief", "Worker"),
     container="tensorflow", port_name="tfjob-port", port=2222,
     frameworks=("tensorflow",), launcher=PYTHON_MODULE, limits=TFJOB_LIMITS,
-    install=OPERATOR_INSTALL,
+    install=OPERATOR_INSTALL, refuses=V1_REFUSES,
 )  # fmt: skip
 
 

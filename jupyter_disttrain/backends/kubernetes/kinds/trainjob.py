@@ -23,13 +23,14 @@ from ....spec import SpecError
 from ...base import RuntimeRecord
 from .. import staging
 from ..client import explain
-from ..images import default_image
+from ..images import ImagePolicy, default_image
 from ..pods import pod_metadata
 from ..reported import Reported, read_reported
 from ..script import add_script_dir
 from ..syntax import ConflictingOptionsError
 from ..template import (
     KUEUE_QUEUE_LABEL,
+    PYTHON_MODULE,
     TORCHRUN,
     Manifest,
     check_job,
@@ -64,8 +65,14 @@ def check_trainjob(spec: JobSpec, opts: K8sOptions) -> None:
     """Raise :class:`ConflictingOptionsError` for what a TrainJob cannot carry."""
     if spec.framework not in TRAINJOB.frameworks:
         raise ConflictingOptionsError(
-            f"--kubeflow-api trainjob runs PyTorch only (Kubeflow Trainer v2 has no "
-            f"{spec.framework} runtime); remove --kubeflow-api to run a TFJob"
+            f"--kubeflow-api trainjob runs {' and '.join(TRAINJOB.frameworks)} only (Kubeflow "
+            f"Trainer v2 has no {spec.framework} runtime); remove --kubeflow-api to run a TFJob"
+        )
+    if TRAINJOB.launcher_of(spec.framework) != TRAINJOB.launcher and spec.nproc != 1:
+        runtime = TRAINJOB.default_runtime(spec.framework)
+        raise ConflictingOptionsError(
+            f"--nproc {spec.nproc} with --framework {spec.framework}: the {runtime} runtime runs "
+            f"one process per pod; use --nodes {spec.world_size} --nproc 1"
         )
     if opts.elastic is not None:
         raise ConflictingOptionsError(
@@ -116,17 +123,18 @@ def trainjob_object(job: JobInputs) -> Manifest:
     volumes, mounts = pod_volumes(spec.name, opts, paths)
     data_vols, data_mounts = staging.data_volumes(opts, init=False)
     volumes, mounts = volumes + data_vols, mounts + data_mounts
-    command = launch_command(TRAINJOB)
+    command = launch_command(TRAINJOB, spec.framework)
     if opts.data:  # no init container through runtimePatches: copy first, then exec torchrun
         command = staging.stage_command(opts, then=command)
     trainer: dict[str, Any] = {
         "numNodes": spec.nodes,
         "numProcPerNode": spec.nproc,
-        "image": opts.image
-        or default_image(spec.framework, versions, gpus=opts.gpus, policy=images),
+        "image": opts.image or runtime_image(spec, versions, opts, images),
         "command": command,
         "env": worker_env(spec, opts),
     }
+    if not trainer["image"]:
+        del trainer["image"]  # the training runtime's own image
     if job.script:
         add_script_dir(volumes, mounts, trainer["env"])
     amounts = resources(opts, gpus=True)
@@ -181,6 +189,16 @@ def trainjob_object(job: JobInputs) -> Manifest:
         "metadata": job_metadata(spec, opts, versions, job.notebook),
         "spec": body,
     }
+
+
+def runtime_image(
+    spec: JobSpec, versions: Mapping[str, str], opts: K8sOptions, images: ImagePolicy
+) -> str:
+    """The framework's stock image for the notebook's versions; "" (the runtime's own image)
+    for a framework with its own training runtime (JAX: ``jax-distributed``)."""
+    if TRAINJOB.default_runtime(spec.framework) is not None:
+        return ""
+    return default_image(spec.framework, versions, gpus=opts.gpus, policy=images)
 
 
 def _true(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
@@ -369,12 +387,14 @@ class TrainJobKind(KubeflowKind):
 
 
 #: Kubeflow Trainer v2: one replicated job ``node``; pods found by their JobSet. PyTorch runs
-#: as a TrainJob only when ``--kubeflow-api trainjob`` or the cluster's discovery says so.
+#: as a TrainJob only when ``--kubeflow-api trainjob`` or the cluster's discovery says so; JAX
+#: always, on the ``jax-distributed`` runtime (plain ``python -m``, one process per pod).
 TRAINJOB: Final = TrainJobKind(
     group="trainer.kubeflow.org", version="v1alpha1", plural="trainjobs", kind="TrainJob",
     replicas_field="", replicas=("node",), container="node", port_name="", port=29500,
-    pod_label="jobset.sigs.k8s.io/jobset-name", api="trainjob", frameworks=("pytorch",),
+    pod_label="jobset.sigs.k8s.io/jobset-name", api="trainjob", frameworks=("pytorch", "jax"),
     launcher=TORCHRUN, default=False, limits=Limits(gpu_per_process=True),
+    launchers=(("jax", PYTHON_MODULE),), framework_runtimes=(("jax", "jax-distributed"),),
 )  # fmt: skip
 
 

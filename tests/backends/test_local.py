@@ -227,6 +227,7 @@ def job_logs(run: LocalRun) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # twenty jobs, each with its own 150 s limit
 def test_twenty_exec_mode_jobs_all_succeed() -> None:
     """Fresh interpreters end cleanly: teardown after ``done`` never fails a finished rank."""
     backend = LocalBackend(mode="exec")

@@ -39,12 +39,12 @@ from .job import Job
 from .monitor import JobMonitor
 from .payload import build_payload
 from .results import decode_result, recreate_exception
+from .runtime.framing import send_frame
 from .runtime.session import (
     DEFAULT_GRACE,
     HELLO_LIMIT,
     recv_frame,
     recv_message,
-    send_frame,
     send_message,
 )
 from .spec import JobSpec, SpecError

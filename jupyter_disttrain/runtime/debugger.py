@@ -39,17 +39,15 @@ import os
 import queue
 import secrets
 import socket
-import struct
 import sys
 import threading
 import time
 from types import FrameType, TracebackType
 from typing import Any, Final
 
-from . import jobkey, report
+from . import framing, jobkey, report
 
 ENV_POST_MORTEM: Final = "DISTRAIN_POST_MORTEM"
-HEADER: Final = struct.Struct(">I")
 HELLO_SECONDS: Final = 5.0
 HELLO_LIMIT: Final = 64 << 10
 #: Largest request frame a rank reads from an authenticated notebook.
@@ -82,37 +80,16 @@ def post_mortem_on() -> bool:
 
 def send(sock: socket.socket, key: bytes, message: dict[str, Any]) -> None:
     body = jobkey.signed(key, json.dumps(message, separators=(",", ":")).encode())
-    sock.sendall(HEADER.pack(len(body)) + body)
-
-
-def _recv_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes:
-    chunks: list[bytes] = []
-    while size:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ConnectionError("the debugger connection sent too slowly")
-            sock.settimeout(left)
-        try:
-            chunk = sock.recv(min(size, 1 << 20))
-        except TimeoutError:
-            raise ConnectionError("the debugger connection sent too slowly") from None
-        if not chunk:
-            raise ConnectionError("the debugger connection closed")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+    framing.send_frame(sock, body)
 
 
 def recv(
     sock: socket.socket, key: bytes, limit: int, deadline: float | None = None
 ) -> dict[str, Any]:
     """One signed JSON frame of at most ``limit`` bytes; ConnectionError unless ``key`` signed."""
-    (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline))
-    if size > limit:
-        raise ConnectionError(f"a debugger frame of {size} bytes is over the limit of {limit}")
+    frame = framing.recv_frame(sock, limit, deadline, "debugger")
     try:
-        body = jobkey.unsigned(key, _recv_exact(sock, size, deadline))
+        body = jobkey.unsigned(key, frame)
         message = json.loads(body)
     except (jobkey.BadSignature, ValueError) as exc:
         raise ConnectionError(f"a debugger frame failed verification: {exc}") from None

@@ -54,18 +54,17 @@ import queue
 import select
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
 from typing import Any, Final, Protocol
 
-from . import debugger, jobkey, relay, report
+from . import debugger, framing, jobkey, relay, report
 from .cell import main_module, run_cell
+from .framing import send_frame
 from .jobstore import SignedStore, framework_store, job_key
 
 PREFIX: Final = "distrain-session/"
-HEADER: Final = struct.Struct(">I")
 #: Largest frame either side accepts once connected (a cell's payload is capped lower).
 MAX_FRAME: Final = 1 << 30
 #: Largest hello frame: nothing bigger is read from a connection that has not said its token.
@@ -92,39 +91,9 @@ class CellTools(Protocol):
 # --------------------------------------------------------------------------- framing
 
 
-def send_frame(sock: socket.socket, body: bytes) -> None:
-    """Write one length-prefixed frame."""
-    sock.sendall(HEADER.pack(len(body)) + body)
-
-
-def recv_exact(sock: socket.socket, size: int, deadline: float | None = None) -> bytes:
-    """Read exactly ``size`` bytes; :class:`ConnectionError` when the peer closed first or
-    (with a ``deadline``, a :func:`time.monotonic` time) did not send them in time."""
-    chunks: list[bytes] = []
-    left = size
-    while left:
-        if deadline is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise ConnectionError("the session connection sent too slowly")
-            sock.settimeout(wait)
-        try:
-            chunk = sock.recv(min(left, 1 << 20))
-        except TimeoutError:
-            raise ConnectionError("the session connection sent too slowly") from None
-        if not chunk:
-            raise ConnectionError("the session connection closed")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
 def recv_frame(sock: socket.socket, limit: int = MAX_FRAME, deadline: float | None = None) -> bytes:
     """Read one length-prefixed frame of at most ``limit`` bytes (checked before reading it)."""
-    (size,) = HEADER.unpack(recv_exact(sock, HEADER.size, deadline))
-    if size > limit:
-        raise ConnectionError(f"a session frame of {size} bytes is over the limit of {limit}")
-    return recv_exact(sock, size, deadline)
+    return framing.recv_frame(sock, limit, deadline, "session")
 
 
 def send_message(sock: socket.socket, message: dict[str, Any], key: bytes) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_disttrain.linecheck import Shape, problem
-from jupyter_disttrain.runtime import debugger, jobkey
+from jupyter_disttrain.runtime import debugger, framing, jobkey
 
 KEY = b"k" * 32
 SHAPE = Shape(world_size=2, nodes=1, nproc=2)
@@ -116,7 +116,7 @@ def test_the_channel_refuses_a_wrong_key_a_replay_and_an_oversized_hello(keyed: 
             if attempt == "wrong key":
                 debugger.send(sock, b"x" * 32, {"op": "hello", "nonce": hello["nonce"]})
             else:
-                sock.sendall(debugger.HEADER.pack(debugger.HELLO_LIMIT + 1))
+                sock.sendall(framing.HEADER.pack(debugger.HELLO_LIMIT + 1))
             assert sock.recv(1) == b""
     link = connect(channel.port, keyed)
     link.send({"op": "state"})

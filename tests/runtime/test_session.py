@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from jupyter_disttrain.runtime import jobkey, session
+from jupyter_disttrain.runtime.framing import send_frame
 from jupyter_disttrain.runtime.session import (
     recv_frame,
     recv_message,
-    send_frame,
     send_message,
 )
 

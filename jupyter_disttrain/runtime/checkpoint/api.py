@@ -30,6 +30,7 @@ from .commit import (
     env_text,
     env_world_size,
     finish_commit,
+    folder_entry,
     fsync_enabled,
     library_versions,
     prepare_dir,
@@ -213,17 +214,9 @@ def _write_sharded(
         for part in shards:
             files.update(part)
         cdir.fs.commit_dir(tmp, cdir.fs.join(cdir.root, name), fsync=fsync_enabled())
-        combined = hashlib.sha256(
-            "".join(f"{n}:{h}\n" for n, (_, h) in sorted(files.items())).encode()
-        )
         tensors, elements = _count(state)
-        entry = fmt.make_entry(
-            step=step, token=token, kind=fmt.SHARDED, time=time.time(),
-            nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(),
-            metrics=metrics, world_size=env_world_size(), versions=library_versions(), files=files,
-            job=env_text("DISTRAIN_JOB_ID"), run=env_text("DISTRAIN_RUN_ID"),
-            tensors=tensors, parameters=elements,
-        )  # fmt: skip
+        entry = folder_entry(step=step, token=token, kind=fmt.SHARDED, files=files,
+                             metrics=metrics, tensors=tensors, parameters=elements)  # fmt: skip
         uri = finish_commit(cdir, entry, keep_last, keep_best)
     done: list[Any] = [uri]
     if distributed:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 
 from .. import preemption
 from .. import report as _report
@@ -71,6 +73,29 @@ def finish_commit(
     )
     preemption.checkpoint_saved(int(entry["step"]))  # exits if a SIGTERM asked for this one
     return uri
+
+
+def folder_entry(
+    *,
+    step: int,
+    token: str,
+    kind: str,
+    files: Mapping[str, tuple[int, str]],
+    metrics: Mapping[str, float],
+    tensors: int,
+    parameters: int,
+) -> fmt.Entry:
+    """The record of a checkpoint folder written now by this job: its ``files`` (size and
+    sha256 by relative path) make its size and its one digest; the job, run, world size and
+    library versions come from the worker's environment."""
+    combined = hashlib.sha256("".join(f"{n}:{h}\n" for n, (_, h) in sorted(files.items())).encode())
+    return fmt.make_entry(
+        step=step, token=token, kind=kind, time=time.time(),
+        nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(), metrics=metrics,
+        world_size=env_world_size(), versions=library_versions(), files=files,
+        job=env_text("DISTRAIN_JOB_ID"), run=env_text("DISTRAIN_RUN_ID"),
+        tensors=tensors, parameters=parameters,
+    )  # fmt: skip
 
 
 def env_world_size() -> int:

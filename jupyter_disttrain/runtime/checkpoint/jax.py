@@ -31,7 +31,6 @@ import json
 import os
 import secrets
 import sys
-import time
 from typing import Any
 
 from . import format as fmt
@@ -157,14 +156,9 @@ def save(
         cdir.fs.remove(tmp)
         raise
     files = {n: (len(d), hashlib.sha256(d).hexdigest()) for n, d in blobs.items()}
-    combined = hashlib.sha256("".join(f"{n}:{h}\n" for n, (_, h) in sorted(files.items())).encode())
-    entry = fmt.make_entry(
-        step=step, token=token, kind=fmt.JAX, time=time.time(),
-        nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(), metrics=metrics,
-        world_size=ck.env_world_size(), versions=ck.library_versions(), files=files,
-        job=ck.env_text("DISTRAIN_JOB_ID"), run=ck.env_text("DISTRAIN_RUN_ID"),
-        tensors=len(arrays), parameters=sum(int(a.size) for a in arrays),
-    )  # fmt: skip
+    entry = ck.folder_entry(step=step, token=token, kind=fmt.JAX, files=files,
+                            metrics=metrics, tensors=len(arrays),
+                            parameters=sum(int(a.size) for a in arrays))  # fmt: skip
     uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     _barrier(f"{_saves[0]}")
     return uri
@@ -212,14 +206,9 @@ def _save_orbax(
             cdir.fs.remove(tmp)
         raise
     leaves = jax.tree_util.tree_leaves(state)
-    combined = hashlib.sha256("".join(f"{n}:{h}\n" for n, (_, h) in sorted(files.items())).encode())
-    entry = fmt.make_entry(
-        step=step, token=token, kind=fmt.JAX, time=time.time(),
-        nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(), metrics=metrics,
-        world_size=ck.env_world_size(), versions=ck.library_versions(), files=files,
-        job=ck.env_text("DISTRAIN_JOB_ID"), run=ck.env_text("DISTRAIN_RUN_ID"),
-        tensors=len(leaves), parameters=sum(int(getattr(x, "size", 1)) for x in leaves),
-    )  # fmt: skip
+    entry = ck.folder_entry(step=step, token=token, kind=fmt.JAX, files=files,
+                            metrics=metrics, tensors=len(leaves),
+                            parameters=sum(int(getattr(x, "size", 1)) for x in leaves))  # fmt: skip
     uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     _barrier(f"{_saves[0]}")
     return uri

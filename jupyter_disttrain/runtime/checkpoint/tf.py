@@ -24,7 +24,6 @@ import secrets
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -84,14 +83,9 @@ def save(
     except BaseException:
         cdir.fs.remove(tmp)
         raise
-    combined = hashlib.sha256("".join(f"{n}:{h}\n" for n, (_, h) in sorted(files.items())).encode())
-    entry = fmt.make_entry(
-        step=step, token=token, kind=fmt.TF, time=time.time(),
-        nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(), metrics=metrics,
-        world_size=ck.env_world_size(), versions=ck.library_versions(), files=files,
-        job=ck.env_text("DISTRAIN_JOB_ID"), run=ck.env_text("DISTRAIN_RUN_ID"),
-        tensors=len(shapes), parameters=sum(_numel(s) for s in shapes),
-    )  # fmt: skip
+    entry = ck.folder_entry(step=step, token=token, kind=fmt.TF, files=files,
+                            metrics=metrics, tensors=len(shapes),
+                            parameters=sum(_numel(s) for s in shapes))  # fmt: skip
     uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     barrier()
     return uri

@@ -16,6 +16,7 @@ from jupyter_disttrain.debugging import DebugError
 from jupyter_disttrain.job import Job
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.runtime import debugger as wire
+from jupyter_disttrain.runtime import framing
 from jupyter_disttrain.spec import JobSpec
 from tests.conftest import assert_no_processes
 
@@ -165,7 +166,7 @@ def test_the_channel_refuses_a_client_without_the_job_key() -> None:
             assert sock.recv(1) == b""  # closed: a wrong key says nothing more
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             wire.recv(sock, job.plan.payload.key, wire.HELLO_LIMIT)  # type: ignore[union-attr]
-            sock.sendall(wire.HEADER.pack(wire.HELLO_LIMIT + 1))  # over the limit: closed unread
+            sock.sendall(framing.HEADER.pack(wire.HELLO_LIMIT + 1))  # over the limit: closed unread
             assert sock.recv(1) == b""
         answers = job.cast("p 6 * 7")
         assert {r: a.output for r, a in answers.items()} == {r: "42\n" for r in range(4)}

@@ -289,16 +289,7 @@ class _Channel:
             return {**self._state(self.at_prompt), "output": ""}
 
     def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.hellos.acquire(blocking=False):
-                conn.close()
-                continue
-            threading.Thread(target=self._serve, args=(conn,), name="distrain-debug-conn",
-                             daemon=True).start()  # fmt: skip
+        framing.accept_each(self.listener, self.hellos, self._serve, "distrain-debug-conn")
 
     def _hello(self, conn: socket.socket) -> Link | None:
         try:

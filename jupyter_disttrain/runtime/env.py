@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping
 
 
 def seconds(name: str, default: float, least: float = 0.0) -> float:
@@ -11,3 +12,15 @@ def seconds(name: str, default: float, least: float = 0.0) -> float:
         return max(least, float(os.environ.get(name, default)))
     except ValueError:
         return default
+
+
+def one_process_per_node(environ: MutableMapping[str, str], rank: int, world: int) -> None:
+    """Set the torchrun-style rank variables of a worker that is its node's only process
+    (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``)."""
+    environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+        GROUP_RANK=str(rank),
+    )

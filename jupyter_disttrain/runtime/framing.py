@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
+from collections.abc import Callable
 from typing import Final
 
 HEADER: Final = struct.Struct(">I")
@@ -53,3 +55,23 @@ def recv_frame(
     if size > limit:
         raise ConnectionError(f"a {channel} frame of {size} bytes is over the limit of {limit}")
     return recv_exact(sock, size, deadline, channel)
+
+
+def accept_each(
+    listener: socket.socket,
+    hellos: threading.BoundedSemaphore,
+    handle: Callable[[socket.socket], None],
+    name: str,
+) -> None:
+    """Accept connections until ``listener`` closes; each one that finds a free ``hellos``
+    slot is handed to ``handle`` on a thread of its own (``handle`` releases the slot), the
+    others are closed at once (a flood of connections cannot hold more threads)."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        if not hellos.acquire(blocking=False):
+            conn.close()
+            continue
+        threading.Thread(target=handle, args=(conn,), name=name, daemon=True).start()

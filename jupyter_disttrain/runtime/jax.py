@@ -25,6 +25,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from . import jobstore
+from .env import one_process_per_node
 
 ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
@@ -72,13 +73,7 @@ def apply_env(environ: MutableMapping[str, str]) -> None:
         _, num, pid = cluster(environ)
     except JaxSetupError:
         return
-    environ.update(
-        RANK=str(pid),
-        WORLD_SIZE=str(num),
-        LOCAL_RANK="0",
-        LOCAL_WORLD_SIZE="1",
-        GROUP_RANK=str(pid),
-    )
+    one_process_per_node(environ, pid, num)
 
 
 def import_jax() -> Any:

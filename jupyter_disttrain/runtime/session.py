@@ -297,16 +297,7 @@ class _Server:
 
     # -- connections ----------------------------------------------------------
     def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.hellos.acquire(blocking=False):
-                conn.close()  # as many are saying hello already (a flood): this one waits not
-                continue
-            threading.Thread(target=self._hello, args=(conn,), name="distrain-session-hello",
-                             daemon=True).start()  # fmt: skip
+        framing.accept_each(self.listener, self.hellos, self._hello, "distrain-session-hello")
 
     def _hello(self, conn: socket.socket) -> None:
         try:

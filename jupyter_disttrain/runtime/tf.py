@@ -24,6 +24,8 @@ import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from .env import one_process_per_node
+
 LEADERS = ("chief", "master")
 #: ``TF_CPP_MIN_LOG_LEVEL`` unless the job sets one: TensorFlow's C++ INFO lines are hidden.
 DEFAULT_LOG_LEVEL = "1"
@@ -79,13 +81,7 @@ def apply_env(environ: MutableMapping[str, str]) -> None:
         rank, world, _ = parse_tf_config(text)
     except TFConfigError:
         return
-    environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK="0",
-        LOCAL_WORLD_SIZE="1",
-        GROUP_RANK=str(rank),
-    )
+    one_process_per_node(environ, rank, world)
 
 
 def import_tensorflow() -> Any:

@@ -548,39 +548,41 @@ class KubernetesBackend(Backend):
         namespace = opts.namespace or self.connection(opts).namespace
         return dataclasses.replace(record, owner=namespace, extra=extra)
 
+    def record_connection(self, record: JobRecord) -> Connection:
+        """The connection to the context and namespace a job's record names."""
+        conn = self.connection()
+        context = str(record.extra.get("context") or "") or None
+        if context is not None and context != conn.context:
+            return connect(context, record.owner or conn.namespace)
+        if record.owner and record.owner != conn.namespace:
+            return Connection(conn.api, record.owner, conn.context)
+        return conn
+
     def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
         """A socket to ``port`` of rank 0's pod through the API server's port-forward.
 
         Works from outside the cluster; see :mod:`.portforward`.
         """
-        conn = self.connection()
-        context = str(record.extra.get("context") or "") or None
-        if context is not None and context != conn.context:
-            conn = connect(context, record.owner or conn.namespace)
-        elif record.owner and record.owner != conn.namespace:
-            conn = Connection(conn.api, record.owner, conn.context)
-        return connect_job(
-            conn,
-            record.name,
-            port,
-            timeout,
-            lambda: [conn.plain(p) for p in self.job_pods(conn, record.name)],
-        )
+        return self.connect_pod(record, port, timeout, leader_pod)
 
     def connect_rank(
         self, record: JobRecord, node: int, port: int, timeout: float = 30.0
     ) -> socket.socket:
         """A socket to ``port`` of node ``node``'s pod through the API server's port-forward."""
-        conn = self.connection()
-        context = str(record.extra.get("context") or "") or None
-        if context is not None and context != conn.context:
-            conn = connect(context, record.owner or conn.namespace)
-        elif record.owner and record.owner != conn.namespace:
-            conn = Connection(conn.api, record.owner, conn.context)
+        return self.connect_pod(record, port, timeout, lambda pods: node_pod(pods, node))
+
+    def connect_pod(
+        self,
+        record: JobRecord,
+        port: int,
+        timeout: float,
+        pick: Callable[[list[dict[str, Any]]], dict[str, Any] | None],
+    ) -> socket.socket:
+        """A socket to ``port`` of the job's pod that ``pick`` chooses (port-forward)."""
+        conn = self.record_connection(record)
         return connect_job(
             conn, record.name, port, timeout,
-            lambda: [conn.plain(p) for p in self.job_pods(conn, record.name)],
-            lambda pods: node_pod(pods, node),
+            lambda: [conn.plain(p) for p in self.job_pods(conn, record.name)], pick,
         )  # fmt: skip
 
     def stored_key(self, name: str) -> bytes | None:

@@ -55,6 +55,16 @@ from .run import (
 from .tailer import control_lines, job_trust
 
 
+def loopback(port: int, timeout: float, what: str, hint: str = "") -> socket.socket:
+    """A connection to ``127.0.0.1:port``; :class:`BackendError` naming ``what`` otherwise."""
+    try:
+        return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    except OSError as exc:
+        raise BackendError(
+            f"cannot reach {what} on 127.0.0.1:{port}: {exc.strerror or exc}{hint}"
+        ) from None
+
+
 class LocalBackend(Backend):
     """Jobs as torchrun agents on this machine (see the module docstring)."""
 
@@ -110,25 +120,14 @@ class LocalBackend(Backend):
 
     def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
         """Rank 0 runs on this machine: connect to ``127.0.0.1:port``."""
-        try:
-            return socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        except OSError as exc:
-            raise BackendError(
-                f"cannot reach rank 0 of session {record.name} on 127.0.0.1:{port}: "
-                f"{exc.strerror or exc}"
-            ) from None
+        return loopback(port, timeout, f"rank 0 of session {record.name}")
 
     def connect_rank(
         self, record: JobRecord, node: int, port: int, timeout: float = 30.0
     ) -> socket.socket:
         """Every node runs on this machine: connect to ``127.0.0.1:port``."""
-        try:
-            return socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        except OSError as exc:
-            raise BackendError(
-                f"cannot reach the debugger of job {record.name} (node {node}) on "
-                f"127.0.0.1:{port}: {exc.strerror or exc}; the rank may have resumed or ended"
-            ) from None
+        what = f"the debugger of job {record.name} (node {node})"
+        return loopback(port, timeout, what, "; the rank may have resumed or ended")
 
     def stored_key(self, name: str) -> bytes | None:
         """The key in job ``name``'s directory (None without a readable one)."""

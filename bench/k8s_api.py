@@ -224,24 +224,32 @@ def measure_trainjob(label: str, relay: bool, follow: Callable[[str], int]) -> d
                 "by_kind": dict(sorted(stats.requests.items()))}  # fmt: skip
 
 
+def requests_table(
+    runs: list[dict[str, Any]], last: str, cell: Callable[[dict[str, Any]], str]
+) -> str:
+    """The Markdown table of measured runs (each run's requests by kind printed as it goes);
+    the last column is headed ``last`` and filled by ``cell``."""
+    rows = [
+        "| client | API requests | of them one-shot | peak long-lived responses | "
+        f"peak TCP connections | wall s | {last} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        rows.append(
+            f"| {r['label']} | {r['requests']} | {r['non_stream']} | {r['streams_peak']} | "
+            f"{r['connections_peak']} | {r['seconds']:.1f} | {cell(r)} |"
+        )
+        print(r["label"], r["by_kind"])
+    return "\n".join(rows)
+
+
 def trainjob_main(write: bool) -> int:
     runs = [
         measure_trainjob("jupyter_disttrain", True, follow_trainjob_with_disttrain),
         measure_trainjob("TrainerClient (kubeflow SDK)", False,
                          lambda n: follow_trainjob_with_sdk(n, _kubeconfig())),
     ]  # fmt: skip
-    rows = [
-        "| client | API requests | of them one-shot | peak long-lived responses | "
-        "peak TCP connections | wall s | ranks' metrics seen |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in runs:
-        rows.append(
-            f"| {r['label']} | {r['requests']} | {r['non_stream']} | {r['streams_peak']} | "
-            f"{r['connections_peak']} | {r['seconds']:.1f} | {r['ranks']} of {NODES} |"
-        )
-        print(r["label"], r["by_kind"])
-    table = "\n".join(rows)
+    table = requests_table(runs, "ranks' metrics seen", lambda r: f"{r['ranks']} of {NODES}")
     print(table)
     if write:
         body = (
@@ -372,18 +380,7 @@ def namespace_main(write: bool) -> int:
                          "connections_peak": stats.connections.peak,
                          "seconds": time.monotonic() - t0, "seen": seen,
                          "by_kind": dict(sorted(stats.requests.items()))})  # fmt: skip
-    rows = [
-        "| client | API requests | of them one-shot | peak long-lived responses | "
-        "peak TCP connections | wall s | progress reports seen |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in runs:
-        rows.append(
-            f"| {r['label']} | {r['requests']} | {r['non_stream']} | {r['streams_peak']} | "
-            f"{r['connections_peak']} | {r['seconds']:.1f} | {r['seen']} |"
-        )
-        print(r["label"], r["by_kind"])
-    table = "\n".join(rows)
+    table = requests_table(runs, "progress reports seen", lambda r: str(r["seen"]))
     print(table)
     if write:
         body = (

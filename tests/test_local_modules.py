@@ -16,6 +16,7 @@ from jupyter_disttrain.local_modules import (
     local_root,
     names_in_pickle,
     names_in_source,
+    package_versions,
 )
 from jupyter_disttrain.payload import CaptureError, build_payload
 
@@ -52,6 +53,29 @@ def notebook_dir(tmp_path: Path) -> Iterator[Path]:
         sys.path.remove(str(tmp_path))
         for name in ("mymodels", "mypkg", "mypkg.util"):
             sys.modules.pop(name, None)
+
+
+#: Installed modules, among them some whose distribution is named otherwise (yaml, PIL, attr)
+#: and a namespace package several distributions share (google).
+INSTALLED = "torch numpy yaml google PIL IPython attr typing_extensions jax keras plotly".split()
+
+
+def test_package_versions_name_the_distribution_that_installs_each_module() -> None:
+    """The answers importlib's map of every distribution gives (any of a namespace's)."""
+    import importlib.metadata
+
+    every = importlib.metadata.packages_distributions()
+    found = package_versions(INSTALLED)
+    assert set(found) == {name for name in INSTALLED if name in every}
+    assert {"torch", "yaml", "PIL", "google"} <= set(found)
+    for name, (dist, version) in found.items():
+        assert dist in every[name], (name, dist, every[name])
+        assert version == importlib.metadata.version(dist), (name, dist, version)
+
+
+def test_package_versions_leave_out_local_stdlib_and_missing_modules(notebook_dir: Path) -> None:
+    importlib.import_module("mymodels")
+    assert package_versions(["mymodels", "mypkg", "os", "json", "no_such_module_here"]) == {}
 
 
 def test_only_modules_outside_the_stdlib_and_site_packages_are_local(notebook_dir: Path) -> None:

@@ -47,7 +47,7 @@ from jupyter_client.manager import start_new_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from newkernel import breakdown, new_kernel_runs  # noqa: E402
+from newkernel import NEW_BREAKDOWNS, breakdown, new_kernel_runs  # noqa: E402
 from results import write_section  # noqa: E402
 
 #: Seconds one run may take before it counts as hung (set by ``--limit``).
@@ -325,7 +325,12 @@ def main() -> int:
         finally:
             close()
     loads.append(load_now())
-    tables = [warm_table(results), new_table(new), parts_table()]
+    tables = [
+        warm_table(results),
+        new_table(new),
+        parts_table("(c) warm 2x2", BREAKDOWNS),
+        parts_table("(f) brand-new kernel of a Jupyter server", NEW_BREAKDOWNS),
+    ]
     text = "\n\n".join(t for t in tables if t)
     print("\n" + text)
     if not args.no_write:
@@ -372,13 +377,14 @@ def new_table(new: dict[str, dict[str, float]]) -> str:
     return "\n".join(rows)
 
 
-def parts_table() -> str:
-    if not BREAKDOWNS:
+def parts_table(row: str, breakdowns: list[dict[str, float]]) -> str:
+    """Where the time of ``row``'s runs went: the median of each part."""
+    if not breakdowns:
         return ""
-    rows = ["| (c) warm 2x2, where the time goes (median of the runs) | s |", "|---|---|"]
+    rows = [f"| {row}, where the time goes (median of the runs) | s |", "|---|---|"]
     total = 0.0
-    for key in BREAKDOWNS[0]:
-        value = statistics.median(b[key] for b in BREAKDOWNS)
+    for key in breakdowns[0]:
+        value = statistics.median(b[key] for b in breakdowns)
         rows.append(f"| {key} | {value:.2f} |")
         if not key.startswith("after"):
             total += value

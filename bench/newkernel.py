@@ -141,6 +141,9 @@ class JupyterServer:
 
 Runner = Callable[[int], dict[str, float]]
 
+#: Where the time of each (f) run went (:func:`breakdown` plus ``%load_ext`` and the end).
+NEW_BREAKDOWNS: list[dict[str, float]] = []
+
 
 def new_kernel_runs(
     train: str, env: dict[str, str], work: Path, limit: float
@@ -151,11 +154,12 @@ def new_kernel_runs(
     plain = {k: v for k, v in env.items() if k != ENV_WARM}
     cell = "%%distrain --nodes 2 --nproc 2 --wait\n" + train
 
-    def in_kernel(kc: BlockingKernelClient, distrain: bool) -> dict[str, float]:
+    def in_kernel(kc: BlockingKernelClient, distrain: bool, name: str = "") -> dict[str, float]:
         if not distrain:
             return {"cell": execute(kc, ACCELERATE_CELL, limit)}
         load = execute(kc, "%load_ext jupyter_disttrain\n%distrain_config live=none", limit)
-        return {"load_ext": load, "cell": execute(kc, cell, limit)}
+        named = cell.replace("--wait", f"--wait --name {name}", 1) if name else cell
+        return {"load_ext": load, "cell": execute(kc, named, limit)}
 
     def standalone(distrain: bool) -> Runner:
         def run(i: int) -> dict[str, float]:
@@ -174,16 +178,24 @@ def new_kernel_runs(
 
     server_box: list[JupyterServer] = []
 
+    home = work / "server-home"
+
     def in_server(i: int) -> dict[str, float]:
         if not server_box:
-            server_box.append(JupyterServer({**plain, "GLOO_SOCKET_IFNAME": "lo"}, work))
+            server_env = {**plain, "GLOO_SOCKET_IFNAME": "lo", "DISTRAIN_HOME": str(home)}
+            server_box.append(JupyterServer(server_env, work))
             server_box[0].launcher_pid()
         server = server_box[0]
         kid, kc = server.new_kernel()
         try:
             mark = work / f"new-f-{i}.mark"
             execute(kc, f"import os; os.environ['BENCH_MARK_FILE'] = {str(mark)!r}", limit)
-            return in_kernel(kc, True)
+            started = time.time()
+            parts = in_kernel(kc, True, name=f"bench-f-{i}")
+            NEW_BREAKDOWNS.append(
+                new_kernel_breakdown(home / "jobs" / f"bench-f-{i}", started, parts, mark)
+            )
+            return parts
         finally:
             server.kill_kernel(kid, kc)
 
@@ -197,6 +209,20 @@ def new_kernel_runs(
         "(g) %%distrain 2x2, kernel without a server": standalone(True),
     }
     return runs, close
+
+
+def new_kernel_breakdown(
+    job_dir: Path, started: float, parts: dict[str, float], mark: Path
+) -> dict[str, float]:
+    """A brand-new kernel's run in parts: ``%load_ext``, then the cell as :func:`breakdown`
+    reads it, then the rest of the cell after the first step."""
+    t0 = started + parts["load_ext"]
+    out = {"`%load_ext jupyter_disttrain` (imports, magics, widgets)": parts["load_ext"]}
+    out.update(breakdown(job_dir, t0, mark))
+    out["after the first step: 19 steps, exit, result to the cell"] = (
+        t0 + parts["cell"] - _mark(mark, "step")
+    )
+    return out
 
 
 def breakdown(job_dir: Path, t0: float, mark: Path) -> dict[str, float]:

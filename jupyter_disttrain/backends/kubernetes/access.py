@@ -9,16 +9,15 @@ kind (``docs/rbac.yaml``).
 
 from __future__ import annotations
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from . import kinds
-from .client import Connection
+from .client import Connection, api_error
 
 
 def allowed(conn: Connection, verb: str, group: str, resource: str, name: str = "") -> bool | None:
     """Whether ``verb`` on ``resource`` (``name``) of ``group`` is allowed in the namespace;
     None when the cluster does not answer access reviews."""
+    from kubernetes import client
+
     attributes = client.V1ResourceAttributes(
         verb=verb, group=group, resource=resource, namespace=conn.namespace, name=name or None
     )
@@ -27,7 +26,7 @@ def allowed(conn: Connection, verb: str, group: str, resource: str, name: str = 
     )
     try:
         answer = client.AuthorizationV1Api(conn.api).create_self_subject_access_review(review)
-    except ApiException as exc:
+    except api_error() as exc:
         if exc.status in (403, 404):  # reviews not served, or not allowed to ask
             return None
         raise
@@ -42,7 +41,7 @@ def may_delete(conn: Connection, name: str) -> bool | None:
             conn.custom.get_namespaced_custom_object(
                 kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural, name
             )
-        except ApiException as exc:
+        except api_error() as exc:
             if exc.status in (403, 404):
                 continue
             raise

@@ -9,9 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from kubernetes.client.exceptions import ApiException
-
-from .client import Connection
+from .client import Connection, api_error
 from .metrics import MONITORING_GROUP, MONITORING_VERSION, SERVICE_MONITORS
 from .template import with_owner
 
@@ -33,7 +31,7 @@ def create_owned(
                 )
             else:
                 raise ValueError(f"no way to create a {kind}")
-        except ApiException as exc:
+        except api_error() as exc:
             if kind == "ServiceMonitor" and exc.status == 404:
                 warnings.append(
                     "this cluster has no ServiceMonitor CRD (monitoring.coreos.com/v1, the "

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from kubernetes.client.exceptions import ApiException
-
 from ... import events as ev
 from ...frameworks import framework
 from ...payload import Payload
@@ -41,7 +39,7 @@ from ..base import (
 )
 from . import access, kinds
 from .attached import create_owned
-from .client import Connection, connect, explain
+from .client import Connection, api_error, connect, explain
 from .images import STOCK_IMAGES, ImagePolicy, default_image, notebook_versions
 from .kinds import KubeflowKind, kind_of
 from .logs import logs_name
@@ -244,7 +242,7 @@ class KubernetesBackend(Backend):
                 propagation_policy="Foreground",
             )
             found = True
-        except ApiException as exc:
+        except api_error() as exc:
             if exc.status != 404:
                 raise explain(exc, kind=kind.kind, name=name, namespace=conn.namespace,
                               unserved=kind.unserved()) from None  # fmt: skip
@@ -252,7 +250,7 @@ class KubernetesBackend(Backend):
         for remove in (conn.core.delete_namespaced_config_map, conn.core.delete_namespaced_secret):
             try:
                 remove(payload_name(name), conn.namespace)
-            except ApiException:
+            except api_error():
                 pass
         return found
 
@@ -267,7 +265,7 @@ class KubernetesBackend(Backend):
                 obj: Any = conn.custom.get_namespaced_custom_object(
                     kind.group, kind.version, conn.namespace, kind.plural, name
                 )
-            except ApiException:
+            except api_error():
                 return  # gone (or unreadable: creating it says why)
             if not (obj.get("metadata") or {}).get("deletionTimestamp"):
                 return
@@ -297,7 +295,7 @@ class KubernetesBackend(Backend):
                 previous=previous,
                 _preload_content=False,
             )
-        except ApiException as exc:
+        except api_error() as exc:
             if exc.status in (400, 404):  # not started yet / gone
                 return
             raise explain(exc, kind="Pod", name=pod, namespace=conn.namespace) from None
@@ -338,7 +336,7 @@ class KubernetesBackend(Backend):
         self.await_deletion(conn, kubeflow, spec.name)
         try:  # a Secret (see settings): it holds the job key
             core.create_namespaced_secret(ns, cast(Any, payload_obj))
-        except ApiException as exc:
+        except api_error() as exc:
             raise explain(
                 exc, kind=payload_obj["kind"], name=payload_obj["metadata"]["name"], namespace=ns
             ) from None
@@ -346,17 +344,17 @@ class KubernetesBackend(Backend):
             created: Any = conn.custom.create_namespaced_custom_object(
                 kubeflow.group, kubeflow.version, ns, plural, job_obj
             )
-        except ApiException as exc:
+        except api_error() as exc:
             try:  # leave nothing behind
                 core.delete_namespaced_secret(payload_obj["metadata"]["name"], ns)
-            except ApiException:
+            except api_error():
                 pass
             raise explain(exc, kind=kind, name=spec.name, namespace=ns,
                           unserved=kubeflow.unserved()) from None  # fmt: skip
         owner = {"metadata": {"ownerReferences": [owner_reference(created)]}}
         try:
             core.patch_namespaced_secret(payload_obj["metadata"]["name"], ns, owner)
-        except ApiException as exc:
+        except api_error() as exc:
             raise explain(
                 exc, kind=payload_obj["kind"], name=payload_obj["metadata"]["name"], namespace=ns
             ) from None
@@ -378,7 +376,7 @@ class KubernetesBackend(Backend):
             if len(key) == jobkey.KEY_BYTES:
                 return key
             why = "its payload Secret holds no job key"
-        except ApiException as exc:
+        except api_error() as exc:
             why = f"its payload Secret is not readable ({exc.status} {exc.reason})"
         if sink is not None:
             sink(ev.Event("log", None, time.time(), {
@@ -395,7 +393,7 @@ class KubernetesBackend(Backend):
                 obj = conn.custom.get_namespaced_custom_object(
                     kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural, name
                 )
-            except ApiException as exc:
+            except api_error() as exc:
                 if exc.status == 404:
                     continue
                 ns = conn.namespace
@@ -421,7 +419,7 @@ class KubernetesBackend(Backend):
                     kubeflow.plural,
                     label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}",
                 )
-            except ApiException as exc:
+            except api_error() as exc:
                 if exc.status == 404:  # the cluster does not serve this Kubeflow API
                     continue
                 raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace,
@@ -454,7 +452,7 @@ class KubernetesBackend(Backend):
                 listing: Any = conn.custom.list_namespaced_custom_object(
                     kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural
                 )
-            except ApiException as exc:
+            except api_error() as exc:
                 if exc.status == 404:  # the cluster does not serve this Kubeflow API
                     continue
                 raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace,
@@ -512,7 +510,7 @@ class KubernetesBackend(Backend):
         """The logs kept when job ``name`` failed (pod -> text), or None if there are none."""
         try:
             found: Any = conn.core.read_namespaced_config_map(logs_name(name), conn.namespace)
-        except ApiException as exc:
+        except api_error() as exc:
             if exc.status == 404:
                 return None
             record = logs_name(name)
@@ -535,7 +533,7 @@ class KubernetesBackend(Backend):
         patch = {"metadata": {"annotations": {WHERE_ANNOTATION: str(asked)}}}
         try:
             conn.core.patch_namespaced_pod(meta["name"], conn.namespace, patch)
-        except ApiException as exc:
+        except api_error() as exc:
             raise explain(exc, kind="Pod", name=meta["name"], namespace=conn.namespace) from None
         return f"a{asked}"
 

@@ -3,7 +3,9 @@
 :func:`connect` loads a kubeconfig (context, namespace) or the in-cluster
 configuration when the notebook itself runs in a pod. :func:`explain` turns
 an ``ApiException`` into a :class:`~.base.BackendError` whose message names
-the problem and the fix.
+the problem and the fix. The client package (half a second to import) is
+imported on first use, not with this module: a notebook that never talks to a
+cluster never loads it. Catch the client's errors with ``except api_error()``.
 """
 
 from __future__ import annotations
@@ -12,16 +14,24 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
+from typing import TYPE_CHECKING, Any
 
 from ..base import BackendError
 
+if TYPE_CHECKING:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 RBAC_DOC = "docs/rbac.yaml"
+
+
+def api_error() -> type[ApiException]:
+    """The client's ``ApiException`` class (importing the client now if it was not yet)."""
+    from kubernetes.client import exceptions
+
+    error: type[ApiException] = exceptions.ApiException
+    return error
 
 
 @dataclass
@@ -35,11 +45,15 @@ class Connection:
     @property
     def core(self) -> client.CoreV1Api:
         """The core/v1 API."""
+        from kubernetes import client
+
         return client.CoreV1Api(self.api)
 
     @property
     def custom(self) -> client.CustomObjectsApi:
         """The custom objects API (kubeflow.org)."""
+        from kubernetes import client
+
         return client.CustomObjectsApi(self.api)
 
     def plain(self, obj: Any) -> dict[str, Any]:
@@ -62,6 +76,9 @@ def connect(context: str | None = None, namespace: str | None = None) -> Connect
 
     Raises :class:`BackendError` when neither is available.
     """
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
     config_file = _kubeconfig_path()
     try:
         contexts, active = config.list_kube_config_contexts(config_file=config_file)

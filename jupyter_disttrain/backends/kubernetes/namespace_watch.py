@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from ..base import JobRecord
 from . import kinds
-from .client import Connection
+from .client import Connection, api_error
 from .kinds import KubeflowKind
 from .records import namespace_record
 
@@ -68,7 +67,7 @@ class NamespaceWatch:
             listing: Any = conn.custom.list_namespaced_custom_object(
                 kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural
             )
-        except ApiException as exc:
+        except api_error() as exc:
             if exc.status == 404:
                 with self._lock:
                     self._synced.add(kubeflow.kind)
@@ -92,7 +91,7 @@ class NamespaceWatch:
                         return  # not served here
                 version = self._watch(kubeflow, version)
                 failures = 0
-            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError):
+            except (api_error(), urllib3.exceptions.HTTPError, OSError, ValueError):
                 if self._stopped.is_set():
                     return
                 failures += 1

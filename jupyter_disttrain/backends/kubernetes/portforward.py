@@ -24,13 +24,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-from kubernetes.client.exceptions import ApiException
+from typing import TYPE_CHECKING, Any
 
 from ..base import BackendError
-from .client import Connection, explain
+from .client import Connection, api_error, explain
 from .kinds import pods_kind
+
+if TYPE_CHECKING:
+    from kubernetes.client.exceptions import ApiException
 
 #: How long a new forward is watched for the kubelet's refusal before it counts as connected
 #: (the kubelet dials the pod's port when the WebSocket opens and reports a refusal at once;
@@ -173,7 +174,7 @@ def open_stream(
     started = time.monotonic()
     try:
         forward = _upgrade(conn, pod, port, timeout)
-    except ApiException as exc:
+    except api_error() as exc:
         raise _explain(exc, conn, pod, port) from None
     # A refusal comes one hop after the upgrade: a slow API server gets a longer look.
     settle = max(settle, 2 * (time.monotonic() - started))
@@ -216,7 +217,7 @@ def _explain(exc: ApiException, conn: Connection, pod: str, port: int) -> Backen
             f"the API server refused to forward port {port} of pod {pod!r} (400): {message}. "
             "The pod must be Running; see the job's state with %distrain_jobs"
         )
-    failure = ApiException(status=code, reason=message)
+    failure = api_error()(status=code, reason=message)
     failure.body = json.dumps(status)
     if code == 404:
         return BackendError(

@@ -9,23 +9,24 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import urllib3
-from kubernetes import watch
-from kubernetes.client.exceptions import ApiException
 
 from ... import events as ev
 from ...runtime import rankprefix
 from ...spec import JobSpec
 from ..base import EventSink, Submission
 from . import phases as kp
-from .client import Connection
+from .client import Connection, api_error
 from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
 from .reported import Reported
 from .staging import INIT_NAME
 from .status import init_state, pod_facts, rank_events, warning_message
+
+if TYPE_CHECKING:
+    from kubernetes import watch
 
 WATCH_SECONDS = 60
 #: Consecutive watch streams cut by the connection before the follower gives up.
@@ -151,6 +152,8 @@ class KubernetesRun(Submission):
         self, func: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> Iterator[dict[str, Any]]:
         """Watch events until the job is done, re-opening after server time-outs."""
+        from kubernetes import watch
+
         version: str | None = None
         dropped = 0  # consecutive watches cut off by the connection
         while not self._done.is_set():
@@ -166,7 +169,7 @@ class KubernetesRun(Submission):
                     yield {"type": item["type"], "object": data}
                     if self._done.is_set():
                         return
-            except ApiException as exc:
+            except api_error() as exc:
                 if exc.status == 410:  # too old: start over from now
                     version = None
                     continue
@@ -423,7 +426,7 @@ class KubernetesRun(Submission):
             )
             record = kept_logs(self.name, texts, self.conn.plain(owner))
             self.conn.core.create_namespaced_config_map(ns, cast(Any, record))
-        except ApiException as exc:
+        except api_error() as exc:
             self.sink(ev.Event("log", None, time.time(), {
                 "text": f"could not keep the job's logs ({exc.status} {exc.reason})",
                 "source": "kubernetes",
@@ -432,7 +435,7 @@ class KubernetesRun(Submission):
             self.conn.core.delete_collection_namespaced_pod(
                 ns, label_selector=self.kubeflow.pod_selector(self.name), grace_period_seconds=0
             )
-        except ApiException as exc:
+        except api_error() as exc:
             self.sink(ev.Event("log", None, time.time(), {
                 "text": f"could not end the job's pods ({exc.status} {exc.reason})",
                 "source": "kubernetes",

@@ -17,12 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
-from kubernetes.client.exceptions import ApiException
-
 from ....spec import SpecError
 from ...base import RuntimeRecord
 from .. import staging
-from ..client import explain
+from ..client import api_error, explain
 from ..images import ImagePolicy, default_image
 from ..pods import pod_metadata
 from ..reported import Reported, read_reported
@@ -296,7 +294,7 @@ def list_runtimes(conn: Connection, *, missing_ok: bool) -> list[RuntimeRecord]:
     for scope, call in calls:
         try:
             listing: Any = call()
-        except ApiException as exc:
+        except api_error() as exc:
             if exc.status == 404:
                 if missing_ok:
                     continue

@@ -18,7 +18,7 @@ from typing import Any, Final, Literal, TypedDict, cast
 from .linecheck import JOB_WIDE, MAX_LINE, Shape, problem
 from .runtime import jobkey
 from .runtime.protocol import KINDS as PROTOCOL_KINDS
-from .runtime.protocol import PREFIX, VERSION, signed_body
+from .runtime.protocol import PREFIX, VERSION, decode, signed_body
 
 #: Kinds that come from workers (the line protocol) and plain log lines.
 WORKER_KINDS: Final = (*PROTOCOL_KINDS, "log")
@@ -328,30 +328,32 @@ def parse_line(
     stamp = time.time() if now is None else now
     if PREFIX not in text:
         return Event("log", rank, stamp, {"text": text})
-    why = "the line is not signed with the job's key"
-    if trust is not None and len(text) <= MAX_LINE:
-        body = signed_body(text, trust.signer)
-        if body is not None:
-            event, why = _checked(body, rank, stamp, trust.shape)
-            if event is not None:
-                return event
+    try:
+        why = "the line is not signed with the job's key"
+        if trust is not None and len(text) <= MAX_LINE:
+            body = signed_body(text, trust.signer)
+            if body is not None:
+                event, why = _checked(body, rank, stamp, trust.shape)
+                if event is not None:
+                    return event
+    except Exception as exc:  # printed text is data: nothing in a line may raise past here
+        why = f"the line could not be read ({type(exc).__name__})"
     return Event("log", rank, stamp, {"text": text, "rejected": why})
 
 
 def _checked(body: str, stream: int | None, stamp: float, shape: Shape) -> tuple[Event | None, str]:
-    try:
-        fields = json.loads(body)
-    except ValueError:
-        return None, "the line's body is not JSON"
-    if not isinstance(fields, dict) or fields.get("v") != VERSION:
+    fields, why = decode(body)
+    if fields is None:
+        return None, why
+    if fields.get("v") != VERSION:
         return None, "the line is not of this protocol version"
     kind, src, t = fields.pop("kind", None), fields.pop("rank", None), fields.pop("t", None)
     fields.pop("v")
     if not isinstance(kind, str) or kind not in PROTOCOL_KINDS:
         return None, f"unknown kind {kind!r}"
-    why = problem(kind, src, t, fields, shape)
-    if why is not None:
-        return None, why
+    wrong = problem(kind, src, t, fields, shape)
+    if wrong is not None:
+        return None, wrong
     if src != stream and stream != 0 and not (stream is None and kind in JOB_WIDE):
         return None, f"rank {stream}'s stream cannot speak for rank {src}"
     return Event(kind, src, float(t), fields), ""

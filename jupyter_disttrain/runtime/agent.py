@@ -143,7 +143,7 @@ def sign_rendezvous_state(key: bytes) -> None:
         if pair is None:
             return None
         try:
-            return jobkey.unsigned(key, pair[0]), pair[1]
+            return jobkey.unsigned(key, pair[0], purpose="store"), pair[1]
         except jobkey.BadSignature as exc:
             raise RendezvousStateError(f"the rendezvous state in the job's store: {exc}") from None
 
@@ -156,7 +156,7 @@ def sign_rendezvous_state(key: bytes) -> None:
             return checked(super().get_state())
 
         def set_state(self, state: bytes, token: Any = None) -> tuple[bytes, Any, bool] | None:
-            mine = jobkey.signed(key, state)
+            mine = jobkey.signed(key, state, purpose="store")
             result = super().set_state(mine, token)
             if result is None:
                 return None

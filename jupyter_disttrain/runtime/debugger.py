@@ -79,7 +79,9 @@ def post_mortem_on() -> bool:
 
 
 def send(sock: socket.socket, key: bytes, message: dict[str, Any]) -> None:
-    body = jobkey.signed(key, json.dumps(message, separators=(",", ":")).encode())
+    body = jobkey.signed(
+        key, json.dumps(message, separators=(",", ":")).encode(), purpose="debugger"
+    )
     framing.send_frame(sock, body)
 
 
@@ -89,7 +91,7 @@ def recv(
     """One signed JSON frame of at most ``limit`` bytes; ConnectionError unless ``key`` signed."""
     frame = framing.recv_frame(sock, limit, deadline, "debugger")
     try:
-        body = jobkey.unsigned(key, frame)
+        body = jobkey.unsigned(key, frame, purpose="debugger")
         message = json.loads(body)
     except (jobkey.BadSignature, ValueError) as exc:
         raise ConnectionError(f"a debugger frame failed verification: {exc}") from None

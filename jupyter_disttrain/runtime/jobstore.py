@@ -125,11 +125,13 @@ class SignedStore:
     def set(self, name: str, value: bytes | str) -> None:
         """Set ``name`` to ``value`` with the key's signature."""
         data = value.encode() if isinstance(value, str) else value
-        self.store.set(name, jobkey.signed(self.key, self._bound(name, data)))
+        self.store.set(name, jobkey.signed(self.key, self._bound(name, data), purpose="store"))
 
     def get(self, name: str) -> bytes:
         """The value of ``name`` (blocks until it exists); BadSignature unless the key signed it."""
-        return self._unbound(name, jobkey.unsigned(self.key, bytes(self.store.get(name))))
+        return self._unbound(
+            name, jobkey.unsigned(self.key, bytes(self.store.get(name)), purpose="store")
+        )
 
     def get_if(self, name: str) -> bytes | None:
         """The verified value of ``name``; None when it is absent or refused (said once)."""

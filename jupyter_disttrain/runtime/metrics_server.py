@@ -12,7 +12,6 @@ through :mod:`.relay`. The text follows Prometheus exposition format 0.0.4.
 from __future__ import annotations
 
 import http.server
-import json
 import math
 import os
 import re
@@ -20,7 +19,7 @@ import threading
 from typing import Final
 
 from . import jobkey, report
-from .protocol import signed_body
+from .protocol import signed_fields
 
 ENV_PORT: Final = "DISTRAIN_METRICS_PORT"
 ENV_ADDR: Final = "DISTRAIN_METRICS_ADDR"
@@ -53,14 +52,7 @@ class Registry:
 
     def observe(self, line: str) -> None:
         """Take one protocol line; anything but a signed ``metric`` line is ignored."""
-        signer = jobkey.signer()
-        text = signed_body(line, signer) if signer is not None else None
-        if text is None:  # not signed with this job's key: printed text, not a metric
-            return
-        try:
-            body = json.loads(text)
-        except ValueError:
-            return
+        body = signed_fields(line, jobkey.signer())
         if not isinstance(body, dict) or body.get("kind") != "metric":
             return
         rank, values = body.get("rank"), body.get("values")

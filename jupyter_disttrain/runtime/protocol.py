@@ -2,7 +2,7 @@
 
 A structured line is ``##distrain {"v":1,"kind":KIND,"rank":R,"t":T, ...} SIGNATURE``:
 the JSON body, one space, and the hex HMAC-SHA256 of the body's bytes under
-the job's key (:mod:`.jobkey`). A line without a valid signature is plain
+the job key's ``line`` subkey (:mod:`.jobkey`). A line without a valid signature is plain
 log text to the notebook, whatever it looks like. Every other line a worker
 prints is a plain log line. The notebook side parses these lines in
 :mod:`jupyter_disttrain.events`.
@@ -11,6 +11,7 @@ prints is a plain log line. The notebook side parses these lines in
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -25,7 +26,12 @@ QUIET_KINDS = ("resources",)
 #: How a quiet kind's line starts (:func:`encode` writes ``v`` and ``kind`` first).
 QUIET_MARKERS = tuple(f'{PREFIX}{{"v":{VERSION},"kind":"{k}"'.encode() for k in QUIET_KINDS)
 #: Length of a line's signature (hex SHA-256).
-SIGNATURE_CHARS = 64
+SIGNATURE_CHARS = jobkey.SIGNATURE_CHARS
+#: Deepest nesting of arrays and objects a line's body may have (the protocol's own lines
+#: nest four deep; JSON's decoder recurses once per level).
+MAX_DEPTH = 32
+#: A JSON string (skipped whole) or one bracket.
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
 def encode(
@@ -51,19 +57,64 @@ def encode(
 def signed_body(text: str, key: bytes | jobkey.Signer) -> str | None:
     """The JSON body of the protocol line in ``text`` when ``key`` signed it; else None.
 
-    ``text`` may hold anything before the prefix (a launcher's line prefix).
+    ``text`` may hold anything before the prefix (a launcher's line prefix), and
+    any characters at all: a signature is checked only when it is 64 lowercase
+    hex digits, and a body that cannot be encoded (a lone surrogate) is not signed.
     """
     start = text.find(PREFIX)
     if start == -1:
         return None
     rest = text[start + len(PREFIX) :].rstrip("\r\n")
     body, _, signature = rest.rpartition(" ")
-    if len(signature) != SIGNATURE_CHARS or not body:
+    if not body or not jobkey.is_signature(signature):
+        return None
+    try:
+        data = body.encode()
+    except UnicodeEncodeError:
         return None
     signer = jobkey.Signer(key) if isinstance(key, bytes) else key
-    if not signer.verify(body.encode(), signature):
+    if not signer.verify(data, signature):
         return None
     return body
+
+
+def too_deep(body: str, limit: int = MAX_DEPTH) -> bool:
+    """True when ``body`` nests arrays and objects deeper than ``limit`` (read in linear time,
+    strings skipped, before a decoder could recurse on it)."""
+    if body.count("[") + body.count("{") <= limit:
+        return False
+    depth = 0
+    for token in _TOKENS.finditer(body):
+        char = token.group()
+        if char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def decode(body: str) -> tuple[dict[str, Any] | None, str]:
+    """The fields of a line's JSON body, or None and why it cannot be read (never raises)."""
+    if too_deep(body):
+        return None, f"the line's body nests deeper than {MAX_DEPTH} levels"
+    try:
+        fields = json.loads(body)
+    except (ValueError, RecursionError):
+        return None, "the line's body is not JSON"
+    if not isinstance(fields, dict):
+        return None, "the line's body is not a JSON object"
+    return fields, ""
+
+
+def signed_fields(line: str, signer: jobkey.Signer | None) -> dict[str, Any] | None:
+    """The fields of the protocol line in ``line`` when ``signer``'s key signed it, else None
+    (for the rank's own readers of its lines: metrics, ``trainerStatus``)."""
+    if signer is None:
+        return None
+    body = signed_body(line, signer)
+    return None if body is None else decode(body)[0]
 
 
 def is_signed(text: str, signer: jobkey.Signer) -> bool:

@@ -98,14 +98,19 @@ def recv_frame(sock: socket.socket, limit: int = MAX_FRAME, deadline: float | No
 
 def send_message(sock: socket.socket, message: dict[str, Any], key: bytes) -> None:
     """Write one pickled message frame, signed with the job ``key``."""
-    send_frame(sock, jobkey.signed(key, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)))
+    send_frame(
+        sock,
+        jobkey.signed(
+            key, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL), purpose="session"
+        ),
+    )
 
 
 def recv_message(sock: socket.socket, key: bytes) -> dict[str, Any]:
     """Read one message frame; :class:`ConnectionError` unless ``key`` signed it (then it is
     not unpickled) or it is not a dict."""
     try:
-        body = jobkey.unsigned(key, recv_frame(sock))
+        body = jobkey.unsigned(key, recv_frame(sock), purpose="session")
     except jobkey.BadSignature as exc:
         raise ConnectionError(f"a session message failed verification: {exc}") from None
     message = pickle.loads(body)

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from typing import Any, Final
 
 from . import jobkey, report
-from .protocol import signed_body
+from .protocol import signed_fields
 
 ENV_URL: Final = "KUBEFLOW_TRAINER_SERVER_URL"
 ENV_CA: Final = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
@@ -73,14 +73,7 @@ class Progress:
 
     def observe(self, line: str) -> None:
         """Take one protocol line: rank 0's signed ``progress`` and ``metric`` lines count."""
-        signer = jobkey.signer()
-        text = signed_body(line, signer) if signer is not None else None
-        if text is None:
-            return
-        try:
-            body = json.loads(text)
-        except ValueError:
-            return
+        body = signed_fields(line, jobkey.signer())
         if not isinstance(body, dict) or body.get("rank") != 0:
             return
         kind = body.get("kind")

@@ -48,8 +48,18 @@ class SetupError(RuntimeError):
     """The payload cannot run in this worker (the message says why and what to do)."""
 
 
+def printable_output() -> None:
+    """Make printing any text safe: what cannot be encoded (a lone surrogate) is written as
+    its escape (``\\ud800``) instead of raising in the user's code."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            reconfigure(errors="backslashreplace")
+
+
 def redirect_output(log_dir: str | None, rank: int) -> None:
     """Send this process's fds 1 and 2 to ``log_dir/rank-R.log`` when a dir is given."""
+    printable_output()
     if not log_dir:
         return
     sys.stdout.flush()

@@ -59,7 +59,9 @@ def test_a_closed_peer_and_an_oversized_frame_are_connection_errors() -> None:
             recv_frame(right)
     left, right = socket.socketpair()
     with left, right:
-        send_frame(left, jobkey.signed(KEY, b"\x80\x05K\x01."))  # a pickle of 1, not a dict
+        send_frame(
+            left, jobkey.signed(KEY, b"\x80\x05K\x01.", purpose="session")
+        )  # a pickle of 1, not a dict
         with pytest.raises(ConnectionError, match="must be a dict"):
             recv_message(right, KEY)
 

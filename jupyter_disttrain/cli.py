@@ -133,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.what == "planned":
         if plan.export() is not None:  # manifests: what travels, as a YAML comment
             print(f"# {plan.payload.describe()}")
-        print(plan.export() or plan)
+        print(plan)
         return 0
     job = outcome.job
     assert job is not None
@@ -174,7 +174,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.export:
         print(f"wrote {args.export}")
     else:
-        print(plan.export() or plan, end="")
+        print(plan, end="")
     return 0
 
 

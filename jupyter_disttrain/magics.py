@@ -194,7 +194,7 @@ class DistrainMagics(Magics):
         elif outcome.what == "planned":
             summary = manifest_summary(plan)  # a cluster's manifest: its summary, YAML folded
             if summary is None:
-                print(plan.export() or plan)
+                print(plan)
             else:
                 display(summary)
         elif outcome.what == "interrupted":

@@ -92,7 +92,7 @@ class ManifestSummary:
 
     def _repr_html_(self) -> str:
         text = html.escape("\n".join(self.lines()))
-        manifest = html.escape(self.plan.export() or str(self.plan))
+        manifest = html.escape(str(self.plan))
         return (
             f'<div class="distrain-dry-run"><pre>{text}</pre><details><summary>full manifest '
             f"({format_bytes(len(manifest))})</summary><pre>{manifest}</pre></details></div>"

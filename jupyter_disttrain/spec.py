@@ -27,6 +27,9 @@ MAX_NODES = 1024
 MAX_NPROC = 256
 #: Longest time option (--timeout, --grace-period, --hang-after): a year, in seconds.
 MAX_SECONDS = 366 * 24 * 3600.0
+#: Most restarts a job may ask for: a year of daily preemptions with room to spare, and far
+#: inside torchrun's and Kubernetes' integer fields (a larger number is a typing slip).
+MAX_RESTARTS = 1000
 
 
 class SpecError(ValueError):
@@ -146,8 +149,11 @@ def validate(spec: JobSpec) -> JobSpec:
             f"--hang-after must be 0 (never) or at least 1 second, got {spec.hang_after:g}; it "
             "is how long every rank may stay silent before the job reads where they are"
         )
-    if spec.max_restarts < 0:
-        raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}")
+    if not 0 <= spec.max_restarts <= MAX_RESTARTS:
+        raise SpecError(
+            f"--max-restarts must be from 0 to {MAX_RESTARTS}, got {spec.max_restarts}; a job "
+            "that fails that often is crash-looping: read its reason, fix it, and run it again"
+        )
     _check_checkpoint_options(spec)
     _check_tracking_options(spec)
     rules: SpecRules = FRAMEWORKS.load(spec.framework)

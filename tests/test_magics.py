@@ -38,6 +38,7 @@ BAD_LINES = [
     ("--timeout soon", "'soon' is not a number of seconds"),
     ("--dist-backend mpi", "unknown --dist-backend 'mpi'"),
     ("--max-restarts -1", "--max-restarts must be at least 0"),
+    ("--max-restarts 99999999999999999999", "--max-restarts must be from 0 to 1000.*crash-loop"),
     ("-o not-a-name", "not a valid Python variable name"),
     ('--mlflow "http://a b"', "is not a tracking URI"),
     ("stray", "unrecognized arguments"),

@@ -23,6 +23,7 @@ def test_valid_spec_and_world_size() -> None:
         ({"dist_backend": "mpi"}, "--dist-backend"),
         ({"timeout": 0.0}, "--timeout"),
         ({"max_restarts": -1}, "--max-restarts"),
+        ({"max_restarts": 10**20}, "--max-restarts must be from 0 to 1000, got 1000000"),
         ({"env": (("RANK", "3"),)}, "RANK"),
         ({"tensorboard": " "}, "--tensorboard is empty; give a directory"),
         ({"mlflow": ""}, "--mlflow '' is not a tracking URI"),

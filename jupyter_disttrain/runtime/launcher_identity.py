@@ -6,7 +6,10 @@ inherits that state. A process may use a launcher another process started
 would: the same interpreter and environment (``sys.prefix``, version) and
 the same value of every variable read while Python and torch import
 (:func:`relevant_env`). Everything else (working directory, the rest of the
-environment, ``sys.path``) is applied to each job the launcher forks.
+environment, ``sys.path``) is applied to each job the launcher forks, but
+a module the launcher has already imported stays the one it imported: a
+process whose ``sys.path`` would import another file for one of them
+(:func:`differing_modules`) must not use the launcher for that job.
 
 A private socket: :func:`check_private` refuses a socket another user could
 have made or can reach, :func:`peer_uid` tells who is at the other end.
@@ -16,6 +19,7 @@ Standard library only.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import json
 import os
 import socket
@@ -55,6 +59,34 @@ def identity(env: Mapping[str, str] | None = None) -> dict[str, str]:
         "version": sys.version,
         "env": digest,
     }
+
+
+def imported_from() -> dict[str, str]:
+    """The top-level modules this process has imported from files outside the standard
+    library: name -> the file (real path) they came from."""
+    stdlib = set(sys.stdlib_module_names)
+    out: dict[str, str] = {}
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if "." in name or name in stdlib or name.startswith("_") or not isinstance(origin, str):
+            continue
+        out[name] = os.path.realpath(origin)
+    return out
+
+
+def differing_modules(imported: Mapping[str, str], path: list[str]) -> dict[str, str]:
+    """Of a launcher's ``imported`` modules (:func:`imported_from`), those that ``path`` (a
+    ``sys.path``) would import from another file: name -> the file ``path`` finds."""
+    out: dict[str, str] = {}
+    for name, origin in sorted(imported.items()):
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+        except (ImportError, ValueError):
+            continue
+        found = spec.origin if spec is not None else None
+        if found and found not in ("built-in", "frozen") and os.path.realpath(found) != origin:
+            out[name] = os.path.realpath(found)
+    return out
 
 
 def peer_uid(conn: socket.socket) -> int:

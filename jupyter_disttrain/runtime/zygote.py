@@ -17,8 +17,8 @@ Requests, one JSON object per connection:
 * ``{"op": "worker", "argv": [PAYLOAD], "env": {...}, "cwd": D, "pgid": G}``: run
   the worker runtime on ``PAYLOAD`` in group ``G``. The worker dies when the
   requesting connection closes (its client died).
-* ``{"op": "ping"}``: the launcher's pid, thread count and identity
-  (:mod:`.launcher_identity`: who may share it).
+* ``{"op": "ping"}``: the launcher's pid, thread count, identity and the
+  files of the modules it imported (:mod:`.launcher_identity`: who may share it).
 
 Every forked process gets the request's environment and working directory,
 and its ``sys.path`` from ``DISTRAIN_SYS_PATH`` in that environment when set
@@ -52,7 +52,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .launcher_identity import ENV_SYS_PATH, identity, peer_uid
+from .launcher_identity import ENV_SYS_PATH, identity, imported_from, peer_uid
 
 PRELOAD = (
     "numpy",
@@ -221,7 +221,7 @@ class Launcher:
                 self.start_worker(conn, request)
             elif op == "ping":
                 send(conn, {"pid": os.getpid(), "threads": thread_count(),
-                            "identity": self.identity})  # fmt: skip
+                            "identity": self.identity, "modules": imported_from()})  # fmt: skip
                 conn.close()
             else:
                 raise ValueError(f"unknown op {op!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -159,8 +160,10 @@ class JobService:
                 f"--export writes manifests to apply elsewhere; the {backend.name} backend has "
                 "none: use --dry-run to see its plan"
             )
-        try:
-            with open(path, "w") as fh:
+        try:  # the file holds the job key: the owner's only, like the job's own files
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w") as fh:
                 fh.write(text)
         except OSError as exc:
             raise SpecError(f"--export: cannot write {path}: {exc.strerror}") from None

@@ -80,6 +80,13 @@ SPOOFS = textwrap.dedent(
         spoof("metric", step=[], values={"loss": 1.0})
         print(M + '{"v":1,"kind":"metric","rank":1,"t":Infinity,"step":1,"values":{"x":1}}')
         spoof("checkpoint", step=3, uri=f"http://127.0.0.1:{PORT}/probe-dir", bytes=1)
+        # what another user's data may hold: a look-alike with non-ASCII where a signature
+        # goes, a deep signed-looking body without the key, lone surrogates
+        print('row: ' + M + '{"v":1,"kind":"done","rank":1,"seconds":1} ' + "é" * 64, flush=True)
+        deep = '{"v":1,"kind":"metric","rank":0,"t":1,"step":1,"values":' + "[" * 100000
+        print(M + deep + "]" * 100000 + "} " + "0" * 64, flush=True)
+        print(M + '{"v":1,"kind":"done","rank":0,"t":1,"seconds":1,"x":"\\ud800"} ' + "a" * 64)
+        print("lone \\udcff surrogate", flush=True)
     if rank == 0:
         spoof("result", encoding="cloudpickle+base64", data=PICKLE)
     for r in range(dist.get_world_size()):
@@ -112,8 +119,10 @@ def test_spoofed_lines_change_nothing_run_nothing_fetch_nothing(home: Path, tmp_
         assert not job.monitor.checkpoints(), job.monitor.checkpoints()
         assert [r["step"] for r in job.metrics()] == [], job.metrics()
         printed = job.logs()  # the log view: the job's own control lines left out, not these
-        for text in ("spoofed failure", '"world_size": 1000000', "Infinity", "probe-dir"):
-            assert text in logs and text in printed, text  # kept as log text, visible
+        visible = ("spoofed failure", '"world_size": 1000000', "Infinity", "probe-dir",
+                   "é" * 64, "[" * 1000, "\\ud800", "lone \\udcff surrogate")  # fmt: skip
+        for text in visible:
+            assert text in logs and text in printed, text[:40]  # kept as log text, visible
         assert '"kind": "done"' in printed and '"kind":"hello"' not in printed, printed
         assert any("was not believed" in w for w in snap["warnings"]), snap["warnings"]
         job.checkpoints().list()  # the browser's listing reads the job's own directory only

@@ -206,6 +206,41 @@ def test_another_environment_gets_its_own(server: Server, spec: str) -> None:
     kernel.kc.shutdown()
 
 
+SHADOW = """
+import contextlib, importlib, io, shutil, sys, tempfile, cloudpickle
+from pathlib import Path
+folder = tempfile.mkdtemp()
+shutil.copytree(Path(cloudpickle.__file__).parent, Path(folder) / "cloudpickle")
+sys.path.insert(0, folder)
+importlib.invalidate_caches()
+from jupyter_disttrain.backends.local.launcher import shared_launcher
+said = io.StringIO()
+with contextlib.redirect_stderr(said):
+    shadowed = shared_launcher()
+sys.path.remove(folder)
+again = shared_launcher()
+print(shadowed.pid, type(shadowed).__name__, again.pid, type(again).__name__)
+print(said.getvalue())
+"""
+
+
+def test_a_kernel_whose_sys_path_imports_other_files_gets_its_own_for_that_time(
+    server: Server,
+) -> None:
+    """A module the server's launcher imported, found elsewhere first on this kernel's
+    ``sys.path`` now: the job forks from a launcher of the kernel's own, and says why."""
+    shared = server.launchers()[0].pid
+    kernel = server.kernel(path="a")
+    kernel.execute("%load_ext jupyter_disttrain")
+    first, note = kernel.run(SHADOW, timeout=180).split("\n", 1)
+    own_pid, own_kind, back_pid, back_kind = first.split()
+    assert own_kind == "Launcher" and int(own_pid) != shared, first
+    assert psutil.Process(int(own_pid)).ppid() == server.kernel_pids[-1]  # the kernel's own
+    assert (int(back_pid), back_kind) == (shared, "ServerLauncher"), first
+    assert "imports cloudpickle from /tmp/" in note and "launcher of this kernel's own" in note
+    kernel.kc.shutdown()
+
+
 CELL = (
     "import os, sys\n"
     "(os.getcwd(), os.environ.get('WARM_MARK'), [p for p in sys.path if 'mark-' in p],"

@@ -71,7 +71,8 @@ DELETION_WAIT = 120.0
 
 @dataclass(frozen=True)
 class KubernetesPlan(Plan):
-    """The objects ``submit`` creates; ``str()`` is the YAML ``--dry-run`` prints."""
+    """The objects ``submit`` creates; ``str()`` is the YAML ``--dry-run`` prints (the job
+    key a placeholder), :meth:`export` the file for ``kubectl create -f`` (the key in it)."""
 
     spec: JobSpec
     payload: Payload
@@ -79,11 +80,11 @@ class KubernetesPlan(Plan):
     namespace: str
 
     def __str__(self) -> str:
-        return render_yaml(self.objects)
+        return render_yaml(self.objects, show_key=False)
 
     def export(self) -> str:
-        """The YAML for ``kubectl create -f``."""
-        return str(self)
+        """The YAML for ``kubectl create -f``, with the job key."""
+        return render_yaml(self.objects)
 
 
 class KubernetesBackend(Backend):

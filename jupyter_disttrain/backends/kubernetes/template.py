@@ -315,7 +315,9 @@ def resources(opts: K8sOptions, *, gpus: bool) -> dict[str, dict[str, str]]:
 def pod_volumes(
     name: str, opts: K8sOptions, files: Iterable[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    files_ref = {"items": payload_items(files), "defaultMode": 0o444}
+    # the Secret holds the job key and the captured values: readable by the pod's user only
+    mode = 0o400 if opts.payload_secret else 0o444
+    files_ref = {"items": payload_items(files), "defaultMode": mode}
     if opts.payload_secret:
         source = {"secret": {"secretName": payload_name(name), **files_ref}}
     else:

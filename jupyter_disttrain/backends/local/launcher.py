@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...runtime.launcher_identity import check_private, identity, peer_uid
+from ...runtime.launcher_identity import check_private, differing_modules, identity, peer_uid
 
 READY_TIMEOUT = 120.0
 #: Names the socket of the Jupyter server's warm launcher to the kernels it starts.
@@ -208,9 +208,11 @@ def ping(path: str, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
 class ServerLauncher:
     """The Jupyter server's warm launcher, used by this kernel (it does not own it)."""
 
-    def __init__(self, socket_path: str, pid: int) -> None:
+    def __init__(self, socket_path: str, pid: int, modules: dict[str, str] | None = None) -> None:
         self.socket_path = socket_path
         self._pid = pid
+        #: The modules it imported: name -> file (see ``launcher_identity.imported_from``).
+        self.modules = modules or {}
 
     @property
     def pid(self) -> int:
@@ -246,26 +248,56 @@ def server_launcher(env: dict[str, str] | None = None) -> ServerLauncher | None:
         return None
     if answer.get("identity") != identity() or not isinstance(answer.get("pid"), int):
         return None
-    return ServerLauncher(path, int(answer["pid"]))
+    modules = answer.get("modules")
+    if not isinstance(modules, dict):
+        return None  # a launcher that does not say what it imported cannot be checked
+    return ServerLauncher(path, int(answer["pid"]), {str(k): str(v) for k, v in modules.items()})
 
 
 AnyLauncher = Launcher | ServerLauncher
 _shared: AnyLauncher | None = None
+_own: Launcher | None = None  # when this kernel's sys.path stopped matching the server's
+_told: set[str] = set()
 _lock = threading.Lock()
 
 
 def shared_launcher() -> AnyLauncher:
-    """This process's launcher: the server's when it may share it, else its own.
+    """This process's launcher for its next job: the server's when it may share it, else its own.
 
-    Chosen on first use (again if the chosen one died).
+    Chosen on first use (again if the chosen one died). The server's is checked
+    again at every job against this process's ``sys.path`` as it is now: when
+    that would import another file for a module the server's launcher has
+    imported (a folder put first on ``sys.path`` since), the job runs in a
+    launcher of this process's own, and the difference is said once.
     """
-    global _shared
+    global _shared, _own
     with _lock:
         if _shared is None or not _shared.alive():
             if _shared is not None:
                 _shared.close()
             _shared = server_launcher() or Launcher()
-        return _shared
+        if not isinstance(_shared, ServerLauncher):
+            return _shared
+        differing = differing_modules(_shared.modules, list(sys.path))
+        if not differing:
+            return _shared
+        _say_once(differing, _shared.modules)
+        if _own is None or not _own.alive():
+            _own = Launcher()
+        return _own
+
+
+def _say_once(differing: dict[str, str], theirs: dict[str, str]) -> None:
+    name = next(iter(differing))
+    if name in _told:
+        return
+    _told.update(differing)
+    print(
+        f"distrain: this kernel's sys.path imports {name} from {differing[name]}, not "
+        f"{theirs[name]} as the Jupyter server's warm launcher did: its jobs start in a "
+        "launcher of this kernel's own (the first one takes a few seconds longer)",
+        file=sys.stderr,
+    )
 
 
 def prewarm() -> None:
@@ -275,5 +307,6 @@ def prewarm() -> None:
 
 @atexit.register
 def _close_shared() -> None:
-    if _shared is not None:
-        _shared.close()
+    for launcher in (_shared, _own):
+        if launcher is not None:
+            launcher.close()

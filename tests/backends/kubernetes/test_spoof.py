@@ -40,6 +40,14 @@ CELL = textwrap.dedent(
         spoof("result", 0, encoding="cloudpickle+base64", data=PICKLE)
     if rank == 1:
         spoof("hello", 1, world_size=1000000, local_rank=1, node_rank=0)
+        M = "##distrain "
+        # what another user's data may hold: a look-alike with non-ASCII where a signature
+        # goes, a deep signed-looking body without the key, lone surrogates
+        print('row: ' + M + '{"v":1,"kind":"done","rank":1,"seconds":1} ' + "é" * 64, flush=True)
+        deep = '{"v": 1, "kind": "metric", "rank": 0, "t": 1, "values": ' + "[" * 100000
+        print(M + deep + "]" * 100000 + "} " + "0" * 64, flush=True)
+        print(M + '{"v":1,"kind":"done","rank":0,"t":1,"seconds":1,"x":"\\ud800"} ' + "a" * 64)
+        print("lone \\udcff surrogate", flush=True)
         for r in range(4):
             spoof("done", r, seconds=0.1)
     dist.barrier()
@@ -65,6 +73,8 @@ def test_spoofed_lines_in_followed_pod_logs_change_nothing(tmp_path: Path) -> No
         assert steps == {r: [0, 1, 2] for r in range(4)}, steps  # signed lines through the relay
         logs = "\n".join(line.text for line in job.monitor.log_lines())
         assert "spoofed for rank 2" in logs and '"world_size": 1000000' in logs, logs
+        for text in ("é" * 64, "[" * 1000, "\\ud800", "lone \\udcff surrogate"):
+            assert text in logs, text[:40]  # printed text reaches the logs whatever it holds
         printed = backend.logs("tj-spoof")  # the job's own control lines left out, not these
         assert "spoofed for rank 2" in printed and '"kind":"metric"' not in printed, printed
         assert len(job.monitor.snapshot()["ranks"]) == 4

@@ -451,6 +451,22 @@ def test_render_yaml_round_trips_in_creation_order() -> None:
     assert render_yaml(objs) == text
 
 
+def test_a_printed_plan_shows_a_placeholder_for_the_job_key_and_the_secret_is_0400() -> None:
+    from jupyter_disttrain.backends.kubernetes.yaml import KEY_PLACEHOLDER
+    from jupyter_disttrain.runtime.jobkey import KEY_FILE
+
+    opts = parse_options([("payload-secret", "")])
+    objs = manifests(job_spec(), opts, {**FILES, KEY_FILE: b"k" * 32}, VERSIONS)
+    printed = render_yaml(objs, show_key=False)
+    secret = next(yaml.safe_load_all(printed))
+    assert secret["data"][KEY_FILE] == KEY_PLACEHOLDER and "placeholder" in printed
+    assert base64.b64encode(b"k" * 32).decode() not in printed
+    exported = next(yaml.safe_load_all(render_yaml(objs)))
+    assert base64.b64decode(exported["data"][KEY_FILE]) == b"k" * 32
+    volume = objs[1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"][0]
+    assert volume["secret"]["defaultMode"] == 0o400
+
+
 # --- Options -------------------------------------------------------------------------------
 
 

@@ -97,6 +97,7 @@ def test_no_autolog_leaves_the_metrics_empty(home: Path, tmp_path: Path) -> None
         assert job.wait(240) == "Succeeded", job.logs()
     finally:
         job.stop()
-    assert job.metrics() == {}, job.metrics()
-    assert job.monitor.snapshot()["progress"] is None
+    assert list(job.metrics()) == [], job.metrics()
+    progress = job.monitor.snapshot()["progress"]
+    assert progress is None or progress["total"] != 4, progress  # no Trainer max_steps sent
     assert job.result()["step"] == 4

@@ -144,6 +144,18 @@ def pending() -> bool:
     return _store_seen
 
 
+def agreed() -> None:
+    """Every rank agreed the job stops (a library's step-end vote): this rank stops too."""
+    global _store_seen
+    _store_seen = True
+
+
+def follow_writer() -> None:
+    """A rank that saved its part of the last checkpoint: exit once the writer committed it."""
+    deadline = (_requested or time.monotonic()) + max(0.5, grace_period() - MARGIN)
+    _wait_for_writer(deadline, _store())
+
+
 def checkpoint_saved(step: int) -> None:
     """Called after a checkpoint was committed: exit for a restart if a stop was asked."""
     if pending():

@@ -40,7 +40,16 @@ def stop_agreed() -> bool:
 
     flag = torch.tensor([1 if mine else 0], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item() and not mine:
+        preemption.agreed()
     return bool(flag.item())
+
+
+def saved_last(step: int) -> None:
+    """After every rank saved its part of a stop's checkpoint: the ranks but 0 exit once
+    rank 0 committed it (rank 0 exits in its commit, see :func:`.preemption.checkpoint_saved`)."""
+    if rank() != 0:
+        preemption.follow_writer()
 
 
 def barrier() -> None:

@@ -61,6 +61,8 @@ def _callback_class(base: type) -> type:
             common.barrier()  # every rank wrote its files (its RNG state) into the folder
             if common.rank() == 0:
                 library.record(folder, int(state.global_step), fmt.HF, self.last)
+            if self.stopping:
+                common.saved_last(int(state.global_step))
 
     return DistrainCallback
 

@@ -87,6 +87,7 @@ def _callback_class(base: type) -> type:
                     str(trainer.default_root_dir), "checkpoints"
                 )
                 trainer.save_checkpoint(os.path.join(folder, f"preempted-step={step}.ckpt"))
+                common.saved_last(step)
 
     return DistrainCallback
 

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import textwrap
+import time
 from pathlib import Path
+
 import pytest
 
+from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.checkpoints.store import CheckpointStore
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.service import JobService
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.test_local import Collector
+from tests.conftest import submit_now
 from tests.runtime.integrations.jobs import run_cell, values
 
 pytest.importorskip("transformers")
@@ -101,3 +111,35 @@ def test_no_autolog_leaves_the_metrics_empty(home: Path, tmp_path: Path) -> None
     progress = job.monitor.snapshot()["progress"]
     assert progress is None or progress["total"] != 4, progress  # no Trainer max_steps sent
     assert job.result()["step"] == 4
+
+
+@pytest.mark.slow
+def test_sigterm_makes_the_trainer_save_and_the_restart_loses_no_step(tmp_path: Path) -> None:
+    """1x2, SIGTERM to rank 1 mid-run, --max-restarts 1: a checkpoint at the next step, then
+    the restarted Trainer goes on from it; rank 0 reports every step 1..40 exactly once."""
+    spec = JobSpec("hf-preempt", nodes=1, nproc=2, max_restarts=1, timeout=200,
+                   checkpoint_dir=str(tmp_path / "ckpts"))  # fmt: skip
+    names = {"OUT": str(tmp_path / "out"), "STEPS": 40, "LOG_EVERY": 1, "SAVE_EVERY": 1000,
+             "DELAY": 0.15}  # fmt: skip
+    sink = Collector()
+    run = submit_now(LocalBackend(), spec, build_payload(HF_CELL, names, job=spec.name), sink)
+    deadline = time.monotonic() + 120
+    while not any(e.rank == 0 and e.get("step") >= 8 for e in sink.kinds("metric")):
+        assert time.monotonic() < deadline, sink.kinds("job")
+        time.sleep(0.05)
+    victim = next(int(e.get("pid")) for e in sink.kinds("hello") if e.rank == 1)
+    os.kill(victim, signal.SIGTERM)
+    signalled_after = max(e.get("step") for e in sink.kinds("metric") if e.rank == 0)
+    assert run.join(200)
+    logs = "\n".join(str(e.fields) for e in sink.events[-40:])
+    assert sink.final().get("state") == "Succeeded", logs
+    assert [e.get("attempt") for e in sink.kinds("restart")] == [1], logs
+    saved = [int(e.get("step")) for e in sink.kinds("checkpoint")]
+    assert signalled_after <= saved[0] <= signalled_after + 3, (saved, logs)
+    assert saved[1:] == [40], saved  # the Trainer's own save at the end
+    steps = [int(e.get("step")) for e in sink.kinds("metric")
+             if e.rank == 0 and "loss" in e.get("values")]  # fmt: skip
+    # every step once: the first attempt stopped at its checkpoint, the second went on from it
+    assert steps == list(range(1, 41)), (str(steps), logs)
+    value = decode_result(sink.kinds("result")[0].fields)
+    assert value["step"] == 40 and value["restart"] == 1

@@ -7,9 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.checkpoints.store import CheckpointStore
+from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.runtime.integrations import lightning as integration
 from jupyter_disttrain.service import JobService
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (a fixture)
 from tests.runtime.integrations.jobs import run_cell, values
 
 pytest.importorskip("lightning")
@@ -85,3 +90,24 @@ def test_logged_values_progress_checkpoints_and_resume(home: Path, tmp_path: Pat
     assert again.result()["step"] == 12, again.logs()
     assert sorted(values(again, 0, "train_loss")) == [9, 10, 11, 12], again.logs()
     assert "resuming Trainer.fit from" in again.logs()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("trainer")
+def test_a_trainjob_on_the_emulator_sends_every_ranks_values_through_the_relay(
+    tmp_path: Path,
+) -> None:
+    """The same module as a 2x2 TrainJob: pods of two nodes, every rank's train_loss."""
+    backend = KubernetesBackend()
+    names = {"OUT": str(tmp_path / "out"), "EPOCHS": 1, "SAVE_EVERY": 100}
+    payload = build_payload(LIGHTNING_CELL, names, job="tj-lightning")
+    spec = JobSpec("tj-lightning", backend="kubernetes", nodes=2, nproc=2, timeout=240)
+    plan = backend.plan(spec, payload)
+    assert plan.objects[1]["kind"] == "TrainJob"
+    job = jobs.default_service().run(plan)
+    assert job.result(timeout=240)["step"] == 4, job.logs()
+    for rank in range(4):
+        assert sorted(values(job, rank, "train_loss")) == [1, 2, 3, 4], (rank, job.logs())
+    progress = job.monitor.snapshot()["progress"]
+    assert progress is not None and (progress["step"], progress["total"]) == (4, 4), progress
+    assert backend.stop("tj-lightning")

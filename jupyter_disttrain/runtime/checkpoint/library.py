@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 
 from . import format as fmt
-from .api import ENV_DIR, _resume_target, checkpoint_dir
+from .api import ENV_DIR, checkpoint_dir, resume_target
 from .commit import (
     env_text,
     env_world_size,
@@ -117,7 +117,7 @@ def resume_path(kind: str) -> str | None:
     A checkpoint on an object store is first copied to a local folder.
     """
     try:
-        found = _resume_target(checkpoint_dir() if enabled() else None)
+        found = resume_target(checkpoint_dir() if enabled() else None)
     except fmt.CheckpointError:
         return None
     if found is None or found[1].get("kind") != kind:

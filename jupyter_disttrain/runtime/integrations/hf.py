@@ -37,6 +37,7 @@ def _callback_class(base: type) -> type:
         def __init__(self) -> None:
             self.last: dict[str, float] = {}
             self.stopping = False
+            self.vote = common.StopVote()
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if state.max_steps:
@@ -52,7 +53,7 @@ def _callback_class(base: type) -> type:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if state.max_steps:
                 report.auto_progress(state.global_step, state.max_steps)
-            if not self.stopping and library.enabled() and common.stop_agreed():
+            if not self.stopping and library.enabled() and self.vote(int(state.global_step)):
                 self.stopping = True
                 control.should_save = True  # every rank: the save is a collective one
 

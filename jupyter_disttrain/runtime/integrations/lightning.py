@@ -66,6 +66,7 @@ def _callback_class(base: type) -> type:
 
         def __init__(self) -> None:
             self.stopping = False
+            self.vote = common.StopVote()
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
             total = _total(trainer)
@@ -80,7 +81,7 @@ def _callback_class(base: type) -> type:
             total = _total(trainer)
             if total:
                 report.auto_progress(step, total)
-            if not self.stopping and library.enabled() and common.stop_agreed():
+            if not self.stopping and library.enabled() and self.vote(step):
                 self.stopping = True
                 callback = trainer.checkpoint_callback
                 folder = getattr(callback, "dirpath", None) or os.path.join(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import textwrap
@@ -14,6 +15,7 @@ from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.checkpoints.store import CheckpointStore
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.results import decode_result
+from jupyter_disttrain.runtime.integrations import common
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_local import Collector
@@ -135,7 +137,9 @@ def test_sigterm_makes_the_trainer_save_and_the_restart_loses_no_step(tmp_path: 
     assert sink.final().get("state") == "Succeeded", logs
     assert [e.get("attempt") for e in sink.kinds("restart")] == [1], logs
     saved = [int(e.get("step")) for e in sink.kinds("checkpoint")]
-    assert signalled_after <= saved[0] <= signalled_after + 3, (saved, logs)
+    # the ranks vote about once a second (common.VOTE_SECONDS), steps take DELAY or more
+    most = signalled_after + 2 + math.ceil(common.VOTE_SECONDS / names["DELAY"])
+    assert signalled_after <= saved[0] <= most, (saved, logs)
     assert saved[1:] == [40], saved  # the Trainer's own save at the end
     steps = [int(e.get("step")) for e in sink.kinds("metric")
              if e.rank == 0 and "loss" in e.get("values")]  # fmt: skip

@@ -426,6 +426,9 @@ def load_checkpoint(
 def _load(
     cdir: CheckpointDir, entry: fmt.Entry, into: Any, map_location: Any, weights_only: bool
 ) -> Any:
+    hint = fmt.not_torch_state(entry, cdir.payload_uri(entry))
+    if hint is not None:
+        raise CheckpointError(hint)
     if entry.get("kind") == fmt.TF:
         return checkpoint_tf.load(cdir, entry, into)
     if entry.get("kind") == fmt.JAX:

@@ -67,6 +67,24 @@ def payload_name(step: int, token: str, kind: str) -> str:
     return f"step-{step:09d}-{token}.{suffix}"
 
 
+def not_torch_state(entry: Entry, where: str) -> str | None:
+    """Why a library's checkpoint (``hf``, ``keras``) is no state to load here, with the fix."""
+    kind = entry.get("kind")
+    if kind == HF:
+        return (
+            f"checkpoint step {entry['step']} is a Hugging Face Trainer folder ({where}): resume "
+            f"it with --resume {entry['step']} (Trainer.train() picks it up), or load it with "
+            "from_pretrained(...) on that folder"
+        )
+    if kind == KERAS:
+        return (
+            f"checkpoint step {entry['step']} is a Keras file ({where}, written as "
+            f"{entry.get('source', 'a .keras or .weights.h5 file')}): copy it to that name and "
+            "load it with Keras (model.load_weights or keras.models.load_model)"
+        )
+    return None
+
+
 def entry_name(step: int, token: str) -> str:
     """Name of a checkpoint's record under ``entries/``."""
     return f"{step:012d}-{token}.json"

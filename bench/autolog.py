@@ -8,6 +8,13 @@ after a warm-up (a callback of its own, in both modes), so launch time does
 not count. With autolog on, every step also carries the step-end vote on a
 SIGTERM (one all-reduce) and Lightning's values go out as a metric line.
 
+On a shared, loaded machine the spread between runs of one mode exceeds
+the difference between the modes, so the section also gives autolog's own
+work per step, timed in this process: the callbacks' step-end (and, every
+10 steps, log) hooks called 20000 times with the values a step hands them,
+their lines written to a null device; the vote's all-reduce (about once a
+second) is not in it.
+
 ``python bench/autolog.py [--rounds 3] [--steps 300]`` prints the figures and
 rewrites the "Autolog" section of ``BENCHMARKS.md``.
 """
@@ -20,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +131,44 @@ def steps_per_s(service: JobService, cell: str, steps: int, on: bool, name: str)
             job.stop()
 
 
+def hook_seconds(calls: int = 20000) -> dict[str, float]:
+    """Seconds of autolog's own work per step, by loop (see the module docstring)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import lightning.pytorch as pl
+    import torch
+    from transformers.trainer_callback import TrainerCallback
+
+    from jupyter_disttrain.runtime import report
+    from jupyter_disttrain.runtime.integrations import hf, lightning
+
+    out: dict[str, float] = {}
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        callback = hf._callback_class(TrainerCallback)()
+        state = SimpleNamespace(global_step=0, max_steps=calls)
+        logs = {"loss": 0.5, "grad_norm": 1.2, "learning_rate": 1e-4, "epoch": 0.1}
+        started = time.perf_counter()
+        for step in range(1, calls + 1):
+            state.global_step = step
+            callback.on_step_end(None, state, None)
+            if step % 10 == 0:
+                callback.on_log(None, state, None, logs=logs)
+        out["Hugging Face Trainer"] = (time.perf_counter() - started) / calls
+        lightning._classes["bench"] = lightning._callback_class(pl.Callback)
+        module = lightning._classes["bench"]()
+        connector = SimpleNamespace(metrics={"callback": {"train_loss": torch.tensor(0.5)}})
+        trainer = SimpleNamespace(global_step=0, max_steps=calls, current_epoch=0,
+                                  _logger_connector=connector)  # fmt: skip
+        started = time.perf_counter()
+        for step in range(1, calls + 1):
+            trainer.global_step = step
+            module.on_train_batch_end(trainer, None, None, None, step)
+        out["Lightning"] = (time.perf_counter() - started) / calls
+    report.flush_progress()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -140,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 rates.setdefault((lib, on), []).append(rate)
                 print(f"{name}: {rate:.1f} steps/s", flush=True)
     load_after = os.getloadavg()
+    own = hook_seconds()
     lines = [
         f"Machine: {machine_name()}; load average (1 min) {load_before[0]:.1f} before, "
         f"{load_after[0]:.1f} after (other engineers' tests share the cores).",
@@ -147,15 +194,17 @@ def main(argv: list[str] | None = None) -> int:
         f"rank 0's steps/s over steps {WARMUP}-{args.steps}, autolog on and off alternating "
         "in the same run (`python bench/autolog.py`).",
         "",
-        "| loop | steps/s autolog on | steps/s `--no-autolog` | overhead | runs (on / off) |",
-        "|---|---|---|---|---|",
+        "| loop | steps/s autolog on | steps/s `--no-autolog` | overhead | runs (on / off) "
+        "| autolog's own work a step | of a `--no-autolog` step |",
+        "|---|---|---|---|---|---|---|",
     ]
     for lib in ("Hugging Face Trainer", "Lightning"):
         on, off = rates[(lib, True)], rates[(lib, False)]
         m_on, m_off = statistics.median(on), statistics.median(off)
         each = " ".join(f"{r:.0f}" for r in on) + " / " + " ".join(f"{r:.0f}" for r in off)
         lines.append(
-            f"| {lib} | {m_on:.1f} | {m_off:.1f} | {100 * (m_off - m_on) / m_off:+.1f} % | {each} |"
+            f"| {lib} | {m_on:.1f} | {m_off:.1f} | {100 * (m_off - m_on) / m_off:+.1f} % | {each} "
+            f"| {own[lib] * 1e6:.0f} µs | {100 * own[lib] * m_off:.1f} % |"
         )
     body = "\n".join(lines)
     print(body)

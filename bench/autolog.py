@@ -206,6 +206,14 @@ def main(argv: list[str] | None = None) -> int:
             f"| {lib} | {m_on:.1f} | {m_off:.1f} | {100 * (m_off - m_on) / m_off:+.1f} % | {each} "
             f"| {own[lib] * 1e6:.0f} µs | {100 * own[lib] * m_off:.1f} % |"
         )
+    lines += [
+        "",
+        "On this machine the runs of one mode spread more than the two modes differ (the "
+        "load of other jobs changes from run to run), so the end-to-end column is noise-bound; "
+        "the last two columns are autolog's own work, timed in one process: the Trainer "
+        "callback's step end (and its log every 10 steps), Lightning's per-step metric line. "
+        "The vote on a SIGTERM adds one all-reduce about once a second.",
+    ]
     body = "\n".join(lines)
     print(body)
     write_section(ROOT / "BENCHMARKS.md", "Autolog", body)

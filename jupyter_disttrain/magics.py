@@ -31,7 +31,7 @@ from .payload import CaptureError, transform_cell
 from .plan_summary import manifest_summary
 from .service import JobService, backend_names, default_service
 from .sessions import SessionError, SessionLost, format_sessions
-from .spec import MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError
+from .spec import MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError, autolog_value
 from .textview import LiveView, format_job_table, format_namespace_table, format_runtime_table
 
 #: Largest ``max_capture_mb``: 64 GiB of captured values.
@@ -123,10 +123,14 @@ class DistrainMagics(Magics):
     post_mortem = Bool(
         False, help="Default --post-mortem: a rank that raises stays paused for the debugger."
     ).tag(config=True)
+    autolog = Unicode(
+        "all",
+        help="Default --autolog: 'all', '0' (none), or libraries such as 'lightning,hf'.",
+    ).tag(config=True)
 
     CONFIG_KEYS = ("nodes", "nproc", "backend", "framework", "timeout", "hang_after",
                    "max_capture_mb", "launch_mode", "prewarm", "live", "tensorboard",
-                   "mlflow", "post_mortem")  # fmt: skip
+                   "mlflow", "post_mortem", "autolog")  # fmt: skip
 
     # -- %%distrain ------------------------------------------------------------
     @magic_arguments.magic_arguments()
@@ -469,6 +473,8 @@ class DistrainMagics(Magics):
                 )
         try:
             trait.validate(self, converted)
+            if key == "autolog":
+                converted = autolog_value(converted)
         except Exception as exc:
             raise UsageError(f"%distrain_config {key}: {value!r} is not valid ({exc})") from None
         return converted
@@ -524,6 +530,7 @@ class DistrainMagics(Magics):
             "tensorboard": self.tensorboard or None,
             "mlflow": self.mlflow or None,
             "post_mortem": self.post_mortem,
+            "autolog": self.autolog,
         }
 
     def _live_mode(self) -> str:

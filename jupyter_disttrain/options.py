@@ -22,6 +22,7 @@ from .spec import (
     MAX_SECONDS,
     JobSpec,
     SpecError,
+    autolog_value,
     parse_env,
     validate,
 )
@@ -111,6 +112,13 @@ JOB_OPTIONS: list[Option] = [
     (("--where-locals",), {"action": "store_true",
                            "help": "Where? and a hang's stacks also show the locals of your "
                            "own frames (values shortened)"}),
+    (("--autolog",), {"default": None, "metavar": "LIBS",
+                       "help": "libraries whose training loops report metrics, progress and "
+                       "checkpoints by themselves: all (default), or some of lightning, hf, "
+                       "keras, accelerate (comma-separated)"}),
+    (("--no-autolog",), {"action": "store_true",
+                         "help": "no automatic reporting from Lightning, Hugging Face, Keras or "
+                         "Accelerate: only the cell's own report() calls"}),
     (("--dry-run",), {"action": "store_true",
                       "help": "print the exact launch plan (or Kubernetes YAML) and run nothing"}),
     (("--export",), {"default": None, "metavar": "FILE.yaml",
@@ -233,9 +241,20 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
             mlflow=_given(args, conf, "mlflow"),
             post_mortem=bool(getattr(args, "post_mortem", False) or conf.get("post_mortem")),
             where_locals=bool(getattr(args, "where_locals", False)),
+            autolog=_autolog(args, conf),
         )
     )
     return spec
+
+
+def _autolog(args: argparse.Namespace, conf: dict[str, Any]) -> str:
+    """``--no-autolog`` wins over ``--autolog LIBS``, which wins over the configured default."""
+    given = getattr(args, "autolog", None)
+    if getattr(args, "no_autolog", False):
+        if given is not None:
+            raise SpecError("--no-autolog and --autolog contradict each other; give one")
+        return "off"
+    return autolog_value(given if given is not None else conf.get("autolog", "all"))
 
 
 def _given(args: argparse.Namespace, conf: dict[str, Any], key: str) -> str | None:

@@ -1,7 +1,8 @@
 """Named plugins: the backends and frameworks a job may name, found through entry points.
 
 Each kind of plugin is a :class:`Registry` over one entry-point group
-(``jupyter_disttrain.backends``, ``jupyter_disttrain.frameworks``); the
+(``jupyter_disttrain.backends``, ``jupyter_disttrain.frameworks``,
+``jupyter_disttrain.integrations``: the libraries autolog follows); the
 package declares its built-ins there in ``pyproject.toml``, and any installed
 distribution may add more. :meth:`Registry.register` adds one in-process
 (tests, notebooks). Names are read from the distributions' metadata; the
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 BACKEND_GROUP = "jupyter_disttrain.backends"
 FRAMEWORK_GROUP = "jupyter_disttrain.frameworks"
+INTEGRATION_GROUP = "jupyter_disttrain.integrations"
 
 
 #: ``sys.path`` and every installed entry point on it (``importlib.metadata.entry_points()``:
@@ -143,3 +145,5 @@ def _resolve(value: Any) -> Any:
 BACKENDS = Registry(BACKEND_GROUP, "backend", default="local")
 #: Training frameworks (:class:`~jupyter_disttrain.frameworks.base.Framework` objects).
 FRAMEWORKS = Registry(FRAMEWORK_GROUP, "framework", default="pytorch")
+#: Training libraries autolog follows inside workers (``runtime.integrations`` objects).
+INTEGRATIONS = Registry(INTEGRATION_GROUP, "autolog integration", default="lightning")

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from .plugins import BACKENDS, FRAMEWORKS, SpecRules
+from .plugins import BACKENDS, FRAMEWORKS, INTEGRATIONS, SpecRules
 
 DistBackend = Literal["auto", "gloo", "nccl"]
 
@@ -75,6 +75,9 @@ class JobSpec:
     post_mortem: bool = False
     #: Stacks (Where?, a hang) show the locals of the user's frames (``--where-locals``).
     where_locals: bool = False
+    #: Libraries whose training loops report themselves: ``all``, ``off``, or names
+    #: (``lightning,hf``); see :func:`autolog_value`.
+    autolog: str = "all"
 
     @property
     def world_size(self) -> int:
@@ -156,6 +159,8 @@ def validate(spec: JobSpec) -> JobSpec:
         )
     _check_checkpoint_options(spec)
     _check_tracking_options(spec)
+    if autolog_value(spec.autolog) != spec.autolog:
+        raise SpecError(f"autolog {spec.autolog!r} is not normalised; build it with autolog_value")
     rules: SpecRules = FRAMEWORKS.load(spec.framework)
     rules.check_spec(spec)  # what the framework itself rules out (TensorFlow: --nproc 1)
     for key, value in spec.env:
@@ -169,6 +174,30 @@ def validate(spec: JobSpec) -> JobSpec:
                 f"worker ({key}); remove it and read the value the launcher provides"
             )
     return spec
+
+
+#: What turns autolog off (``--no-autolog``, ``autolog=0``).
+AUTOLOG_OFF = ("0", "off", "false", "no", "none")
+
+
+def autolog_value(text: object) -> str:
+    """``--autolog`` / ``autolog=`` as the spec keeps it: ``all``, ``off`` or sorted names.
+
+    Raises :class:`SpecError` for a library no integration is registered for.
+    """
+    value = str(text).strip().lower()
+    if value in ("", "all", "1", "on", "true", "yes"):
+        return "all"
+    if value in AUTOLOG_OFF:
+        return "off"
+    names = sorted({part.strip() for part in value.split(",") if part.strip()})
+    unknown = [name for name in names if not INTEGRATIONS.known(name)]
+    if unknown:
+        raise SpecError(
+            f"autolog: no integration for {', '.join(map(repr, unknown))}; choose among "
+            f"{', '.join(INTEGRATIONS.names())} (comma-separated), all, or 0 for none"
+        )
+    return ",".join(names)
 
 
 def _check_seconds(flag: str, value: float | None, fix: str) -> None:

@@ -1,9 +1,12 @@
-"""Refresh the README's pictures of a failing and a hung job from the browser test's screenshots.
+"""Refresh the README's pictures of jobs from the browser tests' screenshots.
 
 ``python scripts/readme_pictures.py`` (or ``make readme-pictures``) reads the
 dashboards ``tests/browser/test_cause_browser.py`` saved under
-``test-output/browser-cause/light/`` and writes them, at most 960 px wide and
-in 256 colours, to ``docs/failing-job.png`` and ``docs/hung-job.png``.
+``test-output/browser-cause/light/`` and the one
+``tests/browser/test_autolog_browser.py`` saved under
+``test-output/browser-autolog/`` and writes them, at most 960 px wide and in
+256 colours, to ``docs/failing-job.png``, ``docs/hung-job.png`` and
+``docs/lightning-job.png``.
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ from pathlib import Path
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
-SHOTS = REPO / "test-output" / "browser-cause" / "light"
-PICTURES = {"fail-job.png": "failing-job.png", "hang-job.png": "hung-job.png"}
+OUTPUT = REPO / "test-output"
+SHOTS = OUTPUT / "browser-cause" / "light"
+PICTURES = {
+    SHOTS / "fail-job.png": "failing-job.png",
+    SHOTS / "hang-job.png": "hung-job.png",
+    OUTPUT / "browser-autolog" / "lightning-job.png": "lightning-job.png",
+}
 WIDTH = 960
 
 
@@ -31,13 +39,14 @@ def shrink(source: Path, target: Path) -> int:
 
 
 def main() -> int:
-    missing = [name for name in PICTURES if not (SHOTS / name).is_file()]
+    missing = [str(shot) for shot in PICTURES if not shot.is_file()]
     if missing:
-        print(f"no screenshots {', '.join(missing)} in {SHOTS}: run the browser test first "
-              "(pytest tests/browser/test_cause_browser.py)", file=sys.stderr)  # fmt: skip
+        print(f"no screenshots {', '.join(missing)}: run the browser tests first (pytest "
+              "tests/browser/test_cause_browser.py tests/browser/test_autolog_browser.py)",
+              file=sys.stderr)  # fmt: skip
         return 1
     for shot, picture in PICTURES.items():
-        size = shrink(SHOTS / shot, REPO / "docs" / picture)
+        size = shrink(shot, REPO / "docs" / picture)
         print(f"docs/{picture}: {size / 1024:.0f} KiB")
     return 0
 

@@ -157,6 +157,27 @@ def test_config_values_are_read_as_a_shell_does(shell: InteractiveShell) -> None
         shell.run_line_magic("distrain_config", "tensorboard=")
 
 
+def test_config_autolog_reaches_the_plan(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    magics = shell.magics_manager.registry["DistrainMagics"]
+    with pytest.raises(UsageError, match=r"no integration for 'xgb'"):
+        shell.run_line_magic("distrain_config", "autolog=hf,xgb")
+    shell.run_line_magic("distrain_config", "autolog=0")
+    try:
+        assert magics.autolog == "off"
+        cell(shell, "--name dry-off --dry-run", "x = 1")
+        assert "DISTRAIN_AUTOLOG=off" in capsys.readouterr().out
+        cell(shell, "--name dry-hf --autolog lightning,hf --dry-run", "x = 1")
+        assert "DISTRAIN_AUTOLOG=hf,lightning" in capsys.readouterr().out
+    finally:
+        shell.run_line_magic("distrain_config", "autolog=all")
+    cell(shell, "--name dry-all --dry-run", "x = 1")
+    assert "DISTRAIN_AUTOLOG" not in capsys.readouterr().out
+    with pytest.raises(UsageError, match="contradict"):
+        cell(shell, "--name dry-both --autolog hf --no-autolog --dry-run", "x = 1")
+
+
 def test_dry_run_prints_plan(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
     assert cell(shell, "--nodes 2 --nproc 2 --name dry --env A=1 --dry-run", "x = 1") is None
     out = capsys.readouterr().out

@@ -217,6 +217,9 @@ class CheckpointStore:
                 entry = older[-1]
 
     def _load_entry(self, entry: fmt.Entry, weights_only: bool, map_location: Any) -> Any:
+        hint = fmt.not_torch_state(entry, self.dir.payload_uri(entry))
+        if hint is not None:
+            raise CheckpointError(hint)
         if entry.get("kind") == fmt.TF:  # variables by checkpoint key, as numpy arrays
             return checkpoint_tf.variables(self.dir, entry)
         if entry.get("kind") == fmt.JAX:  # the saved tree, as numpy arrays

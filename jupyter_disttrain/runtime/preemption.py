@@ -42,6 +42,7 @@ _store_checked = 0.0
 _store_seen = False
 _signed: SignedStore | None = None
 _lock = threading.Lock()
+_installed = False
 
 
 def uses_checkpoints(source: str) -> bool:
@@ -56,8 +57,15 @@ def grace_period() -> float:
 
 def install() -> None:
     """Turn SIGTERM into a preemption request (main thread only; idempotent)."""
+    global _installed
     _store()  # the key is read now, not inside the signal handler (its lock)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    _installed = True
+
+
+def installed() -> bool:
+    """Whether SIGTERM is a preemption request in this process (see :func:`install`)."""
+    return _installed
 
 
 def _store() -> SignedStore | None:
@@ -134,6 +142,18 @@ def pending() -> bool:
     except Exception:
         return False
     return _store_seen
+
+
+def agreed() -> None:
+    """Every rank agreed the job stops (a library's step-end vote): this rank stops too."""
+    global _store_seen
+    _store_seen = True
+
+
+def follow_writer() -> None:
+    """A rank that saved its part of the last checkpoint: exit once the writer committed it."""
+    deadline = (_requested or time.monotonic()) + max(0.5, grace_period() - MARGIN)
+    _wait_for_writer(deadline, _store())
 
 
 def checkpoint_saved(step: int) -> None:

@@ -24,8 +24,12 @@ quiet_bytes = 0
 PROGRESS_EVERY: Final = 0.5
 _progress_sent = -PROGRESS_EVERY
 _progress_pending: tuple[int, int] | None = None
-#: True once ``report(total=...)`` was called (it then wins over a tqdm bar).
+#: True once ``report(total=...)`` was called (it then wins over a tqdm bar and autolog).
 explicit_total = False
+#: True once the cell called ``report()`` with metrics: autolog's metric lines stop then.
+own_metrics = False
+#: True once a library integration (autolog) sent progress: it then wins over a tqdm bar.
+library_total = False
 _tap: Callable[[str], None] | None = None
 #: Called with every protocol line this process writes or relays (rank 0's metrics endpoint).
 _observers: list[Callable[[str], None]] = []
@@ -155,7 +159,7 @@ def report(step: int | None = None, *, total: Any = None, **metrics: Any) -> Non
     ``i + 1`` of ``total`` are done. Rank 0's calls drive the progress bar
     and ETA (``progress`` lines); ``report(step=i, total=n)`` alone is fine.
     """
-    global _auto_step, explicit_total
+    global _auto_step, explicit_total, own_metrics
     if not metrics and total is None:
         raise TypeError(
             "report() needs at least one metric or total=, e.g. report(step=i, loss=loss)"
@@ -169,7 +173,36 @@ def report(step: int | None = None, *, total: Any = None, **metrics: Any) -> Non
     _auto_step = step + 1
     if metrics:
         values = {str(k): _as_float(k, v) for k, v in metrics.items()}
+        own_metrics = True
         emit("metric", step=step, values=values)
     if steps is not None:
         explicit_total = True
         progress(min(step + 1, steps), steps)
+
+
+def auto_metrics(step: int, values: dict[str, Any]) -> None:
+    """Metrics a library integration (autolog) read from the training loop, at ``step``.
+
+    Numbers only (other values are skipped); nothing once the cell reports its
+    own metrics with :func:`report` on this rank: the cell's values win, so no
+    metric is reported twice.
+    """
+    if own_metrics:
+        return
+    kept: dict[str, float] = {}
+    for name, value in values.items():
+        try:
+            kept[str(name)] = _as_float(name, value)
+        except (TypeError, ValueError, RuntimeError):
+            continue  # a string, a list, a tensor of many elements
+    if kept:
+        emit("metric", step=int(step), values=kept)
+
+
+def auto_progress(done: int, total: int) -> None:
+    """A library's own step count and total (autolog), unless ``report(total=...)`` gave one."""
+    global library_total
+    if explicit_total or total < 1:
+        return
+    library_total = True
+    progress(min(max(0, int(done)), int(total)), int(total))

@@ -6,7 +6,7 @@ notebook and rich bars): each time a bar redraws, its ``n`` of ``total`` goes ou
 as a ``progress`` line (rate-limited by :func:`.report.progress`). One bar is
 followed at a time, the first one with a known total that is still open, so
 an outer epoch bar wins over the inner batch bars. ``report(total=...)``,
-once called, wins over any bar.
+once called, wins over any bar, and so does a library's own count (autolog).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _drawn(bar: Any, *, closing: bool) -> None:
         disabled = bool(getattr(bar, "disable", False))
     except (TypeError, ValueError, AttributeError):
         return
-    if disabled or total < 1 or report.explicit_total:
+    if disabled or total < 1 or report.explicit_total or report.library_total:
         return
     current = _followed() if _followed is not None else None
     if current is None and not closing:

@@ -25,6 +25,7 @@ from typing import Any
 from . import (
     debugger,
     hangwatch,
+    integrations,
     metrics_server,
     preemption,
     rankprefix,
@@ -384,6 +385,16 @@ def warn_packages(payload: dict[str, Any]) -> None:
               flush=True)  # fmt: skip
 
 
+def uses_checkpoints(payload: dict[str, Any]) -> bool:
+    """Whether the cell saves checkpoints: itself, or through a trainer autolog follows."""
+    source = str(payload["source"])
+    if preemption.uses_checkpoints(source):
+        return True
+    blobs = list((payload.get("globals") or {}).values())
+    folder = os.environ.get(_checkpoint.ENV_DIR, "").strip()
+    return bool(folder) and integrations.mentioned(("hf", "lightning"), source, blobs)
+
+
 def run(payload_path: str) -> int:
     """Run one payload in this process; return the exit status."""
     rank = int(os.environ.get("RANK", "0"))
@@ -417,7 +428,8 @@ def run(payload_path: str) -> int:
     relay.start(rank, world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
                 int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))))  # fmt: skip
     debugger.install()  # breakpoint() and pdb.set_trace() are driven from the notebook
-    if preemption.uses_checkpoints(str(payload["source"])):
+    integrations.install()  # autolog: Lightning, HF Trainer, Keras, Accelerate report themselves
+    if uses_checkpoints(payload):
         preemption.install()  # SIGTERM: one last checkpoint, then an exit for a restart
     failed = False
     try:

@@ -83,6 +83,9 @@ def preload() -> list[str]:
             importlib.import_module(name)
         except Exception:
             missing.append(name)
+    from . import integrations
+
+    integrations.targets()  # the entry-point scan, once, before the forks
     return missing
 
 

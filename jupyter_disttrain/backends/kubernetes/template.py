@@ -292,6 +292,8 @@ def worker_env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
         env["DISTRAIN_GRACE_PERIOD"] = f"{spec.grace_period:g}"
     if spec.hang_after is not None:
         env["DISTRAIN_HANG_AFTER"] = f"{spec.hang_after:g}"
+    if spec.autolog != "all":
+        env["DISTRAIN_AUTOLOG"] = spec.autolog
     if spec.post_mortem:
         env["DISTRAIN_POST_MORTEM"] = "1"
     if spec.where_locals:

@@ -321,7 +321,7 @@ def save_checkpoint(
     return cdir.fs.uri(cdir.fs.join(cdir.root, fmt.payload_name(step, token, fmt.FULL)))
 
 
-def _resume_target(cdir: CheckpointDir | None) -> tuple[CheckpointDir, fmt.Entry] | None:
+def resume_target(cdir: CheckpointDir | None) -> tuple[CheckpointDir, fmt.Entry] | None:
     """What ``load_checkpoint()`` returns: own latest after a restart, else ``--resume``."""
     job, run = env_text("DISTRAIN_JOB_ID"), env_text("DISTRAIN_RUN_ID")
     if cdir is not None and job:
@@ -395,7 +395,7 @@ def load_checkpoint(
     wait_for_saves()
     cdir = checkpoint_dir() if env_text(ENV_DIR) else None
     if which is None:
-        found = _resume_target(cdir)
+        found = resume_target(cdir)
         fallback = True
     else:
         parsed = fmt.parse_which(which)
@@ -426,6 +426,9 @@ def load_checkpoint(
 def _load(
     cdir: CheckpointDir, entry: fmt.Entry, into: Any, map_location: Any, weights_only: bool
 ) -> Any:
+    hint = fmt.not_torch_state(entry, cdir.payload_uri(entry))
+    if hint is not None:
+        raise CheckpointError(hint)
     if entry.get("kind") == fmt.TF:
         return checkpoint_tf.load(cdir, entry, into)
     if entry.get("kind") == fmt.JAX:
@@ -514,6 +517,6 @@ def every(n: int | None = None, step: int | None = None, *, seconds: float | Non
 def resume_step() -> int | None:
     """The step :func:`load_checkpoint` would load with no argument (no data read)."""
     with contextlib.suppress(CheckpointError):
-        found = _resume_target(checkpoint_dir() if env_text(ENV_DIR) else None)
+        found = resume_target(checkpoint_dir() if env_text(ENV_DIR) else None)
         return None if found is None else int(found[1]["step"])
     return None

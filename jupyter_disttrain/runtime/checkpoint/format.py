@@ -5,6 +5,9 @@ A checkpoint directory ``ROOT`` holds::
     step-000000040-1a2b3c.pt          a full bundle (torch.save of the state)
     step-000000050-4d5e6f.dcp/        a sharded checkpoint (torch.distributed.checkpoint)
     step-000000060-7a8b9c.tf/         a TensorFlow checkpoint (tf.train.Checkpoint files)
+    step-000000070-1f2e3d.hf/         a Hugging Face Trainer's checkpoint-N folder (a copy)
+    step-000000080-4c5b6a.ckpt        a Lightning checkpoint file (a copy)
+    step-000000090-7d8e9f.keras       a Keras checkpoint: a .keras or .weights.h5 file (a copy)
     .tmp-...                          files being written (never listed)
     .distrain/entries/000000000040-1a2b3c.json   one record per committed checkpoint
     .distrain/manifest.json           compacted copy of the records (a cache)
@@ -35,11 +38,17 @@ TMP_PREFIX = ".tmp-"
 FULL, SHARDED, TF = "full", "sharded", "tf"
 #: A JAX pytree: a folder with its arrays (``.npz``) and its structure (JSON), see ``jax.py``.
 JAX = "jax"
+#: A training library's own checkpoint, copied in once the library finished writing it.
+HF, LIGHTNING, KERAS = "hf", "lightning", "keras"
+#: Kinds whose data is a folder of files (the record lists each file's size and sha256).
+FOLDER_KINDS = (SHARDED, TF, JAX, HF)
+#: The suffix of each kind's data (a full bundle: ``.pt``).
+SUFFIXES = {SHARDED: "dcp", TF: "tf", JAX: "jax", HF: "hf", LIGHTNING: "ckpt", KERAS: "keras"}
 #: Statuses: complete; a file is missing; size or checksum wrong, or record unreadable.
 OK, INCOMPLETE, CORRUPT = "ok", "incomplete", "corrupt"
 
 ENTRY_RE = re.compile(r"^(\d{12})-([0-9a-f]{6,32})\.json$")
-PAYLOAD_RE = re.compile(r"^step-(\d{9,})-([0-9a-f]{6,32})\.(pt|dcp|tf|jax)$")
+PAYLOAD_RE = re.compile(r"^step-(\d{9,})-([0-9a-f]{6,32})\.(pt|dcp|tf|jax|hf|ckpt|keras)$")
 
 Entry = dict[str, Any]
 
@@ -54,8 +63,26 @@ class CorruptCheckpoint(CheckpointError):
 
 def payload_name(step: int, token: str, kind: str) -> str:
     """File (full) or directory (sharded) name of a checkpoint's data."""
-    suffix = {SHARDED: "dcp", TF: "tf", JAX: "jax"}.get(kind, "pt")
+    suffix = SUFFIXES.get(kind, "pt")
     return f"step-{step:09d}-{token}.{suffix}"
+
+
+def not_torch_state(entry: Entry, where: str) -> str | None:
+    """Why a library's checkpoint (``hf``, ``keras``) is no state to load here, with the fix."""
+    kind = entry.get("kind")
+    if kind == HF:
+        return (
+            f"checkpoint step {entry['step']} is a Hugging Face Trainer folder ({where}): resume "
+            f"it with --resume {entry['step']} (Trainer.train() picks it up), or load it with "
+            "from_pretrained(...) on that folder"
+        )
+    if kind == KERAS:
+        return (
+            f"checkpoint step {entry['step']} is a Keras file ({where}, written as "
+            f"{entry.get('source', 'a .keras or .weights.h5 file')}): copy it to that name and "
+            "load it with Keras (model.load_weights or keras.models.load_model)"
+        )
+    return None
 
 
 def entry_name(step: int, token: str) -> str:

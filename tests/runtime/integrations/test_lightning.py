@@ -1,0 +1,113 @@
+"""Lightning under autolog: a real 2x2 job whose module logs ``train_loss`` every step."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.checkpoints.store import CheckpointStore
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.runtime.integrations import lightning as integration
+from jupyter_disttrain.service import JobService
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (a fixture)
+from tests.runtime.integrations.jobs import run_cell, values
+
+pytest.importorskip("lightning")
+
+LIGHTNING_CELL = textwrap.dedent(
+    """
+    import os, torch
+    import lightning.pytorch as pl
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss)
+            return loss
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 8)
+    data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    saver = pl.callbacks.ModelCheckpoint(dirpath=OUT, every_n_train_steps=SAVE_EVERY,
+                                         save_top_k=-1)
+    trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", strategy="ddp", devices=2,
+                         num_nodes=2, enable_progress_bar=False, logger=False,
+                         enable_model_summary=False, callbacks=[saver])
+    trainer.fit(Tiny(), loader)
+    {"step": trainer.global_step, "callbacks": [type(c).__name__ for c in trainer.callbacks]}
+    """
+)
+
+
+def test_the_factory_gives_no_callback_outside_a_worker() -> None:
+    """Lightning's callbacks_factory entry points: nothing unless a worker attached autolog."""
+    assert integration.lightning_callbacks() == []
+    assert integration.pytorch_lightning_callbacks() == []
+
+
+@pytest.mark.slow
+def test_logged_values_progress_checkpoints_and_resume(home: Path, tmp_path: Path) -> None:
+    """2x2, 64 samples / 4 ranks / batch 4 = 4 steps an epoch, 2 epochs: train_loss at 1..8."""
+    service = JobService()
+    ckpts = tmp_path / "ckpts"
+    names = {"OUT": str(tmp_path / "out"), "EPOCHS": 2, "SAVE_EVERY": 4}
+    argv = ["--nodes", "2", "--nproc", "2", "--name", "pl-autolog", "--timeout", "240",
+            "--checkpoint-dir", str(ckpts)]  # fmt: skip
+    job = run_cell(service, argv, LIGHTNING_CELL, names)
+    try:
+        assert job.wait(240) == "Succeeded", job.logs()
+    finally:
+        job.stop()
+    assert job.result()["step"] == 8 and "DistrainCallback" in job.result()["callbacks"]
+    for rank in range(4):
+        assert sorted(values(job, rank, "train_loss")) == list(range(1, 9)), (rank, job.logs())
+    assert values(job, 0, "epoch") == {s: float((s - 1) // 4) for s in range(1, 9)}
+    progress = job.monitor.snapshot()["progress"]
+    assert progress is not None and (progress["step"], progress["total"]) == (8, 8), progress
+    store = CheckpointStore(str(ckpts))
+    assert [(i.step, i.kind) for i in store.list()] == [(4, "lightning"), (8, "lightning")]
+    assert store.verify() == {4: "ok", 8: "ok"}
+    assert "train_loss" in store.list()[-1].metrics
+    # --resume latest hands the .ckpt to Trainer.fit: three epochs go on from step 8
+    argv2 = [*argv[:5], "pl-resume", *argv[6:], "--resume", "latest"]
+    again = run_cell(service, argv2, LIGHTNING_CELL, {**names, "EPOCHS": 3})
+    try:
+        assert again.wait(240) == "Succeeded", again.logs()
+    finally:
+        again.stop()
+    assert again.result()["step"] == 12, again.logs()
+    assert sorted(values(again, 0, "train_loss")) == [9, 10, 11, 12], again.logs()
+    assert "resuming Trainer.fit from" in again.logs()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("trainer")
+def test_a_trainjob_on_the_emulator_sends_every_ranks_values_through_the_relay(
+    tmp_path: Path,
+) -> None:
+    """The same module as a 2x2 TrainJob: pods of two nodes, every rank's train_loss."""
+    backend = KubernetesBackend()
+    names = {"OUT": str(tmp_path / "out"), "EPOCHS": 1, "SAVE_EVERY": 100}
+    payload = build_payload(LIGHTNING_CELL, names, job="tj-lightning")
+    spec = JobSpec("tj-lightning", backend="kubernetes", nodes=2, nproc=2, timeout=240)
+    plan = backend.plan(spec, payload)
+    assert plan.objects[1]["kind"] == "TrainJob"
+    job = jobs.default_service().run(plan)
+    assert job.result(timeout=240)["step"] == 4, job.logs()
+    for rank in range(4):
+        assert sorted(values(job, rank, "train_loss")) == [1, 2, 3, 4], (rank, job.logs())
+    progress = job.monitor.snapshot()["progress"]
+    assert progress is not None and (progress["step"], progress["total"]) == (4, 4), progress
+    assert backend.stop("tj-lightning")

@@ -6,6 +6,7 @@ import re
 import time
 from typing import Any
 
+import anyio
 from mcp import Client
 
 #: The cell a failing job runs: rank 1 raises after one collective.
@@ -49,7 +50,6 @@ def token_of(plan_text: str) -> str:
 
 async def wait_for(client: Client, name: str, words: tuple[str, ...], limit: float = 180) -> str:
     """job_status of ``name`` once it contains one of ``words``."""
-    import anyio
 
     deadline = time.monotonic() + limit
     while True:
@@ -62,8 +62,9 @@ async def wait_for(client: Client, name: str, words: tuple[str, ...], limit: flo
 
 async def plan_run(client: Client, name: str, cell: str, options: str = "") -> str:
     """Plan ``cell`` as job ``name``; run refused without the token, then run with it."""
-    error, plan = await call(client, "plan_cell", source=cell,
-                             options=f"--nodes 1 --nproc 2 --name {name} {options}")
+    error, plan = await call(
+        client, "plan_cell", source=cell, options=f"--nodes 1 --nproc 2 --name {name} {options}"
+    )
     assert not error, plan
     assert name in plan, plan
     error, refused = await call(client, "run_job", plan_token="")
@@ -75,3 +76,31 @@ async def plan_run(client: Client, name: str, cell: str, options: str = "") -> s
     error, again = await call(client, "run_job", plan_token=token_of(plan))
     assert error and "was used" in again, again
     return plan
+
+
+async def full_flow(client: Client) -> None:
+    """Plan and run a failing and a hung 1x2 job; follow, name the failing rank, read logs,
+    ask where the hung one is, stop it."""
+    await plan_run(client, "mcp-fail", FAIL_CELL)
+    await plan_run(client, "mcp-hang", HANG_CELL)
+    status = await wait_for(client, "mcp-fail", ("Failed",))
+    error, logs = await call(client, "job_logs", name="mcp-fail", rank=1, tail=5)
+    assert "failing ranks: 1" in status and "bad batch on rank one" in status, (status, logs)
+    assert not error and "rank 1 reduced 2.0" in logs, logs
+    assert len(logs.splitlines()) <= 6, logs
+    error, grep = await call(client, "job_logs", name="mcp-fail", grep="reduced")
+    assert not error and "rank 0 reduced" in grep and "rank 1 reduced" in grep, grep
+
+    await wait_for(client, "mcp-hang", ("Running",))
+    error, logs = await call(client, "job_logs", name="mcp-hang", tail=20)
+    while "both ranks up" not in logs:
+        await anyio.sleep(0.5)
+        error, logs = await call(client, "job_logs", name="mcp-hang", tail=20)
+    error, where = await call(client, "job_where", name="mcp-hang", timeout=60)
+    assert not error and "time.sleep" in where and "all_reduce" in where, where
+    error, refused = await call(client, "stop_job", name="mcp-hang")
+    assert error and "needs confirm=true" in refused, refused
+    error, stopped = await call(client, "stop_job", name="mcp-hang", confirm=True)
+    assert not error and "mcp-hang: Stopped" in stopped, stopped
+    error, listed = await call(client, "list_jobs")
+    assert "mcp-hang\tStopped" in listed and "mcp-fail\tFailed" in listed, listed

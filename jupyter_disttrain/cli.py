@@ -5,7 +5,7 @@
 arguments; ``-m MODULE ARGS`` for ``python -m``), ``disttrain jobs``,
 ``disttrain logs NAME``, ``disttrain where NAME``, ``disttrain stop NAME``,
 ``disttrain nccl LOGFILE``,
-``disttrain checkpoints URI``.
+``disttrain checkpoints URI``, ``disttrain mcp [--allow-run] [--allow-stop]``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("uri", help="checkpoint directory: a path or fsspec URL (s3://...)")
     ckpt.add_argument("--verify", action="store_true", help="check every checkpoint's sha256")
     ckpt.add_argument("--json", action="store_true", help="print the records as JSON")
+    serve = sub.add_parser("mcp", help="serve the jobs to an agent over MCP (stdio); read-only "
+                           "unless widened")  # fmt: skip
+    serve.add_argument("--allow-run", action="store_true",
+                       help="allow run_job (a previewed plan's token) and debug_send")  # fmt: skip
+    serve.add_argument("--allow-stop", action="store_true", help="allow stop_job")
     return parser
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Serve the job service's MCP tools over stdin/stdout until the client leaves."""
+    from .mcp import Permissions, build_server
+
+    server = build_server(JobService(), Permissions(run=args.allow_run, stop=args.allow_stop))
+    server.run("stdio")
+    return 0
 
 
 def add_script_arguments(parser: argparse.ArgumentParser) -> None:
@@ -250,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_render(args)
     if args.command == "checkpoints":
         return cmd_checkpoints(args)
+    if args.command == "mcp":
+        return cmd_mcp(args)
     service = JobService()
     try:
         if args.command == "jobs" and args.all:

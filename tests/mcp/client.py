@@ -1,0 +1,106 @@
+"""Helpers for tests that talk to the MCP server with the SDK's own client."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import anyio
+from mcp import Client
+
+#: The cell a failing job runs: rank 1 raises after one collective.
+FAIL_CELL = """import torch, torch.distributed as dist
+t = torch.ones(1)
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} reduced {t.item()}", flush=True)
+if dist.get_rank() == 1:
+    raise ValueError("bad batch on rank one")
+"""
+
+#: The cell a hung job runs: rank 1 sleeps, rank 0 waits for it in all_reduce.
+HANG_CELL = """import time
+import torch, torch.distributed as dist
+t = torch.ones(1)
+dist.all_reduce(t)
+print("both ranks up", flush=True)
+if dist.get_rank() == 1:
+    time.sleep(600)
+dist.all_reduce(t)
+"""
+
+
+def text(result: Any) -> str:
+    """The text of a tool result."""
+    return "\n".join(getattr(c, "text", "") for c in result.content)
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, str]:
+    """(is_error, text) of one tool call."""
+    result = await client.call_tool(tool, arguments)
+    return bool(result.is_error), text(result)
+
+
+def token_of(plan_text: str) -> str:
+    """The plan_token a plan tool answered."""
+    found = re.search(r"plan_token: (\S+)", plan_text)
+    assert found, plan_text
+    return found.group(1)
+
+
+async def wait_for(client: Client, name: str, words: tuple[str, ...], limit: float = 180) -> str:
+    """job_status of ``name`` once it contains one of ``words``."""
+
+    deadline = time.monotonic() + limit
+    while True:
+        error, status = await call(client, "job_status", name=name)
+        if not error and any(w in status for w in words):
+            return status
+        assert time.monotonic() < deadline, status
+        await anyio.sleep(0.5)
+
+
+async def plan_run(client: Client, name: str, cell: str, options: str = "") -> str:
+    """Plan ``cell`` as job ``name``; run refused without the token, then run with it."""
+    error, plan = await call(
+        client, "plan_cell", source=cell, options=f"--nodes 1 --nproc 2 --name {name} {options}"
+    )
+    assert not error, plan
+    assert name in plan, plan
+    error, refused = await call(client, "run_job", plan_token="")
+    assert error and "call plan_cell or plan_script first" in refused, refused
+    error, refused = await call(client, "run_job", plan_token=token_of(plan) + "0")
+    assert error and "does not match" in refused, refused
+    error, started = await call(client, "run_job", plan_token=token_of(plan))
+    assert not error and f"started {name}" in started, started
+    error, again = await call(client, "run_job", plan_token=token_of(plan))
+    assert error and "was used" in again, again
+    return plan
+
+
+async def full_flow(client: Client) -> None:
+    """Plan and run a failing and a hung 1x2 job; follow, name the failing rank, read logs,
+    ask where the hung one is, stop it."""
+    await plan_run(client, "mcp-fail", FAIL_CELL)
+    await plan_run(client, "mcp-hang", HANG_CELL)
+    status = await wait_for(client, "mcp-fail", ("Failed",))
+    error, logs = await call(client, "job_logs", name="mcp-fail", rank=1, tail=5)
+    assert "failing ranks: 1" in status and "bad batch on rank one" in status, (status, logs)
+    assert not error and "rank 1 reduced 2.0" in logs, logs
+    assert len(logs.splitlines()) <= 6, logs
+    error, grep = await call(client, "job_logs", name="mcp-fail", grep="reduced")
+    assert not error and "rank 0 reduced" in grep and "rank 1 reduced" in grep, grep
+
+    await wait_for(client, "mcp-hang", ("Running",))
+    error, logs = await call(client, "job_logs", name="mcp-hang", tail=20)
+    while "both ranks up" not in logs:
+        await anyio.sleep(0.5)
+        error, logs = await call(client, "job_logs", name="mcp-hang", tail=20)
+    error, where = await call(client, "job_where", name="mcp-hang", timeout=60)
+    assert not error and "time.sleep" in where and "all_reduce" in where, where
+    error, refused = await call(client, "stop_job", name="mcp-hang")
+    assert error and "needs confirm=true" in refused, refused
+    error, stopped = await call(client, "stop_job", name="mcp-hang", confirm=True)
+    assert not error and "mcp-hang: Stopped" in stopped, stopped
+    error, listed = await call(client, "list_jobs")
+    assert "mcp-hang\tStopped" in listed and "mcp-fail\tFailed" in listed, listed

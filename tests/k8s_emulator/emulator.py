@@ -32,6 +32,7 @@ from .kubelet import Kubelet, KubeletSettings
 from .kueue import Kueue
 from .loop import ControlLoop
 from .meta import Obj, deep, new_uid, now
+from .netfaults import NetFaults
 from .operator import Operator
 from .podnet import PodNetwork, Relay
 from .podnet import choose as choose_network
@@ -543,6 +544,13 @@ class Emulator:
         """The text of a pod's container log, as ``kubectl logs`` would print it."""
         assert self.kubelet is not None
         return self.kubelet.log(self.api.get(PODS, namespace, name), container, previous).text()
+
+    @property
+    def net_faults(self) -> NetFaults:
+        """Faults of the pod network (:mod:`netfaults`): link down, drops, names, nodes."""
+        if self.kubelet is None or self.kubelet.net_faults is None:
+            raise ValueError("network faults need the pod network (network='pods')")
+        return self.kubelet.net_faults
 
     def expose(self, port: int) -> str:
         """``host:port`` at which pods reach ``port`` of this host's loopback (a service the

@@ -30,6 +30,8 @@ from .container import ConfigError, ContainerRunner
 from .faults import Faults
 from .logs import ContainerLog
 from .meta import ApiError, Obj, bad_request, now
+from .netfaults import ANNOTATION as FAULT
+from .netfaults import NetFaults
 from .podenv import PodEnv
 from .podnet import PodNetwork
 from .resources import CONFIGMAPS, PODS, SECRETS, SERVICES
@@ -110,11 +112,15 @@ class Kubelet:
         self._workers: dict[str, PodWorker] = {}
         self._closed = False
         self.hosts: HostsWriter | None = None
+        #: Faults of the pod network (None without one).
+        self.net_faults: NetFaults | None = None
         if podnet is not None:
-            self.hosts = HostsWriter(api.store, self._attached)
+            self.hosts = HostsWriter(api.store, self.workers)
+            self.net_faults = NetFaults(self)
         self._unsubscribe = api.store.subscribe(self._on_event)
 
-    def _attached(self) -> list[PodWorker]:
+    def workers(self) -> list[PodWorker]:
+        """The pod workers of the pods that exist."""
         with self._lock:
             return list(self._workers.values())
 
@@ -146,6 +152,9 @@ class Kubelet:
                     worker.request_stop(float(meta.get("deletionGracePeriodSeconds") or 0))
                 elif worker.volumes:  # annotations and labels reach the downward-API files
                     refresh_downward(event.obj, worker.volumes)
+                if self.net_faults is not None and FAULT in (meta.get("annotations") or {}):
+                    threading.Thread(target=self.net_faults.from_annotation, args=(event.obj,),
+                                     name="net-fault", daemon=True).start()  # fmt: skip
 
     # --- queries and faults --------------------------------------------------------------
 

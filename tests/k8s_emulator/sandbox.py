@@ -43,6 +43,8 @@ class HostsWriter:
         self.store, self.workers = store, workers
         #: Services the emulator serves itself: (namespace, name) -> its address.
         self.served: dict[tuple[str, str], str] = {}
+        #: Services whose names resolve to nothing (a fault, see :mod:`netfaults`).
+        self.hidden: set[tuple[str, str]] = set()
         self._dirty = threading.Event()
         self._closed = False
         self._lock = threading.Lock()
@@ -56,7 +58,11 @@ class HostsWriter:
         with self._lock:
             workers = self.workers()
             peers = [(w.pod, w.address) for w in workers if w.attached]
-            services = self.store.objects(SERVICES.key)[0]
+            services = [
+                s
+                for s in self.store.objects(SERVICES.key)[0]
+                if (s["metadata"]["namespace"], s["metadata"]["name"]) not in self.hidden
+            ]
             for worker in workers:
                 path = worker.hosts_file
                 if path is not None and worker.attached and not worker.stopping.is_set():

@@ -477,12 +477,10 @@ class PodWorker(threading.Thread, PodEnv):
             }
             if self.start_time:
                 status.update(
-                    hostIP="127.0.0.1",
-                    hostIPs=[{"ip": "127.0.0.1"}],
-                    podIP=self.address,
-                    podIPs=[{"ip": self.address}],
-                    startTime=self.start_time,
+                    hostIP="127.0.0.1", hostIPs=[{"ip": "127.0.0.1"}], startTime=self.start_time
                 )
+                if self.sandbox_ready:  # the address comes with the sandbox
+                    status.update(podIP=self.address, podIPs=[{"ip": self.address}])
                 if self.inits:
                     status["initContainerStatuses"] = [r.status() for r in self.inits.values()]
                 status["containerStatuses"] = [r.status() for r in runners]

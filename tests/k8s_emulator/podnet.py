@@ -213,8 +213,9 @@ class PodNetwork:
             self._started = False
 
     def connect(self, key: str | None, host: str, port: int, timeout: float) -> socket.socket:
-        """A TCP connection to ``host:port`` made inside pod ``key``'s namespace."""
-        name = self.namespace(key) if key else None
+        """A TCP connection to ``host:port`` made inside pod ``key``'s namespace (None: the
+        node's, as a client on the pod network such as Prometheus)."""
+        name = self.namespace(key) if key else self.node_ns
         if name is None:
             raise ConnectionError(f"pod {key} has no network namespace")
 

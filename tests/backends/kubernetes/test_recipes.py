@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k
-from kubernetes.stream import portforward
 
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import service as jobs
@@ -160,29 +159,24 @@ METRICS_CELL = textwrap.dedent(
 
 
 def fetch_metrics(emulator: Emulator, job: str, port: int) -> tuple[str, str]:
-    """Content-Type and body of rank 0's ``/metrics``: through the API server's port-forward
-    on the pod network (as from inside a cluster), else on this host's loopback."""
+    """Content-Type and body of rank 0's ``/metrics``, fetched as Prometheus does: from the
+    pod network at the pod's address (on this host's loopback in the fallback)."""
     if emulator.podnet is None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             return resp.headers["Content-Type"], resp.read().decode()
     core = k.CoreV1Api(emulator.api_client())
     selector = f"jobset.sigs.k8s.io/jobset-name={job},batch.kubernetes.io/job-completion-index=0"
     pods = core.list_namespaced_pod("default", label_selector=selector).items
-    if not pods:
-        raise OSError(f"no rank 0 pod of {job} yet")
-    forward = portforward(core.connect_get_namespaced_pod_portforward, pods[0].metadata.name,
-                          "default", ports=str(port))  # fmt: skip
-    try:
-        sock = forward.socket(port)
+    if not pods or not pods[0].status.pod_ip:
+        raise OSError(f"no rank 0 pod of {job} with an address yet")
+    with emulator.podnet.connect(None, pods[0].status.pod_ip, port, 5.0) as sock:
         sock.settimeout(5)
         sock.sendall(b"GET /metrics HTTP/1.0\r\nHost: metrics\r\n\r\n")
         chunks = []
         while chunk := sock.recv(65536):
             chunks.append(chunk)
-    finally:
-        forward.close()
     head, _, body = b"".join(chunks).decode().partition("\r\n\r\n")
-    if not head.startswith("HTTP/1.0 200"):
+    if " 200 " not in head.split("\r\n", 1)[0]:
         raise OSError(head or "no answer")
     headers = dict(line.split(": ", 1) for line in head.split("\r\n")[1:])
     return headers["Content-Type"], body

@@ -72,6 +72,7 @@ bench: venv
 	$(PY) bench/tracking.py
 	$(PY) bench/session.py
 	$(PY) bench/jax_launch.py
+	$(PY) bench/pod_network.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -72,7 +72,7 @@ def main() -> None:
     body = (
         f"`python bench/pod_network.py --pods {args.pods}` on {machine()}, {date.today()}: "
         f"{args.pods} pods one after another, each running `true`. The set-up is the "
-        "kubelet's part before the first container (five `ip` commands and two small files); "
+        "kubelet's part before the first container (six `ip` commands and two small files); "
         "the creation-to-Succeeded time adds `podexec` (a mount and UTS namespace, bind mounts "
         "of the host's top-level folders, `chroot`) and the API round trips.\n\n"
         "| step | median ms | max ms |\n|---|---|---|\n" + "\n".join(rows)

@@ -87,3 +87,24 @@ def test_a_partition_that_heals_within_the_group_timeout_lets_the_job_finish(
         finish.touch()
         job.stop(timeout=60)
     wait_for(lambda: not emulator.processes(), 60, emulator.processes)
+
+
+def test_a_node_that_dies_mid_step_fails_the_job_naming_its_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {"GLOO_SOCKET_IFNAME": "eth0", "DISTRAIN_PG_TIMEOUT": "20"}
+    with Emulator(env=env, network="pods") as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        name = "dead-node"
+        spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=300)
+        payload = build_payload(CELL, {"FINISH": str(tmp_path / "never")}, job=name)
+        job = jobs.submit(spec, payload, KubernetesBackend())
+        try:
+            wait_for(lambda: len(job.metrics()) >= 6, 180, job.logs)
+            emulator.net_faults.kill_node(f"{name}-worker-0")  # node 1: rank 1
+            assert job.wait(240) == "Failed", job.logs()
+            diagnosis = job.diagnosis() or ""
+            assert diagnosis.startswith("rank 1 failed: Error (exit code 137)"), diagnosis
+        finally:
+            job.stop(timeout=60)
+        wait_for(lambda: not emulator.processes(), 60, emulator.processes)

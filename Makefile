@@ -73,6 +73,7 @@ bench: venv
 	$(PY) bench/session.py
 	$(PY) bench/jax_launch.py
 	$(PY) bench/autolog.py
+	$(PY) bench/pod_network.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

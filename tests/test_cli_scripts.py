@@ -57,7 +57,7 @@ TRAIN = textwrap.dedent(
             "path0": sys.path[0], "cwd": os.getcwd(), "args": vars(args),
             "cwd_on_path": os.getcwd() in sys.path,
             "data": len(MyTrainDataset(args.batch_size)), "model": build(),
-            "beside_me": beside_me,
+            "beside_me": beside_me, "wrote": os.path.exists(f"written-by-rank-{rank}.txt"),
             "folder": sorted(n for n in os.listdir(here) if n.endswith((".py", ".csv")) or
                              os.path.isdir(os.path.join(here, n)) and n != "__pycache__"),
         }

@@ -140,10 +140,11 @@ def test_the_helper_module_runs_on_emulated_pods(
     from jupyter_disttrain.service import JobService
     from jupyter_disttrain.spec import JobSpec
     from tests.k8s_emulator.emulator import Emulator
+    from tests.k8s_emulator.podnet import pod_interface
 
     mymodels = importlib.import_module("mymodels")
     namespace = {"net": mymodels.Net(), "mymodels": mymodels}
-    env = {"GLOO_SOCKET_IFNAME": "lo"}
+    env = {"GLOO_SOCKET_IFNAME": pod_interface()}
     with Emulator(env=env) as cluster:
         monkeypatch.setenv("KUBECONFIG", str(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
         service = JobService()

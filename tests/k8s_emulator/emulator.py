@@ -23,6 +23,7 @@ from .apiserver import ApiServer
 from .batchjob import JobController, default_job, job_rules
 from .describe import describe as describe_state
 from .describe import track
+from .discovery import discovery_document
 from .faults import DEFAULT_USER, INSUFFICIENT_GPU, Faults
 from .jobset import default_jobset
 from .jobset_controller import JobSetController
@@ -31,8 +32,10 @@ from .kubelet import Kubelet, KubeletSettings
 from .kueue import Kueue
 from .loop import ControlLoop
 from .meta import Obj, deep, new_uid, now
+from .netfaults import NetFaults
 from .operator import Operator
-from .portforward import DISCOVERY as PORTFORWARD_DISCOVERY
+from .podnet import PodNetwork, Relay
+from .podnet import choose as choose_network
 from .resources import (
     CORE,
     CRDS,
@@ -48,11 +51,13 @@ from .resources import (
     load_crd,
 )
 from .rewrite import Network
-from .server import CountingHTTPServer, make_app, not_served
+from .server import CountingHTTPServer, make_app
 from .stats import Accounting, Stats
 from .store import Store
 from .trainer import API_VERSION as TRAINER_API_VERSION
 from .trainer import TrainerKinds
+from .trainer_status import NAMESPACE as STATUS_NAMESPACE
+from .trainer_status import SERVICE as STATUS_SERVICE
 from .trainer_status import StatusServer, with_trainer_status
 from .trainer_webhooks import TrainerWebhooks, trainjob_rules
 from .trainjob import TrainJobController, default_runtime, jax_runtime
@@ -72,7 +77,10 @@ class Emulator:
     default), kubelet timing (``restart_backoff``, ``max_restarts``,
     ``grace_cap`` on termination grace periods, ``image_backoff``), ``env``
     (extra variables for every container process), ``auto_namespaces``
-    (create a namespace on first use; False: 404 as a real cluster).
+    (create a namespace on first use; False: 404 as a real cluster), ``network``
+    (``"auto"``: each pod in its own network namespace on a pod network where this
+    machine allows it, else on this host's loopback, see :mod:`podnet`; ``"pods"``
+    requires namespaces; ``"loopback"``).
 
     ``apis`` says which Kubeflow APIs the cluster has: ``"kubeflow-v1"`` (the
     Training Operator's PyTorchJob and TFJob; the default) and/or ``"trainer"``
@@ -104,6 +112,7 @@ class Emulator:
         webhooks: bool = True,
         kueue: bool = True,
         trainer_status: bool = False,
+        network: str = "auto",
     ) -> None:
         self.apis = frozenset(apis)
         unknown = self.apis - set(APIS)
@@ -132,6 +141,10 @@ class Emulator:
         if "trainer" in self.apis:
             self._install_trainer(webhooks)
         self.faults = Faults()
+        #: ``"pods"`` (a network namespace per pod) or ``"loopback"`` (see :mod:`rewrite`).
+        self.network_mode = choose_network(network)
+        self.podnet: PodNetwork | None = None
+        self._relays: list[Relay] = []
         self.accounting = Accounting()
         self.network = Network(
             lambda ns: {s["metadata"]["name"] for s in self.store.objects(SERVICES.key, ns)[0]},
@@ -163,10 +176,16 @@ class Emulator:
 
     def start(self) -> Emulator:
         track(self)
-        self._reaper = procs.Reaper(f"{self.id}/", self.root if self._own_root else None)
+        if self.network_mode == "pods":
+            self.podnet = PodNetwork(self.id)
+        netns = self.podnet.prefix if self.podnet else ""
+        self._reaper = procs.Reaper(f"{self.id}/", self.root if self._own_root else None, netns)
+        if self.podnet is not None:
+            self.podnet.start()
         self.kubelet = Kubelet(
-            self.api, self.network, self.faults, self.root, self.id, self.kubelet_settings
-        )
+            self.api, self.network, self.faults, self.root, self.id, self.kubelet_settings,
+            self.podnet,
+        )  # fmt: skip
         kinds = {
             fw.kind: r
             for fw in FRAMEWORKS
@@ -260,6 +279,10 @@ class Emulator:
         if self.kubelet is not None:
             self.kubelet.close()
         procs.kill_all(f"{self.id}/")
+        for relay in self._relays:
+            relay.close()
+        if self.podnet is not None:
+            self.podnet.close()
         if self._reaper is not None:
             self._reaper.stop()
         if self._own_root:
@@ -352,6 +375,9 @@ class Emulator:
             self.api, self.trainer_kinds.trainjobs, self.network, self.root
         )
         self.trainer_status.start()
+        if self.podnet is not None and self.kubelet is not None and self.kubelet.hosts:
+            address = self.trainer_status.serve_on(self.podnet.listen)
+            self.kubelet.hosts.served[(STATUS_NAMESPACE, STATUS_SERVICE)] = address
         return [self.trainer_status.enforce]
 
     def serve_service_monitors(self) -> list[Resource]:
@@ -409,77 +435,7 @@ class Emulator:
 
     def discovery(self, root: str, group: str, version: str, host: str) -> Obj:
         """The discovery document at ``/api[/v1]`` or ``/apis[/group[/version]]``."""
-        missing = not_served()
-        versions = self.registry.group_versions()
-        if root == "api":
-            if not version:
-                return {
-                    "kind": "APIVersions",
-                    "versions": ["v1"],
-                    "serverAddressByClientCIDRs": [
-                        {"clientCIDR": "0.0.0.0/0", "serverAddress": host}
-                    ],
-                }
-            if version != "v1":
-                raise missing
-            return self._resource_list("", "v1")
-        if not group:
-            return {
-                "kind": "APIGroupList",
-                "apiVersion": "v1",
-                "groups": [self._group(g, vs) for g, vs in sorted(versions.items())],
-            }
-        if group not in versions:
-            raise missing
-        if not version:
-            return {"kind": "APIGroup", "apiVersion": "v1", **self._group(group, versions[group])}
-        if version not in versions[group]:
-            raise missing
-        return self._resource_list(group, version)
-
-    @staticmethod
-    def _group(group: str, versions: list[str]) -> Obj:
-        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
-        return {"name": group, "versions": entries, "preferredVersion": entries[0]}
-
-    def _resource_list(self, group: str, version: str) -> Obj:
-        resources = []
-        for r in self.registry.served():
-            if (r.group, r.version) != (group, version):
-                continue
-            entry: Obj = {
-                "name": r.plural,
-                "singularName": r.singular,
-                "namespaced": r.namespaced,
-                "kind": r.kind,
-                "verbs": list(r.verbs),
-            }
-            if r.short_names:
-                entry["shortNames"] = list(r.short_names)
-            if r.categories:
-                entry["categories"] = list(r.categories)
-            resources.append(entry)
-            for sub in r.subresources:
-                verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
-                resources.append(
-                    {
-                        "name": f"{r.plural}/{sub}",
-                        "singularName": "",
-                        "namespaced": r.namespaced,
-                        "kind": r.kind,
-                        "verbs": verbs,
-                    }
-                )
-            if r is PODS:
-                resources.append(dict(PORTFORWARD_DISCOVERY))
-        out: Obj = {
-            "kind": "APIResourceList",
-            "groupVersion": f"{group}/{version}".lstrip("/"),
-            "resources": resources,
-        }
-        if group:
-            out["apiVersion"] = "v1"
-        return out
+        return discovery_document(self.registry, root, group, version, host)
 
     # --- accounting ----------------------------------------------------------------------
 
@@ -588,6 +544,23 @@ class Emulator:
         """The text of a pod's container log, as ``kubectl logs`` would print it."""
         assert self.kubelet is not None
         return self.kubelet.log(self.api.get(PODS, namespace, name), container, previous).text()
+
+    @property
+    def net_faults(self) -> NetFaults:
+        """Faults of the pod network (:mod:`netfaults`): link down, drops, names, nodes."""
+        if self.kubelet is None or self.kubelet.net_faults is None:
+            raise ValueError("network faults need the pod network (network='pods')")
+        return self.kubelet.net_faults
+
+    def expose(self, port: int) -> str:
+        """``host:port`` at which pods reach ``port`` of this host's loopback (a service the
+        tests run, standing for one outside the cluster): a relay on the pod network, or
+        ``127.0.0.1:port`` where pods share this host's loopback."""
+        if self.podnet is None:
+            return f"127.0.0.1:{port}"
+        relay = Relay(self.podnet, port)
+        self._relays.append(relay)
+        return relay.address
 
     def processes(self) -> list[psutil.Process]:
         """Every live process started for a pod of this emulator."""

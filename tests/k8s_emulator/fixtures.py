@@ -14,7 +14,9 @@ Import them into a ``conftest.py``::
 
 As a plugin (``pytest_plugins`` in ``tests/conftest.py``) it also adds an
 "emulator state" section (:func:`~.describe.describe`) to the report of every
-failing test that started an emulator, however it failed.
+failing test that started an emulator, however it failed, and a header line
+saying which network the emulator's pods have in this run (their own network
+namespaces, or this host's loopback and why).
 """
 
 from __future__ import annotations
@@ -25,8 +27,15 @@ from typing import Any
 
 import pytest
 
-from . import describe
+from . import describe, podnet
 from .emulator import Emulator
+
+
+def pytest_report_header() -> str:
+    reason = podnet.availability()
+    if reason is None:
+        return f"k8s emulator network: pods in their own network namespaces ({podnet.POD_CIDR})"
+    return f"k8s emulator network: pods on this host's loopback, names rewritten ({reason})"
 
 
 @pytest.hookimpl(hookwrapper=True)

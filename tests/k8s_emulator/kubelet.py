@@ -14,9 +14,7 @@ namespace would be.
 
 from __future__ import annotations
 
-import base64
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -32,13 +30,16 @@ from .container import ConfigError, ContainerRunner
 from .faults import Faults
 from .logs import ContainerLog
 from .meta import ApiError, Obj, bad_request, now
+from .netfaults import ANNOTATION as FAULT
+from .netfaults import NetFaults
+from .podenv import PodEnv
+from .podnet import PodNetwork
 from .resources import CONFIGMAPS, PODS, SECRETS, SERVICES
 from .rewrite import Network, expand, path_rewriter
+from .sandbox import PYTHON, HostsWriter, attach, container_argv
 from .store import ADDED, DELETED, MODIFIED, Event
 from .volumes import MountError, materialise, mounts, refresh_downward
 
-_PYTHON = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$")
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _PASS_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 
 
@@ -89,8 +90,13 @@ class Kubelet:
         root: Path,
         emulator_id: str,
         settings: KubeletSettings,
+        podnet: PodNetwork | None = None,
     ) -> None:
         self.api, self.network, self.faults = api, network, faults
+        #: The pod network (None: pods share this host's loopback, see :mod:`rewrite`).
+        self.podnet = podnet
+        #: Seconds each pod's sandbox network took to set up (namespace, veth, hosts file).
+        self.setup_times: list[float] = []
         self.root = root
         self.emulator_id = emulator_id
         self.node_name = settings.node_name
@@ -105,11 +111,25 @@ class Kubelet:
         self._lock = threading.Lock()
         self._workers: dict[str, PodWorker] = {}
         self._closed = False
+        self.hosts: HostsWriter | None = None
+        #: Faults of the pod network (None without one).
+        self.net_faults: NetFaults | None = None
+        if podnet is not None:
+            self.hosts = HostsWriter(api.store, self.workers)
+            self.net_faults = NetFaults(self)
         self._unsubscribe = api.store.subscribe(self._on_event)
+
+    def workers(self) -> list[PodWorker]:
+        """The pod workers of the pods that exist."""
+        with self._lock:
+            return list(self._workers.values())
 
     # --- events from the store (called with the store lock held: never block) ------------
 
     def _on_event(self, event: Event) -> None:
+        if self.hosts is not None and event.resource in (PODS.key, SERVICES.key):
+            if event.resource == SERVICES.key or event.type != MODIFIED:
+                self.hosts.changed()
         if event.resource == SERVICES.key and event.type == DELETED:
             meta = event.obj["metadata"]
             self.network.release(meta["namespace"], meta["name"])
@@ -132,6 +152,9 @@ class Kubelet:
                     worker.request_stop(float(meta.get("deletionGracePeriodSeconds") or 0))
                 elif worker.volumes:  # annotations and labels reach the downward-API files
                     refresh_downward(event.obj, worker.volumes)
+                if self.net_faults is not None and FAULT in (meta.get("annotations") or {}):
+                    threading.Thread(target=self.net_faults.from_annotation, args=(event.obj,),
+                                     name="net-fault", daemon=True).start()  # fmt: skip
 
     # --- queries and faults --------------------------------------------------------------
 
@@ -198,9 +221,11 @@ class Kubelet:
         for worker in workers:
             worker.join(timeout=15)
         procs.kill_all(f"{self.emulator_id}/")
+        if self.hosts is not None:
+            self.hosts.close()
 
 
-class PodWorker(threading.Thread):
+class PodWorker(threading.Thread, PodEnv):
     """Schedules, sets up and runs one pod, then tears it down when it is deleted."""
 
     def __init__(self, kubelet: Kubelet, pod: Obj) -> None:
@@ -222,6 +247,11 @@ class PodWorker(threading.Thread):
         self.sandbox_ready = False
         self.start_time: str | None = None
         self.volumes: dict[str, Path] = {}
+        #: On the pod network: its address, namespace path, hosts file (see :mod:`sandbox`).
+        self.address = "127.0.0.1"
+        self.netns: str | None = None
+        self.hosts_file: Path | None = None
+        self.attached = False
         self._conditions: dict[str, Obj] = {}
 
     @property
@@ -313,6 +343,10 @@ class PodWorker(threading.Thread):
             return False
         for sub in ("rootfs", "tmp"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        podnet, hosts = self.kubelet.podnet, self.kubelet.hosts
+        if podnet is not None and hosts is not None:
+            self.kubelet.setup_times.append(attach(self, podnet))
+            hosts.refresh()
         self.sandbox_ready = True
         self.publish()
         return True
@@ -368,6 +402,9 @@ class PodWorker(threading.Thread):
         procs.kill_all(self.marker)
         with self.lock:
             removed = self.removed
+            self.attached = False
+        if self.kubelet.podnet is not None:
+            self.kubelet.podnet.detach(self.uid)
         if not removed:
             try:
                 self.api.delete(
@@ -440,12 +477,10 @@ class PodWorker(threading.Thread):
             }
             if self.start_time:
                 status.update(
-                    hostIP="127.0.0.1",
-                    hostIPs=[{"ip": "127.0.0.1"}],
-                    podIP="127.0.0.1",
-                    podIPs=[{"ip": "127.0.0.1"}],
-                    startTime=self.start_time,
+                    hostIP="127.0.0.1", hostIPs=[{"ip": "127.0.0.1"}], startTime=self.start_time
                 )
+                if self.sandbox_ready:  # the address comes with the sandbox
+                    status.update(podIP=self.address, podIPs=[{"ip": self.address}])
                 if self.inits:
                     status["initContainerStatuses"] = [r.status() for r in self.inits.values()]
                 status["containerStatuses"] = [r.status() for r in runners]
@@ -487,8 +522,11 @@ class PodWorker(threading.Thread):
     # --- container configuration ---------------------------------------------------------
 
     def prepare(self, spec: Obj) -> tuple[list[str], dict[str, str], str]:
-        """argv, environment and working directory of a container, adapted to this host."""
+        """argv, environment and working directory of a container: on the pod network as the
+        manifest says (see :mod:`sandbox`), else adapted to this host's loopback."""
         env = self._env(spec)
+        if self.hosts_file is not None:
+            return self._sandboxed(spec, env)
         rewrite_paths = path_rewriter(mounts(spec, self.volumes, self.dir))
         env = {key: rewrite_paths(value) for key, value in env.items()}
         env = self.kubelet.network.rewrite_env(self.namespace, env)
@@ -499,7 +537,7 @@ class PodWorker(threading.Thread):
         ]
         if not argv:
             raise ConfigError("no command specified")
-        if _PYTHON.match(argv[0]):
+        if PYTHON.match(argv[0]):
             argv[0] = sys.executable
         workdir = spec.get("workingDir")
         if workdir:
@@ -508,6 +546,14 @@ class PodWorker(threading.Thread):
         else:
             cwd = self.dir / "rootfs"
         cwd.mkdir(parents=True, exist_ok=True)
+        return argv, self._full_env(env), str(cwd)
+
+    def _sandboxed(self, spec: Obj, env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
+        cwd = spec.get("workingDir") or str(self.dir / "rootfs")
+        return container_argv(self, spec, env, cwd), self._full_env(env), str(self.dir)
+
+    def _full_env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with the kubelet's base variables, HOME, TMPDIR, HOSTNAME and the shims."""
         full = {
             **self.kubelet.base_env,
             "HOME": str(self.dir / "rootfs"),
@@ -517,73 +563,4 @@ class PodWorker(threading.Thread):
         }
         if str(self.kubelet.shim_dir) not in full["PATH"].split(os.pathsep):
             full["PATH"] = f"{self.kubelet.shim_dir}{os.pathsep}{full['PATH']}"
-        return argv, full, str(cwd)
-
-    def _env(self, spec: Obj) -> dict[str, str]:
-        env: dict[str, str] = {}
-        for source in spec.get("envFrom", []):
-            prefix = source.get("prefix", "")
-            for kind in ("configMapRef", "secretRef"):
-                if kind in source:
-                    obj = self._source(kind, source[kind])
-                    for key, value in (obj or {}).get("data", {}).items():
-                        if _ENV_NAME.match(prefix + key):
-                            env[prefix + key] = _decode(value) if kind == "secretRef" else value
-        for item in spec.get("env", []):
-            if "valueFrom" in item:
-                value = self._value_from(item["valueFrom"], spec)
-                if value is None:
-                    continue
-            else:
-                value = expand(str(item.get("value", "")), env)
-            env[item["name"]] = value
-        return env
-
-    def _source(self, kind: str, ref: Obj) -> Obj | None:
-        plural = "secrets" if kind.startswith("secret") else "configmaps"
-        obj = self._lookup(plural, ref.get("name", ""))
-        if obj is None and not ref.get("optional"):
-            raise ConfigError(f'{plural[:-1]} "{ref.get("name", "")}" not found')
-        return obj
-
-    def _value_from(self, source: Obj, spec: Obj) -> str | None:
-        if "fieldRef" in source:
-            path = source["fieldRef"]["fieldPath"]
-            match = re.match(r"metadata\.(labels|annotations)\['(.+)'\]$", path)
-            if match:
-                return str(self.pod["metadata"].get(match[1], {}).get(match[2], ""))
-            values = {
-                "metadata.name": self.name,
-                "metadata.namespace": self.namespace,
-                "metadata.uid": self.uid,
-                "spec.nodeName": self.kubelet.node_name,
-                "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", ""),
-                "status.podIP": "127.0.0.1",
-                "status.hostIP": "127.0.0.1",
-            }
-            return str(values.get(path, ""))
-        for kind in ("configMapKeyRef", "secretKeyRef"):
-            if kind in source:
-                ref = source[kind]
-                obj = self._source(kind, ref)
-                if obj is None:
-                    return None
-                data = obj.get("data") or {}
-                if ref["key"] not in data:
-                    if ref.get("optional"):
-                        return None
-                    raise ConfigError(
-                        f"couldn't find key {ref['key']} in "
-                        f"{kind[:-6]} {self.namespace}/{ref['name']}"
-                    )
-                value = data[ref["key"]]
-                return _decode(value) if kind == "secretKeyRef" else str(value)
-        if "resourceFieldRef" in source:
-            resource = source["resourceFieldRef"].get("resource", "")
-            limits = spec.get("resources", {}).get("limits", {})
-            return str(limits.get(resource.split(".", 1)[-1], "0"))
-        return None
-
-
-def _decode(value: str) -> str:
-    return base64.b64decode(value).decode(errors="replace")
+        return full

@@ -17,8 +17,10 @@ channel. When the pod's side of the connection ends, the other direction gets
 up to a second to end too; when every port is done the WebSocket is closed.
 When the client closes the WebSocket, the pod's connections are closed.
 
-The pod is a local process on this host, so the connection goes to
-``127.0.0.1:P`` (then ``[::1]:P``). Where the emulator moved a port (a
+On the pod network (:mod:`.podnet`) the connection goes to ``127.0.0.1:P``
+(then ``[::1]:P``) inside the pod's network namespace, as the kubelet's does.
+Where pods share this host's loopback, it goes to this host's ``127.0.0.1:P``;
+where the emulator moved a port there (a
 Service of the pod, or the pod's ``hostname.subdomain``, was given its own
 local port: see :mod:`.rewrite`), the moved port is used, so forwarding to a
 pod's ``containerPort`` reaches the process listening on the rewritten port.
@@ -37,10 +39,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import json
+import socket
 import struct
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +67,8 @@ LINGER = 1.0
 CHUNK = 256 * 1024
 #: How long dialling the pod may take.
 DIAL_TIMEOUT = 5.0
+#: Makes a connection (host, port, timeout) inside a pod's network namespace.
+Connect = Callable[[str, int, float], socket.socket]
 #: The discovery entry of the subresource (``/api/v1``).
 DISCOVERY: Obj = {
     "name": "pods/portforward",
@@ -127,12 +133,27 @@ def local_port(emulator: Emulator, pod: Obj, port: int) -> int:
     return port
 
 
-async def dial(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to the pod's ``localhost:port``: IPv4, then IPv6, as containerd does."""
+async def _open(
+    host: str, port: int, connect: Connect | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    if connect is None:
+        return await asyncio.open_connection(host, port)
+    loop = asyncio.get_running_loop()
+    sock = await loop.run_in_executor(None, connect, host, port, DIAL_TIMEOUT)
+    sock.setblocking(False)
+    return await asyncio.open_connection(sock=sock)
+
+
+async def dial(
+    port: int, connect: Connect | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to the pod's ``localhost:port``: IPv4, then IPv6, as containerd does
+    (``connect(host, port, timeout)`` makes the connection inside the pod's network
+    namespace; None: this host's)."""
     errors: list[str] = []
     for family, host, shown in (("tcp4", "127.0.0.1", "127.0.0.1"), ("tcp6", "::1", "[::1]")):
         try:
-            return await asyncio.wait_for(asyncio.open_connection(host, port), DIAL_TIMEOUT)
+            return await asyncio.wait_for(_open(host, port, connect), DIAL_TIMEOUT)
         except (OSError, asyncio.TimeoutError) as exc:
             reason = "i/o timeout" if isinstance(exc, asyncio.TimeoutError) else (
                 "connection refused" if isinstance(exc, ConnectionRefusedError)
@@ -257,9 +278,17 @@ class PortForwardHandler(tornado.websocket.WebSocketHandler):
         except tornado.websocket.WebSocketClosedError:
             return None
 
+    def _connect(self) -> Connect | None:
+        """How to reach the pod: inside its network namespace when it has one."""
+        kubelet, podnet = self.emulator.kubelet, self.emulator.podnet
+        worker = kubelet.worker(self._pod) if kubelet is not None else None
+        if podnet is None or worker is None or worker.netns is None:
+            return None
+        return functools.partial(podnet.connect, worker.uid)
+
     async def _forward(self, port: _Port) -> None:
         try:
-            reader, writer = await dial(port.target)
+            reader, writer = await dial(port.target, self._connect())
         except ConnectionError as exc:
             if port.writer.done():
                 return

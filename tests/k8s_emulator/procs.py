@@ -66,17 +66,18 @@ def kill_all(prefix: str, pgid: int | None = None, timeout: float = 10.0) -> Non
 
 class Reaper:
     """A watchdog process: when this process ends, however it ends, it kills the
-    processes whose marker starts with ``prefix`` and removes ``root``.
+    processes whose marker starts with ``prefix``, deletes the network namespaces named
+    ``netns...`` (when given) and removes ``root``.
 
     It waits for the end of a pipe only this process writes to; :meth:`stop`
     closes the pipe for a clean shutdown (the watchdog then finds nothing left).
     """
 
-    def __init__(self, prefix: str, root: Path | None) -> None:
+    def __init__(self, prefix: str, root: Path | None, netns: str = "") -> None:
         read, self._write = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", _WATCHDOG, __file__, prefix, str(root or "")],
+                [sys.executable, "-c", _WATCHDOG, __file__, prefix, str(root or ""), netns],
                 stdin=read,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -90,10 +91,14 @@ class Reaper:
         self._proc.wait(timeout=30)
 
 
-def _watch(prefix: str, root: str) -> None:
+def _watch(prefix: str, root: str, netns: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.stdin.buffer.read()  # returns when the emulator's process closes the pipe or dies
     kill_all(prefix)
+    if netns and os.path.isdir("/run/netns"):
+        for name in sorted(os.listdir("/run/netns")):
+            if name.startswith(netns):
+                subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
     if root:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -104,5 +109,5 @@ import importlib.util, sys
 spec = importlib.util.spec_from_file_location("k8s_emulator_procs", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-module._watch(sys.argv[2], sys.argv[3])
+module._watch(sys.argv[2], sys.argv[3], sys.argv[4])
 """

@@ -40,9 +40,11 @@ import base64
 import http.server
 import json
 import re
+import socket
 import ssl
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +220,7 @@ class StatusServer:
         self.requests: list[tuple[str, str, int]] = []
         self._lock = threading.Lock()
         self._server: http.server.ThreadingHTTPServer | None = None
+        self._pod_server: http.server.ThreadingHTTPServer | None = None
         self._ca = b""
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -237,9 +240,7 @@ class StatusServer:
         }
         self.api.create(SERVICES, NAMESPACE, service)
         self.port = self.network.local_port(NAMESPACE, SERVICE, PORT)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        tls = self.root / "trainer-status-tls"
-        context.load_cert_chain(tls / "tls.crt", tls / "tls.key")
+        context = self._context()
         handler = type("Handler", (_Handler,), {"owner": self})
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         self._server.daemon_threads = True
@@ -248,11 +249,35 @@ class StatusServer:
             target=self._server.serve_forever, name="trainer-status-server", daemon=True
         ).start()
 
+    def serve_on(self, listen: Callable[[int], socket.socket]) -> str:
+        """Also serve on the pod network: ``listen(PORT)`` gives a bound socket (the address
+        the Service's name resolves to in pods, returned)."""
+        sock = listen(PORT)
+        address = str(sock.getsockname()[0])
+        handler = type("Handler", (_Handler,), {"owner": self})
+        server = http.server.ThreadingHTTPServer(sock.getsockname(), handler, False)
+        server.socket.close()
+        server.socket, server.daemon_threads = sock, True
+        server.server_activate()
+        server.socket = self._context().wrap_socket(server.socket, server_side=True)
+        self._pod_server = server
+        threading.Thread(
+            target=server.serve_forever, name="trainer-status-pods", daemon=True
+        ).start()
+        return address
+
+    def _context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls = self.root / "trainer-status-tls"
+        context.load_cert_chain(tls / "tls.crt", tls / "tls.key")
+        return context
+
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        for server in (self._server, self._pod_server):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+        self._server = self._pod_server = None
 
     def posts(self, name: str, namespace: str = "default") -> list[int]:
         """The HTTP codes of the requests about TrainJob ``name``."""

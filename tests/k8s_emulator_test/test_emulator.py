@@ -234,8 +234,12 @@ def test_pytorchjob_runs_pods_with_operator_env_and_succeeds(
         }
         seen = json.loads(cluster.log(name))
         assert seen["RANK"] == seen["PET_NODE_RANK"] == str(rank)
-        assert seen["MASTER_ADDR"] == seen["PET_MASTER_ADDR"] == "127.0.0.1"
-        assert seen["MASTER_PORT"] == seen["PET_MASTER_PORT"] != "23456"
+        if k8s_emulator.network_mode == "pods":  # the manifest's values, as on a cluster
+            assert {key: seen[key] for key in declared} == declared
+            assert pod.status.pod_ip.startswith("10.244.")
+        else:  # pods share this host's loopback: the emulator moved the master
+            assert seen["MASTER_ADDR"] == seen["PET_MASTER_ADDR"] == "127.0.0.1"
+            assert seen["MASTER_PORT"] == seen["PET_MASTER_PORT"] != "23456"
         assert seen["HOSTNAME"] == name
         seen_ports.add(seen["MASTER_PORT"])
     assert len(seen_ports) == 1  # every pod reaches the one master port
@@ -249,7 +253,9 @@ def test_pytorchjob_runs_pods_with_operator_env_and_succeeds(
     assert pod_events[:1] == ["Scheduled"] and {"Pulled", "Created", "Started"} <= set(pod_events)
 
 
-def test_tfjob_gets_tf_config_on_the_tensorflow_container(cluster: Cluster) -> None:
+def test_tfjob_gets_tf_config_on_the_tensorflow_container(
+    cluster: Cluster, k8s_emulator: Emulator
+) -> None:
     command = ["python", "-c", PRINT_ENV]
     chief = replica(command, restart="Never", name="tensorflow")
     chief["template"]["spec"]["containers"].append(
@@ -288,15 +294,18 @@ def test_tfjob_gets_tf_config_on_the_tensorflow_container(cluster: Cluster) -> N
     seen = json.loads(cluster.log("tf-worker-1", container="tensorflow"))["TF_CONFIG"]
     local = json.loads(seen)["cluster"]
     addresses = local["chief"] + local["worker"]
-    assert all(a.startswith("127.0.0.1:") for a in addresses)
-    assert len(set(addresses)) == 3  # one port per task: they all share one host
+    if k8s_emulator.network_mode == "pods":  # as written: each task on its own address
+        assert local == config["cluster"]
+    else:
+        assert all(a.startswith("127.0.0.1:") for a in addresses)
+        assert len(set(addresses)) == 3  # one port per task: they all share one host
     chief_view = json.loads(
         json.loads(cluster.log("tf-chief-0", container="tensorflow"))["TF_CONFIG"]
     )
     assert chief_view["cluster"] == local and chief_view["task"] == {"type": "chief", "index": 0}
 
 
-def test_elastic_job_env_and_worker_only_success(cluster: Cluster) -> None:
+def test_elastic_job_env_and_worker_only_success(cluster: Cluster, k8s_emulator: Emulator) -> None:
     command = ["python", "-c", PRINT_ENV]
     job = {
         "apiVersion": "kubeflow.org/v1",
@@ -335,7 +344,10 @@ def test_elastic_job_env_and_worker_only_success(cluster: Cluster) -> None:
     wait_for(lambda: cluster.pod("el-worker-1").status.phase == "Succeeded", what="worker 1 done")
     seen = json.loads(cluster.log("el-worker-1"))
     host, port = seen["PET_RDZV_ENDPOINT"].split(":")
-    assert host == "127.0.0.1" and port != "23456"
+    if k8s_emulator.network_mode == "pods":
+        assert (host, port) == ("el-worker-0", "23456")
+    else:
+        assert host == "127.0.0.1" and port != "23456"
     assert seen["MASTER_ADDR"] is None and seen["RANK"] is None
 
 

@@ -11,6 +11,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,13 +75,24 @@ def log_of(emulator: Emulator, name: str) -> str:
 
 
 def pod_connections(emulator: Emulator, port: int) -> int:
-    """Established connections the pods' processes hold on their local ``port``."""
-    return sum(
-        1
-        for proc in emulator.processes()
-        for c in proc.net_connections("tcp")
-        if c.laddr and c.laddr.port == port and c.status == "ESTABLISHED"
-    )
+    """Established connections the pods' processes hold on their local ``port`` (read from
+    each process's own ``/proc/PID/net``: a pod's sockets are in its network namespace)."""
+    count = 0
+    for proc in emulator.processes():
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+            links = {os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in fds}
+            inodes = {link[8:-1] for link in links if link.startswith("socket:[")}
+            for table in ("tcp", "tcp6"):
+                rows = Path(f"/proc/{proc.pid}/net/{table}").read_text().splitlines()[1:]
+                for row in rows:
+                    fields = row.split()
+                    local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                    established = fields[3] == "01"
+                    count += local_port == port and established and fields[9] in inodes
+        except OSError:
+            continue
+    return count
 
 
 @pytest.fixture
@@ -223,7 +235,8 @@ def test_a_port_the_pod_moved_is_followed(k8s_emulator: Emulator, core: client.C
     ]
     core.create_namespaced_pod(NS, pod)
     wait_for(lambda: "listening" in log_of(k8s_emulator, "moved-0"), "the pod to listen")
-    assert "listening 23456" not in log_of(k8s_emulator, "moved-0")  # it was moved
+    moved = "listening 23456" not in log_of(k8s_emulator, "moved-0")
+    assert moved == (k8s_emulator.network_mode == "loopback")  # on the pod network: as written
     pf = forward(core, "moved-0", 23456)
     try:
         assert (
@@ -362,8 +375,13 @@ def test_discovery_lists_the_subresource(k8s_api_client: Any) -> None:
     assert (entry.kind, sorted(entry.verbs)) == ("PodPortForwardOptions", ["create", "get"])
 
 
-def test_plain_sockets_still_reach_the_pod_directly(echo: int) -> None:
-    """Pods share this host's loopback (the emulator's documented difference)."""
+def test_plain_sockets_reach_the_pod_only_on_loopback(k8s_emulator: Emulator, echo: int) -> None:
+    """On the pod network a pod is not on this host's loopback (only port-forward reaches it);
+    in the loopback fallback it is (the emulator's documented difference)."""
+    if k8s_emulator.network_mode == "pods":
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", echo), timeout=10)
+        return
     with socket.create_connection(("127.0.0.1", echo), timeout=10) as sock:
         sock.sendall(b"direct")
         assert sock.recv(10) == b"direct"

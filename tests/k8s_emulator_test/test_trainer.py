@@ -250,7 +250,13 @@ def test_two_node_trainjob_completes_with_jobset_pods_and_torch_env(
         assert printed["PET_NODE_RANK"] == printed["JOB_COMPLETION_INDEX"] == str(rank)
         assert printed["PET_NNODES"] == "2" and printed["PET_NPROC_PER_NODE"] == "1"
         assert printed["HOSTNAME"] == f"tj-node-0-{rank}"
-        assert printed["PET_MASTER_ADDR"] == "127.0.0.1"  # tj-node-0-0.tj, resolved here
+        if trainer.network_mode == "pods":  # as the torch plugin wrote it
+            assert (printed["PET_MASTER_ADDR"], printed["PET_MASTER_PORT"]) == (
+                "tj-node-0-0.tj",
+                "29500",
+            )
+        else:
+            assert printed["PET_MASTER_ADDR"] == "127.0.0.1"  # tj-node-0-0.tj, resolved here
         assert printed["EXTRA"] == "x"
     service = cluster.core.read_namespaced_service("tj", NS)
     assert service.spec.cluster_ip == "None"

@@ -23,6 +23,7 @@ from tests.conftest import submit_now
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.describe import reports as emulator_reports
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
 
 CELL = textwrap.dedent(
     """
@@ -45,7 +46,9 @@ CELL = textwrap.dedent(
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
     """An emulated cluster; the default kubeconfig points at it."""
-    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}) as emulator:
+    with Emulator(
+        env={"GLOO_SOCKET_IFNAME": pod_interface(), "NCCL_SOCKET_IFNAME": pod_interface()}
+    ) as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         yield emulator
 

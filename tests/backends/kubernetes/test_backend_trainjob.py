@@ -15,6 +15,7 @@ from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec, SpecError
 from tests.backends.kubernetes.test_backend import CELL, run_quickstart, wait_for
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
     """A cluster serving Kubeflow Trainer v2 only; the default kubeconfig points at it."""
-    env = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    env = {"GLOO_SOCKET_IFNAME": pod_interface(), "NCCL_SOCKET_IFNAME": pod_interface()}
     with Emulator(env=env, apis=("trainer",)) as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         yield emulator

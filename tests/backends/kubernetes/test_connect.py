@@ -25,6 +25,7 @@ from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend import wait_for
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
 from tests.k8s_emulator.rewrite import free_port
 
 #: Rank 0 serves a TCP echo on 127.0.0.1:PORT for one connection ("bye" ends it); others return.
@@ -44,7 +45,7 @@ ECHO_CELL = textwrap.dedent(
 
 
 def _cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, apis: tuple[str, ...]) -> Emulator:
-    emulator = Emulator(env={"GLOO_SOCKET_IFNAME": "lo"}, apis=apis).start()
+    emulator = Emulator(env={"GLOO_SOCKET_IFNAME": pod_interface()}, apis=apis).start()
     monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
     return emulator
 

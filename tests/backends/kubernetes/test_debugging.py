@@ -17,6 +17,7 @@ from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend import wait_for
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
 from tests.test_debugging import LOOP, STOP_LINE
 
 pytestmark = pytest.mark.slow
@@ -29,7 +30,9 @@ def cluster(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Emulator, str]]:
     """An emulated cluster serving the Kubeflow API of the parameter; KUBECONFIG names it."""
-    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo"}, apis=APIS[request.param]) as emulator:
+    with Emulator(
+        env={"GLOO_SOCKET_IFNAME": pod_interface()}, apis=APIS[request.param]
+    ) as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         yield emulator, request.param
 
@@ -68,7 +71,7 @@ def test_a_paused_rank_on_another_pod_answers_through_port_forward(
 @pytest.fixture
 def trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Emulator, str]]:
     """An emulated cluster serving Kubeflow Trainer (TrainJob); KUBECONFIG names it."""
-    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo"}, apis=APIS["trainjob"]) as emulator:
+    with Emulator(env={"GLOO_SOCKET_IFNAME": pod_interface()}, apis=APIS["trainjob"]) as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         yield emulator, "trainjob"
 

@@ -21,11 +21,12 @@ from jupyter_disttrain.widgets.header import header_html
 from tests.backends.kubernetes.test_backend import wait_for
 from tests.backends.test_local import Collector
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
 from tests.k8s_emulator.rewrite import free_port
 
 pytestmark = pytest.mark.slow
 
-ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+ENV = {"GLOO_SOCKET_IFNAME": pod_interface(), "NCCL_SOCKET_IFNAME": pod_interface()}
 
 
 def start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Emulator:
@@ -65,10 +66,13 @@ def bucket(s3: dict[str, str]) -> None:
     fs.pipe({"recipes/ds/a.txt": b"hello from s3", "recipes/ds/sub/big.bin": b"\1" * 3_000_000})
 
 
-def pod_env(s3: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    # The cell finds the data through $DATA_DIR: the emulator runs pods as local processes and
-    # rewrites mount paths in their environment (a real pod reads /data itself).
-    return (*s3.items(), ("DATA_DIR", "/data"))
+def pod_env(s3: dict[str, str], emulator: Emulator) -> tuple[tuple[str, str], ...]:
+    # The cell finds the data through $DATA_DIR (/data: in the loopback fallback the emulator
+    # rewrites mount paths in the environment); pods reach the object store on this host
+    # through the emulator (a relay on the pod network).
+    port = int(s3["FSSPEC_S3_ENDPOINT_URL"].rsplit(":", 1)[1])
+    env = {**s3, "FSSPEC_S3_ENDPOINT_URL": f"http://{emulator.expose(port)}"}
+    return (*env.items(), ("DATA_DIR", "/data"))
 
 
 READ_CELL = textwrap.dedent(
@@ -88,7 +92,7 @@ def test_a_pytorchjob_reads_data_staged_from_s3_with_progress_in_the_dashboard(
     bucket(s3)
     options = (("data", "s3://recipes/ds:/data"), ("prometheus", "true"))
     spec = JobSpec("stage-ok", nodes=2, nproc=1, backend="kubernetes", timeout=240,
-                   options=options, env=pod_env(s3))  # fmt: skip
+                   options=options, env=pod_env(s3, cluster))  # fmt: skip
     backend = KubernetesBackend()
     collector = Collector()
     run = backend.submit(backend.plan(spec, build_payload(READ_CELL, {}, job="stage-ok")),
@@ -126,8 +130,9 @@ def test_a_failed_copy_fails_the_job_with_the_copiers_error(
     cluster: Emulator, s3: dict[str, str]
 ) -> None:
     bucket(s3)
+    options = (("data", "s3://recipes/absent:/data"),)
     spec = JobSpec("stage-bad", nodes=2, nproc=1, backend="kubernetes", timeout=240,
-                   options=(("data", "s3://recipes/absent:/data"),), env=pod_env(s3))  # fmt: skip
+                   options=options, env=pod_env(s3, cluster))  # fmt: skip
     job = jobs.submit(spec, build_payload("1", {}, job="stage-bad"), KubernetesBackend())
     assert job.wait(120) == "Failed", job.logs()
     snap = job.monitor.snapshot()
@@ -153,12 +158,35 @@ METRICS_CELL = textwrap.dedent(
 )
 
 
-def scrape(port: int) -> dict[tuple[str, str], float]:
+def fetch_metrics(emulator: Emulator, job: str, port: int) -> tuple[str, str]:
+    """Content-Type and body of rank 0's ``/metrics``, fetched as Prometheus does: from the
+    pod network at the pod's address (on this host's loopback in the fallback)."""
+    if emulator.podnet is None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            return resp.headers["Content-Type"], resp.read().decode()
+    core = k.CoreV1Api(emulator.api_client())
+    selector = f"jobset.sigs.k8s.io/jobset-name={job},batch.kubernetes.io/job-completion-index=0"
+    pods = core.list_namespaced_pod("default", label_selector=selector).items
+    if not pods or not pods[0].status.pod_ip:
+        raise OSError(f"no rank 0 pod of {job} with an address yet")
+    with emulator.podnet.connect(None, pods[0].status.pod_ip, port, 5.0) as sock:
+        sock.settimeout(5)
+        sock.sendall(b"GET /metrics HTTP/1.0\r\nHost: metrics\r\n\r\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).decode().partition("\r\n\r\n")
+    if " 200 " not in head.split("\r\n", 1)[0]:
+        raise OSError(head or "no answer")
+    headers = dict(line.split(": ", 1) for line in head.split("\r\n")[1:])
+    return headers["Content-Type"], body
+
+
+def scrape(emulator: Emulator, job: str, port: int) -> dict[tuple[str, str], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = resp.read().decode()
+    content_type, text = fetch_metrics(emulator, job, port)
+    assert content_type.startswith("text/plain; version=0.0.4")
     return {
         (sample.name, sample.labels.get("rank", "")): sample.value
         for family in text_string_to_metric_families(text)
@@ -173,7 +201,7 @@ def test_a_trainjob_stages_data_and_rank_zero_serves_every_ranks_metrics(
     port, go = free_port(set()), tmp_path / "go"
     options = (("data", "s3://recipes/ds:/data"), ("prometheus", str(port)))
     spec = JobSpec("tj-metrics", nodes=2, nproc=2, backend="kubernetes", timeout=240,
-                   options=options, env=pod_env(s3))  # fmt: skip
+                   options=options, env=pod_env(s3, trainer))  # fmt: skip
     cell = 'assert open(os.environ["DATA_DIR"] + "/a.txt").read() == "hello from s3"\n'
     payload = build_payload("import os\n" + cell + METRICS_CELL, {"GO": str(go)}, job="tj-metrics")
     job = jobs.submit(spec, payload, KubernetesBackend())
@@ -182,7 +210,7 @@ def test_a_trainjob_stages_data_and_rank_zero_serves_every_ranks_metrics(
     def every_rank_scraped() -> bool:
         nonlocal seen
         try:
-            seen = scrape(port)
+            seen = scrape(trainer, "tj-metrics", port)
         except OSError:
             return False
         return all(seen.get(("disttrain_step", str(r))) == 2 for r in range(4))

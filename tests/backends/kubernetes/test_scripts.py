@@ -29,6 +29,7 @@ from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend import wait_for
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
 from tests.test_cli_scripts import FAIL_LINE, TRAIN, facts, make_project
 
 #: What a pod's script folder holds: the script and its modules; no data file, nothing unused.
@@ -100,7 +101,11 @@ MAIN = textwrap.dedent(
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     """One emulated cluster serving Kubeflow v1 (PyTorchJob, TFJob) and Trainer v2."""
-    env = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {
+        "GLOO_SOCKET_IFNAME": pod_interface(),
+        "NCCL_SOCKET_IFNAME": pod_interface(),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
     before = os.environ.get("KUBECONFIG")
     with Emulator(env=env, apis=("kubeflow-v1", "trainer")) as emulator:
         config = emulator.write_kubeconfig(tmp_path_factory.mktemp("k8s") / "kubeconfig")
@@ -225,7 +230,9 @@ def test_a_script_runs_as_a_pytorchjob_from_its_shipped_folder(
         assert found["args"] == {"total_epochs": 2, "save_every": 1, "batch_size": 4,
                                  "fail_rank": -1}  # fmt: skip
         assert (found["model"], found["data"]) == ("tiny-net", 4)
-        assert os.path.exists(os.path.join(folder, f"written-by-rank-{found['rank']}.txt"))
+        assert found["wrote"]  # in its working directory, in the pod
+        if cluster.podnet is None:  # the loopback fallback: the pod's folder is on this host
+            assert os.path.exists(os.path.join(folder, f"written-by-rank-{found['rank']}.txt"))
     assert not list(elsewhere.iterdir())  # nothing ran here
     finish(cluster, name)
 

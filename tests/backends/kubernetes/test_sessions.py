@@ -24,6 +24,7 @@ from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend import wait_for
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
 
 APIS = {"pytorchjob": ("kubeflow-v1",), "trainjob": ("trainer",)}
 
@@ -96,7 +97,7 @@ def cluster(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Emulator, str]]:
     """An emulated cluster serving the Kubeflow API of the parameter; KUBECONFIG names it."""
-    env = {"GLOO_SOCKET_IFNAME": "lo"}
+    env = {"GLOO_SOCKET_IFNAME": pod_interface()}
     with Emulator(env=env, apis=APIS[request.param]) as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         yield emulator, request.param
@@ -206,7 +207,7 @@ def test_idle_timeout_ends_the_job_and_its_pods(cluster: tuple[Emulator, str]) -
 def test_kernel_exit_leaves_a_kubernetes_session_running_until_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo"}, apis=APIS["pytorchjob"]) as emulator:
+    with Emulator(env={"GLOO_SOCKET_IFNAME": pod_interface()}, apis=APIS["pytorchjob"]) as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         service = JobService()
         session = service.start_session(spec("ks-kernel", "pytorchjob", nodes=1))
@@ -224,7 +225,7 @@ def test_kernel_exit_leaves_a_kubernetes_session_running_until_stopped(
 def test_a_rank_that_dies_restarts_the_group_under_the_same_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo"}, apis=APIS["pytorchjob"]) as emulator:
+    with Emulator(env={"GLOO_SOCKET_IFNAME": pod_interface()}, apis=APIS["pytorchjob"]) as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         service = JobService()
         session = service.start_session(spec("ks-dies", "pytorchjob"))

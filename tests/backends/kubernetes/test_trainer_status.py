@@ -22,6 +22,7 @@ from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.server.manager import JobManager
 from jupyter_disttrain.spec import JobSpec
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
 
 pytestmark = pytest.mark.slow
 TRAINER, V1ALPHA1 = "trainer.kubeflow.org", "v1alpha1"
@@ -39,7 +40,7 @@ CELL = textwrap.dedent(
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     """Trainer v2 with its status server; rank 0 may post every 0.2 s here."""
-    env = {"GLOO_SOCKET_IFNAME": "lo", "DISTRAIN_TRAINER_STATUS_EVERY": "0.2"}
+    env = {"GLOO_SOCKET_IFNAME": pod_interface(), "DISTRAIN_TRAINER_STATUS_EVERY": "0.2"}
     home = tmp_path_factory.mktemp("kube")
     with Emulator(env=env, apis=("trainer",), trainer_status=True) as emulator:
         with pytest.MonkeyPatch.context() as patch:

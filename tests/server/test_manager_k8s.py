@@ -15,6 +15,7 @@ from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.server.manager import JobManager
 from jupyter_disttrain.spec import JobSpec
 from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
 
 from .jobdirs import write_job
 
@@ -25,7 +26,9 @@ CELL = (
 
 @pytest.fixture
 def cluster(job_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
-    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}) as emulator:
+    with Emulator(
+        env={"GLOO_SOCKET_IFNAME": pod_interface(), "NCCL_SOCKET_IFNAME": pod_interface()}
+    ) as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         yield emulator
 

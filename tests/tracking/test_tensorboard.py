@@ -77,8 +77,11 @@ def test_a_kubernetes_jobs_ranks_in_the_default_place_each_step_once(
     from jupyter_disttrain.backends.kubernetes import KubernetesBackend
     from jupyter_disttrain.payload import build_payload
     from tests.k8s_emulator.emulator import Emulator
+    from tests.k8s_emulator.podnet import pod_interface
 
-    with Emulator(env={"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}) as cluster:
+    with Emulator(
+        env={"GLOO_SOCKET_IFNAME": pod_interface(), "NCCL_SOCKET_IFNAME": pod_interface()}
+    ) as cluster:
         monkeypatch.setenv("KUBECONFIG", str(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
         spec = JobSpec("tb-k8s", nodes=2, nproc=2, backend="kubernetes", timeout=240)
         job = jobs.submit(spec, build_payload(K8S_CELL, {}, job="tb-k8s"), KubernetesBackend())

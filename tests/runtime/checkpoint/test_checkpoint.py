@@ -450,6 +450,7 @@ def test_killed_rank_restarts_and_resumes_from_last_checkpoint(tmp_path: Path) -
     assert mon.snapshot()["recovered"] == (
         "recovered from 1 failure (rank 2 was killed (SIGKILL))"
     ), agent
+    assert [r["restarts"] for r in mon.snapshot()["ranks"]] == [1, 1, 1, 1]  # as the header says
 
 
 SHARDED = textwrap.dedent(

@@ -43,6 +43,7 @@ class HelloFields(TypedDict, total=False):
     node_rank: int
     host: str
     pid: int
+    launched_pid: int  # the process torchrun started (a stand-in when the launcher forked)
     backend: str
     versions: dict[str, str]
     restart: int

@@ -22,7 +22,8 @@ made; the monitor exposes it and every view renders it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import signal as signals
+from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
 from ..results import user_traceback as user_traceback  # re-exported: the views import it here
@@ -66,7 +67,14 @@ class Cause(NamedTuple):
 
     def line(self) -> str:
         """``rank 1: ValueError: bad batch; 3 ranks stopped as a consequence``."""
-        return f"rank {self.rank}: {self.reason}{consequence_text(self.consequences)}"
+        return f"{self.said(clip=False)}{consequence_text(self.consequences)}"
+
+    def said(self, *, clip: bool = True) -> str:
+        """``rank 2 was killed (SIGKILL)`` for a signal, else ``rank 1: ValueError: ...``."""
+        if self.kind == "killed":
+            name = re.search(r"\bSIG[A-Z]+\b", self.reason)
+            return f"rank {self.rank} was killed" + (f" ({name.group(0)})" if name else "")
+        return f"rank {self.rank}: {_clip(self.reason, 100) if clip else self.reason}"
 
 
 def consequence_text(ranks: tuple[int, ...]) -> str:
@@ -133,13 +141,26 @@ class LauncherExits:
 
     The summary lists ``rank : N (local_rank: L)`` then ``exitcode : C (pid: P)``
     for every failed rank; :meth:`feed` returns a :class:`Failure` for each exit.
+    Before a restart torchrun prints no summary, only ``failed (exitcode: C)
+    local_rank: L (pid: P)`` for the first worker that failed: ``pids`` (a
+    worker's pid to its rank and attempt, from its hello) names that rank.
     """
 
     def __init__(self) -> None:
         self._rank: dict[str, int] = {}
 
-    def feed(self, source: str, text: str, t: float, attempt: int) -> Failure | None:
+    def feed(
+        self,
+        source: str,
+        text: str,
+        t: float,
+        attempt: int,
+        pids: Mapping[int, tuple[int, int]] | None = None,
+    ) -> Failure | None:
         """One line of agent ``source``; the exit it completes, if any."""
+        worker = _WORKER_EXIT.search(text)
+        if worker is not None:
+            return _worker_exit(worker, t, pids or {})
         found = _SUMMARY_RANK.match(text)
         if found:
             self._rank[source] = int(found.group(1))
@@ -160,6 +181,31 @@ _SUMMARY_EXIT: Final = re.compile(
 )
 
 
+_WORKER_EXIT: Final = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")
+
+
+def signal_name(code: int) -> str:
+    """``SIGKILL`` for exit code -9 or 137; "" when ``code`` is no signal's."""
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        return signals.Signals(number).name if number else ""
+    except ValueError:
+        return ""
+
+
+def _worker_exit(
+    found: re.Match[str], t: float, pids: Mapping[int, tuple[int, int]]
+) -> Failure | None:
+    """The exit of the worker whose pid a hello named (None for an unknown pid)."""
+    code, pid = int(found.group(1)), int(found.group(2))
+    owner = pids.get(pid)
+    if owner is None:
+        return None
+    name = signal_name(code)
+    why = f"exit code {code}" + (f" ({name})" if name else "")
+    return Failure(t, owner[0], why, owner[1], classify_exit(code, name))
+
+
 def candidates(
     failures: Sequence[Failure], attempt: int, exits: Sequence[Failure] = ()
 ) -> list[Failure]:
@@ -174,11 +220,7 @@ def recovered_text(causes: list[Cause]) -> str:
     if not causes:
         return ""
     n = len(causes)
-    first = causes[0]
-    return (
-        f"recovered from {n} failure{'s' if n != 1 else ''} "
-        f"(rank {first.rank}: {_clip(first.reason, 100)})"
-    )
+    return f"recovered from {n} failure{'s' if n != 1 else ''} ({causes[0].said()})"
 
 
 def _clip(text: str, limit: int) -> str:

@@ -91,6 +91,8 @@ class MonitorState:
         self._recovered: list[Cause] = []  # the causes of the attempts a restart recovered from
         self._launcher = LauncherExits()
         self._exits: list[Failure] = []  # what the launcher said of the ranks' exits
+        self._pids: dict[int, tuple[int, int]] = {}  # a worker's pid: its rank and attempt
+        self._worker_exits: list[Failure] = []  # exits torchrun logged before its restarts
         self._errors: list[ErrorInfo] = []
         self._error_events: list[Event] = []
         self._checkpoints: list[Checkpoint] = []
@@ -180,7 +182,7 @@ class MonitorState:
     def _on_restart(self, ev: Event, row: RankState | None) -> None:
         f = ev.restart()
         attempt = as_int(f.get("attempt"))
-        cause = self._cause()
+        cause = self._cause(self._worker_exits)
         if cause is not None:
             self._recovered.append(cause)
         self._attempt = max(self._attempt + 1, attempt or 0)
@@ -220,6 +222,10 @@ class MonitorState:
             row.node = node
         if pid is not None:
             row.pid = pid
+            self._pids[pid] = (row.rank, self._attempt)
+        launched = as_int(f.get("launched_pid"))
+        if launched is not None:
+            self._pids[launched] = (row.rank, self._attempt)
         row.host = as_str(f.get("host")) or row.host
         versions = f.get("versions")
         if isinstance(versions, dict):
@@ -381,7 +387,15 @@ class MonitorState:
         self._derive("Failed", t)
         self._settle()
 
-    def _cause(self) -> Cause | None:
+    def _recount(self, attempt: int) -> None:
+        """Choose again the recovered cause of ``attempt`` once a late exit of it arrived."""
+        for i, old in enumerate(self._recovered):
+            if old.attempt == attempt:
+                ended = dict.fromkeys((old.rank, *old.consequences), "Stopped")
+                new = choose(self._failures, attempt, ended, self._worker_exits)
+                self._recovered[i] = new or old
+
+    def _cause(self, exits: Sequence[Failure] = ()) -> Cause | None:
         """The root cause of the job's failures (see :mod:`.cause`).
 
         While the job runs, waits or restarts: the current attempt's. Once it
@@ -391,7 +405,7 @@ class MonitorState:
         states = {r: row.state for r, row in self._rows.items()}
         failed = self._state == "Failed"
         # the launcher's report picks among the ranks once the job failed, never fails it
-        exits = self._exits if failed else ()
+        exits = self._exits if failed else exits
         return choose(self._failures, self._attempt, states, exits, every=failed)
 
     def _settle(self) -> None:
@@ -515,8 +529,12 @@ class MonitorState:
                 self._warnings.setdefault(text[len(prefix) :].strip(), None)
         source = as_str(f.get("source"))
         if rank == JOB_RANK and source.startswith("agent-"):
-            exited = self._launcher.feed(source, text, ev.t, self._attempt)
-            if exited is not None:
+            exited = self._launcher.feed(source, text, ev.t, self._attempt, self._pids)
+            if exited is not None and exited.attempt < self._attempt:
+                self._worker_exits.append(exited)
+                self._recount(exited.attempt)
+            elif exited is not None:
+                self._worker_exits.append(exited)
                 self._exits.append(exited)
                 self._settle()
         self._logs.append(rank, ev.t, text)

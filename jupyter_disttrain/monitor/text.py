@@ -7,7 +7,7 @@ import re
 from ..events import StagingFields
 from ..logbuffer import format_ranks, rank_label
 from ..units import duration, format_bytes
-from .cause import user_traceback
+from .cause import classify_error, user_traceback
 from .phases import summary, waiting_line
 from .records import CauseRow, ErrorRow, JSONFloat, ProgressRow, RankRow, Snapshot
 from .usage import pct, resource_outliers
@@ -208,6 +208,19 @@ def _resources(r: RankRow, gpu: bool) -> tuple[str, ...]:
     util = absent if r["gpu_util_pct"] is None else pct(r["gpu_util_pct"])
     used = absent if r["gpu_mem_bytes"] is None else format_bytes(r["gpu_mem_bytes"])
     return (*cells, util, used)
+
+
+def lost_peer_text(row: RankRow, cause: CauseRow | None) -> str:
+    """``lost its peer (rank 1 failed)`` for a rank whose reason only reports a peer's end.
+
+    "" when the row is the cause's rank, has no reason, or its reason is its own.
+    """
+    if cause is None or row["rank"] == cause["rank"] or not row["reason"]:
+        return ""
+    kind, _, message = row["reason"].partition(": ")
+    if classify_error(kind, message) != "consequence":
+        return ""
+    return f"lost its peer (rank {cause['rank']} failed)"
 
 
 def exit_text(row: RankRow, width: int = 120) -> str:

@@ -52,7 +52,8 @@ def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]
         request = {
             "op": "worker",
             "argv": [payload],
-            "env": dict(os.environ),
+            # the worker names the pid torchrun knows (this stand-in's) in its hello
+            "env": {**os.environ, "DISTRAIN_STANDIN_PID": str(os.getpid())},
             "cwd": os.getcwd(),
             "pgid": int(os.environ.get("DISTRAIN_PGID", "0")),
         }

@@ -415,6 +415,7 @@ def run(payload_path: str) -> int:
         node_rank=int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
         host=socket.gethostname(),
         pid=os.getpid(),
+        launched_pid=int(os.environ.get("DISTRAIN_STANDIN_PID", os.getpid())),
         backend=backend,
         restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
         versions=versions(),

@@ -13,7 +13,7 @@ the others' has ``distrain-outlier`` and says so in its ``title``.
 from __future__ import annotations
 
 from ..monitor import RankRow, Snapshot, resource_outliers
-from ..monitor.text import exit_text
+from ..monitor.text import exit_text, lost_peer_text
 from ..monitor.usage import pct
 from ..units import format_bytes
 from .text import ago, esc, rate, state_class
@@ -85,7 +85,14 @@ def rank_table_html(snap: Snapshot, *, max_rows: int = 64) -> str:
     outliers = resource_outliers(snap["ranks"])
     head = "".join(f'<th data-col="{col}">{esc(title)}</th>' for col, title in cols)
     body = [
-        _row(r, r["rank"] == first_rank, r["rank"] in lagging, outliers.get(r["rank"], ""), cols)
+        _row(
+            r,
+            r["rank"] == first_rank,
+            r["rank"] in lagging,
+            outliers.get(r["rank"], ""),
+            cols,
+            lost_peer_text(r, snap["cause"]),
+        )
         for r in shown
     ]
     hidden = len(snap["ranks"]) - len(shown)
@@ -108,7 +115,7 @@ def rank_table_html(snap: Snapshot, *, max_rows: int = 64) -> str:
 
 def _row(
     r: RankRow, first_failure: bool, straggler: bool, outlier: str,
-    cols: tuple[tuple[str, str], ...],
+    cols: tuple[tuple[str, str], ...], lost_peer: str = "",
 ) -> str:  # fmt: skip
     classes = ["distrain-rank-row", state_class(r["state"])]
     if r["state"] == "Failed":
@@ -135,10 +142,14 @@ def _row(
         "heard": ago(r["silent_s"]),
         "exit": exit_text(r),
     }
-    tds = "".join(
-        f'<td data-col="{col}">{cells[col] if col == "state" else esc(cells[col])}</td>'
-        for col, _ in cols
-    )
+    shown = {col: esc(text) for col, text in cells.items()}
+    shown["state"] = cells["state"]
+    if lost_peer:  # the peer's end in plain words; the backend's raw text behind a disclosure
+        shown["exit"] = (
+            f'<details class="distrain-lost-peer"><summary>{esc(lost_peer)}</summary>'
+            f"{esc(r['reason'])}</details>"
+        )
+    tds = "".join(f'<td data-col="{col}">{shown[col]}</td>' for col, _ in cols)
     why = "first failing rank" if first_failure else ""
     why = why or ("straggler: far behind the median step" if straggler else "")
     why = "; ".join(p for p in (why, outlier) if p)

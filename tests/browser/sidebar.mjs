@@ -105,6 +105,13 @@ await runScenario({ page, result, close }, outDir, async () => {
   result.panelWidth = await page.locator(".jp-DisttrainPanel").evaluate((el) => el.getBoundingClientRect().width);
   await fits("empty");
   result.emptyText = await page.locator(".jp-DisttrainPanel .jp-Disttrain-empty").textContent();
+  // the title breaks between words only: its lines, and the widest word's width against the box
+  result.title = await page.locator(".jp-DisttrainPanel .jp-Disttrain-title").evaluate((h) => {
+    const range = document.createRange();
+    range.selectNodeContents(h);
+    const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+    return { text: h.textContent, lines: tops.size, width: h.getBoundingClientRect().width };
+  });
 
   // 1: load the extension; 2: the short job, watched in the sidebar to the end.
   await waitForPrompt(await runCell(0));

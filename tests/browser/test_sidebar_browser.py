@@ -47,6 +47,8 @@ def test_sidebar_in_jupyterlab(lab: Lab) -> None:
 
     assert result["statusBefore"] == "0 training jobs running"
     assert "No jobs yet" in result["emptyText"]
+    title = result["title"]  # "Distributed Training" on one line or two, never split mid-word
+    assert title["lines"] <= 2 and title["width"] > 80, title
     # JupyterLab's default sidebar width, no horizontal scroll at any point
     assert 200 < result["panelWidth"] < 400, result["panelWidth"]
     labels = [w["label"] for w in result["widths"]]

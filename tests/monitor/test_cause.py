@@ -357,3 +357,57 @@ def test_ranks_ended_by_a_preemption_while_the_job_waits_in_its_queue_fail_nothi
         rank_event(0, "Failed", exit_code=143, reason="Error", t=2.1),
     ])  # fmt: skip
     assert mon.state == "Pending" and mon.reason.startswith("waiting for Kueue"), mon.reason
+
+
+# --------------------------------------------------------------------------- a killed rank
+
+
+def killed_and_recovered(exit_after_restart: bool) -> JobMonitor:
+    """Rank 2 SIGKILLed, rank 1 loses its peer, torchrun restarts the workers (02-checkpoints)."""
+    from jupyter_disttrain.events import job_event, restart_event
+
+    hellos = [
+        Event("hello", r, 1.0 + r / 10, {"pid": 100 + r, "backend": "gloo"}) for r in range(4)
+    ]
+    exit_line = Event(
+        "log",
+        None,
+        3.0,
+        {
+            "source": "agent-1",
+            "text": "[E1128 api.py:1003] failed (exitcode: -9) local_rank: 0 (pid: 102) of "
+            "binary: /usr/bin/python3",
+        },
+    )
+    lost = Event(
+        "error",
+        1,
+        2.9,
+        {"type": "RuntimeError", "message": GLOO_CLOSED.replace("Connection closed", "Read error")},
+    )
+    again = [Event("hello", r, 5.0, {"pid": 200 + r, "restart": 1}) for r in range(4)]
+    restart = restart_event(1, "workers restarted by torchrun", t=4.0)
+    order = [restart, exit_line] if exit_after_restart else [exit_line, restart]
+    events = [job_event("Running", t=1.0), *hellos, lost, *order, *again]
+    events += [Event("done", r, 9.0, {}) for r in range(4)]
+    return fed(events)
+
+
+@pytest.mark.parametrize("exit_after_restart", [False, True])
+def test_the_killed_rank_not_the_one_that_lost_its_peer_is_the_recovered_cause(
+    exit_after_restart: bool,
+) -> None:
+    mon = killed_and_recovered(exit_after_restart)
+    assert mon.state == "Succeeded", mon.reason
+    snap = mon.snapshot()
+    assert snap["recovered"] == "recovered from 1 failure (rank 2 was killed (SIGKILL))"
+
+
+def test_a_worker_exit_torchrun_logs_before_a_restart_names_the_rank_by_pid() -> None:
+    exits = LauncherExits()
+    line = "failed (exitcode: -9) local_rank: 0 (pid: 4242) of binary: /usr/bin/python3"
+    killed = exits.feed("agent-1", line, 3.0, 1, {4242: (2, 0)})
+    assert killed is not None
+    assert (killed.rank, killed.attempt, killed.kind) == (2, 0, "killed")
+    assert killed.reason == "exit code -9 (SIGKILL)"
+    assert exits.feed("agent-1", line, 3.0, 1, {}) is None  # an unknown pid names no rank

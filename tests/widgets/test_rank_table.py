@@ -35,7 +35,10 @@ def test_first_failing_rank_is_marked_with_its_reason() -> None:
     assert "distrain-failed" not in table[0].classes  # stopped as a consequence
     assert table[0].attrs["data-state"] == "Stopped"
     assert "distrain-first-failure" not in table[0].classes
-    assert table[0].cell("exit") == "exit 1: DistBackendError: NCCL watchdog timeout"
+    # a rank that only lost its peer says so; the raw text sits behind a disclosure
+    [lost] = table[0].find_all("distrain-lost-peer", tag="details")
+    assert lost.find_all(tag="summary")[0].all_text() == "lost its peer (rank 1 failed)"
+    assert lost.all_text().endswith("DistBackendError: NCCL watchdog timeout")
     assert [table[r].attrs["data-state"] for r in (2, 3)] == ["Stopped", "Stopped"]
 
 
@@ -177,3 +180,14 @@ def test_a_straggler_with_a_saturated_cpu_says_both() -> None:
     assert row.attrs["title"] == (
         "straggler: far behind the median step; CPU 100%, far above the others (median 5.0%)"
     )
+
+
+def test_ranks_that_lost_their_peer_name_the_failed_rank_not_gloos_words() -> None:
+    snap = monitor_of("rank1_raises").snapshot()
+    table = rows(rank_table_html(snap))
+    assert table[1].cell("exit").startswith("ValueError")  # the cause keeps its own words
+    assert not table[1].find_all("distrain-lost-peer", tag="details")
+    for rank in (0, 2, 3):
+        [lost] = table[rank].find_all("distrain-lost-peer", tag="details")
+        assert lost.find_all(tag="summary")[0].all_text() == "lost its peer (rank 1 failed)"
+        assert "pair.cc" in lost.all_text()  # gloo's text is kept, behind the disclosure

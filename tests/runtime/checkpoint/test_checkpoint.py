@@ -20,6 +20,7 @@ from jupyter_disttrain import events as ev
 from jupyter_disttrain.backends.local import LocalBackend, jobdir
 from jupyter_disttrain.backends.local.tailer import job_trust
 from jupyter_disttrain.checkpoints.store import CheckpointStore
+from jupyter_disttrain.monitor import JobMonitor
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.runtime.checkpoint import api as ck
@@ -442,6 +443,14 @@ def test_killed_rank_restarts_and_resumes_from_last_checkpoint(tmp_path: Path) -
             assert loss == pytest.approx(before[step], rel=1e-5), (rank, step)
     assert saved[-1] == 50 and CheckpointStore(str(directory)).steps() == sorted(set(saved))
     assert_no_processes(job_dir, first_pids + [int(e.get("pid")) for e in sink.kinds("hello")])
+    # the killed rank, not rank 1 or 3 that only lost their peer, is what it recovered from
+    mon = JobMonitor(spec.name, "local", 4, nodes=2, nproc=2)
+    mon.feed_many(sink.events)
+    agent = [e.get("text") for e in sink.kinds("log") if e.rank is None]
+    assert mon.snapshot()["recovered"] == (
+        "recovered from 1 failure (rank 2 was killed (SIGKILL))"
+    ), agent
+    assert [r["restarts"] for r in mon.snapshot()["ranks"]] == [1, 1, 1, 1]  # as the header says
 
 
 SHARDED = textwrap.dedent(

@@ -96,7 +96,14 @@ await runScenario({ page, result, close }, outDir, async () => {
   await page.locator(`${BROWSER} .distrain-ckpt-table tbody tr`).first().waitFor({ timeout: 60_000 });
   result.checkpointsMidRun = await checkpointRows();
   result.stateMidRun = await headerState();
-  await page.locator(BROWSER).screenshot({ path: path.join(outDir, "notebook7-checkpoints-midrun.png") });
+  // the table still grows while the job runs (a new checkpoint every few steps): an element
+  // screenshot would wait for it to stand still, so the page is shot where it is now
+  await page.locator(BROWSER).scrollIntoViewIfNeeded();
+  const midRunBox = await page.locator(BROWSER).boundingBox();
+  await page.screenshot({
+    path: path.join(outDir, "notebook7-checkpoints-midrun.png"),
+    ...(midRunBox ? { clip: midRunBox } : {}),
+  });
 
   // two more checkpoints, then the job is told to finish (it ends when the file exists)
   await waitForStep(Math.max(...result.checkpointsMidRun.map((r) => r.step)) + 25);

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from ..events import TERMINAL_STATES, Event, JobState, StagingFields
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
-from .cause import Cause, classify_error, recovered_text
+from .cause import Cause, classify_error, consequence_text, recovered_text
 from .records import (
     CauseRow,
     Checkpoint,
@@ -227,6 +227,9 @@ class JobMonitor(MonitorState):
             return comms.diagnosis
         if self._state == "Failed" and cause is not None:
             where = _cell_line(self._errors, cause)
+            if cause.kind == "killed":  # its line names the signal only: keep the exit said
+                after = consequence_text(cause.consequences)
+                return f"rank {cause.rank} was killed{where}: {cause.reason}{after}"
             return f"rank {cause.rank} failed{where}: {cause.line().split(': ', 1)[1]}"
         if self._state == "Failed" and (self._message or self._reason):
             return f"the job failed: {self._message or self._reason}"

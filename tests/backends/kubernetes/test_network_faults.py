@@ -104,7 +104,7 @@ def test_a_node_that_dies_mid_step_fails_the_job_naming_its_rank(
             emulator.net_faults.kill_node(f"{name}-worker-0")  # node 1: rank 1
             assert job.wait(240) == "Failed", job.logs()
             diagnosis = job.diagnosis() or ""
-            assert diagnosis.startswith("rank 1 failed: Error (exit code 137)"), diagnosis
+            assert diagnosis.startswith("rank 1 was killed: Error (exit code 137)"), diagnosis
         finally:
             job.stop(timeout=60)
         wait_for(lambda: not emulator.processes(), 60, emulator.processes)

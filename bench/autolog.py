@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     own = hook_seconds()
     lines = [
         f"Machine: {machine_name()}; load average (1 min) {load_before[0]:.1f} before, "
-        f"{load_after[0]:.1f} after (other engineers' tests share the cores).",
+        f"{load_after[0]:.1f} after (the benchmark's own jobs included).",
         f"Each figure: the median of {args.rounds} 1x2 jobs (local backend, gloo on CPU), "
         f"rank 0's steps/s over steps {WARMUP}-{args.steps}, autolog on and off alternating "
         "in the same run (`python bench/autolog.py`).",
@@ -208,11 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     lines += [
         "",
-        "On this machine the runs of one mode spread more than the two modes differ (the "
-        "load of other jobs changes from run to run), so the end-to-end column is noise-bound; "
-        "the last two columns are autolog's own work, timed in one process: the Trainer "
+        "The last two columns are autolog's own work, timed in one process: the Trainer "
         "callback's step end (and its log every 10 steps), Lightning's per-step metric line. "
-        "The vote on a SIGTERM adds one all-reduce about once a second.",
+        "The end-to-end overhead also holds what the extra lines cost to carry and read: a "
+        "metric line every step from every rank, read by the job's follower on the same two "
+        "cores. The vote on a SIGTERM adds one all-reduce about once a second.",
     ]
     body = "\n".join(lines)
     print(body)

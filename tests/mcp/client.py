@@ -48,6 +48,21 @@ def token_of(plan_text: str) -> str:
     return found.group(1)
 
 
+async def refuses_run_and_stop(client: Client, name: str) -> None:
+    """A read-only server plans a job but refuses to run it, stop ``name`` or send to a
+    paused rank, each time naming the flag that widens it."""
+    error, plan = await call(
+        client, "plan_cell", source="x = 1", options="--nodes 1 --nproc 2 --name mcp-ro"
+    )
+    assert not error, plan
+    error, refused = await call(client, "run_job", plan_token=token_of(plan))
+    assert error and "read-only" in refused and "--allow-run" in refused, refused
+    error, refused = await call(client, "stop_job", name=name, confirm=True)
+    assert error and "read-only" in refused and "--allow-stop" in refused, refused
+    error, refused = await call(client, "debug_send", name=name, rank=0, line="p 1", confirm=True)
+    assert error and "--allow-run" in refused, refused
+
+
 async def wait_for(client: Client, name: str, words: tuple[str, ...], limit: float = 180) -> str:
     """job_status of ``name`` once it contains one of ``words``."""
 

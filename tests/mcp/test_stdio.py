@@ -12,7 +12,7 @@ from mcp import Client, StdioServerParameters
 
 from tests.conftest import REPO
 
-from .client import call, full_flow
+from .client import call, full_flow, refuses_run_and_stop
 
 pytestmark = pytest.mark.slow
 
@@ -38,20 +38,8 @@ def test_plan_run_follow_fail_logs_where_and_stop(home: Path) -> None:
 def test_read_only_by_default_refuses_run_and_stop(home: Path) -> None:
     async def main() -> None:
         async with Client(params(home)) as client:
-            error, plan = await call(
-                client, "plan_cell", source="x = 1", options="--nodes 1 --nproc 2 --name mcp-ro"
-            )
-            assert not error, plan
-            token = plan.split("plan_token: ")[1].split()[0]
-            error, refused = await call(client, "run_job", plan_token=token)
-            assert error and "read-only" in refused and "--allow-run" in refused, refused
-            error, refused = await call(client, "stop_job", name="mcp-ro", confirm=True)
-            assert error and "read-only" in refused and "--allow-stop" in refused, refused
-            error, refused = await call(
-                client, "debug_send", name="mcp-ro", rank=0, line="p 1", confirm=True
-            )
-            assert error and "--allow-run" in refused, refused
+            await refuses_run_and_stop(client, "mcp-ro")
             error, listed = await call(client, "list_jobs")
-            assert "mcp-ro" not in listed, listed
+            assert not error and "mcp-ro" not in listed, listed
 
     anyio.run(main)

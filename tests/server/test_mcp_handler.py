@@ -14,7 +14,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from jupyter_disttrain.backends.local import jobdir
-from tests.mcp.client import call, full_flow
+from tests.mcp.client import call, full_flow, refuses_run_and_stop
 
 from .jobdirs import write_job
 
@@ -69,15 +69,7 @@ async def test_read_only_refuses_and_a_100_mb_log_comes_back_bounded(
             fh.write(chunk)
     assert rank0.stat().st_size > 100_000_000
     async with connected(mcp_url, jp_serverapp.identity_provider.token) as client:
-        error, plan = await call(
-            client, "plan_cell", source="x = 1", options="--nodes 1 --nproc 2 --name mcp-ro"
-        )
-        assert not error, plan
-        token = plan.split("plan_token: ")[1].split()[0]
-        error, refused = await call(client, "run_job", plan_token=token)
-        assert error and "read-only" in refused and "--allow-run" in refused, refused
-        error, refused = await call(client, "stop_job", name="mcp-big", confirm=True)
-        assert error and "--allow-stop" in refused, refused
+        await refuses_run_and_stop(client, "mcp-big")
         error, logs = await call(client, "job_logs", name="mcp-big", rank=0, tail=100_000)
         assert not error, logs[:500]
         assert len(logs.encode()) <= 70_000 and len(logs.splitlines()) <= 402, len(logs)

@@ -158,8 +158,9 @@ def hook_seconds(calls: int = 20000) -> dict[str, float]:
         lightning._classes["bench"] = lightning._callback_class(pl.Callback)
         module = lightning._classes["bench"]()
         connector = SimpleNamespace(metrics={"callback": {"train_loss": torch.tensor(0.5)}})
-        trainer = SimpleNamespace(global_step=0, max_steps=calls, current_epoch=0,
-                                  _logger_connector=connector)  # fmt: skip
+        trainer = SimpleNamespace(
+            global_step=0, max_steps=calls, current_epoch=0, _logger_connector=connector
+        )
         started = time.perf_counter()
         for step in range(1, calls + 1):
             trainer.global_step = step

@@ -77,10 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("uri", help="checkpoint directory: a path or fsspec URL (s3://...)")
     ckpt.add_argument("--verify", action="store_true", help="check every checkpoint's sha256")
     ckpt.add_argument("--json", action="store_true", help="print the records as JSON")
-    serve = sub.add_parser("mcp", help="serve the jobs to an agent over MCP (stdio); read-only "
-                           "unless widened")  # fmt: skip
-    serve.add_argument("--allow-run", action="store_true",
-                       help="allow run_job (a previewed plan's token) and debug_send")  # fmt: skip
+    serve = sub.add_parser(
+        "mcp", help="serve the jobs to an agent over MCP (stdio); read-only unless widened"
+    )
+    serve.add_argument(
+        "--allow-run",
+        action="store_true",
+        help="allow run_job (a previewed plan's token) and debug_send",
+    )
     serve.add_argument("--allow-stop", action="store_true", help="allow stop_job")
     return parser
 

@@ -41,9 +41,11 @@ def shrink(source: Path, target: Path) -> int:
 def main() -> int:
     missing = [str(shot) for shot in PICTURES if not shot.is_file()]
     if missing:
-        print(f"no screenshots {', '.join(missing)}: run the browser tests first (pytest "
-              "tests/browser/test_cause_browser.py tests/browser/test_autolog_browser.py)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"no screenshots {', '.join(missing)}: run the browser tests first (pytest "
+            "tests/browser/test_cause_browser.py tests/browser/test_autolog_browser.py)",
+            file=sys.stderr,
+        )
         return 1
     for shot, picture in PICTURES.items():
         size = shrink(shot, REPO / "docs" / picture)

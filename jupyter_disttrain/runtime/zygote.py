@@ -223,8 +223,15 @@ class Launcher:
             elif op == "worker":
                 self.start_worker(conn, request)
             elif op == "ping":
-                send(conn, {"pid": os.getpid(), "threads": thread_count(),
-                            "identity": self.identity, "modules": imported_from()})  # fmt: skip
+                send(
+                    conn,
+                    {
+                        "pid": os.getpid(),
+                        "threads": thread_count(),
+                        "identity": self.identity,
+                        "modules": imported_from(),
+                    },
+                )
                 conn.close()
             else:
                 raise ValueError(f"unknown op {op!r}")

@@ -119,8 +119,16 @@ def test_spoofed_lines_change_nothing_run_nothing_fetch_nothing(home: Path, tmp_
         assert not job.monitor.checkpoints(), job.monitor.checkpoints()
         assert [r["step"] for r in job.metrics()] == [], job.metrics()
         printed = job.logs()  # the log view: the job's own control lines left out, not these
-        visible = ("spoofed failure", '"world_size": 1000000', "Infinity", "probe-dir",
-                   "é" * 64, "[" * 1000, "\\ud800", "lone \\udcff surrogate")  # fmt: skip
+        visible = (
+            "spoofed failure",
+            '"world_size": 1000000',
+            "Infinity",
+            "probe-dir",
+            "é" * 64,
+            "[" * 1000,
+            "\\ud800",
+            "lone \\udcff surrogate",
+        )
         for text in visible:
             assert text in logs and text in printed, text[:40]  # kept as log text, visible
         assert '"kind": "done"' in printed and '"kind":"hello"' not in printed, printed

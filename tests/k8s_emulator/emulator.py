@@ -183,9 +183,14 @@ class Emulator:
         if self.podnet is not None:
             self.podnet.start()
         self.kubelet = Kubelet(
-            self.api, self.network, self.faults, self.root, self.id, self.kubelet_settings,
+            self.api,
+            self.network,
+            self.faults,
+            self.root,
+            self.id,
+            self.kubelet_settings,
             self.podnet,
-        )  # fmt: skip
+        )
         kinds = {
             fw.kind: r
             for fw in FRAMEWORKS

@@ -153,8 +153,12 @@ class Kubelet:
                 elif worker.volumes:  # annotations and labels reach the downward-API files
                     refresh_downward(event.obj, worker.volumes)
                 if self.net_faults is not None and FAULT in (meta.get("annotations") or {}):
-                    threading.Thread(target=self.net_faults.from_annotation, args=(event.obj,),
-                                     name="net-fault", daemon=True).start()  # fmt: skip
+                    threading.Thread(
+                        target=self.net_faults.from_annotation,
+                        args=(event.obj,),
+                        name="net-fault",
+                        daemon=True,
+                    ).start()
 
     # --- queries and faults --------------------------------------------------------------
 

@@ -79,8 +79,18 @@ class NetFaults:
         first, second = self._worker(a, namespace), self._worker(b, namespace)
         for worker, peer in ((first, second), (second, first)):
             # the peer's address bound to a MAC no pod has: frames leave and are never taken in
-            _ip(worker.netns, "neigh", "replace", peer.address, "lladdr", BLACKHOLE_MAC,
-                "nud", "permanent", "dev", "eth0")  # fmt: skip
+            _ip(
+                worker.netns,
+                "neigh",
+                "replace",
+                peer.address,
+                "lladdr",
+                BLACKHOLE_MAC,
+                "nud",
+                "permanent",
+                "dev",
+                "eth0",
+            )
             self._dropped.append((worker.uid, peer.address))
 
     def hide_service(self, name: str, namespace: str = "default") -> None:
@@ -111,8 +121,11 @@ class NetFaults:
         for uid, address in self._dropped:
             name = podnet.namespace(uid) if podnet is not None else None
             if name is not None:
-                subprocess.run(["ip", "-n", name, "neigh", "del", address, "dev", "eth0"],
-                               capture_output=True, timeout=30)  # fmt: skip
+                subprocess.run(
+                    ["ip", "-n", name, "neigh", "del", address, "dev", "eth0"],
+                    capture_output=True,
+                    timeout=30,
+                )
         self._dropped.clear()
         if hosts is not None:
             hosts.hidden.clear()

@@ -178,8 +178,20 @@ class PodNetwork:
             address = self._pods[key][1]
         peer = f"veth{self._count}"
         _run("netns", "add", name)
-        _run("-n", self.node_ns, "link", "add", peer, "type", "veth", "peer", "name", "eth0",
-             "netns", name)  # fmt: skip
+        _run(
+            "-n",
+            self.node_ns,
+            "link",
+            "add",
+            peer,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            name,
+        )
         _run("-n", self.node_ns, "link", "set", peer, "master", "cni0", "up")
         _run("-n", name, "addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", "eth0")
         _run("-n", name, "link", "set", "eth0", "up")

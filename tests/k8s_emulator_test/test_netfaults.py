@@ -96,8 +96,13 @@ def test_a_dead_node_takes_its_processes_and_the_annotation_arms_faults(emu: Emu
     core.patch_namespaced_pod("c", "default", patch)
     wait(lambda: not reaches(emu, "a", "c"), "the annotation to take c's link down")
     emu.net_faults.kill_node("b")
-    wait(lambda: core.read_namespaced_pod("b", "default").status.container_statuses[0].restart_count
-         >= 1 or not reaches(emu, "a", "b"), "b's processes gone")  # fmt: skip
+    wait(
+        lambda: (
+            core.read_namespaced_pod("b", "default").status.container_statuses[0].restart_count >= 1
+            or not reaches(emu, "a", "b")
+        ),
+        "b's processes gone",
+    )
     assert not reaches(emu, "a", "b")
 
 

@@ -9,12 +9,20 @@ from jupyter_disttrain.mcp import MUTATING, READ_ONLY, Permissions, build_server
 from jupyter_disttrain.service import JobService
 
 REQUIRED = {
-    "plan_cell": ["source", "options"], "plan_script": ["path", "options"],
-    "run_job": ["plan_token"], "list_jobs": [], "job_status": ["name"], "job_logs": ["name"],
-    "job_where": ["name"], "job_diagnosis": ["name"], "job_metrics": ["name"],
-    "checkpoints": ["uri"], "session_cells": [], "stop_job": ["name"],
+    "plan_cell": ["source", "options"],
+    "plan_script": ["path", "options"],
+    "run_job": ["plan_token"],
+    "list_jobs": [],
+    "job_status": ["name"],
+    "job_logs": ["name"],
+    "job_where": ["name"],
+    "job_diagnosis": ["name"],
+    "job_metrics": ["name"],
+    "checkpoints": ["uri"],
+    "session_cells": [],
+    "stop_job": ["name"],
     "debug_send": ["name", "rank", "line"],
-}  # fmt: skip
+}
 
 
 def test_every_tool_is_listed_with_its_required_fields_and_descriptions() -> None:

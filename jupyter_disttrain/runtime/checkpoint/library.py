@@ -72,11 +72,18 @@ def _copy_file(
         while chunk := src.read(CHUNK):
             writer.write(chunk)
     entry = fmt.make_entry(
-        step=step, token=token, kind=kind, time=time.time(), nbytes=writer.bytes,
-        sha256=writer.hexdigest(), metrics=metrics, world_size=env_world_size(),
-        versions=library_versions(), job=env_text("DISTRAIN_JOB_ID"),
+        step=step,
+        token=token,
+        kind=kind,
+        time=time.time(),
+        nbytes=writer.bytes,
+        sha256=writer.hexdigest(),
+        metrics=metrics,
+        world_size=env_world_size(),
+        versions=library_versions(),
+        job=env_text("DISTRAIN_JOB_ID"),
         run=env_text("DISTRAIN_RUN_ID"),
-    )  # fmt: skip
+    )
     entry["source"] = os.path.basename(source)
     return entry
 
@@ -103,8 +110,9 @@ def _copy_folder(
     except BaseException:
         cdir.fs.remove(tmp)
         raise
-    entry = folder_entry(step=step, token=token, kind=kind, files=files, metrics=metrics,
-                         tensors=0, parameters=0)  # fmt: skip
+    entry = folder_entry(
+        step=step, token=token, kind=kind, files=files, metrics=metrics, tensors=0, parameters=0
+    )
     entry["source"] = os.path.basename(source.rstrip(os.sep))
     return entry
 

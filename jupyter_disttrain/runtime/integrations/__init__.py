@@ -129,8 +129,11 @@ def install(env: dict[str, str] | None = None) -> list[str]:
         try:
             integration = _load(target)
         except Exception as exc:
-            warn(name, f"autolog: the {name} integration ({target}) cannot be loaded: {exc!r}; "
-                       "the job runs without it")  # fmt: skip
+            warn(
+                name,
+                f"autolog: the {name} integration ({target}) cannot be loaded: {exc!r}; "
+                "the job runs without it",
+            )
             continue
         with _lock:
             _active[name] = integration
@@ -192,16 +195,22 @@ def attach(integration: Integration, module: ModuleType) -> bool:
         span = f"{'.'.join(map(str, integration.oldest))} to below " + ".".join(
             map(str, integration.below)
         )
-        warn(integration.name, f"autolog: {integration.library} {version or '(no version)'} "
-             f"is not a version the {integration.name} integration knows ({span}); the job "
-             f"runs without it (--autolog without {integration.name}, or --no-autolog, "
-             "silences this)")  # fmt: skip
+        warn(
+            integration.name,
+            f"autolog: {integration.library} {version or '(no version)'} "
+            f"is not a version the {integration.name} integration knows ({span}); the job "
+            f"runs without it (--autolog without {integration.name}, or --no-autolog, "
+            "silences this)",
+        )
         return False
     try:
         integration.attach(module)
     except Exception as exc:
-        warn(integration.name, f"autolog: the {integration.name} integration could not attach "
-             f"to {integration.library} {version}: {exc!r}; the job runs without it")  # fmt: skip
+        warn(
+            integration.name,
+            f"autolog: the {integration.name} integration could not attach "
+            f"to {integration.library} {version}: {exc!r}; the job runs without it",
+        )
         return False
     return True
 

@@ -70,8 +70,9 @@ def test_a_partition_that_heals_within_the_group_timeout_lets_the_job_finish(
     finish = tmp_path / "finish"
     options = (("kubeflow_api", api),)
     spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=300, options=options)
-    job = jobs.submit(spec, build_payload(CELL, {"FINISH": str(finish)}, job=name),
-                      KubernetesBackend())  # fmt: skip
+    job = jobs.submit(
+        spec, build_payload(CELL, {"FINISH": str(finish)}, job=name), KubernetesBackend()
+    )
     try:
         wait_for(lambda: len(job.metrics()) >= 6, 180, job.logs)
         began = time.monotonic()

@@ -73,7 +73,10 @@ def test_each_pod_has_its_address_and_the_rendered_environment(cluster: Emulator
         seen = by_host[pod_name]  # the pod's host name is its own (pod name: no subdomain)
         assert seen["address"] == pod.status.pod_ip and seen["master"] == master_ip
         container = pod.spec.containers[0]
-        declared = {e.name: e.value for e in container.env
-                    if e.value_from is None and "$(" not in (e.value or "")}  # fmt: skip
+        declared = {
+            e.name: e.value
+            for e in container.env
+            if e.value_from is None and "$(" not in (e.value or "")
+        }
         assert {k: seen["env"].get(k) for k in declared} == declared, pod_name
         assert seen["env"]["MASTER_PORT"] == "23456"  # the same port on every pod, unmoved

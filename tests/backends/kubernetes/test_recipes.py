@@ -91,8 +91,15 @@ def test_a_pytorchjob_reads_data_staged_from_s3_with_progress_in_the_dashboard(
 ) -> None:
     bucket(s3)
     options = (("data", "s3://recipes/ds:/data"), ("prometheus", "true"))
-    spec = JobSpec("stage-ok", nodes=2, nproc=1, backend="kubernetes", timeout=240,
-                   options=options, env=pod_env(s3, cluster))  # fmt: skip
+    spec = JobSpec(
+        "stage-ok",
+        nodes=2,
+        nproc=1,
+        backend="kubernetes",
+        timeout=240,
+        options=options,
+        env=pod_env(s3, cluster),
+    )
     backend = KubernetesBackend()
     collector = Collector()
     run = backend.submit(backend.plan(spec, build_payload(READ_CELL, {}, job="stage-ok")),
@@ -131,8 +138,15 @@ def test_a_failed_copy_fails_the_job_with_the_copiers_error(
 ) -> None:
     bucket(s3)
     options = (("data", "s3://recipes/absent:/data"),)
-    spec = JobSpec("stage-bad", nodes=2, nproc=1, backend="kubernetes", timeout=240,
-                   options=options, env=pod_env(s3, cluster))  # fmt: skip
+    spec = JobSpec(
+        "stage-bad",
+        nodes=2,
+        nproc=1,
+        backend="kubernetes",
+        timeout=240,
+        options=options,
+        env=pod_env(s3, cluster),
+    )
     job = jobs.submit(spec, build_payload("1", {}, job="stage-bad"), KubernetesBackend())
     assert job.wait(120) == "Failed", job.logs()
     snap = job.monitor.snapshot()
@@ -200,8 +214,15 @@ def test_a_trainjob_stages_data_and_rank_zero_serves_every_ranks_metrics(
     bucket(s3)
     port, go = free_port(set()), tmp_path / "go"
     options = (("data", "s3://recipes/ds:/data"), ("prometheus", str(port)))
-    spec = JobSpec("tj-metrics", nodes=2, nproc=2, backend="kubernetes", timeout=240,
-                   options=options, env=pod_env(s3, trainer))  # fmt: skip
+    spec = JobSpec(
+        "tj-metrics",
+        nodes=2,
+        nproc=2,
+        backend="kubernetes",
+        timeout=240,
+        options=options,
+        env=pod_env(s3, trainer),
+    )
     cell = 'assert open(os.environ["DATA_DIR"] + "/a.txt").read() == "hello from s3"\n'
     payload = build_payload("import os\n" + cell + METRICS_CELL, {"GO": str(go)}, job="tj-metrics")
     job = jobs.submit(spec, payload, KubernetesBackend())

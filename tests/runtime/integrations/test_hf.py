@@ -65,8 +65,18 @@ def test_trainer_logs_checkpoints_and_resume_reach_the_job(home: Path, tmp_path:
     service = JobService()
     ckpts, out = tmp_path / "ckpts", tmp_path / "out"
     names = {"OUT": str(out), "STEPS": 20, "LOG_EVERY": 5, "SAVE_EVERY": 10, "DELAY": 0.0}
-    argv = ["--nodes", "1", "--nproc", "2", "--name", "hf-autolog", "--timeout", "240",
-            "--checkpoint-dir", str(ckpts)]  # fmt: skip
+    argv = [
+        "--nodes",
+        "1",
+        "--nproc",
+        "2",
+        "--name",
+        "hf-autolog",
+        "--timeout",
+        "240",
+        "--checkpoint-dir",
+        str(ckpts),
+    ]
     job = run_cell(service, argv, HF_CELL, names)
     try:
         assert job.wait(240) == "Succeeded", job.logs()
@@ -101,8 +111,13 @@ def test_trainer_logs_checkpoints_and_resume_reach_the_job(home: Path, tmp_path:
 @pytest.mark.slow
 def test_no_autolog_leaves_the_metrics_empty(home: Path, tmp_path: Path) -> None:
     service = JobService()
-    names = {"OUT": str(tmp_path / "out"), "STEPS": 4, "LOG_EVERY": 2, "SAVE_EVERY": 100,
-             "DELAY": 0.0}  # fmt: skip
+    names = {
+        "OUT": str(tmp_path / "out"),
+        "STEPS": 4,
+        "LOG_EVERY": 2,
+        "SAVE_EVERY": 100,
+        "DELAY": 0.0,
+    }
     argv = ["--nodes", "1", "--nproc", "2", "--name", "hf-off", "--no-autolog"]
     job = run_cell(service, argv, HF_CELL, names)
     try:
@@ -119,10 +134,21 @@ def test_no_autolog_leaves_the_metrics_empty(home: Path, tmp_path: Path) -> None
 def test_sigterm_makes_the_trainer_save_and_the_restart_loses_no_step(tmp_path: Path) -> None:
     """1x2, SIGTERM to rank 1 mid-run, --max-restarts 1: a checkpoint at the next step, then
     the restarted Trainer goes on from it; rank 0 reports every step 1..40 exactly once."""
-    spec = JobSpec("hf-preempt", nodes=1, nproc=2, max_restarts=1, timeout=200,
-                   checkpoint_dir=str(tmp_path / "ckpts"))  # fmt: skip
-    names = {"OUT": str(tmp_path / "out"), "STEPS": 40, "LOG_EVERY": 1, "SAVE_EVERY": 1000,
-             "DELAY": 0.15}  # fmt: skip
+    spec = JobSpec(
+        "hf-preempt",
+        nodes=1,
+        nproc=2,
+        max_restarts=1,
+        timeout=200,
+        checkpoint_dir=str(tmp_path / "ckpts"),
+    )
+    names = {
+        "OUT": str(tmp_path / "out"),
+        "STEPS": 40,
+        "LOG_EVERY": 1,
+        "SAVE_EVERY": 1000,
+        "DELAY": 0.15,
+    }
     sink = Collector()
     run = submit_now(LocalBackend(), spec, build_payload(HF_CELL, names, job=spec.name), sink)
     deadline = time.monotonic() + 120
@@ -141,8 +167,11 @@ def test_sigterm_makes_the_trainer_save_and_the_restart_loses_no_step(tmp_path: 
     most = signalled_after + 2 + math.ceil(common.VOTE_SECONDS / names["DELAY"])
     assert signalled_after <= saved[0] <= most, (saved, logs)
     assert saved[1:] == [40], saved  # the Trainer's own save at the end
-    steps = [int(e.get("step")) for e in sink.kinds("metric")
-             if e.rank == 0 and "loss" in e.get("values")]  # fmt: skip
+    steps = [
+        int(e.get("step"))
+        for e in sink.kinds("metric")
+        if e.rank == 0 and "loss" in e.get("values")
+    ]
     # every step once: the first attempt stopped at its checkpoint, the second went on from it
     assert steps == list(range(1, 41)), (str(steps), logs)
     value = decode_result(sink.kinds("result")[0].fields)

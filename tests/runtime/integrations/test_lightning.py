@@ -63,8 +63,18 @@ def test_logged_values_progress_checkpoints_and_resume(home: Path, tmp_path: Pat
     service = JobService()
     ckpts = tmp_path / "ckpts"
     names = {"OUT": str(tmp_path / "out"), "EPOCHS": 2, "SAVE_EVERY": 4}
-    argv = ["--nodes", "2", "--nproc", "2", "--name", "pl-autolog", "--timeout", "240",
-            "--checkpoint-dir", str(ckpts)]  # fmt: skip
+    argv = [
+        "--nodes",
+        "2",
+        "--nproc",
+        "2",
+        "--name",
+        "pl-autolog",
+        "--timeout",
+        "240",
+        "--checkpoint-dir",
+        str(ckpts),
+    ]
     job = run_cell(service, argv, LIGHTNING_CELL, names)
     try:
         assert job.wait(240) == "Succeeded", job.logs()

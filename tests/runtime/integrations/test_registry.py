@@ -18,8 +18,13 @@ from jupyter_disttrain.spec import SpecError, autolog_value
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """An empty registry state, the finder removed again afterwards."""
-    for name, value in (("_active", {}), ("_waiting", {}), ("_attached", set()),
-                        ("_warned", set()), ("_installed", False)):  # fmt: skip
+    for name, value in (
+        ("_active", {}),
+        ("_waiting", {}),
+        ("_attached", set()),
+        ("_warned", set()),
+        ("_installed", False),
+    ):
         monkeypatch.setattr(autolog, name, value)
     before = list(sys.meta_path)
     yield
@@ -57,8 +62,9 @@ def test_an_integration_attaches_when_its_module_is_imported(
     _library(tmp_path, "distrain_fake_lib", "1.2.0")
     monkeypatch.syspath_prepend(str(tmp_path))
     attached: list[ModuleType] = []
-    fake = autolog.Integration("fake", "distrain_fake_lib", ("distrain_fake_lib",), (1, 0),
-                               (2, 0), attached.append)  # fmt: skip
+    fake = autolog.Integration(
+        "fake", "distrain_fake_lib", ("distrain_fake_lib",), (1, 0), (2, 0), attached.append
+    )
     monkeypatch.setattr(autolog, "_load", lambda target: fake)
     monkeypatch.setattr(autolog, "targets", lambda: {"fake": "x:y"})  # not the installed ones
     assert autolog.install({autolog.ENV: "all"}) == ["fake"] and attached == []

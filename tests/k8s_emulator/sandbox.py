@@ -130,7 +130,9 @@ def container_argv(worker: PodWorker, spec: Obj, env: dict[str, str], cwd: str) 
     config = {
         "netns": worker.netns,
         "hostname": hostname(worker.pod),
-        "root": str(worker.dir / "root"),
+        # each container has a root of its own, as a runtime gives each its image's filesystem
+        # (one shared root had two containers racing to make the same entries)
+        "root": str(worker.dir / "roots" / spec["name"]),
         "mounts": binds,
         "cwd": cwd,
         "argv": argv,

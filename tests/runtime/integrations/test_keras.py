@@ -39,6 +39,9 @@ FIT = textwrap.dedent(
 def test_fit_reports_loss_per_epoch_progress_and_checkpoints(tmp_path: Path) -> None:
     ckpts = tmp_path / "ckpts"
     spec = tf_spec("keras-autolog", nodes=2, timeout=180, checkpoint_dir=str(ckpts))
+    # made here: Keras's ModelCheckpoint checks-then-makes its folder, so the chief and the
+    # worker making ``out`` and ``out/worker-1`` at once can race (FileExistsError)
+    (tmp_path / "out").mkdir()
     payload = tf_payload(FIT, {"OUT": str(tmp_path / "out")}, spec.name)
     job = jobs.submit(spec, payload, LocalBackend())
     losses = job.result(timeout=180)

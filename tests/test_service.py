@@ -54,7 +54,8 @@ def test_dry_run_plan_is_the_plan_submitted(home: Path) -> None:
         state = json.loads((home / "jobs" / "svc-plan" / "state.json").read_text())
         assert plan.rdzv_endpoint in shown, shown
         assert state.get("nodes") == 2, (state, agent_log)
-        assert plan.nodes[0].env["DISTRAIN_RUN_ID"] in shown or plan.mode in shown
+        assert plan.nodes[0].env["DISTRAIN_RUN_ID"] in shown, shown
+        assert f"launch: {plan.mode} " in shown, shown
         assert job.result() == 0
     finally:
         job.stop()

@@ -6,6 +6,8 @@ import ast
 from pathlib import Path
 
 import grimp
+import tomllib
+from pytest import MonkeyPatch
 
 from jupyter_disttrain import frameworks
 from jupyter_disttrain.backends.registry import names
@@ -48,16 +50,51 @@ def test_the_line_limit_finds_a_long_module(tmp_path: Path) -> None:
     assert over_limit(paths, tmp_path) == {"long.py": MAX_LINES + 1}
 
 
-def test_no_import_cycles() -> None:
-    graph = grimp.build_graph("jupyter_disttrain", exclude_type_checking_imports=True)
+def import_cycles(package: str) -> list[tuple[str, str]]:
+    """Pairs (module, what it imports) that close a cycle, typing-only imports included: a
+    cycle through ``if TYPE_CHECKING:`` is one runtime import away from a half-initialised
+    module."""
+    graph = grimp.build_graph(package, exclude_type_checking_imports=False)
     cycles = []
     for module in sorted(graph.modules):
         for imported in graph.find_modules_directly_imported_by(module):
-            if imported == module or imported == "jupyter_disttrain":
+            if imported == module or imported == package:
                 continue
             if graph.chain_exists(importer=imported, imported=module):
                 cycles.append((module, imported))
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    cycles = import_cycles("jupyter_disttrain")
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_cycle_check_sees_typing_imports(tmp_path: Path, monkeypatch: MonkeyPatch) -> None:
+    package = tmp_path / "ringpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from ringpkg import b\n")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ringpkg import a\n"
+    )
+    (package / "c.py").write_text("from ringpkg import b\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles("ringpkg") == [("ringpkg.a", "ringpkg.b"), ("ringpkg.b", "ringpkg.a")]
+
+
+def test_the_kind_neutral_contract_lists_every_kind_neutral_module() -> None:
+    """A new Kubernetes module is under the contract unless it is a kind or the re-exporter."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (neutral,) = [c for c in contracts if c["name"].startswith("Kind-neutral")]
+    folder = PACKAGE / "backends" / "kubernetes"
+    prefix = "jupyter_disttrain.backends.kubernetes."
+    expected = {prefix + p.stem for p in folder.glob("*.py")} - {
+        prefix + "__init__",
+        prefix + "manifests",  # re-exports the kinds' builders
+    }
+    assert set(neutral["source_modules"]) == expected
 
 
 SET_MAKERS = ("frozenset", "set")

@@ -17,7 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_disttrain import cli
 from jupyter_disttrain import events as ev
 from jupyter_disttrain.backends.kubernetes import manifests as mf
-from jupyter_disttrain.backends.kubernetes.options import parse_options
+from jupyter_disttrain.backends.kubernetes.option_parsing import parse_options
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.checkpoints.jobs import preflight, resume_cell
 from jupyter_disttrain.checkpoints.store import (

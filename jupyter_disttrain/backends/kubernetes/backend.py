@@ -45,13 +45,13 @@ from .kinds import KubeflowKind, kind_of
 from .logs import logs_name
 from .manifests import manifests
 from .namespace_watch import NamespaceWatch
+from .option_parsing import parse_options
 from .options import (
     EXAMPLES,
     OPTIONAL_VALUE,
     REPEATABLE,
     SWITCHES,
     K8sOptions,
-    parse_options,
 )
 from .podfiles import payload_files
 from .portforward import connect_job, leader_pod, node_pod

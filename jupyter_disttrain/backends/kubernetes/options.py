@@ -1,21 +1,20 @@
 """Kubernetes options of a job: ``JobSpec.options`` parsed into :class:`K8sOptions`.
 
-Pure: no I/O. ``JobSpec.options`` carries ``(key, value)`` strings; keys are
-the option names below, with ``-`` or ``_`` (``node-selector`` is
-``node_selector``). ``volume``, ``node_selector``, ``toleration``, ``pip`` and
-``nccl`` may be given more than once; every other key once. Every problem
-raises an :class:`OptionError` (a :class:`~jupyter_disttrain.spec.SpecError`)
-whose message names the option, what is wrong and what to write instead.
+Pure: no I/O, and nothing of the Kubeflow kinds (:mod:`.option_parsing` reads the
+strings and checks them against the kinds). ``JobSpec.options`` carries
+``(key, value)`` strings; keys are the option names below, with ``-`` or ``_``
+(``node-selector`` is ``node_selector``). ``volume``, ``node_selector``,
+``toleration``, ``pip`` and ``nccl`` may be given more than once; every other key
+once. Every problem raises an :class:`OptionError` (a
+:class:`~jupyter_disttrain.spec.SpecError`) whose message names the option, what is
+wrong and what to write instead.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from . import kinds
 from .parts import DataSource, Elastic, Toleration, Volume, check_pip_spec
 from .syntax import (
     DEFAULT_METRICS_PORT,
@@ -27,7 +26,6 @@ from .syntax import (
     RUNTIME_ROOT,
     SCHEDULERS,
     SHM_PATH,
-    TAINT_EFFECTS,
     ConflictingOptionsError,
     OptionError,
     OptionValueError,
@@ -72,7 +70,6 @@ __all__ = [
     "is_dns_subdomain",
     "is_label_key",
     "is_label_value",
-    "parse_options",
 ]
 
 REPEATABLE: Final = frozenset({"nccl", "volume", "node_selector", "toleration", "pip", "data"})
@@ -166,9 +163,6 @@ class K8sOptions:
                 )
         project = self.runai_project
         checks: tuple[tuple[bool, str, object, str, str], ...] = (
-            (self.kubeflow_api is not None and kinds.by_api(self.kubeflow_api) is None,
-             "kubeflow_api", self.kubeflow_api, "is not a Kubeflow API this tool creates",
-             f"use one of {', '.join(kinds.apis())}"),
             (project is not None and not is_dns_label(f"runai-{project}"), "runai_project",
              project, "is not a Run:ai project name", "use lowercase letters, digits and '-'"),
             (project is not None and self.namespace not in (None, f"runai-{project}"),
@@ -237,10 +231,8 @@ class K8sOptions:
             check_pip_spec(spec)
         self._check_data()
         port = self.prometheus
-        taken = sorted({k.port for k in kinds.KINDS})  # the training containers' own ports
-        if port is not None and (not 0 < port < 65536 or port in taken):
-            others = f"{', '.join(map(str, taken[:-1]))} and {taken[-1]}"
-            fix = f"use a port in 1024-65535 other than {others}"
+        if port is not None and not 0 < port < 65536:
+            fix = "use a port in 1024-65535"
             raise bad_value("prometheus", port, "is not a free port for the metrics", fix)
 
     def _check_data(self) -> None:
@@ -280,161 +272,3 @@ class K8sOptions:
         for preset in self.nccl:
             env.update(NCCL_PRESETS[preset])
         return env
-
-
-# --- Parsing ------------------------------------------------------------------------------
-
-
-def _norm(key: str) -> str:
-    return key.strip().lstrip("-").replace("-", "_").lower()
-
-
-def _int(key: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise bad_value(key, text, "is not a whole number") from None
-
-
-def _fraction(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise bad_value("gpu_fraction", text, "is not a number") from None
-
-
-def _bool(key: str, text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("", "1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise bad_value(key, text, "is not true or false", "write true or false")
-
-
-def _shm(text: str) -> tuple[bool, str | None]:
-    if text.strip().lower() in ("0", "none", "off", "false", "no"):
-        return False, None
-    return True, text
-
-
-def _elastic(text: str) -> Elastic:
-    low, sep, high = text.partition(":")
-    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
-        raise bad_value("elastic", text, "is not MIN:MAX")
-    return Elastic(int(low), int(high))
-
-
-def _volume(text: str) -> Volume:
-    claim, sep, rest = text.partition(":")
-    read_only = False
-    for mode, flag_value in ((":ro", True), (":rw", False)):
-        if rest.endswith(mode):
-            rest, read_only = rest[: -len(mode)], flag_value
-    if not sep or not rest:
-        raise bad_value("volume", text, "is not CLAIM:/path")
-    return Volume(claim.strip(), rest.strip(), read_only)
-
-
-def _toleration(text: str) -> Toleration:
-    spec, _, effect = text.rpartition(":") if ":" in text else (text, "", "")
-    effect = {e.lower(): e for e in TAINT_EFFECTS}.get(effect.strip().lower(), effect.strip())
-    key, sep, value = spec.partition("=")
-    return Toleration(key.strip(), value.strip(), effect, exists=not sep)
-
-
-def _data(text: str) -> DataSource:
-    rest, read_only = text, False
-    for mode, flag_value in ((":ro", True), (":rw", False)):
-        if rest.endswith(mode):
-            rest, read_only = rest[: -len(mode)], flag_value
-    scheme, found, after = rest.partition("://")
-    prefix, rest = (scheme + found, after) if found else ("", rest)
-    src, sep, path = rest.rpartition(":")
-    if not sep or not src or not path.startswith("/"):
-        raise bad_value("data", text, "is not SRC:/path")
-    return DataSource((prefix + src).strip(), path.strip(), read_only)
-
-
-def _port(text: str) -> int:
-    if text.strip().lower() in ("", "true", "on", "yes"):
-        return DEFAULT_METRICS_PORT
-    return _int("prometheus", text)
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise bad_value("node_selector", text, "is not KEY=VALUE")
-    return key.strip(), value.strip()
-
-
-def _unknown(key: str) -> UnknownOptionError:
-    close = difflib.get_close_matches(key, OPTION_KEYS, n=1)
-    hint = f"did you mean {flag(close[0])}? " if close else ""
-    return UnknownOptionError(
-        f"unknown Kubernetes option {flag(key)}; {hint}known options: "
-        + ", ".join(flag(k) for k in OPTION_KEYS)
-    )
-
-
-def parse_options(
-    options: Iterable[tuple[str, str]], *, ignore: Collection[str] = ()
-) -> K8sOptions:
-    """``JobSpec.options`` -> validated :class:`K8sOptions`.
-
-    Keys in ``ignore`` (options of other backends) are skipped; any other
-    unknown key raises :class:`UnknownOptionError`.
-    """
-    skip = {_norm(k) for k in ignore}
-    one: dict[str, str] = {}
-    many: dict[str, list[str]] = {k: [] for k in REPEATABLE}
-    for raw_key, raw_value in options:
-        key, value = _norm(raw_key), raw_value.strip()
-        if key in skip:
-            continue
-        if key not in EXAMPLES:
-            raise _unknown(key)
-        if not value and key not in ("payload_secret", *OPTIONAL_VALUE):
-            raise OptionValueError(f"{flag(key)} needs a value, e.g. {EXAMPLES[key]}")
-        if key in REPEATABLE:
-            many[key].append(value)
-        elif key in one:
-            raise RepeatedOptionError(
-                f"{flag(key)} is given twice ({one[key]!r} and {value!r}); keep one"
-            )
-        else:
-            one[key] = value
-    shm, shm_size = _shm(one["shm"]) if "shm" in one else (True, None)
-    nccl = [p.strip().lower() for item in many["nccl"] for p in item.split(",") if p.strip()]
-    return K8sOptions(
-        image=one.get("image"),
-        gpus=_int("gpus", one["gpus"]) if "gpus" in one else 0,
-        cpu=one.get("cpu"),
-        memory=one.get("memory"),
-        shm=shm,
-        shm_size=shm_size,
-        nccl=tuple(dict.fromkeys(nccl)),
-        volumes=tuple(_volume(v) for v in many["volume"]),
-        node_selector=tuple(_label(v) for v in many["node_selector"]),
-        tolerations=tuple(_toleration(v) for v in many["toleration"]),
-        scheduler=one.get("scheduler", "default").lower(),
-        priority_class=one.get("priority_class"),
-        queue=one.get("queue"),
-        service_account=one.get("service_account"),
-        image_pull_secret=one.get("image_pull_secret"),
-        pip=tuple(many["pip"]),
-        namespace=one.get("namespace")
-        or (f"runai-{one['runai_project']}" if "runai_project" in one else None),
-        context=one.get("context"),
-        payload_secret="payload_secret" in one and _bool("payload_secret", one["payload_secret"]),
-        elastic=_elastic(one["elastic"]) if "elastic" in one else None,
-        kubeflow_api=one["kubeflow_api"].lower() if "kubeflow_api" in one else None,
-        runtime=one.get("runtime", DEFAULT_RUNTIME),
-        runai_project=one.get("runai_project"),
-        gpu_fraction=_fraction(one["gpu_fraction"]) if "gpu_fraction" in one else None,
-        host_network="host_network" in one and _bool("host_network", one["host_network"]),
-        data=tuple(_data(v) for v in many["data"]),
-        data_image=one.get("data_image"),
-        prometheus=_port(one["prometheus"]) if "prometheus" in one else None,
-    )

@@ -14,7 +14,8 @@ import yaml
 
 from jupyter_disttrain.backends.kubernetes.kinds.trainjob import trainjob
 from jupyter_disttrain.backends.kubernetes.manifests import manifests, pytorchjob
-from jupyter_disttrain.backends.kubernetes.options import OptionError, parse_options
+from jupyter_disttrain.backends.kubernetes.option_parsing import parse_options
+from jupyter_disttrain.backends.kubernetes.options import OptionError
 from jupyter_disttrain.spec import JobSpec
 from tests.crd_schema import validate_manifest
 

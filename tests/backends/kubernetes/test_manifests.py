@@ -12,6 +12,7 @@ import yaml
 
 from jupyter_disttrain.backends.kubernetes.images import ImageError, ImagePolicy, default_image
 from jupyter_disttrain.backends.kubernetes.manifests import manifests, pytorchjob, tfjob
+from jupyter_disttrain.backends.kubernetes.option_parsing import parse_options
 from jupyter_disttrain.backends.kubernetes.options import (
     ConflictingOptionsError,
     K8sOptions,
@@ -19,7 +20,6 @@ from jupyter_disttrain.backends.kubernetes.options import (
     OptionValueError,
     RepeatedOptionError,
     UnknownOptionError,
-    parse_options,
 )
 from jupyter_disttrain.backends.kubernetes.template import (
     MAX_PAYLOAD_BYTES,

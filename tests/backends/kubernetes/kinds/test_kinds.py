@@ -22,7 +22,8 @@ from jupyter_disttrain.backends.kubernetes.kinds.base import (
     KubeflowKind,
     Manifest,
 )
-from jupyter_disttrain.backends.kubernetes.options import OptionError, parse_options
+from jupyter_disttrain.backends.kubernetes.option_parsing import parse_options
+from jupyter_disttrain.backends.kubernetes.options import OptionError
 from jupyter_disttrain.backends.kubernetes.portforward import leader_pod
 from jupyter_disttrain.backends.kubernetes.records import spec_from_object
 from jupyter_disttrain.backends.kubernetes.template import job_metadata, pod_template

@@ -13,7 +13,8 @@ import yaml
 
 from jupyter_disttrain.backends.kubernetes.kinds.trainjob import trainjob, trainjob_condition
 from jupyter_disttrain.backends.kubernetes.manifests import worker_command
-from jupyter_disttrain.backends.kubernetes.options import OptionError, parse_options
+from jupyter_disttrain.backends.kubernetes.option_parsing import parse_options
+from jupyter_disttrain.backends.kubernetes.options import OptionError
 from jupyter_disttrain.backends.kubernetes.template import PAYLOAD_DIR
 from jupyter_disttrain.spec import JobSpec
 from tests.conftest import REPO

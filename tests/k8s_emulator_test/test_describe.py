@@ -18,7 +18,7 @@ from tests.k8s_emulator.describe import reports
 from tests.k8s_emulator.resources import PODS
 from tests.k8s_emulator.rewrite import PORT_FLOOR, _ephemeral_range, free_port
 from tests.k8s_emulator.store import Event
-from tests.k8s_emulator_test.test_emulator import SLEEP, wait_for
+from tests.k8s_emulator_test.clusters import SLEEP, wait_for
 
 
 def pod(name: str, code: str = SLEEP) -> dict[str, object]:

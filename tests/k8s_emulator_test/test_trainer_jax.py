@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.k8s_emulator import Emulator
-from tests.k8s_emulator_test.test_trainer import Cluster, cluster, env_of, trainer, trainjob
+from tests.k8s_emulator_test.trainjobs import Cluster, cluster, env_of, trainer, trainjob
 
 __all__ = ["cluster", "trainer"]  # the fixtures this module uses
 

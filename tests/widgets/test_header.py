@@ -5,7 +5,7 @@ from __future__ import annotations
 from jupyter_disttrain import events as ev
 from jupyter_disttrain.monitor import JobMonitor
 from jupyter_disttrain.widgets.header import header_html
-from tests.test_monitor_phases import T0, k8s_job
+from tests.monitor.test_phases import T0, k8s_job
 
 from .dom import parse
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +23,9 @@ from jupyter_disttrain.nccl import (
     summarize,
     summary_to_json,
 )
+from tests.conftest import REPO
 
-LOGS = Path(__file__).resolve().parents[2] / "shared" / "nccl-logs"
+LOGS = REPO.parent / "shared" / "nccl-logs"
 
 # INDEX.md says "mixed" and names the parts in a comment; these are those parts.
 MIXED_PARTS: dict[str, set[str]] = {

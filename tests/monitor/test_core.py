@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from jupyter_disttrain.events import Event, job_event, rank_event, restart_event
 from jupyter_disttrain.monitor import JobMonitor, format_text
+from tests.conftest import REPO
 from tests.widgets.streams import recorded, upto
 
-EVENTS = Path(__file__).parent / "data" / "events"
+EVENTS = REPO / "tests" / "data" / "events"
 T0 = 1_700_000_000.0
 
 

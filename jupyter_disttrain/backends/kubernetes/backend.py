@@ -23,9 +23,8 @@ from typing import Any, cast
 from ... import events as ev
 from ...frameworks import framework
 from ...payload import Payload
-from ...runtime import jobkey, rankprefix
+from ...runtime import jobkey
 from ...runtime.hangwatch import WHERE_ANNOTATION
-from ...runtime.protocol import is_signed
 from ...spec import JobSpec
 from ..base import (
     Backend,
@@ -37,12 +36,11 @@ from ..base import (
     Plan,
     RuntimeRecord,
 )
-from . import access, kinds
+from . import access, kinds, podlogs
 from .attached import create_owned
 from .client import Connection, api_error, connect, explain
 from .images import STOCK_IMAGES, ImagePolicy, default_image, notebook_versions
 from .kinds import KubeflowKind, kind_of
-from .logs import logs_name
 from .manifests import manifests
 from .namespace_watch import NamespaceWatch
 from .option_parsing import parse_options
@@ -166,8 +164,9 @@ class KubernetesBackend(Backend):
         opts = self.settings(spec)
         if not opts.image and not framework(spec.framework).image:
             return {}  # the training runtime's own image (JAX: jax-distributed's)
-        image = opts.image or default_image(spec.framework, notebook_versions(spec.framework),
-                                            gpus=opts.gpus, policy=self.images)  # fmt: skip
+        image = opts.image or default_image(
+            spec.framework, notebook_versions(spec.framework), gpus=opts.gpus, policy=self.images
+        )
         return {"image_hint": f"image {image}"}
 
     def objects(
@@ -180,8 +179,16 @@ class KubernetesBackend(Backend):
         opts = self.settings(spec)
         files = payload_files(payload)
         versions = notebook_versions(spec.framework)
-        return manifests(spec, opts, files, versions, notebook=self.notebook, images=self.images,
-                         script=payload.script is not None, runtime_kind=runtime_kind)  # fmt: skip
+        return manifests(
+            spec,
+            opts,
+            files,
+            versions,
+            notebook=self.notebook,
+            images=self.images,
+            script=payload.script is not None,
+            runtime_kind=runtime_kind,
+        )
 
     # -- Kubeflow APIs and training runtimes ---------------------------------------
     def served_apis(self, conn: Connection) -> set[str]:
@@ -245,8 +252,13 @@ class KubernetesBackend(Backend):
             found = True
         except api_error() as exc:
             if exc.status != 404:
-                raise explain(exc, kind=kind.kind, name=name, namespace=conn.namespace,
-                              unserved=kind.unserved()) from None  # fmt: skip
+                raise explain(
+                    exc,
+                    kind=kind.kind,
+                    name=name,
+                    namespace=conn.namespace,
+                    unserved=kind.unserved(),
+                ) from None
             found = False
         for remove in (conn.core.delete_namespaced_config_map, conn.core.delete_namespaced_secret):
             try:
@@ -282,35 +294,8 @@ class KubernetesBackend(Backend):
         tail: int | None = None,
         previous: bool = False,
     ) -> Iterator[str]:
-        """Lines of a pod's log (following it until the container ends when ``follow``).
-
-        ``previous``: the log of the container's previous run (before its last restart).
-        """
-        try:
-            resp: Any = conn.core.read_namespaced_pod_log(
-                pod,
-                conn.namespace,
-                container=container,
-                follow=follow,
-                tail_lines=tail,
-                previous=previous,
-                _preload_content=False,
-            )
-        except api_error() as exc:
-            if exc.status in (400, 404):  # not started yet / gone
-                return
-            raise explain(exc, kind="Pod", name=pod, namespace=conn.namespace) from None
-        pending = b""
-        try:
-            for chunk in resp.stream(65536):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    yield raw.decode("utf-8", "replace")
-            if pending:
-                yield pending.decode("utf-8", "replace")
-        finally:
-            resp.release_conn()
+        """Lines of a pod's log: :func:`.podlogs.stream_log`."""
+        return podlogs.stream_log(conn, pod, container, follow=follow, tail=tail, previous=previous)
 
     # -- Backend -----------------------------------------------------------------
     def plan(self, spec: JobSpec, payload: Payload) -> KubernetesPlan:
@@ -350,8 +335,9 @@ class KubernetesBackend(Backend):
                 core.delete_namespaced_secret(payload_obj["metadata"]["name"], ns)
             except api_error():
                 pass
-            raise explain(exc, kind=kind, name=spec.name, namespace=ns,
-                          unserved=kubeflow.unserved()) from None  # fmt: skip
+            raise explain(
+                exc, kind=kind, name=spec.name, namespace=ns, unserved=kubeflow.unserved()
+            ) from None
         owner = {"metadata": {"ownerReferences": [owner_reference(created)]}}
         try:
             core.patch_namespaced_secret(payload_obj["metadata"]["name"], ns, owner)
@@ -361,8 +347,14 @@ class KubernetesBackend(Backend):
             ) from None
         sink(ev.job_event("Pending", "Created", f"{kind} {ns}/{spec.name} created"))
         for warning in create_owned(conn, attached, conn.plain(created)):
-            sink(ev.Event("log", None, time.time(), {"text": f"warning: {warning}",
-                                                     "source": "kubernetes"}))  # fmt: skip
+            sink(
+                ev.Event(
+                    "log",
+                    None,
+                    time.time(),
+                    {"text": f"warning: {warning}", "source": "kubernetes"},
+                )
+            )
         run = KubernetesRun(self, conn, spec, sink, plan.payload.key)
         run.start()
         return run
@@ -380,10 +372,17 @@ class KubernetesBackend(Backend):
         except api_error() as exc:
             why = f"its payload Secret is not readable ({exc.status} {exc.reason})"
         if sink is not None:
-            sink(ev.Event("log", None, time.time(), {
-                "text": f"job {name!r}: {why}; worker lines are shown as log text only",
-                "source": "kubernetes",
-            }))  # fmt: skip
+            sink(
+                ev.Event(
+                    "log",
+                    None,
+                    time.time(),
+                    {
+                        "text": f"job {name!r}: {why}; worker lines are shown as log text only",
+                        "source": "kubernetes",
+                    },
+                )
+            )
         return None
 
     def attach(self, name: str, sink: EventSink) -> tuple[JobSpec, KubernetesRun]:
@@ -398,8 +397,9 @@ class KubernetesBackend(Backend):
                 if exc.status == 404:
                     continue
                 ns = conn.namespace
-                raise explain(exc, kind=kubeflow.kind, name=name, namespace=ns,
-                              unserved=kubeflow.unserved()) from None  # fmt: skip
+                raise explain(
+                    exc, kind=kubeflow.kind, name=name, namespace=ns, unserved=kubeflow.unserved()
+                ) from None
             spec = spec_from_object(conn.plain(obj), kubeflow)
             key = self.job_key(conn, name, sink)
             run = KubernetesRun(self, conn, spec, sink, key)
@@ -423,8 +423,13 @@ class KubernetesBackend(Backend):
             except api_error() as exc:
                 if exc.status == 404:  # the cluster does not serve this Kubeflow API
                     continue
-                raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace,
-                              unserved=kubeflow.unserved()) from None  # fmt: skip
+                raise explain(
+                    exc,
+                    kind=kubeflow.kind,
+                    name="*",
+                    namespace=conn.namespace,
+                    unserved=kubeflow.unserved(),
+                ) from None
             for obj in listing.get("items", []):
                 out.append(record_from_object(obj, kubeflow))
         return sorted(out, key=lambda r: -r.created)
@@ -456,8 +461,13 @@ class KubernetesBackend(Backend):
             except api_error() as exc:
                 if exc.status == 404:  # the cluster does not serve this Kubeflow API
                     continue
-                raise explain(exc, kind=kubeflow.kind, name="*", namespace=conn.namespace,
-                              unserved=kubeflow.unserved()) from None  # fmt: skip
+                raise explain(
+                    exc,
+                    kind=kubeflow.kind,
+                    name="*",
+                    namespace=conn.namespace,
+                    unserved=kubeflow.unserved(),
+                ) from None
             out += [namespace_record(obj, kubeflow) for obj in listing.get("items", [])]
         return sorted(out, key=lambda r: -r.created)
 
@@ -472,51 +482,13 @@ class KubernetesBackend(Backend):
         :meth:`~.watch.KubernetesRun`): those are read from its record.
         """
         conn = self.connection()
-        texts = self.kept_logs(conn, name)
+        texts = podlogs.kept_logs(conn, name)
         if texts is None:
-            pods = self.job_pods(conn, name)
+            pods = podlogs.job_pods(conn, name)
             if not pods:
                 raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
-            texts = {}
-            for pod in sorted(pods, key=lambda p: str(p.metadata.name)):
-                names = [c.name for c in pod.spec.containers]
-                ours = [k.container for k in kinds.KINDS if k.container in names]
-                container = (ours or names)[0]
-                texts[str(pod.metadata.name)] = "\n".join(
-                    self.stream_log(conn, pod.metadata.name, container, follow=False)
-                )
-        key = self.job_key(conn, name)
-        signer = jobkey.Signer(key) if key is not None else None
-        lines: list[str] = []
-        for pod_name in sorted(texts):
-            for line in texts[pod_name].splitlines():
-                got, text = rankprefix.split(line)
-                if signer is not None and is_signed(text, signer):
-                    continue  # the job's own control line (printed look-alikes stay)
-                if rank is None:
-                    lines.append(line if got is not None else f"[{pod_name}] {line}")
-                elif got == rank:
-                    lines.append(text)
-        return "\n".join(lines if tail is None else lines[-tail:] if tail > 0 else [])
-
-    def job_pods(self, conn: Connection, name: str) -> list[Any]:
-        """The pods of job ``name`` (of whichever Kubeflow kind it is)."""
-        for selector in dict.fromkeys(k.pod_selector(name) for k in kinds.KINDS):
-            pods: Any = conn.core.list_namespaced_pod(conn.namespace, label_selector=selector)
-            if pods.items:
-                return list(pods.items)
-        return []
-
-    def kept_logs(self, conn: Connection, name: str) -> dict[str, str] | None:
-        """The logs kept when job ``name`` failed (pod -> text), or None if there are none."""
-        try:
-            found: Any = conn.core.read_namespaced_config_map(logs_name(name), conn.namespace)
-        except api_error() as exc:
-            if exc.status == 404:
-                return None
-            record = logs_name(name)
-            raise explain(exc, kind="ConfigMap", name=record, namespace=conn.namespace) from None
-        return {str(k): str(v) for k, v in (found.data or {}).items()}
+            texts = podlogs.pod_texts(conn, pods)
+        return podlogs.rank_lines(texts, self.job_key(conn, name), rank, tail)
 
     def request_stacks(self, name: str) -> str:
         """Raise the request counter annotation on the pod of node 0.
@@ -526,7 +498,7 @@ class KubernetesBackend(Backend):
         kubelet's sync period, up to about a minute).
         """
         conn = self.connection()
-        first = leader_pod([conn.plain(p) for p in self.job_pods(conn, name)])
+        first = leader_pod([conn.plain(p) for p in podlogs.job_pods(conn, name)])
         if first is None:
             raise JobNotFound(f"job {name!r} has no pod of node 0 in namespace {conn.namespace!r}")
         meta = first["metadata"]
@@ -580,9 +552,13 @@ class KubernetesBackend(Backend):
         """A socket to ``port`` of the job's pod that ``pick`` chooses (port-forward)."""
         conn = self.record_connection(record)
         return connect_job(
-            conn, record.name, port, timeout,
-            lambda: [conn.plain(p) for p in self.job_pods(conn, record.name)], pick,
-        )  # fmt: skip
+            conn,
+            record.name,
+            port,
+            timeout,
+            lambda: [conn.plain(p) for p in podlogs.job_pods(conn, record.name)],
+            pick,
+        )
 
     def stored_key(self, name: str) -> bytes | None:
         """Job ``name``'s key from its payload Secret (None when unreadable)."""

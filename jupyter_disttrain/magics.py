@@ -30,7 +30,8 @@ from .options import JOB_OPTIONS, seconds
 from .payload import CaptureError, transform_cell
 from .plan_summary import manifest_summary
 from .service import JobService, backend_names, default_service
-from .sessions import SessionError, SessionLost, format_sessions
+from .session_list import format_sessions
+from .sessions import SessionError, SessionLost
 from .spec import MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError, autolog_value
 from .textview import LiveView, format_job_table, format_namespace_table, format_runtime_table
 

@@ -143,8 +143,9 @@ class Session:
                 "%%distrain, or choose another --backend"
             )
         if idle_timeout is not None and not idle_timeout > 0:
-            raise SpecError(f"--idle-timeout must be a positive number of seconds, got "
-                            f"{idle_timeout:g}")  # fmt: skip
+            raise SpecError(
+                f"--idle-timeout must be a positive number of seconds, got {idle_timeout:g}"
+            )
         self.spec = session_spec(spec)
         self.name = self.spec.name
         self.backend = backend
@@ -175,10 +176,13 @@ class Session:
         token = self._token = secrets.token_hex(16)
         settings = {"token": token, "idle_timeout": self.idle_timeout, "grace": self.grace}
         payload = build_payload(
-            SESSION_SOURCE, {}, job=self.name, framework=self.spec.framework,
+            SESSION_SOURCE,
+            {},
+            job=self.name,
+            framework=self.spec.framework,
             dist_backend=self.spec.dist_backend,
             extra={**self.backend.payload_extra(self.spec), "session": settings},
-        )  # fmt: skip
+        )
         with self._cond:
             self.port = None
             self._hellos = {}
@@ -370,8 +374,14 @@ class Session:
         extra: dict[str, Any] = {}
         if max_capture_bytes is not None:
             extra["max_capture_bytes"] = max_capture_bytes
-        payload = build_payload(source, shipped, job=self.name, framework=self.spec.framework,
-                                dist_backend=self.spec.dist_backend, **extra)  # fmt: skip
+        payload = build_payload(
+            source,
+            shipped,
+            job=self.name,
+            framework=self.spec.framework,
+            dist_backend=self.spec.dist_backend,
+            **extra,
+        )
         self.cells += 1
         cell_id = self.cells
         cell_job = self._cell_job(cell_id)
@@ -392,8 +402,9 @@ class Session:
 
     def _cell_job(self, cell_id: int) -> Job:
         spec = self.spec
-        monitor = JobMonitor(spec.name, self.backend.name, spec.world_size, nodes=spec.nodes,
-                             nproc=spec.nproc)  # fmt: skip
+        monitor = JobMonitor(
+            spec.name, self.backend.name, spec.world_size, nodes=spec.nodes, nproc=spec.nproc
+        )
         now = time.time()
         with self._cond:  # the ranks' hellos, as of now: the cell's clock starts with it
             hellos = [dataclasses.replace(e, t=now) for e in self._hellos.values()]
@@ -459,8 +470,10 @@ class Session:
             job = self.job
             if reply is not None:
                 ranks = ", ".join(map(str, reply.get("ranks", [])))
-                why = (f"rank(s) {ranks} did not come back within {self.grace:g} s of the "
-                       "interrupt (stuck in a collective?)")  # fmt: skip
+                why = (
+                    f"rank(s) {ranks} did not come back within {self.grace:g} s of the "
+                    "interrupt (stuck in a collective?)"
+                )
             elif self._interrupted:
                 why = "the ranks did not answer the interrupt"
             else:
@@ -494,8 +507,9 @@ class Session:
         for error in errors:  # the cell's job names the rank and shows its traceback
             rank = error.get("rank")
             if isinstance(rank, int):
-                fields = {k: error[k] for k in ("type", "module", "message", "traceback")
-                          if k in error}  # fmt: skip
+                fields = {
+                    k: error[k] for k in ("type", "module", "message", "traceback") if k in error
+                }
                 cell_job.feed(ev.Event("error", rank, now, fields))
         self._end_cell(cell_job, "Failed", f"rank {errors[0].get('rank')} raised")
         first = errors[0]
@@ -526,75 +540,3 @@ class Session:
         submission = cell_job.submission
         if isinstance(submission, _CellSubmission):
             submission.ended.set()
-
-
-class Sessions:
-    """This process's sessions by name."""
-
-    def __init__(self) -> None:
-        self._by_name: dict[str, Session] = {}
-        self._lock = threading.Lock()
-
-    def add(self, session: Session) -> Session:
-        """Keep ``session``; :class:`SessionError` when a live one has its name."""
-        with self._lock:
-            old = self._by_name.get(session.name)
-            if old is not None and old.alive:
-                raise SessionError(
-                    f"session {session.name} is already running; stop it with %distrain_session "
-                    f"stop {session.name}, restart it, or choose another name"
-                )
-            self._by_name[session.name] = session
-        return session
-
-    def get(self, name: str) -> Session:
-        """The session called ``name``; :class:`SessionError` naming the known ones."""
-        with self._lock:
-            found = self._by_name.get(name)
-            known = sorted(self._by_name)
-        if found is None:
-            listing = f"this kernel's sessions: {', '.join(known)}" if known else "none is running"
-            raise SessionError(
-                f"no session named {name!r} ({listing}); start one with %distrain_session start "
-                f"{name} --nodes N --nproc M; a session that outlived the kernel that started "
-                f"it (on a cluster) ends with %distrain_stop {name}"
-            )
-        return found
-
-    def all(self) -> list[Session]:
-        """Every session of this process, oldest first."""
-        with self._lock:
-            return list(self._by_name.values())
-
-    def remove(self, name: str) -> None:
-        """Forget session ``name`` (stop it first)."""
-        with self._lock:
-            self._by_name.pop(name, None)
-
-    def stop_all(self) -> None:
-        """Owner shutting down: stop every session whose backend's jobs end with the kernel;
-        detach from the others (``Capabilities.survives_kernel``: they run on)."""
-        for session in self.all():
-            try:
-                if session.backend.capabilities.survives_kernel:
-                    session.detach()
-                else:
-                    session.stop(timeout=10.0)
-            except Exception:  # one session's failure must not keep the others running
-                continue
-
-
-def format_sessions(sessions: Iterable[Session]) -> str:
-    """A plain-text table of sessions: name, backend, ranks, state, cells, idle time."""
-    rows = [("NAME", "BACKEND", "RANKS", "STATE", "CELLS", "RESTARTS", "IDLE")]
-    now = time.time()
-    for s in sessions:
-        idle = "-" if s.status() == "busy" else f"{now - s.last_used:.0f} s"
-        rows.append((s.name, s.backend.name, f"{s.spec.nodes}x{s.spec.nproc}", s.status(),
-                     str(s.cells), str(s.restarts), idle))  # fmt: skip
-    if len(rows) == 1:
-        return "no sessions (start one with %distrain_session start NAME --nodes N --nproc M)"
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    )

@@ -18,12 +18,12 @@ from jupyter_disttrain.backends.local import jobdir
 from jupyter_disttrain.job import Job
 from jupyter_disttrain.runtime.session import HELLO_SECONDS, recv_frame, send_frame
 from jupyter_disttrain.service import JobService
+from jupyter_disttrain.session_list import format_sessions
 from jupyter_disttrain.sessions import (
     Session,
     SessionError,
     SessionLost,
     bound_names,
-    format_sessions,
     session_spec,
 )
 from jupyter_disttrain.spec import JobSpec, SpecError

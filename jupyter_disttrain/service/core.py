@@ -25,7 +25,8 @@ from ..monitor import JobMonitor, Where
 from ..options import spec_from_args
 from ..payload import Payload, Script, build_payload, build_script_payload
 from ..runtime.session import DEFAULT_GRACE
-from ..sessions import Session, Sessions
+from ..session_list import Sessions
+from ..sessions import Session
 from ..spec import JobSpec, SpecError
 from ..tracking import check as check_tracking
 from ..tracking import sinks_for

@@ -63,16 +63,25 @@ async def refuses_run_and_stop(client: Client, name: str) -> None:
     assert error and "--allow-run" in refused, refused
 
 
-async def wait_for(client: Client, name: str, words: tuple[str, ...], limit: float = 180) -> str:
-    """job_status of ``name`` once it contains one of ``words``."""
-
+async def until(
+    client: Client, tool: str, words: tuple[str, ...], limit: float = 180, **arguments: Any
+) -> str:
+    """The answer of ``tool`` once it contains one of ``words``; fails after ``limit`` seconds
+    with the last answer and the job's logs (``name`` among ``arguments``)."""
     deadline = time.monotonic() + limit
     while True:
-        error, status = await call(client, "job_status", name=name)
-        if not error and any(w in status for w in words):
-            return status
-        assert time.monotonic() < deadline, status
+        error, answer = await call(client, tool, **arguments)
+        if not error and any(w in answer for w in words):
+            return answer
+        if time.monotonic() > deadline:
+            _, logs = await call(client, "job_logs", name=arguments.get("name", ""), tail=200)
+            raise AssertionError(f"{tool} never said {words} in {limit:.0f} s: {answer}\n{logs}")
         await anyio.sleep(0.5)
+
+
+async def wait_for(client: Client, name: str, words: tuple[str, ...], limit: float = 180) -> str:
+    """job_status of ``name`` once it contains one of ``words``."""
+    return await until(client, "job_status", words, limit, name=name)
 
 
 async def plan_run(client: Client, name: str, cell: str, options: str = "") -> str:
@@ -107,10 +116,7 @@ async def full_flow(client: Client) -> None:
     assert not error and "rank 0 reduced" in grep and "rank 1 reduced" in grep, grep
 
     await wait_for(client, "mcp-hang", ("Running",))
-    error, logs = await call(client, "job_logs", name="mcp-hang", tail=20)
-    while "both ranks up" not in logs:
-        await anyio.sleep(0.5)
-        error, logs = await call(client, "job_logs", name="mcp-hang", tail=20)
+    await until(client, "job_logs", ("both ranks up",), name="mcp-hang", tail=20)
     error, where = await call(client, "job_where", name="mcp-hang", timeout=60)
     assert not error and "time.sleep" in where and "all_reduce" in where, where
     error, refused = await call(client, "stop_job", name="mcp-hang")

@@ -4,11 +4,9 @@ read tools (metrics, diagnosis, checkpoints), debug_send and session_cells on re
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -19,7 +17,7 @@ from jupyter_disttrain.mcp import MUTATING, READ_ONLY, Permissions, build_server
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
 
-from .client import call, token_of
+from .client import call, token_of, until
 
 PAUSED = "mcp-paused"
 
@@ -89,17 +87,6 @@ class Paused:
         return self.service.registered()[PAUSED].logs()
 
 
-async def until(client: Client, tool: str, words: str, limit: float = 180, **args: Any) -> str:
-    """The answer of ``tool`` once it contains ``words`` (polled within ``limit`` seconds)."""
-    deadline = time.monotonic() + limit
-    while True:
-        error, answer = await call(client, tool, **args)
-        if not error and words in answer:
-            return answer
-        assert time.monotonic() < deadline, answer
-        await anyio.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def paused(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paused]:
     """A 1x2 job planned and run through the tools, once rank 1 is paused."""
@@ -114,10 +101,7 @@ def paused(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paused]:
             assert not error, plan
             error, started = await call(client, "run_job", plan_token=token_of(plan))
             assert not error, started
-            try:
-                await until(client, "job_diagnosis", "rank 1 paused", name=PAUSED)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{job.logs()}") from None
+            await until(client, "job_diagnosis", ("rank 1 paused",), name=PAUSED)
 
     try:
         anyio.run(start)
@@ -132,7 +116,7 @@ def paused(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paused]:
 def test_job_metrics_summarises_what_each_rank_reported(paused: Paused) -> None:
     async def main() -> None:
         async with Client(paused.server) as client:
-            summary = await until(client, "job_metrics", "loss: 6 values", name=PAUSED)
+            summary = await until(client, "job_metrics", ("loss: 6 values",), name=PAUSED)
             # the newest step's value of the lowest rank; min and max over both ranks
             assert summary == "loss: 6 values, at step 2 0.333333 (rank 0), min 0.333333, max 2"
             error, none = await call(client, "job_metrics", name="no-such-job")

@@ -7,7 +7,12 @@ import time
 from typing import Any
 
 import anyio
+import yaml
+from kubernetes import client as k8s
 from mcp import Client
+
+from tests.conftest import REPO
+from tests.k8s_emulator.emulator import Emulator
 
 #: The cell a failing job runs: rank 1 raises after one collective.
 FAIL_CELL = """import torch, torch.distributed as dist
@@ -125,3 +130,49 @@ async def full_flow(client: Client) -> None:
     assert not error and "mcp-hang: Stopped" in stopped, stopped
     error, listed = await call(client, "list_jobs")
     assert "mcp-hang\tStopped" in listed and "mcp-fail\tFailed" in listed, listed
+
+
+#: A TrainJob as the Kubeflow SDK writes it (``kubectl create -f``): nothing of ours in it.
+MANIFEST = REPO / "tests" / "data" / "kubeflow_custom_trainer.yaml"
+FOREIGN = "sdk-custom-trainer"
+TRAINJOBS = ("trainer.kubeflow.org", "v1alpha1", "default", "trainjobs")
+
+
+def create_foreign(emulator: Emulator) -> None:
+    """Create the TrainJob with the kubernetes client, as someone else would."""
+    with emulator.api_client() as api:
+        k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+            *TRAINJOBS, yaml.safe_load(MANIFEST.read_text())
+        )
+
+
+def trainjob_names(emulator: Emulator) -> set[str]:
+    """The TrainJobs of the emulator's namespace, as the API lists them."""
+    with emulator.api_client() as api:
+        listed = k8s.CustomObjectsApi(api).list_namespaced_custom_object(*TRAINJOBS)
+    return {item["metadata"]["name"] for item in listed["items"]}
+
+
+async def reads_foreign(client: Client, emulator: Emulator) -> None:
+    """The foreign TrainJob followed to its end by name, listed with everyone=true as someone
+    else's (not without), its logs and diagnosis read; where refused."""
+    status = await wait_for(client, FOREIGN, ("Succeeded", "Failed"))
+    error, logs = await call(client, "job_logs", name=FOREIGN, tail=50)
+    assert status.startswith(f"{FOREIGN}: Succeeded"), (status, logs, emulator.describe())
+    # its pods print no rank prefixes: every pod's lines, each with its pod's name
+    assert not error and "node 0: step 6/6 loss=0.3333" in logs, logs
+    assert f"[{FOREIGN}-node-0-1-" in logs and "] node 1: done" in logs, logs
+    error, logs = await call(client, "job_logs", name=FOREIGN, backend="kubernetes", tail=2)
+    assert not error and len(logs.splitlines()) == 2, logs
+    error, grep = await call(client, "job_logs", name=FOREIGN, grep=r"loss=0\.3333")
+    assert not error and "node 0: step 6/6" in grep and "node 1: step 6/6" in grep, grep
+    error, listed = await call(client, "list_jobs", everyone=True)
+    row = next((r for r in listed.splitlines() if f"\t{FOREIGN}\t" in r), "")
+    assert not error and row.startswith(f"kubernetes\t{FOREIGN}\tSucceeded\t2x1"), listed
+    assert "\tsomeone else\t" in row, row
+    error, mine = await call(client, "list_jobs")
+    assert not error and FOREIGN not in mine, mine  # not this tool's job
+    error, diagnosis = await call(client, "job_diagnosis", name=FOREIGN)
+    assert not error and diagnosis == "nothing to report", diagnosis
+    error, where = await call(client, "job_where", name=FOREIGN, backend="kubernetes")
+    assert error and "not started by jupyter-disttrain" in where, where

@@ -9,21 +9,22 @@ from pathlib import Path
 
 import anyio
 import pytest
-import yaml
-from kubernetes import client as k8s
 from mcp import Client, StdioServerParameters
 
 from tests.conftest import REPO
 from tests.k8s_emulator.emulator import Emulator
 
-from .client import call, full_flow, refuses_run_and_stop, wait_for
+from .client import (
+    FOREIGN,
+    call,
+    create_foreign,
+    full_flow,
+    reads_foreign,
+    refuses_run_and_stop,
+    trainjob_names,
+)
 
 pytestmark = pytest.mark.slow
-
-#: A TrainJob as the Kubeflow SDK writes it: nothing of jupyter_disttrain in it.
-MANIFEST = REPO / "tests" / "data" / "kubeflow_custom_trainer.yaml"
-FOREIGN = "sdk-custom-trainer"
-TRAINJOBS = ("trainer.kubeflow.org", "v1alpha1", "default", "trainjobs")
 
 
 def params(home: Path, *flags: str, kubeconfig: str = "/nonexistent") -> StdioServerParameters:
@@ -54,12 +55,6 @@ def test_read_only_by_default_refuses_run_and_stop(home: Path) -> None:
     anyio.run(main)
 
 
-def trainjob_names(emulator: Emulator) -> set[str]:
-    with emulator.api_client() as api:
-        listed = k8s.CustomObjectsApi(api).list_namespaced_custom_object(*TRAINJOBS)
-    return {item["metadata"]["name"] for item in listed["items"]}
-
-
 def test_a_foreign_trainjob_is_listed_and_read_but_not_stopped_unasked(
     k8s_trainer_emulator: Emulator, tmp_path: Path, home: Path
 ) -> None:
@@ -68,34 +63,11 @@ def test_a_foreign_trainjob_is_listed_and_read_but_not_stopped_unasked(
     refused as designed (read-only: the flags; widened: RBAC, then a confirmation)."""
     emulator = k8s_trainer_emulator
     kubeconfig = str(emulator.write_kubeconfig(tmp_path / "kubeconfig"))
-    with emulator.api_client() as api:
-        k8s.CustomObjectsApi(api).create_namespaced_custom_object(
-            *TRAINJOBS, yaml.safe_load(MANIFEST.read_text())
-        )
+    create_foreign(emulator)
 
     async def read_only() -> None:
         async with Client(params(home, kubeconfig=kubeconfig)) as client:
-            status = await wait_for(client, FOREIGN, ("Succeeded", "Failed"))
-            error, logs = await call(client, "job_logs", name=FOREIGN, tail=50)
-            assert status.startswith(f"{FOREIGN}: Succeeded"), (status, logs, emulator.describe())
-            # its pods print no rank prefixes: every pod's lines, each with its pod's name
-            assert not error and "node 0: step 6/6 loss=0.3333" in logs, logs
-            assert f"[{FOREIGN}-node-0-1-" in logs and "] node 1: done" in logs, logs
-            error, logs = await call(client, "job_logs", name=FOREIGN, backend="kubernetes",
-                                     tail=2)  # fmt: skip
-            assert not error and len(logs.splitlines()) == 2, logs
-            error, grep = await call(client, "job_logs", name=FOREIGN, grep=r"loss=0\.3333")
-            assert not error and "node 0: step 6/6" in grep and "node 1: step 6/6" in grep, grep
-            error, listed = await call(client, "list_jobs", everyone=True)
-            row = next((r for r in listed.splitlines() if f"\t{FOREIGN}\t" in r), "")
-            assert not error and row.startswith(f"kubernetes\t{FOREIGN}\tSucceeded\t2x1"), listed
-            assert "\tsomeone else\t" in row, row
-            error, mine = await call(client, "list_jobs")
-            assert not error and FOREIGN not in mine, mine  # not this tool's job
-            error, diagnosis = await call(client, "job_diagnosis", name=FOREIGN)
-            assert not error and diagnosis, diagnosis
-            error, where = await call(client, "job_where", name=FOREIGN, backend="kubernetes")
-            assert error and "not started by jupyter-disttrain" in where, where
+            await reads_foreign(client, emulator)
             await refuses_run_and_stop(client, FOREIGN)
 
     async def widened() -> None:

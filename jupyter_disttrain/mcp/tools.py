@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import re
 import shlex
@@ -25,13 +26,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from ..backends.base import BackendError
+from ..backends.base import BackendError, JobRecord
 from ..checkpoints.store import CheckpointStore
-from ..job import Job
+from ..job import Job, MetricsTable
 from ..options import add_job_options
 from ..payload import CaptureError, Script
-from ..service import JobService
-from ..sessions import SessionError
+from ..service import JobService, namespace
+from ..sessions import SessionError, format_sessions
 from ..spec import SpecError
 from .bounds import bounded
 from .tokens import PlanTokens, TokenError
@@ -132,6 +133,40 @@ def _grep(text: str, pattern: str) -> str:
     return "\n".join(line for line in text.splitlines() if found.search(line))
 
 
+def metrics_summary(table: MetricsTable) -> str:
+    """One line per reported metric: its count, its value at the highest step (the lowest
+    rank's), min and max of its numbers, and how many were NaN."""
+    lines = []
+    for column in table.columns:
+        if column in _ROW_KEYS:
+            continue
+        rows = [r for r in table if isinstance(r.get(column), int | float)]
+        if not rows:
+            continue
+        newest = max(rows, key=lambda r: (r.get("step") or 0, -(r.get("rank") or 0)))
+        numbers = [float(r[column]) for r in rows if not math.isnan(r[column])]
+        line = (
+            f"{column}: {len(rows)} values, at step {newest.get('step')} "
+            f"{float(newest[column]):.6g} (rank {newest.get('rank')})"
+        )
+        if numbers:
+            line += f", min {min(numbers):.6g}, max {max(numbers):.6g}"
+        if len(numbers) < len(rows):
+            line += f", {len(rows) - len(numbers)} NaN"
+        lines.append(line)
+    return "\n".join(lines) or "no metrics reported yet"
+
+
+def _started_by(record: JobRecord) -> str:
+    """Who started a listed job: jupyter-disttrain, or what its labels say (a foreign job)."""
+    if not namespace.is_foreign(record):
+        return "jupyter-disttrain"
+    return str(record.extra.get("started_by") or "") or "someone else"
+
+
+#: Columns of a metrics row that are not metrics.
+_ROW_KEYS = ("rank", "step", "t")
+
 Name = Annotated[str, Field(description="the job's name, as list_jobs shows it")]
 Backend = Annotated[
     str | None, Field(description="where the job runs (local, kubernetes); omitted: found by name")
@@ -202,12 +237,13 @@ def build_server(
         else:
             listing = service.list_jobs(diagnose=True)
         rows = [
-            f"{r.backend}\t{r.name}\t{r.state}\t{r.nodes}x{r.nproc}\t{r.owner}"
+            f"{r.backend}\t{r.name}\t{r.state}\t{r.nodes}x{r.nproc}\t{r.owner}\t{_started_by(r)}"
             + (f"\t{listing.diagnoses.get((r.backend, r.name)) or ''}")
             for r in listing.records
         ]
         errors = [f"{b}: {e}" for b, e in listing.errors.items()]
-        return bounded("\n".join(["backend\tname\tstate\tsize\towner\tdiagnosis", *rows, *errors]))
+        header = "backend\tname\tstate\tsize\towner\tstarted_by\tdiagnosis"
+        return bounded("\n".join([header, *rows, *errors]))
 
     @tool()
     @clear_errors
@@ -220,7 +256,7 @@ def build_server(
             lines += [f"failing ranks: {', '.join(map(str, failing))}"] if failing else []
             lines += [f"cause: {job.diagnosis() or job.reason or 'none'}"]
             return "\n".join(lines)
-        found, record = service.find_any(backend or "local", name)
+        found, record = service.find_any(backend, name)
         cause = service.diagnosis(record, found) or record.reason or "none"
         return f"{name}: {record.state}\ncause: {cause}"
 
@@ -234,7 +270,7 @@ def build_server(
         backend: Backend = None,
     ) -> str:
         """What a job's ranks printed (one rank or all), its last lines, bounded."""
-        _found, logs = service.bounded_logs(backend or "local", name, rank, None if grep else tail)
+        _found, logs = service.bounded_logs(backend, name, rank, None if grep else tail)
         text = _grep(logs.text, grep) if grep else logs.text
         note = f"[{logs.message}]\n" if logs.message else ""
         return note + bounded(text)
@@ -253,20 +289,15 @@ def build_server(
         job = service.registered().get(name)
         if job is not None:
             return bounded(job.diagnosis() or "nothing to report")
-        found, record = service.find_any(backend or "local", name)
+        found, record = service.find_any(backend, name)
         return bounded(service.diagnosis(record, found) or "nothing to report")
 
     @tool()
     @clear_errors
     def job_metrics(name: Name) -> str:
-        """A summary of the metrics this server's job reported: per name, count and last value."""
-        table = _mine(service, name).metrics()
-        lines = []
-        for column in table.columns:
-            values = [v for v in table.column(column) if v == v and v is not None]
-            last = values[-1] if values else "none"
-            lines.append(f"{column}: {len(values)} values, last {last}")
-        return bounded("\n".join(lines) or "no metrics reported yet")
+        """A summary of the metrics this server's job reported: per name, how many values,
+        the newest (its step and rank), min and max."""
+        return bounded(metrics_summary(_mine(service, name).metrics()))
 
     @tool()
     @clear_errors
@@ -287,17 +318,17 @@ def build_server(
     @tool()
     @clear_errors
     def session_cells() -> str:
-        """This server's warm sessions and their state."""
-        rows = [f"{s.name}\t{s.status()}" for s in service.sessions.all()]
-        return bounded("\n".join(rows) or "no sessions")
+        """This server's warm sessions: backend, ranks, state, cells run, restarts, idle time."""
+        return bounded(format_sessions(service.sessions.all()))
 
     @tool()
     @clear_errors
     def stop_job(name: Name, confirm: Confirm = False, backend: Backend = None) -> str:
-        """Stop a job (every rank ends). Needs confirm=true."""
+        """Stop a job (every rank ends). Needs confirm=true, and for a job someone else
+        started, Kubernetes RBAC that lets this user delete it."""
         permissions.check("stop_job")
+        question = service.stop_question(name, backend)  # RBAC refuses here, confirmed or not
         if not confirm:
-            question = service.stop_question(name, backend)
             raise ToolError(
                 f"stopping {name} needs confirm=true" + (f" ({question})" if question else "")
             )

@@ -474,7 +474,8 @@ class JobService:
         for candidate in candidates:
             if any(r.name == name for r in self._lister.listing(candidate).records):
                 return candidate
-        return candidates[0]  # the default backend says in its own words that it has no such job
+        holder = namespace.holder(candidates, name)  # a job another tool or user started
+        return holder or candidates[0]  # the default backend says in its words it has no such job
 
     def logs(
         self,
@@ -487,7 +488,7 @@ class JobService:
         return self._backend_of(name, backend).logs(name, rank=rank, tail=tail)
 
     def bounded_logs(
-        self, backend: str, name: str, rank: int | None, tail: int | None
+        self, backend: str | None, name: str, rank: int | None, tail: int | None
     ) -> tuple[Backend, BoundedLogs]:
         """A listed job's (also one another tool started) logs cut to a viewer's size (see
         :func:`~.logtext.bounded_logs`). Raises as :meth:`find` does.
@@ -530,18 +531,27 @@ class JobService:
         """Every job of the backends' scopes, whoever started it (:mod:`.namespace`)."""
         return namespace.list_namespace(self._listable(backends))
 
-    def find_any(self, backend: str, name: str) -> tuple[Backend, JobRecord]:
+    def find_any(self, backend: str | None, name: str) -> tuple[Backend, JobRecord]:
         """:meth:`find`, else job ``name`` among every job of the backend's scope (a job
-        another tool or user started); raises as :meth:`find`."""
+        another tool or user started), the backend a listed or a configured one (a cluster
+        this process has no job on); ``backend`` None: the first of them that has the job.
+        Raises as :meth:`find`."""
+        if backend is None:
+            return namespace.first_found([b.name for b in self._scopes()], name, self.find_any)
         try:
             return self.find(backend, name)
         except JobNotFound:
-            for found in self._listable(None):
-                if found.name == backend:
-                    for record in found.list_namespace():
-                        if record.name == name:
-                            return found, record
+            for found in self._scopes():
+                record = namespace.record_of(found, name) if found.name == backend else None
+                if record is not None:
+                    return found, record
             raise
+
+    def _scopes(self) -> list[Backend]:
+        """The backends listed by default, then the configured ones not among them."""
+        listed = self._listable(None)
+        known = {b.name for b in listed}
+        return listed + [b for b in self.configured_backends() if b.name not in known]
 
     def stop_question(self, name: str, backend: str | None = None) -> str | None:
         """The confirmation stopping job ``name`` needs (a foreign job), or None; raises

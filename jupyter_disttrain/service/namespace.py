@@ -8,9 +8,9 @@ can-i`` would) and an explicit confirmation, since it is someone's work.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from ..backends.base import Backend, BackendError, JobRecord
+from ..backends.base import Backend, BackendError, JobNotFound, JobRecord
 from .listing import Listing, newest_first
 
 
@@ -36,13 +36,44 @@ def is_foreign(record: JobRecord) -> bool:
     return bool(record.extra.get("foreign"))
 
 
+def record_of(backend: Backend, name: str) -> JobRecord | None:
+    """Job ``name`` among every job of ``backend``'s scope, or None."""
+    return next((r for r in backend.list_namespace() if r.name == name), None)
+
+
+def holder(backends: Iterable[Backend], name: str) -> Backend | None:
+    """The first of ``backends`` whose scope has a job ``name`` (one that cannot list is
+    passed over), or None."""
+    for backend in backends:
+        try:
+            if record_of(backend, name) is not None:
+                return backend
+        except Exception:  # an unreachable cluster does not hide the others' jobs
+            continue
+    return None
+
+
+def first_found(
+    backends: list[str], name: str, find: Callable[[str, str], tuple[Backend, JobRecord]]
+) -> tuple[Backend, JobRecord]:
+    """``find(backend, name)`` of the first of ``backends`` that has job ``name``; raises
+    :class:`JobNotFound` naming every backend asked when none has it."""
+    for backend in backends:
+        try:
+            return find(backend, name)
+        except JobNotFound:
+            continue
+    where = " or ".join(backends) or "any configured backend"
+    raise JobNotFound(f"no job named {name!r} on {where}: list every job there for their names")
+
+
 def stop_question(backend: Backend, name: str) -> str | None:
     """None when job ``name`` of ``backend`` may be stopped as any of this tool's jobs; else
     the confirmation to ask (a foreign job the user's RBAC lets them delete).
 
     Raises :class:`StopRefused` when RBAC does not allow it.
     """
-    record = next((r for r in backend.list_namespace() if r.name == name), None)
+    record = record_of(backend, name)
     if record is None or not is_foreign(record):
         return None
     allowed = backend.may_stop(name)
@@ -60,7 +91,7 @@ def stop_question(backend: Backend, name: str) -> str | None:
 def where_refusal(backend: Backend, name: str) -> str | None:
     """Why ``where`` is not available for job ``name`` (its pods do not run this tool's
     runtime: nothing in them answers for stacks), or None when it may be asked."""
-    record = next((r for r in backend.list_namespace() if r.name == name), None)
+    record = record_of(backend, name)
     if record is None or not is_foreign(record):
         return None
     return (f"where is not available for {name}: it was not started by jupyter-disttrain, so "

@@ -7,7 +7,12 @@ import time
 from typing import Any
 
 import anyio
+import yaml
+from kubernetes import client as k8s
 from mcp import Client
+
+from tests.conftest import REPO
+from tests.k8s_emulator.emulator import Emulator
 
 #: The cell a failing job runs: rank 1 raises after one collective.
 FAIL_CELL = """import torch, torch.distributed as dist
@@ -63,16 +68,25 @@ async def refuses_run_and_stop(client: Client, name: str) -> None:
     assert error and "--allow-run" in refused, refused
 
 
-async def wait_for(client: Client, name: str, words: tuple[str, ...], limit: float = 180) -> str:
-    """job_status of ``name`` once it contains one of ``words``."""
-
+async def until(
+    client: Client, tool: str, words: tuple[str, ...], limit: float = 180, **arguments: Any
+) -> str:
+    """The answer of ``tool`` once it contains one of ``words``; fails after ``limit`` seconds
+    with the last answer and the job's logs (``name`` among ``arguments``)."""
     deadline = time.monotonic() + limit
     while True:
-        error, status = await call(client, "job_status", name=name)
-        if not error and any(w in status for w in words):
-            return status
-        assert time.monotonic() < deadline, status
+        error, answer = await call(client, tool, **arguments)
+        if not error and any(w in answer for w in words):
+            return answer
+        if time.monotonic() > deadline:
+            _, logs = await call(client, "job_logs", name=arguments.get("name", ""), tail=200)
+            raise AssertionError(f"{tool} never said {words} in {limit:.0f} s: {answer}\n{logs}")
         await anyio.sleep(0.5)
+
+
+async def wait_for(client: Client, name: str, words: tuple[str, ...], limit: float = 180) -> str:
+    """job_status of ``name`` once it contains one of ``words``."""
+    return await until(client, "job_status", words, limit, name=name)
 
 
 async def plan_run(client: Client, name: str, cell: str, options: str = "") -> str:
@@ -107,10 +121,7 @@ async def full_flow(client: Client) -> None:
     assert not error and "rank 0 reduced" in grep and "rank 1 reduced" in grep, grep
 
     await wait_for(client, "mcp-hang", ("Running",))
-    error, logs = await call(client, "job_logs", name="mcp-hang", tail=20)
-    while "both ranks up" not in logs:
-        await anyio.sleep(0.5)
-        error, logs = await call(client, "job_logs", name="mcp-hang", tail=20)
+    await until(client, "job_logs", ("both ranks up",), name="mcp-hang", tail=20)
     error, where = await call(client, "job_where", name="mcp-hang", timeout=60)
     assert not error and "time.sleep" in where and "all_reduce" in where, where
     error, refused = await call(client, "stop_job", name="mcp-hang")
@@ -119,3 +130,49 @@ async def full_flow(client: Client) -> None:
     assert not error and "mcp-hang: Stopped" in stopped, stopped
     error, listed = await call(client, "list_jobs")
     assert "mcp-hang\tStopped" in listed and "mcp-fail\tFailed" in listed, listed
+
+
+#: A TrainJob as the Kubeflow SDK writes it (``kubectl create -f``): nothing of ours in it.
+MANIFEST = REPO / "tests" / "data" / "kubeflow_custom_trainer.yaml"
+FOREIGN = "sdk-custom-trainer"
+TRAINJOBS = ("trainer.kubeflow.org", "v1alpha1", "default", "trainjobs")
+
+
+def create_foreign(emulator: Emulator) -> None:
+    """Create the TrainJob with the kubernetes client, as someone else would."""
+    with emulator.api_client() as api:
+        k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+            *TRAINJOBS, yaml.safe_load(MANIFEST.read_text())
+        )
+
+
+def trainjob_names(emulator: Emulator) -> set[str]:
+    """The TrainJobs of the emulator's namespace, as the API lists them."""
+    with emulator.api_client() as api:
+        listed = k8s.CustomObjectsApi(api).list_namespaced_custom_object(*TRAINJOBS)
+    return {item["metadata"]["name"] for item in listed["items"]}
+
+
+async def reads_foreign(client: Client, emulator: Emulator) -> None:
+    """The foreign TrainJob followed to its end by name, listed with everyone=true as someone
+    else's (not without), its logs and diagnosis read; where refused."""
+    status = await wait_for(client, FOREIGN, ("Succeeded", "Failed"))
+    error, logs = await call(client, "job_logs", name=FOREIGN, tail=50)
+    assert status.startswith(f"{FOREIGN}: Succeeded"), (status, logs, emulator.describe())
+    # its pods print no rank prefixes: every pod's lines, each with its pod's name
+    assert not error and "node 0: step 6/6 loss=0.3333" in logs, logs
+    assert f"[{FOREIGN}-node-0-1-" in logs and "] node 1: done" in logs, logs
+    error, logs = await call(client, "job_logs", name=FOREIGN, backend="kubernetes", tail=2)
+    assert not error and len(logs.splitlines()) == 2, logs
+    error, grep = await call(client, "job_logs", name=FOREIGN, grep=r"loss=0\.3333")
+    assert not error and "node 0: step 6/6" in grep and "node 1: step 6/6" in grep, grep
+    error, listed = await call(client, "list_jobs", everyone=True)
+    row = next((r for r in listed.splitlines() if f"\t{FOREIGN}\t" in r), "")
+    assert not error and row.startswith(f"kubernetes\t{FOREIGN}\tSucceeded\t2x1"), listed
+    assert "\tsomeone else\t" in row, row
+    error, mine = await call(client, "list_jobs")
+    assert not error and FOREIGN not in mine, mine  # not this tool's job
+    error, diagnosis = await call(client, "job_diagnosis", name=FOREIGN)
+    assert not error and diagnosis == "nothing to report", diagnosis
+    error, where = await call(client, "job_where", name=FOREIGN, backend="kubernetes")
+    assert error and "not started by jupyter-disttrain" in where, where

@@ -14,7 +14,15 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from jupyter_disttrain.backends.local import jobdir
-from tests.mcp.client import call, full_flow, refuses_run_and_stop
+from tests.k8s_emulator.emulator import Emulator
+from tests.mcp.client import (
+    FOREIGN,
+    call,
+    create_foreign,
+    full_flow,
+    reads_foreign,
+    refuses_run_and_stop,
+)
 
 from .jobdirs import write_job
 
@@ -85,3 +93,21 @@ async def test_plan_run_follow_fail_logs_where_and_stop_over_http(
 ) -> None:
     async with connected(mcp_url, jp_serverapp.identity_provider.token) as client:
         await full_flow(client)
+
+
+@pytest.mark.slow
+async def test_a_foreign_trainjob_is_listed_and_read_over_http(
+    jp_serverapp: Any,
+    mcp_url: str,
+    k8s_trainer_emulator: Emulator,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Jupyter server's tools see a TrainJob someone else created on the cluster its
+    kubeconfig names: listed, status, logs, diagnosis; where, run and stop refused."""
+    kubeconfig = k8s_trainer_emulator.write_kubeconfig(tmp_path / "kubeconfig")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))  # each call's backend reads it
+    create_foreign(k8s_trainer_emulator)
+    async with connected(mcp_url, jp_serverapp.identity_provider.token) as client:
+        await reads_foreign(client, k8s_trainer_emulator)
+        await refuses_run_and_stop(client, FOREIGN)

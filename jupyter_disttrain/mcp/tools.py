@@ -32,7 +32,8 @@ from ..job import Job, MetricsTable
 from ..options import add_job_options
 from ..payload import CaptureError, Script
 from ..service import JobService, namespace
-from ..sessions import SessionError, format_sessions
+from ..session_list import format_sessions
+from ..sessions import SessionError
 from ..spec import SpecError
 from .bounds import bounded
 from .tokens import PlanTokens, TokenError

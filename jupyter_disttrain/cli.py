@@ -53,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_options(render)
     add_script_arguments(render)
     jobs = sub.add_parser("jobs", help="list jobs (running ones with their diagnosis)")
-    jobs.add_argument("--all", action="store_true",
-                      help="every job of the namespace, whoever started it")  # fmt: skip
+    jobs.add_argument(
+        "--all", action="store_true", help="every job of the namespace, whoever started it"
+    )
     sub.add_parser("runtimes", help="list the training runtimes of the configured clusters")
     logs = sub.add_parser("logs", help="print a job's logs")
     logs.add_argument("name")
@@ -68,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     stop = sub.add_parser("stop", help="stop a job")
     stop.add_argument("name")
     stop.add_argument("--backend", default=None, help="where the job runs")
-    stop.add_argument("--yes", action="store_true",
-                      help="confirm stopping a job another tool or user started")  # fmt: skip
+    stop.add_argument(
+        "--yes", action="store_true", help="confirm stopping a job another tool or user started"
+    )
     nccl = sub.add_parser("nccl", help="summarise NCCL / communication lines of a log file")
     nccl.add_argument("logfile")
     nccl.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -127,9 +129,12 @@ def script_of(args: argparse.Namespace) -> Script:
     script_args = tuple(args.script_args)
     ours = [a for a in script_args if a.split("=")[0] in _OURS_AFTER_SCRIPT]
     if ours:
-        print(f"disttrain: note: {' '.join(ours)} after {args.script} go to the script, as "
-              f"with torchrun; disttrain's options go before it: disttrain {args.command} "
-              f"{' '.join(ours)} ... {args.script} ...", file=sys.stderr)  # fmt: skip
+        print(
+            f"disttrain: note: {' '.join(ours)} after {args.script} go to the script, as "
+            f"with torchrun; disttrain's options go before it: disttrain {args.command} "
+            f"{' '.join(ours)} ... {args.script} ...",
+            file=sys.stderr,
+        )
     return Script(args.script, script_args, module=args.module, cwd=os.getcwd())
 
 
@@ -140,8 +145,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         spec = service.spec(args, origin=script.target)
         plan = service.plan_script(spec, script)
-        outcome = service.run_and_follow(plan, LiveView("lines"), export=args.export,
-                                         dry_run=args.dry_run)  # fmt: skip
+        outcome = service.run_and_follow(
+            plan, LiveView("lines"), export=args.export, dry_run=args.dry_run
+        )
     except (SpecError, CaptureError, BackendError) as exc:
         print(f"disttrain: {exc}", file=sys.stderr)
         return 2
@@ -177,8 +183,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.backend is None:
         args.backend = makers[0]
     elif args.backend not in makers:
-        print(f"disttrain render: only --backend {' or '.join(makers)} has manifests to render",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"disttrain render: only --backend {' or '.join(makers)} has manifests to render",
+            file=sys.stderr,
+        )
         return 2
     service = JobService()
     script = script_of(args)

@@ -93,9 +93,13 @@ class Job:
         self.backend = backend
         self.plan = plan
         self.monitor = monitor or JobMonitor(
-            spec.name, backend.name, spec.world_size, nodes=spec.nodes, nproc=spec.nproc,
+            spec.name,
+            backend.name,
+            spec.world_size,
+            nodes=spec.nodes,
+            nproc=spec.nproc,
             phases=backend.capabilities.phases,
-        )  # fmt: skip
+        )
         self.submission: Submission | None = None
         self._listeners: list[Listener] = []
         self._closers: list[Callable[[float], object]] = []
@@ -237,10 +241,17 @@ class Job:
         found = reported_dir([c.uri for c in self.monitor.checkpoints()])
         if found is None and self.backend.capabilities.checkpoints_on_path:
             spec = self.spec
-            found = self.backend.checkpoint_dir(JobRecord(
-                spec.name, self.backend.name, self.status(), spec.world_size, spec.nodes,
-                spec.nproc, 0.0,
-            ))  # fmt: skip
+            found = self.backend.checkpoint_dir(
+                JobRecord(
+                    spec.name,
+                    self.backend.name,
+                    self.status(),
+                    spec.world_size,
+                    spec.nodes,
+                    spec.nproc,
+                    0.0,
+                )
+            )
         if found is None:
             raise CheckpointError(
                 f"job {self.name} has no checkpoint directory: run it with --checkpoint-dir "

@@ -72,35 +72,73 @@ _SECONDS: Final = lambda v: _num(v) and v >= 0  # noqa: E731
 #: Each kind's known fields and the check of each (a field may be absent).
 FIELDS: Final[dict[str, _Fields]] = {
     "hello": {
-        "local_rank": _COUNT, "world_size": _COUNT, "node_rank": _COUNT, "host": _text,
-        "pid": _COUNT, "backend": _text, "restart": _COUNT, "task": _text,
-        "versions": lambda v: _small_dict(v) and all(
-            _text(k, 256) and _text(x, 256) for k, x in v.items()
+        "local_rank": _COUNT,
+        "world_size": _COUNT,
+        "node_rank": _COUNT,
+        "host": _text,
+        "pid": _COUNT,
+        "backend": _text,
+        "restart": _COUNT,
+        "task": _text,
+        "versions": lambda v: (
+            _small_dict(v) and all(_text(k, 256) and _text(x, 256) for k, x in v.items())
         ),
     },
     "metric": {"step": _STEP, "values": _values},
     "checkpoint": {"step": _STEP, "uri": _text, "bytes": _COUNT, "metrics": _values},
-    "result": {"encoding": _text, "data": lambda v: _text(v, MAX_LINE), "uri": _text,
-               "bytes": _COUNT},
-    "error": {"type": _text, "module": _text, "message": lambda v: _text(v, LONG_TEXT),
-              "traceback": lambda v: _text(v, LONG_TEXT),
-              "type_pickle": lambda v: _text(v, LONG_TEXT)},
+    "result": {
+        "encoding": _text,
+        "data": lambda v: _text(v, MAX_LINE),
+        "uri": _text,
+        "bytes": _COUNT,
+    },
+    "error": {
+        "type": _text,
+        "module": _text,
+        "message": lambda v: _text(v, LONG_TEXT),
+        "traceback": lambda v: _text(v, LONG_TEXT),
+        "type_pickle": lambda v: _text(v, LONG_TEXT),
+    },
     "done": {"seconds": _SECONDS},
-    "stacks": {"request": _text, "reason": _text, "quiet": _SECONDS, "pid": _COUNT,
-               "threads": lambda v: isinstance(v, list) and len(v) <= 4096,
-               "collective": _opt(_small_dict)},
-    "staging": {"src": _text, "dest": _text, "state": _text, "done": _COUNT,
-                "total": _opt(_COUNT), "files_done": _COUNT, "files_total": _COUNT,
-                "host": _text, "message": lambda v: _text(v, LONG_TEXT)},
-    "resources": {"cpu_pct": _SECONDS, "rss_bytes": _COUNT, "mem_limit_bytes": _COUNT,
-                  "gpu_util_pct": _SECONDS, "gpu_mem_bytes": _COUNT},
+    "stacks": {
+        "request": _text,
+        "reason": _text,
+        "quiet": _SECONDS,
+        "pid": _COUNT,
+        "threads": lambda v: isinstance(v, list) and len(v) <= 4096,
+        "collective": _opt(_small_dict),
+    },
+    "staging": {
+        "src": _text,
+        "dest": _text,
+        "state": _text,
+        "done": _COUNT,
+        "total": _opt(_COUNT),
+        "files_done": _COUNT,
+        "files_total": _COUNT,
+        "host": _text,
+        "message": lambda v: _text(v, LONG_TEXT),
+    },
+    "resources": {
+        "cpu_pct": _SECONDS,
+        "rss_bytes": _COUNT,
+        "mem_limit_bytes": _COUNT,
+        "gpu_util_pct": _SECONDS,
+        "gpu_mem_bytes": _COUNT,
+    },
     "progress": {"step": _COUNT, "total": lambda v: _int(v, 1)},
     "session": {"port": lambda v: _int(v, 1, 65535), "world_size": _COUNT},
     "cell": {"id": lambda v: _int(v, 0) or _text(v), "phase": _text, "status": _text},
-    "paused": {"port": lambda v: _int(v, 1, 65535), "pid": _COUNT, "file": _text, "line": _COUNT,
-               "function": _text, "exception": _text},
+    "paused": {
+        "port": lambda v: _int(v, 1, 65535),
+        "pid": _COUNT,
+        "file": _text,
+        "line": _COUNT,
+        "function": _text,
+        "exception": _text,
+    },
     "resumed": {},
-}  # fmt: skip
+}
 #: Kinds that speak for the whole job (no rank).
 JOB_WIDE: Final = frozenset({"staging"})
 

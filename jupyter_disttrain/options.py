@@ -66,64 +66,188 @@ def count(text: str) -> int:
 
 #: Defaults of ``None`` are filled from configuration (see :func:`spec_from_args`).
 JOB_OPTIONS: list[Option] = [
-    (("--nodes",), {"type": int, "default": None, "metavar": "N",
-                    "help": "number of nodes (torchrun agents); default 1"}),
-    (("--nproc",), {"type": int, "default": None, "metavar": "M",
-                    "help": "worker processes per node; default 1"}),
-    (("--backend",), {"default": None, "metavar": "NAME",
-                      "help": f"where to run: {', '.join(names())}; default {names()[0]}"}),
-    (("--name",), {"default": None,
-                   "help": "job name (lowercase, digits, '-'); default generated"}),
-    (("--env",), {"action": "append", "default": [], "metavar": "K=V",
-                  "help": "environment variable for every worker (repeatable)"}),
-    (("--timeout",), {"type": seconds, "default": None, "metavar": "SECONDS",
-                      "help": "stop the job if it runs longer than this"}),
-    (("--framework",), {"default": None, "metavar": "NAME",
-                        "help": f"{' or '.join(frameworks.names())}; default "
-                                f"{frameworks.names()[0]}"}),
-    (("--dist-backend",), {"default": "auto", "metavar": "NAME",
-                           "help": f"process group backend: {', '.join(DIST_BACKENDS)}; auto "
-                           "picks nccl with CUDA, else gloo"}),
-    (("--max-restarts",), {"type": int, "default": 0, "metavar": "N",
-                           "help": "restart all workers up to N times after a failure"}),
-    (("--checkpoint-dir",), {"default": None, "metavar": "URI",
-                             "help": "where save_checkpoint() writes: a path or fsspec URL "
-                             "(s3://...); local default: the job directory"}),
-    (("--grace-period",), {"type": seconds, "default": None, "metavar": "SECONDS",
-                           "help": "after SIGTERM (preemption), save a last checkpoint within "
-                           "this time, then exit for a restart (default 30; pods' "
-                           "terminationGracePeriodSeconds)"}),
-    (("--hang-after",), {"type": seconds, "default": None, "metavar": "SECONDS",
-                         "help": "when no rank wrote anything for this long, take every "
-                         "rank's stacks and say which ranks hold the others up (default 300; "
-                         "0: never)"}),
-    (("--resume",), {"default": None, "metavar": "latest|STEP|URI",
-                     "help": "load_checkpoint() returns this checkpoint when the job starts"}),
-    (("--tensorboard",), {"default": None, "metavar": "DIR",
-                           "help": "write every rank's reported metrics as TensorBoard event "
-                           "files under DIR/NAME/rank-R (default: the job home's tensorboard "
-                           "folder when tensorboard is installed; off: none)"}),
-    (("--mlflow",), {"default": None, "metavar": "URI",
-                     "help": "make the job an MLflow run at this tracking URI: options as "
-                     "params, every rank's metrics, checkpoints, final status"}),
-    (("--post-mortem",), {"action": "store_true",
-                          "help": "a rank whose code raises stays paused in the raising frame "
-                          "for the debugger (job.debug(rank), %%distrain_debug); Stop ends all"}),
-    (("--where-locals",), {"action": "store_true",
-                           "help": "Where? and a hang's stacks also show the locals of your "
-                           "own frames (values shortened)"}),
-    (("--autolog",), {"default": None, "metavar": "LIBS",
-                       "help": "libraries whose training loops report metrics, progress and "
-                       "checkpoints by themselves: all (default), or some of lightning, hf, "
-                       "keras, accelerate (comma-separated)"}),
-    (("--no-autolog",), {"action": "store_true",
-                         "help": "no automatic reporting from Lightning, Hugging Face, Keras or "
-                         "Accelerate: only the cell's own report() calls"}),
-    (("--dry-run",), {"action": "store_true",
-                      "help": "print the exact launch plan (or Kubernetes YAML) and run nothing"}),
-    (("--export",), {"default": None, "metavar": "FILE.yaml",
-                     "help": "kubernetes: write the objects as YAML for kubectl and run nothing"}),
-]  # fmt: skip
+    (
+        ("--nodes",),
+        {
+            "type": int,
+            "default": None,
+            "metavar": "N",
+            "help": "number of nodes (torchrun agents); default 1",
+        },
+    ),
+    (
+        ("--nproc",),
+        {
+            "type": int,
+            "default": None,
+            "metavar": "M",
+            "help": "worker processes per node; default 1",
+        },
+    ),
+    (
+        ("--backend",),
+        {
+            "default": None,
+            "metavar": "NAME",
+            "help": f"where to run: {', '.join(names())}; default {names()[0]}",
+        },
+    ),
+    (
+        ("--name",),
+        {"default": None, "help": "job name (lowercase, digits, '-'); default generated"},
+    ),
+    (
+        ("--env",),
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "K=V",
+            "help": "environment variable for every worker (repeatable)",
+        },
+    ),
+    (
+        ("--timeout",),
+        {
+            "type": seconds,
+            "default": None,
+            "metavar": "SECONDS",
+            "help": "stop the job if it runs longer than this",
+        },
+    ),
+    (
+        ("--framework",),
+        {
+            "default": None,
+            "metavar": "NAME",
+            "help": f"{' or '.join(frameworks.names())}; default {frameworks.names()[0]}",
+        },
+    ),
+    (
+        ("--dist-backend",),
+        {
+            "default": "auto",
+            "metavar": "NAME",
+            "help": f"process group backend: {', '.join(DIST_BACKENDS)}; auto "
+            "picks nccl with CUDA, else gloo",
+        },
+    ),
+    (
+        ("--max-restarts",),
+        {
+            "type": int,
+            "default": 0,
+            "metavar": "N",
+            "help": "restart all workers up to N times after a failure",
+        },
+    ),
+    (
+        ("--checkpoint-dir",),
+        {
+            "default": None,
+            "metavar": "URI",
+            "help": "where save_checkpoint() writes: a path or fsspec URL "
+            "(s3://...); local default: the job directory",
+        },
+    ),
+    (
+        ("--grace-period",),
+        {
+            "type": seconds,
+            "default": None,
+            "metavar": "SECONDS",
+            "help": "after SIGTERM (preemption), save a last checkpoint within "
+            "this time, then exit for a restart (default 30; pods' "
+            "terminationGracePeriodSeconds)",
+        },
+    ),
+    (
+        ("--hang-after",),
+        {
+            "type": seconds,
+            "default": None,
+            "metavar": "SECONDS",
+            "help": "when no rank wrote anything for this long, take every "
+            "rank's stacks and say which ranks hold the others up (default 300; "
+            "0: never)",
+        },
+    ),
+    (
+        ("--resume",),
+        {
+            "default": None,
+            "metavar": "latest|STEP|URI",
+            "help": "load_checkpoint() returns this checkpoint when the job starts",
+        },
+    ),
+    (
+        ("--tensorboard",),
+        {
+            "default": None,
+            "metavar": "DIR",
+            "help": "write every rank's reported metrics as TensorBoard event "
+            "files under DIR/NAME/rank-R (default: the job home's tensorboard "
+            "folder when tensorboard is installed; off: none)",
+        },
+    ),
+    (
+        ("--mlflow",),
+        {
+            "default": None,
+            "metavar": "URI",
+            "help": "make the job an MLflow run at this tracking URI: options as "
+            "params, every rank's metrics, checkpoints, final status",
+        },
+    ),
+    (
+        ("--post-mortem",),
+        {
+            "action": "store_true",
+            "help": "a rank whose code raises stays paused in the raising frame "
+            "for the debugger (job.debug(rank), %%distrain_debug); Stop ends all",
+        },
+    ),
+    (
+        ("--where-locals",),
+        {
+            "action": "store_true",
+            "help": "Where? and a hang's stacks also show the locals of your "
+            "own frames (values shortened)",
+        },
+    ),
+    (
+        ("--autolog",),
+        {
+            "default": None,
+            "metavar": "LIBS",
+            "help": "libraries whose training loops report metrics, progress and "
+            "checkpoints by themselves: all (default), or some of lightning, hf, "
+            "keras, accelerate (comma-separated)",
+        },
+    ),
+    (
+        ("--no-autolog",),
+        {
+            "action": "store_true",
+            "help": "no automatic reporting from Lightning, Hugging Face, Keras or "
+            "Accelerate: only the cell's own report() calls",
+        },
+    ),
+    (
+        ("--dry-run",),
+        {
+            "action": "store_true",
+            "help": "print the exact launch plan (or Kubernetes YAML) and run nothing",
+        },
+    ),
+    (
+        ("--export",),
+        {
+            "default": None,
+            "metavar": "FILE.yaml",
+            "help": "kubernetes: write the objects as YAML for kubectl and run nothing",
+        },
+    ),
+]
 
 
 def _argparse(option: BackendOption, backend: str) -> Option:
@@ -131,11 +255,20 @@ def _argparse(option: BackendOption, backend: str) -> Option:
     if option.switch:
         return (option.flag,), {"action": "store_true", "help": help_text}
     if option.optional:
-        return (option.flag,), {"nargs": "?", "const": "true", "default": None,
-                                "metavar": option.metavar, "help": help_text}  # fmt: skip
+        return (option.flag,), {
+            "nargs": "?",
+            "const": "true",
+            "default": None,
+            "metavar": option.metavar,
+            "help": help_text,
+        }
     if option.repeatable:
-        return (option.flag,), {"action": "append", "default": [], "metavar": option.metavar,
-                                "help": help_text + " (repeatable)"}  # fmt: skip
+        return (option.flag,), {
+            "action": "append",
+            "default": [],
+            "metavar": option.metavar,
+            "help": help_text + " (repeatable)",
+        }
     return (option.flag,), {"default": None, "metavar": option.metavar, "help": help_text}
 
 

@@ -54,8 +54,9 @@ class ManifestSummary:
     def lines(self) -> list[str]:
         """The summary, one fact a line."""
         spec, payload = self.plan.spec, self.plan.payload
-        kinds = ", ".join(f"{o.get('kind')}/{o.get('metadata', {}).get('name')}"
-                          for o in self.objects)  # fmt: skip
+        kinds = ", ".join(
+            f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in self.objects
+        )
         out = [
             f"{spec.name}: dry run on {spec.backend} (namespace {self.namespace}): "
             f"{spec.nodes} node(s) x {spec.nproc} process(es) = {spec.world_size} rank(s)",
@@ -64,22 +65,25 @@ class ManifestSummary:
         for obj in self.objects:
             for replica, pod in _pod_specs(obj.get("spec", {})):
                 for c in pod["containers"]:
-                    out.append(f"{replica or obj.get('kind')}: image {c.get('image')}; "
-                               f"{_resources(c)}")  # fmt: skip
+                    out.append(
+                        f"{replica or obj.get('kind')}: image {c.get('image')}; {_resources(c)}"
+                    )
         out.append(f"the cell ({format_bytes(len(payload.source.encode()))}) takes:")
         if not payload.captures:
             out.append("  nothing from the notebook")
         for cap in payload.captures:
             if cap.kind == "local module":
-                out.append(f"  {cap.name}: local module, its source travels "
-                           f"({format_bytes(cap.size)})")  # fmt: skip
+                out.append(
+                    f"  {cap.name}: local module, its source travels ({format_bytes(cap.size)})"
+                )
             elif cap.kind == "module":
                 out.append(f"  {cap.name}: import {cap.module} (must be installed in the image)")
             else:
                 out.append(f"  {cap.name}: {cap.type_name} ({format_bytes(cap.size)})")
         out.append(f"payload {format_bytes(len(payload.data))}")
-        asks = "; ".join(f"create {o.get('kind')} {o.get('metadata', {}).get('name')}"
-                         for o in self.objects)  # fmt: skip
+        asks = "; ".join(
+            f"create {o.get('kind')} {o.get('metadata', {}).get('name')}" for o in self.objects
+        )
         out.append(f"the cluster will be asked to: {asks} in namespace {self.namespace}")
         out.append("full manifest: --export FILE writes it (disttrain render prints it)")
         return out

@@ -106,8 +106,10 @@ def parse_env(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]
                 "use letters, digits and underscores, not starting with a digit"
             )
         if "\0" in value:
-            raise SpecError(f"--env {key}: the value contains a NUL character, which no "
-                            "environment variable can hold; remove it")  # fmt: skip
+            raise SpecError(
+                f"--env {key}: the value contains a NUL character, which no "
+                "environment variable can hold; remove it"
+            )
         out.append((key, value))
     return tuple(out)
 
@@ -233,8 +235,11 @@ def _check_checkpoint_options(spec: JobSpec) -> None:
     """``--checkpoint-dir`` and ``--resume latest|STEP|URI``, as far as text can tell."""
     if spec.checkpoint_dir is not None and not spec.checkpoint_dir.strip():
         raise SpecError("--checkpoint-dir is empty; give a path or a URL such as s3://bucket/run")
-    for flag, text in (("--checkpoint-dir", spec.checkpoint_dir), ("--resume", spec.resume),
-                       ("--tensorboard", spec.tensorboard)):  # fmt: skip
+    for flag, text in (
+        ("--checkpoint-dir", spec.checkpoint_dir),
+        ("--resume", spec.resume),
+        ("--tensorboard", spec.tensorboard),
+    ):
         if text is not None and any(ord(c) < 32 for c in text):
             raise SpecError(
                 f"{flag} {text!r} contains a control character (a newline?); give the path "

@@ -299,8 +299,16 @@ class Backend(abc.ABC):
     def job_record(self, spec: JobSpec, state: str) -> JobRecord:
         """A record of the job this process submits from ``spec``, holding what
         :meth:`connect` needs to find it (on a cluster: its namespace and context)."""
-        return JobRecord(spec.name, self.name, state, spec.world_size, spec.nodes, spec.nproc,
-                         0.0, extra=dict(spec.labels))  # fmt: skip
+        return JobRecord(
+            spec.name,
+            self.name,
+            state,
+            spec.world_size,
+            spec.nodes,
+            spec.nproc,
+            0.0,
+            extra=dict(spec.labels),
+        )
 
     def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
         """A connected stream socket to ``port`` of job ``record``'s rank 0 (a live session).

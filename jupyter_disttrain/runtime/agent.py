@@ -37,8 +37,17 @@ OWNER_GRACE_SECONDS = 3.0
 #: How often a local agent reads the rendezvous state while it waits for the others.
 RDZV_POLL_SECONDS = 0.02
 
-_ARGS = ("host_name", "port", "world_size", "is_master", "timeout", "wait_for_workers",
-         "multi_tenant", "master_listen_fd", "use_libuv")  # fmt: skip
+_ARGS = (
+    "host_name",
+    "port",
+    "world_size",
+    "is_master",
+    "timeout",
+    "wait_for_workers",
+    "multi_tenant",
+    "master_listen_fd",
+    "use_libuv",
+)
 
 
 def _listen(port: int) -> int | None:

@@ -120,9 +120,12 @@ def init() -> tuple[str, dict[str, Any], dict[str, Any]]:
                 _loopback_collectives(host)
         timeout = int(float(os.environ.get("DISTRAIN_PG_TIMEOUT", str(INIT_TIMEOUT))))
         jax.distributed.initialize(
-            coordinator_address=address, num_processes=num, process_id=pid,
-            initialization_timeout=min(timeout, INIT_TIMEOUT), **kwargs,
-        )  # fmt: skip
+            coordinator_address=address,
+            num_processes=num,
+            process_id=pid,
+            initialization_timeout=min(timeout, INIT_TIMEOUT),
+            **kwargs,
+        )
         client = _client()
         if client is not None:
             jobstore.use_store(CoordinationStore(client))

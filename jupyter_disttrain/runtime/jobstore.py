@@ -93,8 +93,12 @@ def refuse(name: str, why: str) -> None:
         if name in _refused:
             return
         _refused.add(name)
-    print(f"distrain: refused {name} from the job's store: {why}; it was not used (a process "
-          "without the job key wrote it)", file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"distrain: refused {name} from the job's store: {why}; it was not used (a process "
+        "without the job key wrote it)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 class SignedStore:

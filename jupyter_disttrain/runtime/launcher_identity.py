@@ -31,9 +31,24 @@ from collections.abc import Mapping
 #: Variables whose names start with one of these are read while Python, torch and the
 #: libraries they load import (search paths, preloads, thread pools, devices, allocators).
 RELEVANT_PREFIXES = (
-    "PYTHON", "LD_", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "OMP_", "KMP_", "MKL",
-    "OPENBLAS", "GOMP", "NUMEXPR", "VIRTUAL_ENV", "CONDA_PREFIX", "MALLOC", "HIP", "ROCM",
-)  # fmt: skip
+    "PYTHON",
+    "LD_",
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "NVIDIA",
+    "OMP_",
+    "KMP_",
+    "MKL",
+    "OPENBLAS",
+    "GOMP",
+    "NUMEXPR",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "MALLOC",
+    "HIP",
+    "ROCM",
+)
 #: Set by the launcher itself before it imports (``zygote.main``), so never a difference.
 LAUNCHER_DEFAULTS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: Carries the kernel's ``sys.path`` to each process a launcher forks for it (JSON list).

@@ -80,11 +80,15 @@ class Registry:
                     f'{prom}{{rank="{r}"}} {_number(v)}'
                     for r, v in sorted(self.values[prom].items())
                 ]
-            out += ["# HELP disttrain_step Step of each rank's latest report().",
-                    "# TYPE disttrain_step gauge"]  # fmt: skip
+            out += [
+                "# HELP disttrain_step Step of each rank's latest report().",
+                "# TYPE disttrain_step gauge",
+            ]
             out += [f'disttrain_step{{rank="{r}"}} {s}' for r, s in sorted(self.steps.items())]
-            out += ["# HELP disttrain_reports_total report() calls of each rank.",
-                    "# TYPE disttrain_reports_total counter"]  # fmt: skip
+            out += [
+                "# HELP disttrain_reports_total report() calls of each rank.",
+                "# TYPE disttrain_reports_total counter",
+            ]
             out += [
                 f'disttrain_reports_total{{rank="{r}"}} {n}'
                 for r, n in sorted(self.reports.items())

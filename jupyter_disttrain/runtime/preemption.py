@@ -87,8 +87,11 @@ def _on_sigterm(signum: int, frame: Any) -> None:
             return
         _requested = time.monotonic()
     grace = grace_period()
-    print(f"distrain: SIGTERM: saving a last checkpoint at the next due step, then exiting "
-          f"(within {grace:g} s)", flush=True)  # fmt: skip
+    print(
+        f"distrain: SIGTERM: saving a last checkpoint at the next due step, then exiting "
+        f"(within {grace:g} s)",
+        flush=True,
+    )
     store = _store()
     if store is not None:
         try:
@@ -97,8 +100,9 @@ def _on_sigterm(signum: int, frame: Any) -> None:
             pass
     deadline = _requested + max(0.5, grace - MARGIN)
     wait = _wait_for_writer if os.environ.get("RANK", "0") != "0" else _wait_until
-    threading.Thread(target=wait, args=(deadline, store), daemon=True,
-                     name="distrain-preemption").start()  # fmt: skip
+    threading.Thread(
+        target=wait, args=(deadline, store), daemon=True, name="distrain-preemption"
+    ).start()
 
 
 def _wait_until(deadline: float, store: Any) -> None:
@@ -165,8 +169,11 @@ def checkpoint_saved(step: int) -> None:
                 store.set(_store_key("saved"), str(step))
             except Exception:
                 pass
-        print(f"distrain: preempted: checkpoint of step {step} saved; exiting so the job "
-              "restarts from it", flush=True)  # fmt: skip
+        print(
+            f"distrain: preempted: checkpoint of step {step} saved; exiting so the job "
+            "restarts from it",
+            flush=True,
+        )
         exit_now()
 
 

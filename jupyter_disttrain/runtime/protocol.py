@@ -19,8 +19,22 @@ from . import jobkey
 
 PREFIX = "##distrain "
 VERSION = 1
-KINDS = ("hello", "metric", "checkpoint", "result", "error", "done", "stacks", "staging",
-         "resources", "progress", "session", "cell", "paused", "resumed")  # fmt: skip
+KINDS = (
+    "hello",
+    "metric",
+    "checkpoint",
+    "result",
+    "error",
+    "done",
+    "stacks",
+    "staging",
+    "resources",
+    "progress",
+    "session",
+    "cell",
+    "paused",
+    "resumed",
+)
 #: Kinds a rank sends on a clock of its own: no sign of activity (hang detection, "heard").
 QUIET_KINDS = ("resources",)
 #: How a quiet kind's line starts (:func:`encode` writes ``v`` and ``kind`` first).

@@ -105,8 +105,11 @@ class _Relay:
     def _drain(self, deadline: float | None) -> None:
         last = self.store.add(_key("seq"), 0)
         if last - self.next >= MAX_GAP:
-            refuse(_key("seq"), f"the batch counter jumped from {self.next - 1} to {last}; the "
-                   f"batches before {last - MAX_GAP + 1} are skipped")  # fmt: skip
+            refuse(
+                _key("seq"),
+                f"the batch counter jumped from {self.next - 1} to {last}; the "
+                f"batches before {last - MAX_GAP + 1} are skipped",
+            )
             self.next = last - MAX_GAP + 1
         limit: float | None = None  # one wait per drain for every missing batch
         while self.next <= last:

@@ -253,8 +253,15 @@ def serve(payload: dict[str, Any], names: dict[str, Any], tools: CellTools) -> N
             time.sleep(0.001)  # an interrupt asked for just before the end lands here
         except KeyboardInterrupt:
             watcher.end()
-            outcome = {"status": "interrupted", "error": {"type": "KeyboardInterrupt",
-                       "module": "builtins", "message": "", "traceback": ""}}  # fmt: skip
+            outcome = {
+                "status": "interrupted",
+                "error": {
+                    "type": "KeyboardInterrupt",
+                    "module": "builtins",
+                    "message": "",
+                    "traceback": "",
+                },
+            }
         sys.stdout.flush()
         sys.stderr.flush()
         report.emit("cell", id=message["id"], phase="end", status=outcome["status"])

@@ -74,11 +74,15 @@ class Progress:
             return
         self.last = now
         fields: dict[str, Any] = {
-            "src": self.src, "dest": self.dest, "state": self.state, "done": self.done,
-            "total": self.total, "files_done": self.files_done,
+            "src": self.src,
+            "dest": self.dest,
+            "state": self.state,
+            "done": self.done,
+            "total": self.total,
+            "files_done": self.files_done,
             "files_total": self.files_total,
             "host": os.environ.get("HOSTNAME") or socket.gethostname(),
-        }  # fmt: skip
+        }
         if message is not None:
             fields["message"] = message
         sys.stdout.write(encode("staging", None, sign_with=jobkey.signer(), **fields) + "\n")
@@ -103,8 +107,18 @@ def _ensure_package(scheme: str) -> None:
     except ImportError:
         pass
     print(f"distrain: {module} is not in this image; installing {requirement}", flush=True)
-    cmd = [sys.executable, "-m", "pip", "install", "--user", "--disable-pip-version-check",
-           "--no-input", "--quiet", "--", requirement]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--user",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--quiet",
+        "--",
+        requirement,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
@@ -252,8 +266,10 @@ def main(argv: list[str] | None = None) -> int:
             failed.emit(force=True, message=str(exc))
             print(f"distrain: staging {src} into {dest} failed: {exc}", file=sys.stderr, flush=True)
             return EXIT_FAILED
-        print(f"distrain: staged {src} into {dest}: {done.files_done} files, {done.done} bytes",
-              flush=True)  # fmt: skip
+        print(
+            f"distrain: staged {src} into {dest}: {done.files_done} files, {done.done} bytes",
+            flush=True,
+        )
     if args.then:
         os.execvp(args.then[0], args.then)
     return 0

@@ -131,8 +131,9 @@ class Writer:
         self._warned = False
         self._stop = threading.Event()
         self._post_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="distrain-trainer-status",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._run, name="distrain-trainer-status", daemon=True
+        )
         self._context: ssl.SSLContext | None = None
 
     def start(self) -> None:
@@ -173,8 +174,11 @@ class Writer:
                     if hasattr(exc, "read"):
                         detail += " " + exc.read(300).decode("utf-8", "replace")
                     message = f"cannot write the TrainJob's trainerStatus to {self.url}: {detail}"
-                    print(f"distrain: warning: {message} (training goes on)", file=sys.stderr,
-                          flush=True)  # fmt: skip
+                    print(
+                        f"distrain: warning: {message} (training goes on)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 return False
             self.posts += 1
             return True

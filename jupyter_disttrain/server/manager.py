@@ -98,10 +98,11 @@ class JobManager:
             if backend.name not in self._namespace_watches:
                 self._namespace_watches[backend.name] = backend.watch_namespace()
         statuses = [
-            BackendStatus(name=b.name, ok=b.name not in listing.errors,
-                          error=listing.errors.get(b.name, ""))
+            BackendStatus(
+                name=b.name, ok=b.name not in listing.errors, error=listing.errors.get(b.name, "")
+            )
             for b in listing.backends
-        ]  # fmt: skip
+        ]
         rows = [
             namespace_job_json(r, may_stop=self._stoppable(listing.source(r), r))
             for r in listing.records
@@ -134,15 +135,23 @@ class JobManager:
         characters are sent; ``message`` says when the answer was cut.
         """
         found, logs = self.service.bounded_logs(backend, name, rank, tail)
-        return LogsJSON(id=f"{found.name}/{name}", rank=rank, tail=logs.tail, ranks=logs.ranks,
-                        text=logs.text, message=logs.message)  # fmt: skip
+        return LogsJSON(
+            id=f"{found.name}/{name}",
+            rank=rank,
+            tail=logs.tail,
+            ranks=logs.ranks,
+            text=logs.text,
+            message=logs.message,
+        )
 
     def stop(self, backend: str, name: str) -> StopJSON:
         """Stop a job of any owner; ``stopped`` is False when it was not running."""
         found, record = self.service.find_any(backend, name)
         if record.extra.get("foreign") and found.may_stop(name) is False:
-            raise StopRefused(f"{name} is read-only here: your Kubernetes RBAC does not allow "
-                              "deleting it (docs/rbac.yaml lists the rules)")  # fmt: skip
+            raise StopRefused(
+                f"{name} is read-only here: your Kubernetes RBAC does not allow "
+                "deleting it (docs/rbac.yaml lists the rules)"
+            )
         stopped = self.service.stop_listed(found, name)
         _, record = self.service.find_any(backend, name)
         job = self._safe_json(found, record, self.clock(), detail=False)
@@ -165,9 +174,13 @@ class JobManager:
             monitor: JobMonitor | None = self.service.followers.monitor(backend.name, record.name)
             snapshot = monitor.snapshot(now) if monitor is not None else None
             return job_json(
-                record, snapshot, now=now, detail=detail, root_dir=self.root_dir,
+                record,
+                snapshot,
+                now=now,
+                detail=detail,
+                root_dir=self.root_dir,
                 checkpoints=lambda reported: list_checkpoints(record, backend, reported),
-            )  # fmt: skip
+            )
         except Exception as exc:  # one bad job never fails the listing of the others
             message = f"cannot show this job's progress: {type(exc).__name__}: {exc}"
             return record_json(record, now=now, error=message)

@@ -33,10 +33,23 @@ from .logtext import BoundedLogs
 from .running import RunOutcome, RunView
 
 __all__ = [
-    "CATCH_UP", "REPLAY_WAIT", "BoundedLogs", "JobService", "ListPolicy", "Listener", "Listing",
-    "RunOutcome", "RunView", "attach", "backend_names", "default_service", "manifest_backends",
-    "registered", "stop_all", "submit",
-]  # fmt: skip
+    "CATCH_UP",
+    "REPLAY_WAIT",
+    "BoundedLogs",
+    "JobService",
+    "ListPolicy",
+    "Listener",
+    "Listing",
+    "RunOutcome",
+    "RunView",
+    "attach",
+    "backend_names",
+    "default_service",
+    "manifest_backends",
+    "registered",
+    "stop_all",
+    "submit",
+]
 
 
 def backend_names() -> tuple[str, ...]:
@@ -63,9 +76,11 @@ def default_service() -> JobService:
 
 
 def submit(
-    spec: JobSpec, payload: Payload, backend: Backend | None = None,
+    spec: JobSpec,
+    payload: Payload,
+    backend: Backend | None = None,
     listeners: Iterable[Listener] = (),
-) -> Job:  # fmt: skip
+) -> Job:
     """Start ``spec`` with a built payload; ``backend`` overrides the service's instance."""
     service = default_service()
     if backend is None:
@@ -73,8 +88,9 @@ def submit(
     return service._start(Job(spec, backend, plan=backend.plan(spec, payload)), listeners)
 
 
-def attach(name: str, backend: Backend | str | None = None,
-           listeners: Iterable[Listener] = ()) -> Job:  # fmt: skip
+def attach(
+    name: str, backend: Backend | str | None = None, listeners: Iterable[Listener] = ()
+) -> Job:
     """Follow an existing job (see :meth:`JobService.attach`)."""
     return default_service().attach(name, backend, listeners)
 

@@ -41,10 +41,14 @@ def open_monitor(
 ) -> tuple[JobMonitor | None, Submission | None]:
     """A monitor fed by the backend's attach for ``record``, and the follower's handle."""
     monitor = JobMonitor(
-        record.name, backend.name, max(1, record.world_size),
-        nodes=max(1, record.nodes), nproc=max(1, record.nproc), log_limit=log_limit,
+        record.name,
+        backend.name,
+        max(1, record.world_size),
+        nodes=max(1, record.nodes),
+        nproc=max(1, record.nproc),
+        log_limit=log_limit,
         phases=backend.capabilities.phases,
-    )  # fmt: skip
+    )
     try:
         _, submission = backend.attach(record.name, monitor.feed)
     except BackendError:

@@ -84,8 +84,10 @@ def stop_question(backend: Backend, name: str) -> str | None:
             f"{kind} (ask for 'delete' on it in your namespace; docs/rbac.yaml lists the rules)"
         )
     who = str(record.extra.get("started_by") or "") or "someone else"
-    return (f"{name} is a {kind} started by {who}, not by jupyter-disttrain: stopping it deletes "
-            "it for everyone. Confirm to stop it.")  # fmt: skip
+    return (
+        f"{name} is a {kind} started by {who}, not by jupyter-disttrain: stopping it deletes "
+        "it for everyone. Confirm to stop it."
+    )
 
 
 def where_refusal(backend: Backend, name: str) -> str | None:
@@ -94,6 +96,8 @@ def where_refusal(backend: Backend, name: str) -> str | None:
     record = record_of(backend, name)
     if record is None or not is_foreign(record):
         return None
-    return (f"where is not available for {name}: it was not started by jupyter-disttrain, so "
-            "its pods do not run its runtime (nothing there sends the ranks' stacks); its "
-            "logs and the progress it reports are shown")  # fmt: skip
+    return (
+        f"where is not available for {name}: it was not started by jupyter-disttrain, so "
+        "its pods do not run its runtime (nothing there sends the ranks' stacks); its "
+        "logs and the progress it reports are shown"
+    )

@@ -58,6 +58,7 @@ def sinks_for(
     if logdir is not None:
         out.append(tensorboard.TensorBoardSink(logdir.parent, spec.name, feed))
     if spec.mlflow is not None:
-        out.append(mlflow.MlflowSink(spec.mlflow, spec, feed, notebook=notebook,
-                                     paths_here=paths_here))  # fmt: skip
+        out.append(
+            mlflow.MlflowSink(spec.mlflow, spec, feed, notebook=notebook, paths_here=paths_here)
+        )
     return out

@@ -65,12 +65,19 @@ def metric_key(name: str, rank: int) -> str:
 def params(spec: JobSpec) -> dict[str, str]:
     """The job's options as MLflow params (unset options left out; ``--env`` by name only)."""
     out: dict[str, Any] = {
-        "nodes": spec.nodes, "nproc": spec.nproc, "world_size": spec.world_size,
-        "backend": spec.backend, "framework": spec.framework,
-        "dist_backend": spec.dist_backend, "max_restarts": spec.max_restarts,
-        "timeout": spec.timeout, "checkpoint_dir": spec.checkpoint_dir, "resume": spec.resume,
-        "grace_period": spec.grace_period, "hang_after": spec.hang_after,
-    }  # fmt: skip
+        "nodes": spec.nodes,
+        "nproc": spec.nproc,
+        "world_size": spec.world_size,
+        "backend": spec.backend,
+        "framework": spec.framework,
+        "dist_backend": spec.dist_backend,
+        "max_restarts": spec.max_restarts,
+        "timeout": spec.timeout,
+        "checkpoint_dir": spec.checkpoint_dir,
+        "resume": spec.resume,
+        "grace_period": spec.grace_period,
+        "hang_after": spec.hang_after,
+    }
     if spec.env:
         out["env"] = ",".join(key for key, _ in spec.env)
     options: dict[str, list[str]] = {}
@@ -107,9 +114,14 @@ class MlflowSink(Sink):
     flush_every = 2.0
 
     def __init__(
-        self, uri: str, spec: JobSpec, feed: Feed, *, notebook: str | None = None,
+        self,
+        uri: str,
+        spec: JobSpec,
+        feed: Feed,
+        *,
+        notebook: str | None = None,
         paths_here: bool = True,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.uri = uri
         self.spec = spec
         self.notebook = notebook
@@ -136,9 +148,12 @@ class MlflowSink(Sink):
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
         found = client.get_experiment_by_name(name)
         experiment = found.experiment_id if found is not None else client.create_experiment(name)
-        tags = {"disttrain.job": self.spec.name, "disttrain.backend": self.spec.backend,
-                "mlflow.user": _user(), "mlflow.source.type": "NOTEBOOK" if self.notebook
-                else "LOCAL"}  # fmt: skip
+        tags = {
+            "disttrain.job": self.spec.name,
+            "disttrain.backend": self.spec.backend,
+            "mlflow.user": _user(),
+            "mlflow.source.type": "NOTEBOOK" if self.notebook else "LOCAL",
+        }
         if self.notebook:
             tags["mlflow.source.name"] = self.notebook
         run = client.create_run(experiment, run_name=self.spec.name, tags=tags)
@@ -172,8 +187,9 @@ class MlflowSink(Sink):
         assert event.rank is not None
         for name, value in values.items():
             if isinstance(value, int | float) and not isinstance(value, bool):
-                self._pending.append(Metric(metric_key(str(name), event.rank), float(value),
-                                            stamp, step))  # fmt: skip
+                self._pending.append(
+                    Metric(metric_key(str(name), event.rank), float(value), stamp, step)
+                )
 
     def _checkpoint(self, event: Event) -> None:
         f = event.checkpoint()

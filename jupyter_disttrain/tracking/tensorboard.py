@@ -86,7 +86,7 @@ class TensorBoardSink(Sink):
             Summary.Value(tag=str(name), simple_value=float(value))
             for name, value in values.items()
             if isinstance(value, int | float) and not isinstance(value, bool)
-        ]  # fmt: skip
+        ]
         if not scalars:
             return
         writer = self._writer(event.rank)
@@ -94,8 +94,9 @@ class TensorBoardSink(Sink):
         if last is not None and step <= last:  # a restarted rank: TensorBoard drops steps >= step
             from tensorboard.compat.proto.event_pb2 import SessionLog
 
-            start = TbEvent(wall_time=event.t, step=step,
-                            session_log=SessionLog(status=SessionLog.START))  # fmt: skip
+            start = TbEvent(
+                wall_time=event.t, step=step, session_log=SessionLog(status=SessionLog.START)
+            )
             writer.write(start.SerializeToString())
         self._last_step[event.rank] = step
         event_pb = TbEvent(wall_time=event.t, step=step, summary=Summary(value=scalars))
@@ -125,8 +126,10 @@ class TensorBoardSink(Sink):
             self._clear_earlier()
             directory = run_dir(self.root, self.job, rank)
             self._mkdir(directory)
-            name = (f"{EVENT_FILE_PREFIX}{int(time.time()):010d}.{socket.gethostname()}."
-                    f"{os.getpid()}.{next(_FILE_IDS)}")  # fmt: skip
+            name = (
+                f"{EVENT_FILE_PREFIX}{int(time.time()):010d}.{socket.gethostname()}."
+                f"{os.getpid()}.{next(_FILE_IDS)}"
+            )
             mode = 0o600 if self.private else 0o666  # the umask applies to the latter
             fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
             writer = RecordWriter(os.fdopen(fd, "wb"))  # closed in finish

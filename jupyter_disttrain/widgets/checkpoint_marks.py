@@ -64,8 +64,11 @@ class CheckpointMarks:
             self._key = key
             return
         points = checkpoint_points(plot.monitor, opts.metric, by_time=opts.x == X_TIME)
-        annotations = [annotation(step, x, value, opts.metric, opts.log_y)
-                       for step, x, value in points if value > 0 or not opts.log_y]  # fmt: skip
+        annotations = [
+            annotation(step, x, value, opts.metric, opts.log_y)
+            for step, x, value in points
+            if value > 0 or not opts.log_y
+        ]
         with plot.figure.lock, plot.figure.batch_update():
             plot.figure.layout.annotations = annotations
         self._key = key

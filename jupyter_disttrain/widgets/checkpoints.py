@@ -151,8 +151,14 @@ def sort_infos(infos: list[CheckpointInfo], column: str, descending: bool) -> li
 def _cells(c: CheckpointInfo, metrics: list[str]) -> list[str]:
     values = [f"{c.metrics[m]:.4g}" if m in c.metrics else "" for m in metrics]
     status = c.status if c.ok else f"{c.status}: {c.reason}"
-    return [str(c.step), format_time(c.time), format_bytes(c.bytes), *values,
-            str(c.world_size), status]  # fmt: skip
+    return [
+        str(c.step),
+        format_time(c.time),
+        format_bytes(c.bytes),
+        *values,
+        str(c.world_size),
+        status,
+    ]
 
 
 def static_html(infos: list[CheckpointInfo], uri: str) -> str:
@@ -233,16 +239,24 @@ class CheckpointBrowser:
         self.table = CheckpointTable()
         self.detail = w.HTML()
         self.status = w.HTML()
-        self.var_name = w.Text(value="checkpoint", description="variable",
-                               layout=w.Layout(width="220px"))  # fmt: skip
+        self.var_name = w.Text(
+            value="checkpoint", description="variable", layout=w.Layout(width="220px")
+        )
         self.load_button = self._button("Load into notebook", "download", self.load_selected)
         self.resume_button = self._button("Resume a job from here", "play", self.resume_selected)
         self.delete_button = self._button("Delete", "trash", self.delete_selected, "danger")
         self.refresh_button = self._button("Refresh", "refresh", self.refresh)
         self._confirm: int | None = None
-        actions = w.HBox([self.var_name, self.load_button, self.resume_button,
-                          self.delete_button, self.refresh_button],
-                         layout=w.Layout(flex_flow="row wrap", gap="4px 8px"))  # fmt: skip
+        actions = w.HBox(
+            [
+                self.var_name,
+                self.load_button,
+                self.resume_button,
+                self.delete_button,
+                self.refresh_button,
+            ],
+            layout=w.Layout(flex_flow="row wrap", gap="4px 8px"),
+        )
         self.title = w.HTML()
         self.widget = w.VBox([self.title, self.table, actions, self.status, self.detail])
         self.widget.add_class("distrain-ckpt-browser")
@@ -253,8 +267,9 @@ class CheckpointBrowser:
     def _button(
         self, label: str, icon: str, action: Callable[[], object], style: str = ""
     ) -> w.Button:
-        button = w.Button(description=label, icon=icon, button_style=style,
-                          layout=w.Layout(width="auto"))  # fmt: skip
+        button = w.Button(
+            description=label, icon=icon, button_style=style, layout=w.Layout(width="auto")
+        )
 
         def click(_b: w.Button) -> None:
             try:
@@ -273,8 +288,9 @@ class CheckpointBrowser:
         self.table.columns = [*BASE_COLUMNS, *metrics, *TAIL_COLUMNS]
         if self.table.sort_by not in self.table.columns:
             self.table.sort_by = "step"
-        self.title.value = (f"<b>{esc(self.store.uri)}</b>: {len(self.infos)} checkpoint(s)"
-                            + ("" if self.infos else " (none saved yet)"))  # fmt: skip
+        self.title.value = f"<b>{esc(self.store.uri)}</b>: {len(self.infos)} checkpoint(s)" + (
+            "" if self.infos else " (none saved yet)"
+        )
         self._render_rows()
         steps = {c.step for c in self.infos}
         if self.table.selected not in steps:
@@ -289,8 +305,10 @@ class CheckpointBrowser:
 
     def _render_rows(self) -> None:
         metrics = _metric_names(self.infos)
-        self.table.rows = [{"step": c.step, "status": c.status, "cells": _cells(c, metrics)}
-                           for c in self.sorted_infos()]  # fmt: skip
+        self.table.rows = [
+            {"step": c.step, "status": c.status, "cells": _cells(c, metrics)}
+            for c in self.sorted_infos()
+        ]
 
     def selected(self) -> CheckpointInfo | None:
         """The selected checkpoint, if any."""

@@ -71,10 +71,14 @@ class DebugConsole:
         self.ranks = w.Dropdown(description="Rank", layout=w.Layout(width="220px"))
         self.where = w.HTML()
         self.source = w.HTML()
-        self.line = w.Text(placeholder="pdb command: p x, n, s, w, l, c ...",
-                           continuous_update=False, layout=w.Layout(flex="1"))  # fmt: skip
-        self.send_button = w.Button(description="Send", button_style="primary",
-                                    layout=w.Layout(width="80px"))  # fmt: skip
+        self.line = w.Text(
+            placeholder="pdb command: p x, n, s, w, l, c ...",
+            continuous_update=False,
+            layout=w.Layout(flex="1"),
+        )
+        self.send_button = w.Button(
+            description="Send", button_style="primary", layout=w.Layout(width="80px")
+        )
         self.continue_button = w.Button(description="Continue", layout=w.Layout(width="100px"))
         self.answers = w.HTML()
         self.status = w.HTML()
@@ -164,8 +168,7 @@ class DebugConsole:
                 else:
                     answers = [self.job.debug(int(rank)).ask(text)]
             except DebugError as exc:
-                answers = [Answer(int(rank) if rank is not None else -1, "", False,
-                                  error=str(exc))]  # fmt: skip
+                answers = [Answer(int(rank) if rank is not None else -1, "", False, error=str(exc))]
             for answer in answers:
                 self._answers.append(self._answer_html(text, answer))
             del self._answers[:-MAX_ANSWERS]

@@ -34,6 +34,9 @@ def kept_logs(job: str, texts: Mapping[str, str], owner: Mapping[str, Any]) -> d
             text = "[earlier lines not kept]\n" + raw.decode("utf-8", "replace").split("\n", 1)[-1]
         data[pod] = text
         left -= len(text.encode("utf-8", "replace"))
-    meta = {"name": logs_name(job), "labels": labels(job),
-            "ownerReferences": [owner_reference(owner)]}  # fmt: skip
+    meta = {
+        "name": logs_name(job),
+        "labels": labels(job),
+        "ownerReferences": [owner_reference(owner)],
+    }
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}

@@ -58,8 +58,17 @@ def manifests(
     anything could be created.
     """
     kind = kind_of(spec.framework, opts.kubeflow_api)
-    job = build(kind, spec, opts, payload_files, versions, notebook=notebook, images=images,
-                script=script, runtime_kind=runtime_kind)  # fmt: skip
+    job = build(
+        kind,
+        spec,
+        opts,
+        payload_files,
+        versions,
+        notebook=notebook,
+        images=images,
+        script=script,
+        runtime_kind=runtime_kind,
+    )
     payload_obj = payload_object(spec.name, opts.namespace, payload_files, opts.payload_secret)
     extras = metrics_objects(spec.name, opts.namespace, kind, opts, labels(spec.name))
     return [payload_obj, job, *extras]

@@ -37,9 +37,8 @@ def metrics_env(opts: K8sOptions) -> list[dict[str, Any]]:
         return []
     return [
         {"name": "DISTRAIN_METRICS_PORT", "value": str(opts.prometheus)},
-        {"name": "DISTRAIN_METRICS_ADDR",
-         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-    ]  # fmt: skip
+        {"name": "DISTRAIN_METRICS_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
 
 
 def service(
@@ -79,11 +78,16 @@ def service_monitor(job: str, namespace: str | None, labels: Mapping[str, str]) 
 
 
 def metrics_objects(
-    job: str, namespace: str | None, kind: KubeflowKind, opts: K8sOptions,
+    job: str,
+    namespace: str | None,
+    kind: KubeflowKind,
+    opts: K8sOptions,
     labels: Mapping[str, str],
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """The Service and ServiceMonitor of a ``--prometheus`` job (none without it)."""
     if opts.prometheus is None:
         return []
-    return [service(job, namespace, kind, opts.prometheus, labels),
-            service_monitor(job, namespace, labels)]  # fmt: skip
+    return [
+        service(job, namespace, kind, opts.prometheus, labels),
+        service_monitor(job, namespace, labels),
+    ]

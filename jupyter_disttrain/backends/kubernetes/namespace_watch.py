@@ -39,8 +39,12 @@ class NamespaceWatch:
 
     def start(self) -> NamespaceWatch:
         for kubeflow in kinds.KINDS:
-            threading.Thread(target=self._follow, args=(kubeflow,), daemon=True,
-                             name=f"distrain-ns-{kubeflow.plural}").start()  # fmt: skip
+            threading.Thread(
+                target=self._follow,
+                args=(kubeflow,),
+                daemon=True,
+                name=f"distrain-ns-{kubeflow.plural}",
+            ).start()
         return self
 
     def records(self) -> list[JobRecord] | None:
@@ -106,10 +110,16 @@ class NamespaceWatch:
         """
         conn = self.conn
         response: Any = conn.custom.list_namespaced_custom_object(
-            kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural, watch=True,
-            resource_version=version, timeout_seconds=WATCH_SECONDS,
-            allow_watch_bookmarks=True, _preload_content=False,
-        )  # fmt: skip
+            kubeflow.group,
+            kubeflow.version,
+            conn.namespace,
+            kubeflow.plural,
+            watch=True,
+            resource_version=version,
+            timeout_seconds=WATCH_SECONDS,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+        )
         with self._lock:
             self._responses.add(response)
         if self._stopped.is_set():

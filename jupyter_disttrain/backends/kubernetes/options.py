@@ -163,25 +163,52 @@ class K8sOptions:
                 )
         project = self.runai_project
         checks: tuple[tuple[bool, str, object, str, str], ...] = (
-            (project is not None and not is_dns_label(f"runai-{project}"), "runai_project",
-             project, "is not a Run:ai project name", "use lowercase letters, digits and '-'"),
-            (project is not None and self.namespace not in (None, f"runai-{project}"),
-             "namespace", self.namespace, f"is not project {project}'s namespace",
-             f"Run:ai runs it in runai-{project}: drop --namespace"),
-            (project is not None and self.scheduler != "default", "scheduler", self.scheduler,
-             "conflicts with --runai-project", "Run:ai uses runai-scheduler: drop --scheduler"),
-            (self.gpu_fraction is not None and project is None, "gpu_fraction",
-             self.gpu_fraction, "needs --runai-project", "add --runai-project NAME"),
-            (self.gpu_fraction is not None and (not 0 < self.gpu_fraction < 1 or self.gpus > 0),
-             "gpu_fraction", self.gpu_fraction, "must be between 0 and 1, without --gpus",
-             "use --gpu-fraction 0.5 for half a GPU, or --gpus N for whole ones"),
-        )  # fmt: skip
+            (
+                project is not None and not is_dns_label(f"runai-{project}"),
+                "runai_project",
+                project,
+                "is not a Run:ai project name",
+                "use lowercase letters, digits and '-'",
+            ),
+            (
+                project is not None and self.namespace not in (None, f"runai-{project}"),
+                "namespace",
+                self.namespace,
+                f"is not project {project}'s namespace",
+                f"Run:ai runs it in runai-{project}: drop --namespace",
+            ),
+            (
+                project is not None and self.scheduler != "default",
+                "scheduler",
+                self.scheduler,
+                "conflicts with --runai-project",
+                "Run:ai uses runai-scheduler: drop --scheduler",
+            ),
+            (
+                self.gpu_fraction is not None and project is None,
+                "gpu_fraction",
+                self.gpu_fraction,
+                "needs --runai-project",
+                "add --runai-project NAME",
+            ),
+            (
+                self.gpu_fraction is not None and (not 0 < self.gpu_fraction < 1 or self.gpus > 0),
+                "gpu_fraction",
+                self.gpu_fraction,
+                "must be between 0 and 1, without --gpus",
+                "use --gpu-fraction 0.5 for half a GPU, or --gpus N for whole ones",
+            ),
+        )
         for failed, option, given, problem, fix in checks:
             if failed:
                 raise bad_value(option, given, problem, fix)
         if not is_dns_subdomain(self.runtime):
-            raise bad_value("runtime", self.runtime, "is not a valid object name",
-                       "name a training runtime, e.g. torch-distributed")  # fmt: skip
+            raise bad_value(
+                "runtime",
+                self.runtime,
+                "is not a valid object name",
+                "name a training runtime, e.g. torch-distributed",
+            )
         for key, value in {"queue": self.queue, "namespace": self.namespace}.items():
             if value is not None and not is_dns_label(value):
                 raise bad_value(
@@ -256,8 +283,9 @@ class K8sOptions:
                     f"{claim.path}; mount it writable (drop :ro) or stage elsewhere"
                 )
         if self.data_image is not None and not self.data:
-            raise ConflictingOptionsError("--data-image runs the --data copier; add --data or "
-                                          "remove --data-image")  # fmt: skip
+            raise ConflictingOptionsError(
+                "--data-image runs the --data copier; add --data or remove --data-image"
+            )
 
     def volume_at(self, path: str) -> Volume | None:
         """The --volume mounted at or above ``path``, if any."""

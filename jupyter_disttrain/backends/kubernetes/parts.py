@@ -132,14 +132,18 @@ class DataSource:
         scheme = self.src.partition("://")[0].lower() if "://" in self.src else ""
         if scheme and (scheme not in DATA_SCHEMES or not self.src.partition("://")[2]):
             raise bad_value(
-                "data", text, f"copies from {self.src!r}",
+                "data",
+                text,
+                f"copies from {self.src!r}",
                 f"use {', '.join(s + '://' for s in DATA_SCHEMES)} or a path on a --volume",
-            )  # fmt: skip
+            )
         if not scheme and (not self.src.startswith("/") or posixpath.normpath(self.src) == "/"):
             raise bad_value(
-                "data", text, f"copies from {self.src!r}, which is neither a URL nor an "
-                "absolute path", "e.g. --data s3://bucket/dataset:/data",
-            )  # fmt: skip
+                "data",
+                text,
+                f"copies from {self.src!r}, which is neither a URL nor an absolute path",
+                "e.g. --data s3://bucket/dataset:/data",
+            )
         check_mount_path("data", text, self.path)
 
     @property
@@ -152,12 +156,16 @@ def check_mount_path(key: str, text: str, path: str) -> None:
     """Raise unless ``path`` is an absolute, normalised directory outside this tool's own."""
     if not path.startswith("/") or path == "/" or ":" in path or posixpath.normpath(path) != path:
         raise bad_value(
-            key, text, f"mounts at {path!r}; the mount path must be an absolute, "
+            key,
+            text,
+            f"mounts at {path!r}; the mount path must be an absolute, "
             "normalised directory other than /",
-        )  # fmt: skip
+        )
     for reserved in RESERVED_MOUNTS:
         if path == reserved or path.startswith(reserved + "/"):
             raise bad_value(
-                key, text, f"mounts over {reserved}, which this tool uses",
+                key,
+                text,
+                f"mounts over {reserved}, which this tool uses",
                 "choose another directory, e.g. /data",
-            )  # fmt: skip
+            )

@@ -347,9 +347,17 @@ def pod_volumes(
 def pip_command(requirements: Sequence[str]) -> list[str]:
     """The init container's exec-form pip command; requirements are argv items after ``--``."""
     return [
-        "python", "-m", "pip", "install", "--user", "--no-cache-dir",
-        "--disable-pip-version-check", "--no-input", "--", *requirements,
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "pip",
+        "install",
+        "--user",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--",
+        *requirements,
+    ]
 
 
 def payload_paths(job: JobInputs) -> list[str]:
@@ -408,13 +416,16 @@ def pod_template(kind: KubeflowKind, job: JobInputs) -> dict[str, Any]:
         data_vols, data_mounts = staging.data_volumes(opts)
         volumes.extend(data_vols)
         mounts.extend(data_mounts)
-        stage_env = {"PYTHONPATH": PAYLOAD_DIR,
-                     jobkey.ENV_KEY_FILE: f"{PAYLOAD_DIR}/{jobkey.KEY_FILE}"}  # fmt: skip
+        stage_env = {
+            "PYTHONPATH": PAYLOAD_DIR,
+            jobkey.ENV_KEY_FILE: f"{PAYLOAD_DIR}/{jobkey.KEY_FILE}",
+        }
         for key, value in user_env(spec).items():
             stage_env[key] = f"{PAYLOAD_DIR}:{value}" if key == "PYTHONPATH" else value
         env_list = [{"name": key, "value": value} for key, value in stage_env.items()]
-        inits.append(staging.init_container(opts, image, env_list, mounts[0],
-                                             resources(opts, gpus=False)))  # fmt: skip
+        inits.append(
+            staging.init_container(opts, image, env_list, mounts[0], resources(opts, gpus=False))
+        )
     if inits:
         pod["initContainers"] = inits
     if opts.node_selector:
@@ -428,8 +439,10 @@ def pod_template(kind: KubeflowKind, job: JobInputs) -> dict[str, Any]:
     if opts.host_network:  # the node's network: its RDMA NICs, no overlay; DNS still the cluster's
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
-        main["ports"] = [{"name": port_name, "containerPort": host_port(spec.name, opts),
-                          "protocol": "TCP"}, *metrics_port]  # fmt: skip
+        main["ports"] = [
+            {"name": port_name, "containerPort": host_port(spec.name, opts), "protocol": "TCP"},
+            *metrics_port,
+        ]
     if opts.priority_class:
         pod["priorityClassName"] = opts.priority_class
     if opts.service_account:

@@ -14,9 +14,16 @@ from ...runtime.jobkey import KEY_FILE
 KEY_PLACEHOLDER = "<the job key: made with the Secret when the job is submitted>"
 
 _SERVER_FIELDS = (
-    "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
-    "ownerReferences", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds",
-)  # fmt: skip
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "ownerReferences",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
 
 
 def render_yaml(objs: Sequence[Mapping[str, Any]], *, show_key: bool = True) -> str:

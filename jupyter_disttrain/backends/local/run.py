@@ -98,15 +98,22 @@ class LocalRun(Submission):
         spec = self.spec
         if not self._state:
             self._state = {
-                "name": spec.name, "backend": "local", "nodes": spec.nodes,
-                "nproc": spec.nproc, "world_size": spec.world_size, "created": time.time(),
+                "name": spec.name,
+                "backend": "local",
+                "nodes": spec.nodes,
+                "nproc": spec.nproc,
+                "world_size": spec.world_size,
+                "created": time.time(),
                 "framework": spec.framework,
-                "owner_pid": os.getpid(), "mode": self.plan.mode,
+                "owner_pid": os.getpid(),
+                "mode": self.plan.mode,
                 "launcher_pid": self.launcher.pid if self.launcher else None,
-                "rdzv_endpoint": self.plan.rdzv_endpoint, "timeout": spec.timeout,
-                "notebook": self.notebook, "labels": dict(spec.labels),
+                "rdzv_endpoint": self.plan.rdzv_endpoint,
+                "timeout": spec.timeout,
+                "notebook": self.notebook,
+                "labels": dict(spec.labels),
                 "checkpoint_dir": spec.checkpoint_dir,
-            }  # fmt: skip
+            }
         self._state.update(changes)
         if changes.get("state") in ev.TERMINAL_STATES:
             self._state["ended"] = time.time()
@@ -122,10 +129,16 @@ class LocalRun(Submission):
             if self.launcher is not None:
                 node_env["DISTRAIN_LAUNCHER"] = self.launcher.socket_path
                 node_env.setdefault(ENV_SYS_PATH, json.dumps(sys.path))  # the owner's
-                handle = self.launcher.request({
-                    "op": "agent", "argv": list(node.argv), "env": node_env,
-                    "cwd": os.getcwd(), "pgid": self.pgid or 0, "log": node.log,
-                })  # fmt: skip
+                handle = self.launcher.request(
+                    {
+                        "op": "agent",
+                        "argv": list(node.argv),
+                        "env": node_env,
+                        "cwd": os.getcwd(),
+                        "pgid": self.pgid or 0,
+                        "log": node.log,
+                    }
+                )
                 if self.pgid is None:
                     self.pgid = handle.pgid
             else:  # no launcher watches the owner: each agent does (see runtime/agent.py)
@@ -289,8 +302,11 @@ class LocalReplay(Submission):
                     return
             for event in tailer.poll(final=True):
                 self.sink(event)
-            final = [e for e in self._recorded() if e.kind == "job"
-                     and e.get("state") in ev.TERMINAL_STATES]  # fmt: skip
+            final = [
+                e
+                for e in self._recorded()
+                if e.kind == "job" and e.get("state") in ev.TERMINAL_STATES
+            ]
             if final:
                 self.sink(final[-1])
             else:
@@ -318,9 +334,12 @@ class _ExecAgent:
         with jobdir.open_private(node.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", node.module, *node.argv],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 process_group=pgid,
-            )  # fmt: skip
+            )
         self.pid = self.proc.pid
 
     def poll(self) -> int | None:
@@ -348,13 +367,21 @@ def state_record(state: dict[str, Any]) -> JobRecord:
     if status not in ev.TERMINAL_STATES and not _alive(int(state.get("owner_pid", 0))):
         status, reason = "Stopped", "its kernel or command exited"
     return JobRecord(
-        name=str(state["name"]), backend="local", state=status,
-        world_size=int(state.get("world_size", 0)), nodes=int(state.get("nodes", 0)),
-        nproc=int(state.get("nproc", 0)), created=float(state.get("created", 0.0)),
-        ended=state.get("ended"), reason=reason, owner=str(state.get("owner_pid", "")),
-        extra={**({"notebook": state["notebook"]} if state.get("notebook") else {}),
-               **dict(state.get("labels") or {})},
-    )  # fmt: skip
+        name=str(state["name"]),
+        backend="local",
+        state=status,
+        world_size=int(state.get("world_size", 0)),
+        nodes=int(state.get("nodes", 0)),
+        nproc=int(state.get("nproc", 0)),
+        created=float(state.get("created", 0.0)),
+        ended=state.get("ended"),
+        reason=reason,
+        owner=str(state.get("owner_pid", "")),
+        extra={
+            **({"notebook": state["notebook"]} if state.get("notebook") else {}),
+            **dict(state.get("labels") or {}),
+        },
+    )
 
 
 def stop_job(name: str) -> bool:
@@ -378,7 +405,6 @@ def stop_run(directory: Path) -> bool:
     (directory / "stop").touch()
     if not _alive(int(state.get("owner_pid", 0))):
         terminate(state.get("pgid"), list(state.get("agents", [])))
-        state.update(state="Stopped", reason="Stopped", message="stop requested",
-                     ended=time.time())  # fmt: skip
+        state.update(state="Stopped", reason="Stopped", message="stop requested", ended=time.time())
         jobdir.write_json_atomic(directory / "state.json", state)
     return True

@@ -21,7 +21,9 @@ The channel is authenticated with the job key (:mod:`.jobkey`), both ways:
   sequence number that must be the next one, so a frame cannot be replayed
   or reflected. Nothing is unpickled. Frames are 4-byte length-prefixed.
 
-Requests: ``{"op": "state"}`` and ``{"op": "cmd", "line": TEXT, "wait": S}``;
+Requests: ``{"op": "state"}``, ``{"op": "cmd", "line": TEXT, "wait": S}``, and for the
+Debugger panel ``{"op": "stack"}``, ``{"op": "vars", "frame": I, "scope": "locals"}`` and
+``{"op": "eval", "frame": I, "expr": TEXT}`` (answered as data by :mod:`.frames`);
 answers ``{"op": "answer", "output": TEXT, "paused": BOOL, ...frame}`` where
 the frame is ``file``, ``line``, ``function`` and ``source`` (numbered lines
 around the current one). A command whose stop does not come within
@@ -45,7 +47,7 @@ import time
 from types import FrameType, TracebackType
 from typing import Any, Final
 
-from . import framing, jobkey, report
+from . import frames, framing, jobkey, report
 
 ENV_POST_MORTEM: Final = "DISTRAIN_POST_MORTEM"
 HELLO_SECONDS: Final = 5.0
@@ -290,6 +292,28 @@ class _Channel:
         with self.cond:
             return {**self._state(self.at_prompt), "output": ""}
 
+    def inspect(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A ``stack``, ``vars`` or ``eval`` request, answered from the stopped frames (the
+        stopped thread waits at the prompt meanwhile; an evaluation runs in this thread)."""
+        with self.cond:
+            if not self.at_prompt:
+                return {**self._state(False), "error": "the rank is running"}
+            stack, current = self.debugger.stack, self.debugger.curindex
+            if message["op"] == "stack":
+                return {**self._state(True), "frames": frames.user_stack(stack, current)}
+            index = message.get("frame")
+            if not isinstance(index, int) or not 0 <= index <= current:
+                return {**self._state(True), "error": f"no frame {index!r} on this rank"}
+            frame = stack[index][0]
+            local = self.debugger.curframe_locals if index == current else frame.f_locals
+            if message["op"] == "vars":
+                scope = frame.f_globals if message.get("scope") == "globals" else local
+                return {**self._state(True), **frames.variables(scope)}
+            expr = message.get("expr")
+            if not isinstance(expr, str):
+                return {**self._state(True), "error": "eval needs an expression"}
+            return {**self._state(True), **frames.evaluate(expr[:4096], frame, local)}
+
     def _accept(self) -> None:
         framing.accept_each(self.listener, self.hellos, self._serve, "distrain-debug-conn")
 
@@ -319,6 +343,8 @@ class _Channel:
                     wait = message.get("wait")
                     wait = float(wait) if isinstance(wait, int | float) and wait > 0 else 30.0
                     link.send(self.run(message["line"][:4096], min(wait, 3600.0)))
+                elif op in ("stack", "vars", "eval"):
+                    link.send(self.inspect(message))
                 else:
                     link.send(self.state())
         except (ConnectionError, OSError, ValueError):
@@ -411,6 +437,31 @@ def post_mortem(exc: BaseException) -> None:
     debugger.exception = f"{type(exc).__name__}: {exc}"
     debugger.reset()
     debugger.interaction(None, tb)
+
+
+def arm(breakpoints: list[dict[str, Any]], filename: str) -> Any:
+    """Stop at ``breakpoints`` (``{"line", "condition"}`` of ``filename``) in code this thread
+    runs next; the armed debugger, or None without breakpoints or a job key (then nothing is
+    traced: no cost). :func:`disarm` it when the code returns."""
+    channel = _channel_or_none() if breakpoints else None
+    if channel is None:
+        return None
+    debugger = _make_pdb(channel)
+    debugger.reset()
+    debugger.botframe = sys._getframe(1)
+    debugger._set_stopinfo(debugger.botframe, None, -1)
+    for spot in breakpoints:
+        condition = spot.get("condition") or None
+        debugger.set_break(filename, int(spot["line"]), cond=condition)
+    sys.settrace(debugger.trace_dispatch)
+    return debugger
+
+
+def disarm(debugger: Any) -> None:
+    """Stop tracing for :func:`arm`'s ``debugger`` (None: nothing to do)."""
+    if debugger is not None:
+        sys.settrace(None)
+        debugger.clear_all_breaks()
 
 
 class _PdbPatcher:

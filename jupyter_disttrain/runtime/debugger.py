@@ -47,7 +47,7 @@ import time
 from types import FrameType, TracebackType
 from typing import Any, Final
 
-from . import frames, framing, jobkey, report
+from . import framing, jobkey, report
 
 ENV_POST_MORTEM: Final = "DISTRAIN_POST_MORTEM"
 HELLO_SECONDS: Final = 5.0
@@ -295,6 +295,8 @@ class _Channel:
     def inspect(self, message: dict[str, Any]) -> dict[str, Any]:
         """A ``stack``, ``vars`` or ``eval`` request, answered from the stopped frames (the
         stopped thread waits at the prompt meanwhile; an evaluation runs in this thread)."""
+        from . import frames  # only a stopped rank imports it
+
         with self.cond:
             if not self.at_prompt:
                 return {**self._state(False), "error": "the rank is running"}
@@ -384,6 +386,22 @@ def _make_pdb(channel: _Channel) -> Any:
             self.prompt = PROMPT
             self._resuming = False
             self.exception = ""
+            self._spans: dict[Any, set[int]] = {}
+
+        def dispatch_call(self, frame: FrameType, arg: Any) -> Any:
+            """Running on to breakpoints: a function none of whose lines has one is not
+            traced (pdb would trace every function of the breakpoint's file)."""
+            if self.botframe is not None and self.stoplineno == -1:
+                code = frame.f_code
+                spots = self.breaks.get(self.canonic(code.co_filename))
+                if not spots:
+                    return None
+                span = self._spans.get(code)
+                if span is None:
+                    span = self._spans[code] = {line for _, _, line in code.co_lines() if line}
+                if span.isdisjoint(spots):
+                    return None
+            return super().dispatch_call(frame, arg)
 
         def interaction(self, frame: FrameType | None, traceback: Any) -> None:
             self._resuming = False

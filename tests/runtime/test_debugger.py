@@ -192,3 +192,30 @@ def test_without_breakpoints_a_cell_is_not_traced(keyed: bytes) -> None:
     seen: dict[str, object] = {}
     run_payload({"source": "import sys\ntraced = sys.gettrace()\n", "breakpoints": []}, seen)
     assert seen["traced"] is None
+
+
+def test_a_breakpoint_inside_a_cell_function_stops_there(keyed: bytes) -> None:
+    from jupyter_disttrain.runtime.cell import run_payload
+
+    source = (
+        "import sys\ndef plain():\n    return 1\n"
+        "def g(a):\n    b = a + 1\n    return b\nfirst = plain()\nout = g(5)\n"
+    )
+    out = io.StringIO()
+    namespace: dict[str, object] = {}
+    payload = {"source": source, "breakpoints": [{"line": 6}]}
+    thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
+    with redirect_stdout(out):
+        thread.start()
+        while not debugger.paused():
+            assert thread.is_alive(), out.getvalue()
+            threading.Event().wait(0.01)
+        fields = paused_lines(out)[0]
+        assert (fields["line"], fields["function"]) == (6, "g")
+        link = connect(int(fields["port"]), keyed)  # type: ignore[call-overload]
+        link.send({"op": "cmd", "line": "p b", "wait": 10})
+        assert link.recv(1 << 20)["output"] == "6\n"
+        link.send({"op": "cmd", "line": "c", "wait": 10})
+        assert link.recv(1 << 20)["paused"] is False
+        thread.join(10)
+    assert namespace["out"] == 6 and namespace["first"] == 1

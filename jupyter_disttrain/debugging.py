@@ -155,9 +155,10 @@ class RankDebugger:
     def inspect(self, op: str, **fields: Any) -> dict[str, Any]:
         """The paused rank's frames as data: ``stack`` (``frames``, innermost first), ``vars``
         (``frame``, ``scope``: ``variables``) or ``eval`` (``frame``, ``expr``: ``result`` or
-        ``error``); :class:`DebugError` when the rank runs or is unreachable."""
-        if op not in ("stack", "vars", "eval"):
-            raise DebugError(f"{op!r} is not a frame request; use stack, vars or eval")
+        ``error``) or ``breaks`` (``file``, ``spots``: that file's breakpoints from now on);
+        :class:`DebugError` when the rank runs or is unreachable."""
+        if op not in ("stack", "vars", "eval", "breaks"):
+            raise DebugError(f"{op!r} is not a frame request; use stack, vars, eval or breaks")
         answer = self._exchange({"op": op, **fields}, COMMAND_WAIT)
         if answer.get("error") and not answer.get("paused"):
             raise DebugError(f"rank {self.rank}: {answer['error']}")

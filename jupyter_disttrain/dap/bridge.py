@@ -13,8 +13,10 @@ pausing and resuming into ``stopped`` and ``continued`` events.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -30,6 +32,8 @@ Request = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 #: Requests naming a rank by thread id, frame id or variables reference.
 BY_THREAD: Final = ("stackTrace", "next", "stepIn", "stepOut", "continue", "pause")
 BY_FRAME: Final = ("scopes", "evaluate")
+
+log = logging.getLogger(__name__)
 
 
 def response(
@@ -56,6 +60,9 @@ class RankBridge:
         self.breakpoints: dict[str, list[dict[str, Any]]] = {}  # source path -> DAP breakpoints
         self.dumped: dict[str, str] = {}  # source path -> the cell's code
         self.job_cells: dict[str, tuple[str, str]] = {}  # job name -> (source path, code)
+        self.versions: dict[str, int] = {}  # source path -> setBreakpoints seen for it
+        self.delivered: dict[tuple[str, int], int] = {}  # (job, rank) -> version it has
+        self.started: dict[str, int] = {}  # job -> version its payload carried
         self.watcher = Watcher(self)
 
     def install(self) -> None:
@@ -110,6 +117,8 @@ class RankBridge:
             if path is None:
                 return []
             self.job_cells[name] = (path, known[path])
+            self.delivered = {k: v for k, v in self.delivered.items() if k[0] != name}
+            self.started[name] = self.versions.get(path, 0)  # what every rank starts with
             return cells.worker_breakpoints(known[path], self.breakpoints.get(path, []))
 
     def _note(self, message: dict[str, Any], reply: dict[str, Any]) -> None:
@@ -121,6 +130,40 @@ class RankBridge:
             elif command == "setBreakpoints":
                 path = str((args.get("source") or {}).get("path", ""))
                 self.breakpoints[path] = list(args.get("breakpoints") or [])
+                self.versions[path] = self.versions.get(path, 0) + 1
+
+    def sync_paused(self) -> None:
+        """Give every paused rank the panel's breakpoints now (a rank that resumed meanwhile
+        gets them at its next stop)."""
+        ranks = [(job, p.rank) for _, job in self.live() for p in job.paused()]
+        if ranks:
+            with ThreadPoolExecutor(max_workers=min(16, len(ranks))) as pool:
+                for future in [pool.submit(self.sync, job, rank) for job, rank in ranks]:
+                    try:
+                        future.result()
+                    except DebugError as exc:
+                        log.warning("breakpoints not given: %s", exc)
+
+    def sync(self, job: Job, rank: int) -> None:
+        """Give a paused ``rank`` the panel's breakpoints of its cell, if it has older ones
+        (set while the job ran); a running rank gets them at its next stop."""
+        with self.lock:
+            cell = self.job_cells.get(job.name)
+            if cell is None:
+                return
+            path, code = cell
+            version = self.versions.get(path, 0)
+            have = self.delivered.get((job.name, rank), self.started.get(job.name, 0))
+            spots = cells.worker_breakpoints(code, self.breakpoints.get(path, []))
+        if have == version:
+            return
+        job.debug(rank).inspect("breaks", file=handlers.CELL_FILE, spots=spots)
+        with self.lock:
+            self.delivered[(job.name, rank)] = version
+
+    def sync_later(self, job: Job, rank: int) -> None:
+        """:meth:`sync` off this thread (it talks to the rank)."""
+        handlers.background(lambda: self.sync(job, rank), f"rank {rank} breakpoints")
 
     # -- requests --------------------------------------------------------------
     def target(self, message: dict[str, Any]) -> RankFrame | None:
@@ -144,6 +187,8 @@ class RankBridge:
         command = message.get("command")
         if command in ("dumpCell", "setBreakpoints"):
             self._note(message, reply)
+        if command == "setBreakpoints":  # the reply comes once paused ranks have them
+            await asyncio.to_thread(self.sync_paused)
         elif command == "threads" and reply.get("success"):
             reply["body"]["threads"] = [*reply["body"].get("threads", []), *self.threads()]
         elif command == "debugInfo" and reply.get("success"):

@@ -101,7 +101,7 @@ def step(job: Job, where: RankFrame, command: str, moved: Callable[[], None]) ->
     debugger = job.debug(where.rank)
     debugger.where()  # DebugError now when the rank is not paused
     moved()
-    _background(lambda: debugger.ask(STEPS[command], STEP_WAIT), f"rank {where.rank} {command}")
+    background(lambda: debugger.ask(STEPS[command], STEP_WAIT), f"rank {where.rank} {command}")
     return {}
 
 
@@ -113,11 +113,13 @@ def resume(job: Job, where: RankFrame, args: dict[str, Any]) -> dict[str, Any]:
         job.debug(where.rank).where()
     for rank in ranks:
         debugger = job.debug(rank)
-        _background(debugger.cont, f"rank {rank} continue")
+        background(debugger.cont, f"rank {rank} continue")
     return {"allThreadsContinued": not single}
 
 
-def _background(work: Callable[[], Any], what: str) -> None:
+def background(work: Callable[[], Any], what: str) -> None:
+    """Run ``work`` on its own thread; a :class:`DebugError` it raises is logged."""
+
     def run() -> None:
         try:
             work()

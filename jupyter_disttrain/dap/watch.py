@@ -77,6 +77,8 @@ class Watcher:
         now: dict[int, tuple[float, int, str, str]] = {}
         for slot, job in self.bridge.live():
             for paused in job.paused():
+                if self.seen.get(ids.thread_id(slot, paused.rank)) is None:
+                    self.bridge.sync_later(job, paused.rank)  # breakpoints set while it ran
                 reason = "exception" if paused.exception else "breakpoint"
                 now[ids.thread_id(slot, paused.rank)] = (paused.t, paused.line, reason,
                                                          paused.sentence())  # fmt: skip

@@ -23,7 +23,8 @@ The channel is authenticated with the job key (:mod:`.jobkey`), both ways:
 
 Requests: ``{"op": "state"}``, ``{"op": "cmd", "line": TEXT, "wait": S}``, and for the
 Debugger panel ``{"op": "stack"}``, ``{"op": "vars", "frame": I, "scope": "locals"}`` and
-``{"op": "eval", "frame": I, "expr": TEXT}`` (answered as data by :mod:`.frames`);
+``{"op": "eval", "frame": I, "expr": TEXT}`` (answered as data by :mod:`.frames`), and
+``{"op": "breaks", "file": F, "spots": [{"line", "condition"}]}`` (F's breakpoints now);
 answers ``{"op": "answer", "output": TEXT, "paused": BOOL, ...frame}`` where
 the frame is ``file``, ``line``, ``function`` and ``source`` (numbered lines
 around the current one). A command whose stop does not come within
@@ -303,6 +304,8 @@ class _Channel:
             stack, current = self.debugger.stack, self.debugger.curindex
             if message["op"] == "stack":
                 return {**self._state(True), "frames": frames.user_stack(stack, current)}
+            if message["op"] == "breaks":
+                return {**self._state(True), **self._breaks(message)}
             index = message.get("frame")
             if not isinstance(index, int) or not 0 <= index <= current:
                 return {**self._state(True), "error": f"no frame {index!r} on this rank"}
@@ -315,6 +318,22 @@ class _Channel:
             if not isinstance(expr, str):
                 return {**self._state(True), "error": "eval needs an expression"}
             return {**self._state(True), **frames.evaluate(expr[:4096], frame, local)}
+
+    def _breaks(self, message: dict[str, Any]) -> dict[str, Any]:
+        """(Under ``cond``, stopped) replace the breakpoints of ``file`` with ``spots``."""
+        file, spots = message.get("file"), message.get("spots")
+        if not isinstance(file, str) or not isinstance(spots, list):
+            return {"error": "breaks needs a file and a list of spots"}
+        self.debugger.clear_all_file_breaks(file)
+        refused = []
+        for spot in spots[:1000]:
+            line = spot.get("line") if isinstance(spot, dict) else None
+            condition = spot.get("condition") if isinstance(spot, dict) else None
+            problem = (self.debugger.set_break(file, line, cond=condition or None)
+                       if isinstance(line, int) else "not a line")  # fmt: skip
+            if problem:
+                refused.append(f"{line}: {problem}")
+        return {"set": len(spots) - len(refused), "refused": refused}
 
     def _accept(self) -> None:
         framing.accept_each(self.listener, self.hellos, self._serve, "distrain-debug-conn")
@@ -345,7 +364,7 @@ class _Channel:
                     wait = message.get("wait")
                     wait = float(wait) if isinstance(wait, int | float) and wait > 0 else 30.0
                     link.send(self.run(message["line"][:4096], min(wait, 3600.0)))
-                elif op in ("stack", "vars", "eval"):
+                elif op in ("stack", "vars", "eval", "breaks"):
                     link.send(self.inspect(message))
                 else:
                     link.send(self.state())

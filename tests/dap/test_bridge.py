@@ -1,8 +1,9 @@
 """The kernel's DAP sees a 2x2 local job's ranks: a DAP client against a real kernel.
 
-Breakpoints set on the ``%%distrain`` cell (``dumpCell`` + ``setBreakpoints``,
-a condition included) stop every rank; ``threads``, ``stackTrace``,
-``scopes``/``variables``, ``evaluate``, ``next`` and ``continue`` act per rank.
+Breakpoints set on the ``%%distrain`` cell (``dumpCell`` + ``setBreakpoints``)
+stop every rank; one set while they are paused (a condition included) reaches
+them; ``threads``, ``stackTrace``, ``scopes``/``variables``, ``evaluate``,
+``next`` and ``continue`` act per rank.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def test_ranks_are_threads_that_stop_step_show_and_continue(kernel: Kernel, home
     dap.ok(
         "setBreakpoints",
         source={"path": path},
-        breakpoints=[{"line": 5}, {"line": 7, "condition": "rank == 3"}],
-        lines=[5, 7],
+        breakpoints=[{"line": 5}],
+        lines=[5],
         sourceModified=False,
     )
     kernel.execute(code + "\n")
@@ -74,6 +75,13 @@ def test_ranks_are_threads_that_stop_step_show_and_continue(kernel: Kernel, home
     assert sorted(rank_of(e) for e in stops) == [0, 1, 2, 3], stops
     assert {e["body"]["reason"] for e in stops} == {"breakpoint"}
 
+    dap.ok(  # set while the ranks are paused: they take it at once
+        "setBreakpoints",
+        source={"path": path},
+        breakpoints=[{"line": 5}, {"line": 7, "condition": "rank == 3"}],
+        lines=[5, 7],
+        sourceModified=False,
+    )
     threads = {t["name"]: t["id"] for t in dap.ok("threads")["threads"]}
     ranks = {f"rank {r} (node {r // 2})" for r in range(4)}
     assert ranks <= set(threads), threads

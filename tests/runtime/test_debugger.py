@@ -219,3 +219,37 @@ def test_a_breakpoint_inside_a_cell_function_stops_there(keyed: bytes) -> None:
         assert link.recv(1 << 20)["paused"] is False
         thread.join(10)
     assert namespace["out"] == 6 and namespace["first"] == 1
+
+
+def test_breakpoints_given_to_a_stopped_rank_replace_its_own(keyed: bytes) -> None:
+    from jupyter_disttrain.runtime.cell import run_payload
+
+    out = io.StringIO()
+    namespace: dict[str, object] = {}
+    payload = {"source": CELL, "breakpoints": [{"line": 3}]}
+    thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
+    with redirect_stdout(out):
+        thread.start()
+        while not debugger.paused():
+            assert thread.is_alive(), out.getvalue()
+            threading.Event().wait(0.01)
+        link = connect(int(paused_lines(out)[0]["port"]), keyed)  # type: ignore[call-overload]
+        spots = [{"line": 4}, {"line": 99}, {"line": 3, "condition": "step > 100"}]
+        link.send({"op": "breaks", "file": "<distrain-cell>", "spots": spots})
+        answer = link.recv(1 << 20)
+        assert answer["set"] == 2 and answer["refused"] == [
+            "99: Line <distrain-cell>:99 does not exist"
+        ]
+        link.send({"op": "cmd", "line": "c", "wait": 10})
+        assert link.recv(1 << 20)["paused"] is False
+        while len(paused_lines(out)) < 3:  # paused, resumed, paused again
+            assert thread.is_alive(), out.getvalue()
+            threading.Event().wait(0.01)
+        again = paused_lines(out)[2]
+        assert (again["kind"], again["line"]) == ("paused", 4), out.getvalue()
+        link.send({"op": "cmd", "line": "p total", "wait": 10})
+        assert link.recv(1 << 20)["output"] == "10\n"
+        link.send({"op": "cmd", "line": "c", "wait": 10})
+        assert link.recv(1 << 20)["paused"] is False
+        thread.join(10)
+    assert namespace["result"] == 10

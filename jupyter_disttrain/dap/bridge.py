@@ -178,9 +178,23 @@ class RankBridge:
             return ids.of_variables(args.get("variablesReference"))
         return None
 
+    def continues_ranks(self, message: dict[str, Any]) -> bool:
+        """A ``continue`` for the kernel's own thread while only ranks are stopped: JupyterLab
+        sends that for its last stopped thread (it forgets the thread before naming it)."""
+        return (message.get("command") == "continue"
+                and not getattr(self.debugger, "stopped_threads", None)
+                and bool(self.watcher.stopped_threads()))  # fmt: skip
+
+    def first_paused(self) -> RankFrame | None:
+        """The first stopped rank thread, as a request target."""
+        stopped = self.watcher.stopped_threads()
+        return ids.of_thread(stopped[0]) if stopped else None
+
     async def process_request(self, message: dict[str, Any]) -> dict[str, Any]:
         """ipykernel's ``process_request``, with the ranks added (see the module docstring)."""
         where = self.target(message)
+        if where is None and self.continues_ranks(message):
+            where = self.first_paused()
         if where is not None:
             return await asyncio.to_thread(self.serve, message, where)
         reply = await self.original(message)

@@ -61,10 +61,11 @@ class Watcher:
             return sorted(self.seen)
 
     def stepping(self, thread: int) -> None:
-        """``thread`` was told to step: say it runs; its next stop is a ``step``."""
+        """``thread`` was told to step: its next stop is a ``step``. No ``continued`` is sent
+        (DAP implies it; JupyterLab would move the thread to the end of its stopped ones and
+        show another rank)."""
         with self.lock:
             self.steps.add(thread)
-        self.bridge.debugger.event_callback(continued_event(thread))
 
     def _run(self) -> None:
         while not self.halt.wait(POLL):

@@ -108,9 +108,6 @@ def test_ranks_are_threads_that_stop_step_show_and_continue(kernel: Kernel, home
     assert not failed["success"] and "NameError" in failed["message"]
 
     dap.ok("next", threadId=two)
-    dap.wait_event(
-        lambda e: e["event"] == "continued" and rank_of(e) == 2, "rank 2 runs", WAIT, show
-    )
     moved = dap.wait_event(lambda e: e["event"] == "stopped", "rank 2's step", WAIT, show)
     assert (rank_of(moved), moved["body"]["reason"]) == (2, "step")
     frames = dap.ok("stackTrace", threadId=two)["stackFrames"]
@@ -135,7 +132,8 @@ def test_ranks_are_threads_that_stop_step_show_and_continue(kernel: Kernel, home
     assert rank_of(last) == 3
     frames = dap.ok("stackTrace", threadId=three)["stackFrames"]
     assert frames[0]["line"] == 7, frames
-    dap.ok("continue", threadId=three)
+    # JupyterLab's Continue names thread 1 once its last stopped thread is forgotten
+    assert dap.ok("continue", threadId=1)["allThreadsContinued"] is True
     state = kernel.run(
         f"from jupyter_disttrain import service as d; print(d.registered()[{name!r}].wait(120))"
     )

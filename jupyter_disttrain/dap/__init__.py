@@ -3,13 +3,15 @@
 :func:`install` (run by ``%load_ext jupyter_disttrain`` in an ipykernel with a
 debugger) wraps the kernel's DAP handling (:class:`~.bridge.RankBridge`);
 :func:`cell_breakpoints` gives the magic the breakpoints the panel set in the
-cell, as the workers' lines. Outside such a kernel both do nothing.
+cell, as the workers' lines; :func:`focus` shows one paused rank in the panel. Outside
+such a kernel the first two do nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..debugging import DebugError
 from ..service import default_service
 from .bridge import RankBridge
 
@@ -40,3 +42,14 @@ def cell_breakpoints(ipython: Any, name: str, body: str) -> list[dict[str, Any]]
         if bridge.debugger is debugger:
             return bridge.breakpoints_for(name, body, raw)
     return []
+
+
+def focus(ipython: Any, name: str, rank: int) -> None:
+    """Show paused ``rank`` of job ``name`` in this kernel's Debugger panel; DebugError
+    naming why not (no debugger in this kernel, the rank not stopped there)."""
+    debugger = getattr(getattr(ipython, "kernel", None), "debugger", None)
+    for bridge in _bridges:
+        if bridge.debugger is debugger:
+            bridge.focus(name, rank)
+            return
+    raise DebugError("this kernel has no Debugger panel (ipykernel with debugpy is needed)")

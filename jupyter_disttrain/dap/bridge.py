@@ -103,6 +103,22 @@ class RankBridge:
                                "name": f"rank {rank} (node {node})"})  # fmt: skip
         return listed
 
+    def focus(self, name: str, rank: int) -> None:
+        """Show paused ``rank`` of job ``name`` in the panel (its frames, its variables, its
+        steps); :class:`DebugError` when it is not paused or the job is not this kernel's."""
+        with self.lock:
+            slot = self.slots.get(name)
+        stopped = self.watcher.stopped_threads()
+        thread = ids.thread_id(slot, rank) if slot is not None and 0 <= rank < ids.MAX_RANKS else 0
+        if thread not in stopped:
+            ranks = sorted(w.rank for t in stopped if (w := ids.of_thread(t)) and w.slot == slot)
+            raise DebugError(
+                f"rank {rank} of job {name} is not stopped in the Debugger panel (stopped: "
+                f"{', '.join(map(str, ranks)) or 'none'}); turn the kernel's debugger on and "
+                "set a breakpoint in the cell's gutter"
+            )
+        self.watcher.focus(thread)
+
     # -- breakpoints -----------------------------------------------------------
     def breakpoints_for(self, name: str, body: str, raw: str = "") -> list[dict[str, Any]]:
         """The workers' breakpoints for job ``name`` running the ``%%distrain`` cell ``body``
@@ -217,7 +233,8 @@ class RankBridge:
         try:
             job = self.job_in(where.slot)
             if command == "stackTrace":
-                body = handlers.stack_trace(job, where, args, self.job_cells.get(job.name))
+                stop = self.watcher.stops(ids.thread_id(where.slot, where.rank))
+                body = handlers.stack_trace(job, where, args, self.job_cells.get(job.name), stop)
             elif command == "scopes":
                 body = handlers.scopes(where)
             elif command == "variables":

@@ -43,9 +43,10 @@ def source_of(file: str, line: int, cell: tuple[str, str] | None) -> tuple[dict[
 
 
 def stack_trace(
-    job: Job, where: RankFrame, args: dict[str, Any], cell: tuple[str, str] | None
+    job: Job, where: RankFrame, args: dict[str, Any], cell: tuple[str, str] | None, stop: int
 ) -> dict[str, Any]:
-    """The rank's user frames, innermost first (``startFrame``, ``levels`` honoured)."""
+    """The rank's user frames at its ``stop``, innermost first (``startFrame``, ``levels``
+    honoured)."""
     answer = job.debug(where.rank).inspect("stack")
     listed = [f for f in answer.get("frames") or [] if f["index"] < ids.MAX_FRAMES]
     start = int(args.get("startFrame") or 0)
@@ -54,7 +55,7 @@ def stack_trace(
     frames = []
     for frame in shown:
         source, line = source_of(str(frame["file"]), int(frame["line"]), cell)
-        frames.append({"id": ids.frame_id(where.slot, where.rank, frame["index"]),
+        frames.append({"id": ids.frame_id(where.slot, where.rank, frame["index"], stop),
                        "name": frame["function"], "line": line, "column": 1,
                        "source": source})  # fmt: skip
     return {"stackFrames": frames, "totalFrames": len(listed)}
@@ -64,7 +65,8 @@ def scopes(where: RankFrame) -> dict[str, Any]:
     """A rank frame's two scopes (their variables come with ``variables``)."""
     return {"scopes": [
         {"name": name.capitalize(), "expensive": False,
-         "variablesReference": ids.variables_id(where.slot, where.rank, where.frame, name)}
+         "variablesReference": ids.variables_id(where.slot, where.rank, where.frame, name,
+                                                where.stop)}
         for name in ids.SCOPES
     ]}  # fmt: skip
 

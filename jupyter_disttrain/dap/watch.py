@@ -43,6 +43,7 @@ class Watcher:
         self.lock = threading.Lock()
         self.seen: dict[int, tuple[float, int]] = {}  # thread id -> (paused line's t, line)
         self.steps: set[int] = set()
+        self.counts: dict[int, int] = {}  # thread id -> stops seen
         self.halt = threading.Event()
         self.thread = threading.Thread(target=self._run, name="distrain-dap-watch", daemon=True)
 
@@ -60,12 +61,26 @@ class Watcher:
         with self.lock:
             return sorted(self.seen)
 
+    def stops(self, thread: int) -> int:
+        """How many stops of ``thread`` were seen (its frames' ids change with each)."""
+        with self.lock:
+            return self.counts.get(thread, 0)
+
     def stepping(self, thread: int) -> None:
         """``thread`` was told to step: its next stop is a ``step``. No ``continued`` is sent
-        (DAP implies it; JupyterLab would move the thread to the end of its stopped ones and
-        show another rank)."""
+        (the request implies it, and JupyterLab would clear the panel until the stop)."""
         with self.lock:
             self.steps.add(thread)
+
+    def focus(self, thread: int) -> None:
+        """Make stopped ``thread`` the one the panel shows (JupyterLab's panel shows the thread
+        of the last ``stopped`` event): tell its stop again."""
+        with self.lock:
+            if thread not in self.seen:
+                raise ValueError(f"thread {thread} is not stopped")
+        self.bridge.debugger.event_callback(
+            stopped_event(thread, "pause", "shown in the Debugger panel")
+        )
 
     def _run(self) -> None:
         while not self.halt.wait(POLL):
@@ -87,6 +102,7 @@ class Watcher:
         with self.lock:
             for thread, (t, line, reason, text) in sorted(now.items()):
                 if self.seen.get(thread) != (t, line):
+                    self.counts[thread] = self.counts.get(thread, 0) + 1
                     if thread in self.steps:
                         reason = "step"
                         self.steps.discard(thread)

@@ -2,12 +2,13 @@
 //
 //   node dap.mjs BASE_URL NOTEBOOK OUT_DIR
 //
-// The notebook (written by test_dap_browser.py) has two code cells: load the
-// extension, and a 2x2 job ("browser-dap"). The script turns the kernel's
-// debugger on, clicks the gutter of the job cell's line 5, runs the cell, waits
-// for every rank to pause and the panel to show the stopped rank's frame and
-// variables, clicks Next (Step over), then Continue, and waits for the job to
-// succeed. Prints one JSON object of what it saw.
+// The notebook (written by test_dap_browser.py) has three code cells: load the
+// extension, a 2x2 job ("browser-dap"), and `%distrain_debug ... --rank 2 --panel`.
+// The script turns the kernel's debugger on, clicks the gutter of the job cell's
+// line 5, runs the cell, waits for every rank to pause and the panel to show a
+// stopped rank's frame (the last to stop), runs the third cell so the panel shows rank 2, clicks
+// Next (Step over), then Continue, and waits for the job to succeed. Prints one
+// JSON object of what it saw.
 
 import fs from "node:fs";
 import path from "node:path";
@@ -31,6 +32,18 @@ async function topFrame(expected) {
     name: await frame.locator(".jp-DebuggerCallstackFrame-name").textContent(),
     location: await frame.locator(".jp-DebuggerCallstackFrame-location").textContent(),
   };
+}
+
+// The text of `locator` once it matches `pattern` (within a minute).
+async function until(locator, pattern) {
+  const deadline = Date.now() + 60_000;
+  let text = "";
+  while (Date.now() < deadline) {
+    text = await locator.innerText();
+    if (pattern.test(text)) return text;
+    await page.waitForTimeout(200);
+  }
+  throw new Error(`no ${pattern} in: ${text}`);
 }
 
 await runScenario({ page, result, close }, outDir, async () => {
@@ -69,16 +82,22 @@ await runScenario({ page, result, close }, outDir, async () => {
   result.stopped = await topFrame(`:${LINE}`);
   const variables = sidebar.locator(".jp-DebuggerVariables-body >> visible=true").first();
   await variables.getByText("step", { exact: true }).first().waitFor({ timeout: 60_000 });
-  result.variables = await variables.innerText();
+
+  // the panel shows rank 2 (%distrain_debug --rank 2 --panel)
+  await waitForPrompt(await runCell(2));
+  result.focus = await page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".jp-OutputArea").innerText();
+  result.rank2 = await until(variables, /\brank\s+2\b/);
+  result.focused = await topFrame(`:${LINE}`);
   await page.screenshot({ path: path.join(outDir, "debugger-panel.png") });
 
   await sidebar.locator('[title^="Next"]').first().click();
   result.stepped = await topFrame(`:${LINE + 1}`);
+  result.rank2Stepped = await until(variables, /\bstep\s+21\b/);
 
   await sidebar.locator('[title^="Continue"]').first().click();
   await page.locator(`${dash} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: JOB_TIMEOUT });
   result.final = await page.locator(`${dash} .distrain-header`).getAttribute("data-state");
 }, async () => {
   result.dashboard = await page.locator(dash).innerText().catch(() => "");
-  result.sidebar = await sidebar.innerText().catch(() => "");
+  result.sidebar = (await sidebar.innerText().catch(() => "")).slice(0, 2000);
 });

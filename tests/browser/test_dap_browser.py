@@ -2,12 +2,15 @@
 
 The kernel's debugger is turned on, a breakpoint clicked into the gutter of
 the ``%%distrain`` cell's line 5, the cell run: every rank pauses there, the
-Callstack shows the stopped rank's cell frame at line 5 and Variables its
-``step``; Next moves that rank to line 6 and Continue lets the job succeed.
+Callstack shows a stopped rank's cell frame at line 5; ``%distrain_debug
+--rank 2 --panel`` makes the panel show rank 2 (Variables: its ``step``);
+Next moves rank 2 to line 6 and Continue lets the job succeed.
 The panel's screenshot lands in ``test-output/dap/``.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -25,6 +28,7 @@ step = rank * 10
 step += 1
 dist.barrier()
 step""",
+    "%distrain_debug browser-dap --rank 2 --panel",
 ]
 
 
@@ -40,8 +44,11 @@ def test_debugger_panel_in_jupyterlab(lab: Lab) -> None:
     )
     assert result["stopped"]["name"] == "<module>", result
     assert result["stopped"]["location"].endswith(":5"), result
+    assert result["focus"].strip() == "browser-dap: the Debugger panel shows rank 2"
+    assert re.search(r"\bstep\s+20\b", result["rank2"]), result
+    assert result["focused"]["location"].endswith(":5"), result
     assert result["stepped"]["location"].endswith(":6"), result
-    assert "step" in result["variables"] and "rank" in result["variables"], result
+    assert re.search(r"\brank\s+2\b", result["rank2Stepped"]), result
     assert result["final"] == "Succeeded"
     errors = [e for e in result["console"] if e.startswith("pageerror")]
     assert not errors, errors

@@ -140,7 +140,7 @@ if total < 0:
 """
 
 
-def cell_cost(runs: int = 7) -> dict[str, float]:
+def cell_cost(runs: int = 11) -> dict[str, float]:
     """(d) median ms of :data:`LOOP_CELL` per way of running it (key set, as in a worker)."""
     from jupyter_disttrain.runtime import jobkey
     from jupyter_disttrain.runtime.cell import run_cell, run_payload
@@ -188,7 +188,7 @@ Machine: {machine_name()}. `python bench/debugger.py`.
 {without:.2f} / {with_finder:.2f} µs |
 | `p x` to a stopped rank over the signed 127.0.0.1 channel (median of 200) | {rtt:.2f} ms |
 | a 200 000-call cell: plain `run_cell` / as a worker runs it, no breakpoint set \
-(median of 7) | {cell["plain"]:.1f} / {cell["none"]:.1f} ms ({extra:+.1f} %) |
+(median of 11) | {cell["plain"]:.1f} / {cell["none"]:.1f} ms ({extra:+.1f} %) |
 | the same cell with one Debugger-panel breakpoint on a line it never reaches | \
 {cell["unreached"]:.1f} ms (x{traced:.1f}) |
 

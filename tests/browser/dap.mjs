@@ -3,10 +3,11 @@
 //   node dap.mjs BASE_URL NOTEBOOK OUT_DIR
 //
 // The notebook (written by test_dap_browser.py) has three code cells: load the
-// extension, a 2x2 job ("browser-dap"), and `%distrain_debug ... --rank 2 --panel`.
+// extension, a 2x2 job (DAP_JOB, "browser-dap"), and `%distrain_debug ... --rank
+// DAP_RANK --panel` (rank 2; the environment names others).
 // The script turns the kernel's debugger on, clicks the gutter of the job cell's
 // line 5, runs the cell, waits for every rank to pause and the panel to show a
-// stopped rank's frame (the last to stop), runs the third cell so the panel shows rank 2, clicks
+// stopped rank's frame (the last to stop), runs the third cell so the panel shows that rank, clicks
 // Next (Step over), then Continue, and waits for the job to succeed. Prints one
 // JSON object of what it saw.
 
@@ -17,10 +18,12 @@ import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from ".
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
 const LINE = 5;
+const RANK = Number(process.env.DAP_RANK ?? "2"); // the rank the panel is made to show
+const JOB = process.env.DAP_JOB ?? "browser-dap";
 
 fs.mkdirSync(outDir, { recursive: true });
 const { page, result, close } = await openBrowser({ width: 1400, height: 1300 });
-const dash = ".distrain-job-browser-dap";
+const dash = `.distrain-job-${JOB}`;
 const runCell = (index) => runCellOn(page, index);
 const sidebar = page.locator(".jp-DebuggerSidebar");
 
@@ -86,13 +89,13 @@ await runScenario({ page, result, close }, outDir, async () => {
   // the panel shows rank 2 (%distrain_debug --rank 2 --panel)
   await waitForPrompt(await runCell(2));
   result.focus = await page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".jp-OutputArea").innerText();
-  result.rank2 = await until(variables, /\brank\s+2\b/);
+  result.rank2 = await until(variables, new RegExp(`\\brank\\s+${RANK}\\b`));
   result.focused = await topFrame(`:${LINE}`);
   await page.screenshot({ path: path.join(outDir, "debugger-panel.png") });
 
   await sidebar.locator('[title^="Next"]').first().click();
   result.stepped = await topFrame(`:${LINE + 1}`);
-  result.rank2Stepped = await until(variables, /\bstep\s+21\b/);
+  result.rank2Stepped = await until(variables, new RegExp(`\\bstep\\s+${RANK * 10 + 1}\\b`));
 
   await sidebar.locator('[title^="Continue"]').first().click();
   await page.locator(`${dash} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: JOB_TIMEOUT });

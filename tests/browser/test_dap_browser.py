@@ -21,7 +21,7 @@ import pytest
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
 
-from .conftest import REPO, Lab, _serve
+from .conftest import REPO, Lab, serve_lab
 from .harness import run_harness, write_notebook
 
 OUTPUT = REPO / "test-output" / "dap"
@@ -56,11 +56,7 @@ def cluster_lab(
     with Emulator(env={"GLOO_SOCKET_IFNAME": pod_interface()}) as emulator:
         config = emulator.write_kubeconfig(tmp_path / "kubeconfig")
         monkeypatch.setenv("KUBECONFIG", str(config))
-        yield from _serve(
-            tmp_path,
-            "jupyterlab",
-            ["--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        )
+        yield from serve_lab(tmp_path)
 
 
 @pytest.mark.slow

@@ -80,7 +80,12 @@ await runScenario({ page, result, close }, outDir, async () => {
   await runCell(1);
   await page.locator(`${dash} tr.distrain-rank-row[data-state="Paused"]`).nth(3).waitFor({ timeout: JOB_TIMEOUT });
   result.paused = await page.locator(`${dash} tr.distrain-rank-row`).evaluateAll((trs) =>
-    trs.map((tr) => ({ rank: Number(tr.dataset.rank), state: tr.dataset.state })),
+    trs.map((tr) => ({
+      rank: Number(tr.dataset.rank),
+      state: tr.dataset.state,
+      node: tr.cells[1]?.textContent?.trim(),
+      host: tr.cells[2]?.textContent?.trim(),
+    })),
   );
   result.stopped = await topFrame(`:${LINE}`);
   const variables = sidebar.locator(".jp-DebuggerVariables-body >> visible=true").first();

@@ -75,6 +75,8 @@ def test_debugger_panel_reaches_rank_3_in_node_1s_pod(
     notebook = write_notebook(cluster_lab.root, "dapk.ipynb", cells)
     result = run_harness("dap.mjs", cluster_lab, notebook, OUTPUT_K8S)
     check(result, rank=3, name=name)
+    three = next(row for row in result["paused"] if row["rank"] == 3)
+    assert three["node"] == "1" and "worker" in three["host"], three  # node 1's pod
 
 
 def check(result: dict[str, Any], rank: int, name: str = "browser-dap") -> None:

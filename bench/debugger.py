@@ -6,7 +6,11 @@
 (b) every later import passes the ``pdb`` finder on ``sys.meta_path``: the
     cost of a module lookup with and without it;
 (c) a stopped rank: the time of one ``p`` command over the authenticated
-    127.0.0.1 channel (in-process rank thread, real socket, job key).
+    127.0.0.1 channel (in-process rank thread, real socket, job key);
+(d) a cell run as a worker runs it (``cell.run_payload``) with no breakpoint
+    from the Debugger panel, against the plain ``run_cell`` it wraps, and
+    with one breakpoint set on a line the cell never reaches (then the cell's
+    frames are traced, as pdb traces them).
 
 ``python bench/debugger.py`` prints the figures and rewrites the "Debugger"
 section of ``BENCHMARKS.md``.
@@ -125,6 +129,42 @@ def command_round_trip(n: int = 200) -> float:
     return statistics.median(times)
 
 
+LOOP_CELL = """
+def f(a):
+    return a * 2 + 1
+total = 0
+for i in range(200_000):
+    total += f(i)
+if total < 0:
+    print("never")
+"""
+
+
+def cell_cost(runs: int = 11) -> dict[str, float]:
+    """(d) median ms of :data:`LOOP_CELL` per way of running it (key set, as in a worker)."""
+    from jupyter_disttrain.runtime import jobkey
+    from jupyter_disttrain.runtime.cell import run_cell, run_payload
+
+    with tempfile.NamedTemporaryFile(delete=False) as fh:
+        fh.write(b"d" * 32)
+    os.environ[jobkey.ENV_KEY_FILE] = fh.name
+    ways = {
+        "plain": lambda: run_cell(LOOP_CELL, {}),
+        "none": lambda: run_payload({"source": LOOP_CELL, "breakpoints": []}, {}),
+        "unreached": lambda: run_payload(
+            {"source": LOOP_CELL, "breakpoints": [{"line": 8, "condition": None}]}, {}
+        ),
+    }
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    for _ in range(runs):  # interleaved, so a noisy neighbour hits every way alike
+        for way, run in ways.items():
+            t = time.perf_counter()
+            run()
+            times[way].append((time.perf_counter() - t) * 1000)
+    os.unlink(fh.name)
+    return {way: statistics.median(seen) for way, seen in times.items()}
+
+
 def main() -> int:
     setup = setup_cost()
     without, with_finder = finder_cost()
@@ -133,6 +173,9 @@ def main() -> int:
         rtt = command_round_trip()
     finally:
         sys.stdout = real
+    cell = cell_cost()
+    extra = (cell["none"] / cell["plain"] - 1) * 100
+    traced = cell["unreached"] / cell["plain"]
     body = f"""
 Machine: {machine_name()}. `python bench/debugger.py`.
 
@@ -144,9 +187,16 @@ Machine: {machine_name()}. `python bench/debugger.py`.
 | a module lookup without / with the pdb finder on `sys.meta_path` | \
 {without:.2f} / {with_finder:.2f} µs |
 | `p x` to a stopped rank over the signed 127.0.0.1 channel (median of 200) | {rtt:.2f} ms |
+| a 200 000-call cell: plain `run_cell` / as a worker runs it, no breakpoint set \
+(median of 11) | {cell["plain"]:.1f} / {cell["none"]:.1f} ms ({extra:+.1f} %) |
+| the same cell with one Debugger-panel breakpoint on a line it never reaches | \
+{cell["unreached"]:.1f} ms (x{traced:.1f}) |
 
 A rank that never stops pays the set-up line above and nothing else: no
-thread, no socket, no pdb import until `breakpoint()`.
+thread, no socket, no pdb import until `breakpoint()`. Without a breakpoint
+from the Debugger panel nothing is traced (the difference is the machine's
+noise); with one, the cell's frames are traced as pdb traces them, until the
+cell returns.
 """
     print(body)
     write_section(ROOT / "BENCHMARKS.md", "Debugger", body)

@@ -44,3 +44,6 @@ def load_ipython_extension(ipython: Any) -> None:
     from .debug_magics import load as load_debugger
 
     load_debugger(ipython)
+    from .dap import install
+
+    install(ipython)  # the ranks of its jobs in the kernel's Debugger panel

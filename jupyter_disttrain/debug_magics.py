@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from .backends.base import BackendError
+from .dap import focus
 from .magics import parse_line
 from .service import default_service
 from .service.debugging import debug_job, debug_last
@@ -29,6 +30,10 @@ class DebugMagics(Magics):
     @magic_arguments.argument("--rank", type=int, default=None, help="the paused rank to show")
     @magic_arguments.argument("--backend", default=None, help="where the job runs")
     @magic_arguments.argument(
+        "--panel", action="store_true",
+        help="show --rank in the kernel's Debugger panel (ranks stopped at gutter breakpoints)",
+    )  # fmt: skip
+    @magic_arguments.argument(
         "--last", action="store_true",
         help="a session: stop the ranks whose last cell failed in the frame that raised",
     )  # fmt: skip
@@ -36,6 +41,8 @@ class DebugMagics(Magics):
     def distrain_debug(self, line: str) -> Any:
         """Open the debugger console of a job's paused ranks (``breakpoint()``, --post-mortem)."""
         args = parse_line(self.distrain_debug, line)
+        if args.panel:
+            return self._panel(args)
         try:
             if args.last:
                 job = debug_last(default_service(), args.name)
@@ -58,6 +65,16 @@ class DebugMagics(Magics):
         from .widgets.debug_console import DebugConsole
 
         return DebugConsole(job, args.rank)  # shown as the cell's value
+
+    def _panel(self, args: Any) -> None:
+        """``--panel``: the Debugger panel shows ``--rank``."""
+        if args.rank is None:
+            raise UsageError("--panel shows one rank: add --rank R (e.g. --rank 0)")
+        try:
+            focus(self.shell, args.name, args.rank)
+        except BackendError as exc:
+            raise UsageError(f"%distrain_debug {args.name} --panel: {exc}") from None
+        print(f"{args.name}: the Debugger panel shows rank {args.rank}")
 
 
 def load(ipython: Any) -> None:

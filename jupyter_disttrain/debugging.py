@@ -138,16 +138,31 @@ class RankDebugger:
         return self._link
 
     def _request(self, message: dict[str, Any], timeout: float) -> Answer:
+        return _answer(self.rank, self._exchange(message, timeout))
+
+    def _exchange(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         with self._lock:
             link = self._connect()
             assert self._sock is not None
             try:
                 self._sock.settimeout(timeout + 30.0)
                 link.send(message)
-                return _answer(self.rank, link.recv(ANSWER_LIMIT))
+                return link.recv(ANSWER_LIMIT)
             except (ConnectionError, OSError) as exc:
                 self.close()
                 raise DebugError(f"lost rank {self.rank}'s debugger: {exc}") from None
+
+    def inspect(self, op: str, **fields: Any) -> dict[str, Any]:
+        """The paused rank's frames as data: ``stack`` (``frames``, innermost first), ``vars``
+        (``frame``, ``scope``: ``variables``) or ``eval`` (``frame``, ``expr``: ``result`` or
+        ``error``) or ``breaks`` (``file``, ``spots``: that file's breakpoints from now on);
+        :class:`DebugError` when the rank runs or is unreachable."""
+        if op not in ("stack", "vars", "eval", "breaks"):
+            raise DebugError(f"{op!r} is not a frame request; use stack, vars, eval or breaks")
+        answer = self._exchange({"op": op, **fields}, COMMAND_WAIT)
+        if answer.get("error") and not answer.get("paused"):
+            raise DebugError(f"rank {self.rank}: {answer['error']}")
+        return answer
 
     def state(self) -> Answer:
         """Where the rank is now, with the source lines around it (no command run)."""

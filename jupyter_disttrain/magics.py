@@ -24,6 +24,7 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 from .backends.base import BackendError
 from .cellcheck import main_guard_note, spawn_problem
 from .checkpoints.jobs import store_for
+from .dap import cell_breakpoints
 from .frameworks import names as framework_names
 from .job import Job
 from .options import JOB_OPTIONS, seconds
@@ -178,6 +179,7 @@ class DistrainMagics(Magics):
                 cell,
                 self.shell.user_ns if self.shell else {},
                 max_capture_bytes=int(self.max_capture_mb * 1024 * 1024),
+                breakpoints=cell_breakpoints(self.shell, spec.name, cell),  # the Debugger panel's
             )
         except (SpecError, CaptureError, BackendError) as exc:
             raise UsageError(str(exc)) from None

@@ -171,3 +171,10 @@ def test_debug_last_enters_a_sessions_last_failed_cell(shell: InteractiveShell) 
         assert wait_for(next_cell, 30, "the session runs no cell") == [0]
     finally:
         service.stop_session("dbg-sess")
+
+
+def test_panel_needs_a_rank_and_a_kernel_debugger(shell: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="--panel shows one rank: add --rank R"):
+        shell.run_line_magic("distrain_debug", "some-job --panel")
+    with pytest.raises(UsageError, match="this kernel has no Debugger panel"):
+        shell.run_line_magic("distrain_debug", "some-job --rank 1 --panel")

@@ -20,6 +20,8 @@ from importlib.machinery import SourceFileLoader
 from types import TracebackType
 from typing import Any
 
+from . import debugger
+
 CELL_FILENAME = "<distrain-cell>"
 #: Set in pods: the writable folder a script's shipped copy is written to and runs in.
 SCRIPT_DIR_ENV = "DISTRAIN_SCRIPT_DIR"
@@ -96,11 +98,20 @@ def run_cell(source: str, namespace: dict[str, Any], filename: str = CELL_FILENA
 
 
 def run_payload(payload: Mapping[str, Any], namespace: dict[str, Any]) -> Any:
-    """Run the payload's script, or its cell; return the cell's value (a script's is None)."""
+    """Run the payload's script, or its cell; return the cell's value (a script's is None).
+
+    A cell's ``breakpoints`` (``[{"line", "condition"}]``, the Debugger panel's) stop it
+    there (:func:`.debugger.arm`); without any nothing is traced."""
     script = payload.get("script")
     if script:
         return run_script(script, str(payload["source"]), namespace)
-    return run_cell(str(payload["source"]), namespace, CELL_FILENAME)
+    source = str(payload["source"])
+    register_source(source)  # the breakpoints' lines must exist before they are set
+    armed = debugger.arm(list(payload.get("breakpoints") or []), CELL_FILENAME)
+    try:
+        return run_cell(source, namespace, CELL_FILENAME)
+    finally:
+        debugger.disarm(armed)
 
 
 def write_folder(folder: str, files: Mapping[str, bytes]) -> None:

@@ -21,7 +21,10 @@ The channel is authenticated with the job key (:mod:`.jobkey`), both ways:
   sequence number that must be the next one, so a frame cannot be replayed
   or reflected. Nothing is unpickled. Frames are 4-byte length-prefixed.
 
-Requests: ``{"op": "state"}`` and ``{"op": "cmd", "line": TEXT, "wait": S}``;
+Requests: ``{"op": "state"}``, ``{"op": "cmd", "line": TEXT, "wait": S}``, and for the
+Debugger panel ``{"op": "stack"}``, ``{"op": "vars", "frame": I, "scope": "locals"}`` and
+``{"op": "eval", "frame": I, "expr": TEXT}`` (answered as data by :mod:`.frames`), and
+``{"op": "breaks", "file": F, "spots": [{"line", "condition"}]}`` (F's breakpoints now);
 answers ``{"op": "answer", "output": TEXT, "paused": BOOL, ...frame}`` where
 the frame is ``file``, ``line``, ``function`` and ``source`` (numbered lines
 around the current one). A command whose stop does not come within
@@ -290,6 +293,48 @@ class _Channel:
         with self.cond:
             return {**self._state(self.at_prompt), "output": ""}
 
+    def inspect(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A ``stack``, ``vars`` or ``eval`` request, answered from the stopped frames (the
+        stopped thread waits at the prompt meanwhile; an evaluation runs in this thread)."""
+        from . import frames  # only a stopped rank imports it
+
+        with self.cond:
+            if not self.at_prompt:
+                return {**self._state(False), "error": "the rank is running"}
+            stack, current = self.debugger.stack, self.debugger.curindex
+            if message["op"] == "stack":
+                return {**self._state(True), "frames": frames.user_stack(stack, current)}
+            if message["op"] == "breaks":
+                return {**self._state(True), **self._breaks(message)}
+            index = message.get("frame")
+            if not isinstance(index, int) or not 0 <= index <= current:
+                return {**self._state(True), "error": f"no frame {index!r} on this rank"}
+            frame = stack[index][0]
+            local = self.debugger.curframe_locals if index == current else frame.f_locals
+            if message["op"] == "vars":
+                scope = frame.f_globals if message.get("scope") == "globals" else local
+                return {**self._state(True), **frames.variables(scope)}
+            expr = message.get("expr")
+            if not isinstance(expr, str):
+                return {**self._state(True), "error": "eval needs an expression"}
+            return {**self._state(True), **frames.evaluate(expr[:4096], frame, local)}
+
+    def _breaks(self, message: dict[str, Any]) -> dict[str, Any]:
+        """(Under ``cond``, stopped) replace the breakpoints of ``file`` with ``spots``."""
+        file, spots = message.get("file"), message.get("spots")
+        if not isinstance(file, str) or not isinstance(spots, list):
+            return {"error": "breaks needs a file and a list of spots"}
+        self.debugger.clear_all_file_breaks(file)
+        refused = []
+        for spot in spots[:1000]:
+            line = spot.get("line") if isinstance(spot, dict) else None
+            condition = spot.get("condition") if isinstance(spot, dict) else None
+            problem = (self.debugger.set_break(file, line, cond=condition or None)
+                       if isinstance(line, int) else "not a line")  # fmt: skip
+            if problem:
+                refused.append(f"{line}: {problem}")
+        return {"set": len(spots) - len(refused), "refused": refused}
+
     def _accept(self) -> None:
         framing.accept_each(self.listener, self.hellos, self._serve, "distrain-debug-conn")
 
@@ -319,6 +364,8 @@ class _Channel:
                     wait = message.get("wait")
                     wait = float(wait) if isinstance(wait, int | float) and wait > 0 else 30.0
                     link.send(self.run(message["line"][:4096], min(wait, 3600.0)))
+                elif op in ("stack", "vars", "eval", "breaks"):
+                    link.send(self.inspect(message))
                 else:
                     link.send(self.state())
         except (ConnectionError, OSError, ValueError):
@@ -358,6 +405,22 @@ def _make_pdb(channel: _Channel) -> Any:
             self.prompt = PROMPT
             self._resuming = False
             self.exception = ""
+            self._spans: dict[Any, set[int]] = {}
+
+        def dispatch_call(self, frame: FrameType, arg: Any) -> Any:
+            """Running on to breakpoints: a function none of whose lines has one is not
+            traced (pdb would trace every function of the breakpoint's file)."""
+            if self.botframe is not None and self.stoplineno == -1:
+                code = frame.f_code
+                spots = self.breaks.get(self.canonic(code.co_filename))
+                if not spots:
+                    return None
+                span = self._spans.get(code)
+                if span is None:
+                    span = self._spans[code] = {line for _, _, line in code.co_lines() if line}
+                if span.isdisjoint(spots):
+                    return None
+            return super().dispatch_call(frame, arg)
 
         def interaction(self, frame: FrameType | None, traceback: Any) -> None:
             self._resuming = False
@@ -411,6 +474,31 @@ def post_mortem(exc: BaseException) -> None:
     debugger.exception = f"{type(exc).__name__}: {exc}"
     debugger.reset()
     debugger.interaction(None, tb)
+
+
+def arm(breakpoints: list[dict[str, Any]], filename: str) -> Any:
+    """Stop at ``breakpoints`` (``{"line", "condition"}`` of ``filename``) in code this thread
+    runs next; the armed debugger, or None without breakpoints or a job key (then nothing is
+    traced: no cost). :func:`disarm` it when the code returns."""
+    channel = _channel_or_none() if breakpoints else None
+    if channel is None:
+        return None
+    debugger = _make_pdb(channel)
+    debugger.reset()
+    debugger.botframe = sys._getframe(1)
+    debugger._set_stopinfo(debugger.botframe, None, -1)
+    for spot in breakpoints:
+        condition = spot.get("condition") or None
+        debugger.set_break(filename, int(spot["line"]), cond=condition)
+    sys.settrace(debugger.trace_dispatch)
+    return debugger
+
+
+def disarm(debugger: Any) -> None:
+    """Stop tracing for :func:`arm`'s ``debugger`` (None: nothing to do)."""
+    if debugger is not None:
+        sys.settrace(None)
+        debugger.clear_all_breaks()
 
 
 class _PdbPatcher:

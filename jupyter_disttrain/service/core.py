@@ -120,14 +120,19 @@ class JobService:
         namespace: Mapping[str, Any] | None = None,
         *,
         max_capture_bytes: int | None = None,
+        breakpoints: list[dict[str, Any]] | None = None,
     ) -> Plan:
         """The cell (or script) ``source`` with what it uses of ``namespace``, planned.
 
         Nothing runs; ``str(plan)`` is what ``--dry-run`` prints and
-        :meth:`run` submits exactly this plan.
+        :meth:`run` submits exactly this plan. ``breakpoints`` (``[{"line",
+        "condition"}]`` of the cell's lines) stop every rank there.
         """
         backend = self.backend(spec.backend)
-        extra: dict[str, Any] = {"extra": backend.payload_extra(spec)}
+        payload_extra = dict(backend.payload_extra(spec))
+        if breakpoints:
+            payload_extra["breakpoints"] = breakpoints
+        extra: dict[str, Any] = {"extra": payload_extra}
         if max_capture_bytes is not None:
             extra["max_capture_bytes"] = max_capture_bytes
         payload = build_payload(

@@ -142,12 +142,18 @@ def _serve(tmp_path: Path, app: str, options: list[str]) -> Iterator[Lab]:
     assert not left, f"processes left behind by the browser test: {left}"
 
 
-@pytest.fixture
-def lab(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
-    """``jupyter lab`` on 127.0.0.1, token-less, rooted in a temporary directory."""
+def serve_lab(tmp_path: Path) -> Iterator[Lab]:
+    """``jupyter lab`` on 127.0.0.1, token-less, rooted in a temporary directory (with the
+    environment of now: a fixture may set some first)."""
     yield from _serve(
         tmp_path, "jupyterlab", ["--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     )
+
+
+@pytest.fixture
+def lab(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
+    """``jupyter lab`` on 127.0.0.1, token-less, rooted in a temporary directory."""
+    yield from serve_lab(tmp_path)
 
 
 @pytest.fixture

@@ -140,3 +140,116 @@ def test_without_a_key_breakpoint_is_the_standard_debugger(monkeypatch: pytest.M
     debugger.set_trace()
     assert "42" in out.getvalue()
     assert os.environ.get(jobkey.ENV_KEY_FILE) is None
+
+
+CELL = "total = 0\nfor step in range(5):\n    total += step\nresult = total\n"
+
+
+def test_armed_breakpoints_stop_a_cell_and_answer_stack_variables_and_evaluations(
+    keyed: bytes,
+) -> None:
+    from jupyter_disttrain.runtime.cell import run_payload
+
+    out = io.StringIO()
+    namespace: dict[str, object] = {}
+    payload = {"source": CELL, "breakpoints": [{"line": 3, "condition": "step == 2"}]}
+    thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
+    with redirect_stdout(out):
+        thread.start()
+        while not debugger.paused():
+            assert thread.is_alive(), out.getvalue()
+            threading.Event().wait(0.01)
+        fields = paused_lines(out)[0]
+        assert (fields["file"], fields["line"]) == ("<distrain-cell>", 3)
+        link = connect(int(fields["port"]), keyed)  # type: ignore[call-overload]
+        link.send({"op": "stack"})
+        frames = link.recv(1 << 20)["frames"]
+        assert [(f["file"], f["line"], f["function"]) for f in frames] == [
+            ("<distrain-cell>", 3, "<module>")
+        ]
+        top = frames[0]["index"]
+        link.send({"op": "vars", "frame": top, "scope": "locals"})
+        shown = {v["name"]: v["value"] for v in link.recv(1 << 20)["variables"]}
+        assert shown["step"] == "2" and shown["total"] == "1"
+        link.send({"op": "eval", "frame": top, "expr": "total * 100 + step"})
+        assert link.recv(1 << 20)["result"] == "102"
+        link.send({"op": "eval", "frame": top, "expr": "nope"})
+        assert link.recv(1 << 20)["error"] == "NameError: name 'nope' is not defined"
+        link.send({"op": "vars", "frame": top + 1})
+        assert "no frame" in link.recv(1 << 20)["error"]
+        link.send({"op": "cmd", "line": "n", "wait": 10})
+        moved = link.recv(1 << 20)
+        assert moved["paused"] and moved["line"] == 2
+        link.send({"op": "cmd", "line": "c", "wait": 10})
+        assert link.recv(1 << 20)["paused"] is False
+        thread.join(10)
+    assert namespace["result"] == 10 and sys.gettrace() is None
+
+
+def test_without_breakpoints_a_cell_is_not_traced(keyed: bytes) -> None:
+    from jupyter_disttrain.runtime.cell import run_payload
+
+    seen: dict[str, object] = {}
+    run_payload({"source": "import sys\ntraced = sys.gettrace()\n", "breakpoints": []}, seen)
+    assert seen["traced"] is None
+
+
+def test_a_breakpoint_inside_a_cell_function_stops_there(keyed: bytes) -> None:
+    from jupyter_disttrain.runtime.cell import run_payload
+
+    source = (
+        "import sys\ndef plain():\n    return 1\n"
+        "def g(a):\n    b = a + 1\n    return b\nfirst = plain()\nout = g(5)\n"
+    )
+    out = io.StringIO()
+    namespace: dict[str, object] = {}
+    payload = {"source": source, "breakpoints": [{"line": 6}]}
+    thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
+    with redirect_stdout(out):
+        thread.start()
+        while not debugger.paused():
+            assert thread.is_alive(), out.getvalue()
+            threading.Event().wait(0.01)
+        fields = paused_lines(out)[0]
+        assert (fields["line"], fields["function"]) == (6, "g")
+        link = connect(int(fields["port"]), keyed)  # type: ignore[call-overload]
+        link.send({"op": "cmd", "line": "p b", "wait": 10})
+        assert link.recv(1 << 20)["output"] == "6\n"
+        link.send({"op": "cmd", "line": "c", "wait": 10})
+        assert link.recv(1 << 20)["paused"] is False
+        thread.join(10)
+    assert namespace["out"] == 6 and namespace["first"] == 1
+
+
+def test_breakpoints_given_to_a_stopped_rank_replace_its_own(keyed: bytes) -> None:
+    from jupyter_disttrain.runtime.cell import run_payload
+
+    out = io.StringIO()
+    namespace: dict[str, object] = {}
+    payload = {"source": CELL, "breakpoints": [{"line": 3}]}
+    thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
+    with redirect_stdout(out):
+        thread.start()
+        while not debugger.paused():
+            assert thread.is_alive(), out.getvalue()
+            threading.Event().wait(0.01)
+        link = connect(int(paused_lines(out)[0]["port"]), keyed)  # type: ignore[call-overload]
+        spots = [{"line": 4}, {"line": 99}, {"line": 3, "condition": "step > 100"}]
+        link.send({"op": "breaks", "file": "<distrain-cell>", "spots": spots})
+        answer = link.recv(1 << 20)
+        assert answer["set"] == 2 and answer["refused"] == [
+            "99: Line <distrain-cell>:99 does not exist"
+        ]
+        link.send({"op": "cmd", "line": "c", "wait": 10})
+        assert link.recv(1 << 20)["paused"] is False
+        while len(paused_lines(out)) < 3:  # paused, resumed, paused again
+            assert thread.is_alive(), out.getvalue()
+            threading.Event().wait(0.01)
+        again = paused_lines(out)[2]
+        assert (again["kind"], again["line"]) == ("paused", 4), out.getvalue()
+        link.send({"op": "cmd", "line": "p total", "wait": 10})
+        assert link.recv(1 << 20)["output"] == "10\n"
+        link.send({"op": "cmd", "line": "c", "wait": 10})
+        assert link.recv(1 << 20)["paused"] is False
+        thread.join(10)
+    assert namespace["result"] == 10

@@ -17,14 +17,33 @@ import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .backends.base import BackendError
 from .monitor.paused import PausedRank
 from .runtime import debugger as wire
 
 if TYPE_CHECKING:
-    from .job import Job
+    from .backends.base import Backend, Plan
+    from .monitor import JobMonitor
+    from .spec import JobSpec
+
+
+class DebuggedJob(Protocol):
+    """What a rank's debugger reads of its job (a :class:`~jupyter_disttrain.job.Job`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def plan(self) -> Plan | None: ...
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def monitor(self) -> JobMonitor: ...
+    def status(self) -> str: ...
+
 
 #: Seconds a command may take to reach the next stop before its answer says "running".
 COMMAND_WAIT = 30.0
@@ -66,7 +85,7 @@ def _answer(rank: int, message: dict[str, Any]) -> Answer:
     )  # fmt: skip
 
 
-def job_key(job: Job) -> bytes:
+def job_key(job: DebuggedJob) -> bytes:
     """The key of ``job`` (from its payload, or where its backend keeps it)."""
     key = job.plan.payload.key if job.plan is not None else job.backend.stored_key(job.name)
     if key is None:
@@ -84,7 +103,7 @@ class RankDebugger:
     stopped again on another port (it keeps one port for its life).
     """
 
-    def __init__(self, job: Job, rank: int) -> None:
+    def __init__(self, job: DebuggedJob, rank: int) -> None:
         if not 0 <= rank < job.spec.world_size:
             raise DebugError(
                 f"job {job.name} has ranks 0 to {job.spec.world_size - 1}; rank {rank} is not one"

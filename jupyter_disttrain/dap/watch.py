@@ -10,12 +10,29 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from . import ids
 
 if TYPE_CHECKING:
-    from .bridge import RankBridge
+    from ..monitor.paused import PausedRank
+
+
+class PausingJob(Protocol):
+    """A job as the watcher reads it: its paused ranks."""
+
+    def paused(self) -> list[PausedRank]: ...
+
+
+class WatchedBridge(Protocol):
+    """What the watcher needs of its :class:`~.bridge.RankBridge`."""
+
+    debugger: Any
+
+    def live(self) -> Sequence[tuple[int, PausingJob]]: ...
+    def sync_later(self, job: Any, rank: int) -> None: ...
+
 
 POLL: Final = 0.1
 #: Event numbers, far from debugpy's own.
@@ -38,7 +55,7 @@ def continued_event(thread: int) -> dict[str, Any]:
 class Watcher:
     """The thread that turns paused ranks into events (sent with the debugger's callback)."""
 
-    def __init__(self, bridge: RankBridge) -> None:
+    def __init__(self, bridge: WatchedBridge) -> None:
         self.bridge = bridge
         self.lock = threading.Lock()
         self.seen: dict[int, tuple[float, int]] = {}  # thread id -> (paused line's t, line)

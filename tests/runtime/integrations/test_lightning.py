@@ -1,9 +1,17 @@
-"""Lightning under autolog: a real 2x2 job whose module logs ``train_loss`` every step."""
+"""Lightning under autolog: a real 2x2 job whose module logs ``train_loss`` every step.
+
+Autolog sends a rank's values at the steps Lightning's loggers get
+(``log_every_n_steps``, 3 here), the first step, each epoch's last step and
+otherwise the latest at most once a second: which other steps show depends
+on the machine's pace, so the tests check those that must, and no step
+beyond the run's.
+"""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,11 +52,18 @@ LIGHTNING_CELL = textwrap.dedent(
                                          save_top_k=-1)
     trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", strategy="ddp", devices=2,
                          num_nodes=2, enable_progress_bar=False, logger=False,
-                         enable_model_summary=False, callbacks=[saver])
+                         enable_model_summary=False, callbacks=[saver], log_every_n_steps=3)
     trainer.fit(Tiny(), loader)
     {"step": trainer.global_step, "callbacks": [type(c).__name__ for c in trainer.callbacks]}
     """
 )
+
+
+def steps_shown(job: Any, rank: int, run: range, must: set[int]) -> dict[int, float]:
+    """``rank``'s train_loss by step: every step of ``must`` there, none outside ``run``."""
+    shown = values(job, rank, "train_loss")
+    assert must <= set(shown) <= set(run), (rank, sorted(shown), job.logs())
+    return shown
 
 
 def test_the_factory_gives_no_callback_outside_a_worker() -> None:
@@ -59,7 +74,11 @@ def test_the_factory_gives_no_callback_outside_a_worker() -> None:
 
 @pytest.mark.slow
 def test_logged_values_progress_checkpoints_and_resume(home: Path, tmp_path: Path) -> None:
-    """2x2, 64 samples / 4 ranks / batch 4 = 4 steps an epoch, 2 epochs: train_loss at 1..8."""
+    """2x2, 64 samples / 4 ranks / batch 4 = 4 steps an epoch, 2 epochs: 8 steps.
+
+    train_loss at step 1 (the first), 3 and 6 (``log_every_n_steps``), 4 and 8
+    (the epochs' ends) on every rank, rank 0's the values its checkpoints hold.
+    """
     service = JobService()
     ckpts = tmp_path / "ckpts"
     names = {"OUT": str(tmp_path / "out"), "EPOCHS": 2, "SAVE_EVERY": 4}
@@ -82,14 +101,17 @@ def test_logged_values_progress_checkpoints_and_resume(home: Path, tmp_path: Pat
         job.stop()
     assert job.result()["step"] == 8 and "DistrainCallback" in job.result()["callbacks"]
     for rank in range(4):
-        assert sorted(values(job, rank, "train_loss")) == list(range(1, 9)), (rank, job.logs())
-    assert values(job, 0, "epoch") == {s: float((s - 1) // 4) for s in range(1, 9)}
+        steps_shown(job, rank, range(1, 9), {1, 3, 4, 6, 8})
+    epochs = values(job, 0, "epoch")
+    assert epochs == {s: float((s - 1) // 4) for s in epochs}, epochs
     progress = job.monitor.snapshot()["progress"]
     assert progress is not None and (progress["step"], progress["total"]) == (8, 8), progress
     store = CheckpointStore(str(ckpts))
     assert [(i.step, i.kind) for i in store.list()] == [(4, "lightning"), (8, "lightning")]
     assert store.verify() == {4: "ok", 8: "ok"}
-    assert "train_loss" in store.list()[-1].metrics
+    losses = values(job, 0, "train_loss")
+    for info in store.list():  # the epoch ends' values, sent exact
+        assert info.metrics["train_loss"] == pytest.approx(losses[info.step], rel=1e-6), info
     # --resume latest hands the .ckpt to Trainer.fit: three epochs go on from step 8
     argv2 = [*argv[:5], "pl-resume", *argv[6:], "--resume", "latest"]
     again = run_cell(service, argv2, LIGHTNING_CELL, {**names, "EPOCHS": 3})
@@ -98,7 +120,7 @@ def test_logged_values_progress_checkpoints_and_resume(home: Path, tmp_path: Pat
     finally:
         again.stop()
     assert again.result()["step"] == 12, again.logs()
-    assert sorted(values(again, 0, "train_loss")) == [9, 10, 11, 12], again.logs()
+    steps_shown(again, 0, range(9, 13), {9, 12})
     assert "resuming Trainer.fit from" in again.logs()
 
 
@@ -117,7 +139,7 @@ def test_a_trainjob_on_the_emulator_sends_every_ranks_values_through_the_relay(
     job = jobs.default_service().run(plan)
     assert job.result(timeout=240)["step"] == 4, job.logs()
     for rank in range(4):
-        assert sorted(values(job, rank, "train_loss")) == [1, 2, 3, 4], (rank, job.logs())
+        steps_shown(job, rank, range(1, 5), {1, 3, 4})
     progress = job.monitor.snapshot()["progress"]
     assert progress is not None and (progress["step"], progress["total"]) == (4, 4), progress
     assert backend.stop("tj-lightning")

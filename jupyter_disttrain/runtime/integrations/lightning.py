@@ -17,7 +17,8 @@ runtime as files) a wrapped ``Trainer.__init__`` adds it instead. It sends
 * after every training batch: progress against ``max_steps`` or the
   estimated stepping batches; when the job was asked to stop (SIGTERM) every
   rank saves a checkpoint there (``trainer.save_checkpoint``) and the job
-  restarts from it;
+  restarts from it (from ``on_train_start`` on, SIGTERM goes to the job's
+  handler, not to the one ``fit`` installed);
 * every checkpoint ``Trainer.save_checkpoint`` finished (``ModelCheckpoint``'s
   and the cell's own), copied into the job's checkpoint directory by rank 0.
 
@@ -34,7 +35,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from .. import report
+from .. import preemption, report
 from ..checkpoint import format as fmt
 from ..checkpoint import library
 from . import Integration, common
@@ -65,6 +66,20 @@ def _step_values(trainer: Any) -> dict[str, float]:
     return common.numbers(values)
 
 
+def _take_sigterm_back() -> None:
+    """SIGTERM to the job's handler again, over the one ``Trainer.fit`` put first.
+
+    Lightning's handler broadcasts from inside the signal handler and ends the
+    signalled rank alone at its next step, which leaves the others in a
+    collective with a peer gone; the job's own vote makes every rank stop at one
+    step. (``fit`` puts the handlers it found back when it ends.)
+    """
+    try:
+        preemption.install()
+    except ValueError:  # not the main thread: Lightning's handler stays
+        pass
+
+
 def _callback_class(base: type) -> type:
     class DistrainCallback(base):  # type: ignore[misc]
         """Sends the Trainer's logged values, progress and stop requests to the job."""
@@ -77,6 +92,8 @@ def _callback_class(base: type) -> type:
             self.every_n = 0
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            if preemption.installed():
+                _take_sigterm_back()
             self.total = _total(trainer)
             self.every_n = max(0, int(getattr(trainer, "log_every_n_steps", 0) or 0))
             if self.total:

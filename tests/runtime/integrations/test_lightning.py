@@ -9,7 +9,11 @@ beyond the run's.
 
 from __future__ import annotations
 
+import math
+import os
+import signal
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +21,17 @@ import pytest
 
 from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.checkpoints.store import CheckpointStore
 from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.results import decode_result
+from jupyter_disttrain.runtime.integrations import common
 from jupyter_disttrain.runtime.integrations import lightning as integration
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (a fixture)
+from tests.backends.test_local import Collector
+from tests.conftest import submit_now
 from tests.runtime.integrations.jobs import run_cell, values
 
 pytest.importorskip("lightning")
@@ -55,6 +64,43 @@ LIGHTNING_CELL = textwrap.dedent(
                          enable_model_summary=False, callbacks=[saver], log_every_n_steps=3)
     trainer.fit(Tiny(), loader)
     {"step": trainer.global_step, "callbacks": [type(c).__name__ for c in trainer.callbacks]}
+    """
+)
+
+PREEMPTED_CELL = textwrap.dedent(
+    """
+    import os, time, torch
+    import lightning.pytorch as pl
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss)
+            return loss
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class Slow(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_rank == 0:  # when each step ended, for the test's bound
+                with open(os.path.join(OUT, "steps.txt"), "a") as fh:
+                    fh.write(f"{trainer.global_step} {time.time()}\\n")
+            time.sleep(DELAY)
+
+    torch.manual_seed(0)
+    x = torch.randn(1024, 8)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)),
+                                         batch_size=4)
+    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", strategy="ddp", devices=2,
+                         enable_progress_bar=False, logger=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=OUT, log_every_n_steps=1,
+                         callbacks=[Slow()])
+    trainer.fit(Tiny(), loader)
+    {"step": trainer.global_step, "restart": int(os.environ["TORCHELASTIC_RESTART_COUNT"])}
     """
 )
 
@@ -143,3 +189,51 @@ def test_a_trainjob_on_the_emulator_sends_every_ranks_values_through_the_relay(
     progress = job.monitor.snapshot()["progress"]
     assert progress is not None and (progress["step"], progress["total"]) == (4, 4), progress
     assert backend.stop("tj-lightning")
+
+
+@pytest.mark.slow
+def test_sigterm_makes_every_rank_save_and_the_restart_loses_no_step(tmp_path: Path) -> None:
+    """1x2, SIGTERM to rank 1 mid-run, --max-restarts 1: every rank agrees on a step end, the
+    Trainer saves there, the restarted ``fit`` goes on from it; rank 0 sends 1..40 once each
+    (``log_every_n_steps=1``: every step is one Lightning's loggers get)."""
+    spec = JobSpec(
+        "pl-preempt",
+        nodes=1,
+        nproc=2,
+        max_restarts=1,
+        timeout=240,
+        checkpoint_dir=str(tmp_path / "ckpts"),
+    )
+    names = {"OUT": str(tmp_path / "out"), "STEPS": 40, "DELAY": 0.15}
+    (tmp_path / "out").mkdir()
+    sink = Collector()
+    run = submit_now(
+        LocalBackend(), spec, build_payload(PREEMPTED_CELL, names, job=spec.name), sink
+    )
+    deadline = time.monotonic() + 180
+    while not any(e.rank == 0 and e.get("step") >= 8 for e in sink.kinds("metric")):
+        assert time.monotonic() < deadline, [str(e.fields) for e in sink.events[-40:]]
+        time.sleep(0.05)
+    victim = next(int(e.get("pid")) for e in sink.kinds("hello") if e.rank == 1)
+    killed_at = time.time()
+    os.kill(victim, signal.SIGTERM)
+    assert run.join(240)
+    logs = "\n".join(str(e.fields) for e in sink.events[-60:])
+    ended = [line.split() for line in (tmp_path / "out" / "steps.txt").read_text().splitlines()]
+    signalled_after = max(int(step) for step, t in ended if float(t) <= killed_at)
+    assert sink.final().get("state") == "Succeeded", logs
+    assert [e.get("attempt") for e in sink.kinds("restart")] == [1], logs
+    saved = [int(e.get("step")) for e in sink.kinds("checkpoint")]
+    # the ranks vote about once a second (common.VOTE_SECONDS), steps take DELAY or more:
+    # the vote after the signal is at most that many steps after rank 0's step then
+    most = signalled_after + 2 + math.ceil(common.VOTE_SECONDS / names["DELAY"])
+    assert len(saved) == 1 and signalled_after <= saved[0] <= most, (saved, logs)
+    steps = [
+        int(e.get("step"))
+        for e in sink.kinds("metric")
+        if e.rank == 0 and "train_loss" in e.get("values")
+    ]
+    # every step once: the first attempt stopped at its checkpoint, the second went on from it
+    assert steps == list(range(1, 41)), (str(steps), logs)
+    value = decode_result(sink.kinds("result")[0].fields)
+    assert value == {"step": 40, "restart": 1}, logs

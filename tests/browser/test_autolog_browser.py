@@ -2,7 +2,8 @@
 
 A notebook runs a 2x2 job whose LightningModule only calls ``self.log``; from the
 DOM, the four ranks end Succeeded at step 16, the plot has a line per rank and
-the mean with a point per step. The screenshot lands in
+the mean with a point per step (``log_every_n_steps=1``: every step is one
+Lightning's loggers get, so autolog sends each). The screenshot lands in
 ``test-output/browser-autolog/`` (``make readme-pictures`` copies it into ``docs/``).
 """
 
@@ -38,7 +39,7 @@ loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, 
                                      batch_size=4)
 trainer = pl.Trainer(max_epochs=2, accelerator="cpu", strategy="ddp", devices=2, num_nodes=2,
                      enable_progress_bar=False, logger=False, enable_model_summary=False,
-                     enable_checkpointing=False)
+                     enable_checkpointing=False, log_every_n_steps=1)
 trainer.fit(Regressor(), loader)""",
 ]
 

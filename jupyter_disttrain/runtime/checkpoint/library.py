@@ -9,7 +9,8 @@ listed checkpoint is complete) and sends the ``checkpoint`` line. A copy,
 not a link: libraries rewrite and rotate their own files (``save_total_limit``,
 ``last.ckpt``), and the copy stays as it was listed. :func:`resume_path` is
 the other way: the local path of the checkpoint this run resumes from, for
-the library's own ``resume_from_checkpoint=`` / ``ckpt_path=``. Standard
+the library's own ``resume_from_checkpoint=`` / ``ckpt_path=`` (or Keras's
+``load_weights``). Standard
 library only (fsspec for URLs).
 """
 
@@ -124,6 +125,12 @@ def resume_path(kind: str) -> str | None:
     else ``--resume``. A checkpoint of another kind, or none, gives ``None``.
     A checkpoint on an object store is first copied to a local folder.
     """
+    found = resume_checkpoint(kind)
+    return None if found is None else found[0]
+
+
+def resume_checkpoint(kind: str) -> tuple[str, fmt.Entry] | None:
+    """:func:`resume_path` and the checkpoint's record (its ``source``, step and metrics)."""
     try:
         found = resume_target(checkpoint_dir() if enabled() else None)
     except fmt.CheckpointError:
@@ -135,8 +142,8 @@ def resume_path(kind: str) -> str | None:
     if status != fmt.OK:
         raise fmt.CorruptCheckpoint(f"checkpoint step {entry['step']} is {status}: {reason}")
     if cdir.local:
-        return cdir.payload_path(entry)
-    return _download(cdir, entry)
+        return cdir.payload_path(entry), entry
+    return _download(cdir, entry), entry
 
 
 def _download(cdir: CheckpointDir, entry: fmt.Entry) -> str:

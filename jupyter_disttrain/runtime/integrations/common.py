@@ -1,11 +1,12 @@
-"""What the library integrations share: ranks, the stop decision, numbers from logs."""
+"""What the library integrations share: ranks, the stop decision, per-step lines, numbers."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import preemption
@@ -48,11 +49,11 @@ class StopVote:
         """Whether every rank stops at ``step`` (call it at every step end, on every rank)."""
         if not preemption.installed():
             return False
+        if step < self.next_at:  # only ever ahead with a process group
+            return False
         dist = _group()
         if dist is None:
             return preemption.pending()
-        if step < self.next_at:
-            return False
         import torch
 
         mine = preemption.pending()
@@ -72,6 +73,56 @@ class StopVote:
             return 1 if rank() == 0 else 0
         per_step = max(1e-6, (now - last[1]) / (step - last[0]))
         return int(min(1000, max(1, VOTE_SECONDS / per_step)))
+
+
+#: Seconds after which a rank sends its latest step values off the library's logging steps.
+LATEST_EVERY = 1.0
+
+
+class StepLines:
+    """One rank's per-step values as metric lines, at a bounded rate, none that matters lost.
+
+    A loop that logs at every step (Lightning's ``self.log``) would otherwise
+    send a signed line per step from every rank, each one written, read and
+    verified. :meth:`offer` (at every step end) sends the values at once when
+    ``due`` (a step the library's own loggers get, such as Lightning's
+    ``log_every_n_steps``), on the first offer, and when :data:`LATEST_EVERY`
+    seconds passed since this rank's previous line; otherwise it holds them, the
+    latest replacing the one held. :meth:`flush` sends what is held: call it at
+    an epoch's end, the run's end, before a stop, so an epoch's last values and
+    the run's latest are always sent, exact. At most ``1 / every`` lines a
+    second come beside the due ones.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[int, dict[str, float]], None],
+        every: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.send = send
+        self.every = LATEST_EVERY if every is None else every
+        self.clock = clock
+        self.sent_at = -math.inf
+        self.sent_step: int | None = None
+        self.held: tuple[int, dict[str, float]] | None = None
+
+    def offer(self, step: int, values: dict[str, float], due: bool = False) -> None:
+        """This step's values: sent now or held (see the class)."""
+        now = self.clock()
+        if (due and step != self.sent_step) or now - self.sent_at >= self.every:
+            self._send(step, values, now)
+        else:
+            self.held = (step, values)
+
+    def flush(self) -> None:
+        """Send the values held back, if any."""
+        if self.held is not None:
+            self._send(*self.held, self.clock())
+
+    def _send(self, step: int, values: dict[str, float], now: float) -> None:
+        self.held, self.sent_at, self.sent_step = None, now, step
+        self.send(step, values)
 
 
 def saved_last(step: int) -> None:

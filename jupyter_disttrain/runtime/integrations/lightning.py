@@ -8,11 +8,17 @@ entry-point groups ``lightning.pytorch.callbacks_factory`` and
 anywhere else). Where the package's metadata is absent (a pod that got the
 runtime as files) a wrapped ``Trainer.__init__`` adds it instead. It sends
 
-* after every training batch: the values logged for this step (``self.log``,
-  the progress-bar dict) at ``trainer.global_step`` with ``epoch``, from
-  every rank, and progress against ``max_steps`` or the estimated stepping
-  batches; when the job was asked to stop (SIGTERM) every rank saves a
-  checkpoint there (``trainer.save_checkpoint``) and the job restarts from it;
+* the values logged for a step (``self.log``, the progress-bar dict) at
+  ``trainer.global_step`` with ``epoch``, from every rank: at the steps
+  Lightning's own loggers get (``log_every_n_steps``), at an epoch's last step
+  and the run's, and else the latest at most once a second
+  (:class:`.common.StepLines`: a line per step from every rank cost the loop
+  several per cent);
+* after every training batch: progress against ``max_steps`` or the
+  estimated stepping batches; when the job was asked to stop (SIGTERM) every
+  rank saves a checkpoint there (``trainer.save_checkpoint``) and the job
+  restarts from it (from ``on_train_start`` on, SIGTERM goes to the job's
+  handler, not to the one ``fit`` installed);
 * every checkpoint ``Trainer.save_checkpoint`` finished (``ModelCheckpoint``'s
   and the cell's own), copied into the job's checkpoint directory by rank 0.
 
@@ -29,7 +35,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from .. import report
+from .. import preemption, report
 from ..checkpoint import format as fmt
 from ..checkpoint import library
 from . import Integration, common
@@ -60,6 +66,20 @@ def _step_values(trainer: Any) -> dict[str, float]:
     return common.numbers(values)
 
 
+def _take_sigterm_back() -> None:
+    """SIGTERM to the job's handler again, over the one ``Trainer.fit`` put first.
+
+    Lightning's handler broadcasts from inside the signal handler and ends the
+    signalled rank alone at its next step, which leaves the others in a
+    collective with a peer gone; the job's own vote makes every rank stop at one
+    step. (``fit`` puts the handlers it found back when it ends.)
+    """
+    try:
+        preemption.install()
+    except ValueError:  # not the main thread: Lightning's handler stays
+        pass
+
+
 def _callback_class(base: type) -> type:
     class DistrainCallback(base):  # type: ignore[misc]
         """Sends the Trainer's logged values, progress and stop requests to the job."""
@@ -67,28 +87,47 @@ def _callback_class(base: type) -> type:
         def __init__(self) -> None:
             self.stopping = False
             self.vote = common.StopVote()
+            self.lines = common.StepLines(report.auto_metrics)
+            self.total = 0
+            self.every_n = 0
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            total = _total(trainer)
-            if total:
-                report.auto_progress(trainer.global_step, total)
+            if preemption.installed():
+                _take_sigterm_back()
+            self.total = _total(trainer)
+            self.every_n = max(0, int(getattr(trainer, "log_every_n_steps", 0) or 0))
+            if self.total:
+                report.auto_progress(trainer.global_step, self.total)
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
             step = int(trainer.global_step)
             values = _step_values(trainer)
             if values:
-                report.auto_metrics(step, {**values, "epoch": trainer.current_epoch})
-            total = _total(trainer)
-            if total:
-                report.auto_progress(step, total)
+                due = self.every_n > 0 and step % self.every_n == 0
+                self.lines.offer(step, {**values, "epoch": trainer.current_epoch}, due)
+            if self.total:
+                report.auto_progress(step, self.total)
             if not self.stopping and library.enabled() and self.vote(step):
                 self.stopping = True
+                self.lines.flush()
                 callback = trainer.checkpoint_callback
                 folder = getattr(callback, "dirpath", None) or os.path.join(
                     str(trainer.default_root_dir), "checkpoints"
                 )
                 trainer.save_checkpoint(os.path.join(folder, f"preempted-step={step}.ckpt"))
                 common.saved_last(step)
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            self.lines.flush()
+
+        def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+            self.lines.flush()
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            self.lines.flush()
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            self.lines.flush()
 
     return DistrainCallback
 

@@ -48,6 +48,13 @@ def test_a_trainer_folder_is_copied_listed_and_handed_back(
     assert (path / "trainer_state.json").read_text() == '{"global_step": 10}'
     assert (path / "nested" / "rng_state_1.pth").stat().st_size == 100
     assert library.resume_path(fmt.LIGHTNING) is None  # another library's: not handed over
+    found = library.resume_checkpoint(fmt.HF)  # with its record: what the library wrote
+    assert found is not None and found[0] == str(path)
+    assert (found[1]["source"], found[1]["step"], found[1]["metrics"]) == (
+        "checkpoint-10",
+        10,
+        {"loss": 0.5},
+    )
     (path / "nested" / "rng_state_1.pth").write_bytes(b"\x01")
     assert store.verify() == {10: "corrupt"}
     with pytest.raises(fmt.CorruptCheckpoint, match="checksum mismatch"):

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.service import JobService
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (a fixture)
 from tests.runtime.integrations.jobs import run_cell, values
 
 pytest.importorskip("accelerate")
@@ -86,3 +91,21 @@ def test_an_unknown_library_version_warns_once_and_the_job_succeeds(
     warning = "autolog: accelerate 0.1.0 is not a version the accelerate integration knows"
     assert logs.count(warning) == 2, logs  # once on each of the two ranks
     assert "the job runs without it" in logs
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("trainer")
+def test_a_trainjob_on_the_emulator_sends_every_ranks_values_through_the_relay() -> None:
+    """The Accelerate loop as a 2x2 TrainJob: every rank's accelerator.log values."""
+    backend = KubernetesBackend()
+    payload = build_payload(ACCELERATE_CELL, {}, job="tj-accelerate")
+    spec = JobSpec("tj-accelerate", backend="kubernetes", nodes=2, nproc=2, timeout=240)
+    plan = backend.plan(spec, payload)
+    assert plan.objects[1]["kind"] == "TrainJob"
+    job = jobs.default_service().run(plan)
+    assert job.result(timeout=240) == 0, job.logs()
+    for rank in range(4):
+        assert sorted(values(job, rank, "loss")) == list(range(6)), (rank, job.logs())
+        assert values(job, rank, "own") == {100: 1.0}, (rank, job.logs())
+    assert "late" not in job.metrics().columns and "note" not in job.metrics().columns
+    assert backend.stop("tj-accelerate")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.checkpoints.store import CheckpointStore
 from jupyter_disttrain.payload import build_payload
@@ -18,6 +20,7 @@ from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.runtime.integrations import common
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
+from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (a fixture)
 from tests.backends.test_local import Collector
 from tests.conftest import submit_now
 from tests.runtime.integrations.jobs import run_cell, values
@@ -176,3 +179,31 @@ def test_sigterm_makes_the_trainer_save_and_the_restart_loses_no_step(tmp_path: 
     assert steps == list(range(1, 41)), (str(steps), logs)
     value = decode_result(sink.kinds("result")[0].fields)
     assert value["step"] == 40 and value["restart"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("trainer")
+def test_a_trainjob_on_the_emulator_sends_every_ranks_logs_through_the_relay(
+    tmp_path: Path,
+) -> None:
+    """The Trainer as a 2x2 TrainJob: pods of two nodes, every rank's loss at 5 and 10."""
+    backend = KubernetesBackend()
+    names = {
+        "OUT": str(tmp_path / "out"),
+        "STEPS": 10,
+        "LOG_EVERY": 5,
+        "SAVE_EVERY": 1000,
+        "DELAY": 0.0,
+    }
+    payload = build_payload(HF_CELL, names, job="tj-hf")
+    spec = JobSpec("tj-hf", backend="kubernetes", nodes=2, nproc=2, timeout=240)
+    plan = backend.plan(spec, payload)
+    assert plan.objects[1]["kind"] == "TrainJob"
+    job = jobs.default_service().run(plan)
+    assert job.result(timeout=240)["step"] == 10, job.logs()
+    for rank in range(4):
+        assert sorted(values(job, rank, "loss")) == [5, 10], (rank, job.logs())
+    assert sorted(values(job, 3, "learning_rate")) == [5, 10], job.logs()
+    progress = job.monitor.snapshot()["progress"]
+    assert progress is not None and (progress["step"], progress["total"]) == (10, 10), progress
+    assert backend.stop("tj-hf")

@@ -1,0 +1,68 @@
+"""The Kubernetes backend on a master name that resolves to nothing and a wrong interface."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.kubernetes.test_backend import wait_for
+from tests.k8s_emulator import podnet
+from tests.k8s_emulator.emulator import Emulator
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(podnet.availability() is not None, reason="no pod network here"),
+]
+
+CELL = "import torch.distributed as dist\ndist.barrier()\n'finished'\n"
+
+
+def test_a_master_service_that_resolves_to_nothing_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Emulator(network="pods", apis=("trainer",)) as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        name = "hidden"
+        emulator.net_faults.hide_service(name)  # JobSet's headless Service: node 0's name
+        options = (("kubeflow_api", "trainjob"),)
+        spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=90, options=options)
+        job = jobs.submit(spec, build_payload(CELL, {}, job=name), KubernetesBackend())
+        master = f"{name}-node-0-0.{name}"
+        try:
+            # read while the launchers still retry, and kept once the job's time is up
+            wait_for(lambda: "does not resolve" in (job.diagnosis() or ""), 120, job.logs)
+            assert job.wait(120) == "Failed", job.logs()
+            diagnosis = job.diagnosis() or ""
+            assert diagnosis.startswith(f"the master address {master} does not resolve ("), (
+                diagnosis,
+                job.logs(),
+            )
+            assert f"no rank could reach {master}:29500 to start" in diagnosis, diagnosis
+        finally:
+            job.stop(timeout=60)
+        wait_for(lambda: not emulator.processes(), 60, emulator.processes)
+
+
+def test_a_gloo_interface_the_pod_does_not_have_is_named_with_the_ones_it_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Emulator(network="pods") as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        name = "wrong-if"
+        env = (("GLOO_SOCKET_IFNAME", "eth1"),)
+        spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=240, env=env)
+        job = jobs.submit(spec, build_payload(CELL, {}, job=name), KubernetesBackend())
+        try:
+            assert job.wait(200) == "Failed", job.logs()
+            diagnosis = job.diagnosis() or ""
+            said = "GLOO_SOCKET_IFNAME=eth1: no such interface eth1 on "
+            assert said in diagnosis and "(it has eth0, lo)" in diagnosis, (diagnosis, job.logs())
+            assert diagnosis.startswith("rank "), diagnosis
+        finally:
+            job.stop(timeout=60)
+        wait_for(lambda: not emulator.processes(), 60, emulator.processes)

@@ -140,32 +140,40 @@ def _ranks_at(ranks: list[int], rows: Mapping[int, RankState]) -> str:
 _UNRESOLVED: Final = re.compile(
     r"addresses of \(([^,()\s]+), (\d+)\) cannot be retrieved \(gai error: -?\d+ - ([^)]+)\)"
 )
+#: The Kubernetes backend's words for a pod that waits in an init container for a name.
+_INIT_WAIT: Final = re.compile(r"pod (\S+) waits for the master address (\S+): its (.+)$")
 
 
 class Unresolved:
-    """The first rendezvous address the launchers could not resolve, read from the logs.
+    """The first rendezvous address the ranks could not resolve, read from the logs.
 
-    c10d says so as a warning and retries: :meth:`sentence` reads it only
-    while no rank started (once one said hello the name resolved after all).
+    c10d says so as a warning and retries, and the Training Operator's
+    ``init-pytorch`` keeps a Worker waiting for the Master's name (the
+    backend says so): :meth:`sentence` reads it only while no rank started
+    (once one said hello the name resolved after all).
     """
 
     def __init__(self) -> None:
-        self.found: tuple[str, str, str] | None = None  # (name, port, the resolver's words)
+        self.found: tuple[str, str, str] | None = None  # (name, address, the words said)
 
     def feed(self, text: str) -> None:
         """One log line of the job (any source)."""
-        if self.found is None and "cannot be retrieved" in text:
-            found = _UNRESOLVED.search(text)
-            if found is not None:
-                self.found = (found.group(1), found.group(2), found.group(3))
+        if self.found is not None:
+            return
+        if "cannot be retrieved" in text and (found := _UNRESOLVED.search(text)) is not None:
+            name, port, said = found.groups()
+            self.found = (name, f"{name}:{port}", said)
+        elif "waits for the master address" in text and (found := _INIT_WAIT.search(text)):
+            pod, name, said = found.groups()
+            self.found = (name, name, f"pod {pod}'s {said}")
 
     def sentence(self, rows: Mapping[int, RankState]) -> str | None:
         """``the master address NAME does not resolve ...`` while no rank started, else None."""
         if self.found is None or any(row.pid is not None for row in rows.values()):
             return None
-        name, port, said = self.found
+        name, address, said = self.found
         return (
             f"the master address {name} does not resolve ({said}): no rank could reach "
-            f"{name}:{port} to start; its Service is missing or resolves to no pod, or "
+            f"{address} to start; its Service is missing or resolves to no pod, or "
             "MASTER_ADDR names the wrong host"
         )

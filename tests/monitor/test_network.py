@@ -138,3 +138,16 @@ def test_a_partition_is_still_read_after_a_restart_while_the_node_stays_silent()
     assert partition_sentence(None, [before], silent) == sentence
     assert partition_sentence(None, [before], rows({0: 140.0, 1: 120.0})) is None  # it spoke
     assert partition_sentence(None, [], silent) is None
+
+
+def test_a_worker_waiting_for_the_masters_name_reads_as_unresolved() -> None:
+    names = Unresolved()
+    names.feed(
+        "pod job-worker-0 waits for the master address job-master-0: its init-pytorch could "
+        "not resolve it 3 times"
+    )
+    assert names.sentence({}) == (
+        "the master address job-master-0 does not resolve (pod job-worker-0's init-pytorch "
+        "could not resolve it 3 times): no rank could reach job-master-0 to start; its Service "
+        "is missing or resolves to no pod, or MASTER_ADDR names the wrong host"
+    )

@@ -126,7 +126,7 @@ def partition_of(cause: Cause | None, rows: Mapping[int, RankState]) -> str | No
     return (
         f"{sides} cannot reach each other: rank {cause.rank} waited {waited:g} s in a "
         f"collective{step} and heard nothing from {nodes} all that time; the network between "
-        f"their nodes is cut (or {nodes} stopped)"
+        f"their nodes is cut, or {nodes} hangs or stopped"
     )
 
 

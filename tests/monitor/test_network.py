@@ -74,7 +74,7 @@ def test_a_timeout_while_another_node_was_silent_names_both_sides() -> None:
     assert sentence == (
         "rank 0 (node 0, pod job-0) and rank 1 (node 1, pod job-1) cannot reach each other: "
         "rank 0 waited 20 s in a collective after step 37 and heard nothing from node 1 all "
-        "that time; the network between their nodes is cut (or node 1 stopped)"
+        "that time; the network between their nodes is cut, or node 1 hangs or stopped"
     )
     # the sides are named in node order whichever side's timeout arrived first
     other = partition_of(timeout_cause(1, 100.0), rows({0: 80.0, 1: 99.0}))

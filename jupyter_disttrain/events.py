@@ -381,14 +381,16 @@ def rank_event(
     host: str = "",
     node: int | None = None,
     t: float | None = None,
+    pod: str = "",
 ) -> Event:
-    """A per-rank fact observed by the backend (``Pending``, ``Running``, ``Exited``...)."""
-    return Event(
-        "rank",
-        rank,
-        time.time() if t is None else t,
-        {"state": state, "exit_code": exit_code, "reason": reason, "host": host, "node": node},
-    )
+    """A per-rank fact observed by the backend (``Pending``, ``Running``, ``Exited``...).
+
+    ``pod``: the Kubernetes pod the rank runs in ("" elsewhere).
+    """
+    fields = {"state": state, "exit_code": exit_code, "reason": reason, "host": host, "node": node}
+    if pod:
+        fields["pod"] = pod
+    return Event("rank", rank, time.time() if t is None else t, fields)
 
 
 def restart_event(attempt: int, reason: str = "", t: float | None = None) -> Event:

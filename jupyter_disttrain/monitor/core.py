@@ -25,7 +25,8 @@ from numpy.typing import NDArray
 from ..events import TERMINAL_STATES, Event, JobState, StagingFields
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
-from .cause import Cause, classify_error, consequence_text, recovered_text
+from .cause import Cause, classify_error, recovered_text
+from .network import failed_sentence, partition_sentence
 from .records import (
     CauseRow,
     Checkpoint,
@@ -222,15 +223,14 @@ class JobMonitor(MonitorState):
             return hang.sentence()
         cause = self._cause()
         own = cause is not None and cause.kind in ("raised", "exited")
+        cut = partition_sentence(cause, self._recovered, self._rows)
+        if cut := cut or self._names.sentence(self._rows):
+            return cut  # who cannot reach whom, or the name no launcher could resolve
         comms = self.comms()
         if not own and comms.failure != "none" and comms.diagnosis and _comms_cause(comms):
             return comms.diagnosis
         if self._state == "Failed" and cause is not None:
-            where = _cell_line(self._errors, cause)
-            if cause.kind == "killed":  # its line names the signal only: keep the exit said
-                after = consequence_text(cause.consequences)
-                return f"rank {cause.rank} was killed{where}: {cause.reason}{after}"
-            return f"rank {cause.rank} failed{where}: {cause.line().split(': ', 1)[1]}"
+            return failed_sentence(cause, _cell_line(self._errors, cause), self._rows)
         if self._state == "Failed" and (self._message or self._reason):
             return f"the job failed: {self._message or self._reason}"
         return None

@@ -26,6 +26,7 @@ from ..logbuffer import JOB_RANK, LogBuffer
 from ..nccl import NcclParser, NcclSummary
 from .cause import CLASSES, Cause, LauncherExits, candidates, choose, classify_error, classify_exit
 from .metrics import MetricStore
+from .network import Unresolved
 from .paused import PauseBook, PausedRank
 from .phases import PhaseLog
 from .records import (
@@ -107,6 +108,7 @@ class MonitorState:
         # every log line goes through the NCCL / c10d / gloo parser as it arrives
         self._comms = NcclParser()
         self._comms_lines = 0
+        self._names = Unresolved()  # a rendezvous name the launchers could not resolve
         self._comms_summary: tuple[int, NcclSummary] | None = None
         self._first_metric: tuple[float, int] | None = None
         # stacks by request (newest last), and when a rank last wrote anything
@@ -539,6 +541,7 @@ class MonitorState:
                 self._settle()
         self._logs.append(rank, ev.t, text)
         self._comms.feed(text, rank if rank >= 0 else None)
+        self._names.feed(text)
         self._comms_lines += 1
 
 

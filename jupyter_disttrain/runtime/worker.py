@@ -25,6 +25,7 @@ from typing import Any
 from . import (
     debugger,
     hangwatch,
+    ifaces,
     integrations,
     metrics_server,
     preemption,
@@ -184,6 +185,8 @@ def init_torch_distributed(payload: dict[str, Any], rank: int) -> str:
         print(warning, file=sys.stderr, flush=True)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    else:  # gloo's own words for a missing interface name neither it nor what the host has
+        ifaces.check_gloo_ifname(os.environ, ifaces.interfaces())
     timeout = datetime.timedelta(seconds=float(os.environ.get("DISTRAIN_PG_TIMEOUT", "1800")))
     if not dist.is_initialized():
         stacks.enable_flight_recorder()  # where() names the first collective a rank missed

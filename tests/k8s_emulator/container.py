@@ -80,9 +80,13 @@ class ContainerRunner:
     def start(self) -> None:
         self._thread.start()
 
-    def join(self) -> None:
+    def join(self, timeout: float | None = None) -> None:
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        """Whether the container's thread (its process and restarts) still runs."""
+        return self._thread.is_alive()
 
     def _set(self, **state: Any) -> None:
         with self.worker.lock:

@@ -367,7 +367,8 @@ class PodWorker(threading.Thread, PodEnv):
             self._set_condition("Initialized", "False", "ContainersNotInitialized",
                                 f"containers with incomplete status: [{name}]")  # fmt: skip
             runner.start()
-            runner.join()
+            while runner.is_alive() and not self.stopping.is_set():
+                runner.join(0.1)  # a pod deleted meanwhile: the teardown ends the container
             if self.stopping.is_set():
                 return False
             if runner.exit_code != 0:

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.k8s_emulator import Emulator, podnet
+from tests.k8s_emulator import Emulator, podnet, procs
 from tests.k8s_emulator.netfaults import ANNOTATION
+from tests.k8s_emulator.resources import PODS
 
 pytestmark = pytest.mark.skipif(
     podnet.availability() is not None, reason=f"no pod network: {podnet.availability()}"
@@ -119,3 +120,35 @@ def test_no_namespace_is_left_after_faults() -> None:
     assert podnet.leftovers(prefix) == []
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
     assert prefix not in listed.stdout
+
+
+def test_a_pod_waiting_in_an_init_container_for_a_hidden_name_ends_when_deleted(
+    emu: Emulator,
+) -> None:
+    """As a Training Operator Worker waits in init-pytorch for its Master's name."""
+    core = client.CoreV1Api(emu.api_client())
+    emu.net_faults.hide_service("svc")
+    loop = "until nslookup svc; do echo waiting for svc; sleep 1; done"
+    body = {
+        "metadata": {"name": "w"},
+        "spec": {
+            "initContainers": [{"name": "wait", "image": "alpine", "command": ["sh", "-c", loop]}],
+            "containers": [{"name": "main", "image": "python", "command": ["python", "-V"]}],
+        },
+    }
+    core.create_namespaced_pod("default", body)
+
+    def said() -> str:
+        try:
+            return str(core.read_namespaced_pod_log("w", "default", container="wait"))
+        except client.ApiException:  # not started yet
+            return ""
+
+    wait(lambda: "waiting for svc" in said(), "the init container waiting for the hidden name")
+    assert emu.kubelet is not None
+    worker = emu.kubelet.worker(emu.api.get(PODS, "default", "w"))
+    assert worker is not None and procs.members(worker.marker)
+    core.delete_namespaced_pod("w", "default", grace_period_seconds=1)
+    wait(lambda: not procs.members(worker.marker), "the waiting pod's processes to end")
+    wait(lambda: "w" not in {p.metadata.name for p in core.list_namespaced_pod("default").items},
+         "the pod gone")  # fmt: skip

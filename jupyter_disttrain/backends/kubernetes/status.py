@@ -80,6 +80,7 @@ def rank_events(facts: PodFacts, nproc: int) -> list[ev.Event]:
             reason=reason,
             host=facts.name,
             node=facts.node,
+            pod=facts.name,
         )
         for local in range(nproc)
     ]

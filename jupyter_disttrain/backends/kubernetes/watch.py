@@ -36,6 +36,10 @@ DRAIN_SECONDS = 15.0
 KEPT_TAIL_LINES = 200
 #: Events kept for pods the pod watch has not shown yet (their ranks are not known yet).
 MAX_EARLY = 1000
+#: Failed tries of an init container's name look-up that make the name unresolved.
+NAME_TRIES = 3
+#: Seconds between two reads of the log of a pod waiting in an init container for a name.
+NAME_POLL_SECONDS = 5.0
 #: Warning reasons that explain a job that does not start.
 PENDING_REASONS = frozenset({"FailedScheduling", "Failed", "BackOff", "FailedMount"})
 
@@ -84,6 +88,9 @@ class KubernetesRun(Submission):
         self._pods: dict[str, tuple[str, int, str]] = {}  # pod -> (state, restarts, reason)
         self._followed: dict[str, threading.Thread] = {}
         self._read_once: set[tuple[str, int]] = set()
+        # pods waiting in an init container for a name: pod -> (container, name)
+        self._name_waits: dict[str, tuple[str, str]] = {}
+        self._name_poller: threading.Thread | None = None
         self._watches: list[watch.Watch] = []
         self._has_leader = True
         self._terminal: tuple[ev.JobState, str, str] | None = None
@@ -270,6 +277,12 @@ class KubernetesRun(Submission):
                             f"--data staging failed on pod {facts.name}: {why}"))  # fmt: skip
             elif staging == "running" and facts.node == 0:
                 self._follow(facts.name, facts.restarts, INIT_NAME)
+            waits = self.kubeflow.name_wait(item["object"])
+            if waits is not None:
+                self._watch_name_wait(facts.name, *waits)
+            else:
+                with self._lock:
+                    self._name_waits.pop(facts.name, None)
             if facts.node == 0 and facts.started:
                 self._follow(facts.name, facts.restarts)
             elif facts.state == "Failed":
@@ -334,6 +347,36 @@ class KubernetesRun(Submission):
             # without a terminal state when the job ended as its node-0 pod was first seen).
             thread.start()
             self._followed[key] = thread
+
+    def _watch_name_wait(self, pod: str, container: str, name: str) -> None:
+        """Note a pod waiting in ``container`` for ``name`` to resolve; one poller per job
+        reads such a container's log now and then (no stream held open) and, once it
+        failed ``NAME_TRIES`` times, says so once (a ``kubernetes`` log line)."""
+        with self._lock:
+            self._name_waits[pod] = (container, name)
+            if self._name_poller is not None:
+                return
+            self._name_poller = threading.Thread(
+                target=self._guard(self._poll_name_waits), daemon=True, name="distrain-names"
+            )
+            self._name_poller.start()
+
+    def _poll_name_waits(self) -> None:
+        while not self._done.wait(NAME_POLL_SECONDS):
+            with self._lock:
+                waiting = sorted(self._name_waits.items())
+            for pod, (container, name) in waiting[:1]:  # one pod says it for the job
+                try:
+                    lines = self.backend.stream_log(self.conn, pod, container, follow=False)
+                    tries = sum(1 for _ in lines)
+                except api_error():  # gone, or its init container done: the watch says which
+                    continue
+                if tries >= NAME_TRIES:
+                    text = (f"pod {pod} waits for the master address {name}: its {container} "
+                            f"could not resolve it {tries} times")  # fmt: skip
+                    self.sink(ev.Event("log", None, time.time(),
+                                       {"text": text, "source": "kubernetes"}))  # fmt: skip
+                    return
 
     def _read_log_once(self, pod: str, restarts: int) -> None:
         with self._lock:

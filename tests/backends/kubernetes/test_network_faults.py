@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 import time
 from collections.abc import Iterator
@@ -40,7 +41,8 @@ CELL = textwrap.dedent(
 )
 
 APIS = {"pytorchjob": ("kubeflow-v1",), "trainjob": ("trainer",)}
-#: The pod of node 1 of a job (the one whose link the tests take down).
+#: The pods of nodes 0 and 1 of a job (the tests take node 1's link down).
+NODE_0 = {"pytorchjob": "{job}-master-0", "trainjob": "{job}-node-0-0-"}
 NODE_1 = {"pytorchjob": "{job}-worker-0", "trainjob": "{job}-node-0-1-"}
 
 
@@ -48,14 +50,24 @@ NODE_1 = {"pytorchjob": "{job}-worker-0", "trainjob": "{job}-node-0-1-"}
 def cluster(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Emulator, str]]:
-    env = {"GLOO_SOCKET_IFNAME": "eth0", "DISTRAIN_PG_TIMEOUT": "60"}
-    with Emulator(env=env, apis=APIS[request.param], network="pods") as emulator:
+    with Emulator(env={"GLOO_SOCKET_IFNAME": "eth0"}, apis=APIS[request.param],
+                  network="pods") as emulator:  # fmt: skip
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         yield emulator, request.param
 
 
-def pod_of_node_1(emulator: Emulator, api: str, job: str) -> str:
-    prefix = NODE_1[api].format(job=job)
+def group_timeout_spec(name: str, api: str, seconds: int) -> JobSpec:
+    """A 2-node job whose collectives time out after ``seconds`` (--env sets the group's
+    timeout, as a user would: the one rendered from --timeout is the job's whole limit)."""
+    env = (("DISTRAIN_PG_TIMEOUT", str(seconds)),)
+    options = (("kubeflow_api", api),)
+    return JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=300, env=env,
+                   options=options)  # fmt: skip
+
+
+def pod_of(emulator: Emulator, api: str, job: str, table: dict[str, str] = NODE_1) -> str:
+    """The pod of node 1 of ``job`` (of the node ``table`` names)."""
+    prefix = table[api].format(job=job)
     names = [o["metadata"]["name"] for o in emulator.store.objects(PODS.key, "default")[0]]
     found = [n for n in names if n == prefix or (prefix.endswith("-") and n.startswith(prefix))]
     assert len(found) == 1, names
@@ -68,15 +80,14 @@ def test_a_partition_that_heals_within_the_group_timeout_lets_the_job_finish(
     emulator, api = cluster
     name = f"heal-{api[:3]}"
     finish = tmp_path / "finish"
-    options = (("kubeflow_api", api),)
-    spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=300, options=options)
+    spec = group_timeout_spec(name, api, 60)
     job = jobs.submit(
         spec, build_payload(CELL, {"FINISH": str(finish)}, job=name), KubernetesBackend()
     )
     try:
         wait_for(lambda: len(job.metrics()) >= 6, 180, job.logs)
         began = time.monotonic()
-        emulator.net_faults.link_down(pod_of_node_1(emulator, api, name), seconds=5)
+        emulator.net_faults.link_down(pod_of(emulator, api, name), seconds=5)
         before = len(job.metrics())
         wait_for(lambda: len(job.metrics()) >= before + 20, 120, job.logs)  # steps go on
         # ten steps take about a second; they waited for the link in all_reduce
@@ -90,10 +101,39 @@ def test_a_partition_that_heals_within_the_group_timeout_lets_the_job_finish(
     wait_for(lambda: not emulator.processes(), 60, emulator.processes)
 
 
-def test_a_node_that_dies_mid_step_fails_the_job_naming_its_rank(
+def test_a_partition_for_good_is_read_naming_the_pods_that_cannot_reach_each_other(
+    cluster: tuple[Emulator, str], tmp_path: Path
+) -> None:
+    emulator, api = cluster
+    name = f"cut-{api[:3]}"
+    payload = build_payload(CELL, {"FINISH": str(tmp_path / "never")}, job=name)
+    job = jobs.submit(group_timeout_spec(name, api, 20), payload, KubernetesBackend())
+    try:
+        wait_for(lambda: len(job.metrics()) >= 6, 180, job.logs)
+        node_0, node_1 = pod_of(emulator, api, name, NODE_0), pod_of(emulator, api, name)
+        emulator.net_faults.link_down(node_1)
+        wait_for(lambda: "cannot reach each other" in (job.diagnosis() or ""), 240, job.logs)
+        if api == "pytorchjob":  # its master's failure fails the job; JobSet's pods restart
+            assert job.wait(120) == "Failed", job.logs()  # in place and wait for node 1
+        diagnosis = job.diagnosis() or ""
+        pods = f"rank 0 (node 0, pod {node_0}) and rank 1 (node 1, pod {node_1})"
+        assert diagnosis.startswith(f"{pods} cannot reach each other: rank "), (
+            diagnosis,
+            job.logs(),
+        )
+        assert re.search(
+            r"waited 20 s in a collective(?: after step \d+)? and heard nothing from node [01] ",
+            diagnosis,
+        ), diagnosis
+    finally:
+        job.stop(timeout=60)
+    wait_for(lambda: not emulator.processes(), 60, emulator.processes)
+
+
+def test_a_node_that_dies_mid_step_fails_the_job_naming_its_rank_and_pod(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = {"GLOO_SOCKET_IFNAME": "eth0", "DISTRAIN_PG_TIMEOUT": "20"}
+    env = {"GLOO_SOCKET_IFNAME": "eth0"}
     with Emulator(env=env, network="pods") as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         name = "dead-node"
@@ -105,7 +145,8 @@ def test_a_node_that_dies_mid_step_fails_the_job_naming_its_rank(
             emulator.net_faults.kill_node(f"{name}-worker-0")  # node 1: rank 1
             assert job.wait(240) == "Failed", job.logs()
             diagnosis = job.diagnosis() or ""
-            assert diagnosis.startswith("rank 1 was killed: Error (exit code 137)"), diagnosis
+            killed = f"rank 1 (node 1, pod {name}-worker-0) was killed: Error (exit code 137)"
+            assert diagnosis.startswith(killed), (diagnosis, job.logs())
         finally:
             job.stop(timeout=60)
         wait_for(lambda: not emulator.processes(), 60, emulator.processes)

@@ -219,6 +219,11 @@ class KubeflowKind(ABC):
         """True when ``pod`` runs training nodes (not, say, an initializer); all by default."""
         return True
 
+    def name_wait(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
+        """``(init container, name)`` while ``pod`` waits in an init container of the
+        controller's for ``name`` to resolve; None (the default: no kind's pods wait so)."""
+        return None
+
     def leader_pods(self, pods: Sequence[Pod]) -> list[Pod]:
         """The pods among a job's ``pods`` that run node 0 (more than one after a restart)."""
         leader = self.pods_have_leader(pods)

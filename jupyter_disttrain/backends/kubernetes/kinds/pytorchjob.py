@@ -6,6 +6,8 @@ with ``--elastic``, Worker ``nodes`` and an ``elasticPolicy`` (c10d).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final
 
@@ -19,6 +21,10 @@ from .operator import (
     replica,
     run_policy,
 )
+
+#: The init container the Training Operator gives a Worker, and the name it waits for.
+INIT_CONTAINER: Final = "init-pytorch"
+_NSLOOKUP: Final = re.compile(r"\bnslookup ([\w.\-]+)")
 
 
 class PyTorchJobKind(OperatorKind):
@@ -60,6 +66,22 @@ class PyTorchJobKind(OperatorKind):
     def leader_selector(self, job: str) -> dict[str, str]:
         """The Master's pod: the operator labels it with job role ``master``."""
         return {self.pod_label: job, JOB_ROLE_LABEL: "master"}
+
+    def name_wait(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
+        """The operator's ``init-pytorch`` of a Worker, while it runs: it loops on
+        ``nslookup MASTER`` (printing ``waiting for master``) until the Master's name resolves."""
+        statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+        running = any(s.get("name") == INIT_CONTAINER and (s.get("state") or {}).get("running")
+                      for s in statuses)  # fmt: skip
+        if not running:
+            return None
+        for container in (pod.get("spec") or {}).get("initContainers") or []:
+            if container.get("name") == INIT_CONTAINER:
+                command = " ".join(map(str, [*container.get("command", []),
+                                             *container.get("args", [])]))  # fmt: skip
+                found = _NSLOOKUP.search(command)
+                return (INIT_CONTAINER, found.group(1)) if found else None
+        return None
 
 
 PYTORCHJOB: Final = PyTorchJobKind(

@@ -1,0 +1,80 @@
+"""The Kubernetes backend on a master name that resolves to nothing and a wrong interface."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.kubernetes.test_backend import wait_for
+from tests.k8s_emulator import podnet
+from tests.k8s_emulator.emulator import Emulator
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(podnet.availability() is not None, reason="no pod network here"),
+]
+
+CELL = "import torch.distributed as dist\ndist.barrier()\n'finished'\n"
+
+
+#: Per API: the emulator's API groups, the Service the master's name comes from, that name,
+#: where it is reached, and what says it does not resolve.
+HIDDEN = {
+    "trainjob": (("trainer",), "{job}", "{job}-node-0-0.{job}", "{job}-node-0-0.{job}:29500",
+                 "Temporary failure in name resolution"),
+    "pytorchjob": (("kubeflow-v1",), "{job}-master-0", "{job}-master-0", "{job}-master-0",
+                   "pod {job}-worker-0's init-pytorch could not resolve it 3 times"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("api", sorted(HIDDEN))
+def test_a_master_service_that_resolves_to_nothing_is_named(
+    api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    apis, service, master, address, said = HIDDEN[api]
+    with Emulator(network="pods", apis=apis) as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        name = f"hidden-{api[:3]}"
+        emulator.net_faults.hide_service(service.format(job=name))
+        options = (("kubeflow_api", api),)
+        spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=60, options=options)
+        job = jobs.submit(spec, build_payload(CELL, {}, job=name), KubernetesBackend())
+        master, address, said = (text.format(job=name) for text in (master, address, said))
+        try:
+            # read while the launchers still wait, and kept once the job's time is up
+            wait_for(lambda: "does not resolve" in (job.diagnosis() or ""), 120, job.logs)
+            assert job.wait(120) == "Failed", job.logs()
+            diagnosis = job.diagnosis() or ""
+            expected = f"the master address {master} does not resolve ({said}): no rank could "
+            assert diagnosis.startswith(f"{expected}reach {address} to start"), (
+                diagnosis,
+                job.logs(),
+            )
+        finally:
+            job.stop(timeout=60)
+        wait_for(lambda: not emulator.processes(), 60, emulator.processes)
+
+
+def test_a_gloo_interface_the_pod_does_not_have_is_named_with_the_ones_it_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Emulator(network="pods") as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        name = "wrong-if"
+        env = (("GLOO_SOCKET_IFNAME", "eth1"),)
+        spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=240, env=env)
+        job = jobs.submit(spec, build_payload(CELL, {}, job=name), KubernetesBackend())
+        try:
+            assert job.wait(200) == "Failed", job.logs()
+            diagnosis = job.diagnosis() or ""
+            said = "GLOO_SOCKET_IFNAME=eth1: no such interface eth1 on "
+            assert said in diagnosis and "(it has eth0, lo)" in diagnosis, (diagnosis, job.logs())
+            assert diagnosis.startswith("rank "), diagnosis
+        finally:
+            job.stop(timeout=60)
+        wait_for(lambda: not emulator.processes(), 60, emulator.processes)

@@ -481,7 +481,9 @@ def test_every_ranks_resource_figures_and_rank_zeros_progress_reach_the_notebook
     def busy_rank_stands_out() -> bool:
         rows = job.monitor.snapshot()["ranks"]
         cpu = [r["cpu_pct"] for r in rows]
-        return cpu[0] is not None and cpu[1] is not None and cpu[1] > cpu[0] + 20
+        # relative: on a loaded machine the spinning rank gets only its share of a core, but
+        # still several times what the sleeping one uses
+        return cpu[0] is not None and cpu[1] is not None and cpu[1] > max(3 * cpu[0], cpu[0] + 5)
 
     wait_for(busy_rank_stands_out, 120, lambda: (job.monitor.snapshot()["ranks"], job.logs()))
     assert job.wait(240) == "Succeeded", job.logs()

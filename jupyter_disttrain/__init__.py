@@ -18,14 +18,32 @@ from typing import Any
 from .runtime.report import report
 
 __version__ = "0.1.0"
-__all__ = ["CheckpointStore", "Job", "JobSpec", "Session", "SessionLost", "__version__", "every",
-           "load_checkpoint", "load_ipython_extension", "report", "save_checkpoint",
-           "submit"]  # fmt: skip
+__all__ = [
+    "CheckpointStore",
+    "Job",
+    "JobSpec",
+    "Session",
+    "SessionLost",
+    "__version__",
+    "every",
+    "load_checkpoint",
+    "load_ipython_extension",
+    "report",
+    "save_checkpoint",
+    "submit",
+]
 
-_LAZY = {"Job": "job", "submit": "service", "JobSpec": "spec",
-         "CheckpointStore": "checkpoints.store", "save_checkpoint": "runtime.checkpoint.api",
-         "load_checkpoint": "runtime.checkpoint.api", "every": "runtime.checkpoint.api",
-         "Session": "sessions", "SessionLost": "sessions"}  # fmt: skip
+_LAZY = {
+    "Job": "job",
+    "submit": "service",
+    "JobSpec": "spec",
+    "CheckpointStore": "checkpoints.store",
+    "save_checkpoint": "runtime.checkpoint.api",
+    "load_checkpoint": "runtime.checkpoint.api",
+    "every": "runtime.checkpoint.api",
+    "Session": "sessions",
+    "SessionLost": "sessions",
+}
 
 
 def __getattr__(name: str) -> Any:

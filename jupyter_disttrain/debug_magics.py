@@ -30,13 +30,15 @@ class DebugMagics(Magics):
     @magic_arguments.argument("--rank", type=int, default=None, help="the paused rank to show")
     @magic_arguments.argument("--backend", default=None, help="where the job runs")
     @magic_arguments.argument(
-        "--panel", action="store_true",
+        "--panel",
+        action="store_true",
         help="show --rank in the kernel's Debugger panel (ranks stopped at gutter breakpoints)",
-    )  # fmt: skip
+    )
     @magic_arguments.argument(
-        "--last", action="store_true",
+        "--last",
+        action="store_true",
         help="a session: stop the ranks whose last cell failed in the frame that raised",
-    )  # fmt: skip
+    )
     @line_magic
     def distrain_debug(self, line: str) -> Any:
         """Open the debugger console of a job's paused ranks (``breakpoint()``, --post-mortem)."""

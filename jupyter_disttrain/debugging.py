@@ -78,11 +78,16 @@ class Answer:
 def _answer(rank: int, message: dict[str, Any]) -> Answer:
     source = [(int(n), str(t)) for n, t in message.get("source") or [] if isinstance(n, int)]
     return Answer(
-        rank, str(message.get("output") or ""), bool(message.get("paused")),
-        str(message.get("file") or ""), int(message.get("line") or 0),
-        str(message.get("function") or ""), source, str(message.get("exception") or ""),
+        rank,
+        str(message.get("output") or ""),
+        bool(message.get("paused")),
+        str(message.get("file") or ""),
+        int(message.get("line") or 0),
+        str(message.get("function") or ""),
+        source,
+        str(message.get("exception") or ""),
         str(message.get("error") or ""),
-    )  # fmt: skip
+    )
 
 
 def job_key(job: DebuggedJob) -> bytes:

@@ -28,6 +28,24 @@ class Sessions:
             self._by_name[session.name] = session
         return session
 
+    def start(self, session: Session) -> Session:
+        """Keep ``session`` (as :meth:`add`) and start it; forgotten again if it does not start."""
+        self.add(session)
+        try:
+            session.start()
+        except BaseException:
+            self.remove(session.name)
+            raise
+        return session
+
+    def stop(self, name: str) -> str:
+        """Stop session ``name`` and forget it; the job's final state."""
+        session = self.get(name)
+        try:
+            return session.stop()
+        finally:
+            self.remove(name)
+
     def get(self, name: str) -> Session:
         """The session called ``name``; :class:`SessionError` naming the known ones."""
         with self._lock:

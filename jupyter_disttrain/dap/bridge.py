@@ -40,9 +40,13 @@ def response(
     request: dict[str, Any], body: dict[str, Any] | None, error: str = ""
 ) -> dict[str, Any]:
     """The DAP response to ``request``: ``body``, or failed with ``error``."""
-    reply: dict[str, Any] = {"type": "response", "request_seq": request.get("seq", 0),
-                             "command": request.get("command"), "success": not error,
-                             "body": body or {}}  # fmt: skip
+    reply: dict[str, Any] = {
+        "type": "response",
+        "request_seq": request.get("seq", 0),
+        "command": request.get("command"),
+        "success": not error,
+        "body": body or {},
+    }
     if error:
         reply["message"] = error
     return reply
@@ -99,8 +103,9 @@ class RankBridge:
             nodes = {row.rank: row.node for row in job.monitor.ranks()}
             for rank in range(job.spec.world_size):
                 node = nodes.get(rank, rank // job.spec.nproc)
-                listed.append({"id": ids.thread_id(slot, rank),
-                               "name": f"rank {rank} (node {node})"})  # fmt: skip
+                listed.append(
+                    {"id": ids.thread_id(slot, rank), "name": f"rank {rank} (node {node})"}
+                )
         return listed
 
     def focus(self, name: str, rank: int) -> None:
@@ -197,9 +202,11 @@ class RankBridge:
     def continues_ranks(self, message: dict[str, Any]) -> bool:
         """A ``continue`` for the kernel's own thread while only ranks are stopped: JupyterLab
         sends that for its last stopped thread (it forgets the thread before naming it)."""
-        return (message.get("command") == "continue"
-                and not getattr(self.debugger, "stopped_threads", None)
-                and bool(self.watcher.stopped_threads()))  # fmt: skip
+        return (
+            message.get("command") == "continue"
+            and not getattr(self.debugger, "stopped_threads", None)
+            and bool(self.watcher.stopped_threads())
+        )
 
     def first_paused(self) -> RankFrame | None:
         """The first stopped rank thread, as a request target."""

@@ -55,20 +55,32 @@ def stack_trace(
     frames = []
     for frame in shown:
         source, line = source_of(str(frame["file"]), int(frame["line"]), cell)
-        frames.append({"id": ids.frame_id(where.slot, where.rank, frame["index"], stop),
-                       "name": frame["function"], "line": line, "column": 1,
-                       "source": source})  # fmt: skip
+        frames.append(
+            {
+                "id": ids.frame_id(where.slot, where.rank, frame["index"], stop),
+                "name": frame["function"],
+                "line": line,
+                "column": 1,
+                "source": source,
+            }
+        )
     return {"stackFrames": frames, "totalFrames": len(listed)}
 
 
 def scopes(where: RankFrame) -> dict[str, Any]:
     """A rank frame's two scopes (their variables come with ``variables``)."""
-    return {"scopes": [
-        {"name": name.capitalize(), "expensive": False,
-         "variablesReference": ids.variables_id(where.slot, where.rank, where.frame, name,
-                                                where.stop)}
-        for name in ids.SCOPES
-    ]}  # fmt: skip
+    return {
+        "scopes": [
+            {
+                "name": name.capitalize(),
+                "expensive": False,
+                "variablesReference": ids.variables_id(
+                    where.slot, where.rank, where.frame, name, where.stop
+                ),
+            }
+            for name in ids.SCOPES
+        ]
+    }
 
 
 def variables(job: Job, where: RankFrame) -> dict[str, Any]:
@@ -76,8 +88,10 @@ def variables(job: Job, where: RankFrame) -> dict[str, Any]:
     answer = job.debug(where.rank).inspect("vars", frame=where.frame, scope=where.scope)
     if answer.get("error"):
         raise DebugError(f"rank {where.rank}: {answer['error']}")
-    shown = [{"name": v["name"], "value": v["value"], "type": v["type"],
-              "variablesReference": 0} for v in answer.get("variables") or []]  # fmt: skip
+    shown = [
+        {"name": v["name"], "value": v["value"], "type": v["type"], "variablesReference": 0}
+        for v in answer.get("variables") or []
+    ]
     more = int(answer.get("more") or 0)
     if more:
         shown.append({"name": "...", "value": f"{more} more not shown", "variablesReference": 0})
@@ -92,8 +106,11 @@ def evaluate(job: Job, where: RankFrame, args: dict[str, Any]) -> dict[str, Any]
     answer = job.debug(where.rank).inspect("eval", frame=where.frame, expr=expression)
     if answer.get("error"):
         raise DebugError(str(answer["error"]))
-    return {"result": answer.get("result", ""), "type": answer.get("type", ""),
-            "variablesReference": 0}  # fmt: skip
+    return {
+        "result": answer.get("result", ""),
+        "type": answer.get("type", ""),
+        "variablesReference": 0,
+    }
 
 
 def step(job: Job, where: RankFrame, command: str, moved: Callable[[], None]) -> dict[str, Any]:

@@ -41,15 +41,29 @@ _SEQ = itertools.count(1 << 30)
 
 def stopped_event(thread: int, reason: str, text: str) -> dict[str, Any]:
     """A DAP ``stopped`` event for one rank thread (the others run on)."""
-    return {"type": "event", "seq": next(_SEQ), "event": "stopped",
-            "body": {"reason": reason, "threadId": thread, "allThreadsStopped": False,
-                     "preserveFocusHint": False, "description": text, "text": text}}  # fmt: skip
+    return {
+        "type": "event",
+        "seq": next(_SEQ),
+        "event": "stopped",
+        "body": {
+            "reason": reason,
+            "threadId": thread,
+            "allThreadsStopped": False,
+            "preserveFocusHint": False,
+            "description": text,
+            "text": text,
+        },
+    }
 
 
 def continued_event(thread: int) -> dict[str, Any]:
     """A DAP ``continued`` event for one rank thread."""
-    return {"type": "event", "seq": next(_SEQ), "event": "continued",
-            "body": {"threadId": thread, "allThreadsContinued": False}}  # fmt: skip
+    return {
+        "type": "event",
+        "seq": next(_SEQ),
+        "event": "continued",
+        "body": {"threadId": thread, "allThreadsContinued": False},
+    }
 
 
 class Watcher:
@@ -113,8 +127,12 @@ class Watcher:
                 if self.seen.get(ids.thread_id(slot, paused.rank)) is None:
                     self.bridge.sync_later(job, paused.rank)  # breakpoints set while it ran
                 reason = "exception" if paused.exception else "breakpoint"
-                now[ids.thread_id(slot, paused.rank)] = (paused.t, paused.line, reason,
-                                                         paused.sentence())  # fmt: skip
+                now[ids.thread_id(slot, paused.rank)] = (
+                    paused.t,
+                    paused.line,
+                    reason,
+                    paused.sentence(),
+                )
         events = []
         with self.lock:
             for thread, (t, line, reason, text) in sorted(now.items()):

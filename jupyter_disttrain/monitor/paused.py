@@ -46,9 +46,15 @@ class PausedRank:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able copy (for the dashboard)."""
-        return {"rank": self.rank, "file": self.file, "line": self.line,
-                "function": self.function, "place": self.place, "exception": self.exception,
-                "sentence": self.sentence()}  # fmt: skip
+        return {
+            "rank": self.rank,
+            "file": self.file,
+            "line": self.line,
+            "function": self.function,
+            "place": self.place,
+            "exception": self.exception,
+            "sentence": self.sentence(),
+        }
 
 
 def waiting_reason(rank: int) -> str:
@@ -68,10 +74,16 @@ class PauseBook:
         if port is None:
             return
         self._paused[row.rank] = PausedRank(
-            row.rank, as_str(ev.get("file")), as_int(ev.get("line")) or 0,
-            as_str(ev.get("function")), port, as_int(ev.get("pid")), row.node, ev.t,
+            row.rank,
+            as_str(ev.get("file")),
+            as_int(ev.get("line")) or 0,
+            as_str(ev.get("function")),
+            port,
+            as_int(ev.get("pid")),
+            row.node,
+            ev.t,
             as_str(ev.get("exception")),
-        )  # fmt: skip
+        )
         if row.state in ("Running", "Pending", "Ready", PAUSED):
             row.state = PAUSED
             row.reason = self._paused[row.rank].sentence()

@@ -19,8 +19,13 @@ from ..units import format_bytes
 from .records import ProgressRow, RankRow, RankState, as_int
 
 #: The resource fields of a rank row, in the order the tables show them.
-RESOURCE_FIELDS: Final = ("cpu_pct", "rss_bytes", "mem_limit_bytes", "gpu_util_pct",
-                          "gpu_mem_bytes")  # fmt: skip
+RESOURCE_FIELDS: Final = (
+    "cpu_pct",
+    "rss_bytes",
+    "mem_limit_bytes",
+    "gpu_util_pct",
+    "gpu_mem_bytes",
+)
 #: Seconds of progress the rate (and so the ETA) is measured over.
 PROGRESS_WINDOW: Final = 60.0
 _MIB: Final = 1024 * 1024
@@ -133,5 +138,6 @@ class ProgressTracker:
             eta = 0.0
         elif rate is not None and not ended:
             eta = (total - step) / rate
-        return ProgressRow(step=step, total=total, fraction=step / total, eta_s=eta,
-                           rate_per_s=rate)  # fmt: skip
+        return ProgressRow(
+            step=step, total=total, fraction=step / total, eta_s=eta, rate_per_s=rate
+        )

@@ -19,16 +19,40 @@ from ..events import StackFrame, StacksFields
 from ..logbuffer import format_ranks
 
 #: Calls in which a rank waits for its peers.
-COLLECTIVES: Final = frozenset({
-    "all_reduce", "broadcast", "barrier", "monitored_barrier", "all_gather",
-    "all_gather_into_tensor", "all_gather_object", "reduce_scatter", "reduce_scatter_tensor",
-    "reduce", "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all",
-    "all_to_all_single", "broadcast_object_list", "send", "recv", "isend", "irecv",
-    "batch_isend_irecv", "wait", "synchronize",
-    # JAX: its multi-process helpers, and the wait for a compiled computation's collectives
-    "sync_global_devices", "process_allgather", "broadcast_one_to_all", "block_until_ready",
-    "wait_at_barrier",
-})  # fmt: skip
+COLLECTIVES: Final = frozenset(
+    {
+        "all_reduce",
+        "broadcast",
+        "barrier",
+        "monitored_barrier",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "reduce",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "all_to_all",
+        "all_to_all_single",
+        "broadcast_object_list",
+        "send",
+        "recv",
+        "isend",
+        "irecv",
+        "batch_isend_irecv",
+        "wait",
+        "synchronize",
+        # JAX: its multi-process helpers, and the wait for a compiled computation's collectives
+        "sync_global_devices",
+        "process_allgather",
+        "broadcast_one_to_all",
+        "block_until_ready",
+        "wait_at_barrier",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -73,8 +97,10 @@ class Where:
         text = "; ".join(parts)
         if self.odd:
             who = _ranks(self.odd)
-            text = f"{who[0].upper()}{who[1:]} {'holds' if len(self.odd) == 1 else 'hold'} " \
-                f"up the others: {text}"  # fmt: skip
+            text = (
+                f"{who[0].upper()}{who[1:]} {'holds' if len(self.odd) == 1 else 'hold'} "
+                f"up the others: {text}"
+            )
         if self.missed_collective is not None:
             seq, op = self.missed_collective
             what = f" ({op})" if op else ""

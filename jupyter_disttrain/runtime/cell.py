@@ -165,8 +165,13 @@ def run_script(script: Mapping[str, Any], source: str, namespace: dict[str, Any]
         if module:
             _run_module(str(module), namespace)
         else:
-            namespace.update(__file__=file, __cached__=None, __spec__=None, __package__=None,
-                             __loader__=SourceFileLoader("__main__", file))  # fmt: skip
+            namespace.update(
+                __file__=file,
+                __cached__=None,
+                __spec__=None,
+                __package__=None,
+                __loader__=SourceFileLoader("__main__", file),
+            )
             register_source(source, file)
             exec(compile(source, file, "exec", dont_inherit=True), namespace)
     except SystemExit as exc:

@@ -115,15 +115,19 @@ class Link:
     def send(self, message: dict[str, Any]) -> None:
         """Send ``message`` with this link's nonce, direction and next number."""
         self.sent += 1
-        send(self.sock, self.key, {**message, "nonce": self.nonce, "from": self.side,
-                                    "n": self.sent})  # fmt: skip
+        send(
+            self.sock, self.key, {**message, "nonce": self.nonce, "from": self.side, "n": self.sent}
+        )
 
     def recv(self, limit: int, deadline: float | None = None) -> dict[str, Any]:
         """The next frame from the other side; ConnectionError for a replayed or foreign one."""
         message = recv(self.sock, self.key, limit, deadline)
         self.received += 1
-        if (message.get("nonce") != self.nonce or message.get("from") == self.side
-                or message.get("n") != self.received):  # fmt: skip
+        if (
+            message.get("nonce") != self.nonce
+            or message.get("from") == self.side
+            or message.get("n") != self.received
+        ):
             raise ConnectionError("a debugger frame is out of sequence (replayed or foreign)")
         return message
 
@@ -329,8 +333,11 @@ class _Channel:
         for spot in spots[:1000]:
             line = spot.get("line") if isinstance(spot, dict) else None
             condition = spot.get("condition") if isinstance(spot, dict) else None
-            problem = (self.debugger.set_break(file, line, cond=condition or None)
-                       if isinstance(line, int) else "not a line")  # fmt: skip
+            problem = (
+                self.debugger.set_break(file, line, cond=condition or None)
+                if isinstance(line, int)
+                else "not a line"
+            )
             if problem:
                 refused.append(f"{line}: {problem}")
         return {"set": len(spots) - len(refused), "refused": refused}
@@ -342,8 +349,11 @@ class _Channel:
         try:
             nonce = secrets.token_hex(16)
             conn.settimeout(HELLO_SECONDS)
-            send(conn, self.key, {"op": "hello", "rank": self.rank, "pid": os.getpid(),
-                                   "nonce": nonce})  # fmt: skip
+            send(
+                conn,
+                self.key,
+                {"op": "hello", "rank": self.rank, "pid": os.getpid(), "nonce": nonce},
+            )
             hello = recv(conn, self.key, HELLO_LIMIT, time.monotonic() + HELLO_SECONDS)
             if hello.get("op") != "hello" or hello.get("nonce") != nonce:
                 return None

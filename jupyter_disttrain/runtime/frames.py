@@ -40,8 +40,9 @@ def user_stack(stack: list[tuple[FrameType, int]], current: int) -> list[dict[st
         frame, line = stack[index]
         if is_user_frame(frame):
             code = frame.f_code
-            frames.append({"index": index, "file": code.co_filename, "line": line,
-                           "function": code.co_name})  # fmt: skip
+            frames.append(
+                {"index": index, "file": code.co_filename, "line": line, "function": code.co_name}
+            )
     return frames
 
 

@@ -152,9 +152,13 @@ class JobService:
         (see :func:`~jupyter_disttrain.payload.build_script_payload`).
         """
         backend = self.backend(spec.backend)
-        payload = build_script_payload(script, job=spec.name, framework=spec.framework,
-                                       dist_backend=spec.dist_backend,
-                                       extra=backend.payload_extra(spec))  # fmt: skip
+        payload = build_script_payload(
+            script,
+            job=spec.name,
+            framework=spec.framework,
+            dist_backend=spec.dist_backend,
+            extra=backend.payload_extra(spec),
+        )
         return backend.plan(spec, payload)
 
     def export(self, plan: Plan, path: str) -> str:
@@ -218,8 +222,9 @@ class JobService:
         its submission, ``on_start`` gets the job before the view shows it,
         with ``wait`` the call returns when the job ended, and Ctrl-C stops the job.
         """
-        return run_and_follow(self, plan, view, export_to=export, dry_run=dry_run, wait=wait,
-                              on_start=on_start)  # fmt: skip
+        return run_and_follow(
+            self, plan, view, export_to=export, dry_run=dry_run, wait=wait, on_start=on_start
+        )
 
     def submit(self, spec: JobSpec, payload: Payload, listeners: Iterable[Listener] = ()) -> Job:
         """Plan and run an already-built payload (the Python API's one call)."""
@@ -254,9 +259,15 @@ class JobService:
         spec, submission = chosen.attach(name, sink)
         monitor = None
         if log_limit is not None:
-            monitor = JobMonitor(spec.name, chosen.name, spec.world_size, nodes=spec.nodes,
-                                 nproc=spec.nproc, log_limit=log_limit,
-                                 phases=chosen.capabilities.phases)  # fmt: skip
+            monitor = JobMonitor(
+                spec.name,
+                chosen.name,
+                spec.world_size,
+                nodes=spec.nodes,
+                nproc=spec.nproc,
+                log_limit=log_limit,
+                phases=chosen.capabilities.phases,
+            )
         job = Job(spec, chosen, monitor)
         for listener in listeners:
             job.add_listener(listener)
@@ -319,15 +330,10 @@ class JobService:
         sessions, the name is taken by a live session, or the group does not start.
         """
         backend = self.backend(spec.backend)
-        session = Session(spec, backend, self.run, idle_timeout=idle_timeout, grace=grace,
-                          listeners=listeners)  # fmt: skip
-        self.sessions.add(session)
-        try:
-            session.start()
-        except BaseException:
-            self.sessions.remove(session.name)
-            raise
-        return session
+        session = Session(
+            spec, backend, self.run, idle_timeout=idle_timeout, grace=grace, listeners=listeners
+        )
+        return self.sessions.start(session)
 
     def session(self, name: str) -> Session:
         """This process's session ``name`` (:class:`~.sessions.SessionError` if none)."""
@@ -335,11 +341,7 @@ class JobService:
 
     def stop_session(self, name: str) -> str:
         """Stop session ``name``; every process of it ends. Returns the job's final state."""
-        session = self.sessions.get(name)
-        try:
-            return session.stop()
-        finally:
-            self.sessions.remove(name)
+        return self.sessions.stop(name)
 
     def restart_session(self, name: str) -> Session:
         """Start session ``name``'s group afresh (every rank's state is lost)."""
@@ -514,15 +516,14 @@ class JobService:
         if refusal is not None:
             raise BackendError(refusal)
         job = self.attach(name, backend, log_limit=200, keep=False)
+        submission = job.submission
         try:
-            catch_up(job.monitor, job.submission, JobRecord(  # type: ignore[arg-type]
-                name, job.backend.name, job.status(), job.spec.world_size, job.spec.nodes,
-                job.spec.nproc, 0.0,
-            ))  # fmt: skip
+            if submission is not None:
+                catch_up(job.monitor, submission, job.status())
             return job.where(timeout)
         finally:
-            if job.submission is not None:
-                job.submission.detach()
+            if submission is not None:
+                submission.detach()
 
     def stop(self, name: str, backend: str | None = None) -> str:
         """Stop a job of any owner; returns what happened, for display."""

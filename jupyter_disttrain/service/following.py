@@ -56,9 +56,10 @@ def open_monitor(
     return monitor, submission
 
 
-def catch_up(monitor: JobMonitor, submission: Submission, record: JobRecord) -> None:
-    """Wait until the recorded events are read (the replay ended, or output stopped growing)."""
-    if record.state in TERMINAL_STATES:
+def catch_up(monitor: JobMonitor, submission: Submission, state: str) -> None:
+    """Wait until the recorded events of a job in ``state`` are read (the replay ended, or
+    output stopped growing)."""
+    if state in TERMINAL_STATES:
         submission.join(REPLAY_WAIT)
         return
     deadline = time.monotonic() + CATCH_UP
@@ -74,7 +75,7 @@ def recorded_diagnosis(backend: Backend, record: JobRecord) -> str | None:
     if monitor is None or submission is None:
         return None
     try:
-        catch_up(monitor, submission, record)
+        catch_up(monitor, submission, record.state)
         return monitor.diagnosis()
     finally:
         submission.detach()  # read what is there; following it on is not this call's job

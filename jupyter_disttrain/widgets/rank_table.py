@@ -42,8 +42,9 @@ ABSENT = "—"
 
 def columns(snap: Snapshot) -> tuple[tuple[str, str], ...]:
     """The columns for ``snap``: :data:`COLUMNS`, with :data:`GPU_COLUMNS` if any rank has a GPU."""
-    if not any(r["gpu_util_pct"] is not None or r["gpu_mem_bytes"] is not None
-               for r in snap["ranks"]):  # fmt: skip
+    if not any(
+        r["gpu_util_pct"] is not None or r["gpu_mem_bytes"] is not None for r in snap["ranks"]
+    ):
         return COLUMNS
     at = [col for col, _ in COLUMNS].index("mem") + 1
     return (*COLUMNS[:at], *GPU_COLUMNS, *COLUMNS[at:])
@@ -114,9 +115,13 @@ def rank_table_html(snap: Snapshot, *, max_rows: int = 64) -> str:
 
 
 def _row(
-    r: RankRow, first_failure: bool, straggler: bool, outlier: str,
-    cols: tuple[tuple[str, str], ...], lost_peer: str = "",
-) -> str:  # fmt: skip
+    r: RankRow,
+    first_failure: bool,
+    straggler: bool,
+    outlier: str,
+    cols: tuple[tuple[str, str], ...],
+    lost_peer: str = "",
+) -> str:
     classes = ["distrain-rank-row", state_class(r["state"])]
     if r["state"] == "Failed":
         classes.append("distrain-failed")

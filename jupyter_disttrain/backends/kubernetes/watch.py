@@ -212,9 +212,16 @@ class KubernetesRun(Submission):
                 self._report(item["object"])
             current = self.kubeflow.condition(item["object"])
             if last is None:  # the job is waiting from its creation on
-                self._phase(kp.Fact("queued", "waiting", f"waiting for the {self.kind}'s pods",
-                                    item["object"].get("metadata", {}).get("creationTimestamp")),
-                            None, time.time())  # fmt: skip
+                self._phase(
+                    kp.Fact(
+                        "queued",
+                        "waiting",
+                        f"waiting for the {self.kind}'s pods",
+                        item["object"].get("metadata", {}).get("creationTimestamp"),
+                    ),
+                    None,
+                    time.time(),
+                )
             if current is not None and current[1] == "Queued":
                 self._phase(kp.Fact("queued", "waiting", current[2], None), None, time.time())
             if current is None or current == last:
@@ -273,8 +280,13 @@ class KubernetesRun(Submission):
                     self.sink(event)
             staging, why = init_state(item["object"], INIT_NAME)
             if staging == "failed":
-                self._fail(("Failed", "DataStagingFailed",
-                            f"--data staging failed on pod {facts.name}: {why}"))  # fmt: skip
+                self._fail(
+                    (
+                        "Failed",
+                        "DataStagingFailed",
+                        f"--data staging failed on pod {facts.name}: {why}",
+                    )
+                )
             elif staging == "running" and facts.node == 0:
                 self._follow(facts.name, facts.restarts, INIT_NAME)
             waits = self.kubeflow.name_wait(item["object"])
@@ -325,8 +337,9 @@ class KubernetesRun(Submission):
         """Send a phase fact once (a ``done`` once per ranks, a ``waiting`` when it changes)."""
         key = (fact.phase, fact.state, None if ranks is None else tuple(ranks))
         with self._lock:
-            if key in self._phase_sent and (fact.state == "done"
-                                            or self._phase_sent[key] == fact.message):  # fmt: skip
+            if key in self._phase_sent and (
+                fact.state == "done" or self._phase_sent[key] == fact.message
+            ):
                 return
             self._phase_sent[key] = fact.message
         t = kp.observed_at(fact.stamp, arrived)
@@ -372,10 +385,13 @@ class KubernetesRun(Submission):
                 except api_error():  # gone, or its init container done: the watch says which
                     continue
                 if tries >= NAME_TRIES:
-                    text = (f"pod {pod} waits for the master address {name}: its {container} "
-                            f"could not resolve it {tries} times")  # fmt: skip
-                    self.sink(ev.Event("log", None, time.time(),
-                                       {"text": text, "source": "kubernetes"}))  # fmt: skip
+                    text = (
+                        f"pod {pod} waits for the master address {name}: its {container} "
+                        f"could not resolve it {tries} times"
+                    )
+                    self.sink(
+                        ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"})
+                    )
                     return
 
     def _read_log_once(self, pod: str, restarts: int) -> None:
@@ -453,8 +469,9 @@ class KubernetesRun(Submission):
             failing = state == "Failed" or restarts > 0
             tail = None if failing else KEPT_TAIL_LINES
             try:
-                lines = list(self.backend.stream_log(self.conn, pod, self.container,
-                                                     follow=False, tail=tail))  # fmt: skip
+                lines = list(
+                    self.backend.stream_log(self.conn, pod, self.container, follow=False, tail=tail)
+                )
                 if restarts > 0:  # the run that failed, then the one after it
                     lines[:0] = self.backend.stream_log(
                         self.conn, pod, self.container, follow=False, previous=True
@@ -470,19 +487,33 @@ class KubernetesRun(Submission):
             record = kept_logs(self.name, texts, self.conn.plain(owner))
             self.conn.core.create_namespaced_config_map(ns, cast(Any, record))
         except api_error() as exc:
-            self.sink(ev.Event("log", None, time.time(), {
-                "text": f"could not keep the job's logs ({exc.status} {exc.reason})",
-                "source": "kubernetes",
-            }))  # fmt: skip
+            self.sink(
+                ev.Event(
+                    "log",
+                    None,
+                    time.time(),
+                    {
+                        "text": f"could not keep the job's logs ({exc.status} {exc.reason})",
+                        "source": "kubernetes",
+                    },
+                )
+            )
         try:
             self.conn.core.delete_collection_namespaced_pod(
                 ns, label_selector=self.kubeflow.pod_selector(self.name), grace_period_seconds=0
             )
         except api_error() as exc:
-            self.sink(ev.Event("log", None, time.time(), {
-                "text": f"could not end the job's pods ({exc.status} {exc.reason})",
-                "source": "kubernetes",
-            }))  # fmt: skip
+            self.sink(
+                ev.Event(
+                    "log",
+                    None,
+                    time.time(),
+                    {
+                        "text": f"could not end the job's pods ({exc.status} {exc.reason})",
+                        "source": "kubernetes",
+                    },
+                )
+            )
 
     def _pods_ended(self) -> bool:
         with self._lock:

@@ -21,9 +21,16 @@ from .format import TMP_PREFIX, CheckpointError
 
 #: fsspec protocols and the package that provides each (for the "not installed" message).
 PROTOCOL_PACKAGES = {
-    "s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
-    "abfs": "adlfs", "abfss": "adlfs", "hf": "huggingface_hub", "hdfs": "pyarrow",
-}  # fmt: skip
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+    "abfss": "adlfs",
+    "hf": "huggingface_hub",
+    "hdfs": "pyarrow",
+}
 #: Protocols whose objects appear atomically when written (no rename needed).
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory"})
 

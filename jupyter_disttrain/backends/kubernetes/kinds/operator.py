@@ -32,10 +32,13 @@ OPERATOR_INSTALL: Final = (
 )
 #: What the v1 kinds refuse, as ``KubeflowKind.refuses``: JAX runs as a TrainJob only.
 V1_REFUSES: Final = (
-    ("jax", "--framework jax runs as a Kubeflow Trainer v2 TrainJob on the jax-distributed "
-            "runtime (one JAX process per pod); the Training Operator's v1 kinds have no JAX "
-            "job: remove --kubeflow-api, or use --kubeflow-api trainjob"),
-)  # fmt: skip
+    (
+        "jax",
+        "--framework jax runs as a Kubeflow Trainer v2 TrainJob on the jax-distributed "
+        "runtime (one JAX process per pod); the Training Operator's v1 kinds have no JAX "
+        "job: remove --kubeflow-api, or use --kubeflow-api trainjob",
+    ),
+)
 #: The replica type of the workers (every v1 kind has them), as pod labels spell it.
 WORKER: Final = "worker"
 

@@ -71,26 +71,39 @@ class PyTorchJobKind(OperatorKind):
         """The operator's ``init-pytorch`` of a Worker, while it runs: it loops on
         ``nslookup MASTER`` (printing ``waiting for master``) until the Master's name resolves."""
         statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
-        running = any(s.get("name") == INIT_CONTAINER and (s.get("state") or {}).get("running")
-                      for s in statuses)  # fmt: skip
+        running = any(
+            s.get("name") == INIT_CONTAINER and (s.get("state") or {}).get("running")
+            for s in statuses
+        )
         if not running:
             return None
         for container in (pod.get("spec") or {}).get("initContainers") or []:
             if container.get("name") == INIT_CONTAINER:
-                command = " ".join(map(str, [*container.get("command", []),
-                                             *container.get("args", [])]))  # fmt: skip
+                command = " ".join(
+                    map(str, [*container.get("command", []), *container.get("args", [])])
+                )
                 found = _NSLOOKUP.search(command)
                 return (INIT_CONTAINER, found.group(1)) if found else None
         return None
 
 
 PYTORCHJOB: Final = PyTorchJobKind(
-    group="kubeflow.org", version="v1", plural="pytorchjobs", kind="PyTorchJob",
-    replicas_field="pytorchReplicaSpecs", replicas=("Master", "Worker"),
-    container="pytorch", port_name="pytorchjob-port", port=23456, api="pytorchjob",
-    frameworks=("pytorch",), launcher=TORCHRUN, limits=Limits(gpu_per_process=True),
-    install=OPERATOR_INSTALL, refuses=V1_REFUSES,
-)  # fmt: skip
+    group="kubeflow.org",
+    version="v1",
+    plural="pytorchjobs",
+    kind="PyTorchJob",
+    replicas_field="pytorchReplicaSpecs",
+    replicas=("Master", "Worker"),
+    container="pytorch",
+    port_name="pytorchjob-port",
+    port=23456,
+    api="pytorchjob",
+    frameworks=("pytorch",),
+    launcher=TORCHRUN,
+    limits=Limits(gpu_per_process=True),
+    install=OPERATOR_INSTALL,
+    refuses=V1_REFUSES,
+)
 
 
 #: The ``PyTorchJob`` for ``spec``: ``pytorchjob(spec, opts, files, versions, **extra)`` (see

@@ -45,9 +45,11 @@ class TFJobKind(OperatorKind):
             "apiVersion": self.api_version,
             "kind": self.kind,
             "metadata": job_metadata(spec, opts, job.versions, job.notebook),
-            "spec": {self.replicas_field: replicas,
-                     "runPolicy": run_policy(spec, opts, spec.nodes)},
-        }  # fmt: skip
+            "spec": {
+                self.replicas_field: replicas,
+                "runPolicy": run_policy(spec, opts, spec.nodes),
+            },
+        }
 
     def leader_selector(self, job: str) -> dict[str, str]:
         """The Chief's pod, by its replica type."""
@@ -55,12 +57,21 @@ class TFJobKind(OperatorKind):
 
 
 TFJOB: Final = TFJobKind(
-    group="kubeflow.org", version="v1", plural="tfjobs", kind="TFJob",
-    replicas_field="tfReplicaSpecs", replicas=("Chief", "Worker"),
-    container="tensorflow", port_name="tfjob-port", port=2222,
-    frameworks=("tensorflow",), launcher=PYTHON_MODULE, limits=TFJOB_LIMITS,
-    install=OPERATOR_INSTALL, refuses=V1_REFUSES,
-)  # fmt: skip
+    group="kubeflow.org",
+    version="v1",
+    plural="tfjobs",
+    kind="TFJob",
+    replicas_field="tfReplicaSpecs",
+    replicas=("Chief", "Worker"),
+    container="tensorflow",
+    port_name="tfjob-port",
+    port=2222,
+    frameworks=("tensorflow",),
+    launcher=PYTHON_MODULE,
+    limits=TFJOB_LIMITS,
+    install=OPERATOR_INSTALL,
+    refuses=V1_REFUSES,
+)
 
 
 #: The ``TFJob`` for ``spec``: ``tfjob(spec, opts, files, versions, **extra)`` (see

@@ -286,11 +286,19 @@ def list_runtimes(conn: Connection, *, missing_ok: bool) -> list[RuntimeRecord]:
     """
     out: list[RuntimeRecord] = []
     calls: tuple[tuple[str, Callable[[], Any]], ...] = (
-        ("cluster", lambda: conn.custom.list_cluster_custom_object(
-            TRAINJOB.group, TRAINJOB.version, "clustertrainingruntimes")),
-        (conn.namespace, lambda: conn.custom.list_namespaced_custom_object(
-            TRAINJOB.group, TRAINJOB.version, conn.namespace, "trainingruntimes")),
-    )  # fmt: skip
+        (
+            "cluster",
+            lambda: conn.custom.list_cluster_custom_object(
+                TRAINJOB.group, TRAINJOB.version, "clustertrainingruntimes"
+            ),
+        ),
+        (
+            conn.namespace,
+            lambda: conn.custom.list_namespaced_custom_object(
+                TRAINJOB.group, TRAINJOB.version, conn.namespace, "trainingruntimes"
+            ),
+        ),
+    )
     for scope, call in calls:
         try:
             listing: Any = call()
@@ -302,8 +310,7 @@ def list_runtimes(conn: Connection, *, missing_ok: bool) -> list[RuntimeRecord]:
                     "this cluster has no Kubeflow Trainer v2 (trainer.kubeflow.org is not "
                     "served); use --kubeflow-api pytorchjob or install it"
                 ) from None
-            raise explain(exc, kind="TrainingRuntime", name="*",
-                          namespace=conn.namespace) from None  # fmt: skip
+            raise explain(exc, kind="TrainingRuntime", name="*", namespace=conn.namespace) from None
         for obj in listing.get("items", []):
             out.append(runtime_record(obj, scope))
     return out
@@ -388,12 +395,24 @@ class TrainJobKind(KubeflowKind):
 #: as a TrainJob only when ``--kubeflow-api trainjob`` or the cluster's discovery says so; JAX
 #: always, on the ``jax-distributed`` runtime (plain ``python -m``, one process per pod).
 TRAINJOB: Final = TrainJobKind(
-    group="trainer.kubeflow.org", version="v1alpha1", plural="trainjobs", kind="TrainJob",
-    replicas_field="", replicas=("node",), container="node", port_name="", port=29500,
-    pod_label="jobset.sigs.k8s.io/jobset-name", api="trainjob", frameworks=("pytorch", "jax"),
-    launcher=TORCHRUN, default=False, limits=Limits(gpu_per_process=True),
-    launchers=(("jax", PYTHON_MODULE),), framework_runtimes=(("jax", "jax-distributed"),),
-)  # fmt: skip
+    group="trainer.kubeflow.org",
+    version="v1alpha1",
+    plural="trainjobs",
+    kind="TrainJob",
+    replicas_field="",
+    replicas=("node",),
+    container="node",
+    port_name="",
+    port=29500,
+    pod_label="jobset.sigs.k8s.io/jobset-name",
+    api="trainjob",
+    frameworks=("pytorch", "jax"),
+    launcher=TORCHRUN,
+    default=False,
+    limits=Limits(gpu_per_process=True),
+    launchers=(("jax", PYTHON_MODULE),),
+    framework_runtimes=(("jax", "jax-distributed"),),
+)
 
 
 #: The TrainJob for ``spec``: ``trainjob(spec, opts, files, versions, **extra)`` (see

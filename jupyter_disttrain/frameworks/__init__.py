@@ -16,10 +16,24 @@ after which ``--framework jax`` runs on every backend whose capabilities admit i
 from __future__ import annotations
 
 from ..plugins import FRAMEWORKS, UnknownPlugin
-from .base import AGENTS, WORKERS, Framework, Launch
+from .base import AGENTS, WORKERS, Framework
+from .launch import LaunchContext, Launcher, Process, ProcessPerWorker, TorchrunAgents
 
-__all__ = ["AGENTS", "WORKERS", "Framework", "Launch", "framework", "known", "names", "register",
-           "unregister"]  # fmt: skip
+__all__ = [
+    "AGENTS",
+    "WORKERS",
+    "Framework",
+    "LaunchContext",
+    "Launcher",
+    "Process",
+    "ProcessPerWorker",
+    "TorchrunAgents",
+    "framework",
+    "known",
+    "names",
+    "register",
+    "unregister",
+]
 
 
 def names() -> tuple[str, ...]:

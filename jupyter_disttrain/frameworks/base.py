@@ -12,17 +12,13 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from ..spec import JobSpec
+from .launch import Launcher, ProcessPerWorker, TorchrunAgents
 
-#: How the local backend starts a framework's workers: ``agents`` is one
-#: torchrun agent per node starting ``--nproc`` workers after a c10d
-#: rendezvous; ``workers`` is one process per worker, told its cluster in
-#: the environment by :meth:`Framework.cluster_env`.
-Launch = Literal["agents", "workers"]
-AGENTS: Launch = "agents"
-WORKERS: Launch = "workers"
+#: The built-in launchers (see :mod:`.launch`): torchrun agents, one process per worker.
+AGENTS: Launcher = TorchrunAgents()
+WORKERS: Launcher = ProcessPerWorker()
 
 
 @dataclass(frozen=True)
@@ -36,8 +32,9 @@ class Framework:
     ``runtime`` is ``"module:function"`` in the worker runtime that sets the
     framework up in each worker: called as ``function(payload, rank)``, it
     returns ``(process group backend, names for the cell, extra hello fields)``.
-    ``launch`` (see :data:`Launch`), ``fork_safe`` (workers may be forked from
-    a warm launcher; otherwise each starts as a fresh interpreter),
+    ``launch`` is the :class:`~.launch.Launcher` that starts its processes on
+    one machine; ``fork_safe`` (workers may be forked from a warm launcher when
+    the launcher ``forks``; otherwise each starts as a fresh interpreter),
     ``restarts`` (a launcher on the workers' machine restarts failed
     workers in place, ``--max-restarts``), ``sessions`` (ranks can stay alive
     between cells), ``elastic`` (``--elastic MIN:MAX`` node counts).
@@ -56,7 +53,7 @@ class Framework:
     distributions: tuple[str, ...]
     install: str
     runtime: str
-    launch: Launch = AGENTS
+    launch: Launcher = AGENTS
     fork_safe: bool = True
     restarts: bool = True
     sessions: bool = False
@@ -70,7 +67,7 @@ class Framework:
         """Raise :class:`~jupyter_disttrain.spec.SpecError` for what a job of this cannot be."""
 
     def cluster_env(self, addresses: Sequence[str], index: int) -> dict[str, str]:
-        """The environment telling worker ``index`` its cluster (``workers`` launch only)."""
+        """The environment telling worker ``index`` its cluster (launchers that ask for it)."""
         return {}
 
     def describe_cluster(self, endpoint: str) -> str:

@@ -142,8 +142,10 @@ class LocalBackend(Backend):
         return str(jobdir.job_dir(name))
 
     def launch_mode(self, spec: JobSpec) -> str:
-        """``fork`` or ``exec``; a framework that is not fork-safe (TensorFlow) gets ``exec``."""
-        return self.mode if framework(spec.framework).fork_safe else "exec"
+        """``fork`` or ``exec``: ``exec`` for a framework that is not fork-safe (TensorFlow) or
+        whose launcher does not fork (one that starts its own ranks)."""
+        fw = framework(spec.framework)
+        return self.mode if fw.fork_safe and fw.launch.forks else "exec"
 
     def plan(self, spec: JobSpec, payload: Payload) -> LocalPlan:
         """The launch plan: job directory, port, run id and launch mode, all chosen now.

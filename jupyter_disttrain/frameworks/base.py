@@ -12,7 +12,9 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ..runtime.checkpoint.format import CheckpointFormat
 from ..spec import JobSpec
 from .launch import Launcher, ProcessPerWorker, TorchrunAgents
 
@@ -38,8 +40,10 @@ class Framework:
     ``restarts`` (a launcher on the workers' machine restarts failed
     workers in place, ``--max-restarts``), ``sessions`` (ranks can stay alive
     between cells), ``elastic`` (``--elastic MIN:MAX`` node counts).
-    ``checkpoint_kinds`` are the checkpoint manifest kinds its saves write
-    (:mod:`~jupyter_disttrain.runtime.checkpoint.format`), ``image`` the
+    ``checkpoint_formats`` are the checkpoint formats its saves write and its
+    loads read (registered with
+    :func:`~jupyter_disttrain.runtime.checkpoint.format.register_format` when the
+    framework is looked up; its runtime module registers them in the workers), ``image`` the
     default image name on clusters, a :meth:`str.format` template over the
     notebook's versions (``python`` and ``package``'s version by its name),
     ``gpu_image`` the same for pods with GPUs ("" = ``image``); ``cuda_tag``
@@ -58,7 +62,7 @@ class Framework:
     restarts: bool = True
     sessions: bool = False
     elastic: bool = False
-    checkpoint_kinds: tuple[str, ...] = ()
+    checkpoint_formats: tuple[CheckpointFormat, ...] = ()
     image: str = ""
     gpu_image: str = ""
     cuda_tag: bool = False
@@ -73,6 +77,21 @@ class Framework:
     def describe_cluster(self, endpoint: str) -> str:
         """The plan's line about how the workers find each other at ``endpoint``."""
         return f"rendezvous: c10d at {endpoint} (node 0 hosts the store)"
+
+    def payload_fields(self) -> dict[str, Any]:
+        """What a payload of this framework records for its workers: ``runtime`` (the set-up
+        they call), ``versions_of`` (the packages whose versions they report in ``hello``
+        and their checkpoints record) and the notebook's ``framework_version``."""
+        return {
+            "runtime": self.runtime,
+            "versions_of": [self.package],
+            "framework_version": self.notebook_version(),
+        }
+
+    @property
+    def checkpoint_kinds(self) -> tuple[str, ...]:
+        """The kinds of :attr:`checkpoint_formats`."""
+        return tuple(f.kind for f in self.checkpoint_formats)
 
     def notebook_version(self) -> str | None:
         """The version of ``package`` installed here, ``None`` if it is not."""

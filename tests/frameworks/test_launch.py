@@ -17,20 +17,28 @@ import pytest
 
 from jupyter_disttrain import frameworks
 from jupyter_disttrain.backends.local import LocalBackend, build_plan
+from jupyter_disttrain.checkpoints.store import CheckpointStore
 from jupyter_disttrain.frameworks import LaunchContext, ProcessPerWorker, TorchrunAgents
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.results import decode_result
+from jupyter_disttrain.runtime.checkpoint.format import unregister_format
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.test_local import Collector
 from tests.conftest import assert_no_processes, submit_now
 
 TOY_FRAMEWORK = textwrap.dedent(
     '''
-    """A third party's framework whose launcher runs one process per node (``toynode``)."""
+    """A third party's framework: its launcher runs one process per node (``toynode``), its
+    saves write a checkpoint format of its own (``.toyst`` text files)."""
     import os
+    import tempfile
     from dataclasses import dataclass
 
     from jupyter_disttrain.frameworks import Framework, Launcher, Process
+    from jupyter_disttrain.runtime.checkpoint import library
+    from jupyter_disttrain.runtime.checkpoint.format import CheckpointFormat, register_format
+
+    TOY_STATE = register_format(CheckpointFormat("toystate", "toyst"))  # in the workers
 
 
     class NodeStartsRanks(Launcher):
@@ -52,13 +60,27 @@ TOY_FRAMEWORK = textwrap.dedent(
             return "cluster: each toy node starts its own ranks"
 
 
+    def save(step, state):
+        """Rank 0 writes ``state`` as text and records it in the job's checkpoint directory."""
+        if os.environ["RANK"] != "0":
+            return None
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+            fh.write(f"toy state {state}")
+        try:
+            return library.record(fh.name, step, TOY_STATE.kind, {"loss": 0.25})
+        finally:
+            os.unlink(fh.name)
+
+
     def init(payload, rank):
-        """The worker side: the cell sees ``launcher``, the pid of the node that started it."""
-        return "toy", {"launcher": os.getppid()}, {"launcher_pid": os.getppid()}
+        """The worker side: the cell sees ``launcher`` (the pid of the node that started it)
+        and ``save``."""
+        return "toy", {"launcher": os.getppid(), "save": save}, {"launcher_pid": os.getppid()}
 
 
     TOY = Toy(name="toy", title="Toy", package="json", distributions=(), install="",
-              runtime="toylaunch:init", launch=NodeStartsRanks(), restarts=False)
+              runtime="toylaunch:init", launch=NodeStartsRanks(), restarts=False,
+              checkpoint_formats=(TOY_STATE,))
     '''
 )
 
@@ -94,6 +116,7 @@ def toy_dir(tmp_path: Path) -> Iterator[Path]:
         yield tmp_path
     finally:
         frameworks.unregister("toy")
+        unregister_format("toystate")
         sys.path.remove(str(tmp_path))
         sys.modules.pop("toylaunch", None)
 
@@ -148,10 +171,12 @@ def test_a_frameworks_own_launcher_plans_one_process_per_node(toy_dir: Path) -> 
 
 
 @pytest.mark.slow
-def test_a_toy_job_runs_through_its_own_launcher(toy_dir: Path) -> None:
+def test_a_toy_job_runs_through_its_own_launcher_and_saves_its_own_format(toy_dir: Path) -> None:
+    checkpoints = toy_dir / "checkpoints"
     spec = JobSpec("toy-launch", nodes=2, nproc=2, framework="toy", timeout=120,
+                   checkpoint_dir=str(checkpoints),
                    env=(("PYTHONPATH", str(toy_dir)),)).with_()  # fmt: skip
-    payload = build_payload("launcher", {}, job=spec.name, framework="toy")
+    payload = build_payload("save(7, launcher)\nlauncher", {}, job=spec.name, framework="toy")
     sink = Collector()
     run = submit_now(LocalBackend(mode="fork"), spec, payload, sink)
     logs = Path(run.plan.job_dir) / "logs"
@@ -167,3 +192,11 @@ def test_a_toy_job_runs_through_its_own_launcher(toy_dir: Path) -> None:
     (result,) = sink.kinds("result")
     assert decode_result(result.fields) == launchers[0]
     assert_no_processes(Path(run.plan.job_dir), [*sink.pids(), *launchers])
+    # the checkpoint rank 0 saved in the toy's format, listed and verified from here
+    store = CheckpointStore(str(checkpoints))
+    assert store.steps() == [7], sink.events[-20:]
+    info = store.info(7, verify=True)
+    assert info.ok and info.kind == "toystate" and info.uri.endswith(".toyst"), info
+    assert info.metrics == {"loss": 0.25} and info.world_size == 4
+    saved = checkpoints / Path(info.uri).name
+    assert saved.read_text() == f"toy state {launchers[0]}"

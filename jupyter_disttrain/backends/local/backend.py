@@ -25,6 +25,7 @@ from typing import Any
 
 from ...frameworks import framework
 from ...payload import Payload
+from ...plugins import DEFAULT_FRAMEWORK
 from ...runtime import hangwatch, jobkey
 from ...spec import JobSpec
 from ..base import (
@@ -201,7 +202,7 @@ class LocalBackend(Backend):
             raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
         spec = JobSpec(name=name, nodes=int(state.get("nodes", 1)),
                        nproc=int(state.get("nproc", 1)),
-                       framework=state.get("framework", "pytorch"),
+                       framework=state.get("framework", DEFAULT_FRAMEWORK),
                        labels=tuple(dict(state.get("labels") or {}).items()))  # fmt: skip
         replay = LocalReplay(directory, sink)
         replay.start()

@@ -329,11 +329,11 @@ def test_the_kind_check_finds_a_branch() -> None:
 FRAMEWORK_WORDS_ALLOWED = {
     "jupyter_disttrain/plugins.py": "names the default --framework once (DEFAULT_FRAMEWORK)",
     "jupyter_disttrain/runtime/checkpoint/format.py": "registers the built-in checkpoint formats",
-    "jupyter_disttrain/runtime/checkpoint/api.py": "PyTorch's full and sharded saves, and "
-    "load_checkpoint's dispatch to the TensorFlow and JAX readers",
+    "jupyter_disttrain/runtime/checkpoint/api.py": "PyTorch's full and sharded saves and "
+    "loads (a format without a loader of its own)",
     "jupyter_disttrain/runtime/zygote.py": "the warm launcher pre-imports torch for torchrun",
-    "jupyter_disttrain/checkpoints/store.py": "the notebook's reader of each built-in kind "
-    "(a framework does not declare its reader yet)",
+    "jupyter_disttrain/checkpoints/store.py": "torch.load for a format without a reader of "
+    "its own (full, sharded), and describe() of TensorFlow's",
     "jupyter_disttrain/backends/kubernetes/kinds/operator.py": "kinds list their frameworks",
     "jupyter_disttrain/backends/kubernetes/kinds/pytorchjob.py": "kinds list their frameworks",
     "jupyter_disttrain/backends/kubernetes/kinds/tfjob.py": "kinds list their frameworks",

@@ -38,7 +38,11 @@ TOY_FRAMEWORK = textwrap.dedent(
     from jupyter_disttrain.runtime.checkpoint import library
     from jupyter_disttrain.runtime.checkpoint.format import CheckpointFormat, register_format
 
-    TOY_STATE = register_format(CheckpointFormat("toystate", "toyst"))  # in the workers
+    # registered where this module is imported: in the workers (and by the framework's
+    # lookup in the notebook); its reader gives the notebook the saved text
+    TOY_STATE = register_format(
+        CheckpointFormat("toystate", "toyst", reader="toylaunch:read")
+    )
 
 
     class NodeStartsRanks(Launcher):
@@ -70,6 +74,11 @@ TOY_FRAMEWORK = textwrap.dedent(
             return library.record(fh.name, step, TOY_STATE.kind, {"loss": 0.25})
         finally:
             os.unlink(fh.name)
+
+
+    def read(cdir, entry):
+        """The notebook side of the format: the saved text, its checksum checked."""
+        return cdir.read_verified(entry).decode()
 
 
     def init(payload, rank):
@@ -199,4 +208,4 @@ def test_a_toy_job_runs_through_its_own_launcher_and_saves_its_own_format(toy_di
     assert info.ok and info.kind == "toystate" and info.uri.endswith(".toyst"), info
     assert info.metrics == {"loss": 0.25} and info.world_size == 4
     saved = checkpoints / Path(info.uri).name
-    assert saved.read_text() == f"toy state {launchers[0]}"
+    assert saved.read_text() == store.load(7) == f"toy state {launchers[0]}"

@@ -431,10 +431,9 @@ def _load(
     hint = fmt.not_torch_state(entry, cdir.payload_uri(entry))
     if hint is not None:
         raise CheckpointError(hint)
-    if entry.get("kind") == fmt.TF:
-        return checkpoint_tf.load(cdir, entry, into)
-    if entry.get("kind") == fmt.JAX:
-        return checkpoint_jax.load(cdir, entry, into)
+    own = fmt.format_of(str(entry.get("kind")))
+    if own is not None and own.loader:  # a framework's own format (TensorFlow, JAX, ...)
+        return fmt.function_of(own.loader)(cdir, entry, into)
     import torch
 
     if entry.get("status") not in (fmt.OK, None):

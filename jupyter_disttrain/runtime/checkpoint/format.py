@@ -25,11 +25,12 @@ or a complete one. Standard library only; no I/O here.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 FORMAT = 1
 META_DIR = ".distrain"
@@ -55,11 +56,19 @@ Entry = dict[str, Any]
 @dataclass(frozen=True)
 class CheckpointFormat:
     """A kind of checkpoint: the record's ``kind``, its data's ``suffix`` and whether the
-    data is a ``folder`` of files (the record then lists each file's size and sha256)."""
+    data is a ``folder`` of files (the record then lists each file's size and sha256).
+
+    ``loader`` and ``reader`` are ``"module:function"`` (imported when called):
+    ``loader(cdir, entry, into)`` is what ``load_checkpoint`` returns in a
+    worker; ``reader(cdir, entry)`` what ``CheckpointStore.load`` returns in the
+    notebook (plain values, no framework needed). Empty: PyTorch's ``torch.load``.
+    """
 
     kind: str
     suffix: str
     folder: bool = False
+    loader: str = ""
+    reader: str = ""
 
 
 _FORMATS: dict[str, CheckpointFormat] = {}
@@ -90,6 +99,15 @@ def format_of(kind: str) -> CheckpointFormat | None:
     return _FORMATS.get(kind)
 
 
+def function_of(target: str) -> Callable[..., Any]:
+    """The function a ``"module:function"`` text names (its module imported now)."""
+    module, _, name = target.partition(":")
+    found = getattr(importlib.import_module(module), name, None)
+    if not callable(found):
+        raise CheckpointError(f"checkpoint function {target!r} is not 'module:function'")
+    return cast(Callable[..., Any], found)
+
+
 def is_folder(entry: Entry) -> bool:
     """Whether a record's data is a folder: as its kind's format says, else as the record
     says (a folder's record lists ``files``), so a reader lists kinds it does not know."""
@@ -105,8 +123,14 @@ def is_payload_name(name: str) -> bool:
 
 FULL_FORMAT = register_format(CheckpointFormat(FULL, "pt"))
 SHARDED_FORMAT = register_format(CheckpointFormat(SHARDED, "dcp", folder=True))
-TF_FORMAT = register_format(CheckpointFormat(TF, "tf", folder=True))
-JAX_FORMAT = register_format(CheckpointFormat(JAX, "jax", folder=True))
+_TF = "jupyter_disttrain.runtime.checkpoint.tf"
+TF_FORMAT = register_format(
+    CheckpointFormat(TF, "tf", folder=True, loader=f"{_TF}:load", reader=f"{_TF}:variables")
+)
+_JAX = "jupyter_disttrain.runtime.checkpoint.jax"
+JAX_FORMAT = register_format(
+    CheckpointFormat(JAX, "jax", folder=True, loader=f"{_JAX}:load", reader=f"{_JAX}:variables")
+)
 for _library in (
     CheckpointFormat(HF, "hf", folder=True),
     CheckpointFormat(LIGHTNING, "ckpt"),

@@ -36,6 +36,7 @@ from .local_modules import (
     package_versions,
     project_modules,
 )
+from .plugins import DEFAULT_FRAMEWORK
 from .runtime import jobkey
 from .units import format_bytes
 
@@ -115,7 +116,8 @@ class Payload:
     source: str
     captures: tuple[Capture, ...]
     python: str
-    torch: str | None
+    #: The notebook's version of the framework's package (``None``: not installed here).
+    framework_version: str | None
     #: The job's secret (see :mod:`.runtime.jobkey`): travels beside the payload, never in it.
     key: bytes = field(default_factory=jobkey.new_key, repr=False)
     #: Set when the payload runs a training script (:func:`build_script_payload`), not a cell.
@@ -227,7 +229,7 @@ def build_payload(
     namespace: dict[str, Any],
     *,
     job: str,
-    framework: str = "pytorch",
+    framework: str = DEFAULT_FRAMEWORK,
     dist_backend: str = "auto",
     max_capture_bytes: int = DEFAULT_MAX_CAPTURE_BYTES,
     extra: dict[str, Any] | None = None,
@@ -280,7 +282,7 @@ def build_payload(
         captures.append(Capture(name, "local module", "module", size, name))
     packages = package_versions(wanted - set(modules))
     python = platform.python_version()
-    torch_version = package_version("torch")
+    fw = framework_of(framework)
     envelope = {
         "format": PAYLOAD_FORMAT,
         "job": job,
@@ -288,10 +290,9 @@ def build_payload(
         "globals": globals_,
         "imports": imports,
         "python": python,
-        "torch": torch_version,
         "framework": framework,
-        # the worker runtime's set-up of the framework, "module:function" (see runtime/worker.py)
-        "runtime": framework_of(framework).runtime,
+        # what the framework has its workers told: runtime set-up, packages reported (see base.py)
+        **fw.payload_fields(),
         "dist_backend": dist_backend,
         # third-party packages the cell uses: import name -> [distribution, version]
         "packages": packages,
@@ -300,7 +301,7 @@ def build_payload(
         **(extra or {}),
     }
     data = pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
-    return Payload(data, source, tuple(captures), python, torch_version)
+    return Payload(data, source, tuple(captures), python, fw.notebook_version())
 
 
 # --- training scripts ------------------------------------------------------------------------
@@ -373,7 +374,7 @@ def build_script_payload(
     script: Script,
     *,
     job: str,
-    framework: str = "pytorch",
+    framework: str = DEFAULT_FRAMEWORK,
     dist_backend: str = "auto",
     extra: dict[str, Any] | None = None,
 ) -> Payload:
@@ -424,7 +425,7 @@ def build_script_payload(
         Capture(mod, "local module", "module", sum(len(b) for b in f.values()), mod)
         for mod, f in modules.items()
     )
-    python, torch_version = platform.python_version(), package_version("torch")
+    python, fw = platform.python_version(), framework_of(framework)
     envelope = {
         "format": PAYLOAD_FORMAT,
         "job": job,
@@ -432,10 +433,8 @@ def build_script_payload(
         "globals": {},
         "imports": {},
         "python": python,
-        "torch": torch_version,
         "framework": framework,
-        # the worker runtime's set-up of the framework, "module:function" (see runtime/worker.py)
-        "runtime": framework_of(framework).runtime,
+        **fw.payload_fields(),
         "dist_backend": dist_backend,
         "packages": package_versions(wanted - set(modules)),
         "modules": {},
@@ -452,4 +451,4 @@ def build_script_payload(
     }
     blob = pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
     info = ScriptInfo(command, len(data))
-    return Payload(blob, source, captures, python, torch_version, script=info)
+    return Payload(blob, source, captures, python, fw.notebook_version(), script=info)

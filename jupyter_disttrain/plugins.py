@@ -141,9 +141,11 @@ def _resolve(value: Any) -> Any:
     return value
 
 
+#: The ``--framework`` of a job that names none (the one place that names it).
+DEFAULT_FRAMEWORK = "pytorch"
 #: Places a job can run (:class:`~jupyter_disttrain.backends.base.Backend` classes).
 BACKENDS = Registry(BACKEND_GROUP, "backend", default="local")
 #: Training frameworks (:class:`~jupyter_disttrain.frameworks.base.Framework` objects).
-FRAMEWORKS = Registry(FRAMEWORK_GROUP, "framework", default="pytorch")
+FRAMEWORKS = Registry(FRAMEWORK_GROUP, "framework", default=DEFAULT_FRAMEWORK)
 #: Training libraries autolog follows inside workers (``runtime.integrations`` objects).
 INTEGRATIONS = Registry(INTEGRATION_GROUP, "autolog integration", default="lightning")

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from .plugins import BACKENDS, FRAMEWORKS, INTEGRATIONS, SpecRules
+from .plugins import BACKENDS, DEFAULT_FRAMEWORK, FRAMEWORKS, INTEGRATIONS, SpecRules
 
 DistBackend = Literal["auto", "gloo", "nccl"]
 
@@ -58,7 +58,7 @@ class JobSpec:
     nodes: int = 1
     nproc: int = 1
     backend: str = "local"
-    framework: str = "pytorch"
+    framework: str = DEFAULT_FRAMEWORK
     dist_backend: DistBackend = "auto"
     env: tuple[tuple[str, str], ...] = ()
     timeout: float | None = None

@@ -11,6 +11,7 @@ from pytest import MonkeyPatch
 
 from jupyter_disttrain import frameworks
 from jupyter_disttrain.backends.registry import names
+from jupyter_disttrain.runtime.checkpoint import format as ckformat
 from tests.conftest import REPO
 
 PACKAGE = REPO / "jupyter_disttrain"
@@ -321,3 +322,98 @@ def test_the_kind_check_finds_a_branch() -> None:
         "z = kind.container in names\n"
     )
     assert _kind_branches(ast.parse(source), constants, literals) == [1, 3, 4, 5]
+
+
+#: Modules outside a framework's home that still name it, each with the reason (see
+#: :func:`framework_words`); an entry that no longer names anything fails the test.
+FRAMEWORK_WORDS_ALLOWED = {
+    "jupyter_disttrain/plugins.py": "names the default --framework once (DEFAULT_FRAMEWORK)",
+    "jupyter_disttrain/runtime/checkpoint/format.py": "registers the built-in checkpoint formats",
+    "jupyter_disttrain/runtime/checkpoint/api.py": "PyTorch's full and sharded saves and "
+    "loads (a format without a loader of its own)",
+    "jupyter_disttrain/runtime/zygote.py": "the warm launcher pre-imports torch for torchrun",
+    "jupyter_disttrain/checkpoints/store.py": "torch.load for a format without a reader of "
+    "its own (full, sharded), and describe() of TensorFlow's",
+    "jupyter_disttrain/backends/kubernetes/kinds/operator.py": "kinds list their frameworks",
+    "jupyter_disttrain/backends/kubernetes/kinds/pytorchjob.py": "kinds list their frameworks",
+    "jupyter_disttrain/backends/kubernetes/kinds/tfjob.py": "kinds list their frameworks",
+    "jupyter_disttrain/backends/kubernetes/kinds/trainjob.py": "kinds list their frameworks "
+    "and the training runtime each runs on",
+}
+
+
+def framework_words(fw: frameworks.Framework) -> tuple[set[str], set[str]]:
+    """A framework's text words (name, package, distributions) and the names the checkpoint
+    format module binds to its checkpoint kinds and formats (``TF``, ``TF_FORMAT``)."""
+    texts = {fw.name, fw.package, *fw.distributions}
+    kinds = set(fw.checkpoint_kinds)
+    constants = {
+        name
+        for name, value in vars(ckformat).items()
+        if name.isupper()
+        and (
+            (isinstance(value, str) and value in kinds)
+            or (isinstance(value, ckformat.CheckpointFormat) and value.kind in kinds)
+        )
+    }
+    return texts, constants
+
+
+def framework_home(fw: frameworks.Framework) -> set[str]:
+    """The modules besides ``frameworks/`` that are ``fw``'s own: its runtime module and
+    the checkpoint module of the same name (``runtime/tf.py``, ``runtime/checkpoint/tf.py``)."""
+    module = fw.runtime.partition(":")[0]
+    path = Path(*module.split(".")).with_suffix(".py")
+    return {str(path), str(path.parent / "checkpoint" / path.name)}
+
+
+def _named_words(tree: ast.AST, texts: set[str], constants: set[str]) -> list[int]:
+    """Lines holding one of ``texts`` as a string literal, or one of ``constants`` as an
+    attribute (``fmt.TF``) or an imported name."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value in texts:
+                lines.add(node.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr in constants:
+            lines.add(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and any(a.name in constants for a in node.names):
+            lines.add(node.lineno)
+    return sorted(lines)
+
+
+def test_no_framework_named_outside_its_home() -> None:
+    found: dict[str, list[str]] = {}
+    for name in frameworks.names():
+        fw = frameworks.framework(name)
+        texts, constants = framework_words(fw)
+        home = framework_home(fw)
+        for path in modules():
+            relative = str(path.relative_to(REPO))
+            parts = path.relative_to(PACKAGE).parts
+            if parts[0] == "frameworks" or relative in home:
+                continue
+            lines = _named_words(ast.parse(path.read_text()), texts, constants)
+            if lines:
+                found.setdefault(relative, []).append(f"{name}: {lines}")
+    unexpected = {p: v for p, v in found.items() if p not in FRAMEWORK_WORDS_ALLOWED}
+    assert not unexpected, f"framework names outside frameworks/ and its runtime: {unexpected}"
+    stale = sorted(set(FRAMEWORK_WORDS_ALLOWED) - set(found))
+    assert not stale, f"allowed to name a framework but no longer does (remove): {stale}"
+
+
+def test_the_framework_word_check_finds_each_form() -> None:
+    texts, constants = framework_words(frameworks.framework("tensorflow"))
+    assert texts == {"tensorflow", "tensorflow-cpu"} and {"TF", "TF_FORMAT"} <= constants
+    tree = ast.parse(
+        "import sys\n"
+        "tf = sys.modules.get('tensorflow')\n"
+        "kind = fmt.TF\n"
+        "from .format import TF_FORMAT\n"
+        "x = 'tensorflow is fine in a sentence'\n"
+    )
+    assert _named_words(tree, texts, constants) == [2, 3, 4]
+    assert framework_home(frameworks.framework("jax")) == {
+        "jupyter_disttrain/runtime/jax.py",
+        "jupyter_disttrain/runtime/checkpoint/jax.py",
+    }

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime.checkpoint import format as fmt
-from ..runtime.checkpoint import jax as checkpoint_jax
 from ..runtime.checkpoint import tf as checkpoint_tf
 from ..runtime.checkpoint.api import load_sharded
 from ..runtime.checkpoint.directory import CheckpointDir
@@ -220,10 +219,9 @@ class CheckpointStore:
         hint = fmt.not_torch_state(entry, self.dir.payload_uri(entry))
         if hint is not None:
             raise CheckpointError(hint)
-        if entry.get("kind") == fmt.TF:  # variables by checkpoint key, as numpy arrays
-            return checkpoint_tf.variables(self.dir, entry)
-        if entry.get("kind") == fmt.JAX:  # the saved tree, as numpy arrays
-            return checkpoint_jax.variables(self.dir, entry)
+        own = fmt.format_of(str(entry.get("kind")))
+        if own is not None and own.reader:  # e.g. TensorFlow's variables as numpy arrays
+            return fmt.function_of(own.reader)(self.dir, entry)
         import torch
 
         if entry.get("status") not in (fmt.OK, None):

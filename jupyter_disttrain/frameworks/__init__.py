@@ -16,10 +16,25 @@ after which ``--framework jax`` runs on every backend whose capabilities admit i
 from __future__ import annotations
 
 from ..plugins import FRAMEWORKS, UnknownPlugin
-from .base import AGENTS, WORKERS, Framework, Launch
+from ..runtime.checkpoint.format import register_format
+from .base import AGENTS, WORKERS, Framework
+from .launch import LaunchContext, Launcher, Process, ProcessPerWorker, TorchrunAgents
 
-__all__ = ["AGENTS", "WORKERS", "Framework", "Launch", "framework", "known", "names", "register",
-           "unregister"]  # fmt: skip
+__all__ = [
+    "AGENTS",
+    "WORKERS",
+    "Framework",
+    "LaunchContext",
+    "Launcher",
+    "Process",
+    "ProcessPerWorker",
+    "TorchrunAgents",
+    "framework",
+    "known",
+    "names",
+    "register",
+    "unregister",
+]
 
 
 def names() -> tuple[str, ...]:
@@ -40,6 +55,8 @@ def framework(name: str) -> Framework:
             f"framework {name!r} is registered as {found!r}, which is not a Framework; "
             "register a jupyter_disttrain.frameworks.Framework"
         )
+    for declared in found.checkpoint_formats:  # so that its checkpoints are named and read here
+        register_format(declared)
     return found
 
 

@@ -12,17 +12,15 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any
 
+from ..runtime.checkpoint.format import CheckpointFormat
 from ..spec import JobSpec
+from .launch import Launcher, ProcessPerWorker, TorchrunAgents
 
-#: How the local backend starts a framework's workers: ``agents`` is one
-#: torchrun agent per node starting ``--nproc`` workers after a c10d
-#: rendezvous; ``workers`` is one process per worker, told its cluster in
-#: the environment by :meth:`Framework.cluster_env`.
-Launch = Literal["agents", "workers"]
-AGENTS: Launch = "agents"
-WORKERS: Launch = "workers"
+#: The built-in launchers (see :mod:`.launch`): torchrun agents, one process per worker.
+AGENTS: Launcher = TorchrunAgents()
+WORKERS: Launcher = ProcessPerWorker()
 
 
 @dataclass(frozen=True)
@@ -36,13 +34,16 @@ class Framework:
     ``runtime`` is ``"module:function"`` in the worker runtime that sets the
     framework up in each worker: called as ``function(payload, rank)``, it
     returns ``(process group backend, names for the cell, extra hello fields)``.
-    ``launch`` (see :data:`Launch`), ``fork_safe`` (workers may be forked from
-    a warm launcher; otherwise each starts as a fresh interpreter),
+    ``launch`` is the :class:`~.launch.Launcher` that starts its processes on
+    one machine; ``fork_safe`` (workers may be forked from a warm launcher when
+    the launcher ``forks``; otherwise each starts as a fresh interpreter),
     ``restarts`` (a launcher on the workers' machine restarts failed
     workers in place, ``--max-restarts``), ``sessions`` (ranks can stay alive
     between cells), ``elastic`` (``--elastic MIN:MAX`` node counts).
-    ``checkpoint_kinds`` are the checkpoint manifest kinds its saves write
-    (:mod:`~jupyter_disttrain.runtime.checkpoint.format`), ``image`` the
+    ``checkpoint_formats`` are the checkpoint formats its saves write and its
+    loads read (registered with
+    :func:`~jupyter_disttrain.runtime.checkpoint.format.register_format` when the
+    framework is looked up; its runtime module registers them in the workers), ``image`` the
     default image name on clusters, a :meth:`str.format` template over the
     notebook's versions (``python`` and ``package``'s version by its name),
     ``gpu_image`` the same for pods with GPUs ("" = ``image``); ``cuda_tag``
@@ -56,12 +57,12 @@ class Framework:
     distributions: tuple[str, ...]
     install: str
     runtime: str
-    launch: Launch = AGENTS
+    launch: Launcher = AGENTS
     fork_safe: bool = True
     restarts: bool = True
     sessions: bool = False
     elastic: bool = False
-    checkpoint_kinds: tuple[str, ...] = ()
+    checkpoint_formats: tuple[CheckpointFormat, ...] = ()
     image: str = ""
     gpu_image: str = ""
     cuda_tag: bool = False
@@ -70,12 +71,27 @@ class Framework:
         """Raise :class:`~jupyter_disttrain.spec.SpecError` for what a job of this cannot be."""
 
     def cluster_env(self, addresses: Sequence[str], index: int) -> dict[str, str]:
-        """The environment telling worker ``index`` its cluster (``workers`` launch only)."""
+        """The environment telling worker ``index`` its cluster (launchers that ask for it)."""
         return {}
 
     def describe_cluster(self, endpoint: str) -> str:
         """The plan's line about how the workers find each other at ``endpoint``."""
         return f"rendezvous: c10d at {endpoint} (node 0 hosts the store)"
+
+    def payload_fields(self) -> dict[str, Any]:
+        """What a payload of this framework records for its workers: ``runtime`` (the set-up
+        they call), ``versions_of`` (the packages whose versions they report in ``hello``
+        and their checkpoints record) and the notebook's ``framework_version``."""
+        return {
+            "runtime": self.runtime,
+            "versions_of": [self.package],
+            "framework_version": self.notebook_version(),
+        }
+
+    @property
+    def checkpoint_kinds(self) -> tuple[str, ...]:
+        """The kinds of :attr:`checkpoint_formats`."""
+        return tuple(f.kind for f in self.checkpoint_formats)
 
     def notebook_version(self) -> str | None:
         """The version of ``package`` installed here, ``None`` if it is not."""

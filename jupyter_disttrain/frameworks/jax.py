@@ -59,6 +59,6 @@ JAX = Jax(
     restarts=False,
     sessions=True,
     elastic=False,
-    checkpoint_kinds=(fmt.JAX,),
+    checkpoint_formats=(fmt.JAX_FORMAT,),
     image="",  # a TrainJob keeps its runtime's image (jax-distributed: NVIDIA's JAX image)
 )

@@ -17,7 +17,7 @@ PYTORCH = Framework(
     restarts=True,
     sessions=True,
     elastic=True,
-    checkpoint_kinds=(fmt.FULL, fmt.SHARDED),
+    checkpoint_formats=(fmt.FULL_FORMAT, fmt.SHARDED_FORMAT),
     image="pytorch/pytorch:{torch}-cuda{cuda}-runtime",
     cuda_tag=True,
 )

@@ -64,7 +64,7 @@ TENSORFLOW = TensorFlow(
     restarts=False,
     sessions=False,
     elastic=False,
-    checkpoint_kinds=(fmt.TF,),
+    checkpoint_formats=(fmt.TF_FORMAT,),
     image="tensorflow/tensorflow:{tensorflow}",
     gpu_image="tensorflow/tensorflow:{tensorflow}-gpu",
 )

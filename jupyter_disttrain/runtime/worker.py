@@ -38,6 +38,7 @@ from . import (
     trainer_status,
 )
 from . import report as _report
+from . import versions as package_versions
 from .cell import main_module, run_payload, user_traceback
 from .checkpoint import api as _checkpoint
 from .jax import apply_env as apply_jax_env
@@ -373,12 +374,7 @@ def encode_result(value: Any, result_dir: str | None) -> dict[str, Any]:
 
 def versions() -> dict[str, str]:
     """Versions this worker runs with, reported in ``hello``."""
-    out = {"python": platform.python_version()}
-    for name in ("torch", "tensorflow", "jax"):
-        mod = sys.modules.get(name)
-        if mod is not None:
-            out[name] = str(getattr(mod, "__version__", "?"))
-    return out
+    return package_versions.reported()
 
 
 def warn_packages(payload: dict[str, Any]) -> None:
@@ -406,6 +402,7 @@ def run(payload_path: str) -> int:
     try:
         payload = load_payload(payload_path)
         check_versions(payload)
+        package_versions.use(payload)
         warn_packages(payload)
         backend, names, hello = init_framework(payload, rank)
     except BaseException as exc:

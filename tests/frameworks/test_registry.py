@@ -122,7 +122,7 @@ def check_toy_plans(directory: Path) -> None:
     assert [n.env["TOY_INDEX"] for n in plan.nodes] == ["0", "1"]
     assert [n.env["RANK"] for n in plan.nodes] == ["0", "1"]
     assert "cluster: toy peers 127.0.0.1:7001,127.0.0.1:7002" in str(plan)
-    assert LocalBackend(mode="fork").launch_mode(spec) == "fork"  # the toy is fork-safe
+    assert LocalBackend(mode="fork").launch_mode(spec) == "exec"  # its launcher does not fork
 
 
 def test_a_registered_framework_plans_on_the_local_backend(toy_dir: Path) -> None:

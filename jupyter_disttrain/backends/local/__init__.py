@@ -11,8 +11,6 @@ from .backend import LocalBackend
 from .plan import (
     LOOPBACK,
     POLL_SECONDS,
-    TORCHRUN,
-    WORKER_MODULE,
     LocalPlan,
     NodeLaunch,
     build_plan,
@@ -26,8 +24,6 @@ from .tailer import LogTailer
 __all__ = [
     "LOOPBACK",
     "POLL_SECONDS",
-    "TORCHRUN",
-    "WORKER_MODULE",
     "LocalBackend",
     "LocalPlan",
     "LocalReplay",

@@ -25,6 +25,7 @@ from typing import Any
 
 from ...frameworks import framework
 from ...payload import Payload
+from ...plugins import DEFAULT_FRAMEWORK
 from ...runtime import hangwatch, jobkey
 from ...spec import JobSpec
 from ..base import (
@@ -142,8 +143,10 @@ class LocalBackend(Backend):
         return str(jobdir.job_dir(name))
 
     def launch_mode(self, spec: JobSpec) -> str:
-        """``fork`` or ``exec``; a framework that is not fork-safe (TensorFlow) gets ``exec``."""
-        return self.mode if framework(spec.framework).fork_safe else "exec"
+        """``fork`` or ``exec``: ``exec`` for a framework that is not fork-safe (TensorFlow) or
+        whose launcher does not fork (one that starts its own ranks)."""
+        fw = framework(spec.framework)
+        return self.mode if fw.fork_safe and fw.launch.forks else "exec"
 
     def plan(self, spec: JobSpec, payload: Payload) -> LocalPlan:
         """The launch plan: job directory, port, run id and launch mode, all chosen now.
@@ -199,7 +202,7 @@ class LocalBackend(Backend):
             raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
         spec = JobSpec(name=name, nodes=int(state.get("nodes", 1)),
                        nproc=int(state.get("nproc", 1)),
-                       framework=state.get("framework", "pytorch"),
+                       framework=state.get("framework", DEFAULT_FRAMEWORK),
                        labels=tuple(dict(state.get("labels") or {}).items()))  # fmt: skip
         replay = LocalReplay(directory, sink)
         replay.start()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...frameworks import WORKERS, Framework, framework
+from ...frameworks import LaunchContext, Process, framework
 from ...payload import Payload
 from ...runtime import forkclient, jobkey
 from ...spec import JobSpec
@@ -22,8 +21,6 @@ KILL_GRACE_SECONDS = 3.0
 #: After a rank's error with no restarts left, give the others this long to report.
 FAILURE_GRACE_SECONDS = 2.0
 LOOPBACK = "127.0.0.1"
-TORCHRUN = "jupyter_disttrain.runtime.agent"  # torchrun, with loopback-only stores
-WORKER_MODULE = "jupyter_disttrain.runtime.worker"
 LOCAL_WORKER_MODULE = "jupyter_disttrain.runtime.localworker"  # the worker, stores on loopback
 
 
@@ -46,21 +43,8 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-@dataclass(frozen=True)
-class NodeLaunch:
-    """How one node is started: ``python -m MODULE ARGV`` (torchrun, or one worker process)."""
-
-    node: int
-    argv: tuple[str, ...]  # arguments of ``module``
-    env: dict[str, str]  # set on top of the owner's environment
-    log: str  # the process's own output, before the worker redirects to its rank log
-    module: str = TORCHRUN
-
-    def command(self) -> str:
-        """The equivalent shell command line."""
-        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        program = "torchrun" if self.module == TORCHRUN else f"python -m {self.module}"
-        return f"{envs} {program} {shlex.join(self.argv)}"
+#: How one node's process is started (the framework's launcher plans it).
+NodeLaunch = Process
 
 
 @dataclass(frozen=True)
@@ -114,13 +98,13 @@ def build_plan(
 ) -> LocalPlan:
     """The launch plan for ``spec`` (pure apart from the arguments given).
 
-    ``port`` is the c10d rendezvous port; the workers of a framework launched
-    as ``workers`` (TensorFlow, JAX) listen on ``ports`` (one per process, ``--nodes``
-    times ``--nproc``; free ones are picked when not given).
+    ``port`` is the rendezvous port; ``ports`` the free ports the framework's
+    launcher asks for (TensorFlow, JAX: one per process; picked when not given).
+    The launcher plans the processes; a launcher that does not fork makes the
+    plan ``exec``.
     """
     payload_path = str(directory / "payload.pkl")
     logs = jobdir.logs_dir(directory)
-    endpoint = f"{LOOPBACK}:{port}"
     # fork: the worker command is the fork client, run as a script (it imports no package)
     worker = ("-m", LOCAL_WORKER_MODULE) if mode != "fork" else (forkclient.__file__,)
     env = {
@@ -154,61 +138,26 @@ def build_plan(
     if spec.max_restarts:  # restarted workers must not meet the last round's store keys
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     fw = framework(spec.framework)
-    if fw.launch == WORKERS:
-        ports = list(ports) or free_ports(spec.world_size)
-        return _workers_plan(fw, spec, payload, directory, env, ports)
-    nodes = []
-    for node in range(spec.nodes):
-        argv = (
-            "--nnodes", str(spec.nodes),
-            "--nproc-per-node", str(spec.nproc),
-            "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", endpoint,
-            "--rdzv-id", spec.name,
-            "--rdzv-conf", f"is_host={1 if node == 0 else 0}",
-            "--local-addr", LOOPBACK,
-            "--max-restarts", str(spec.max_restarts),
-            "--monitor-interval", "0.1",
-            *worker, payload_path,
-        )  # fmt: skip
-        nodes.append(NodeLaunch(node, argv, env, str(logs / f"agent-{node}.log")))
-    notes: tuple[str, ...] = ()
-    if spec.dist_backend == "nccl":
-        notes = ("note: nccl needs CUDA; without it the workers fall back to gloo",)
+    launcher = fw.launch
+    needed = launcher.ports(spec)
+    context = LaunchContext(
+        spec=spec,
+        payload_path=payload_path,
+        logs=str(logs),
+        host=LOOPBACK,
+        port=port,
+        ports=tuple(ports) if ports or not needed else tuple(free_ports(needed)),
+        worker=worker,
+        env=env,
+    )
     return LocalPlan(
-        spec, payload, str(directory), endpoint, mode, tuple(nodes), len(payload.data),
-        payload.describe(), notes,
-    )  # fmt: skip
-
-
-def _workers_plan(
-    fw: Framework,
-    spec: JobSpec,
-    payload: Payload,
-    directory: Path,
-    env: dict[str, str],
-    ports: list[int],
-) -> LocalPlan:
-    """One fresh worker process per rank, each told its cluster by ``fw`` (``TF_CONFIG``,
-    ``JAX_*``); rank ``node * nproc + local`` is process ``local`` of node ``node``."""
-    if len(set(ports)) != spec.world_size:
-        raise ValueError(
-            f"a {fw.title} job of {spec.world_size} processes needs as many distinct ports"
-        )
-    logs = jobdir.logs_dir(directory)
-    addresses = [f"{LOOPBACK}:{p}" for p in ports]
-    nodes = []
-    for rank in range(spec.world_size):
-        node, local = divmod(rank, spec.nproc)
-        node_env = {
-            **env, **fw.cluster_env(addresses, rank),
-            "RANK": str(rank), "WORLD_SIZE": str(spec.world_size), "GROUP_RANK": str(node),
-            "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(spec.nproc),
-        }  # fmt: skip
-        argv = (str(directory / "payload.pkl"),)
-        log = str(logs / f"agent-{rank}.log")
-        nodes.append(NodeLaunch(rank, argv, node_env, log, module=WORKER_MODULE))
-    return LocalPlan(
-        spec, payload, str(directory), ",".join(addresses), "exec", tuple(nodes),
-        len(payload.data), payload.describe(),
-    )  # fmt: skip
+        spec=spec,
+        payload=payload,
+        job_dir=str(directory),
+        rdzv_endpoint=launcher.endpoint(context),
+        mode=mode if launcher.forks else "exec",
+        nodes=launcher.processes(fw, context),
+        payload_bytes=len(payload.data),
+        captures=payload.describe(),
+        notes=launcher.notes(spec),
+    )

@@ -143,7 +143,8 @@ def _write_full_unguarded(
     tensors, elements = _count(state)
     entry = fmt.make_entry(
         step=step, token=token, kind=fmt.FULL, time=time.time(), nbytes=writer.bytes,
-        sha256=digest, metrics=metrics, world_size=env_world_size(), versions=library_versions(),
+        sha256=digest, metrics=metrics, world_size=env_world_size(),
+        versions=library_versions(("torch",)),
         job=env_text("DISTRAIN_JOB_ID"), run=env_text("DISTRAIN_RUN_ID"),
         tensors=tensors, parameters=elements,
     )  # fmt: skip
@@ -216,7 +217,8 @@ def _write_sharded(
         cdir.fs.commit_dir(tmp, cdir.fs.join(cdir.root, name), fsync=fsync_enabled())
         tensors, elements = _count(state)
         entry = folder_entry(step=step, token=token, kind=fmt.SHARDED, files=files,
-                             metrics=metrics, tensors=tensors, parameters=elements)  # fmt: skip
+                             metrics=metrics, tensors=tensors, parameters=elements,
+                             packages=("torch",))  # fmt: skip
         uri = finish_commit(cdir, entry, keep_last, keep_best)
     done: list[Any] = [uri]
     if distributed:
@@ -350,7 +352,7 @@ def find_checkpoint(
     """
     if isinstance(which, str) and which != "latest":
         base = which.rstrip("/").rsplit("/", 1)[-1]
-        if fmt.PAYLOAD_RE.match(base):
+        if fmt.is_payload_name(base):
             cdir, which = CheckpointDir(which.rstrip("/")[: -len(base) - 1] or "/"), base
         else:
             cdir, which = CheckpointDir(which), "latest"
@@ -429,10 +431,9 @@ def _load(
     hint = fmt.not_torch_state(entry, cdir.payload_uri(entry))
     if hint is not None:
         raise CheckpointError(hint)
-    if entry.get("kind") == fmt.TF:
-        return checkpoint_tf.load(cdir, entry, into)
-    if entry.get("kind") == fmt.JAX:
-        return checkpoint_jax.load(cdir, entry, into)
+    own = fmt.format_of(str(entry.get("kind")))
+    if own is not None and own.loader:  # a framework's own format (TensorFlow, JAX, ...)
+        return fmt.function_of(own.loader)(cdir, entry, into)
     import torch
 
     if entry.get("status") not in (fmt.OK, None):

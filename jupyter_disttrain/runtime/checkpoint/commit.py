@@ -10,11 +10,10 @@ import errno
 import hashlib
 import os
 import shutil
-import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
-from .. import preemption
+from .. import preemption, versions
 from .. import report as _report
 from . import format as fmt
 from .directory import CheckpointDir
@@ -33,15 +32,10 @@ def env_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def library_versions() -> dict[str, str]:
-    import platform
-
-    out = {"python": platform.python_version()}
-    for name in ("torch", "tensorflow", "numpy"):
-        mod = sys.modules.get(name)
-        if mod is not None:
-            out[name] = str(getattr(mod, "__version__", "?"))
-    return out
+def library_versions(packages: Iterable[str] = ()) -> dict[str, str]:
+    """Versions a checkpoint records: the worker's reported ones, ``packages`` (the format's
+    own) and numpy's."""
+    return versions.reported([*packages, "numpy"])
 
 
 def fsync_enabled() -> bool:
@@ -84,15 +78,16 @@ def folder_entry(
     metrics: Mapping[str, float],
     tensors: int,
     parameters: int,
+    packages: Iterable[str] = (),
 ) -> fmt.Entry:
     """The record of a checkpoint folder written now by this job: its ``files`` (size and
     sha256 by relative path) make its size and its one digest; the job, run, world size and
-    library versions come from the worker's environment."""
+    library versions (:func:`library_versions` of ``packages``) come from the worker."""
     combined = hashlib.sha256("".join(f"{n}:{h}\n" for n, (_, h) in sorted(files.items())).encode())
     return fmt.make_entry(
         step=step, token=token, kind=kind, time=time.time(),
         nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(), metrics=metrics,
-        world_size=env_world_size(), versions=library_versions(), files=files,
+        world_size=env_world_size(), versions=library_versions(packages), files=files,
         job=env_text("DISTRAIN_JOB_ID"), run=env_text("DISTRAIN_RUN_ID"),
         tensors=tensors, parameters=parameters,
     )  # fmt: skip

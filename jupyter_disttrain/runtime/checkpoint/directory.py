@@ -77,7 +77,7 @@ class CheckpointDir:
         if entry.get("status") == fmt.CORRUPT:
             return fmt.CORRUPT, str(entry.get("reason", ""))
         try:
-            if entry.get("kind") in fmt.FOLDER_KINDS:  # a folder of files
+            if fmt.is_folder(entry):  # a folder of files
                 return self._verify_sharded(entry)
             data = self.fs.read_bytes(self.payload_path(entry))
         except OSError as exc:

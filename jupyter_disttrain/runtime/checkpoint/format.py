@@ -25,10 +25,12 @@ or a complete one. Standard library only; no I/O here.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
 
 FORMAT = 1
 META_DIR = ".distrain"
@@ -40,17 +42,101 @@ FULL, SHARDED, TF = "full", "sharded", "tf"
 JAX = "jax"
 #: A training library's own checkpoint, copied in once the library finished writing it.
 HF, LIGHTNING, KERAS = "hf", "lightning", "keras"
-#: Kinds whose data is a folder of files (the record lists each file's size and sha256).
-FOLDER_KINDS = (SHARDED, TF, JAX, HF)
-#: The suffix of each kind's data (a full bundle: ``.pt``).
-SUFFIXES = {SHARDED: "dcp", TF: "tf", JAX: "jax", HF: "hf", LIGHTNING: "ckpt", KERAS: "keras"}
 #: Statuses: complete; a file is missing; size or checksum wrong, or record unreadable.
 OK, INCOMPLETE, CORRUPT = "ok", "incomplete", "corrupt"
 
 ENTRY_RE = re.compile(r"^(\d{12})-([0-9a-f]{6,32})\.json$")
-PAYLOAD_RE = re.compile(r"^step-(\d{9,})-([0-9a-f]{6,32})\.(pt|dcp|tf|jax|hf|ckpt|keras)$")
+#: A checkpoint's data name; its suffix must be a registered format's (:func:`is_payload_name`).
+PAYLOAD_RE = re.compile(r"^step-(\d{9,})-([0-9a-f]{6,32})\.([a-z0-9]{1,16})$")
+_SUFFIX_RE = re.compile(r"^[a-z0-9]{1,16}$")
 
 Entry = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """A kind of checkpoint: the record's ``kind``, its data's ``suffix`` and whether the
+    data is a ``folder`` of files (the record then lists each file's size and sha256).
+
+    ``loader`` and ``reader`` are ``"module:function"`` (imported when called):
+    ``loader(cdir, entry, into)`` is what ``load_checkpoint`` returns in a
+    worker; ``reader(cdir, entry)`` what ``CheckpointStore.load`` returns in the
+    notebook (plain values, no framework needed). Empty: PyTorch's ``torch.load``.
+    """
+
+    kind: str
+    suffix: str
+    folder: bool = False
+    loader: str = ""
+    reader: str = ""
+
+
+_FORMATS: dict[str, CheckpointFormat] = {}
+
+
+def register_format(found: CheckpointFormat) -> CheckpointFormat:
+    """Make ``found`` known here (a framework declares its formats; registering twice is
+    harmless); ``ValueError`` for a bad suffix or one another kind uses."""
+    if not _SUFFIX_RE.match(found.suffix):
+        raise ValueError(f"checkpoint suffix {found.suffix!r}: use 1-16 of a-z and 0-9")
+    for other in _FORMATS.values():
+        if other.suffix == found.suffix and other.kind != found.kind:
+            raise ValueError(
+                f"checkpoint suffix {found.suffix!r} of kind {found.kind!r} is kind "
+                f"{other.kind!r}'s already; choose another suffix"
+            )
+    _FORMATS[found.kind] = found
+    return found
+
+
+def unregister_format(kind: str) -> None:
+    """Forget ``kind``'s format (a framework that was registered in-process only)."""
+    _FORMATS.pop(kind, None)
+
+
+def format_of(kind: str) -> CheckpointFormat | None:
+    """The registered format of ``kind``, ``None`` if there is none here."""
+    return _FORMATS.get(kind)
+
+
+def function_of(target: str) -> Callable[..., Any]:
+    """The function a ``"module:function"`` text names (its module imported now)."""
+    module, _, name = target.partition(":")
+    found = getattr(importlib.import_module(module), name, None)
+    if not callable(found):
+        raise CheckpointError(f"checkpoint function {target!r} is not 'module:function'")
+    return cast(Callable[..., Any], found)
+
+
+def is_folder(entry: Entry) -> bool:
+    """Whether a record's data is a folder: as its kind's format says, else as the record
+    says (a folder's record lists ``files``), so a reader lists kinds it does not know."""
+    found = _FORMATS.get(str(entry.get("kind")))
+    return found.folder if found is not None else isinstance(entry.get("files"), dict)
+
+
+def is_payload_name(name: str) -> bool:
+    """Whether ``name`` is a checkpoint's data name with a registered format's suffix."""
+    match = PAYLOAD_RE.match(name)
+    return match is not None and any(f.suffix == match[3] for f in _FORMATS.values())
+
+
+FULL_FORMAT = register_format(CheckpointFormat(FULL, "pt"))
+SHARDED_FORMAT = register_format(CheckpointFormat(SHARDED, "dcp", folder=True))
+_TF = "jupyter_disttrain.runtime.checkpoint.tf"
+TF_FORMAT = register_format(
+    CheckpointFormat(TF, "tf", folder=True, loader=f"{_TF}:load", reader=f"{_TF}:variables")
+)
+_JAX = "jupyter_disttrain.runtime.checkpoint.jax"
+JAX_FORMAT = register_format(
+    CheckpointFormat(JAX, "jax", folder=True, loader=f"{_JAX}:load", reader=f"{_JAX}:variables")
+)
+for _library in (
+    CheckpointFormat(HF, "hf", folder=True),
+    CheckpointFormat(LIGHTNING, "ckpt"),
+    CheckpointFormat(KERAS, "keras"),
+):
+    register_format(_library)
 
 
 class CheckpointError(RuntimeError):
@@ -62,9 +148,15 @@ class CorruptCheckpoint(CheckpointError):
 
 
 def payload_name(step: int, token: str, kind: str) -> str:
-    """File (full) or directory (sharded) name of a checkpoint's data."""
-    suffix = SUFFIXES.get(kind, "pt")
-    return f"step-{step:09d}-{token}.{suffix}"
+    """File or folder name of a checkpoint's data; ``CheckpointError`` for a kind whose
+    format is not registered here."""
+    found = _FORMATS.get(kind)
+    if found is None:
+        raise CheckpointError(
+            f"checkpoint kind {kind!r} has no registered format; its framework declares it "
+            "(register_format(CheckpointFormat(kind, suffix)))"
+        )
+    return f"step-{step:09d}-{token}.{found.suffix}"
 
 
 def not_torch_state(entry: Entry, where: str) -> str | None:

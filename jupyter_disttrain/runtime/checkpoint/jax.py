@@ -158,7 +158,8 @@ def save(
     files = {n: (len(d), hashlib.sha256(d).hexdigest()) for n, d in blobs.items()}
     entry = ck.folder_entry(step=step, token=token, kind=fmt.JAX, files=files,
                             metrics=metrics, tensors=len(arrays),
-                            parameters=sum(int(a.size) for a in arrays))  # fmt: skip
+                            parameters=sum(int(a.size) for a in arrays),
+                            packages=("jax",))  # fmt: skip
     uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     _barrier(f"{_saves[0]}")
     return uri
@@ -208,7 +209,8 @@ def _save_orbax(
     leaves = jax.tree_util.tree_leaves(state)
     entry = ck.folder_entry(step=step, token=token, kind=fmt.JAX, files=files,
                             metrics=metrics, tensors=len(leaves),
-                            parameters=sum(int(getattr(x, "size", 1)) for x in leaves))  # fmt: skip
+                            parameters=sum(int(getattr(x, "size", 1)) for x in leaves),
+                            packages=("jax",))  # fmt: skip
     uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     _barrier(f"{_saves[0]}")
     return uri

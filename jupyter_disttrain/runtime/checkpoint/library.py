@@ -150,7 +150,7 @@ def _download(cdir: CheckpointDir, entry: fmt.Entry) -> str:
     """A local copy of a checkpoint kept on an object store."""
     folder = tempfile.mkdtemp(prefix="distrain-resume-")
     path = cdir.payload_path(entry)
-    if entry.get("kind") not in fmt.FOLDER_KINDS:
+    if not fmt.is_folder(entry):
         local = os.path.join(folder, str(entry["path"]))
         with open(local, "wb") as fh:
             fh.write(cdir.read_verified(entry))

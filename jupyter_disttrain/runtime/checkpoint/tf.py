@@ -85,7 +85,8 @@ def save(
         raise
     entry = ck.folder_entry(step=step, token=token, kind=fmt.TF, files=files,
                             metrics=metrics, tensors=len(shapes),
-                            parameters=sum(_numel(s) for s in shapes))  # fmt: skip
+                            parameters=sum(_numel(s) for s in shapes),
+                            packages=("tensorflow",))  # fmt: skip
     uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     barrier()
     return uri

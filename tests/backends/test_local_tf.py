@@ -196,16 +196,16 @@ def test_failing_worker_is_named_and_everything_ends() -> None:
         import tensorflow as tf
         if strategy.cluster_resolver.task_id == 1:
             raise KeyError("missing column 'label'")
-        time.sleep(120)  # worker 0 would wait for its peer for ever
+        time.sleep(900)  # worker 0 would wait for its peer for ever
         """
     )
-    spec = tf_spec("tf-fail", nodes=2, timeout=150)
+    spec = tf_spec("tf-fail", nodes=2, timeout=1000)
     sink = Collector()
-    started = time.monotonic()
     job = jobs.submit(spec, tf_payload(cell, {}, spec.name), LocalBackend(), listeners=[sink])
+    # ends long before worker 0's sleep or the job's timeout would end it, however slowly
+    # the workers import TensorFlow on a busy machine
     with pytest.raises(KeyError, match=r"\[rank 1\] .*missing column"):
-        job.result(timeout=150)
-    assert time.monotonic() - started < 60
+        job.result(timeout=300)
     assert job.status() == "Failed" and job.reason.startswith("rank 1: KeyError")
     assert [e["rank"] for e in job.errors()] == [1]
     state = json.loads((jobdir.job_dir(spec.name) / "state.json").read_text())
@@ -252,7 +252,7 @@ def test_stop_timeout_and_owner_death_leave_no_processes() -> None:
         for spec in (stopped, timed)
     }
     assert owner.stdout is not None and owner.stdout.readline().strip() == "submitted"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 240  # four workers importing TensorFlow at once
     while len(sinks["tf-stop"].kinds("hello")) < 2 or not hello_pids("tf-owner"):
         assert time.monotonic() < deadline, sinks["tf-stop"].events
         time.sleep(0.1)

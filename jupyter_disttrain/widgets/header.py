@@ -23,7 +23,7 @@ import ipywidgets as w
 from ..events import TERMINAL_STATES
 from ..monitor import ProgressRow, Snapshot, Where, user_traceback, waiting_line
 from ..monitor.phases import phase_text
-from ..monitor.text import progress_text, repeats_cause, staging_lines
+from ..monitor.text import progress_text, shown_diagnosis, staging_lines
 from .text import duration, esc, rate, state_class
 
 __all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html", "progress_html", "where_html"]
@@ -82,8 +82,8 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
         lines.append(f'<div class="distrain-staging">{esc(line)}</div>')
     for warning in snap.get("warnings", []):
         lines.append(f'<div class="distrain-warning">warning: {esc(warning)}</div>')
-    diagnosis = snap.get("diagnosis")
-    if diagnosis and not repeats_cause(snap):
+    diagnosis = shown_diagnosis(snap)
+    if diagnosis:
         lines.append(f'<div class="distrain-diagnosis">{esc(diagnosis)}</div>')
     if note:
         lines.append(f'<div class="distrain-note">{esc(note)}</div>')

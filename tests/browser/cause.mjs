@@ -74,6 +74,12 @@ async function seen(key) {
           if (!table || !out) return true;
           return table.getBoundingClientRect().right <= out.getBoundingClientRect().right + 1;
         })(),
+        // the plain-text outputs of the dashboard's cell (a stale "<Job ...>" echo would be one)
+        echoes: [...(root?.closest(".jp-Cell")?.querySelectorAll('.jp-OutputArea-output[data-mime-type="text/plain"]') ?? [])]
+          .map((el) => el.textContent)
+          .filter((t) => t.includes("<Job ")),
+        // how often the failure's sentence is said on the dashboard (once: the cause line)
+        causeSaid: (root?.textContent.match(/ranks? stopped as a consequence/g) ?? []).length,
         view,
       };
     },
@@ -197,7 +203,10 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
 
   // logs below the notebook, as tall as they are
   await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/${JOBS.fail}"]`).click();
-  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] button[data-action="logs"]`).click();
+  const detail = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"]`);
+  await detail.locator('button[data-action="logs"]').waitFor({ timeout: 30_000 });
+  result.nb7DetailCauseSaid = await detail.evaluate((el) => (el.textContent.match(/ranks? stopped as a consequence/g) ?? []).length);
+  await detail.locator('button[data-action="logs"]').click();
   const logs = page.locator(`.jp-DisttrainLogs[data-job-id="local/${JOBS.fail}"][data-rank="all"]`);
   await logs.waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1000); // sized once the first lines arrived
@@ -207,6 +216,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
     return {
       below: el.closest("#jp-down-stack") !== null,
       paneHeight: pane.getBoundingClientRect().height,
+      splitHeight: pane.parentElement?.clientHeight ?? 0,
       content: el.querySelector(".jp-DisttrainLogs-toolbar").offsetHeight + text.scrollHeight,
       clipped: el.scrollHeight > el.clientHeight + 1,
       text: text.textContent,

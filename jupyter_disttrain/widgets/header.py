@@ -30,9 +30,8 @@ __all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html", "progress_html", "wher
 
 #: Shown while a ``--wait`` cell blocks the kernel (button clicks wait for the kernel).
 BLOCKING_NOTE = (
-    "This cell waits for the job (--wait), so the kernel handles the Stop button only "
-    "after it returns: interrupt the kernel (the stop button of the notebook, or Ctrl-C) "
-    "to stop the job now."
+    "This cell waits for the job (--wait): the kernel answers no button until it returns. "
+    "To stop the job, interrupt the kernel (the stop button of the notebook, or Ctrl-C)."
 )
 
 
@@ -161,6 +160,8 @@ class HeaderPanel:
     ``stop`` is called once, on the kernel thread, when the button is
     clicked; it must return promptly (``job.stop(wait=False)``). The button
     is disabled without a ``stop`` callable and hidden once the job has ended.
+    A ``blocking`` dashboard (``--wait``) shows no Stop nor Where: the busy kernel
+    would handle their clicks only after the job; its note says how to stop it.
     The buttons sit in a column of their own (``.distrain-actions``) that the
     header's text wraps beside, never over.
     ``where`` returns the ranks' stacks (it may take seconds: it runs on a
@@ -192,13 +193,17 @@ class HeaderPanel:
             layout=w.Layout(width="auto", flex="0 0 auto"),
         )
         self.button.add_class("distrain-stop")
+        if blocking:
+            self.button.layout.display = "none"
         self.button.on_click(self._clicked)
         self.where_button = w.Button(
             description="Where?",
             icon="search",
             tooltip="Show where every rank is now (their stacks, grouped)",
             layout=w.Layout(
-                width="auto", flex="0 0 auto", display="" if where is not None else "none"
+                width="auto",
+                flex="0 0 auto",
+                display="" if where is not None and not blocking else "none",
             ),
         )
         self.where_button.add_class("distrain-where")

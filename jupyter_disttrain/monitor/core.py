@@ -229,8 +229,8 @@ class JobMonitor(MonitorState):
             where = _cell_line(self._errors, cause)
             if cause.kind == "killed":  # its line names the signal only: keep the exit said
                 after = consequence_text(cause.consequences)
-                return f"rank {cause.rank} was killed{where}: {cause.reason}{after}"
-            return f"rank {cause.rank} failed{where}: {cause.line().split(': ', 1)[1]}"
+                return f"{cause.said().partition(' (')[0]}{where}: {cause.reason}{after}"
+            return f"{cause.who()} failed{where}: {cause.line().split(': ', 1)[1]}"
         if self._state == "Failed" and (self._message or self._reason):
             return f"the job failed: {self._message or self._reason}"
         return None

@@ -17,6 +17,7 @@ from jupyter_disttrain.monitor.cause import (
     LauncherExits,
     classify_error,
     classify_exit,
+    error_reason,
     user_traceback,
 )
 from tests.widgets.streams import recorded
@@ -60,6 +61,13 @@ def test_classes_of_errors_and_exits() -> None:
     assert classify_exit(-15, "") == "killed"
     assert classify_exit(143, "") == "killed"
     assert classify_exit(137, "OOMKilled") == "exited"  # killed for memory: its own doing
+
+
+def test_an_exits_words_are_its_reason_and_a_bare_status_keeps_its_type() -> None:
+    assert error_reason("ValueError", "bad batch") == "ValueError: bad batch"
+    assert error_reason("SystemExit", "prog: error: x is required") == "prog: error: x is required"
+    assert error_reason("SystemExit", "2") == "SystemExit: 2"
+    assert error_reason("KeyboardInterrupt", "") == "KeyboardInterrupt"
 
 
 def test_launcher_summary_lines_give_exits() -> None:
@@ -325,6 +333,27 @@ def test_a_failing_session_cell_names_its_rank_and_leaves_the_others_ready() -> 
     assert mon.state == "Failed"
     assert [r.state for r in mon.ranks()] == ["Ready", "Ready", "Failed", "Ready"]
     assert mon.reason == "rank 2: ValueError: bad input"  # no rank stopped: the group lives on
+
+
+def test_a_session_cell_that_raises_the_same_on_every_rank_says_it_once() -> None:
+    mon = session_cell(dict.fromkeys(range(4), "bad input"))
+    assert mon.reason == "all 4 ranks: ValueError: bad input"  # no rank stopped as a consequence
+    assert mon.diagnosis() == "all 4 ranks failed: ValueError: bad input"
+    some = session_cell({1: "bad input", 2: "bad input"})
+    assert some.reason == "ranks 1-2: ValueError: bad input"  # 0 and 3 are ready
+
+
+def test_every_rank_exiting_with_the_same_error_is_said_once() -> None:
+    t0 = 1_800_000_000.0
+    mon = JobMonitor("argv", "local", 4, nodes=2, nproc=2)
+    mon.feed(Event("job", None, t0, {"state": "Running", "reason": "Started"}))
+    mon.feed_many([Event("hello", r, t0 + 1, {"backend": "gloo"}) for r in range(4)])
+    for rank in (3, 1, 0, 2):  # arrival order does not matter
+        mon.feed(Event("error", rank, t0 + 2 + rank / 10, {"type": "SystemExit", "message": "2"}))
+    mon.feed(Event("job", None, t0 + 4, {"state": "Failed", "reason": "WorkerFailed"}))
+    assert mon.reason == "all 4 ranks: SystemExit: 2"
+    cause = mon.snapshot()["cause"]
+    assert cause is not None and cause["rank"] == 0 and cause["consequences"] == []
 
 
 def test_restarts_that_do_not_recover_keep_the_raising_rank_as_the_cause() -> None:

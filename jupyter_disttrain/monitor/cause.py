@@ -28,7 +28,7 @@ from typing import Final, NamedTuple
 
 from ..logbuffer import format_ranks
 from ..results import user_traceback as user_traceback  # re-exported: the views import it here
-from .records import Failure
+from .records import ErrorInfo, Failure
 
 #: Failure classes, best cause first.
 CLASSES: Final = ("raised", "exited", "killed", "consequence")
@@ -249,6 +249,18 @@ def recovered_text(causes: list[Cause]) -> str:
         return ""
     n = len(causes)
     return f"recovered from {n} failure{'s' if n != 1 else ''} ({causes[0].said()})"
+
+
+def cell_line(errors: Sequence[ErrorInfo], cause: Cause) -> str:
+    """`` (cell line 7)``: where in the cell the cause's exception was raised ("" unknown)."""
+    for e in errors:
+        if e.rank == cause.rank and e.attempt == cause.attempt and e.traceback:
+            lines = _CELL_FRAME.findall(e.traceback)
+            return f" (cell line {lines[-1]})" if lines else ""
+    return ""
+
+
+_CELL_FRAME: Final = re.compile(r'File "<(?:cell|distrain-cell)[^>]*>", line (\d+)')
 
 
 def _clip(text: str, limit: int) -> str:

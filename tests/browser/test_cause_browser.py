@@ -117,6 +117,7 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
 
     hung = views["hang"]
     assert hung["state"] == "Hung" and hung["rate"] == "stalled", (name, hung)
+    assert hung["rows"] == ["Running", "Hung"], (name, hung)  # rank 1 holds rank 0 up
     assert "rank 1 is in time.sleep" in (hung["diagnosis"] or ""), (name, hung)
     assert hung["chartLastX"] == max(hung["rankSteps"]), (name, hung)  # also in a later page
     in_view(hung)
@@ -163,6 +164,7 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
     for stopped in (result["stopped"], result["stoppedLab"]):
         assert stopped["state"] == "Stopped" and "Failed" not in stopped["rows"], stopped
         assert stopped["cause"] is None and not stopped["stopVisible"], stopped
+        assert stopped["rate"] == "stalled", stopped  # not the rate from before the hang
 
     errors = [e for e in result["console"] if e.startswith("pageerror") and not _upstream(e)]
     assert not errors, errors

@@ -273,9 +273,19 @@ def test_a_hang_is_its_own_state_until_the_ranks_move_again() -> None:
     assert re.search(r"rank 1 is in time\.sleep \(cell line 7\)", snap["diagnosis"])
     assert format_text(snap).splitlines()[0].split(" | ")[0].endswith("Hung")
     assert snap["stalled"] and snap["steps_per_s"] is None
+    # the rows: rank 1 holds the others up and says where; the others say where they wait
+    rows = {r["rank"]: (r["state"], r["reason"]) for r in snap["ranks"]}
+    assert rows[1] == ("Hung", "is in time.sleep (cell line 7)"), rows
+    assert all(state == "Running" and reason.startswith("waits in ")
+               for rank, (state, reason) in rows.items() if rank != 1), rows  # fmt: skip
     mon.feed(Event("metric", 1, later, {"step": 6, "values": {"loss": 0.1}}))
-    assert mon.snapshot(now=later + 1)["state"] == "Running" and mon.display_state == "Running"
-    assert fed(events).snapshot()["state"] == "Stopped"
+    moved = mon.snapshot(now=later + 1)
+    assert moved["state"] == "Running" and mon.display_state == "Running"
+    assert {r["state"] for r in moved["ranks"]} == {"Running"}  # no rank marked once it moves
+    stopped = fed(events).snapshot()
+    assert stopped["state"] == "Stopped"
+    # stopped while hung: its rate stays "stalled", not the rate from before the hang
+    assert stopped["stalled"] and stopped["steps_per_s"] is None, stopped["steps_per_s"]
 
 
 def test_a_rank_silent_longer_than_its_interval_reads_as_stalled() -> None:

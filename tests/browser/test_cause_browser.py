@@ -85,7 +85,11 @@ def in_view(seen: dict[str, Any]) -> None:
 
 def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
     """What every view (light, dark, Notebook 7) must say of the four jobs."""
+    for part, read in views["contrast"].items():  # text at least 4.5:1 against its background
+        assert read["checked"] > 20 and not read["found"], (name, part, read["found"])
     for key, seen in views.items():
+        if key == "contrast":
+            continue
         assert not seen["hscroll"], (name, key)
         assert seen["tableInside"], (name, key, "rank table past its output's edge")
         assert not seen["echoes"], (name, key, "the launch state echoed under the dashboard")
@@ -160,6 +164,8 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
     assert "[rank 1] ValueError: bad batch at step 5" in logs["text"], logs
     assert "##distrain" not in logs["text"], logs
     assert result["nb7DetailCauseSaid"] == 1, result["nb7DetailCauseSaid"]  # the sidebar: once
+    stop = result["nb7DisabledStop"]
+    assert stop["disabled"] and stop["opacity"] <= 0.5 and stop["cursor"] == "not-allowed", stop
 
     for stopped in (result["stopped"], result["stoppedLab"]):
         assert stopped["state"] == "Stopped" and "Failed" not in stopped["rows"], stopped

@@ -56,6 +56,7 @@ async function seen(key) {
         diagnosis: text(".distrain-diagnosis"),
         traceback: text(".distrain-cause-traceback pre"),
         rate: text('[data-field="rate"]'),
+        progress: text(".distrain-progress-text"),
         step: text('[data-field="step"]'),
         rows: rows.map((tr) => tr.dataset.state),
         rankSteps: rows.map((tr) => Number(tr.dataset.step)),

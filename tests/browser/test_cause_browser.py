@@ -33,7 +33,7 @@ rank = dist.get_rank()
 for step in range({steps}):
     t = torch.ones(4)
     dist.all_reduce(t)
-    report(step=step, loss=1.0 / (step + 1))
+    report(step=step, total={steps}, loss=1.0 / (step + 1))
     if step % 10 == 0:
         print(f"rank {{rank}} at step {{step}}")
     {body}
@@ -122,6 +122,7 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
     hung = views["hang"]
     assert hung["state"] == "Hung" and hung["rate"] == "stalled", (name, hung)
     assert hung["rows"] == ["Running", "Hung"], (name, hung)  # rank 1 holds rank 0 up
+    assert (hung["progress"] or "").startswith("6 of 400 steps"), (name, hung)  # the bar shows
     assert "rank 1 is in time.sleep" in (hung["diagnosis"] or ""), (name, hung)
     assert hung["chartLastX"] == max(hung["rankSteps"]), (name, hung)  # also in a later page
     in_view(hung)

@@ -162,7 +162,7 @@ class DistrainMagics(Magics):
         The cell runs once per rank with the process group initialised and
         the notebook values it uses shipped along. Call ``report(step=...,
         loss=...)`` to send metrics. Rank 0's last expression is the result.
-        Without ``--wait`` the cell returns the Job handle at once. With
+        Without ``--wait`` the handle is ``_`` at once (``-o NAME`` names it). With
         ``--session NAME`` the cell runs on that session's live ranks and blocks.
         """
         args = parse_line(self.distrain, line)
@@ -208,7 +208,9 @@ class DistrainMagics(Magics):
             print(f"{spec.name}: stopped (interrupted)")
             raise KeyboardInterrupt
         elif outcome.job is not None:
-            return outcome.job if outcome.what == "running" else outcome.job.result()
+            if outcome.what == "running":
+                return view.cell_value(outcome.job, self.shell)
+            return outcome.job.result()
         return None
 
     def _session_cell(self, args: Any, cell: str) -> Any:

@@ -102,6 +102,19 @@ class LiveView:
         self._thread.join(5)
         self._thread = None
 
+    def cell_value(self, job: Job, shell: Any) -> Job | None:
+        """What a cell that started ``job`` returns: ``None`` when this view shows the job.
+
+        A live view already shows the job as it goes, so the handle is not
+        echoed as ``Out[n]`` (its text would be the state at launch, stale
+        once the job moves on); it is kept as ``_`` and ``Out[n]`` as if it had
+        been. With nothing shown (mode ``none``, or no shell) it is returned.
+        """
+        if self.mode == "none" or shell is None:
+            return job
+        shell.displayhook.update_user_ns(job)
+        return None
+
     def render(self) -> str:
         """The current text of the live display."""
         assert self.job is not None

@@ -290,6 +290,23 @@ def test_a_rank_that_raises_names_the_scripts_line(tmp_path: Path) -> None:
     assert "RuntimeError: failing on rank 1" in trace
 
 
+def test_a_script_whose_arguments_are_missing_on_every_rank_says_the_parsers_words_once(
+    tmp_path: Path,
+) -> None:
+    """Every rank's argparse exits 2: the job names the parser's error, for all ranks, once."""
+    _proj, elsewhere = make_project(tmp_path)
+    done = disttrain(elsewhere, "run", "--nodes", "2", "--nproc", "2", "../proj/train.py")
+    logs = done.stdout + done.stderr
+    assert done.returncode == 1, logs
+    words = "train.py: error: the following arguments are required: total_epochs, save_every"
+    assert f"job Failed: all 4 ranks: {words}" in logs.splitlines(), logs
+    assert "stopped as a consequence" not in logs, logs
+    trace = done.stderr.split("Remote traceback", 1)[1]
+    frames = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
+    assert frames and all("/proj/train.py" in frame for frame in frames), trace  # no argparse
+    assert "parse_args" in trace, trace
+
+
 @pytest.mark.slow
 def test_python_dash_m_form(tmp_path: Path) -> None:
     """``disttrain run -m pkg.mod ARGS``: what ``python -m pkg.mod ARGS`` sees, in every rank."""

@@ -249,12 +249,15 @@ def test_wait_returns_result_and_background_returns_handle(
     assert value == 12
     handle = shell.user_ns["handle"]
     assert handle.status() == "Succeeded" and len(handle.metrics()) == 2
-    job = cell(
+    echoed = cell(
         shell,
         "--nodes 2 --nproc 1 --name mg-bg",
         "import time, torch.distributed as dist\ntime.sleep(1)\ndist.get_rank()",
     )
+    assert echoed is None  # the live view shows the job: no Out[n] frozen at its launch state
+    job = shell.user_ns["_"]
     assert isinstance(job, jobs.Job) and job.status() in ("Pending", "Running")
+    assert job.spec.name == "mg-bg"
     with pytest.raises(UsageError, match="still"):
         cell(shell, "--nodes 1 --name mg-bg", "1")
     assert job.result(timeout=60) == 0

@@ -56,3 +56,20 @@ def test_lines_mode_survives_metrics_that_are_not_numbers(
     assert "[rank 0] step 20: values=[1, 2]" in out, out
     assert "[rank 0] step 30: nested={'a': 1} flag=True" in out, out
     assert "[rank 0] still printing" in out and out[-1] == "job Succeeded", out
+
+
+def test_a_shown_job_is_kept_as_underscore_not_echoed() -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.user_ns["JOB"] = Job(JobSpec("kept", nodes=1, nproc=1), LocalBackend())
+    shell.user_ns["HIDDEN"] = Job(JobSpec("hidden", nodes=1, nproc=1), LocalBackend())
+    shell.user_ns["LiveView"] = LiveView
+    shown = shell.run_cell('LiveView("text").cell_value(JOB, get_ipython())', store_history=True)
+    job = shell.user_ns["JOB"]
+    assert shown.result is None  # nothing echoed as Out[n]
+    count = shown.execution_count
+    assert shell.user_ns["_"] is job and shell.user_ns["Out"][count] is job
+    assert shell.user_ns[f"_{count}"] is job
+    hidden = shell.run_cell('LiveView("none").cell_value(HIDDEN, get_ipython())')
+    assert hidden.result is shell.user_ns["HIDDEN"]  # nothing else shows it: echoed

@@ -26,8 +26,9 @@ import signal as signals
 from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
+from ..logbuffer import format_ranks
 from ..results import user_traceback as user_traceback  # re-exported: the views import it here
-from .records import Failure
+from .records import ErrorInfo, Failure
 
 #: Failure classes, best cause first.
 CLASSES: Final = ("raised", "exited", "killed", "consequence")
@@ -55,7 +56,9 @@ class Cause(NamedTuple):
     ``rank`` failed first in the best class (``kind`` one of :data:`CLASSES`);
     ``reason`` is that rank's own words (``ValueError: bad batch``, ``exit
     code 3``); ``consequences`` the other ranks of the attempt that stopped
-    because of it; ``attempt`` counts restarts.
+    because of it; ``attempt`` counts restarts. ``same`` are the other ranks
+    that failed the same way on their own (same class, same words), of the
+    job's ``world`` ranks: the cause is said once for them all.
     """
 
     rank: int
@@ -64,17 +67,29 @@ class Cause(NamedTuple):
     t: float
     attempt: int
     consequences: tuple[int, ...]
+    same: tuple[int, ...] = ()
+    world: int = 0
 
     def line(self) -> str:
         """``rank 1: ValueError: bad batch; 3 ranks stopped as a consequence``."""
         return f"{self.said(clip=False)}{consequence_text(self.consequences)}"
 
+    def who(self) -> str:
+        """``rank 1``; ``ranks 0-2`` or ``all 4 ranks`` when others failed the same way."""
+        if not self.same:
+            return f"rank {self.rank}"
+        ranks = sorted({self.rank, *self.same})
+        if len(ranks) == self.world:
+            return f"all {self.world} ranks"
+        return f"ranks {format_ranks(ranks)}"
+
     def said(self, *, clip: bool = True) -> str:
         """``rank 2 was killed (SIGKILL)`` for a signal, else ``rank 1: ValueError: ...``."""
         if self.kind == "killed":
             name = re.search(r"\bSIG[A-Z]+\b", self.reason)
-            return f"rank {self.rank} was killed" + (f" ({name.group(0)})" if name else "")
-        return f"rank {self.rank}: {_clip(self.reason, 100) if clip else self.reason}"
+            verb = "were" if self.same else "was"
+            return f"{self.who()} {verb} killed" + (f" ({name.group(0)})" if name else "")
+        return f"{self.who()}: {_clip(self.reason, 100) if clip else self.reason}"
 
 
 def consequence_text(ranks: tuple[int, ...]) -> str:
@@ -83,6 +98,14 @@ def consequence_text(ranks: tuple[int, ...]) -> str:
         return ""
     n = len(ranks)
     return f"; {n} rank{'s' if n != 1 else ''} stopped as a consequence"
+
+
+def error_reason(kind: str, message: str) -> str:
+    """``ValueError: bad batch``; a ``SystemExit`` that says words (a parser's error line)
+    is those words alone; no message: the type alone."""
+    if kind == "SystemExit" and message and not message.lstrip("-").isdigit():
+        return message
+    return f"{kind}: {message}" if message else kind
 
 
 def classify_error(kind: str, message: str) -> str:
@@ -129,11 +152,16 @@ def choose(
         return None
     best = min(current, key=lambda f: (CLASSES.index(f.kind), -f.attempt, f.t, f.rank))
     current = [f for f in current if f.attempt == best.attempt]
-    # the rank's best reason: its exception rather than its exit code
-    own = [f for f in current if f.rank == best.rank]
-    reason = min(own, key=lambda f: (CLASSES.index(f.kind), f.t)).reason
-    others = tuple(sorted(r for r, state in ended.items() if r != best.rank and state not in _LIVE))
-    return Cause(best.rank, best.kind, reason, best.t, best.attempt, others)
+    # each rank's best reason: its exception rather than its exit code
+    own = {
+        f.rank: f for f in sorted(current, key=lambda f: (CLASSES.index(f.kind), f.t), reverse=True)
+    }
+    reason = own[best.rank].reason
+    same = tuple(sorted(r for r, f in own.items() if r != best.rank and f.kind == best.kind
+                        and f.kind != "consequence" and f.reason == reason))  # fmt: skip
+    others = tuple(sorted(r for r, state in ended.items()
+                          if r != best.rank and r not in same and state not in _LIVE))  # fmt: skip
+    return Cause(best.rank, best.kind, reason, best.t, best.attempt, others, same, len(ended))
 
 
 class LauncherExits:
@@ -221,6 +249,18 @@ def recovered_text(causes: list[Cause]) -> str:
         return ""
     n = len(causes)
     return f"recovered from {n} failure{'s' if n != 1 else ''} ({causes[0].said()})"
+
+
+def cell_line(errors: Sequence[ErrorInfo], cause: Cause) -> str:
+    """`` (cell line 7)``: where in the cell the cause's exception was raised ("" unknown)."""
+    for e in errors:
+        if e.rank == cause.rank and e.attempt == cause.attempt and e.traceback:
+            lines = _CELL_FRAME.findall(e.traceback)
+            return f" (cell line {lines[-1]})" if lines else ""
+    return ""
+
+
+_CELL_FRAME: Final = re.compile(r'File "<(?:cell|distrain-cell)[^>]*>", line (\d+)')
 
 
 def _clip(text: str, limit: int) -> str:

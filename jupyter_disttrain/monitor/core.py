@@ -13,7 +13,6 @@ current time take ``now`` (default: :func:`time.time`).
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import replace
@@ -25,7 +24,8 @@ from numpy.typing import NDArray
 from ..events import TERMINAL_STATES, Event, JobState, StagingFields
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
-from .cause import Cause, classify_error, recovered_text
+from .cause import Cause, cell_line, classify_error, recovered_text
+from .hung import hung_rows
 from .network import failed_sentence, partition_sentence
 from .records import (
     CauseRow,
@@ -56,17 +56,6 @@ def _comms_cause(comms: NcclSummary) -> bool:
     """Whether the communication reading names a cause (not only the launcher's report)."""
     return not comms.diagnosis.lower().startswith(("a worker process exited", "unrecognised"))
 
-
-def _cell_line(errors: list[ErrorInfo], cause: Cause) -> str:
-    """`` (cell line 7)``: where in the cell the cause's exception was raised ("" unknown)."""
-    for e in errors:
-        if e.rank == cause.rank and e.attempt == cause.attempt and e.traceback:
-            lines = [m for m in _CELL_FRAME.findall(e.traceback)]
-            return f" (cell line {lines[-1]})" if lines else ""
-    return ""
-
-
-_CELL_FRAME = re.compile(r'File "<(?:cell|distrain-cell)[^>]*>", line (\d+)')
 
 #: Seconds a hang's stacks may take to arrive from every rank before it is read with some.
 HANG_GATHER = 8.0
@@ -230,7 +219,7 @@ class JobMonitor(MonitorState):
         if not own and comms.failure != "none" and comms.diagnosis and _comms_cause(comms):
             return comms.diagnosis
         if self._state == "Failed" and cause is not None:
-            return failed_sentence(cause, _cell_line(self._errors, cause), self._rows)
+            return failed_sentence(cause, cell_line(self._errors, cause), self._rows)
         if self._state == "Failed" and (self._message or self._reason):
             return f"the job failed: {self._message or self._reason}"
         return None
@@ -489,11 +478,14 @@ class JobMonitor(MonitorState):
             phases = self._phase_log.timeline(self.phases, self._world_size, at)
             cause = self._cause()
             ranks = [self._rank_row(row, at, latest) for _, row in sorted(self._rows.items())]
+            hang = self._hang(at) if self._display_state(at) == "Hung" else None
+            ranks = hung_rows(ranks, hang)  # who holds the others up, where each rank is
             rated = [r for r in ranks if r["state"] == "Running" and r["step"] is not None]
-            stalled = self._state not in TERMINAL_STATES and (
+            live = self._state not in TERMINAL_STATES and (
                 self._display_state(at) == "Hung"
                 or (bool(rated) and all(r["stalled"] for r in rated))
             )
+            stalled = live or self._ended_stalled()
             return Snapshot(
                 name=self.name,
                 backend=self.backend,
@@ -553,6 +545,13 @@ class JobMonitor(MonitorState):
                 first_step_s=phases.first_step_s,
                 progress=self._progress.row(self._state in TERMINAL_STATES),
             )
+
+    def _ended_stalled(self) -> bool:
+        """Stopped or failed while every rank's steps stalled: its last rate is not current."""
+        if self._state not in ("Stopped", "Failed") or self._end_t is None:
+            return False
+        rated = [rank for rank, recent in self._recent.items() if len(recent) >= 2]
+        return bool(rated) and all(self._stalled(rank, self._end_t) for rank in rated)
 
     def _stalled(self, rank: int, now: float) -> bool:
         """No metric from ``rank`` for longer than :data:`STALL_INTERVALS` of its intervals."""

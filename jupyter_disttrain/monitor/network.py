@@ -51,12 +51,13 @@ def failed_sentence(cause: Cause, where: str, rows: Mapping[int, RankState]) -> 
 
     A killed rank is named with its place (its node went away, or something
     on it killed it): ``rank 1 (node 1, pod job-worker-0) was killed: Error
-    (exit code 137)``; any other cause reads ``rank 1 failed (cell line 7): ...``.
+    (exit code 137)``; any other cause reads ``rank 1 failed (cell line 7): ...``
+    (``ranks 1-2``, ``all 4 ranks`` when several failed the same way).
     """
     if cause.kind == "killed":  # the cause's line names the signal only: keep the exit said
         after = consequence_text(cause.consequences)
         return f"{_rank_at(cause.rank, rows)} was killed{where}: {cause.reason}{after}"
-    return f"rank {cause.rank} failed{where}: {cause.line().split(': ', 1)[1]}"
+    return f"{cause.who()} failed{where}: {cause.line().split(': ', 1)[1]}"
 
 
 def timed_out_seconds(reason: str) -> float | None:

@@ -24,7 +24,16 @@ from ..events import (
 )
 from ..logbuffer import JOB_RANK, LogBuffer
 from ..nccl import NcclParser, NcclSummary
-from .cause import CLASSES, Cause, LauncherExits, candidates, choose, classify_error, classify_exit
+from .cause import (
+    CLASSES,
+    Cause,
+    LauncherExits,
+    candidates,
+    choose,
+    classify_error,
+    classify_exit,
+    error_reason,
+)
 from .metrics import MetricStore
 from .network import Unresolved
 from .paused import PauseBook, PausedRank
@@ -310,7 +319,7 @@ class MonitorState:
         self._error_events.append(Event(ev.kind, ev.rank, ev.t, dict(ev.fields)))
         if row is None:
             return
-        reason = f"{info.type}: {info.message}" if info.message else info.type
+        reason = error_reason(info.type, info.message)
         if self._explicit_terminal and row.state == "Stopped":
             return
         row.state = "Failed"

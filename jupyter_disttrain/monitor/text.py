@@ -29,8 +29,9 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
     lines.extend(f"  warning: {text}" for text in snap["warnings"])
     if snap["why"]:
         lines.append(f"  {snap['why']}")
-    if snap["diagnosis"] and not repeats_cause(snap):
-        lines.append(f"  {snap['diagnosis']}")
+    diagnosis = shown_diagnosis(snap)
+    if diagnosis:
+        lines.append(f"  {diagnosis}")
     if snap["recovered"]:
         lines.append(f"  {snap['recovered']}")
     if snap["stragglers"]:
@@ -62,10 +63,18 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
 
 
 def repeats_cause(snap: Snapshot) -> bool:
-    """Whether the diagnosis only says the cause line again (then it is shown once)."""
+    """Whether the diagnosis only says the cause line again (then it is shown once).
+
+    A diagnosis that adds only the cell line to the cause's reason repeats it: the
+    line is in the failing rank's traceback, shown under the cause.
+    """
     diagnosis, cause = snap["diagnosis"] or "", snap["cause"]
-    return diagnosis == snap["why"] or (cause is not None and cause["reason"] in diagnosis
-                                        and "(cell line" not in diagnosis)  # fmt: skip
+    return diagnosis == snap["why"] or (cause is not None and cause["reason"] in diagnosis)
+
+
+def shown_diagnosis(snap: Snapshot) -> str | None:
+    """The diagnosis to show beside the cause line: ``None`` when it repeats it."""
+    return None if repeats_cause(snap) else snap["diagnosis"]
 
 
 def staging_lines(rows: list[StagingFields]) -> list[str]:

@@ -24,6 +24,8 @@ quiet_bytes = 0
 PROGRESS_EVERY: Final = 0.5
 _progress_sent = -PROGRESS_EVERY
 _progress_pending: tuple[int, int] | None = None
+_progress_lock = threading.RLock()
+_progress_timer: threading.Timer | None = None
 #: True once ``report(total=...)`` was called (it then wins over a tqdm bar and autolog).
 explicit_total = False
 #: True once the cell called ``report()`` with metrics: autolog's metric lines stop then.
@@ -126,25 +128,41 @@ def progress(done: int, total: int) -> None:
     """Tell the notebook ``done`` of ``total`` steps are done (rank 0 only; others: no-op).
 
     Lines go out at most every :data:`PROGRESS_EVERY` seconds, and always when
-    ``done`` reaches ``total``; :func:`flush_progress` sends one held back.
+    ``done`` reaches ``total``; one held back goes out when that time is up,
+    whether or not another step came (a run that stops stepping, hung or
+    waiting, shows its last step), or at :func:`flush_progress`.
     """
     global _progress_sent, _progress_pending
     if rank() != 0:
         return
-    now = time.monotonic()
-    if done < total and now - _progress_sent < PROGRESS_EVERY:
-        _progress_pending = (done, total)
-        return
-    _progress_sent, _progress_pending = now, None
-    emit("progress", step=done, total=total)
+    with _progress_lock:
+        now = time.monotonic()
+        if done < total and now - _progress_sent < PROGRESS_EVERY:
+            _progress_pending = (done, total)
+            _flush_later(PROGRESS_EVERY - (now - _progress_sent))
+            return
+        _progress_sent, _progress_pending = now, None
+        emit("progress", step=done, total=total)
 
 
 def flush_progress() -> None:
     """Send the ``progress`` line held back by the rate limit, if any."""
-    global _progress_pending
-    pending, _progress_pending = _progress_pending, None
-    if pending is not None:
-        emit("progress", step=pending[0], total=pending[1])
+    global _progress_pending, _progress_sent
+    with _progress_lock:
+        pending, _progress_pending = _progress_pending, None
+        if pending is not None:
+            _progress_sent = time.monotonic()
+            emit("progress", step=pending[0], total=pending[1])
+
+
+def _flush_later(delay: float) -> None:
+    """Send the held-back ``progress`` line in ``delay`` seconds (one timer at a time)."""
+    global _progress_timer
+    if _progress_timer is not None and _progress_timer.is_alive():
+        return
+    _progress_timer = threading.Timer(max(0.0, delay), flush_progress)
+    _progress_timer.daemon = True
+    _progress_timer.start()
 
 
 def report(step: int | None = None, *, total: Any = None, **metrics: Any) -> None:

@@ -41,6 +41,7 @@ from . import report as _report
 from . import versions as package_versions
 from .cell import main_module, run_payload, user_traceback
 from .checkpoint import api as _checkpoint
+from .exits import parser_error, without_parser_frames
 from .jax import apply_env as apply_jax_env
 
 RESULT_INLINE_LIMIT = 4 * 1024 * 1024
@@ -339,12 +340,17 @@ def build_namespace(payload: dict[str, Any]) -> dict[str, Any]:
 def encode_exception(exc: BaseException) -> dict[str, Any]:
     """The ``error`` line's fields for ``exc`` (type, message, traceback, type pickle)."""
     etype = type(exc)
+    said = parser_error(exc)  # argparse's error line, not its exit status
+    tb = user_traceback(exc.__traceback__)
+    tb = tb if said is None else without_parser_frames(tb)
     fields: dict[str, Any] = {
         "type": etype.__name__,
         "module": etype.__module__,
-        "message": str(exc),
+        "message": str(exc) if said is None else said,
         "traceback": "".join(
-            traceback.format_exception(etype, exc, user_traceback(exc.__traceback__))
+            traceback.format_exception(
+                etype, exc, tb if said is None else without_parser_frames(tb)
+            )
         ),
     }
     if etype.__module__ == "__main__":

@@ -30,6 +30,7 @@ from ..monitor import (
     Snapshot,
     rank_json,
 )
+from ..monitor.text import shown_diagnosis
 
 
 class BackendStatus(TypedDict):
@@ -75,7 +76,8 @@ class JobJSON(TypedDict):
     that started the job as a path the server's contents API opens, ``None``
     when unknown or outside the server root; ``notebook_file`` is the path as
     recorded ("" when unknown). ``diagnosis`` is the job's one-sentence
-    reading (communication problem or failure), ``None`` when there is none.
+    reading (communication problem or failure), ``None`` when there is none or it
+    only repeats ``reason``.
     ``phases``, ``phase``, ``first_step_s``: time to first step, as in the
     monitor's snapshot (empty, None, None when no event stream is read).
     ``progress`` is rank 0's steps done of a known total with rate and ETA
@@ -280,7 +282,7 @@ def job_json(
             notebook=notebook_api_path(recorded, root_dir),
             notebook_file=recorded,
             can_stop=not terminal,
-            diagnosis=snapshot["diagnosis"] if snapshot is not None else None,
+            diagnosis=shown_diagnosis(snapshot) if snapshot is not None else None,
             detail=_detail(snapshot, checkpoints) if detail else None,
             phases=snapshot["phases"] if snapshot is not None else [],
             phase=snapshot["phase"] if snapshot is not None else None,

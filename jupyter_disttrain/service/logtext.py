@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..backends.base import Backend, JobNotFound, JobRecord
+from ..events import TERMINAL_STATES
 
 #: Largest ``tail`` a log request may ask for (``all`` means this many), over all ranks shown.
 MAX_TAIL = 5000
@@ -31,8 +32,8 @@ def bounded_logs(
     """``backend``'s logs of ``record``, at most :data:`MAX_TAIL` lines and :data:`MAX_LOG_CHARS`.
 
     ``tail`` None (``all``) means :data:`MAX_TAIL`; for every rank at once the
-    lines are shared among the ranks. A rank that printed nothing yet is a
-    message, not an error; an unknown job raises :class:`JobNotFound`.
+    lines are shared among the ranks. A rank that printed nothing (yet, while
+    the job runs) is a message, not an error; an unknown job raises :class:`JobNotFound`.
     """
     asked = tail
     ranks = list(range(record.world_size))
@@ -49,5 +50,5 @@ def bounded_logs(
     elif text and (asked is None or asked > tail):
         message = f"at most the last {tail} lines{' per rank' if rank is None else ''} shown"
     if not text and not message:
-        message = "no output yet"
+        message = "no output" if record.state in TERMINAL_STATES else "no output yet"
     return BoundedLogs(text=text, message=message, tail=tail, ranks=ranks)

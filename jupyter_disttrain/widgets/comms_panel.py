@@ -27,6 +27,14 @@ def _backend(summary: NcclSummary, dist_backend: str | None) -> str:
     return dist_backend or summary.backend
 
 
+def _framework_own(backend: str) -> str:
+    """``JAX`` or ``TensorFlow`` when ``backend`` is that framework's own collectives without
+    NCCL (``jax-gloo``, ``tf-ring``): NCCL and c10d advice does not apply; "" otherwise."""
+    if backend.endswith(("nccl", "cuda", "gpu", "rocm")):
+        return ""
+    return {"jax": "JAX", "tf": "TensorFlow"}.get(backend.partition("-")[0], "")
+
+
 def comms_html(summary: NcclSummary, dist_backend: str | None, *, quiet: bool = False) -> str:
     """The summary block: one sentence of diagnosis and the per-job facts.
 
@@ -46,6 +54,12 @@ def comms_html(summary: NcclSummary, dist_backend: str | None, *, quiet: bool = 
         )
         if summary.failure != "none" and summary.diagnosis:
             parts.append(f'<div class="distrain-diagnosis">{esc(summary.diagnosis)}</div>')
+    elif _framework_own(backend):
+        parts.append(
+            f"<div>Collectives: <b>{esc(backend)}</b>, {_framework_own(backend)}'s own (not "
+            "torch.distributed, no NCCL): the NCCL and c10d reading does not apply to this job."
+            "</div>"
+        )
     elif backend == "unknown" and not summary.raw_lines and not summary.comm_lines:
         parts.append("<div>No communication lines yet.</div>")
     else:
@@ -99,7 +113,9 @@ class CommsPanel:
         backend = _backend(summary, snap["dist_backend"])
         quiet = snap["diagnosis"] != summary.diagnosis  # the job's reading is elsewhere
         self.summary_html.value = comms_html(summary, snap["dist_backend"], quiet=quiet)
-        if backend == "gloo" or (not summary.raw_lines and summary.comm_lines):
+        if _framework_own(backend):
+            lines, dropped, title = summary.raw_lines, summary.raw_dropped, "Communication lines"
+        elif backend == "gloo" or (not summary.raw_lines and summary.comm_lines):
             lines, dropped, title = summary.comm_lines, summary.comm_dropped, "c10d / gloo lines"
         else:
             lines, dropped, title = summary.raw_lines, summary.raw_dropped, "Raw NCCL lines"

@@ -23,16 +23,15 @@ import ipywidgets as w
 from ..events import TERMINAL_STATES
 from ..monitor import ProgressRow, Snapshot, Where, user_traceback, waiting_line
 from ..monitor.phases import phase_text
-from ..monitor.text import progress_text, repeats_cause, staging_lines
+from ..monitor.text import progress_text, shown_diagnosis, staging_lines
 from .text import duration, esc, rate, state_class
 
 __all__ = ["BLOCKING_NOTE", "HeaderPanel", "header_html", "progress_html", "where_html"]
 
 #: Shown while a ``--wait`` cell blocks the kernel (button clicks wait for the kernel).
 BLOCKING_NOTE = (
-    "This cell waits for the job (--wait), so the kernel handles the Stop button only "
-    "after it returns: interrupt the kernel (the stop button of the notebook, or Ctrl-C) "
-    "to stop the job now."
+    "This cell waits for the job (--wait): the kernel answers no button until it returns. "
+    "To stop the job, interrupt the kernel (the stop button of the notebook, or Ctrl-C)."
 )
 
 
@@ -82,8 +81,8 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
         lines.append(f'<div class="distrain-staging">{esc(line)}</div>')
     for warning in snap.get("warnings", []):
         lines.append(f'<div class="distrain-warning">warning: {esc(warning)}</div>')
-    diagnosis = snap.get("diagnosis")
-    if diagnosis and not repeats_cause(snap):
+    diagnosis = shown_diagnosis(snap)
+    if diagnosis:
         lines.append(f'<div class="distrain-diagnosis">{esc(diagnosis)}</div>')
     if note:
         lines.append(f'<div class="distrain-note">{esc(note)}</div>')
@@ -161,6 +160,8 @@ class HeaderPanel:
     ``stop`` is called once, on the kernel thread, when the button is
     clicked; it must return promptly (``job.stop(wait=False)``). The button
     is disabled without a ``stop`` callable and hidden once the job has ended.
+    A ``blocking`` dashboard (``--wait``) shows no Stop nor Where: the busy kernel
+    would handle their clicks only after the job; its note says how to stop it.
     The buttons sit in a column of their own (``.distrain-actions``) that the
     header's text wraps beside, never over.
     ``where`` returns the ranks' stacks (it may take seconds: it runs on a
@@ -192,13 +193,17 @@ class HeaderPanel:
             layout=w.Layout(width="auto", flex="0 0 auto"),
         )
         self.button.add_class("distrain-stop")
+        if blocking:
+            self.button.layout.display = "none"
         self.button.on_click(self._clicked)
         self.where_button = w.Button(
             description="Where?",
             icon="search",
             tooltip="Show where every rank is now (their stacks, grouped)",
             layout=w.Layout(
-                width="auto", flex="0 0 auto", display="" if where is not None else "none"
+                width="auto",
+                flex="0 0 auto",
+                display="" if where is not None and not blocking else "none",
             ),
         )
         self.where_button.add_class("distrain-where")

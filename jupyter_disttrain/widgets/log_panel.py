@@ -27,6 +27,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from ..events import TERMINAL_STATES
 from ..logbuffer import JOB_RANK, Divergence, FoldedLine, format_ranks, rank_label
 from ..monitor import JobMonitor, Snapshot
 from .text import esc
@@ -38,11 +39,20 @@ _CONTEXT = 10  # lines shown before the first difference
 
 
 def logs_html(
-    entries: Sequence[FoldedLine], *, view: str = "tail", diverge: frozenset[int] = frozenset()
+    entries: Sequence[FoldedLine],
+    *,
+    view: str = "tail",
+    diverge: frozenset[int] = frozenset(),
+    ended: bool = False,
 ) -> str:
-    """The lines box; ``diverge`` holds the ``seq`` of lines to mark as differing."""
+    """The lines box; ``diverge`` holds the ``seq`` of lines to mark as differing.
+
+    With no lines it says so: "no output yet" while the job runs, "no output"
+    once it ``ended``.
+    """
     if not entries:
-        body = '<div class="distrain-log-empty">no output yet</div>'
+        empty = "no output" if ended else "no output yet"
+        body = f'<div class="distrain-log-empty">{empty}</div>'
     else:
         body = "".join(_line(e, e.seq in diverge) for e in entries)
     return (
@@ -120,6 +130,7 @@ class LogPanel:
         self._world = -1
         self._total = -1
         self._following = True
+        self._ended = False  # the lines were last shown for an ended job
         self._filters: tuple[Any, ...] | None = None
         self._jump_requested = False
         self._divergence: Divergence | None = None
@@ -163,6 +174,7 @@ class LogPanel:
         filters = (tuple(ranks or ()), search, fold)
         following = bool(self.follow.value)
         resumed = following and not self._following
+        ended = snap["state"] in TERMINAL_STATES
         self._following = following
         if self._jump_requested:
             self._jump_requested = False
@@ -172,6 +184,7 @@ class LogPanel:
         elif (
             resumed
             or filters != self._filters
+            or ended != self._ended
             or (
                 following
                 and snap["logs"]["total"] != self._total
@@ -182,7 +195,8 @@ class LogPanel:
             self._filters = filters
             self._total = snap["logs"]["total"]
             self._shown_at = time.monotonic()
-            self.lines.value = logs_html(self._entries(ranks, search, fold))
+            self._ended = ended
+            self.lines.value = logs_html(self._entries(ranks, search, fold), ended=ended)
         self.status.value = self._status(snap)
 
     def _entries(self, ranks: list[int] | None, search: str, fold: bool) -> list[FoldedLine]:

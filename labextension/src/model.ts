@@ -198,8 +198,13 @@ export class JobsModel {
   readonly expanded = new Set<string>();
   readonly details = new Map<string, IJob>();
   readonly showCheckpoints = new Set<string>();
-  /** Per job: the message of its last action (stop), shown in its row. */
+  /**
+   * Per job: the message of its last action (stop), shown in its row while the run it was
+   * made for lasts (a new run of the name, or the run's end, which says its own reason, drops it).
+   */
   readonly notes = new Map<string, string>();
+  /** Per noted job: the `created` time of the run the note was made for. */
+  private readonly noteRuns = new Map<string, number>();
   /** The namespace section: shown (then polled with the listing), its rows, its error. */
   showNamespace = false;
   namespaceJobs: INamespaceJob[] = [];
@@ -251,6 +256,7 @@ export class JobsModel {
       this.now = listing.now;
       this.error = '';
       this.loaded = true;
+      this.dropStaleNotes();
     } catch (err) {
       this.error = `cannot list jobs: ${(err as Error).message ?? err}`;
       this.emit();
@@ -271,6 +277,18 @@ export class JobsModel {
     }
     await Promise.all([...this.expanded].map(id => this.loadDetail(id)));
     this.emit();
+  }
+
+  /** Drop the notes of runs that ended or were replaced by a new run of their name. */
+  private dropStaleNotes(): void {
+    for (const id of [...this.notes.keys()]) {
+      const listed = this.jobs.find(j => j.id === id);
+      const run = this.noteRuns.get(id);
+      if (listed && (TERMINAL_STATES.has(listed.state) || (run !== undefined && listed.created !== run))) {
+        this.notes.delete(id);
+        this.noteRuns.delete(id);
+      }
+    }
   }
 
   /** The namespace's jobs, when the section is shown (one request: the server watches). */
@@ -329,6 +347,10 @@ export class JobsModel {
   /** Ask the server to stop a job; the row shows what happened. */
   async stopJob(id: string): Promise<void> {
     this.notes.set(id, 'stopping...');
+    const run = this.job(id)?.created;
+    if (run !== undefined) {
+      this.noteRuns.set(id, run);
+    }
     this.emit();
     try {
       const result = await this.api.stop(id);

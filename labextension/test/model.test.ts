@@ -164,11 +164,27 @@ describe('JobsModel', () => {
     await model.refresh();
     await model.stopJob('local/a');
     expect(api.calls).toContain('stop local/a');
-    expect(model.notes.get('local/a')).toBe('stop requested');
     expect(model.jobs[0].state).toBe('Stopped');
     expect(model.running).toBe(0);
+    // the run ended: its row says its own reason, not the note of the request
+    expect(model.notes.has('local/a')).toBe(false);
+  });
+
+  it('keeps a stop note while its run lasts and drops it for a new run of the name', async () => {
+    const api = new FakeAPI();
+    api.jobs = [job('a')];
+    api.stop = async () => {
+      throw new Error('server said no');
+    };
+    const model = new JobsModel(api);
+    await model.refresh();
     await model.stopJob('local/a');
-    expect(model.notes.get('local/a')).toBe('was not running');
+    expect(model.notes.get('local/a')).toBe('stop failed: server said no');
+    await model.refresh();
+    expect(model.notes.get('local/a')).toBe('stop failed: server said no'); // the run goes on
+    api.jobs = [job('a', 'Running', { created: 2000 })]; // the same --name run again
+    await model.refresh();
+    expect(model.notes.has('local/a')).toBe(false);
   });
 
   it('shares one request between concurrent refreshes', async () => {

@@ -126,6 +126,14 @@ def test_exception_on_rank_one_fails_job_and_kills_everything() -> None:
     errors = sink.kinds("error")
     assert [e.rank for e in errors] == [1]
     assert "<distrain-cell>" in errors[0].get("traceback")
+    # the ranks printed nothing: the logs hold the failing rank's traceback, no control line
+    logs = LocalBackend().logs("local-fail")
+    assert "[rank 1] Traceback (most recent call last):" in logs, logs
+    assert logs.splitlines()[-1] == "[rank 1] KeyError: \"missing column 'label'\"", logs
+    assert "##distrain" not in logs and "[rank 0]" not in logs, logs
+    last = LocalBackend().logs("local-fail", rank=1, tail=1).splitlines()  # the error, whole
+    assert last[0] == "Traceback (most recent call last):", last
+    assert last[-1] == "KeyError: \"missing column 'label'\"", last
     assert_no_processes(Path(run.plan.job_dir), sink.pids())
 
 

@@ -16,6 +16,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { lowContrast } from "./contrast.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
@@ -55,6 +56,7 @@ async function seen(key) {
         diagnosis: text(".distrain-diagnosis"),
         traceback: text(".distrain-cause-traceback pre"),
         rate: text('[data-field="rate"]'),
+        progress: text(".distrain-progress-text"),
         step: text('[data-field="step"]'),
         rows: rows.map((tr) => tr.dataset.state),
         rankSteps: rows.map((tr) => Number(tr.dataset.step)),
@@ -74,6 +76,12 @@ async function seen(key) {
           if (!table || !out) return true;
           return table.getBoundingClientRect().right <= out.getBoundingClientRect().right + 1;
         })(),
+        // the plain-text outputs of the dashboard's cell (a stale "<Job ...>" echo would be one)
+        echoes: [...(root?.closest(".jp-Cell")?.querySelectorAll('.jp-OutputArea-output[data-mime-type="text/plain"]') ?? [])]
+          .map((el) => el.textContent)
+          .filter((t) => t.includes("<Job ")),
+        // how often the failure's sentence is said on the dashboard (once: the cause line)
+        causeSaid: (root?.textContent.match(/ranks? stopped as a consequence/g) ?? []).length,
         view,
       };
     },
@@ -84,6 +92,11 @@ async function seen(key) {
 async function seenAll() {
   const out = {};
   for (const key of ["fail", "recover", "session", "hang"]) out[key] = await seen(key);
+  // text against its background: every dashboard (charts are checked by their ink), the panel
+  out.contrast = {
+    dashboards: await page.evaluate(lowContrast, { sel: ".distrain-dashboard", skip: ".js-plotly-plot" }),
+    sidebar: await page.evaluate(lowContrast, { sel: ".jp-DisttrainPanel" }),
+  };
   return out;
 }
 
@@ -154,6 +167,9 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.sessionError = await errorText(CELL.sessionCell);
   await runCellOn(page, CELL.hang);
   await header("hang", "Hung").waitFor({ timeout: JOB_TIMEOUT });
+  // the failed job's details open in the panel (its cause and the ranks' errors)
+  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/${JOBS.fail}"]`).click();
+  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] .jp-Disttrain-reason`).first().waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1500); // the last renders
   result.light = await seenAll();
   result.rows = {
@@ -197,7 +213,14 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
 
   // logs below the notebook, as tall as they are
   await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/${JOBS.fail}"]`).click();
-  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] button[data-action="logs"]`).click();
+  const detail = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"]`);
+  await detail.locator('button[data-action="logs"]').waitFor({ timeout: 30_000 });
+  result.nb7DetailCauseSaid = await detail.evaluate((el) => (el.textContent.match(/ranks? stopped as a consequence/g) ?? []).length);
+  // the ended job's Stop: disabled, and looks it
+  result.nb7DisabledStop = await detail.locator('button[data-action="stop"]').evaluate((b) => ({
+    disabled: b.disabled, opacity: Number(getComputedStyle(b).opacity), cursor: getComputedStyle(b).cursor,
+  }));
+  await detail.locator('button[data-action="logs"]').click();
   const logs = page.locator(`.jp-DisttrainLogs[data-job-id="local/${JOBS.fail}"][data-rank="all"]`);
   await logs.waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1000); // sized once the first lines arrived
@@ -207,6 +230,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
     return {
       below: el.closest("#jp-down-stack") !== null,
       paneHeight: pane.getBoundingClientRect().height,
+      splitHeight: pane.parentElement?.clientHeight ?? 0,
       content: el.querySelector(".jp-DisttrainLogs-toolbar").offsetHeight + text.scrollHeight,
       clipped: el.scrollHeight > el.clientHeight + 1,
       text: text.textContent,

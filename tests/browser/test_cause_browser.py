@@ -33,7 +33,7 @@ rank = dist.get_rank()
 for step in range({steps}):
     t = torch.ones(4)
     dist.all_reduce(t)
-    report(step=step, loss=1.0 / (step + 1))
+    report(step=step, total={steps}, loss=1.0 / (step + 1))
     if step % 10 == 0:
         print(f"rank {{rank}} at step {{step}}")
     {body}
@@ -85,9 +85,14 @@ def in_view(seen: dict[str, Any]) -> None:
 
 def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
     """What every view (light, dark, Notebook 7) must say of the four jobs."""
+    for part, read in views["contrast"].items():  # text at least 4.5:1 against its background
+        assert read["checked"] > 20 and not read["found"], (name, part, read["found"])
     for key, seen in views.items():
+        if key == "contrast":
+            continue
         assert not seen["hscroll"], (name, key)
         assert seen["tableInside"], (name, key, "rank table past its output's edge")
+        assert not seen["echoes"], (name, key, "the launch state echoed under the dashboard")
         if key != "session":  # charts: the page's background, the theme's ink
             assert seen["plotBackground"] in TRANSPARENT, (name, key, seen["plotBackground"])
             assert rgb(seen["plotInk"]) == rgb(seen["themeInk"]), (name, key, seen)
@@ -97,6 +102,7 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
     trace = failed["traceback"]
     assert 'File "<distrain-cell>"' in trace and "worker.py" not in trace, (name, trace)
     assert not failed["stopVisible"], name  # nothing left to stop
+    assert failed["causeSaid"] == 1, (name, failed)  # said once, not again as a diagnosis
 
     recovered = views["recover"]
     assert recovered["state"] == "Succeeded" and recovered["cause"] is None, (name, recovered)
@@ -115,6 +121,8 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
 
     hung = views["hang"]
     assert hung["state"] == "Hung" and hung["rate"] == "stalled", (name, hung)
+    assert hung["rows"] == ["Running", "Hung"], (name, hung)  # rank 1 holds rank 0 up
+    assert (hung["progress"] or "").startswith("6 of 400 steps"), (name, hung)  # the bar shows
     assert "rank 1 is in time.sleep" in (hung["diagnosis"] or ""), (name, hung)
     assert hung["chartLastX"] == max(hung["rankSteps"]), (name, hung)  # also in a later page
     in_view(hung)
@@ -146,14 +154,24 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
     assert result["nb7Toolbar"] == 1, result
     assert result["nb7Rows"]["fail"]["state"] == "Failed", result["nb7Rows"]
     logs = result["nb7Logs"]
-    assert logs["below"] and not logs["clipped"], logs
+    assert logs["below"], logs
+    # sized to the lines, at most 40% of the split (beyond that the lines scroll)
+    at_most = abs(logs["paneHeight"] / logs["splitHeight"] - 0.4) < 0.02
+    assert not logs["clipped"] or at_most, logs
     assert "rank 1 at step 0" in logs["text"] and "no output yet" not in logs["text"], logs
     assert logs["paneHeight"] <= max(logs["content"], 90) + 60, logs  # no empty 40% panel
     assert "Root Cause" not in logs["text"] and "api.py" not in logs["text"], logs
+    # the failing rank's traceback is in its logs (it came as a signed error line)
+    assert "[rank 1] ValueError: bad batch at step 5" in logs["text"], logs
+    assert "##distrain" not in logs["text"], logs
+    assert result["nb7DetailCauseSaid"] == 1, result["nb7DetailCauseSaid"]  # the sidebar: once
+    stop = result["nb7DisabledStop"]
+    assert stop["disabled"] and stop["opacity"] <= 0.5 and stop["cursor"] == "not-allowed", stop
 
     for stopped in (result["stopped"], result["stoppedLab"]):
         assert stopped["state"] == "Stopped" and "Failed" not in stopped["rows"], stopped
         assert stopped["cause"] is None and not stopped["stopVisible"], stopped
+        assert stopped["rate"] == "stalled", stopped  # not the rate from before the hang
 
     errors = [e for e in result["console"] if e.startswith("pageerror") and not _upstream(e)]
     assert not errors, errors

@@ -102,7 +102,7 @@ def test_sidebar_in_jupyterlab(lab: Lab) -> None:
     stopped = result["stopped"]
     assert stopped["cells"]["state"] == "Stopped" and not stopped["stopEnabled"]
     assert {r["state"] for r in stopped["ranks"]} == {"Stopped"}
-    assert stopped["reason"] == "stop requested"
+    assert stopped["reason"] == "stopped by user"  # as the dashboard says it
     assert result["statusAfter"] == "0"
 
     errors = [e for e in result["console"] if e.startswith("pageerror")]

@@ -17,6 +17,7 @@ from jupyter_disttrain.monitor.cause import (
     LauncherExits,
     classify_error,
     classify_exit,
+    error_reason,
     user_traceback,
 )
 from tests.widgets.streams import recorded
@@ -60,6 +61,13 @@ def test_classes_of_errors_and_exits() -> None:
     assert classify_exit(-15, "") == "killed"
     assert classify_exit(143, "") == "killed"
     assert classify_exit(137, "OOMKilled") == "exited"  # killed for memory: its own doing
+
+
+def test_an_exits_words_are_its_reason_and_a_bare_status_keeps_its_type() -> None:
+    assert error_reason("ValueError", "bad batch") == "ValueError: bad batch"
+    assert error_reason("SystemExit", "prog: error: x is required") == "prog: error: x is required"
+    assert error_reason("SystemExit", "2") == "SystemExit: 2"
+    assert error_reason("KeyboardInterrupt", "") == "KeyboardInterrupt"
 
 
 def test_launcher_summary_lines_give_exits() -> None:
@@ -265,9 +273,19 @@ def test_a_hang_is_its_own_state_until_the_ranks_move_again() -> None:
     assert re.search(r"rank 1 is in time\.sleep \(cell line 7\)", snap["diagnosis"])
     assert format_text(snap).splitlines()[0].split(" | ")[0].endswith("Hung")
     assert snap["stalled"] and snap["steps_per_s"] is None
+    # the rows: rank 1 holds the others up and says where; the others say where they wait
+    rows = {r["rank"]: (r["state"], r["reason"]) for r in snap["ranks"]}
+    assert rows[1] == ("Hung", "is in time.sleep (cell line 7)"), rows
+    assert all(state == "Running" and reason.startswith("waits in ")
+               for rank, (state, reason) in rows.items() if rank != 1), rows  # fmt: skip
     mon.feed(Event("metric", 1, later, {"step": 6, "values": {"loss": 0.1}}))
-    assert mon.snapshot(now=later + 1)["state"] == "Running" and mon.display_state == "Running"
-    assert fed(events).snapshot()["state"] == "Stopped"
+    moved = mon.snapshot(now=later + 1)
+    assert moved["state"] == "Running" and mon.display_state == "Running"
+    assert {r["state"] for r in moved["ranks"]} == {"Running"}  # no rank marked once it moves
+    stopped = fed(events).snapshot()
+    assert stopped["state"] == "Stopped"
+    # stopped while hung: its rate stays "stalled", not the rate from before the hang
+    assert stopped["stalled"] and stopped["steps_per_s"] is None, stopped["steps_per_s"]
 
 
 def test_a_rank_silent_longer_than_its_interval_reads_as_stalled() -> None:
@@ -325,6 +343,27 @@ def test_a_failing_session_cell_names_its_rank_and_leaves_the_others_ready() -> 
     assert mon.state == "Failed"
     assert [r.state for r in mon.ranks()] == ["Ready", "Ready", "Failed", "Ready"]
     assert mon.reason == "rank 2: ValueError: bad input"  # no rank stopped: the group lives on
+
+
+def test_a_session_cell_that_raises_the_same_on_every_rank_says_it_once() -> None:
+    mon = session_cell(dict.fromkeys(range(4), "bad input"))
+    assert mon.reason == "all 4 ranks: ValueError: bad input"  # no rank stopped as a consequence
+    assert mon.diagnosis() == "all 4 ranks failed: ValueError: bad input"
+    some = session_cell({1: "bad input", 2: "bad input"})
+    assert some.reason == "ranks 1-2: ValueError: bad input"  # 0 and 3 are ready
+
+
+def test_every_rank_exiting_with_the_same_error_is_said_once() -> None:
+    t0 = 1_800_000_000.0
+    mon = JobMonitor("argv", "local", 4, nodes=2, nproc=2)
+    mon.feed(Event("job", None, t0, {"state": "Running", "reason": "Started"}))
+    mon.feed_many([Event("hello", r, t0 + 1, {"backend": "gloo"}) for r in range(4)])
+    for rank in (3, 1, 0, 2):  # arrival order does not matter
+        mon.feed(Event("error", rank, t0 + 2 + rank / 10, {"type": "SystemExit", "message": "2"}))
+    mon.feed(Event("job", None, t0 + 4, {"state": "Failed", "reason": "WorkerFailed"}))
+    assert mon.reason == "all 4 ranks: SystemExit: 2"
+    cause = mon.snapshot()["cause"]
+    assert cause is not None and cause["rank"] == 0 and cause["consequences"] == []
 
 
 def test_restarts_that_do_not_recover_keep_the_raising_rank_as_the_cause() -> None:

@@ -51,6 +51,9 @@ def test_header_notification_sidebar_text_cli_and_reason_agree() -> None:
     header = parse(header_html(snap))
     reason = header.find_all("distrain-reason")
     assert [node.text for node in reason] == [LINE]
+    said = "ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
+    assert header_html(snap).count(said) == 1  # the diagnosis adds only the cell line: not shown
+    assert format_text(snap).count(said) == 1
     assert header.find_all("distrain-header")[0].attrs["data-state"] == "Failed"
     # text view
     assert f"  {LINE}" in format_text(snap).splitlines()

@@ -19,7 +19,12 @@ def rank0(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(report, "_progress_pending", None)
     monkeypatch.setattr(report, "explicit_total", False)
     monkeypatch.setattr(tqdm_hook, "_followed", None)
+    monkeypatch.setattr(report, "_progress_timer", None)
     yield
+    timer = report._progress_timer
+    if timer is not None:  # a held-back line is not sent into another test's output
+        timer.cancel()
+        timer.join()
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ def progress(out: str) -> list[tuple[int, int]]:
 
 
 def test_total_is_the_progress_not_a_metric(
-    rank0: None, capsys: pytest.CaptureFixture[str]
+    rank0: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.setattr(report, "PROGRESS_EVERY", 600.0)  # nothing held back goes out by time
     report.report(step=0, total=3, loss=1.5)
     events = lines(capsys.readouterr().out)
     assert [e.kind for e in events] == ["metric", "progress"]
@@ -32,6 +33,22 @@ def test_total_is_the_progress_not_a_metric(
     report.report(step=2, total=3.0)  # the last step always goes out
     assert progress(capsys.readouterr().out) == [(3, 3)]
     assert report.explicit_total
+
+
+def test_a_held_back_step_goes_out_when_its_time_is_up_without_another_step(
+    rank0: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(report, "PROGRESS_EVERY", 0.2)
+    report.report(step=0, total=100)
+    report.report(step=1, total=100)  # held back; then the run stops stepping (a hang)
+    report.report(step=2, total=100)
+    timer = report._progress_timer  # None only when no step was held back (a slow machine)
+    if timer is not None:
+        timer.join(timeout=30)
+        assert not timer.is_alive()
+    sent = progress(capsys.readouterr().out)
+    assert sent[0] == (1, 100) and sent[-1] == (3, 100), sent  # the last step, without a flush
+    assert sent == sorted(set(sent)), sent  # each once, in order
 
 
 def test_other_ranks_send_no_progress(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jupyter_disttrain.events import job_event
 from jupyter_disttrain.monitor import JobMonitor
 from jupyter_disttrain.nccl import summarize
 from jupyter_disttrain.widgets.comms_panel import CommsPanel
@@ -66,6 +67,27 @@ def test_gloo_jobs_say_so_and_show_the_c10d_lines() -> None:
     assert "NCCL is not in use" in block.all_text()
     assert panel.accordion.get_title(0) == "c10d / gloo lines (2)"
     assert "Rank 1 is connected" in panel.raw.value and "epoch 0" not in panel.raw.value
+
+
+def test_a_failed_jax_job_gets_no_nccl_advice() -> None:
+    mon = JobMonitor("j", "local", 2)
+    panel = CommsPanel(mon)
+    for r in range(2):
+        mon.feed(hello(r, T0, backend="jax-gloo", world=2))
+    mon.feed(log(0, T0 + 1, "epoch 0 done"))
+    mon.feed(job_event("Failed", "WorkerFailed", "rank 1 exited", t=T0 + 2))
+    panel.render(mon.snapshot())
+    block = parse(panel.summary_html.value).find_all("distrain-comms")[0]
+    text = block.all_text()
+    assert block.attrs["data-backend"] == "jax-gloo"
+    assert "JAX's own" in text and "does not apply" in text, text
+    assert "NCCL_DEBUG" not in text and "unknown" not in text and not block.find_all(tag="tr")
+    assert panel.accordion.get_title(0) == "Communication lines (0)"
+    nccl = JobMonitor("g", "local", 2)  # JAX on GPUs uses NCCL: its reading stays
+    nccl.feed(hello(0, T0, backend="jax-cuda", world=2))
+    gpu = CommsPanel(nccl)
+    gpu.render(nccl.snapshot())
+    assert "does not apply" not in gpu.summary_html.value
 
 
 def test_no_lines_yet() -> None:

@@ -129,3 +129,15 @@ def test_memory_is_the_ring_buffer_and_the_panel_says_so() -> None:
     status = panel.status.value
     assert "keeps the last 50 lines per rank" in status
     assert "4,600 older lines dropped" in status
+
+
+def test_a_job_that_printed_nothing_says_no_output_once_it_ended() -> None:
+    mon = JobMonitor("quiet", "local", 2, nodes=1, nproc=2)
+    panel = LogPanel(mon)
+    mon.feed(job_event("Running", t=T0))
+    mon.feed(hello(0, T0 + 1, world=2))
+    render(panel, mon)
+    assert parse(panel.lines.value).all_text() == "no output yet"
+    mon.feed(job_event("Succeeded", t=T0 + 5))
+    render(panel, mon)
+    assert parse(panel.lines.value).all_text() == "no output"

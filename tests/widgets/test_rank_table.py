@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jupyter_disttrain.events import Event, job_event, rank_event
-from jupyter_disttrain.monitor import JobMonitor
+from jupyter_disttrain.monitor import JobMonitor, Where
 from jupyter_disttrain.widgets.header import BLOCKING_NOTE, HeaderPanel, header_html
 from jupyter_disttrain.widgets.rank_table import rank_table_html
 
@@ -79,13 +79,18 @@ def test_header_fields_and_states() -> None:
     assert fields["rate"].endswith("steps/s")
 
 
+def never_asked() -> Where:
+    raise AssertionError("the stacks were not asked for")
+
+
 def test_stop_button_calls_stop_once_and_ends_disabled() -> None:
     calls: list[int] = []
     mon = JobMonitor("s", "local", 2)
     mon.feed(job_event("Running", t=T0))
-    panel = HeaderPanel(lambda: calls.append(1), blocking=True)
+    panel = HeaderPanel(lambda: calls.append(1), where=never_asked)
     panel.render(mon.snapshot())
-    assert BLOCKING_NOTE in panel.html.value and not panel.button.disabled
+    assert BLOCKING_NOTE not in panel.html.value and not panel.button.disabled
+    assert panel.button.layout.display != "none" and panel.where_button.layout.display != "none"
     assert "distrain-stop" in panel.button._dom_classes
     panel.button.click()
     panel.button.click()
@@ -94,6 +99,17 @@ def test_stop_button_calls_stop_once_and_ends_disabled() -> None:
     panel.render(mon.snapshot())
     assert 'data-state="Stopped"' in panel.html.value
     assert BLOCKING_NOTE not in panel.html.value and panel.button.disabled
+
+
+def test_a_blocking_dashboard_says_how_to_stop_and_shows_no_button_the_kernel_cannot_answer() -> (
+    None
+):
+    mon = JobMonitor("w", "local", 2)
+    mon.feed(job_event("Running", t=T0))
+    panel = HeaderPanel(lambda: None, blocking=True, where=never_asked)
+    panel.render(mon.snapshot())
+    assert BLOCKING_NOTE in panel.html.value and "interrupt the kernel" in BLOCKING_NOTE
+    assert panel.button.layout.display == "none" and panel.where_button.layout.display == "none"
 
 
 def test_a_failing_stop_is_reported_and_can_be_retried() -> None:

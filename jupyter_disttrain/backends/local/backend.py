@@ -23,6 +23,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from ... import events as ev
 from ...frameworks import framework
 from ...payload import Payload
 from ...plugins import DEFAULT_FRAMEWORK
@@ -39,6 +40,7 @@ from ..base import (
     Plan,
     Submission,
 )
+from ..loglines import shown_lines
 from . import jobdir
 from .launcher import AnyLauncher, LauncherError, shared_launcher
 from .plan import (
@@ -53,7 +55,7 @@ from .run import (
     state_record,
     stop_job,
 )
-from .tailer import control_lines, job_trust
+from .tailer import job_trust
 
 
 def loopback(port: int, timeout: float, what: str, hint: str = "") -> socket.socket:
@@ -223,7 +225,8 @@ class LocalBackend(Backend):
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
         """What the job's ranks printed, from its log files (its own control lines left out).
 
-        A line that only looks like a control line (not signed with the job's
+        A rank's signed error is shown as its traceback (:func:`.loglines.shown_lines`);
+        a line that only looks like a control line (not signed with the job's
         key) is printed text and stays.
         """
         directory = jobdir.job_dir(name)
@@ -232,22 +235,27 @@ class LocalBackend(Backend):
         files = jobdir.rank_logs(directory)
         state = jobdir.read_state(directory) or {}
         trust = job_trust(directory, int(state.get("nodes", 1)), int(state.get("nproc", 1)))
-        skip = control_lines(trust)
         if rank is not None:
             if rank not in files:
                 raise JobNotFound(
                     f"job {name!r} has no log for rank {rank}; ranks with logs: "
                     f"{', '.join(map(str, files)) or 'none yet'}"
                 )
-            return "\n".join(jobdir.tail_lines(files[rank], tail, skip))
+            return "\n".join(_shown(files[rank], rank, tail, trust))
         lines: list[str] = []
         for r, path in files.items():
-            lines.extend(f"[rank {r}] {line}" for line in jobdir.tail_lines(path, tail, skip))
+            lines.extend(f"[rank {r}] {line}" for line in _shown(path, r, tail, trust))
         return "\n".join(lines)
 
     def stop(self, name: str) -> bool:
         """Stop a job of any owner: mark it, then end its processes."""
         return stop_job(name)
+
+
+def _shown(path: Path, rank: int, tail: int | None, trust: ev.Trust | None) -> list[str]:
+    """The last ``tail`` lines of ``rank``'s log as a reader sees them (:func:`shown_lines`)."""
+    kept = jobdir.tail_lines(path, tail, lambda line: not shown_lines(line, rank, trust))
+    return [shown for line in kept for shown in shown_lines(line, rank, trust)]
 
 
 def _make_run_dir(directory: Path, name: str) -> None:

@@ -192,7 +192,7 @@ class LocalRun(Submission):
                 self.sink(event)
             codes = [a.poll() for a in self.agents]
             if (self.dir / "stop").exists() and self._stop_reason is None:
-                self._stop_reason = "stop requested"
+                self._stop_reason = "stopped by user"  # the stop file: a door's Stop
             if self._stop_reason is not None:
                 outcome = ("Stopped", "Stopped", self._stop_reason)
             elif all(c is not None for c in codes):
@@ -405,6 +405,8 @@ def stop_run(directory: Path) -> bool:
     (directory / "stop").touch()
     if not _alive(int(state.get("owner_pid", 0))):
         terminate(state.get("pgid"), list(state.get("agents", [])))
-        state.update(state="Stopped", reason="Stopped", message="stop requested", ended=time.time())
+        state.update(
+            state="Stopped", reason="Stopped", message="stopped by user", ended=time.time()
+        )
         jobdir.write_json_atomic(directory / "state.json", state)
     return True

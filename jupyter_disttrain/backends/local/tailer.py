@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ... import events as ev
 from ...runtime import jobkey
-from ...runtime.protocol import is_signed
 from . import jobdir
 
 
@@ -19,14 +17,6 @@ def job_trust(directory: Path, nodes: int, nproc: int) -> ev.Trust | None:
     except OSError:
         return None
     return ev.Trust.of(key, nodes, nproc) if len(key) == jobkey.KEY_BYTES else None
-
-
-def control_lines(trust: ev.Trust | None) -> Callable[[str], bool]:
-    """True for a line that is one of the job's own control lines (signed with its key)."""
-    if trust is None:
-        return lambda line: False
-    signer = trust.signer
-    return lambda line: is_signed(line, signer)
 
 
 class LogTailer:

@@ -14,7 +14,8 @@ def quiet_job() -> str:
     name = f"quiet-{uuid.uuid4().hex[:8]}"
     directory = jobdir.job_dir(name)
     jobdir.make_private_dirs(jobdir.logs_dir(directory))
-    jobdir.write_json_atomic(directory / "state.json", {"nodes": 1, "nproc": 1})
+    state = {"name": name, "state": "Succeeded", "nodes": 1, "nproc": 1, "world_size": 1}
+    jobdir.write_json_atomic(directory / "state.json", state)
     jobdir.write_private(jobdir.logs_dir(directory) / "rank-0.log", b"")
     return name
 

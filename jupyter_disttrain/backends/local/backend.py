@@ -219,7 +219,11 @@ class LocalBackend(Backend):
             state = jobdir.read_state(directory)
             if state is None:
                 continue
-            out.append(dataclasses.replace(state_record(state), name=names[directory]))
+            try:
+                record = state_record(state)
+            except (TypeError, ValueError):  # a state file this version cannot read
+                continue
+            out.append(dataclasses.replace(record, name=names[directory]))
         return out
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:

@@ -362,12 +362,15 @@ def is_live(state: dict[str, Any]) -> bool:
 
 
 def state_record(state: dict[str, Any]) -> JobRecord:
+    """The listing row of a job's ``state.json``; fields it lacks read as unknown (a job
+    starting, or a file from another version). Raises ValueError or TypeError when a field
+    holds something of the wrong kind."""
     status = str(state.get("state", "Pending"))
     reason = str(state.get("message") or state.get("reason") or "")
     if status not in ev.TERMINAL_STATES and not _alive(int(state.get("owner_pid", 0))):
         status, reason = "Stopped", "its kernel or command exited"
     return JobRecord(
-        name=str(state["name"]),
+        name=str(state.get("name", "")),
         backend="local",
         state=status,
         world_size=int(state.get("world_size", 0)),

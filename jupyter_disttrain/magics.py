@@ -9,7 +9,6 @@ problem and the fix.
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 from collections.abc import Callable
@@ -27,13 +26,14 @@ from .checkpoints.jobs import store_for
 from .dap import cell_breakpoints
 from .frameworks import names as framework_names
 from .job import Job
+from .magic_config import config_changes
 from .options import JOB_OPTIONS, seconds
 from .payload import CaptureError, transform_cell
 from .plan_summary import manifest_summary
 from .service import JobService, backend_names, default_service
 from .session_list import format_sessions
 from .sessions import SessionError, SessionLost
-from .spec import MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError, autolog_value
+from .spec import MAX_NODES, MAX_NPROC, MAX_SECONDS, SpecError
 from .textview import LiveView, format_job_table, format_namespace_table, format_runtime_table
 
 #: Largest ``max_capture_mb``: 64 GiB of captured values.
@@ -96,9 +96,11 @@ class DistrainMagics(Magics):
         help="Default --hang-after in seconds (0: never read a hang).",
     ).tag(config=True)
     max_capture_mb = Float(
-        64.0, min=0.0, max=MAX_CAPTURE_MB,
+        64.0,
+        min=0.0,
+        max=MAX_CAPTURE_MB,
         help="Largest total size of notebook values a cell may capture, in MB.",
-    ).tag(config=True)  # fmt: skip
+    ).tag(config=True)
     launch_mode = Enum(
         ["fork", "exec"],
         default_value="fork",
@@ -130,9 +132,22 @@ class DistrainMagics(Magics):
         help="Default --autolog: 'all', '0' (none), or libraries such as 'lightning,hf'.",
     ).tag(config=True)
 
-    CONFIG_KEYS = ("nodes", "nproc", "backend", "framework", "timeout", "hang_after",
-                   "max_capture_mb", "launch_mode", "prewarm", "live", "tensorboard",
-                   "mlflow", "post_mortem", "autolog")  # fmt: skip
+    CONFIG_KEYS = (
+        "nodes",
+        "nproc",
+        "backend",
+        "framework",
+        "timeout",
+        "hang_after",
+        "max_capture_mb",
+        "launch_mode",
+        "prewarm",
+        "live",
+        "tensorboard",
+        "mlflow",
+        "post_mortem",
+        "autolog",
+    )
 
     # -- %%distrain ------------------------------------------------------------
     @magic_arguments.magic_arguments()
@@ -172,8 +187,9 @@ class DistrainMagics(Magics):
             raise UsageError(f"-o {args.output!r} is not a valid Python variable name")
         service = self.service
         try:
-            spec = service.spec(args, self._defaults(), origin=service.notebook,
-                                cell=execution_count(self.shell))  # fmt: skip
+            spec = service.spec(
+                args, self._defaults(), origin=service.notebook, cell=execution_count(self.shell)
+            )
             plan = service.plan(
                 spec,
                 cell,
@@ -192,8 +208,14 @@ class DistrainMagics(Magics):
 
         view = LiveView(self._live_mode(), blocking=args.wait)
         try:
-            outcome = service.run_and_follow(plan, view, export=args.export, dry_run=args.dry_run,
-                                             wait=args.wait, on_start=started)  # fmt: skip
+            outcome = service.run_and_follow(
+                plan,
+                view,
+                export=args.export,
+                dry_run=args.dry_run,
+                wait=args.wait,
+                on_start=started,
+            )
         except (SpecError, BackendError) as exc:
             raise UsageError(str(exc)) from None
         if outcome.what == "exported":
@@ -262,9 +284,12 @@ class DistrainMagics(Magics):
     @magic_arguments.argument("session", nargs="?", default=None, help="session name")
     @_job_options
     @magic_arguments.argument(
-        "--idle-timeout", type=seconds, default=None, metavar="SECONDS",
+        "--idle-timeout",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
         help="end the session after this long without a cell (default: never)",
-    )  # fmt: skip
+    )
     @line_magic
     def distrain_session(self, line: str) -> Any:
         """Warm worker groups: ``start NAME --nodes N --nproc M``, ``list``, ``stop``, ``restart``.
@@ -328,8 +353,10 @@ class DistrainMagics(Magics):
             self._namespace_jobs()
             return
         if line.strip():
-            raise UsageError("%distrain_jobs takes no arguments but --all (every job of the "
-                             "namespace, whoever started it)")  # fmt: skip
+            raise UsageError(
+                "%distrain_jobs takes no arguments but --all (every job of the "
+                "namespace, whoever started it)"
+            )
         service = self.service
         mine = service.registered()
         listing = service.list_jobs(service.listing_backends(also=[self.backend]), diagnose=True)
@@ -364,9 +391,11 @@ class DistrainMagics(Magics):
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("name", help="job name")
     @magic_arguments.argument(
-        "--timeout", type=seconds, default=None,
+        "--timeout",
+        type=seconds,
+        default=None,
         help="seconds to wait for the ranks' stacks (default 10; 90 for pods)",
-    )  # fmt: skip
+    )
     @line_magic
     def distrain_where(self, line: str) -> None:
         """Print where a job's ranks are: their stacks, grouped, the odd ranks named."""
@@ -437,52 +466,14 @@ class DistrainMagics(Magics):
     @line_magic
     def distrain_config(self, line: str) -> None:
         """Show defaults, or set them: ``%distrain_config nodes=2 nproc=2``."""
-        try:
-            items = shlex.split(line)
-        except ValueError as exc:
-            raise UsageError(f"%distrain_config: cannot read {line!r} ({exc})") from None
-        if not items:
+        if not line.strip():
             for key in self.CONFIG_KEYS:
                 print(f"{key} = {getattr(self, key)!r}")
             return
-        changes: dict[str, Any] = {}
-        for item in items:
-            key, sep, value = item.partition("=")
-            if not sep or key not in self.CONFIG_KEYS:
-                raise UsageError(
-                    f"%distrain_config expects KEY=VALUE with KEY one of "
-                    f"{', '.join(self.CONFIG_KEYS)}; got {item!r}"
-                )
-            changes[key] = self._config_value(key, value)
+        changes = config_changes(self, self.CONFIG_KEYS, line)
         for key, converted in changes.items():  # all or nothing
             setattr(self, key, converted)
         print(", ".join(f"{k}={getattr(self, k)!r}" for k in changes))
-
-    def _config_value(self, key: str, value: str) -> Any:
-        """``value`` converted and checked for trait ``key``; UsageError naming the range."""
-        trait: Any = self.traits()[key]
-        try:
-            converted = trait.from_string(value)
-        except Exception as exc:
-            raise UsageError(f"%distrain_config {key}: {value!r} is not valid ({exc})") from None
-        low, high = getattr(trait, "min", None), getattr(trait, "max", None)
-        if isinstance(converted, float) and not math.isfinite(converted):
-            raise UsageError(
-                f"%distrain_config {key}={value}: give a finite number between {low:g} and {high:g}"
-            )
-        if isinstance(converted, int | float) and not isinstance(converted, bool):
-            if (low is not None and converted < low) or (high is not None and converted > high):
-                raise UsageError(
-                    f"%distrain_config {key}={value} is out of range; give {low:g} to {high:g}, "
-                    f"e.g. {key}={trait.default_value!r}"
-                )
-        try:
-            trait.validate(self, converted)
-            if key == "autolog":
-                converted = autolog_value(converted)
-        except Exception as exc:
-            raise UsageError(f"%distrain_config {key}: {value!r} is not valid ({exc})") from None
-        return converted
 
     @line_magic
     def distrain_checkpoints(self, line: str) -> Any:

@@ -139,8 +139,11 @@ class LiveView:
         try:
             self._refresh()
         except Exception as exc:  # the view must outlive anything a job's lines contain
-            print(f"distrain: cannot show an update ({type(exc).__name__}: {exc})",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"distrain: cannot show an update ({type(exc).__name__}: {exc})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _refresh(self) -> None:
         if self.mode == "text" and self._handle is not None:
@@ -238,8 +241,18 @@ def format_job_table(
     rows = [("NAME", "BACKEND", "STATE", "RANKS", "STARTED", "ENDED", "KERNEL", "NOTE")]
     notes: list[str] = []
     for r in records:
-        rows.append((r.name, r.backend, r.state, f"{r.nodes}x{r.nproc}", _when(r.created),
-                     _when(r.ended), "this" if r.name in mine else "", r.reason[:60]))  # fmt: skip
+        rows.append(
+            (
+                r.name,
+                r.backend,
+                r.state,
+                f"{r.nodes}x{r.nproc}",
+                _when(r.created),
+                _when(r.ended),
+                "this" if r.name in mine else "",
+                r.reason[:60],
+            )
+        )
         diagnosis = (diagnoses or {}).get((r.backend, r.name))
         if diagnosis:
             notes.append(f"{r.name}: {diagnosis}")
@@ -272,9 +285,17 @@ def format_namespace_table(records: Iterable[JobRecord]) -> str:
         if isinstance(extra.get("eta"), int) and extra["eta"] > 0 and r.state == "Running":
             progress += f" ({duration(float(extra['eta']))} left)"
         started = "" if extra.get("foreign") else "jupyter-disttrain"
-        rows.append((r.name, str(extra.get("kubeflow_kind") or r.backend), r.state, progress,
-                     _age(r.created), str(r.nodes),
-                     started or str(extra.get("started_by") or "-")))  # fmt: skip
+        rows.append(
+            (
+                r.name,
+                str(extra.get("kubeflow_kind") or r.backend),
+                r.state,
+                progress,
+                _age(r.created),
+                str(r.nodes),
+                started or str(extra.get("started_by") or "-"),
+            )
+        )
     if len(rows) == 1:
         return "no jobs in this namespace"
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -287,8 +308,15 @@ def format_runtime_table(runtimes: Iterable[RuntimeRecord]) -> str:
     """A plain-text table of training runtimes (name, scope, framework, image, nodes)."""
     rows = [("NAME", "SCOPE", "FRAMEWORK", "NODES", "IMAGE")]
     for r in runtimes:
-        rows.append((r.name, r.scope, r.framework or "-",
-                     "-" if r.nodes is None else str(r.nodes), r.image or "-"))  # fmt: skip
+        rows.append(
+            (
+                r.name,
+                r.scope,
+                r.framework or "-",
+                "-" if r.nodes is None else str(r.nodes),
+                r.image or "-",
+            )
+        )
     if len(rows) == 1:
         return "no training runtimes (no configured cluster serves Kubeflow Trainer)"
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import grimp
@@ -417,3 +418,24 @@ def test_the_framework_word_check_finds_each_form() -> None:
         "jupyter_disttrain/runtime/jax.py",
         "jupyter_disttrain/runtime/checkpoint/jax.py",
     }
+
+
+def packed_lines(paths: list[Path], root: Path = REPO) -> list[str]:
+    """``file:line`` of every line that keeps the formatter out (``# fmt: skip``/``off``)."""
+    marker = re.compile(r"#\s*fmt:\s*(skip|off)\b")
+    return [
+        f"{p.relative_to(root)}:{n}"
+        for p in paths
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if marker.search(line)
+    ]
+
+
+def test_the_formatter_lays_out_every_line_of_the_package() -> None:
+    """Modules stay under the line limit by their shape, not by packed lines."""
+    assert packed_lines(modules()) == []
+
+
+def test_the_packing_check_finds_a_marker(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x = [1,\n  2]  # fmt: skip\n# fmt: off\n")
+    assert packed_lines([tmp_path / "a.py"], tmp_path) == ["a.py:2", "a.py:3"]

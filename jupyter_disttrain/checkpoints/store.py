@@ -68,14 +68,22 @@ class CheckpointInfo:
     def from_entry(cls, entry: Mapping[str, Any]) -> CheckpointInfo:
         """Build from a record of :mod:`..runtime.checkpoint.format`."""
         return cls(
-            step=int(entry["step"]), time=float(entry.get("time", 0.0)),
-            bytes=int(entry.get("bytes", 0)), metrics=entry.get("metrics") or {},
-            world_size=int(entry.get("world_size", 0)), status=str(entry.get("status", fmt.OK)),
-            reason=str(entry.get("reason", "")), uri=str(entry.get("uri", "")),
-            kind=str(entry.get("kind", fmt.FULL)), sha256=str(entry.get("sha256", "")),
-            versions=entry.get("versions") or {}, job=str(entry.get("job", "")),
-            tensors=entry.get("tensors"), parameters=entry.get("parameters"), record=entry,  # type: ignore[arg-type]
-        )  # fmt: skip
+            step=int(entry["step"]),
+            time=float(entry.get("time", 0.0)),
+            bytes=int(entry.get("bytes", 0)),
+            metrics=entry.get("metrics") or {},
+            world_size=int(entry.get("world_size", 0)),
+            status=str(entry.get("status", fmt.OK)),
+            reason=str(entry.get("reason", "")),
+            uri=str(entry.get("uri", "")),
+            kind=str(entry.get("kind", fmt.FULL)),
+            sha256=str(entry.get("sha256", "")),
+            versions=entry.get("versions") or {},
+            job=str(entry.get("job", "")),
+            tensors=entry.get("tensors"),
+            parameters=entry.get("parameters"),
+            record=entry,  # type: ignore[arg-type]
+        )
 
 
 @dataclass(frozen=True)
@@ -208,8 +216,11 @@ class CheckpointStore:
             except CorruptCheckpoint as exc:
                 if fmt.parse_which(step) != "latest":
                     raise
-                older = [e for e in self._entries()
-                         if e["status"] == fmt.OK and e["step"] < entry["step"]]  # fmt: skip
+                older = [
+                    e
+                    for e in self._entries()
+                    if e["status"] == fmt.OK and e["step"] < entry["step"]
+                ]
                 if not older:
                     raise
                 warnings.warn(f"skipping damaged checkpoint: {exc}", RuntimeWarning, stacklevel=2)
@@ -225,8 +236,9 @@ class CheckpointStore:
         import torch
 
         if entry.get("status") not in (fmt.OK, None):
-            raise CorruptCheckpoint(f"checkpoint step {entry['step']} is {entry['status']}: "
-                                    f"{entry.get('reason')}")  # fmt: skip
+            raise CorruptCheckpoint(
+                f"checkpoint step {entry['step']} is {entry['status']}: {entry.get('reason')}"
+            )
         if entry.get("kind") == fmt.SHARDED:
             status, reason = self._verify(entry)
             if status != fmt.OK:
@@ -315,8 +327,7 @@ def _walk(obj: Any, prefix: str, tensors: list[TensorInfo], others: dict[str, st
 
     if isinstance(obj, torch.Tensor):
         shape = tuple(int(d) for d in obj.shape)
-        tensors.append(TensorInfo(prefix, shape, str(obj.dtype).replace("torch.", ""),
-                                  obj.numel()))  # fmt: skip
+        tensors.append(TensorInfo(prefix, shape, str(obj.dtype).replace("torch.", ""), obj.numel()))
     elif isinstance(obj, Mapping):
         for key, value in obj.items():
             _walk(value, f"{prefix}.{key}" if prefix else str(key), tensors, others)
@@ -348,13 +359,23 @@ def format_table(infos: list[CheckpointInfo]) -> str:
     rows = [("step", "time", "size", "world", "status", "metrics")]
     for c in infos:
         status = c.status if c.ok else f"{c.status}: {c.reason}"
-        rows.append((str(c.step), format_time(c.time), format_bytes(c.bytes), str(c.world_size),
-                     status, format_metrics(c.metrics)))  # fmt: skip
+        rows.append(
+            (
+                str(c.step),
+                format_time(c.time),
+                format_bytes(c.bytes),
+                str(c.world_size),
+                status,
+                format_metrics(c.metrics),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = []
     for row in rows:
-        cells = [c.rjust(w) if i in (0, 2, 3) else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(row[:5], widths, strict=True))]  # fmt: skip
+        cells = [
+            c.rjust(w) if i in (0, 2, 3) else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row[:5], widths, strict=True))
+        ]
         lines.append("  ".join([*cells, row[5]]).rstrip())
     return "\n".join(lines)
 

@@ -32,6 +32,7 @@ __all__ = [
     "framework",
     "known",
     "names",
+    "own_collectives",
     "register",
     "unregister",
 ]
@@ -58,6 +59,19 @@ def framework(name: str) -> Framework:
     for declared in found.checkpoint_formats:  # so that its checkpoints are named and read here
         register_format(declared)
     return found
+
+
+def own_collectives(dist_backend: str) -> str:
+    """The title of the framework whose own collectives ``dist_backend`` is, when they do not
+    run on NCCL (``jax-gloo``, ``tf-ring``: NCCL and c10d advice does not apply); else ""."""
+    prefix, sep, _ = dist_backend.partition("-")
+    if not sep or dist_backend.endswith(("nccl", "cuda", "gpu", "rocm")):
+        return ""
+    for name in names():
+        found = framework(name)
+        if found.collectives == prefix:
+            return found.title
+    return ""
 
 
 def register(fw: Framework | str, name: str | None = None) -> None:

@@ -48,7 +48,9 @@ class Framework:
     notebook's versions (``python`` and ``package``'s version by its name),
     ``gpu_image`` the same for pods with GPUs ("" = ``image``); ``cuda_tag``
     says the template has a ``{cuda}`` field, filled from the image policy's
-    CUDA tags by ``package``'s version.
+    CUDA tags by ``package``'s version. ``collectives`` is the prefix of the
+    process group backends its runtime reports for its own collectives
+    (``jax`` for ``jax-gloo``; "" when it uses torch.distributed's).
     """
 
     name: str
@@ -66,6 +68,7 @@ class Framework:
     image: str = ""
     gpu_image: str = ""
     cuda_tag: bool = False
+    collectives: str = ""
 
     def check_spec(self, spec: JobSpec) -> None:
         """Raise :class:`~jupyter_disttrain.spec.SpecError` for what a job of this cannot be."""

@@ -50,6 +50,7 @@ class Jax(Framework):
 JAX = Jax(
     name="jax",
     title="JAX",
+    collectives="jax",
     package="jax",
     distributions=("jax",),
     install="pip install 'jupyter_disttrain[jax]' (jax with CPU jaxlib)",

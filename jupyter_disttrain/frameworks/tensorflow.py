@@ -52,6 +52,7 @@ class TensorFlow(Framework):
 TENSORFLOW = TensorFlow(
     name="tensorflow",
     title="TensorFlow",
+    collectives="tf",
     package="tensorflow",
     distributions=("tensorflow", "tensorflow-cpu"),
     install=(

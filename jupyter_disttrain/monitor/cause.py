@@ -157,10 +157,23 @@ def choose(
         f.rank: f for f in sorted(current, key=lambda f: (CLASSES.index(f.kind), f.t), reverse=True)
     }
     reason = own[best.rank].reason
-    same = tuple(sorted(r for r, f in own.items() if r != best.rank and f.kind == best.kind
-                        and f.kind != "consequence" and f.reason == reason))  # fmt: skip
-    others = tuple(sorted(r for r, state in ended.items()
-                          if r != best.rank and r not in same and state not in _LIVE))  # fmt: skip
+    same = tuple(
+        sorted(
+            r
+            for r, f in own.items()
+            if r != best.rank
+            and f.kind == best.kind
+            and f.kind != "consequence"
+            and f.reason == reason
+        )
+    )
+    others = tuple(
+        sorted(
+            r
+            for r, state in ended.items()
+            if r != best.rank and r not in same and state not in _LIVE
+        )
+    )
     return Cause(best.rank, best.kind, reason, best.t, best.attempt, others, same, len(ended))
 
 

@@ -21,30 +21,31 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..events import TERMINAL_STATES, Event, JobState, StagingFields
+from ..events import TERMINAL_STATES, Event, JobState
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
 from .cause import Cause, cell_line, classify_error, recovered_text
 from .hung import hung_rows
 from .network import failed_sentence, partition_sentence
 from .records import (
-    CauseRow,
     Checkpoint,
-    CheckpointRow,
     ErrorInfo,
-    ErrorRow,
     Failure,
-    FailureRow,
-    JSONFloat,
     LogSummary,
-    RankRow,
     RankState,
     Series,
     Snapshot,
-    as_int,
     as_str,
     finite_or_none,
     now_or_clock,
+)
+from .rows import (
+    cause_row,
+    checkpoint_row,
+    error_row,
+    failure_row,
+    rank_row,
+    staging_row,
 )
 
 # --------------------------------------------------------------------------- the monitor
@@ -65,16 +66,6 @@ STALL_INTERVALS = 3.0
 STALL_MIN_S = 2.0
 #: Rank states of a rank that will send no more stacks.
 _ENDED_RANK = frozenset({"Succeeded", "Failed", "Stopped", "Exited"})
-
-
-def _staging_row(f: StagingFields) -> StagingFields:
-    total = f.get("total")
-    return StagingFields(
-        src=as_str(f.get("src")), dest=as_str(f.get("dest")), state=as_str(f.get("state")),
-        done=as_int(f.get("done")) or 0, total=total if isinstance(total, int) else None,
-        files_done=as_int(f.get("files_done")) or 0, files_total=as_int(f.get("files_total")) or 0,
-        host=as_str(f.get("host")), message=as_str(f.get("message")),
-    )  # fmt: skip
 
 
 class JobMonitor(MonitorState):
@@ -477,7 +468,10 @@ class JobMonitor(MonitorState):
             frontier = None if self._frontier is None else self._frontier[1]
             phases = self._phase_log.timeline(self.phases, self._world_size, at)
             cause = self._cause()
-            ranks = [self._rank_row(row, at, latest) for _, row in sorted(self._rows.items())]
+            ranks = [
+                rank_row(row, at, row.state == "Running" and self._stalled(row.rank, at), latest)
+                for _, row in sorted(self._rows.items())
+            ]
             hang = self._hang(at) if self._display_state(at) == "Hung" else None
             ranks = hung_rows(ranks, hang)  # who holds the others up, where each rank is
             rated = [r for r in ranks if r["state"] == "Running" and r["step"] is not None]
@@ -506,39 +500,21 @@ class JobMonitor(MonitorState):
                 steps_per_s=None if stalled else finite_or_none(self.steps_per_second()),
                 stalled=stalled,
                 ranks=ranks,
-                first_failure=None
-                if failure is None
-                else FailureRow(rank=failure.rank, t=failure.t, reason=failure.reason),
+                first_failure=None if failure is None else failure_row(failure),
                 why=self._why(),
-                cause=None
-                if cause is None
-                else CauseRow(
-                    rank=cause.rank,
-                    kind=cause.kind,
-                    reason=cause.reason,
-                    consequences=list(cause.consequences),
-                    line=cause.line(),
-                ),
+                cause=None if cause is None else cause_row(cause),
                 recovered=recovered_text(self._recovered),
                 stragglers=self._stragglers(),
                 metrics=self._metrics.rows(),
-                checkpoints=[
-                    CheckpointRow(step=c.step, uri=c.uri, bytes=c.bytes, rank=c.rank, t=c.t)
-                    for c in self._checkpoints
-                ],
-                errors=[
-                    ErrorRow(
-                        rank=e.rank, t=e.t, type=e.type, message=e.message, traceback=e.traceback
-                    )
-                    for e in self._current_errors()
-                ],
+                checkpoints=[checkpoint_row(c) for c in self._checkpoints],
+                errors=[error_row(e) for e in self._current_errors()],
                 has_result=self._result is not None,
                 logs=LogSummary(
                     kept=len(self._logs), total=self._logs.total, dropped=self._logs.dropped
                 ),
                 version=self._version,
                 diagnosis=self._diagnosis(),
-                staging=[_staging_row(f) for f in self._staging.values()],
+                staging=[staging_row(f) for f in self._staging.values()],
                 warnings=list(self._warnings),
                 phases=phases.rows,
                 phase=phases.current,
@@ -568,31 +544,3 @@ class JobMonitor(MonitorState):
         if self._state == "Stopped":
             current = [e for e in current if classify_error(e.type, e.message) == "raised"]
         return current
-
-    def _rank_row(
-        self, row: RankState, now: float, latest: dict[int, dict[str, JSONFloat]]
-    ) -> RankRow:
-        stalled = row.state == "Running" and self._stalled(row.rank, now)
-        return RankRow(
-            rank=row.rank,
-            node=row.node,
-            local_rank=row.local_rank,
-            host=row.host,
-            pod=row.pod,
-            pid=row.pid,
-            state=row.state,
-            restarts=row.restarts,
-            step=row.step,
-            step_rate=None if stalled else finite_or_none(row.step_rate),
-            stalled=stalled,
-            last_heard=row.last_heard,
-            silent_s=row.silent_for(now),
-            exit_code=row.exit_code,
-            reason=row.reason,
-            latest=dict(latest.get(row.rank, {})),
-            cpu_pct=row.cpu_pct,
-            rss_bytes=row.rss_bytes,
-            mem_limit_bytes=row.mem_limit_bytes,
-            gpu_util_pct=row.gpu_util_pct,
-            gpu_mem_bytes=row.gpu_mem_bytes,
-        )

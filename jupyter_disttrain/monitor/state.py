@@ -447,8 +447,11 @@ class MonitorState:
 
     def _forget_consequences(self) -> None:
         """A stop: what the stop itself caused (signals, lost peers) is not a failure."""
-        kept = [f for f in self._failures if f.attempt != self._attempt
-                or f.kind in ("raised", "exited")]  # fmt: skip
+        kept = [
+            f
+            for f in self._failures
+            if f.attempt != self._attempt or f.kind in ("raised", "exited")
+        ]
         failed = {f.rank for f in kept if f.attempt == self._attempt}
         self._failures = kept
         for row in self._rows.values():

@@ -98,8 +98,11 @@ def staging_lines(rows: list[StagingFields]) -> list[str]:
             files = (
                 f", {row['files_done']} of {row['files_total']} files" if row["files_total"] else ""
             )
-            out.append(f"staging {where}: {amount}{files}" if row["state"] == "copying"
-                       else f"staging {where}: listing the files")  # fmt: skip
+            out.append(
+                f"staging {where}: {amount}{files}"
+                if row["state"] == "copying"
+                else f"staging {where}: listing the files"
+            )
     return out
 
 
@@ -163,9 +166,19 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
         shown = [r for r in rows if r["rank"] in keep]
     used = any(r["cpu_pct"] is not None or r["rss_bytes"] is not None for r in rows)
     gpu = any(r["gpu_util_pct"] is not None or r["gpu_mem_bytes"] is not None for r in rows)
-    header = ("rank", "node", "host", "state", "restarts", "step", "steps/s",
-              *(("cpu", "mem") if used or gpu else ()), *(("gpu", "gpu mem") if gpu else ()),
-              "heard", "exit")  # fmt: skip
+    header = (
+        "rank",
+        "node",
+        "host",
+        "state",
+        "restarts",
+        "step",
+        "steps/s",
+        *(("cpu", "mem") if used or gpu else ()),
+        *(("gpu", "gpu mem") if gpu else ()),
+        "heard",
+        "exit",
+    )
     table = [header] + [
         (
             str(r["rank"]),

@@ -308,10 +308,13 @@ def build_namespace(payload: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
     install_modules(payload.get("modules") or {})
-    namespace: dict[str, Any] = {"__name__": "__main__", "report": _report.report,
-                                 "save_checkpoint": _checkpoint.save_checkpoint,
-                                 "load_checkpoint": _checkpoint.load_checkpoint,
-                                 "every": _checkpoint.every}  # fmt: skip
+    namespace: dict[str, Any] = {
+        "__name__": "__main__",
+        "report": _report.report,
+        "save_checkpoint": _checkpoint.save_checkpoint,
+        "load_checkpoint": _checkpoint.load_checkpoint,
+        "every": _checkpoint.every,
+    }
     for alias, module in payload.get("imports", {}).items():
         try:
             namespace[alias] = importlib.import_module(module)
@@ -386,8 +389,7 @@ def versions() -> dict[str, str]:
 def warn_packages(payload: dict[str, Any]) -> None:
     """:func:`check_packages`, its version warnings printed to stderr (shown above the job)."""
     for warning in check_packages(payload):
-        print(f"distrain: warning: package versions differ: {warning}", file=sys.stderr,
-              flush=True)  # fmt: skip
+        print(f"distrain: warning: package versions differ: {warning}", file=sys.stderr, flush=True)
 
 
 def uses_checkpoints(payload: dict[str, Any]) -> bool:
@@ -432,8 +434,12 @@ def run(payload_path: str) -> int:
     resources.start(rank, int(os.environ.get("LOCAL_RANK", "0")))
     metrics_server.start(rank)
     trainer_status.start(rank)  # Kubeflow Trainer's own progress, when its endpoint is here
-    relay.start(rank, world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))))  # fmt: skip
+    relay.start(
+        rank,
+        world,
+        int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
+    )
     debugger.install()  # breakpoint() and pdb.set_trace() are driven from the notebook
     integrations.install()  # autolog: Lightning, HF Trainer, Keras, Accelerate report themselves
     if uses_checkpoints(payload):

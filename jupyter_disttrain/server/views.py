@@ -191,14 +191,20 @@ def namespace_job_json(record: JobRecord, *, may_stop: bool) -> NamespaceJobJSON
     extra = record.extra
     progress, eta = extra.get("progress"), extra.get("eta")
     return NamespaceJobJSON(
-        id=f"{record.backend}/{record.name}", name=record.name, backend=record.backend,
-        kind=str(extra.get("kubeflow_kind") or "job"), state=record.state, reason=record.reason,
+        id=f"{record.backend}/{record.name}",
+        name=record.name,
+        backend=record.backend,
+        kind=str(extra.get("kubeflow_kind") or "job"),
+        state=record.state,
+        reason=record.reason,
         progress=progress if isinstance(progress, int) else None,
         eta=eta if isinstance(eta, int) else None,
-        created=record.created if math.isfinite(record.created) else 0.0, nodes=record.nodes,
-        started_by=str(extra.get("started_by") or ""), foreign=bool(extra.get("foreign")),
+        created=record.created if math.isfinite(record.created) else 0.0,
+        nodes=record.nodes,
+        started_by=str(extra.get("started_by") or ""),
+        foreign=bool(extra.get("foreign")),
         can_stop=may_stop and record.state not in TERMINAL_STATES,
-    )  # fmt: skip
+    )
 
 
 #: The TypeScript interface of each JSON shape (``labextension/src/types.ts``).
@@ -310,16 +316,38 @@ def record_json(record: JobRecord, *, now: float, error: str) -> JobJSON:
         return value if isinstance(value, int) else 0
 
     terminal = record.state in TERMINAL_STATES
-    return json_safe(JobJSON(
-        id=f"{record.backend}/{record.name}", name=str(record.name), backend=str(record.backend),
-        state=str(record.state), reason=str(record.reason), world_size=whole(record.world_size),
-        nodes=whole(record.nodes), nproc=whole(record.nproc), created=number(record.created),
-        ended=None, elapsed=0.0, step=None, steps_per_s=None, metrics={}, notebook=None,
-        notebook_file=str(record.extra.get("notebook") or ""), can_stop=not terminal,
-        diagnosis=None, detail=None, phases=[], phase=None, first_step_s=None, progress=None,
-        kind=str(record.extra.get("kind") or "job"), error=error, cause_rank=None,
-        recovered="", stalled=False,
-    ))  # fmt: skip
+    return json_safe(
+        JobJSON(
+            id=f"{record.backend}/{record.name}",
+            name=str(record.name),
+            backend=str(record.backend),
+            state=str(record.state),
+            reason=str(record.reason),
+            world_size=whole(record.world_size),
+            nodes=whole(record.nodes),
+            nproc=whole(record.nproc),
+            created=number(record.created),
+            ended=None,
+            elapsed=0.0,
+            step=None,
+            steps_per_s=None,
+            metrics={},
+            notebook=None,
+            notebook_file=str(record.extra.get("notebook") or ""),
+            can_stop=not terminal,
+            diagnosis=None,
+            detail=None,
+            phases=[],
+            phase=None,
+            first_step_s=None,
+            progress=None,
+            kind=str(record.extra.get("kind") or "job"),
+            error=error,
+            cause_rank=None,
+            recovered="",
+            stalled=False,
+        )
+    )
 
 
 T = TypeVar("T")
@@ -400,8 +428,9 @@ def notebook_api_path(recorded: str, root_dir: str | None) -> str | None:
 def reported_progress(percent: int, eta: object) -> ProgressRow:
     """The progress a job reports in its object (percent done, seconds left) as a row."""
     seconds = float(eta) if isinstance(eta, int) else None
-    return ProgressRow(step=percent, total=100, fraction=percent / 100, eta_s=seconds,
-                       rate_per_s=None)  # fmt: skip
+    return ProgressRow(
+        step=percent, total=100, fraction=percent / 100, eta_s=seconds, rate_per_s=None
+    )
 
 
 def _progress(row: ProgressRow | None) -> ProgressRow | None:
@@ -409,10 +438,12 @@ def _progress(row: ProgressRow | None) -> ProgressRow | None:
         return None
     eta, rate = row["eta_s"], row["rate_per_s"]
     return ProgressRow(
-        step=row["step"], total=row["total"], fraction=_finite(row["fraction"]),
+        step=row["step"],
+        total=row["total"],
+        fraction=_finite(row["fraction"]),
         eta_s=None if eta is None or not math.isfinite(eta) else eta,
         rate_per_s=None if rate is None or not math.isfinite(rate) else rate,
-    )  # fmt: skip
+    )
 
 
 def _finite(value: float) -> float:

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import ipywidgets as w
 
+from ..frameworks import own_collectives
 from ..monitor import JobMonitor, Snapshot
 from ..nccl import RAW_HEAD, NcclSummary, summary_facts
 from .text import esc
@@ -25,14 +26,6 @@ __all__ = ["CommsPanel", "comms_html", "raw_lines_html"]
 
 def _backend(summary: NcclSummary, dist_backend: str | None) -> str:
     return dist_backend or summary.backend
-
-
-def _framework_own(backend: str) -> str:
-    """``JAX`` or ``TensorFlow`` when ``backend`` is that framework's own collectives without
-    NCCL (``jax-gloo``, ``tf-ring``): NCCL and c10d advice does not apply; "" otherwise."""
-    if backend.endswith(("nccl", "cuda", "gpu", "rocm")):
-        return ""
-    return {"jax": "JAX", "tf": "TensorFlow"}.get(backend.partition("-")[0], "")
 
 
 def comms_html(summary: NcclSummary, dist_backend: str | None, *, quiet: bool = False) -> str:
@@ -54,9 +47,9 @@ def comms_html(summary: NcclSummary, dist_backend: str | None, *, quiet: bool = 
         )
         if summary.failure != "none" and summary.diagnosis:
             parts.append(f'<div class="distrain-diagnosis">{esc(summary.diagnosis)}</div>')
-    elif _framework_own(backend):
+    elif own_collectives(backend):
         parts.append(
-            f"<div>Collectives: <b>{esc(backend)}</b>, {_framework_own(backend)}'s own (not "
+            f"<div>Collectives: <b>{esc(backend)}</b>, {own_collectives(backend)}'s own (not "
             "torch.distributed, no NCCL): the NCCL and c10d reading does not apply to this job."
             "</div>"
         )
@@ -113,7 +106,7 @@ class CommsPanel:
         backend = _backend(summary, snap["dist_backend"])
         quiet = snap["diagnosis"] != summary.diagnosis  # the job's reading is elsewhere
         self.summary_html.value = comms_html(summary, snap["dist_backend"], quiet=quiet)
-        if _framework_own(backend):
+        if own_collectives(backend):
             lines, dropped, title = summary.raw_lines, summary.raw_dropped, "Communication lines"
         elif backend == "gloo" or (not summary.raw_lines and summary.comm_lines):
             lines, dropped, title = summary.comm_lines, summary.comm_dropped, "c10d / gloo lines"

@@ -116,15 +116,19 @@ def phases_html(snap: Snapshot) -> list[str]:
         state = "current" if row["name"] == current else row["state"]
         if state == "active":  # the job ended in it
             state = "unfinished"
-        spans.append(f'<span class="distrain-phase" data-phase="{row["name"]}" '
-                     f'data-state="{state}">{esc(phase_text(row))}</span>')  # fmt: skip
+        spans.append(
+            f'<span class="distrain-phase" data-phase="{row["name"]}" '
+            f'data-state="{state}">{esc(phase_text(row))}</span>'
+        )
     first = snap.get("first_step_s")
     total = ""
     if first is not None:
         total = f' <span class="distrain-first-step">({duration(first)} to first step)</span>'
 
-    out = [f'<div class="distrain-phases" data-phase="{current or ""}">'
-           f'{" · ".join(spans)}{total}</div>']  # fmt: skip
+    out = [
+        f'<div class="distrain-phases" data-phase="{current or ""}">'
+        f"{' · '.join(spans)}{total}</div>"
+    ]
     waiting = waiting_line(rows, current)
     if waiting:
         out.append(f'<div class="distrain-waiting">{esc(waiting)}</div>')

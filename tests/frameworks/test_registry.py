@@ -165,3 +165,10 @@ def test_a_toy_job_runs_its_own_worker_set_up(toy_dir: Path) -> None:
     index, peers = decode_result(result.fields)
     assert index == 0 and len(peers) == 2 and peers[0].startswith("127.0.0.1:")
     assert_no_processes(Path(run.plan.job_dir), sink.pids())
+
+
+def test_a_frameworks_own_collectives_are_named_by_their_prefix() -> None:
+    from jupyter_disttrain.frameworks import own_collectives
+
+    assert own_collectives("jax-gloo") == "JAX" and own_collectives("tf-ring") == "TensorFlow"
+    assert [own_collectives(b) for b in ("tf-nccl", "jax-cuda", "gloo", "nccl", "x-y")] == [""] * 5

@@ -202,10 +202,13 @@ class LocalBackend(Backend):
         state = jobdir.read_state(directory)
         if state is None:
             raise JobNotFound(f"no local job named {name!r}; %distrain_jobs lists them")
-        spec = JobSpec(name=name, nodes=int(state.get("nodes", 1)),
-                       nproc=int(state.get("nproc", 1)),
-                       framework=state.get("framework", DEFAULT_FRAMEWORK),
-                       labels=tuple(dict(state.get("labels") or {}).items()))  # fmt: skip
+        spec = JobSpec(
+            name=name,
+            nodes=int(state.get("nodes", 1)),
+            nproc=int(state.get("nproc", 1)),
+            framework=state.get("framework", DEFAULT_FRAMEWORK),
+            labels=tuple(dict(state.get("labels") or {}).items()),
+        )
         replay = LocalReplay(directory, sink)
         replay.start()
         return spec, replay

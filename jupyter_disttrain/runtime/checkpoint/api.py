@@ -142,12 +142,20 @@ def _write_full_unguarded(
     digest = writer.hexdigest()  # hashed while the file was written and fsynced
     tensors, elements = _count(state)
     entry = fmt.make_entry(
-        step=step, token=token, kind=fmt.FULL, time=time.time(), nbytes=writer.bytes,
-        sha256=digest, metrics=metrics, world_size=env_world_size(),
+        step=step,
+        token=token,
+        kind=fmt.FULL,
+        time=time.time(),
+        nbytes=writer.bytes,
+        sha256=digest,
+        metrics=metrics,
+        world_size=env_world_size(),
         versions=library_versions(("torch",)),
-        job=env_text("DISTRAIN_JOB_ID"), run=env_text("DISTRAIN_RUN_ID"),
-        tensors=tensors, parameters=elements,
-    )  # fmt: skip
+        job=env_text("DISTRAIN_JOB_ID"),
+        run=env_text("DISTRAIN_RUN_ID"),
+        tensors=tensors,
+        parameters=elements,
+    )
     return finish_commit(cdir, entry, keep_last, keep_best)
 
 
@@ -216,9 +224,16 @@ def _write_sharded(
             files.update(part)
         cdir.fs.commit_dir(tmp, cdir.fs.join(cdir.root, name), fsync=fsync_enabled())
         tensors, elements = _count(state)
-        entry = folder_entry(step=step, token=token, kind=fmt.SHARDED, files=files,
-                             metrics=metrics, tensors=tensors, parameters=elements,
-                             packages=("torch",))  # fmt: skip
+        entry = folder_entry(
+            step=step,
+            token=token,
+            kind=fmt.SHARDED,
+            files=files,
+            metrics=metrics,
+            tensors=tensors,
+            parameters=elements,
+            packages=("torch",),
+        )
         uri = finish_commit(cdir, entry, keep_last, keep_best)
     done: list[Any] = [uri]
     if distributed:
@@ -419,8 +434,11 @@ def load_checkpoint(
             print(f"jupyter_disttrain: skipping damaged checkpoint: {exc}", file=sys.stderr)
             continue
         if env_rank() == 0:
-            print(f"jupyter_disttrain: loaded checkpoint step {candidate['step']} "
-                  f"({candidate['uri']})", flush=True)  # fmt: skip
+            print(
+                f"jupyter_disttrain: loaded checkpoint step {candidate['step']} "
+                f"({candidate['uri']})",
+                flush=True,
+            )
         return state
     return None
 
@@ -437,8 +455,9 @@ def _load(
     import torch
 
     if entry.get("status") not in (fmt.OK, None):
-        raise CorruptCheckpoint(f"checkpoint step {entry['step']} is {entry['status']}: "
-                                f"{entry.get('reason')}")  # fmt: skip
+        raise CorruptCheckpoint(
+            f"checkpoint step {entry['step']} is {entry['status']}: {entry.get('reason')}"
+        )
     if entry.get("kind") != fmt.SHARDED:
         data = cdir.read_verified(entry)
         return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)

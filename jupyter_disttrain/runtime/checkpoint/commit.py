@@ -85,12 +85,21 @@ def folder_entry(
     library versions (:func:`library_versions` of ``packages``) come from the worker."""
     combined = hashlib.sha256("".join(f"{n}:{h}\n" for n, (_, h) in sorted(files.items())).encode())
     return fmt.make_entry(
-        step=step, token=token, kind=kind, time=time.time(),
-        nbytes=sum(n for n, _ in files.values()), sha256=combined.hexdigest(), metrics=metrics,
-        world_size=env_world_size(), versions=library_versions(packages), files=files,
-        job=env_text("DISTRAIN_JOB_ID"), run=env_text("DISTRAIN_RUN_ID"),
-        tensors=tensors, parameters=parameters,
-    )  # fmt: skip
+        step=step,
+        token=token,
+        kind=kind,
+        time=time.time(),
+        nbytes=sum(n for n, _ in files.values()),
+        sha256=combined.hexdigest(),
+        metrics=metrics,
+        world_size=env_world_size(),
+        versions=library_versions(packages),
+        files=files,
+        job=env_text("DISTRAIN_JOB_ID"),
+        run=env_text("DISTRAIN_RUN_ID"),
+        tensors=tensors,
+        parameters=parameters,
+    )
 
 
 def env_world_size() -> int:

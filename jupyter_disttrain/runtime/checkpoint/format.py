@@ -258,8 +258,10 @@ def decode_entry(data: bytes, name: str) -> Entry:
 
 def encode_manifest(entries: Mapping[str, Entry]) -> bytes:
     """The compacted manifest: records by entry name (status fields left out)."""
-    clean = {name: {k: v for k, v in e.items() if k not in ("status", "reason")}
-             for name, e in entries.items()}  # fmt: skip
+    clean = {
+        name: {k: v for k, v in e.items() if k not in ("status", "reason")}
+        for name, e in entries.items()
+    }
     return json.dumps({"format": FORMAT, "entries": clean}, separators=(",", ":")).encode()
 
 

@@ -145,8 +145,10 @@ def save(
     name = fmt.payload_name(step, token, fmt.JAX)
     buffer = io.BytesIO()
     np.savez(buffer, **{f"a{i}": a for i, a in enumerate(arrays)})
-    blobs = {ARRAYS: buffer.getvalue(),
-             TREE: json.dumps({"tree": tree, "leaves": len(arrays)}).encode()}  # fmt: skip
+    blobs = {
+        ARRAYS: buffer.getvalue(),
+        TREE: json.dumps({"tree": tree, "leaves": len(arrays)}).encode(),
+    }
     tmp = cdir.fs.temp_dir(cdir.root, name)
     try:
         for fname, data in blobs.items():
@@ -156,10 +158,16 @@ def save(
         cdir.fs.remove(tmp)
         raise
     files = {n: (len(d), hashlib.sha256(d).hexdigest()) for n, d in blobs.items()}
-    entry = ck.folder_entry(step=step, token=token, kind=fmt.JAX, files=files,
-                            metrics=metrics, tensors=len(arrays),
-                            parameters=sum(int(a.size) for a in arrays),
-                            packages=("jax",))  # fmt: skip
+    entry = ck.folder_entry(
+        step=step,
+        token=token,
+        kind=fmt.JAX,
+        files=files,
+        metrics=metrics,
+        tensors=len(arrays),
+        parameters=sum(int(a.size) for a in arrays),
+        packages=("jax",),
+    )
     uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     _barrier(f"{_saves[0]}")
     return uri
@@ -207,10 +215,16 @@ def _save_orbax(
             cdir.fs.remove(tmp)
         raise
     leaves = jax.tree_util.tree_leaves(state)
-    entry = ck.folder_entry(step=step, token=token, kind=fmt.JAX, files=files,
-                            metrics=metrics, tensors=len(leaves),
-                            parameters=sum(int(getattr(x, "size", 1)) for x in leaves),
-                            packages=("jax",))  # fmt: skip
+    entry = ck.folder_entry(
+        step=step,
+        token=token,
+        kind=fmt.JAX,
+        files=files,
+        metrics=metrics,
+        tensors=len(leaves),
+        parameters=sum(int(getattr(x, "size", 1)) for x in leaves),
+        packages=("jax",),
+    )
     uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     _barrier(f"{_saves[0]}")
     return uri
@@ -225,7 +239,9 @@ def _digests(folder: str) -> dict[str, tuple[int, str]]:
             with open(path, "rb") as fh:
                 data = fh.read()
             out[os.path.relpath(path, folder).replace(os.sep, "/")] = (
-                len(data), hashlib.sha256(data).hexdigest())  # fmt: skip
+                len(data),
+                hashlib.sha256(data).hexdigest(),
+            )
     return out
 
 
@@ -320,8 +336,9 @@ def load(cdir: CheckpointDir, entry: fmt.Entry, into: Any) -> Any:
                 f"into= has {shape}"
             )
         if isinstance(like, jax.Array):
-            placed.append(jax.make_array_from_callback(
-                shape, like.sharding, lambda index, a=saved: a[index]))  # fmt: skip
+            placed.append(
+                jax.make_array_from_callback(shape, like.sharding, lambda index, a=saved: a[index])
+            )
         else:
             placed.append(saved)
     return jax.tree_util.tree_unflatten(treedef, placed)
@@ -333,5 +350,6 @@ def variables(cdir: CheckpointDir, entry: fmt.Entry) -> Any:
     if is_orbax(entry):
         return _orbax_numpy(_need_orbax(entry), os.path.join(_checked(cdir, entry), ORBAX_STATE))
     tree, leaves = read(cdir, entry)
-    return {f"a{i}": leaf for i, leaf in enumerate(leaves)} if tree is None else rebuild(
-        tree, leaves)  # fmt: skip
+    return (
+        {f"a{i}": leaf for i, leaf in enumerate(leaves)} if tree is None else rebuild(tree, leaves)
+    )

@@ -83,10 +83,16 @@ def save(
     except BaseException:
         cdir.fs.remove(tmp)
         raise
-    entry = ck.folder_entry(step=step, token=token, kind=fmt.TF, files=files,
-                            metrics=metrics, tensors=len(shapes),
-                            parameters=sum(_numel(s) for s in shapes),
-                            packages=("tensorflow",))  # fmt: skip
+    entry = ck.folder_entry(
+        step=step,
+        token=token,
+        kind=fmt.TF,
+        files=files,
+        metrics=metrics,
+        tensors=len(shapes),
+        parameters=sum(_numel(s) for s in shapes),
+        packages=("tensorflow",),
+    )
     uri = ck.finish_commit(cdir, entry, keep_last, keep_best)
     barrier()
     return uri

@@ -19,7 +19,7 @@ from jupyter_disttrain.job import Job
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec, SpecError
-from tests.backends.test_local import Collector
+from tests.backends.local.test_backend import Collector
 from tests.conftest import assert_no_processes
 
 jax = pytest.importorskip("jax", reason="JAX is an optional extra: pip install '.[jax]'")

@@ -23,7 +23,7 @@ from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.runtime.checkpoint.format import unregister_format
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.test_local import Collector
+from tests.backends.local.test_backend import Collector
 from tests.conftest import assert_no_processes, submit_now
 
 TOY_FRAMEWORK = textwrap.dedent(

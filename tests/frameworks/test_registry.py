@@ -27,7 +27,7 @@ from jupyter_disttrain.plugins import UnknownPlugin
 from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.sessions import session_spec
 from jupyter_disttrain.spec import JobSpec, SpecError
-from tests.backends.test_local import Collector
+from tests.backends.local.test_backend import Collector
 from tests.conftest import assert_no_processes, submit_now
 
 TOY_MODULE = textwrap.dedent(

@@ -31,7 +31,7 @@ import pytest
 from jupyter_client.blocking import BlockingKernelClient
 
 from jupyter_disttrain.backends.local import jobdir
-from tests.backends.test_local_owner_kill import job_tree, running
+from tests.backends.local.test_owner_kill import job_tree, running
 from tests.kernel_harness import Kernel
 from tests.test_kernel import wait_for_hello
 

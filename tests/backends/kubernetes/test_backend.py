@@ -18,7 +18,7 @@ from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.backends.kubernetes.template import PayloadTooLarge
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.test_local import Collector
+from tests.backends.local.test_backend import Collector
 from tests.conftest import submit_now
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.describe import reports as emulator_reports

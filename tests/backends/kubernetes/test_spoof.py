@@ -18,7 +18,7 @@ from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (fixture)
-from tests.backends.test_local_spoof import _WritesFile
+from tests.backends.local.test_spoof import _WritesFile
 
 pytestmark = pytest.mark.slow
 

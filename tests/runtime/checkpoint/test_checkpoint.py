@@ -27,7 +27,7 @@ from jupyter_disttrain.runtime.checkpoint import api as ck
 from jupyter_disttrain.runtime.checkpoint import format as fmt
 from jupyter_disttrain.runtime.checkpoint.directory import CheckpointDir
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.test_local import Collector
+from tests.backends.local.test_backend import Collector
 from tests.conftest import REPO, assert_no_processes, submit_now
 from tests.signing import parse
 

@@ -101,7 +101,7 @@ CELL = textwrap.dedent(
 def test_a_job_whose_disk_fills_fails_with_that_sentence(small_disk: Path) -> None:
     from jupyter_disttrain.backends.local import LocalBackend
     from jupyter_disttrain.spec import JobSpec
-    from tests.backends.test_local import run_job
+    from tests.backends.local.test_backend import run_job
 
     path = small_disk / "job-ckpt"
     spec = JobSpec("full-disk", nodes=1, nproc=2, timeout=120, checkpoint_dir=str(path))

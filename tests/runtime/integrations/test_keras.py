@@ -12,7 +12,7 @@ from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.checkpoints.store import CheckpointStore
 from tests.backends.kubernetes.test_tf import cluster  # noqa: F401 (a fixture)
-from tests.backends.test_local_tf import tf_payload, tf_spec
+from tests.backends.local.test_tf import tf_payload, tf_spec
 from tests.runtime.integrations.jobs import values
 
 pytest.importorskip("tensorflow")

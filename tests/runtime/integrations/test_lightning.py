@@ -30,7 +30,7 @@ from jupyter_disttrain.runtime.integrations import lightning as integration
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (a fixture)
-from tests.backends.test_local import Collector
+from tests.backends.local.test_backend import Collector
 from tests.conftest import submit_now
 from tests.runtime.integrations.jobs import run_cell, values
 

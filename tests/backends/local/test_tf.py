@@ -23,7 +23,7 @@ from jupyter_disttrain.backends.local.tailer import job_trust
 from jupyter_disttrain.events import parse_line
 from jupyter_disttrain.payload import Payload, build_payload
 from jupyter_disttrain.spec import JobSpec, SpecError
-from tests.backends.test_local import Collector
+from tests.backends.local.test_backend import Collector
 from tests.conftest import REPO, assert_no_processes, submit_now
 
 NOTEBOOK = REPO / "notebooks" / "03-tensorflow.ipynb"
@@ -340,7 +340,7 @@ def test_only_the_workers_grpc_ports_listen_beyond_loopback() -> None:
     Nothing else of the job listens beyond loopback, and those are exactly
     the workers' ports of TF_CONFIG.
     """
-    from tests.backends.test_local import listening
+    from tests.backends.local.test_backend import listening
 
     spec = tf_spec("tf-listen", nodes=2, timeout=120)
     cell = "import time\nreport(step=0, up=1)\ntime.sleep(60)"

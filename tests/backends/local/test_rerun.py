@@ -12,7 +12,7 @@ from jupyter_disttrain.checkpoints.jobs import store_for
 from jupyter_disttrain.checkpoints.store import CheckpointStore
 from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.test_local import Collector, job_logs, run_job
+from tests.backends.local.test_backend import Collector, job_logs, run_job
 
 pytestmark = pytest.mark.slow
 

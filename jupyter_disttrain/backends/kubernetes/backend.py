@@ -410,28 +410,11 @@ class KubernetesBackend(Backend):
     def list_jobs(self) -> list[JobRecord]:
         """Jobs this tool created in the namespace (by label), newest first."""
         conn = self.connection()
-        out: list[JobRecord] = []
-        for kubeflow in kinds.KINDS:
-            try:
-                listing: Any = conn.custom.list_namespaced_custom_object(
-                    kubeflow.group,
-                    kubeflow.version,
-                    conn.namespace,
-                    kubeflow.plural,
-                    label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}",
-                )
-            except api_error() as exc:
-                if exc.status == 404:  # the cluster does not serve this Kubeflow API
-                    continue
-                raise explain(
-                    exc,
-                    kind=kubeflow.kind,
-                    name="*",
-                    namespace=conn.namespace,
-                    unserved=kubeflow.unserved(),
-                ) from None
-            for obj in listing.get("items", []):
-                out.append(record_from_object(obj, kubeflow))
+        mine = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        out = [
+            record_from_object(obj, kubeflow)
+            for kubeflow, obj in listed_objects(conn, label_selector=mine)
+        ]
         return sorted(out, key=lambda r: -r.created)
 
     def watch_namespace(self) -> Callable[[], None] | None:
@@ -452,23 +435,7 @@ class KubernetesBackend(Backend):
         if cached is not None:
             return cached
         conn = self.connection()
-        out: list[JobRecord] = []
-        for kubeflow in kinds.KINDS:
-            try:
-                listing: Any = conn.custom.list_namespaced_custom_object(
-                    kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural
-                )
-            except api_error() as exc:
-                if exc.status == 404:  # the cluster does not serve this Kubeflow API
-                    continue
-                raise explain(
-                    exc,
-                    kind=kubeflow.kind,
-                    name="*",
-                    namespace=conn.namespace,
-                    unserved=kubeflow.unserved(),
-                ) from None
-            out += [namespace_record(obj, kubeflow) for obj in listing.get("items", [])]
+        out = [namespace_record(obj, kubeflow) for kubeflow, obj in listed_objects(conn)]
         return sorted(out, key=lambda r: -r.created)
 
     def may_stop(self, name: str) -> bool | None:
@@ -568,3 +535,26 @@ class KubernetesBackend(Backend):
         """Delete job ``name`` (of whichever kind it is)."""
         conn = self.connection()
         return any(self.delete(conn, kubeflow, name) for kubeflow in kinds.KINDS)
+
+
+def listed_objects(conn: Connection, **selectors: str) -> Iterator[tuple[KubeflowKind, Any]]:
+    """Every object of every Kubeflow kind the cluster serves in the namespace (``selectors``:
+    the list call's ``label_selector``/``field_selector``), with its kind; a kind the cluster
+    does not serve is skipped, any other refusal explained."""
+    for kubeflow in kinds.KINDS:
+        try:
+            listing: Any = conn.custom.list_namespaced_custom_object(
+                kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural, **selectors
+            )
+        except api_error() as exc:
+            if exc.status == 404:  # the cluster does not serve this Kubeflow API
+                continue
+            raise explain(
+                exc,
+                kind=kubeflow.kind,
+                name="*",
+                namespace=conn.namespace,
+                unserved=kubeflow.unserved(),
+            ) from None
+        for obj in listing.get("items", []):
+            yield kubeflow, obj

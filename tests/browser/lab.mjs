@@ -49,7 +49,13 @@ export async function runCell(page, index) {
   const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
   const prompt = cell.locator(".jp-InputPrompt").filter({ hasText: /\[(\*|\d+)\]/ });
   for (let attempt = 0; attempt < 3; attempt++) {
-    await cell.locator(".jp-InputArea-editor").click({ timeout: 90_000 });
+    try {
+      await cell.locator(".jp-InputArea-editor").click({ timeout: 90_000 });
+    } catch (error) {
+      // say what covered the cell (a dialog's own words), not only that the click timed out
+      const dialogs = await page.locator(".jp-Dialog").allInnerTexts();
+      throw new Error(`${error.message}\ndialogs open: ${JSON.stringify(dialogs)}`);
+    }
     await page.keyboard.press("Shift+Enter");
     try {
       await prompt.waitFor({ timeout: 10_000 });

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import textwrap
@@ -17,13 +16,12 @@ from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.checkpoints.store import CheckpointStore
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.results import decode_result
-from jupyter_disttrain.runtime.integrations import common
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (a fixture)
 from tests.backends.local.test_backend import Collector
 from tests.conftest import submit_now
-from tests.runtime.integrations.jobs import run_cell, values
+from tests.runtime.integrations.jobs import run_cell, save_step_bounds, values
 
 pytest.importorskip("transformers")
 
@@ -167,15 +165,12 @@ def test_sigterm_makes_the_trainer_save_and_the_restart_loses_no_step(tmp_path: 
     os.kill(victim, signal.SIGTERM)
     assert run.join(200)
     logs = "\n".join(str(e.fields) for e in sink.events[-40:])
-    # rank 0's step when the signal went, from the step ends the cell wrote (the metric lines
-    # the notebook has read by then may lag behind under load)
-    ended = [line.split() for line in (tmp_path / "out" / "steps.txt").read_text().splitlines()]
-    signalled_after = max(int(step) for step, t in ended if float(t) <= killed_at)
+    signalled_after, most = save_step_bounds(
+        tmp_path / "out" / "steps.txt", killed_at, names["DELAY"]
+    )
     assert sink.final().get("state") == "Succeeded", logs
     assert [e.get("attempt") for e in sink.kinds("restart")] == [1], logs
     saved = [int(e.get("step")) for e in sink.kinds("checkpoint")]
-    # the ranks vote about once a second (common.VOTE_SECONDS), steps take DELAY or more
-    most = signalled_after + 2 + math.ceil(common.VOTE_SECONDS / names["DELAY"])
     assert signalled_after <= saved[0] <= most, (saved, logs)
     assert saved[1:] == [40], saved  # the Trainer's own save at the end
     steps = [

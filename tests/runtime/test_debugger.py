@@ -21,6 +21,7 @@ import pytest
 
 from jupyter_disttrain.linecheck import Shape, problem
 from jupyter_disttrain.runtime import debugger, framing, jobkey
+from jupyter_disttrain.runtime.cell import run_payload
 
 KEY = b"k" * 32
 SHAPE = Shape(world_size=2, nodes=1, nproc=2)
@@ -145,20 +146,27 @@ def test_without_a_key_breakpoint_is_the_standard_debugger(monkeypatch: pytest.M
 CELL = "total = 0\nfor step in range(5):\n    total += step\nresult = total\n"
 
 
+def run_until_paused(
+    payload: dict[str, object], namespace: dict[str, object], out: io.StringIO
+) -> threading.Thread:
+    """Run ``payload`` as a rank's cell in a thread until it stops at a breakpoint (its output,
+    redirected by the caller, in ``out``); the thread, still running."""
+    thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
+    thread.start()
+    while not debugger.paused():
+        assert thread.is_alive(), out.getvalue()
+        threading.Event().wait(0.01)
+    return thread
+
+
 def test_armed_breakpoints_stop_a_cell_and_answer_stack_variables_and_evaluations(
     keyed: bytes,
 ) -> None:
-    from jupyter_disttrain.runtime.cell import run_payload
-
     out = io.StringIO()
     namespace: dict[str, object] = {}
     payload = {"source": CELL, "breakpoints": [{"line": 3, "condition": "step == 2"}]}
-    thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
     with redirect_stdout(out):
-        thread.start()
-        while not debugger.paused():
-            assert thread.is_alive(), out.getvalue()
-            threading.Event().wait(0.01)
+        thread = run_until_paused(payload, namespace, out)
         fields = paused_lines(out)[0]
         assert (fields["file"], fields["line"]) == ("<distrain-cell>", 3)
         link = connect(int(fields["port"]), keyed)  # type: ignore[call-overload]
@@ -187,16 +195,12 @@ def test_armed_breakpoints_stop_a_cell_and_answer_stack_variables_and_evaluation
 
 
 def test_without_breakpoints_a_cell_is_not_traced(keyed: bytes) -> None:
-    from jupyter_disttrain.runtime.cell import run_payload
-
     seen: dict[str, object] = {}
     run_payload({"source": "import sys\ntraced = sys.gettrace()\n", "breakpoints": []}, seen)
     assert seen["traced"] is None
 
 
 def test_a_breakpoint_inside_a_cell_function_stops_there(keyed: bytes) -> None:
-    from jupyter_disttrain.runtime.cell import run_payload
-
     source = (
         "import sys\ndef plain():\n    return 1\n"
         "def g(a):\n    b = a + 1\n    return b\nfirst = plain()\nout = g(5)\n"
@@ -204,12 +208,8 @@ def test_a_breakpoint_inside_a_cell_function_stops_there(keyed: bytes) -> None:
     out = io.StringIO()
     namespace: dict[str, object] = {}
     payload = {"source": source, "breakpoints": [{"line": 6}]}
-    thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
     with redirect_stdout(out):
-        thread.start()
-        while not debugger.paused():
-            assert thread.is_alive(), out.getvalue()
-            threading.Event().wait(0.01)
+        thread = run_until_paused(payload, namespace, out)
         fields = paused_lines(out)[0]
         assert (fields["line"], fields["function"]) == (6, "g")
         link = connect(int(fields["port"]), keyed)  # type: ignore[call-overload]
@@ -222,17 +222,11 @@ def test_a_breakpoint_inside_a_cell_function_stops_there(keyed: bytes) -> None:
 
 
 def test_breakpoints_given_to_a_stopped_rank_replace_its_own(keyed: bytes) -> None:
-    from jupyter_disttrain.runtime.cell import run_payload
-
     out = io.StringIO()
     namespace: dict[str, object] = {}
     payload = {"source": CELL, "breakpoints": [{"line": 3}]}
-    thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
     with redirect_stdout(out):
-        thread.start()
-        while not debugger.paused():
-            assert thread.is_alive(), out.getvalue()
-            threading.Event().wait(0.01)
+        thread = run_until_paused(payload, namespace, out)
         link = connect(int(paused_lines(out)[0]["port"]), keyed)  # type: ignore[call-overload]
         spots = [{"line": 4}, {"line": 99}, {"line": 3, "condition": "step > 100"}]
         link.send({"op": "breaks", "file": "<distrain-cell>", "spots": spots})

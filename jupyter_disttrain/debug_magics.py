@@ -1,4 +1,4 @@
-"""``%distrain_debug NAME [--rank R]``: the debugger console of a job's paused ranks.
+"""``%distrain_debug NAME [--rank R] [--pause]``: the debugger console of a job's paused ranks.
 
 Argument parsing and display only: the job comes from the service
 (:func:`~.service.debugging.debug_job`), the console is
@@ -35,6 +35,11 @@ class DebugMagics(Magics):
         help="show --rank in the kernel's Debugger panel (ranks stopped at gutter breakpoints)",
     )
     @magic_arguments.argument(
+        "--pause",
+        action="store_true",
+        help="pause the running job's ranks (--rank R: that one) at their next cell line",
+    )
+    @magic_arguments.argument(
         "--last",
         action="store_true",
         help="a session: stop the ranks whose last cell failed in the frame that raised",
@@ -52,6 +57,8 @@ class DebugMagics(Magics):
                 job = debug_job(default_service(), args.name, args.backend)
         except (BackendError, KeyError) as exc:
             raise UsageError(f"%distrain_debug {args.name}: {exc}") from None
+        if args.pause:
+            self._pause(job, args.rank)
         paused = [p.rank for p in job.paused()]
         if args.rank is not None:
             if not 0 <= args.rank < job.spec.world_size:
@@ -67,6 +74,21 @@ class DebugMagics(Magics):
         from .widgets.debug_console import DebugConsole
 
         return DebugConsole(job, args.rank)  # shown as the cell's value
+
+    def _pause(self, job: Any, rank: int | None) -> None:
+        """``--pause``: pause ``rank`` (None: every rank) and say where each stopped."""
+        try:
+            paused = job.pause(None if rank is None else [rank])
+        except BackendError as exc:
+            raise UsageError(f"%distrain_debug {job.name} --pause: {exc}") from None
+        for where in paused:
+            print(f"{job.name}: {where.sentence()}")
+        held = sorted(set(range(job.spec.world_size)) - {p.rank for p in paused})
+        if rank is None and held:
+            print(
+                f"{job.name}: ranks {', '.join(map(str, held))} run on until they reach a line "
+                "(one waiting in a collective for a paused rank pauses when it returns)"
+            )
 
     def _panel(self, args: Any) -> None:
         """``--panel``: the Debugger panel shows ``--rank``."""

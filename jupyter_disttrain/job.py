@@ -8,7 +8,8 @@ this process's jobs by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -277,6 +278,44 @@ class Job:
     def paused(self) -> list[PausedRank]:
         """The ranks stopped in the debugger now (``rank``, ``file``, ``line``, ``function``)."""
         return self.monitor.paused()
+
+    def pause(
+        self, ranks: Sequence[int] | None = None, timeout: float | None = None
+    ) -> list[PausedRank]:
+        """Pause running ``ranks`` (None: every rank) at their next line of the cell, as at a
+        breakpoint; return the paused ranks once every one asked is (or after ``timeout`` s:
+        default 10, or 90 where workers run in pods and a kubelet passes the request on;
+        0: ask and return at once).
+
+        A rank waiting in a collective for a paused peer pauses once the collective
+        returns. Raises :class:`~.backends.base.BackendError` when the backend cannot
+        pause ranks, the job has ended, a rank is out of range, or no rank paused in time.
+        """
+        if not self.backend.capabilities.pause_on_request:
+            self.backend.request_pause(self.name, ranks)  # raises, naming what to do instead
+        world = self.spec.world_size
+        wanted = set(range(world)) if ranks is None else set(ranks)
+        wrong = sorted(r for r in wanted if not 0 <= r < world)
+        if wrong:
+            raise BackendError(f"rank {wrong[0]}: job {self.name} has ranks 0 to {world - 1}")
+        if self.done:
+            raise BackendError(f"job {self.name} has ended ({self.status()}): nothing to pause")
+        if timeout is None:
+            timeout = 90.0 if self.backend.capabilities.has_pods else 10.0
+        self.backend.request_pause(self.name, None if ranks is None else sorted(wanted))
+        deadline = time.monotonic() + timeout
+        while not wanted <= {p.rank for p in self.paused()} and time.monotonic() < deadline:
+            if self.done:
+                break
+            time.sleep(0.05)
+        paused = [p for p in self.paused() if p.rank in wanted]
+        if not paused and timeout > 0:
+            raise BackendError(
+                f"no rank of job {self.name} paused within {timeout:g} s (state "
+                f"{self.status()}): a rank pauses at its next line of the cell, so one still "
+                "starting, ending or in a long call has not reached one"
+            )
+        return paused
 
     def debug(self, rank: int) -> RankDebugger:
         """The debugger of ``rank`` (paused at ``breakpoint()`` or post-mortem): ``send("p x")``,

@@ -80,6 +80,7 @@ def test_post_mortem_is_an_option_and_a_default(
         ("dbg-magic --rank 9", "--rank 9: job dbg-magic has ranks 0 to 3"),
         ("dbg-magic --rank 0", "rank 0 of job dbg-magic is not paused (paused ranks: 1, 3)"),
         ("dbg-magic --rank one", "invalid int value"),
+        ("dbg-magic --pause --rank 9", "--pause: rank 9: job dbg-magic has ranks 0 to 3"),
     ],
 )
 @pytest.mark.slow

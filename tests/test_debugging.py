@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_disttrain.backends.base import BackendError
 from jupyter_disttrain.backends.local import LocalBackend, jobdir
 from jupyter_disttrain.debugging import DebugError
 from jupyter_disttrain.job import Job
@@ -176,3 +177,53 @@ def test_the_channel_refuses_a_client_without_the_job_key() -> None:
     finally:
         if not job.done:
             job.stop()
+
+
+SPIN = textwrap.dedent(
+    """
+    import os, time, torch, torch.distributed as dist
+    rank = dist.get_rank()
+    step = 0
+    while not os.path.exists({stop!r}):
+        step += 1
+        time.sleep(0.01)
+    t = torch.tensor([1.0])
+    dist.all_reduce(t)
+    t.item()
+    """
+).lstrip()
+#: The lines of the loop, where a paused rank stops.
+SPIN_LINES = {4, 5, 6}
+
+
+def test_pause_stops_running_ranks_at_their_next_cell_line(tmp_path: Any) -> None:
+    stop = tmp_path / "stop"
+    job = start("dbg-pause", SPIN.format(stop=str(stop)), mode="exec")
+    try:
+        wait_for(lambda: job.status() == "Running" and len(job.monitor.ranks()) == 4, 90,
+                 f"the job did not run\n{job.logs()}")  # fmt: skip
+        two = job.pause([2], timeout=60)
+        assert [(p.rank, p.asked, p.function) for p in two] == [(2, True, "<module>")], job.logs()
+        assert two[0].line in SPIN_LINES and two[0].file.startswith("<distrain-cell")
+        assert [p.rank for p in job.paused()] == [2]  # the others run on
+        before = int(job.debug(2).send("p step"))
+        time.sleep(0.5)
+        assert int(job.debug(2).send("p step")) == before  # it stays where it stopped
+        job.debug(2).cont()
+        wait_for(lambda: not job.paused(), 30, "rank 2 did not run on")
+
+        every = job.pause(timeout=60)  # no collective in the loop: every rank stops
+        assert [p.rank for p in every] == [0, 1, 2, 3], job.logs()
+        assert all(p.asked and p.line in SPIN_LINES for p in every), every
+        with pytest.raises(BackendError, match="rank 4: job dbg-pause has ranks 0 to 3"):
+            job.pause([4])
+        stop.write_text("")
+        for rank in range(4):
+            job.debug(rank).cont()
+        assert job.wait(90) == "Succeeded", job.logs()
+        assert job.result() == 4.0
+    finally:
+        if not job.done:
+            job.stop()
+    with pytest.raises(BackendError, match="has ended"):
+        job.pause()

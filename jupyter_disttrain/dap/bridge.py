@@ -254,10 +254,7 @@ class RankBridge:
             elif command == "continue":
                 body = handlers.resume(job, where, args)
             else:  # pause
-                raise DebugError(
-                    f"rank {where.rank} is running; a rank stops at a breakpoint: click the "
-                    "gutter of the %%distrain cell's line to set one"
-                )
+                body = handlers.pause(job, where)
         except DebugError as exc:
             return response(message, None, str(exc))
         return response(message, body)

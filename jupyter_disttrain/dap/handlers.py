@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from ..backends.base import BackendError
 from ..debugging import DebugError
 from . import cells, ids
 from .ids import RankFrame
@@ -134,6 +135,18 @@ def resume(job: Job, where: RankFrame, args: dict[str, Any]) -> dict[str, Any]:
         debugger = job.debug(rank)
         background(debugger.cont, f"rank {rank} continue")
     return {"allThreadsContinued": not single}
+
+
+def pause(job: Job, where: RankFrame) -> dict[str, Any]:
+    """Ask the running rank to pause at its next line of the cell; its stop comes as a
+    ``stopped`` event (reason ``pause``)."""
+    if any(p.rank == where.rank for p in job.paused()):
+        return {}
+    try:
+        job.pause([where.rank], timeout=0)
+    except BackendError as exc:
+        raise DebugError(str(exc)) from None
+    return {}
 
 
 def background(work: Callable[[], Any], what: str) -> None:

@@ -127,6 +127,7 @@ class Watcher:
                 if self.seen.get(ids.thread_id(slot, paused.rank)) is None:
                     self.bridge.sync_later(job, paused.rank)  # breakpoints set while it ran
                 reason = "exception" if paused.exception else "breakpoint"
+                reason = "pause" if paused.asked else reason
                 now[ids.thread_id(slot, paused.rank)] = (
                     paused.t,
                     paused.line,

@@ -32,6 +32,7 @@ class PausedRank:
     node: int
     t: float
     exception: str = ""
+    asked: bool = False  # paused on the notebook's request (not at a breakpoint)
 
     @property
     def place(self) -> str:
@@ -53,6 +54,7 @@ class PausedRank:
             "function": self.function,
             "place": self.place,
             "exception": self.exception,
+            "asked": self.asked,
             "sentence": self.sentence(),
         }
 
@@ -83,6 +85,7 @@ class PauseBook:
             row.node,
             ev.t,
             as_str(ev.get("exception")),
+            ev.get("reason") == "pause",
         )
         if row.state in ("Running", "Pending", "Ready", PAUSED):
             row.state = PAUSED

@@ -226,6 +226,9 @@ class _Channel:
         where = self._frame()
         fields = {k: where[k] for k in ("file", "line", "function")}
         extra = {"exception": exception[:400]} if exception else {}
+        if getattr(debugger, "asked", False):  # paused on the notebook's request
+            debugger.asked = False
+            extra["reason"] = "pause"
         report.emit("paused", port=self.port, pid=os.getpid(), **fields, **extra)
 
     def next_command(self) -> str:
@@ -415,6 +418,7 @@ def _make_pdb(channel: _Channel) -> Any:
             self.prompt = PROMPT
             self._resuming = False
             self.exception = ""
+            self.asked = False  # the next stop is a pause the notebook asked for
             self._spans: dict[Any, set[int]] = {}
 
         def dispatch_call(self, frame: FrameType, arg: Any) -> Any:
@@ -501,14 +505,41 @@ def arm(breakpoints: list[dict[str, Any]], filename: str) -> Any:
         condition = spot.get("condition") or None
         debugger.set_break(filename, int(spot["line"]), cond=condition)
     sys.settrace(debugger.trace_dispatch)
+    _armed[:] = [debugger]
     return debugger
 
 
 def disarm(debugger: Any) -> None:
     """Stop tracing for :func:`arm`'s ``debugger`` (None: nothing to do)."""
     if debugger is not None:
+        _armed.clear()
         sys.settrace(None)
         debugger.clear_all_breaks()
+
+
+_armed: list[Any] = []  # the debugger tracing the running cell for its breakpoints, if any
+
+
+def pause_at(frame: FrameType, target: FrameType) -> None:
+    """(On the thread running ``frame``) stop at the next line ``target`` (a frame of
+    ``frame``'s stack) runs: with the cell's armed debugger (its breakpoints kept), else a
+    new one. Nothing without a job key."""
+    channel = _channel_or_none()
+    if channel is None:
+        return
+    armed = bool(_armed)
+    debugger = _armed[0] if armed else _make_pdb(channel)
+    if not armed:
+        debugger.reset()
+    walk: FrameType | None = frame
+    while walk is not None:  # every frame up the stack reports its lines from now on
+        walk.f_trace = debugger.trace_dispatch
+        if not armed:  # an armed debugger keeps the cell runner's frame as its bottom
+            debugger.botframe = walk
+        walk = walk.f_back
+    debugger.asked = True
+    debugger._set_stopinfo(target, None)
+    sys.settrace(debugger.trace_dispatch)
 
 
 class _PdbPatcher:

@@ -11,6 +11,11 @@ the rank said hello, stopped before the process group is torn down.
   Rank 0 passes the request on through the job's store; without a store
   (TensorFlow) each rank reads the job-directory file itself. Rank 0 raises
   hang requests the same way.
+- **Pauses.** The same way (a ``pause`` file, or the pause annotation of
+  rank 0's pod) the notebook asks ranks to pause: ``N:all`` or ``N:1,5``.
+  Rank 0 passes request N on through the store; each rank named pauses at
+  its next user line (:mod:`.pausing`). A restarted round of workers does
+  not take the requests made before it started.
 - **Hang detection** (``DISTRAIN_HANG_AFTER`` seconds, 0 turns it off):
   every rank adds to a store counter each tick in which it wrote anything
   (its log grew, a protocol line, a line through the rank prefixer; resource
@@ -30,7 +35,7 @@ import threading
 import time
 from typing import Any, Final
 
-from . import debugger, env, rankprefix, report, stacks
+from . import debugger, env, pausing, rankprefix, report, stacks
 from .cell import code_filename
 from .jobstore import round_key, signed_default_store
 
@@ -38,8 +43,10 @@ ENV_HANG = "DISTRAIN_HANG_AFTER"
 #: A pod's annotations file (downward API): the notebook asks for stacks by annotating rank 0.
 ENV_ANNOTATIONS = "DISTRAIN_POD_ANNOTATIONS"
 WHERE_ANNOTATION: Final = "disttrain.jupyter.org/where"
+PAUSE_ANNOTATION: Final = "disttrain.jupyter.org/pause"
 DEFAULT_HANG_AFTER: Final = 300.0
 REQUEST_FILE: Final = "where"
+PAUSE_FILE: Final = "pause"
 #: Seconds rank 0 waits for the other ranks' stacks in the store.
 GATHER_SECONDS: Final = 5.0
 
@@ -56,8 +63,8 @@ def request_file(job_dir: str) -> str:
     return os.path.join(job_dir, REQUEST_FILE)
 
 
-def annotation_counter(path: str, key: str) -> int:
-    """The integer value of annotation ``key`` in a downward-API annotations file (0: none).
+def annotation_value(path: str, key: str) -> str:
+    """The value of annotation ``key`` in a downward-API annotations file ("": none).
 
     The file has one ``key="value"`` line per annotation, values quoted as Go strings.
     """
@@ -66,10 +73,17 @@ def annotation_counter(path: str, key: str) -> int:
             for line in f:
                 name, sep, value = line.strip().partition("=")
                 if sep and name == key:
-                    return int(json.loads(value))
+                    text = json.loads(value)
+                    return text if isinstance(text, str) else ""
     except (OSError, ValueError):
         pass
-    return 0
+    return ""
+
+
+def annotation_counter(path: str, key: str) -> int:
+    """The integer value of annotation ``key`` in a downward-API annotations file (0: none)."""
+    value = annotation_value(path, key)
+    return int(value) if value.isdigit() else 0
 
 
 def _key(what: str) -> str:
@@ -81,6 +95,7 @@ class _Watch:
         self.rank = rank
         self.world = world
         self.file = request_file(job_dir) if job_dir else None
+        self.pause_file = os.path.join(job_dir, PAUSE_FILE) if job_dir else None
         control = os.environ.get(ENV_ANNOTATIONS)
         self.annotations = control or None
         self.forwarded = 0
@@ -90,6 +105,10 @@ class _Watch:
         self.stop = threading.Event()
         self.served: set[str] = set()
         self.token = self._activity()
+        # a restarted round is not paused again by the request its predecessor took
+        restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
+        self.paused_upto = self._pause_control()[0] if restarted else 0
+        self.pause_forwarded = self.paused_upto
         self.thread = threading.Thread(target=self._run, name="distrain-where", daemon=True)
 
     # --- what counts as activity -------------------------------------------------
@@ -132,6 +151,7 @@ class _Watch:
                         quiet = round(now - quiet_since, 1)
                         self.store.set(_key("hang"), json.dumps({"n": hangs, "quiet": quiet}))
                         quiet_since = float("inf")
+                self._pause()
                 for request, why in self._requests():
                     if request not in self.served:
                         self.served.add(request)
@@ -154,6 +174,39 @@ class _Watch:
         if self.annotations is not None:
             asked = max(asked, annotation_counter(self.annotations, WHERE_ANNOTATION))
         return asked
+
+    def _pause_control(self) -> tuple[int, frozenset[int] | None, str]:
+        """The newest pause request in this rank's control files: number, ranks, text."""
+        found: tuple[int, frozenset[int] | None, str] = (0, None, "")
+        texts = [annotation_value(self.annotations, PAUSE_ANNOTATION)] if self.annotations else []
+        if self.pause_file is not None:
+            try:
+                with open(self.pause_file, encoding="utf-8") as f:
+                    texts.append(f.read(1 << 20))
+            except OSError:
+                pass
+        for text in texts:
+            parsed = pausing.parse_request(text)
+            if parsed is not None and parsed[0] > found[0]:
+                found = (*parsed, text.strip())
+        return found
+
+    def _pause(self) -> None:
+        """Pause this rank when the newest request names it (each request once)."""
+        number, ranks, text = (0, None, "")
+        if self.rank == 0 or self.store is None:
+            number, ranks, text = self._pause_control()
+        if self.store is not None:  # rank 0 passes a request on; every rank reads it here
+            if number > self.pause_forwarded:
+                self.store.set(_key("pause"), text)
+                self.pause_forwarded = number
+            value = self.store.get_if(_key("pause"))
+            parsed = pausing.parse_request(value.decode(errors="replace")) if value else None
+            number, ranks = parsed if parsed is not None else (0, None)
+        if number > self.paused_upto:
+            self.paused_upto = number
+            if ranks is None or self.rank in ranks:
+                pausing.request()
 
     def _requests(self) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []

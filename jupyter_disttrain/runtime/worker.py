@@ -28,6 +28,7 @@ from . import (
     ifaces,
     integrations,
     metrics_server,
+    pausing,
     preemption,
     rankprefix,
     relay,
@@ -441,6 +442,7 @@ def run(payload_path: str) -> int:
         int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
     )
     debugger.install()  # breakpoint() and pdb.set_trace() are driven from the notebook
+    pausing.install()  # the notebook may pause a running rank at its next cell line
     integrations.install()  # autolog: Lightning, HF Trainer, Keras, Accelerate report themselves
     if uses_checkpoints(payload):
         preemption.install()  # SIGTERM: one last checkpoint, then an exit for a restart

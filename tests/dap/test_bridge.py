@@ -8,6 +8,7 @@ them; ``threads``, ``stackTrace``, ``scopes``/``variables``, ``evaluate``,
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,50 @@ def test_ranks_are_threads_that_stop_step_show_and_continue(kernel: Kernel, home
     )
     assert state.strip() == "Succeeded", show()
     assert not any(t["name"].startswith("rank ") for t in dap.ok("threads")["threads"])
+
+
+SPIN = """%%distrain --nodes 2 --nproc 2 --name {name}
+import time
+step, limit = 0, 10**9
+while step < limit:
+    step += 1
+    time.sleep(0.01)
+step
+"""
+#: The loop's lines as the panel numbers the cell (the magic's line is line 1).
+LOOP_LINES = (4, 5, 6)
+
+
+def test_a_running_rank_pauses_when_the_panel_asks(kernel: Kernel, home: Path) -> None:
+    name = "dap-pause"
+    kernel.execute(f"import os; os.environ['DISTRAIN_HOME'] = {str(home)!r}")
+    kernel.execute("%load_ext jupyter_disttrain")
+    dap = DapClient(kernel)
+    dap.start()
+    code = SPIN.format(name=name)
+    dap.ok("dumpCell", code=code)
+    kernel.execute(code + "\n")
+    show = lambda: logs(name)  # noqa: E731
+    status = f"from jupyter_disttrain import service as d; print(d.registered()[{name!r}].status())"
+    deadline = time.monotonic() + WAIT
+    while kernel.run(status).strip() != "Running":
+        assert time.monotonic() < deadline, show()
+        time.sleep(0.2)
+    threads = {t["name"]: t["id"] for t in dap.ok("threads")["threads"]}
+    one = threads["rank 1 (node 0)"]
+
+    dap.ok("pause", threadId=one)
+    stop = dap.wait_event(lambda e: e["event"] == "stopped", "rank 1's pause", WAIT, show)
+    assert (rank_of(stop), stop["body"]["reason"]) == (1, "pause"), stop
+    frames = dap.ok("stackTrace", threadId=one)["stackFrames"]
+    assert frames[0]["line"] in LOOP_LINES, frames
+    assert dap.ok("evaluate", expression="step > 0", frameId=frames[0]["id"])["result"] == "True"
+    paused = kernel.run(f"print([p.rank for p in d.registered()[{name!r}].paused()])")
+    assert paused.strip() == "[1]", show()  # the other ranks run on
+
+    dap.ok("continue", threadId=one, singleThread=True)
+    dap.wait_event(
+        lambda e: e["event"] == "continued" and rank_of(e) == 1, "rank 1 runs", WAIT, show
+    )
+    state = kernel.run(f"print(d.registered()[{name!r}].stop())")
+    assert state.strip() == "Stopped", show()

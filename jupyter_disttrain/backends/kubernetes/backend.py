@@ -15,7 +15,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -23,8 +23,8 @@ from typing import Any, cast
 from ... import events as ev
 from ...frameworks import framework
 from ...payload import Payload
-from ...runtime import jobkey
-from ...runtime.hangwatch import WHERE_ANNOTATION
+from ...runtime import jobkey, pausing
+from ...runtime.hangwatch import PAUSE_ANNOTATION, WHERE_ANNOTATION
 from ...spec import JobSpec
 from ..base import (
     Backend,
@@ -99,6 +99,7 @@ class KubernetesBackend(Backend):
         needs_configuration=True,
         lists_runtimes=True,
         stacks_on_request=True,
+        pause_on_request=True,
         phases=ev.PHASES,
         sessions=True,
         reaches_ranks=True,
@@ -464,18 +465,31 @@ class KubernetesBackend(Backend):
         where rank 0's watch reads them (on a real cluster within the
         kubelet's sync period, up to about a minute).
         """
+        return f"a{self._annotate_leader(name, WHERE_ANNOTATION, str)}"
+
+    def request_pause(self, name: str, ranks: Sequence[int] | None) -> int:
+        """Annotate the pod of node 0 with the next pause request (read as for
+        :meth:`request_stacks`)."""
+        return self._annotate_leader(
+            name, PAUSE_ANNOTATION, lambda n: pausing.render_request(n, ranks)
+        )
+
+    def _annotate_leader(self, name: str, key: str, render: Callable[[int], str]) -> int:
+        """Set annotation ``key`` of job ``name``'s node-0 pod to ``render(N)``, N one more
+        than the number it holds; return N."""
         conn = self.connection()
         first = leader_pod([conn.plain(p) for p in podlogs.job_pods(conn, name)])
         if first is None:
             raise JobNotFound(f"job {name!r} has no pod of node 0 in namespace {conn.namespace!r}")
         meta = first["metadata"]
-        asked = int((meta.get("annotations") or {}).get(WHERE_ANNOTATION, "0") or 0) + 1
-        patch = {"metadata": {"annotations": {WHERE_ANNOTATION: str(asked)}}}
+        held = str((meta.get("annotations") or {}).get(key, "0")).partition(":")[0]
+        asked = (int(held) if held.isdigit() else 0) + 1
+        patch = {"metadata": {"annotations": {key: render(asked)}}}
         try:
             conn.core.patch_namespaced_pod(meta["name"], conn.namespace, patch)
         except api_error() as exc:
             raise explain(exc, kind="Pod", name=meta["name"], namespace=conn.namespace) from None
-        return f"a{asked}"
+        return asked
 
     def job_record(self, spec: JobSpec, state: str) -> JobRecord:
         """The base record with the job's namespace as ``owner`` (as listings give it) and

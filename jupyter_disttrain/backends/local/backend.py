@@ -20,6 +20,7 @@ import dataclasses
 import os
 import shutil
 import socket
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from ... import events as ev
 from ...frameworks import framework
 from ...payload import Payload
 from ...plugins import DEFAULT_FRAMEWORK
-from ...runtime import hangwatch, jobkey
+from ...runtime import hangwatch, jobkey, pausing
 from ...spec import JobSpec
 from ..base import (
     Backend,
@@ -76,6 +77,7 @@ class LocalBackend(Backend):
         # every registered framework; restarts where torchrun agents restart the workers
         checkpoints_on_path=True,
         stacks_on_request=True,
+        pause_on_request=True,
         phases=("started", "rendezvous", "first_step"),
         sessions=True,
         reaches_ranks=True,
@@ -108,18 +110,14 @@ class LocalBackend(Backend):
 
     def request_stacks(self, name: str) -> str:
         """Raise the counter in the job directory's request file; every rank's watch reads it."""
-        directory = jobdir.job_dir(name)
-        if not directory.is_dir():
-            raise JobNotFound(f"no local job named {name!r}")
-        path = directory / hangwatch.REQUEST_FILE
-        try:
-            asked = int(path.read_text(encoding="utf-8").strip() or 0)
-        except (OSError, ValueError):
-            asked = 0
-        tmp = directory / f".{hangwatch.REQUEST_FILE}.tmp"
-        jobdir.write_private(tmp, str(asked + 1).encode())
-        os.replace(tmp, path)  # a rank reads the old or the new counter, never a torn one
-        return f"a{asked + 1}"
+        return f"a{_raise_control(name, hangwatch.REQUEST_FILE, str)}"
+
+    def request_pause(self, name: str, ranks: Sequence[int] | None) -> int:
+        """Write the next pause request into the job directory's pause file (rank 0's watch
+        passes it on)."""
+        return _raise_control(
+            name, hangwatch.PAUSE_FILE, lambda n: pausing.render_request(n, ranks)
+        )
 
     def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
         """Rank 0 runs on this machine: connect to ``127.0.0.1:port``."""
@@ -287,3 +285,20 @@ def _make_run_dir(directory: Path, name: str) -> None:
             "plan it again"
         ) from None
     os.chmod(directory, jobdir.DIR_MODE)
+
+
+def _raise_control(name: str, file: str, render: Callable[[int], str]) -> int:
+    """Write ``render(N)`` into control ``file`` of local job ``name``, N one more than the
+    number it holds; return N."""
+    directory = jobdir.job_dir(name)
+    if not directory.is_dir():
+        raise JobNotFound(f"no local job named {name!r}")
+    path = directory / file
+    try:
+        asked = int(path.read_text(encoding="utf-8").strip().partition(":")[0] or 0)
+    except (OSError, ValueError):
+        asked = 0
+    tmp = directory / f".{file}.tmp"
+    jobdir.write_private(tmp, render(asked + 1).encode())
+    os.replace(tmp, path)  # a rank reads the old or the new request, never a torn one
+    return asked + 1

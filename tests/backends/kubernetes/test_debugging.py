@@ -107,3 +107,42 @@ def test_a_session_cell_pauses_and_continues(trainer: tuple[Emulator, str]) -> N
         assert session.run("value") == 5
     finally:
         session.stop()
+
+
+SPIN = """import time, torch, torch.distributed as dist
+step, limit = 0, 10**9
+while step < limit:
+    step += 1
+    time.sleep(0.01)
+t = torch.tensor([1.0])
+dist.all_reduce(t)
+t.item()
+"""
+
+
+def test_running_ranks_pause_on_request_through_the_leader_pods_annotation(
+    trainer: tuple[Emulator, str],
+) -> None:
+    _, api = trainer
+    name = f"kpause-{api}"
+    spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=2, options=(("kubeflow_api", api),))
+    backend = KubernetesBackend()
+    plan = backend.plan(spec, build_payload(SPIN, {}, job=name))
+    job = Job(spec, backend, plan=plan)
+    job.submission = backend.submit(plan, job.feed)
+    try:
+        wait_for(lambda: len(job.monitor.ranks()) == 4 and job.status() == "Running", 120, job.logs)
+        three = job.pause([3], timeout=90)
+        assert [(p.rank, p.node, p.asked) for p in three] == [(3, 1, True)], job.logs()
+        assert three[0].line in (3, 4, 5)
+        every = job.pause(timeout=90)
+        assert [p.rank for p in every] == [0, 1, 2, 3], job.logs()
+        answers = job.cast("!limit = 0")
+        assert sorted(answers) == [0, 1, 2, 3]
+        for rank in range(4):
+            job.debug(rank).cont()
+        assert job.wait(120) == "Succeeded", job.logs()
+        assert job.result() == 4.0
+    finally:
+        if not job.done:
+            job.stop()

@@ -4,7 +4,8 @@
 //
 // The notebook (written by test_dap_browser.py) has three code cells: load the
 // extension, a 2x2 job (DAP_JOB, "browser-dap"), and `%distrain_debug ... --rank
-// DAP_RANK --panel` (rank 2; the environment names others).
+// DAP_RANK --panel` (rank 2; the environment names others). DAP_APP=notebook
+// drives Notebook 7 instead of JupyterLab.
 // The script turns the kernel's debugger on, clicks the gutter of the job cell's
 // line 5, runs the cell, waits for every rank to pause and the panel to show a
 // stopped rank's frame (the last to stop), runs the third cell so the panel shows that rank, clicks
@@ -20,6 +21,7 @@ const JOB_TIMEOUT = 180_000;
 const LINE = 5;
 const RANK = Number(process.env.DAP_RANK ?? "2"); // the rank the panel is made to show
 const JOB = process.env.DAP_JOB ?? "browser-dap";
+const NOTEBOOK7 = process.env.DAP_APP === "notebook"; // Notebook 7 instead of JupyterLab
 
 fs.mkdirSync(outDir, { recursive: true });
 const { page, result, close } = await openBrowser({ width: 1400, height: 1300 });
@@ -50,9 +52,12 @@ async function until(locator, pattern) {
 }
 
 await runScenario({ page, result, close }, outDir, async () => {
-  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
+  const url = NOTEBOOK7 ? `${baseUrl}/notebooks/${notebook}` : `${baseUrl}/lab/tree/${notebook}`;
+  await page.goto(url, { waitUntil: "domcontentloaded" });
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  if (!NOTEBOOK7) {
+    await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  }
   await waitForPrompt(await runCell(0));
 
   const bug = page.locator(".jp-DebuggerBugButton").first();
@@ -64,7 +69,13 @@ await runScenario({ page, result, close }, outDir, async () => {
   await bug.click();
   await page.locator('.jp-DebuggerBugButton[aria-pressed="true"]').first().waitFor({ timeout: 60_000 });
   if (!(await sidebar.isVisible())) {
-    await page.locator('.jp-SideBar li[data-id="jp-debugger-sidebar"]').click();
+    if (NOTEBOOK7) {
+      // Notebook 7 keeps its side panels closed: the View menu opens the debugger's
+      await page.locator(".lm-MenuBar-itemLabel", { hasText: /^View$/ }).click();
+      await page.locator(".lm-Menu-itemLabel", { hasText: /Debugger/ }).first().click();
+    } else {
+      await page.locator('.jp-SideBar li[data-id="jp-debugger-sidebar"]').click();
+    }
   }
   await sidebar.waitFor({ timeout: 60_000 });
 

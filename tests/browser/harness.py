@@ -41,3 +41,22 @@ def run_harness(script: str, lab: Lab, notebook: str, output: Path) -> dict[str,
     result: dict[str, Any] = json.loads(lines[-1])
     assert "error" not in result, f"{result['error']}\nconsole: {result['console']}"
     return result
+
+
+def page_errors(result: dict[str, Any]) -> list[str]:
+    """The page errors a harness saw, less the one Notebook 7.6's own shortcuts plugin raises
+    on every page with no extension enabled (its first frame in ``notebook_core``)."""
+    return [
+        error
+        for error in result.get("console", [])
+        if error.startswith("pageerror") and not _notebook7_own(error)
+    ]
+
+
+def _notebook7_own(error: str) -> bool:
+    first = error.split("\n")
+    return (
+        first[0] == "pageerror: Cannot read properties of undefined (reading 'schema')"
+        and len(first) > 2
+        and "/static/notebook/notebook_core." in first[2]
+    )

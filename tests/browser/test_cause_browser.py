@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from .conftest import OUTPUT, Lab, _serve
-from .harness import run_harness, write_notebook
+from .harness import page_errors, run_harness, write_notebook
 
 SHOTS = OUTPUT.parent / "browser-cause"
 LOOP = """
@@ -173,15 +173,8 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
         assert stopped["cause"] is None and not stopped["stopVisible"], stopped
         assert stopped["rate"] == "stalled", stopped  # not the rate from before the hang
 
-    errors = [e for e in result["console"] if e.startswith("pageerror") and not _upstream(e)]
+    errors = page_errors(result)
     assert not errors, errors
     for theme in ("light", "dark", "notebook7"):
         for shot in ("fail-job.png", "hang-job.png", "page.png"):
             assert (SHOTS / theme / shot).stat().st_size > 10_000
-
-
-def _upstream(error: str) -> bool:
-    """Notebook 7.6's own shortcuts plugin fails so on every page, with no extension enabled."""
-    from .test_notebook7_browser import _upstream as notebook7_upstream
-
-    return notebook7_upstream(error)

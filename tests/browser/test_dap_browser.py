@@ -4,7 +4,8 @@ The kernel's debugger is turned on, a breakpoint clicked into the gutter of
 the ``%%distrain`` cell's line 5, the cell run: every rank pauses there, the
 Callstack shows a stopped rank's cell frame at line 5; ``%distrain_debug
 --rank 2 --panel`` makes the panel show rank 2 (Variables: its ``step``);
-Next moves rank 2 to line 6 and Continue lets the job succeed. The same job
+Next moves rank 2 to line 6 and Continue lets the job succeed. The same in
+Notebook 7 (its debugger panel opened from the View menu). The same job
 on the Kubernetes emulator shows rank 3, in node 1's pod (through the API
 server's port-forward). The panel's screenshots land in ``test-output/dap*/``.
 """
@@ -22,7 +23,7 @@ from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
 
 from .conftest import REPO, Lab, serve_lab
-from .harness import run_harness, write_notebook
+from .harness import page_errors, run_harness, write_notebook
 
 OUTPUT = REPO / "test-output" / "dap"
 OUTPUT_K8S = REPO / "test-output" / "dap-kubernetes"
@@ -45,6 +46,15 @@ step""",
 def test_debugger_panel_in_jupyterlab(lab: Lab) -> None:
     notebook = write_notebook(lab.root, "dap.ipynb", CELLS)
     result = run_harness("dap.mjs", lab, notebook, OUTPUT)
+    check(result, rank=2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_debugger_panel_in_notebook7(notebook7: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAP_APP", "notebook")
+    notebook = write_notebook(notebook7.root, "dap.ipynb", CELLS)
+    result = run_harness("dap.mjs", notebook7, notebook, REPO / "test-output" / "dap-notebook7")
     check(result, rank=2)
 
 
@@ -93,5 +103,5 @@ def check(result: dict[str, Any], rank: int, name: str = "browser-dap") -> None:
     assert result["stepped"]["location"].endswith(":6"), result
     assert re.search(rf"\brank\s+{rank}\b", result["rank2Stepped"]), result
     assert result["final"] == "Succeeded"
-    errors = [e for e in result["console"] if e.startswith("pageerror")]
+    errors = page_errors(result)
     assert not errors, errors

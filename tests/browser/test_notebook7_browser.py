@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from .conftest import REPO, Lab
-from .harness import run_harness, write_notebook
+from .harness import page_errors, run_harness, write_notebook
 
 OUTPUT = REPO / "test-output" / "notebook7"
 
@@ -41,16 +41,6 @@ while step < 3000 and not os.path.exists("{ROOT}/stop-training"):
     step += 1""",
     "%distrain_checkpoints nb7-train",
 ]
-
-
-def _upstream(error: str) -> bool:
-    """Notebook 7.6's own shortcuts plugin fails so on every page, with no extension enabled."""
-    first = error.split("\n")
-    return (
-        first[0] == "pageerror: Cannot read properties of undefined (reading 'schema')"
-        and len(first) > 2
-        and "/static/notebook/notebook_core." in first[2]
-    )
 
 
 @pytest.mark.slow
@@ -90,7 +80,7 @@ def test_dashboard_and_checkpoints_in_notebook7(notebook7: Lab) -> None:
     assert [r["step"] for r in after] == list(range(last // 10 * 10, 0, -10)), after
     assert "step 20" in result["detail"] and "model.weight" in result["detail"], result["detail"]
 
-    errors = [e for e in result["console"] if e.startswith("pageerror") and not _upstream(e)]
+    errors = page_errors(result)
     assert not errors, errors
     for name in ("notebook7-dashboard.png", "notebook7-checkpoints.png"):
         assert (OUTPUT / name).stat().st_size > 5_000

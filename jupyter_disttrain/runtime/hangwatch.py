@@ -12,7 +12,8 @@ the rank said hello, stopped before the process group is torn down.
   (TensorFlow) each rank reads the job-directory file itself. Rank 0 raises
   hang requests the same way.
 - **Pauses.** The same way (a ``pause`` file, or the pause annotation of
-  rank 0's pod) the notebook asks ranks to pause: ``N:all`` or ``N:1,5``.
+  rank 0's pod) the notebook asks ranks to pause: ``N:all`` or ``N:1,5``,
+  signed with the job key (:func:`.pausing.parse_request`).
   Rank 0 passes request N on through the store; each rank named pauses at
   its next user line (:mod:`.pausing`). A restarted round of workers does
   not take the requests made before it started.
@@ -37,7 +38,7 @@ from typing import Any, Final
 
 from . import debugger, env, pausing, rankprefix, report, stacks
 from .cell import code_filename
-from .jobstore import round_key, signed_default_store
+from .jobstore import job_key, round_key, signed_default_store
 
 ENV_HANG = "DISTRAIN_HANG_AFTER"
 #: A pod's annotations file (downward API): the notebook asks for stacks by annotating rank 0.
@@ -96,6 +97,7 @@ class _Watch:
         self.world = world
         self.file = request_file(job_dir) if job_dir else None
         self.pause_file = os.path.join(job_dir, PAUSE_FILE) if job_dir else None
+        self.key = job_key()  # pause requests are signed with it
         control = os.environ.get(ENV_ANNOTATIONS)
         self.annotations = control or None
         self.forwarded = 0
@@ -186,7 +188,7 @@ class _Watch:
             except OSError:
                 pass
         for text in texts:
-            parsed = pausing.parse_request(text)
+            parsed = pausing.parse_request(text, self.key) if self.key else None
             if parsed is not None and parsed[0] > found[0]:
                 found = (*parsed, text.strip())
         return found
@@ -201,7 +203,8 @@ class _Watch:
                 self.store.set(_key("pause"), text)
                 self.pause_forwarded = number
             value = self.store.get_if(_key("pause"))
-            parsed = pausing.parse_request(value.decode(errors="replace")) if value else None
+            text = value.decode(errors="replace") if value else ""
+            parsed = pausing.parse_request(text, self.key) if self.key else None
             number, ranks = parsed if parsed is not None else (0, None)
         if number > self.paused_upto:
             self.paused_upto = number

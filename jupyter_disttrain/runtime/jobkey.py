@@ -44,8 +44,8 @@ SIGNATURE_CHARS: Final = 64
 _HEX: Final = frozenset(b"0123456789abcdef")
 
 #: What a :func:`signed` blob is for; each has its own subkey.
-Purpose = Literal["store", "session", "debugger"]
-PURPOSES: Final = ("store", "session", "debugger")
+Purpose = Literal["store", "session", "debugger", "control"]
+PURPOSES: Final = ("store", "session", "debugger", "control")
 
 _lock = threading.Lock()
 _cached: tuple[str, bytes] | None = None

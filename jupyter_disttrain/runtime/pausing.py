@@ -1,7 +1,8 @@
 """Pausing a running rank on the notebook's request: it stops at the next line of its cell.
 
 Standard library only. The request reaches the rank's watch thread
-(:mod:`.hangwatch`, the same control that asks for stacks); the watch
+(:mod:`.hangwatch`, the same control that asks for stacks), signed with
+the job key (a request without the key is ignored); the watch
 thread cannot stop another thread, so it sends :data:`PAUSE_SIGNAL` to this
 process's main thread with ``pthread_kill``. The handler (installed by
 :func:`install` from the main thread, only where nothing else handles that
@@ -16,13 +17,14 @@ user's code (starting, ending) ignores the request.
 
 from __future__ import annotations
 
+import hmac
 import signal
 import threading
 from collections.abc import Iterable
 from types import FrameType
 from typing import Final
 
-from . import debugger
+from . import debugger, jobkey
 from .cell import code_filename
 
 #: The signal that carries a pause from the watch thread to the main thread (a real-time
@@ -34,10 +36,14 @@ ALL: Final = "all"
 _installed = False
 
 
-def parse_request(value: str) -> tuple[int, frozenset[int] | None] | None:
-    """``"N:all"`` or ``"N:1,5"`` (request number, ranks) from a control file or annotation;
-    None for anything else (the rank ignores it)."""
-    number, sep, ranks = value.strip().partition(":")
+def parse_request(value: str, key: bytes) -> tuple[int, frozenset[int] | None] | None:
+    """``"N:all:TAG"`` or ``"N:1,5:TAG"`` (request number, ranks) from a control file or
+    annotation, TAG its HMAC under job key ``key`` (``control`` subkey); None for anything
+    else, a wrong tag included (the rank ignores it)."""
+    body, sep, tag = value.strip().rpartition(":")
+    if not sep or not hmac.compare_digest(tag.encode("ascii", "replace"), signature(key, body)):
+        return None
+    number, sep, ranks = body.partition(":")
     if not sep or not number.isdigit() or int(number) <= 0:
         return None
     if ranks == ALL:
@@ -48,10 +54,17 @@ def parse_request(value: str) -> tuple[int, frozenset[int] | None] | None:
     return int(number), frozenset(int(p) for p in parts)
 
 
-def render_request(number: int, ranks: Iterable[int] | None) -> str:
-    """The control value :func:`parse_request` reads."""
+def render_request(number: int, ranks: Iterable[int] | None, key: bytes) -> str:
+    """The control value :func:`parse_request` reads, signed with job key ``key``."""
     listed = ALL if ranks is None else ",".join(str(r) for r in sorted(set(ranks)))
-    return f"{number}:{listed}"
+    body = f"{number}:{listed}"
+    return f"{body}:{signature(key, body).decode('ascii')}"
+
+
+def signature(key: bytes, body: str) -> bytes:
+    """The hex HMAC-SHA256 of request ``body`` under job key ``key``'s ``control`` subkey."""
+    mac = hmac.new(jobkey.subkey(key, "control"), body.encode("utf-8", "replace"), "sha256")
+    return mac.hexdigest().encode("ascii")
 
 
 def install() -> bool:

@@ -28,6 +28,7 @@ from ...runtime.hangwatch import PAUSE_ANNOTATION, WHERE_ANNOTATION
 from ...spec import JobSpec
 from ..base import (
     Backend,
+    BackendError,
     BackendOption,
     Capabilities,
     EventSink,
@@ -470,8 +471,11 @@ class KubernetesBackend(Backend):
     def request_pause(self, name: str, ranks: Sequence[int] | None) -> int:
         """Annotate the pod of node 0 with the next pause request (read as for
         :meth:`request_stacks`)."""
+        key = self.job_key(self.connection(), name)
+        if key is None:
+            raise BackendError(f"job {name!r}: its job key is not readable to sign a pause with")
         return self._annotate_leader(
-            name, PAUSE_ANNOTATION, lambda n: pausing.render_request(n, ranks)
+            name, PAUSE_ANNOTATION, lambda n: pausing.render_request(n, ranks, key)
         )
 
     def _annotate_leader(self, name: str, key: str, render: Callable[[int], str]) -> int:

@@ -115,8 +115,11 @@ class LocalBackend(Backend):
     def request_pause(self, name: str, ranks: Sequence[int] | None) -> int:
         """Write the next pause request into the job directory's pause file (rank 0's watch
         passes it on)."""
+        key = self.stored_key(name)
+        if key is None:
+            raise JobNotFound(f"local job {name!r} has no readable job key to sign a pause with")
         return _raise_control(
-            name, hangwatch.PAUSE_FILE, lambda n: pausing.render_request(n, ranks)
+            name, hangwatch.PAUSE_FILE, lambda n: pausing.render_request(n, ranks, key)
         )
 
     def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:

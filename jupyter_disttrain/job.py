@@ -9,7 +9,7 @@ this process's jobs by name.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +20,7 @@ from .debugging import COMMAND_WAIT, Answer, RankDebugger, cast
 from .monitor import JobMonitor, Where, user_traceback
 from .monitor.paused import PausedRank
 from .results import JobFailed, JobStopped, decode_result, recreate_exception
+from .runtime.control import BREAKS, PAUSE, breaks_body, ranks_body
 from .spec import JobSpec
 
 Listener = Callable[[ev.Event], None]
@@ -291,8 +292,8 @@ class Job:
         returns. Raises :class:`~.backends.base.BackendError` when the backend cannot
         pause ranks, the job has ended, a rank is out of range, or no rank paused in time.
         """
-        if not self.backend.capabilities.pause_on_request:
-            self.backend.request_pause(self.name, ranks)  # raises, naming what to do instead
+        if not self.backend.capabilities.controls_ranks:
+            self.backend.send_control(self.name, PAUSE, "")  # raises, naming what to do instead
         world = self.spec.world_size
         wanted = set(range(world)) if ranks is None else set(ranks)
         wrong = sorted(r for r in wanted if not 0 <= r < world)
@@ -302,7 +303,7 @@ class Job:
             raise BackendError(f"job {self.name} has ended ({self.status()}): nothing to pause")
         if timeout is None:
             timeout = 90.0 if self.backend.capabilities.has_pods else 10.0
-        self.backend.request_pause(self.name, None if ranks is None else sorted(wanted))
+        self.backend.send_control(self.name, PAUSE, ranks_body(None if ranks is None else wanted))
         deadline = time.monotonic() + timeout
         while not wanted <= {p.rank for p in self.paused()} and time.monotonic() < deadline:
             if self.done:
@@ -316,6 +317,15 @@ class Job:
                 "starting, ending or in a long call has not reached one"
             )
         return paused
+
+    def set_breakpoints(self, spots: Sequence[Mapping[str, Any]]) -> bool:
+        """Give the running cell of every rank breakpoints ``spots`` (``line`` of the worker's
+        copy of the cell, ``condition``), replacing its own; a paused rank takes them when it
+        runs on. False when the job has ended or its backend cannot reach running ranks."""
+        if self.done or not self.backend.capabilities.controls_ranks:
+            return False
+        self.backend.send_control(self.name, BREAKS, breaks_body(spots))
+        return True
 
     def debug(self, rank: int) -> RankDebugger:
         """The debugger of ``rank`` (paused at ``breakpoint()`` or post-mortem): ``send("p x")``,

@@ -212,6 +212,17 @@ def test_pause_stops_running_ranks_at_their_next_cell_line(tmp_path: Any) -> Non
         job.debug(2).cont()
         wait_for(lambda: not job.paused(), 30, "rank 2 did not run on")
 
+        # breakpoints given to the running cell: rank 3 alone stops at the loop's sleep
+        assert job.set_breakpoints([{"line": 6, "condition": "rank == 3"}])
+        three = wait_for(job.paused, 60, f"rank 3 did not stop\n{job.logs()}")
+        assert [(p.rank, p.line, p.asked) for p in three] == [(3, 6, False)], three
+        listed = lambda: job.debug(3).send("break")  # noqa: E731  (pdb lists its breakpoints)
+        assert "at <distrain-cell>:6" in listed()
+        assert job.set_breakpoints([])  # paused rank 3 too: it runs on without them
+        wait_for(lambda: "<distrain-cell>" not in listed(), 60, f"rank 3 kept: {listed()}")
+        job.debug(3).cont()
+        wait_for(lambda: not job.paused(), 30, "rank 3 did not run on")
+
         every = job.pause(timeout=60)  # no collective in the loop: every rank stops
         assert [p.rank for p in every] == [0, 1, 2, 3], job.logs()
         assert all(p.asked and p.line in SPIN_LINES for p in every), every

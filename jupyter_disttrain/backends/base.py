@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -60,8 +60,8 @@ class Capabilities:
     ``lists_runtimes``: :meth:`Backend.runtimes` lists training runtimes (Kubeflow Trainer).
     ``stacks_on_request``: :meth:`Backend.request_stacks` asks a running job's ranks for
     their stacks (every backend's ranks send them by themselves at a hang).
-    ``pause_on_request``: :meth:`Backend.request_pause` asks running ranks to pause at
-    their next cell line (then they read as paused, as at a breakpoint).
+    ``controls_ranks``: :meth:`Backend.send_control` leaves a running job's ranks a
+    signed request (pause at the next cell line, new breakpoints in the running cell).
     ``phases``: the start-up phases (:data:`~jupyter_disttrain.events.PHASES`) it
     observes; the time-to-first-step timeline shows these. Every backend sees
     ``rendezvous`` and ``first_step`` (the workers' ``hello`` and ``report()``).
@@ -81,7 +81,7 @@ class Capabilities:
     needs_configuration: bool = False
     lists_runtimes: bool = False
     stacks_on_request: bool = False
-    pause_on_request: bool = False
+    controls_ranks: bool = False
     phases: tuple[str, ...] = ("rendezvous", "first_step")
     sessions: bool = False
     reaches_ranks: bool = False
@@ -299,16 +299,16 @@ class Backend(abc.ABC):
             "them when they hang (--hang-after SECONDS)"
         )
 
-    def request_pause(self, name: str, ranks: Sequence[int] | None) -> int:
-        """Ask ``ranks`` (None: every rank) of running job ``name`` to pause at their next
-        line of the user's code; return the request's number.
+    def send_control(self, name: str, control: str, body: str) -> int:
+        """Leave running job ``name``'s ranks request ``body`` of ``control`` (one of
+        :data:`~.runtime.control.CONTROLS`), signed with the job's key; return its number.
 
-        Only where ``capabilities.pause_on_request``; a rank that pauses sends a
-        ``paused`` event with ``reason`` ``pause``.
+        Only where ``capabilities.controls_ranks``; rank 0 reads it and passes it on
+        (:mod:`~.runtime.control`).
         """
         raise BackendError(
-            f"the {self.name} backend cannot pause a running job's ranks; put breakpoint() in "
-            "the cell, or set a breakpoint in its gutter"
+            f"the {self.name} backend cannot reach a running job's ranks ({control}); put "
+            "breakpoint() in the cell, or set breakpoints in its gutter before it runs"
         )
 
     def job_record(self, spec: JobSpec, state: str) -> JobRecord:

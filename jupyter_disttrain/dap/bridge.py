@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from ..backends.base import BackendError
 from ..debugging import DebugError
 from . import cells, handlers, ids
 from .ids import RankFrame
@@ -67,6 +68,7 @@ class RankBridge:
         self.versions: dict[str, int] = {}  # source path -> setBreakpoints seen for it
         self.delivered: dict[tuple[str, int], int] = {}  # (job, rank) -> version it has
         self.started: dict[str, int] = {}  # job -> version its payload carried
+        self.bodies: dict[str, str] = {}  # job name -> its cell's body (matched to cells later)
         self.watcher = Watcher(self)
 
     def install(self) -> None:
@@ -129,6 +131,7 @@ class RankBridge:
         """The workers' breakpoints for job ``name`` running the ``%%distrain`` cell ``body``
         (``raw``: the whole cell as typed, when known); notes which cell the job shows."""
         with self.lock:
+            self.bodies[name] = body
             known = dict(self.dumped)
             known.update({path: _read(path) for path in self.breakpoints if path not in known})
             path = next((p for p, code in known.items() if cells.same_cell(code, body)), None)
@@ -164,6 +167,24 @@ class RankBridge:
                         future.result()
                     except DebugError as exc:
                         log.warning("breakpoints not given: %s", exc)
+
+    def sync_running(self, path: str) -> None:
+        """Give the running ranks of each live job running cell ``path`` the panel's
+        breakpoints of it now (a signed request: they take them at their next line)."""
+        for _, job in self.live():
+            with self.lock:
+                cell = self.job_cells.get(job.name)
+                code = self.dumped.get(path) or _read(path)
+                if cell is None and cells.same_cell(code, self.bodies.get(job.name, "\0")):
+                    cell = self.job_cells[job.name] = (path, code)
+                if cell is None or cell[0] != path:
+                    continue
+                spots = cells.worker_breakpoints(cell[1], self.breakpoints.get(path, []))
+            if len(job.paused()) < job.spec.world_size:
+                try:
+                    job.set_breakpoints(spots)
+                except BackendError as exc:
+                    log.warning("breakpoints not sent to job %s: %s", job.name, exc)
 
     def sync(self, job: Job, rank: int) -> None:
         """Give a paused ``rank`` the panel's breakpoints of its cell, if it has older ones
@@ -226,6 +247,8 @@ class RankBridge:
             self._note(message, reply)
         if command == "setBreakpoints":  # the reply comes once paused ranks have them
             await asyncio.to_thread(self.sync_paused)
+            path = str(((message.get("arguments") or {}).get("source") or {}).get("path", ""))
+            await asyncio.to_thread(self.sync_running, path)
         elif command == "threads" and reply.get("success"):
             reply["body"]["threads"] = [*reply["body"].get("threads", []), *self.threads()]
         elif command == "debugInfo" and reply.get("success"):

@@ -107,11 +107,11 @@ def run_payload(payload: Mapping[str, Any], namespace: dict[str, Any]) -> Any:
         return run_script(script, str(payload["source"]), namespace)
     source = str(payload["source"])
     register_source(source)  # the breakpoints' lines must exist before they are set
-    armed = debugger.arm(list(payload.get("breakpoints") or []), CELL_FILENAME)
+    debugger.arm(list(payload.get("breakpoints") or []), CELL_FILENAME)
     try:
         return run_cell(source, namespace, CELL_FILENAME)
     finally:
-        debugger.disarm(armed)
+        debugger.disarm(debugger.armed())  # armed at the start, or by breakpoints set since
 
 
 def write_folder(folder: str, files: Mapping[str, bytes]) -> None:

@@ -520,26 +520,24 @@ def disarm(debugger: Any) -> None:
 _armed: list[Any] = []  # the debugger tracing the running cell for its breakpoints, if any
 
 
-def pause_at(frame: FrameType, target: FrameType) -> None:
-    """(On the thread running ``frame``) stop at the next line ``target`` (a frame of
-    ``frame``'s stack) runs: with the cell's armed debugger (its breakpoints kept), else a
-    new one. Nothing without a job key."""
+def armed() -> Any:
+    """The debugger tracing the running cell for its breakpoints (None: none)."""
+    return _armed[0] if _armed else None
+
+
+def set_armed(debugger: Any) -> None:
+    """Make ``debugger`` the running cell's (armed while it runs: :func:`disarm` at its end)."""
+    _armed[:] = [debugger]
+
+
+def new_debugger() -> Any:
+    """A fresh debugger driven from the notebook (None without a job key)."""
     channel = _channel_or_none()
     if channel is None:
-        return
-    armed = bool(_armed)
-    debugger = _armed[0] if armed else _make_pdb(channel)
-    if not armed:
-        debugger.reset()
-    walk: FrameType | None = frame
-    while walk is not None:  # every frame up the stack reports its lines from now on
-        walk.f_trace = debugger.trace_dispatch
-        if not armed:  # an armed debugger keeps the cell runner's frame as its bottom
-            debugger.botframe = walk
-        walk = walk.f_back
-    debugger.asked = True
-    debugger._set_stopinfo(target, None)
-    sys.settrace(debugger.trace_dispatch)
+        return None
+    debugger = _make_pdb(channel)
+    debugger.reset()
+    return debugger
 
 
 class _PdbPatcher:

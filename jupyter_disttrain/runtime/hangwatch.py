@@ -11,12 +11,12 @@ the rank said hello, stopped before the process group is torn down.
   Rank 0 passes the request on through the job's store; without a store
   (TensorFlow) each rank reads the job-directory file itself. Rank 0 raises
   hang requests the same way.
-- **Pauses.** The same way (a ``pause`` file, or the pause annotation of
-  rank 0's pod) the notebook asks ranks to pause: ``N:all`` or ``N:1,5``,
-  signed with the job key (:func:`.pausing.parse_request`).
-  Rank 0 passes request N on through the store; each rank named pauses at
-  its next user line (:mod:`.pausing`). A restarted round of workers does
-  not take the requests made before it started.
+- **Controls.** The same way (a file of the job directory named after the
+  control, or an annotation of rank 0's pod) the notebook leaves signed
+  requests (:mod:`.control`): pause ranks, set the running cell's
+  breakpoints. Rank 0 passes each new one on through the store; each rank
+  acts on it (:mod:`.pausing`). A restarted round of workers does not take
+  the requests made before it started.
 - **Hang detection** (``DISTRAIN_HANG_AFTER`` seconds, 0 turns it off):
   every rank adds to a store counter each tick in which it wrote anything
   (its log grew, a protocol line, a line through the rank prefixer; resource
@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Any, Final
 
-from . import debugger, env, pausing, rankprefix, report, stacks
+from . import control, debugger, env, pausing, rankprefix, report, stacks
 from .cell import code_filename
 from .jobstore import job_key, round_key, signed_default_store
 
@@ -44,10 +44,8 @@ ENV_HANG = "DISTRAIN_HANG_AFTER"
 #: A pod's annotations file (downward API): the notebook asks for stacks by annotating rank 0.
 ENV_ANNOTATIONS = "DISTRAIN_POD_ANNOTATIONS"
 WHERE_ANNOTATION: Final = "disttrain.jupyter.org/where"
-PAUSE_ANNOTATION: Final = "disttrain.jupyter.org/pause"
 DEFAULT_HANG_AFTER: Final = 300.0
 REQUEST_FILE: Final = "where"
-PAUSE_FILE: Final = "pause"
 #: Seconds rank 0 waits for the other ranks' stacks in the store.
 GATHER_SECONDS: Final = 5.0
 
@@ -96,10 +94,9 @@ class _Watch:
         self.rank = rank
         self.world = world
         self.file = request_file(job_dir) if job_dir else None
-        self.pause_file = os.path.join(job_dir, PAUSE_FILE) if job_dir else None
-        self.key = job_key()  # pause requests are signed with it
-        control = os.environ.get(ENV_ANNOTATIONS)
-        self.annotations = control or None
+        self.job_dir = job_dir
+        self.key = job_key()  # the notebook's requests are signed with it
+        self.annotations = os.environ.get(ENV_ANNOTATIONS) or None
         self.forwarded = 0
         self.hang = hang
         self.tick = min(1.0, hang / 5) if hang else 1.0
@@ -107,10 +104,10 @@ class _Watch:
         self.stop = threading.Event()
         self.served: set[str] = set()
         self.token = self._activity()
-        # a restarted round is not paused again by the request its predecessor took
+        # a restarted round does not take again the requests its predecessor took
         restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
-        self.paused_upto = self._pause_control()[0] if restarted else 0
-        self.pause_forwarded = self.paused_upto
+        self.taken = {c: self._newest(c)[0] if restarted else 0 for c in control.CONTROLS}
+        self.passed_on = dict(self.taken)  # rank 0: the newest request put in the store
         self.thread = threading.Thread(target=self._run, name="distrain-where", daemon=True)
 
     # --- what counts as activity -------------------------------------------------
@@ -153,7 +150,7 @@ class _Watch:
                         quiet = round(now - quiet_since, 1)
                         self.store.set(_key("hang"), json.dumps({"n": hangs, "quiet": quiet}))
                         quiet_since = float("inf")
-                self._pause()
+                self._controls()
                 for request, why in self._requests():
                     if request not in self.served:
                         self.served.add(request)
@@ -177,39 +174,57 @@ class _Watch:
             asked = max(asked, annotation_counter(self.annotations, WHERE_ANNOTATION))
         return asked
 
-    def _pause_control(self) -> tuple[int, frozenset[int] | None, str]:
-        """The newest pause request in this rank's control files: number, ranks, text."""
-        found: tuple[int, frozenset[int] | None, str] = (0, None, "")
-        texts = [annotation_value(self.annotations, PAUSE_ANNOTATION)] if self.annotations else []
-        if self.pause_file is not None:
+    def _newest(self, name: str) -> tuple[int, str, str]:
+        """The newest valid request of control ``name`` in this rank's control files:
+        its number, body and text (0 when there is none)."""
+        found: tuple[int, str, str] = (0, "", "")
+        if self.key is None:
+            return found
+        texts = []
+        if self.annotations is not None:
+            texts.append(annotation_value(self.annotations, control.annotation(name)))
+        if self.job_dir is not None:
             try:
-                with open(self.pause_file, encoding="utf-8") as f:
-                    texts.append(f.read(1 << 20))
+                with open(os.path.join(self.job_dir, name), encoding="utf-8") as f:
+                    texts.append(f.read(control.MAX_BODY + 256))
             except OSError:
                 pass
         for text in texts:
-            parsed = pausing.parse_request(text, self.key) if self.key else None
+            parsed = control.parse(text, self.key) if text else None
             if parsed is not None and parsed[0] > found[0]:
                 found = (*parsed, text.strip())
         return found
 
-    def _pause(self) -> None:
-        """Pause this rank when the newest request names it (each request once)."""
-        number, ranks, text = (0, None, "")
-        if self.rank == 0 or self.store is None:
-            number, ranks, text = self._pause_control()
-        if self.store is not None:  # rank 0 passes a request on; every rank reads it here
-            if number > self.pause_forwarded:
-                self.store.set(_key("pause"), text)
-                self.pause_forwarded = number
-            value = self.store.get_if(_key("pause"))
-            text = value.decode(errors="replace") if value else ""
-            parsed = pausing.parse_request(text, self.key) if self.key else None
-            number, ranks = parsed if parsed is not None else (0, None)
-        if number > self.paused_upto:
-            self.paused_upto = number
-            if ranks is None or self.rank in ranks:
-                pausing.request()
+    def _controls(self) -> None:
+        """Act on each control's newest request once (rank 0 passes them on)."""
+        for name in control.CONTROLS:
+            number, body, text = (0, "", "")
+            if self.rank == 0 or self.store is None:
+                number, body, text = self._newest(name)
+            if self.store is not None:
+                if number > self.passed_on[name]:
+                    self.store.set(_key(f"control/{name}"), text)
+                    self.passed_on[name] = number
+                value = self.store.get_if(_key(f"control/{name}"))
+                parsed = (
+                    control.parse(value.decode(errors="replace"), self.key)
+                    if value and self.key
+                    else None
+                )
+                number, body = parsed if parsed is not None else (0, "")
+            if number > self.taken[name]:
+                self.taken[name] = number
+                self._act(name, body)
+
+    def _act(self, name: str, body: str) -> None:
+        if name == control.PAUSE:
+            valid, ranks = control.parse_ranks(body)
+            if valid and (ranks is None or self.rank in ranks):
+                pausing.request_pause()
+        elif name == control.BREAKS:
+            spots = control.parse_breaks(body)
+            if spots is not None:
+                pausing.request_breaks(spots)
 
     def _requests(self) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []

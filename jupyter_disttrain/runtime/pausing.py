@@ -1,14 +1,17 @@
-"""Pausing a running rank on the notebook's request: it stops at the next line of its cell.
+"""Acting on the notebook's requests in a running rank: pause at the next cell line, or take
+new breakpoints in the cell that runs.
 
-Standard library only. The request reaches the rank's watch thread
-(:mod:`.hangwatch`, the same control that asks for stacks), signed with
-the job key (a request without the key is ignored); the watch
-thread cannot stop another thread, so it sends :data:`PAUSE_SIGNAL` to this
-process's main thread with ``pthread_kill``. The handler (installed by
-:func:`install` from the main thread, only where nothing else handles that
-signal) makes the rank's debugger stop at the next line the innermost frame
-of the user's code (the cell, or the running script) runs: the rank then
-reads as paused, with ``reason`` ``pause``, exactly as at a breakpoint.
+Standard library only. A request (:mod:`.control`) reaches the rank's
+watch thread (:mod:`.hangwatch`); the watch thread cannot trace or stop
+another thread, so it leaves the request here and sends
+:data:`PAUSE_SIGNAL` to this process's main thread with ``pthread_kill``.
+The handler (installed by :func:`install` from the main thread, only where
+nothing else handles that signal) only arms the rank's debugger: new
+breakpoints replace the running cell's, and a pause makes it stop at the
+next line the innermost frame of the user's code (the cell, or the running
+script) runs. The stop itself happens at that line, outside any lock the
+runtime may hold where the signal came. The rank then reads as paused
+(``reason`` ``pause``), exactly as at a breakpoint.
 
 A main thread inside a long C call (a collective waiting for a peer, a
 ``sleep``) takes the signal when the call returns. A rank not running the
@@ -17,59 +20,27 @@ user's code (starting, ending) ignores the request.
 
 from __future__ import annotations
 
-import hmac
 import signal
+import sys
 import threading
-from collections.abc import Iterable
 from types import FrameType
-from typing import Final
+from typing import Any, Final
 
-from . import debugger, jobkey
-from .cell import code_filename
+from . import debugger
+from .cell import CELL_FILENAME, code_filename
 
-#: The signal that carries a pause from the watch thread to the main thread (a real-time
+#: The signal that carries a request from the watch thread to the main thread (a real-time
 #: signal: nothing in the runtime, torch or torchrun uses it).
 PAUSE_SIGNAL: Final = signal.SIGRTMIN + 4
-#: A request's ranks: every rank.
-ALL: Final = "all"
 
 _installed = False
-
-
-def parse_request(value: str, key: bytes) -> tuple[int, frozenset[int] | None] | None:
-    """``"N:all:TAG"`` or ``"N:1,5:TAG"`` (request number, ranks) from a control file or
-    annotation, TAG its HMAC under job key ``key`` (``control`` subkey); None for anything
-    else, a wrong tag included (the rank ignores it)."""
-    body, sep, tag = value.strip().rpartition(":")
-    if not sep or not hmac.compare_digest(tag.encode("ascii", "replace"), signature(key, body)):
-        return None
-    number, sep, ranks = body.partition(":")
-    if not sep or not number.isdigit() or int(number) <= 0:
-        return None
-    if ranks == ALL:
-        return int(number), None
-    parts = ranks.split(",")
-    if not ranks or not all(p.isdigit() for p in parts) or len(parts) > 65536:
-        return None
-    return int(number), frozenset(int(p) for p in parts)
-
-
-def render_request(number: int, ranks: Iterable[int] | None, key: bytes) -> str:
-    """The control value :func:`parse_request` reads, signed with job key ``key``."""
-    listed = ALL if ranks is None else ",".join(str(r) for r in sorted(set(ranks)))
-    body = f"{number}:{listed}"
-    return f"{body}:{signature(key, body).decode('ascii')}"
-
-
-def signature(key: bytes, body: str) -> bytes:
-    """The hex HMAC-SHA256 of request ``body`` under job key ``key``'s ``control`` subkey."""
-    mac = hmac.new(jobkey.subkey(key, "control"), body.encode("utf-8", "replace"), "sha256")
-    return mac.hexdigest().encode("ascii")
+_lock = threading.Lock()
+_pending: dict[str, Any] = {}  # "pause": True, "breaks": the newest breakpoints
 
 
 def install() -> bool:
     """Handle :data:`PAUSE_SIGNAL` in this process (call from the main thread); False when
-    something else handles it already (then a pause request is ignored)."""
+    something else handles it already (then requests are ignored)."""
     global _installed
     if threading.current_thread() is not threading.main_thread():
         return False
@@ -80,14 +51,26 @@ def install() -> bool:
     return True
 
 
-def request() -> bool:
+def request_pause() -> bool:
     """Ask the main thread to pause at its next user line (from any thread); False when
     this process cannot (no handler, or the rank is paused already)."""
-    if not _installed or debugger.paused():
+    if debugger.paused():
         return False
+    return _ask("pause", True)
+
+
+def request_breaks(spots: list[dict[str, Any]]) -> bool:
+    """Ask the main thread to take breakpoints ``spots`` (``line``, ``condition``) in the
+    running cell, replacing its own (from any thread); False without a handler."""
+    return _ask("breaks", spots)
+
+
+def _ask(what: str, value: Any) -> bool:
     ident = threading.main_thread().ident
-    if ident is None:
+    if not _installed or ident is None:
         return False
+    with _lock:
+        _pending[what] = value
     signal.pthread_kill(ident, PAUSE_SIGNAL)
     return True
 
@@ -101,8 +84,83 @@ def user_frame(frame: FrameType | None, filename: str) -> FrameType | None:
     return None
 
 
+def outermost_frame(frame: FrameType, filename: str) -> FrameType:
+    """The outermost frame running ``filename`` of ``frame``'s stack (``frame`` runs it)."""
+    found = frame
+    while frame.f_back is not None:
+        frame = frame.f_back
+        if frame.f_code.co_filename == filename:
+            found = frame
+    return found
+
+
 def _on_signal(_signum: int, frame: FrameType | None) -> None:
-    target = user_frame(frame, code_filename())
-    if target is None or frame is None or debugger.paused():
+    with _lock:
+        asked = dict(_pending)
+        _pending.clear()
+    if frame is None:
         return
-    debugger.pause_at(frame, target)
+    spots = asked.get("breaks")
+    cell = user_frame(frame, CELL_FILENAME)
+    if spots is not None and cell is not None:
+        rearm(frame, cell, spots)
+    target = user_frame(frame, code_filename())
+    if asked.get("pause") and target is not None and not debugger.paused():
+        pause_at(frame, target)
+
+
+def _trace_stack(frame: FrameType, tracer: Any, stop: FrameType | None) -> FrameType:
+    """Give every frame from ``frame`` up to ``stop`` (all when None) ``tracer``; the last."""
+    last = frame
+    walk: FrameType | None = frame
+    while walk is not None and walk is not stop:
+        walk.f_trace = tracer
+        last = walk
+        walk = walk.f_back
+    return last
+
+
+def rearm(frame: FrameType, cell: FrameType, spots: list[dict[str, Any]]) -> None:
+    """(On the thread running ``frame``, in the cell frame ``cell``) breakpoints ``spots`` of
+    the cell from now on: the armed debugger's replaced, or a new one armed as at the cell's
+    start (:func:`.debugger.arm`), disarmed when the cell returns."""
+    current = debugger.armed()
+    if current is None and not spots:
+        return
+    if debugger.paused():  # stopped in a debugger now: the breakpoints only (no retrace)
+        if current is not None:
+            _set_breaks(current, spots)
+        return
+    if current is None:
+        current = debugger.new_debugger()
+        if current is None:
+            return
+        current.botframe = outermost_frame(cell, CELL_FILENAME).f_back
+        current._set_stopinfo(current.botframe, None, -1)
+        debugger.set_armed(current)
+    _set_breaks(current, spots)
+    _trace_stack(frame, current.trace_dispatch, current.botframe)
+    sys.settrace(current.trace_dispatch)
+
+
+def _set_breaks(current: Any, spots: list[dict[str, Any]]) -> None:
+    current.clear_all_file_breaks(CELL_FILENAME)
+    for spot in spots:
+        current.set_break(CELL_FILENAME, int(spot["line"]), cond=spot.get("condition") or None)
+
+
+def pause_at(frame: FrameType, target: FrameType) -> None:
+    """(On the thread running ``frame``) stop at the next line ``target`` (a frame of
+    ``frame``'s stack) runs: with the cell's armed debugger (its breakpoints kept), else a
+    new one. Nothing without a job key."""
+    current = debugger.armed()
+    if current is not None:
+        _trace_stack(frame, current.trace_dispatch, current.botframe)
+    else:
+        current = debugger.new_debugger()
+        if current is None:
+            return
+        current.botframe = _trace_stack(frame, current.trace_dispatch, None)
+    current.asked = True
+    current._set_stopinfo(target, None)
+    sys.settrace(current.trace_dispatch)

@@ -144,6 +144,8 @@ def test_ranks_are_threads_that_stop_step_show_and_continue(kernel: Kernel, home
 
 SPIN = """%%distrain --nodes 2 --nproc 2 --name {name}
 import time
+import torch.distributed as dist
+rank = dist.get_rank()
 step, limit = 0, 10**9
 while step < limit:
     step += 1
@@ -151,17 +153,19 @@ while step < limit:
 step
 """
 #: The loop's lines as the panel numbers the cell (the magic's line is line 1).
-LOOP_LINES = (4, 5, 6)
+LOOP_LINES = (6, 7, 8)
 
 
-def test_a_running_rank_pauses_when_the_panel_asks(kernel: Kernel, home: Path) -> None:
+def test_a_running_rank_pauses_and_takes_breakpoints_when_the_panel_asks(
+    kernel: Kernel, home: Path
+) -> None:
     name = "dap-pause"
     kernel.execute(f"import os; os.environ['DISTRAIN_HOME'] = {str(home)!r}")
     kernel.execute("%load_ext jupyter_disttrain")
     dap = DapClient(kernel)
     dap.start()
     code = SPIN.format(name=name)
-    dap.ok("dumpCell", code=code)
+    path = dap.ok("dumpCell", code=code)["sourcePath"]
     kernel.execute(code + "\n")
     show = lambda: logs(name)  # noqa: E731
     status = f"from jupyter_disttrain import service as d; print(d.registered()[{name!r}].status())"
@@ -185,5 +189,18 @@ def test_a_running_rank_pauses_when_the_panel_asks(kernel: Kernel, home: Path) -
     dap.wait_event(
         lambda e: e["event"] == "continued" and rank_of(e) == 1, "rank 1 runs", WAIT, show
     )
+
+    # a breakpoint set in the gutter while the job runs reaches its running ranks
+    dap.ok(
+        "setBreakpoints",
+        source={"path": path},
+        breakpoints=[{"line": 8, "condition": "rank == 3"}],
+        lines=[8],
+        sourceModified=False,
+    )
+    hit = dap.wait_event(lambda e: e["event"] == "stopped", "rank 3's breakpoint", WAIT, show)
+    assert (rank_of(hit), hit["body"]["reason"]) == (3, "breakpoint"), hit
+    three = threads["rank 3 (node 1)"]
+    assert dap.ok("stackTrace", threadId=three)["stackFrames"][0]["line"] == 8
     state = kernel.run(f"print(d.registered()[{name!r}].stop())")
     assert state.strip() == "Stopped", show()

@@ -15,7 +15,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -23,8 +23,9 @@ from typing import Any, cast
 from ... import events as ev
 from ...frameworks import framework
 from ...payload import Payload
-from ...runtime import jobkey, pausing
-from ...runtime.hangwatch import PAUSE_ANNOTATION, WHERE_ANNOTATION
+from ...runtime import control as controls
+from ...runtime import jobkey
+from ...runtime.hangwatch import WHERE_ANNOTATION
 from ...spec import JobSpec
 from ..base import (
     Backend,
@@ -100,7 +101,7 @@ class KubernetesBackend(Backend):
         needs_configuration=True,
         lists_runtimes=True,
         stacks_on_request=True,
-        pause_on_request=True,
+        controls_ranks=True,
         phases=ev.PHASES,
         sessions=True,
         reaches_ranks=True,
@@ -468,14 +469,14 @@ class KubernetesBackend(Backend):
         """
         return f"a{self._annotate_leader(name, WHERE_ANNOTATION, str)}"
 
-    def request_pause(self, name: str, ranks: Sequence[int] | None) -> int:
-        """Annotate the pod of node 0 with the next pause request (read as for
+    def send_control(self, name: str, control: str, body: str) -> int:
+        """Annotate the pod of node 0 with the next request of ``control`` (read as for
         :meth:`request_stacks`)."""
         key = self.job_key(self.connection(), name)
         if key is None:
-            raise BackendError(f"job {name!r}: its job key is not readable to sign a pause with")
+            raise BackendError(f"job {name!r}: its job key is not readable to sign a request with")
         return self._annotate_leader(
-            name, PAUSE_ANNOTATION, lambda n: pausing.render_request(n, ranks, key)
+            name, controls.annotation(control), lambda n: controls.render(n, body, key)
         )
 
     def _annotate_leader(self, name: str, key: str, render: Callable[[int], str]) -> int:
@@ -486,8 +487,7 @@ class KubernetesBackend(Backend):
         if first is None:
             raise JobNotFound(f"job {name!r} has no pod of node 0 in namespace {conn.namespace!r}")
         meta = first["metadata"]
-        held = str((meta.get("annotations") or {}).get(key, "0")).partition(":")[0]
-        asked = (int(held) if held.isdigit() else 0) + 1
+        asked = controls.number_of(str((meta.get("annotations") or {}).get(key, ""))) + 1
         patch = {"metadata": {"annotations": {key: render(asked)}}}
         try:
             conn.core.patch_namespaced_pod(meta["name"], conn.namespace, patch)

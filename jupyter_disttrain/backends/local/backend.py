@@ -20,7 +20,7 @@ import dataclasses
 import os
 import shutil
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from ... import events as ev
 from ...frameworks import framework
 from ...payload import Payload
 from ...plugins import DEFAULT_FRAMEWORK
-from ...runtime import hangwatch, jobkey, pausing
+from ...runtime import control as controls
+from ...runtime import hangwatch, jobkey
 from ...spec import JobSpec
 from ..base import (
     Backend,
@@ -77,7 +78,7 @@ class LocalBackend(Backend):
         # every registered framework; restarts where torchrun agents restart the workers
         checkpoints_on_path=True,
         stacks_on_request=True,
-        pause_on_request=True,
+        controls_ranks=True,
         phases=("started", "rendezvous", "first_step"),
         sessions=True,
         reaches_ranks=True,
@@ -112,15 +113,13 @@ class LocalBackend(Backend):
         """Raise the counter in the job directory's request file; every rank's watch reads it."""
         return f"a{_raise_control(name, hangwatch.REQUEST_FILE, str)}"
 
-    def request_pause(self, name: str, ranks: Sequence[int] | None) -> int:
-        """Write the next pause request into the job directory's pause file (rank 0's watch
-        passes it on)."""
+    def send_control(self, name: str, control: str, body: str) -> int:
+        """Write the next request of ``control`` into the job directory's file of that name
+        (rank 0's watch passes it on)."""
         key = self.stored_key(name)
         if key is None:
-            raise JobNotFound(f"local job {name!r} has no readable job key to sign a pause with")
-        return _raise_control(
-            name, hangwatch.PAUSE_FILE, lambda n: pausing.render_request(n, ranks, key)
-        )
+            raise JobNotFound(f"local job {name!r} has no readable job key to sign a request with")
+        return _raise_control(name, control, lambda n: controls.render(n, body, key))
 
     def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
         """Rank 0 runs on this machine: connect to ``127.0.0.1:port``."""
@@ -298,8 +297,8 @@ def _raise_control(name: str, file: str, render: Callable[[int], str]) -> int:
         raise JobNotFound(f"no local job named {name!r}")
     path = directory / file
     try:
-        asked = int(path.read_text(encoding="utf-8").strip().partition(":")[0] or 0)
-    except (OSError, ValueError):
+        asked = controls.number_of(path.read_text(encoding="utf-8"))
+    except OSError:
         asked = 0
     tmp = directory / f".{file}.tmp"
     jobdir.write_private(tmp, render(asked + 1).encode())

@@ -135,6 +135,17 @@ def test_running_ranks_pause_on_request_through_the_leader_pods_annotation(
         three = job.pause([3], timeout=90)
         assert [(p.rank, p.node, p.asked) for p in three] == [(3, 1, True)], job.logs()
         assert three[0].line in (3, 4, 5)
+        job.debug(3).cont()
+        wait_for(lambda: not job.paused(), 60, job.logs)
+        # breakpoints given to the running cell reach rank 2 in node 1's pod
+        assert job.set_breakpoints([{"line": 5, "condition": "dist.get_rank() == 2"}])
+        wait_for(lambda: job.paused(), 120, job.logs)
+        assert [(p.rank, p.line, p.asked) for p in job.paused()] == [(2, 5, False)]
+        listed = lambda: job.debug(2).send("break")  # noqa: E731  (pdb lists its breakpoints)
+        assert job.set_breakpoints([])
+        wait_for(lambda: "<distrain-cell>" not in listed(), 120, listed)
+        job.debug(2).cont()
+        wait_for(lambda: not job.paused(), 60, job.logs)
         every = job.pause(timeout=90)
         assert [p.rank for p in every] == [0, 1, 2, 3], job.logs()
         answers = job.cast("!limit = 0")

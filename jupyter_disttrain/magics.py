@@ -268,6 +268,7 @@ class DistrainMagics(Magics):
                 self.shell.user_ns if self.shell else {},
                 max_capture_bytes=int(self.max_capture_mb * 1024 * 1024),
                 on_cell=show,
+                breakpoints=cell_breakpoints(self.shell, session.name, cell),
             )
         except (CaptureError, SessionError) as exc:
             raise UsageError(str(exc)) from None

@@ -338,8 +338,10 @@ class Session:
         *,
         max_capture_bytes: int | None = None,
         on_cell: Callable[[Job], None] | None = None,
+        breakpoints: list[dict[str, Any]] | None = None,
     ) -> Any:
-        """Run ``source`` on every rank; rank 0's last expression's value.
+        """Run ``source`` on every rank; rank 0's last expression's value (``breakpoints``:
+        the Debugger panel's in the cell, ``[{"line", "condition"}]`` of its body).
 
         Raises the first failing rank's exception (see
         :func:`~.results.recreate_exception`), ``KeyboardInterrupt`` when the
@@ -351,7 +353,9 @@ class Session:
         if not self._busy.acquire(blocking=False):
             raise SessionError(f"session {self.name} is running another cell; wait for it")
         try:
-            return self._run(source, dict(namespace or {}), max_capture_bytes, on_cell)
+            return self._run(
+                source, dict(namespace or {}), max_capture_bytes, on_cell, breakpoints or []
+            )
         finally:
             self.last_used = time.time()
             self._busy.release()
@@ -362,6 +366,7 @@ class Session:
         namespace: dict[str, Any],
         max_capture_bytes: int | None,
         on_cell: Callable[[Job], None] | None,
+        breakpoints: list[dict[str, Any]],
     ) -> Any:
         job, sock = self.job, self._sock
         if job is None or sock is None or job.done:
@@ -374,6 +379,8 @@ class Session:
         extra: dict[str, Any] = {}
         if max_capture_bytes is not None:
             extra["max_capture_bytes"] = max_capture_bytes
+        if breakpoints:
+            extra["extra"] = {"breakpoints": breakpoints}
         payload = build_payload(
             source,
             shipped,

@@ -199,7 +199,9 @@ class RankBridge:
             spots = cells.worker_breakpoints(code, self.breakpoints.get(path, []))
         if have == version:
             return
-        job.debug(rank).inspect("breaks", file=handlers.CELL_FILE, spots=spots)
+        stopped = next((p.file for p in job.paused() if p.rank == rank), "")
+        file = stopped if cells.is_cell_file(stopped) else handlers.CELL_FILE  # a session's cell N
+        job.debug(rank).inspect("breaks", file=file, spots=spots)
         with self.lock:
             self.delivered[(job.name, rank)] = version
 

@@ -8,15 +8,35 @@ leading blank lines. So worker line = cell line - 1 - (leading blank lines).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MAGIC = "%%distrain"
+_CELL_FILE = re.compile(r"<distrain-cell(?:-\d{1,9})?>")
 
 
 def is_distrain_cell(code: str) -> bool:
-    """True for a cell that runs as a job (not a ``--session`` cell: those keep their ranks)."""
+    """True for a ``%%distrain`` cell (a job's, or a ``--session`` cell run on live ranks)."""
     first = code.split("\n", 1)[0]
-    return (first == MAGIC or first.startswith(MAGIC + " ")) and "--session" not in first
+    return first == MAGIC or first.startswith(MAGIC + " ")
+
+
+def is_cell_file(file: str) -> bool:
+    """True for the file name a worker runs a cell under: ``<distrain-cell>`` (a job's) or
+    ``<distrain-cell-N>`` (a session's cell N)."""
+    return _CELL_FILE.fullmatch(file) is not None
+
+
+def newest_cell_file(files: list[str]) -> str | None:
+    """Of a stack's ``files``, the cell running now: a job's, or the session's newest cell."""
+    numbered = [(_cell_number(f), f) for f in files if is_cell_file(f)]
+    return max(numbered)[1] if numbered else None
+
+
+def _cell_number(file: str) -> int:
+    """N of ``<distrain-cell-N>`` (0 for a job's ``<distrain-cell>``)."""
+    digits = file.removeprefix("<distrain-cell").strip("->")
+    return int(digits) if digits else 0
 
 
 def body_of(code: str) -> str:

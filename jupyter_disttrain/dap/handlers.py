@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 
 
 def source_of(file: str, line: int, cell: tuple[str, str] | None) -> tuple[dict[str, Any], int]:
-    """The DAP ``source`` and line of a rank's ``file:line``: the cell's lines are shown in the
-    notebook's cell (``cell`` is its source path and code, when the panel dumped it)."""
-    if file == CELL_FILE and cell is not None:
+    """The DAP ``source`` and line of a rank's ``file:line``: the running cell's lines are
+    shown in the notebook's cell (``cell`` is its source path and code, when the panel dumped
+    it; None for a frame of another cell)."""
+    if cells.is_cell_file(file) and cell is not None:
         path, code = cell
         return {"name": os.path.basename(path), "path": path}, cells.to_cell(code, line)
     if file.startswith("<"):
@@ -54,8 +55,10 @@ def stack_trace(
     levels = int(args.get("levels") or 0)
     shown = listed[start : start + levels] if levels > 0 else listed[start:]
     frames = []
+    running = cells.newest_cell_file([str(f["file"]) for f in listed])
     for frame in shown:
-        source, line = source_of(str(frame["file"]), int(frame["line"]), cell)
+        file = str(frame["file"])
+        source, line = source_of(file, int(frame["line"]), cell if file == running else None)
         frames.append(
             {
                 "id": ids.frame_id(where.slot, where.rank, frame["index"], stop),

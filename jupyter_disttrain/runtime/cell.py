@@ -81,6 +81,7 @@ def run_cell(source: str, namespace: dict[str, Any], filename: str = CELL_FILENA
     (``sys.exit(1)``, ``sys.exit("message")``) propagates as the cell's failure.
     """
     register_source(source, filename)
+    _running["file"] = filename  # the user's code, for stacks and pauses (a session's cell N)
     tree = ast.parse(source, filename=filename, mode="exec")
     last: ast.expr | None = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):

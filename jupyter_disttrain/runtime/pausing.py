@@ -101,7 +101,8 @@ def _on_signal(_signum: int, frame: FrameType | None) -> None:
     if frame is None:
         return
     spots = asked.get("breaks")
-    cell = user_frame(frame, CELL_FILENAME)
+    running = code_filename()
+    cell = user_frame(frame, running) if running.startswith(CELL_FILENAME[:-1]) else None
     if spots is not None and cell is not None:
         rearm(frame, cell, spots)
     target = user_frame(frame, code_filename())
@@ -129,24 +130,24 @@ def rearm(frame: FrameType, cell: FrameType, spots: list[dict[str, Any]]) -> Non
         return
     if debugger.paused():  # stopped in a debugger now: the breakpoints only (no retrace)
         if current is not None:
-            _set_breaks(current, spots)
+            _set_breaks(current, cell.f_code.co_filename, spots)
         return
     if current is None:
         current = debugger.new_debugger()
         if current is None:
             return
-        current.botframe = outermost_frame(cell, CELL_FILENAME).f_back
+        current.botframe = outermost_frame(cell, cell.f_code.co_filename).f_back
         current._set_stopinfo(current.botframe, None, -1)
         debugger.set_armed(current)
-    _set_breaks(current, spots)
+    _set_breaks(current, cell.f_code.co_filename, spots)
     _trace_stack(frame, current.trace_dispatch, current.botframe)
     sys.settrace(current.trace_dispatch)
 
 
-def _set_breaks(current: Any, spots: list[dict[str, Any]]) -> None:
-    current.clear_all_file_breaks(CELL_FILENAME)
+def _set_breaks(current: Any, filename: str, spots: list[dict[str, Any]]) -> None:
+    current.clear_all_file_breaks(filename)
     for spot in spots:
-        current.set_break(CELL_FILENAME, int(spot["line"]), cond=spot.get("condition") or None)
+        current.set_break(filename, int(spot["line"]), cond=spot.get("condition") or None)
 
 
 def pause_at(frame: FrameType, target: FrameType) -> None:

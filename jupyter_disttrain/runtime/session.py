@@ -60,7 +60,7 @@ import time
 from typing import Any, Final, Protocol
 
 from . import debugger, framing, jobkey, relay, report
-from .cell import main_module, run_cell
+from .cell import main_module, register_source, run_cell
 from .framing import send_frame
 from .jobstore import SignedStore, framework_store, job_key
 
@@ -198,7 +198,13 @@ def _outcome(message: dict[str, Any], module: Any, rank: int, tools: CellTools) 
         tools.warn_packages(envelope)
         module.__dict__.update(tools.build_namespace(envelope))
         sys.modules["__main__"] = module
-        value = run_cell(envelope["source"], module.__dict__, f"<distrain-cell-{message['id']}>")
+        filename = f"<distrain-cell-{message['id']}>"
+        register_source(envelope["source"], filename)  # the breakpoints' lines must exist
+        debugger.arm(list(envelope.get("breakpoints") or []), filename)
+        try:
+            value = run_cell(envelope["source"], module.__dict__, filename)
+        finally:
+            debugger.disarm(debugger.armed())
         checkpoint.wait_for_saves()
         out: dict[str, Any] = {"status": "ok"}
         if rank == 0:

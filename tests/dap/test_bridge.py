@@ -204,3 +204,55 @@ def test_a_running_rank_pauses_and_takes_breakpoints_when_the_panel_asks(
     assert dap.ok("stackTrace", threadId=three)["stackFrames"][0]["line"] == 8
     state = kernel.run(f"print(d.registered()[{name!r}].stop())")
     assert state.strip() == "Stopped", show()
+
+
+def test_a_session_cells_gutter_breakpoint_stops_its_ranks(kernel: Kernel, home: Path) -> None:
+    name = "dap-sess"
+    kernel.execute(f"import os; os.environ['DISTRAIN_HOME'] = {str(home)!r}")
+    kernel.execute("%load_ext jupyter_disttrain")
+    kernel.execute(f"%distrain_session start {name} --nodes 2 --nproc 1", timeout=WAIT)
+    kernel.execute(f"%%distrain --session {name}\nimport torch.distributed as dist\nbase = 5\n")
+    dap = DapClient(kernel)
+    dap.start()
+    code = (
+        f"%%distrain --session {name}\n"
+        "rank = dist.get_rank()\n"
+        "value = base + rank\n"
+        "value += 10\n"
+        "dist.barrier()\n"
+        "value"
+    )
+    path = dap.ok("dumpCell", code=code)["sourcePath"]
+    dap.ok(
+        "setBreakpoints",
+        source={"path": path},
+        breakpoints=[{"line": 4}],
+        lines=[4],
+        sourceModified=False,
+    )
+    running = kernel.start(code)
+    show = lambda: logs(name)  # noqa: E731
+    stops = [
+        dap.wait_event(lambda e: e["event"] == "stopped", "stop", WAIT, show) for _ in range(2)
+    ]
+    assert sorted(rank_of(e) for e in stops) == [0, 1], stops
+    threads = {t["name"]: t["id"] for t in dap.ok("threads")["threads"]}
+    one = threads["rank 1 (node 1)"]
+    frames = dap.ok("stackTrace", threadId=one)["stackFrames"]
+    assert (frames[0]["line"], frames[0]["source"].get("path")) == (4, path), frames
+    assert dap.ok("evaluate", expression="value", frameId=frames[0]["id"])["result"] == "6"
+    assert dap.ok("continue", threadId=one)["allThreadsContinued"] is True
+    deadline = time.monotonic() + WAIT
+    while not any(
+        m["parent_header"].get("msg_id") == running and m["msg_type"] == "status"
+        and m["content"]["execution_state"] == "idle"
+        for m in kernel.iopub
+    ):  # fmt: skip
+        assert time.monotonic() < deadline, show()
+        kernel.drain(0.1)
+    after = kernel.run(
+        "from jupyter_disttrain import service as d\n"
+        f"print(d.default_service().session({name!r}).run('value'))"
+    )
+    assert after.strip() == "15", show()  # rank 0 ran the rest of the cell after Continue
+    kernel.execute(f"%distrain_session stop {name}", timeout=WAIT)

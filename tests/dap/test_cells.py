@@ -27,6 +27,15 @@ def test_breakpoints_keep_conditions_and_drop_the_magic_line() -> None:
 def test_which_cells_run_as_jobs() -> None:
     assert cells.same_cell(CELL, "\n\nx = 1\ny = 2")
     assert not cells.same_cell(CELL, "x = 1\n")
-    assert not cells.is_distrain_cell("%%distrain --session s\nx = 1")
+    assert cells.is_distrain_cell("%%distrain --session s\nx = 1")  # run on a session's ranks
     assert not cells.is_distrain_cell("%%distrainer\nx")
     assert cells.is_distrain_cell("%%distrain\nx")
+
+
+def test_the_running_cell_of_a_stack_is_the_newest_cell_file() -> None:
+    assert cells.is_cell_file("<distrain-cell>") and cells.is_cell_file("<distrain-cell-12>")
+    assert not cells.is_cell_file("<distrain-cell-x>") and not cells.is_cell_file("cell.py")
+    files = ["<distrain-cell-9>", "/lib/torch.py", "<distrain-cell-12>", "<distrain-cell-3>"]
+    assert cells.newest_cell_file(files) == "<distrain-cell-12>"
+    assert cells.newest_cell_file(["<distrain-cell>", "/lib/x.py"]) == "<distrain-cell>"
+    assert cells.newest_cell_file(["/lib/x.py"]) is None

@@ -192,7 +192,7 @@ class JobMonitor(MonitorState):
         with self._lock:
             return self._diagnosis()
 
-    def _diagnosis(self) -> str | None:
+    def _diagnosis(self, now: float | None = None) -> str | None:
         """A stop or a success has none; a rank's own error outranks what the logs say."""
         if self._state in ("Stopped", "Succeeded"):
             return None
@@ -216,7 +216,7 @@ class JobMonitor(MonitorState):
             return failed_sentence(cause, cell_line(self._errors, cause), self._rows)
         if self._state == "Failed" and (self._message or self._reason):
             return f"the job failed: {self._message or self._reason}"
-        if self._state == "Running" and (slow := self._slow()):
+        if self._state == "Running" and (slow := self._slow(now)):
             return slow_sentence(slow, nodes=self._large())
         return None
 
@@ -558,7 +558,7 @@ class JobMonitor(MonitorState):
                     kept=len(self._logs), total=self._logs.total, dropped=self._logs.dropped
                 ),
                 version=self._version,
-                diagnosis=self._diagnosis(),
+                diagnosis=self._diagnosis(at),
                 staging=[staging_row(f) for f in self._staging.values()],
                 warnings=list(self._warnings),
                 phases=phases.rows,

@@ -133,7 +133,8 @@ def summary_html(snap: Snapshot, opened: Sequence[int] = ()) -> str:
 
 def _table(snap: Snapshot, shown: list[RankRow], opened: set[int] | None = None) -> str:
     """The table of the ``shown`` rows (``opened``: rows asked for, marked so)."""
-    lagging = set(snap["stragglers"]) | {r["rank"] for r in snap["slow"]}
+    lagging = set(snap["stragglers"])
+    slow = {r["rank"]: f"slow: {r['factor']:.1f}x the median step time" for r in snap["slow"]}
     first = snap["first_failure"]
     first_rank = None if first is None else first["rank"]
     cols = columns(snap)
@@ -148,6 +149,7 @@ def _table(snap: Snapshot, shown: list[RankRow], opened: set[int] | None = None)
             cols,
             lost_peer_text(r, snap["cause"]),
             opened is not None and r["rank"] in opened,
+            slow.get(r["rank"], ""),
         )
         for r in shown
     ]
@@ -177,6 +179,7 @@ def _row(
     cols: tuple[tuple[str, str], ...],
     lost_peer: str = "",
     opened: bool = False,
+    slow: str = "",
 ) -> str:
     classes = ["distrain-rank-row", state_class(r["state"])]
     if opened:
@@ -185,7 +188,7 @@ def _row(
         classes.append("distrain-failed")
     if first_failure:
         classes.append("distrain-first-failure")
-    if straggler:
+    if straggler or slow:
         classes.append("distrain-straggler")
     if outlier:
         classes.append("distrain-outlier")
@@ -214,7 +217,8 @@ def _row(
         )
     tds = "".join(f'<td data-col="{col}">{shown[col]}</td>' for col, _ in cols)
     why = "first failing rank" if first_failure else ""
-    why = why or ("straggler: far behind the median step or slow per step" if straggler else "")
+    why = why or ("straggler: far behind the median step" if straggler else "")
+    why = why or slow
     why = "; ".join(p for p in (why, outlier) if p)
     title = f' title="{esc(why)}"' if why else ""
     return (

@@ -90,7 +90,14 @@ class LargeJob:
                 request="h1",
                 reason="hang",
                 quiet=30.0,
-                threads=[{"name": "MainThread", "main": True, "frames": frames, "call": call,
-                          "cell_line": frames[0][1]}],  # fmt: skip
+                threads=[
+                    {
+                        "name": "MainThread",
+                        "main": True,
+                        "frames": frames,
+                        "call": call,
+                        "cell_line": frames[0][1],
+                    }
+                ],
                 collective={"seq": 40 if rank in stuck else 41, "op": "all_reduce"},
             )

@@ -34,7 +34,7 @@ def test_a_reduced_band_is_never_narrower_than_its_steps() -> None:
     steps = np.arange(10_000, dtype=np.float64)
     low, high = -np.ones_like(steps), np.ones_like(steps)
     low[4321], high[777] = -9.0, 9.0
-    s, lo, mid, hi = reduce_band(steps, low, (low + high) / 2, high, points=100)
+    s, lo, _mid, hi = reduce_band(steps, low, (low + high) / 2, high, points=100)
     assert s.size == 100 and lo.min() == -9.0 and hi.max() == 9.0
 
 

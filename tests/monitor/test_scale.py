@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,8 @@ from jupyter_disttrain.monitor.scale import (
     slow_sentence,
     summarised,
 )
+from jupyter_disttrain.options import add_job_options
+from jupyter_disttrain.service import JobService
 from tests.monitor.scale_streams import SPAN_S, LargeJob
 
 
@@ -107,3 +112,56 @@ def test_a_hung_node_is_named_as_a_range_of_ranks() -> None:
 def test_the_snapshot_of_a_large_job_stays_json(steady: LargeJob) -> None:
     snap = steady.monitor.snapshot(now=steady.t0 + SPAN_S)
     assert json.loads(json.dumps(snap))["summary"][0]["count"] == 1024
+
+
+_SLEEPER = """
+import os, time
+rank = int(os.environ["RANK"])
+end = time.monotonic() + 40
+step = 0
+while time.monotonic() < end:
+    report(step=step, loss=1.0 / (step + 1))
+    time.sleep(0.6 if rank == 3 else 0.2)
+    step += 1
+"""
+
+
+def test_a_real_local_job_names_the_rank_that_sleeps_each_step(home: Path) -> None:
+    """2 nodes x 2 ranks on this machine; rank 3 takes three times as long per step."""
+    service = JobService()
+    parser = argparse.ArgumentParser()
+    add_job_options(parser)
+    spec = service.spec(parser.parse_args(["--name", "slow-rank", "--nodes", "2", "--nproc", "2"]))
+    outcome = service.run_and_follow(service.plan(spec, _SLEEPER), _Quiet(), wait=False)
+    job = outcome.job
+    assert job is not None
+    try:
+        deadline = time.monotonic() + 150
+        said = job.diagnosis()
+        while time.monotonic() < deadline and not job.done:
+            said = job.diagnosis()
+            if said and "slower per step" in said:
+                break
+            time.sleep(0.2)  # polling the job's reading, not waiting for it
+        slow = job.monitor.slow()
+        logs = job.logs(tail=40)
+        assert said is not None and re.fullmatch(
+            r"rank 3 is \d\.\dx slower per step than the median", said
+        ), f"{said!r} {job.status()}\n{logs}"
+        assert slow and slow[0]["rank"] == 3 and slow[0]["factor"] > 2.0, f"{slow}\n{logs}"
+        assert "slower per step" in format_text(job.monitor.snapshot())
+    finally:
+        job.stop(wait=True, timeout=60)
+
+
+class _Quiet:
+    """A run view that shows nothing (the test reads the job itself)."""
+
+    def on_event(self, event: object) -> None:
+        pass
+
+    def attach(self, job: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -114,8 +114,11 @@ def summary_html(snap: Snapshot, opened: Sequence[int] = ()) -> str:
         for g in snap["summary"]
     )
     slow = snap["slow_line"]
+    shown_above = slow == snap["diagnosis"]  # the header says it already
     slow_html = (
-        f'<div class="distrain-slow">{esc(slow[0].upper() + slow[1:])}</div>' if slow else ""
+        f'<div class="distrain-slow">{esc(slow[0].upper() + slow[1:])}</div>'
+        if slow and not shown_above
+        else ""
     )
     first = snap["first_failure"]
     marked = [r["rank"] for r in snap["slow"]] + snap["stragglers"]

@@ -4,7 +4,7 @@
 //
 // Cell 1 builds the job's monitor in the kernel and shows its dashboard; the
 // script reads the summarised rank table, types ranks into the picker, then
-// runs cell 2 (a step a second for 12 s) while timing each chart redraw from
+// runs cell 2 (reports for 25 s) while timing each chart redraw from
 // plotly's own events (plotly_beforeplot to plotly_afterplot). Prints one
 // JSON object; saves scale-dashboard.png in OUT_DIR.
 
@@ -16,7 +16,7 @@ const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const dash = ".distrain-job-scale";
 
 fs.mkdirSync(outDir, { recursive: true });
-const { page, result, close } = await openBrowser({ width: 1400, height: 1300 });
+const { page, result, close } = await openBrowser({ width: 1400, height: 2200 });
 
 await runScenario({ page, result, close }, outDir, async () => {
   await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
@@ -54,11 +54,8 @@ await runScenario({ page, result, close }, outDir, async () => {
     });
   });
   const feed = await runCell(page, 1);
-  await feed.locator(".jp-OutputArea-output").getByText("fed").waitFor({ timeout: 120_000 });
-  await waitForPrompt(feed);
-  await page.waitForTimeout(1500); // the render after the last step reaches the page
-  result.redraws = await page.evaluate(() => window.__redraws);
-
+  // read the dashboard while the ranks report (a stopped feed reads as stalled after seconds)
+  await page.waitForFunction(() => window.__redraws.length >= 3, null, { timeout: 120_000 });
   result.counts = await page
     .locator(`${dash} .distrain-state-count`)
     .evaluateAll((els) => els.map((e) => ({ state: e.dataset.state, count: e.dataset.count })));
@@ -71,4 +68,17 @@ await runScenario({ page, result, close }, outDir, async () => {
     .locator(`${dash} .legendtext`)
     .evaluateAll((els) => els.map((e) => e.textContent));
   await page.locator(dash).screenshot({ path: path.join(outDir, "scale-dashboard.png") });
+  await feed.locator(".jp-OutputArea-output").getByText("fed").waitFor({ timeout: 120_000 });
+  await waitForPrompt(feed);
+  result.redraws = await page.evaluate(() => window.__redraws);
+}, async () => {
+  // what the chart's element holds, to tell a figure never sent from one never drawn
+  result.chart = await page.locator(`${dash} .js-plotly-plot`).evaluateAll((gds) =>
+    gds.map((gd) => ({
+      traces: (gd.data ?? []).length,
+      title: gd.layout?.title?.text ?? null,
+      appends: gd.dataset.distrainAppends ?? null,
+      classes: gd.className,
+    })),
+  );
 });

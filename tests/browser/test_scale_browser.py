@@ -5,10 +5,10 @@ The kernel feeds a monitor 1,024 nodes x 8 ranks (8,192) of reports: two ranks
 From the DOM: the rank table is a summary (a count per state, ranges) with
 only the ranks that differ as rows; a rank typed in the picker opens as a row
 and a line; the chart holds a median, a min-max band and the outlier ranks;
-the slow ranks are named in the header. While the kernel feeds a step a
-second, the browser times each chart redraw (plotly's beforeplot to
-afterplot). The screenshot is ``test-output/browser/scale/scale-dashboard.png``
-(the README's ``docs/scale-dashboard.png``).
+the slow ranks are named in the header. While the kernel feeds reports, the
+browser times each chart redraw (plotly's beforeplot to afterplot). The
+screenshot is ``test-output/browser/scale/scale-dashboard.png`` (the README's
+``docs/scale-dashboard.png``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ WORLD = NODES * NPROC
 SLOW = {517: 1.8, 2051: 1.8}
 QUIET_NODE = 700  # its ranks never say hello
 mon = JobMonitor("scale", "local", WORLD, nodes=NODES, nproc=NPROC)
-T0 = time.time() - 60
+T0 = time.time() - 240  # 30 steps of 8 s: reports stay current on a loaded machine
 for r in range(WORLD):
     if r // NPROC != QUIET_NODE:
         mon.feed(Event("hello", r, T0, {"local_rank": r % NPROC, "world_size": WORLD,
@@ -42,7 +42,7 @@ steps = {r: 0 for r in range(WORLD) if r // NPROC != QUIET_NODE}
 def report_until(now):
     events = []
     for r, step in steps.items():
-        every = 2.0 * SLOW.get(r, 1.0)
+        every = 8.0 * SLOW.get(r, 1.0)
         while T0 + step * every <= now:
             loss = (3.0 / (step + 1) + 0.002 * (r % 11)) * (2.5 if r == 300 else 1.0)
             fields = {"step": step, "values": {"loss": loss}}
@@ -51,13 +51,13 @@ def report_until(now):
         steps[r] = step
     mon.feed_many(sorted(events, key=lambda e: e.t))
 
-report_until(time.time())
-dash = Dashboard(mon)
+dash = Dashboard(mon)  # shown as a job's dashboard is: before its first report
 dash.show()
+report_until(time.time())
 """
 
 FEED = """
-end = time.time() + 12
+end = time.time() + 25
 while time.time() < end:
     report_until(time.time())
     time.sleep(0.5)

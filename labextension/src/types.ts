@@ -63,12 +63,13 @@ export interface IJobDetail {
   errors: IErrorRow[];
   stragglers: number[];
   followed: boolean;
-  /** Ranks of the job: a large one lists in `ranks` only those that differ. */
-  ranks_total: number;
+  /** Optional (absent from older servers). Ranks of the job: a large one lists in `ranks`
+   * only those that differ. */
+  ranks_total?: number;
   /** Every rank by state, as ranges ("0-4095, 4100-8191"), the largest group first. */
-  summary: IStateRange[];
+  summary?: IStateRange[];
   /** Ranks slower per step than the median, slowest first. */
-  slow: ISlowRow[];
+  slow?: ISlowRow[];
 }
 
 export interface IStateRange {

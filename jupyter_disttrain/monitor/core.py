@@ -13,6 +13,7 @@ current time take ``now`` (default: :func:`time.time`).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import replace
@@ -34,6 +35,7 @@ from .records import (
     LogSummary,
     RankState,
     Series,
+    SlowRow,
     Snapshot,
     as_str,
     finite_or_none,
@@ -47,8 +49,7 @@ from .rows import (
     rank_row,
     staging_row,
 )
-
-# --------------------------------------------------------------------------- the monitor
+from .scale import slow_ranks, slow_sentence, state_ranges, summarised
 from .state import MonitorState
 from .where import Where, where_from
 
@@ -64,6 +65,8 @@ HANG_GATHER = 8.0
 #: STALL_MIN_S seconds) reads as stalled: its steps/s is not shown as current.
 STALL_INTERVALS = 3.0
 STALL_MIN_S = 2.0
+#: The metric a rank may report as its own seconds of work per step (see JobMonitor.slow).
+STEP_TIME = "step_time"
 #: Rank states of a rank that will send no more stacks.
 _ENDED_RANK = frozenset({"Succeeded", "Failed", "Stopped", "Exited"})
 
@@ -189,7 +192,7 @@ class JobMonitor(MonitorState):
         with self._lock:
             return self._diagnosis()
 
-    def _diagnosis(self) -> str | None:
+    def _diagnosis(self, now: float | None = None) -> str | None:
         """A stop or a success has none; a rank's own error outranks what the logs say."""
         if self._state in ("Stopped", "Succeeded"):
             return None
@@ -213,6 +216,8 @@ class JobMonitor(MonitorState):
             return failed_sentence(cause, cell_line(self._errors, cause), self._rows)
         if self._state == "Failed" and (self._message or self._reason):
             return f"the job failed: {self._message or self._reason}"
+        if self._state == "Running" and (slow := self._slow(now)):
+            return slow_sentence(slow, nodes=self._large())
         return None
 
     def where(self, request: str | None = None) -> Where | None:
@@ -222,7 +227,7 @@ class JobMonitor(MonitorState):
                 request = next(reversed(self._stacks), None)
             if request is None or request not in self._stacks:
                 return None
-            return where_from(request, self._stacks[request], self._world_size)
+            return self._where(request)
 
     def wait_for_stacks(self, request: str, timeout: float) -> Where | None:
         """Wait until every rank that is still up sent its stacks for ``request``.
@@ -234,7 +239,7 @@ class JobMonitor(MonitorState):
             self._changed.wait_for(lambda: self._stacks_complete(request), timeout=timeout)
             if request not in self._stacks:
                 return None
-            return where_from(request, self._stacks[request], self._world_size)
+            return self._where(request)
 
     def hang(self) -> Where | None:
         """The newest hang's stacks while no rank wrote anything since; else None."""
@@ -249,8 +254,40 @@ class JobMonitor(MonitorState):
                     return None
                 if not self._stacks_complete(request) and now_or_clock(now) - first < HANG_GATHER:
                     return None  # rank 0 is still relaying the others' stacks
-                return where_from(request, self._stacks[request], self._world_size)
+                return self._where(request)
         return None
+
+    def _where(self, request: str) -> Where:
+        """The stacks of ``request`` grouped; a large job's sentence names nodes too."""
+        nodes = {r: row.node for r, row in self._rows.items()} if self._large() else None
+        return where_from(request, self._stacks[request], self._world_size, nodes)
+
+    def _large(self) -> bool:
+        return summarised(self._world_size)
+
+    def slow(self, now: float | None = None) -> list[SlowRow]:
+        """Running ranks whose own step time is far above the median (see :mod:`.scale`).
+
+        A rank's step time is its ``step_time`` metric (seconds of its own work
+        per step) where the ranks report one, else the interval between its
+        steps; a stalled rank has none.
+        """
+        with self._lock:
+            return self._slow(now)
+
+    def _slow(self, now: float | None = None) -> list[SlowRow]:
+        at = now_or_clock(now)
+        own = self._metrics.latest_of(STEP_TIME)
+        times: dict[int, float] = {}
+        for rank, row in self._rows.items():
+            if row.state != "Running" or self._stalled(rank, at):
+                continue
+            if own:
+                if rank in own and math.isfinite(own[rank]):
+                    times[rank] = own[rank]
+            elif row.step_rate:
+                times[rank] = 1.0 / row.step_rate
+        return slow_ranks(times, {r: row.node for r, row in self._rows.items()})
 
     def _stacks_complete(self, request: str) -> bool:
         seen = self._stacks.get(request, {})
@@ -394,6 +431,10 @@ class JobMonitor(MonitorState):
         """Ranks that reported ``name``, sorted."""
         return self._metrics.ranks(name)
 
+    def latest_values_of(self, name: str) -> dict[int, float]:
+        """Per rank that reported ``name``, its last value."""
+        return self._metrics.latest_of(name)
+
     def series_length(self, name: str, rank: int) -> int:
         """Number of points of ``name`` from ``rank`` (the next index for :meth:`points_since`)."""
         return self._metrics.length(name, rank)
@@ -480,6 +521,7 @@ class JobMonitor(MonitorState):
                 or (bool(rated) and all(r["stalled"] for r in rated))
             )
             stalled = live or self._ended_stalled()
+            slow = self._slow(at) if self._state == "Running" else []
             return Snapshot(
                 name=self.name,
                 backend=self.backend,
@@ -505,6 +547,9 @@ class JobMonitor(MonitorState):
                 cause=None if cause is None else cause_row(cause),
                 recovered=recovered_text(self._recovered),
                 stragglers=self._stragglers(),
+                slow=slow,
+                slow_line=slow_sentence(slow, nodes=self._large()),
+                summary=state_ranges(ranks),
                 metrics=self._metrics.rows(),
                 checkpoints=[checkpoint_row(c) for c in self._checkpoints],
                 errors=[error_row(e) for e in self._current_errors()],
@@ -513,7 +558,7 @@ class JobMonitor(MonitorState):
                     kept=len(self._logs), total=self._logs.total, dropped=self._logs.dropped
                 ),
                 version=self._version,
-                diagnosis=self._diagnosis(),
+                diagnosis=self._diagnosis(at),
                 staging=[staging_row(f) for f in self._staging.values()],
                 warnings=list(self._warnings),
                 phases=phases.rows,

@@ -153,6 +153,11 @@ class MetricStore:
                     out.setdefault(rank, {})[name] = json_float(points.values[-1])
             return out
 
+    def latest_of(self, name: str) -> dict[int, float]:
+        """Per rank that reported ``name``, its last value."""
+        with self._lock:
+            return {rank: p.values[-1] for rank, p in self._points.get(name, {}).items()}
+
     def rows(self) -> dict[str, MetricRow]:
         """Per metric: latest step, and mean/min/max of the ranks' latest values."""
         with self._lock:

@@ -21,6 +21,7 @@ from typing import Final
 from ..logbuffer import format_ranks
 from .cause import Cause, consequence_text
 from .records import RankState
+from .scale import node_ranges, summarised
 
 #: A collective that waited out the process group's timeout (gloo; NCCL's watchdog).
 _TIMED_OUT: Final = re.compile(
@@ -57,7 +58,11 @@ def failed_sentence(cause: Cause, where: str, rows: Mapping[int, RankState]) -> 
     if cause.kind == "killed":  # the cause's line names the signal only: keep the exit said
         after = consequence_text(cause.consequences)
         return f"{_rank_at(cause.rank, rows)} was killed{where}: {cause.reason}{after}"
-    return f"{cause.who()} failed{where}: {cause.line().split(': ', 1)[1]}"
+    who = cause.who()
+    if summarised(len(rows)):  # thousands of ranks: say which nodes too
+        at = node_ranges({cause.rank, *cause.same}, {r: row.node for r, row in rows.items()})
+        who += f" ({at})" if at else ""
+    return f"{who} failed{where}: {cause.line().split(': ', 1)[1]}"
 
 
 def timed_out_seconds(reason: str) -> float | None:

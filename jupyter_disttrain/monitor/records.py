@@ -226,6 +226,24 @@ class LogSummary(TypedDict):
     dropped: int
 
 
+class SlowRow(TypedDict):
+    """A rank slower per step than the median: its own step time and ``factor`` x the median."""
+
+    rank: int
+    node: int
+    step_s: float
+    factor: float
+
+
+class StateRange(TypedDict):
+    """The ranks in one state: ``count`` of them, ``ranks`` as ranges (``0-4095, 4100-8191``)."""
+
+    state: str
+    count: int
+    ranks: str
+    nodes: str  # the nodes they run on, as ranges
+
+
 class Snapshot(TypedDict):
     """Everything a dashboard or the text fallback shows, JSON-able.
 
@@ -260,6 +278,9 @@ class Snapshot(TypedDict):
     cause: CauseRow | None  # the root cause of the current attempt's failures
     recovered: str  # "recovered from 1 failure (rank 1: ...)": history, "" without
     stragglers: list[int]
+    slow: list[SlowRow]  # ranks slower per step than the median (see monitor.scale)
+    slow_line: str  # "ranks 517, 2051 are 1.8x slower per step than the median" ("" none)
+    summary: list[StateRange]  # the ranks by state, largest group first
     metrics: dict[str, MetricRow]
     checkpoints: list[CheckpointRow]
     errors: list[ErrorRow]

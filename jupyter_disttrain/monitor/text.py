@@ -10,6 +10,7 @@ from ..units import duration, format_bytes
 from .cause import classify_error, user_traceback
 from .phases import summary, waiting_line
 from .records import CauseRow, ErrorRow, JSONFloat, ProgressRow, RankRow, Snapshot
+from .scale import differing, summarised, summary_line
 from .usage import pct, resource_outliers
 
 # --------------------------------------------------------------------------- text fallback
@@ -34,6 +35,8 @@ def format_text(snap: Snapshot, *, max_rows: int = 64) -> str:
         lines.append(f"  {diagnosis}")
     if snap["recovered"]:
         lines.append(f"  {snap['recovered']}")
+    if snap["slow_line"] and snap["slow_line"] != diagnosis:
+        lines.append(f"slow: {snap['slow_line']}")
     if snap["stragglers"]:
         lines.append(f"stragglers: ranks {format_ranks(snap['stragglers'])}")
     for rank, why in resource_outliers(snap["ranks"]).items():
@@ -151,6 +154,16 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
     """The rank table; resource columns once any rank sent figures (GPU ones: a GPU's)."""
     rows = snap["ranks"]
     shown = rows
+    if summarised(len(rows)):  # a count and ranges per state, then the ranks that differ
+        first = snap["first_failure"]
+        marked = [r["rank"] for r in snap["slow"]] + snap["stragglers"]
+        shown = differing(rows, marked + ([] if first is None else [first["rank"]]))
+        head = [f"ranks: {summary_line(snap['summary'])}"]
+        if not shown:
+            return head
+        table = _table(rows, shown)
+        rest = len(rows) - len(shown)
+        return [*head, "ranks that differ:", *table, f"... and {rest} more ranks as summarised"]
     if len(rows) > max_rows:
         lagging = set(snap["stragglers"])
         first = snap["first_failure"]
@@ -164,6 +177,21 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
         flagged = set(urgent)
         keep = set((urgent + [r["rank"] for r in rows if r["rank"] not in flagged])[:max_rows])
         shown = [r for r in rows if r["rank"] in keep]
+    out = _table(rows, shown)
+    hidden = len(rows) - len(shown)
+    if hidden:
+        counts: dict[str, int] = {}
+        visible = {r["rank"] for r in shown}
+        for r in rows:
+            if r["rank"] not in visible:
+                counts[r["state"]] = counts.get(r["state"], 0) + 1
+        states = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        out.append(f"... {hidden} more ranks ({states})")
+    return out
+
+
+def _table(rows: list[RankRow], shown: list[RankRow]) -> list[str]:
+    """The ``shown`` rows as aligned columns (resource columns as any of ``rows`` has them)."""
     used = any(r["cpu_pct"] is not None or r["rss_bytes"] is not None for r in rows)
     gpu = any(r["gpu_util_pct"] is not None or r["gpu_mem_bytes"] is not None for r in rows)
     header = (
@@ -199,17 +227,7 @@ def _rank_table(snap: Snapshot, max_rows: int) -> list[str]:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
         for row in table
     ]
-    out = [line.rstrip() for line in out]
-    hidden = len(rows) - len(shown)
-    if hidden:
-        counts: dict[str, int] = {}
-        visible = {r["rank"] for r in shown}
-        for r in rows:
-            if r["rank"] not in visible:
-                counts[r["state"]] = counts.get(r["state"], 0) + 1
-        states = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        out.append(f"... {hidden} more ranks ({states})")
-    return out
+    return [line.rstrip() for line in out]
 
 
 def _rate(r: RankRow) -> str:

@@ -17,6 +17,7 @@ from typing import Final
 
 from ..events import StackFrame, StacksFields
 from ..logbuffer import format_ranks
+from .scale import named
 
 #: Calls in which a rank waits for its peers.
 COLLECTIVES: Final = frozenset(
@@ -88,15 +89,17 @@ class Where:
     stacks: Mapping[int, StacksFields]
     #: The cell's source (the source lines of its frames), "" when unknown.
     cell_source: str = ""
+    #: Each rank's node when the sentence names nodes too (large jobs), else None.
+    node_of: Mapping[int, int] | None = None
 
     def sentence(self) -> str:
         """One sentence: who is where, the odd ranks first named."""
         if not self.groups:
             return "No rank's stacks arrived."
-        parts = [f"{_ranks(g.ranks)} {g.place()}" for g in self.groups]
+        parts = [f"{self._who(g.ranks)} {g.place()}" for g in self.groups]
         text = "; ".join(parts)
         if self.odd:
-            who = _ranks(self.odd)
+            who = self._who(self.odd)
             text = (
                 f"{who[0].upper()}{who[1:]} {'holds' if len(self.odd) == 1 else 'hold'} "
                 f"up the others: {text}"
@@ -111,6 +114,10 @@ class Where:
             quiet = f" for {self.quiet:g} s" if self.quiet is not None else ""
             return f"Hang: no rank wrote anything{quiet}. {text}."
         return f"{text}."
+
+    def _who(self, ranks: Sequence[int]) -> str:
+        """``ranks 8-15``, or ``ranks 8-15 (node 1)`` when nodes are named."""
+        return _ranks(ranks) if self.node_of is None else named(ranks, self.node_of)
 
     def text(self, *, library: bool = False) -> str:
         """The sentence, then each group's stack (innermost call last).
@@ -193,8 +200,16 @@ def _main_thread(fields: StacksFields) -> StackFrame | None:
     return threads[0] if threads else None
 
 
-def where_from(request: str, stacks: Mapping[int, StacksFields], world_size: int) -> Where:
-    """Group one request's stacks by identical main-thread frames, odd ranks named."""
+def where_from(
+    request: str,
+    stacks: Mapping[int, StacksFields],
+    world_size: int,
+    node_of: Mapping[int, int] | None = None,
+) -> Where:
+    """Group one request's stacks by identical main-thread frames, odd ranks named.
+
+    ``node_of`` (each rank's node): the sentence names the nodes of each group too.
+    """
     keyed: dict[tuple[tuple[str, int, str], ...], list[int]] = {}
     info: dict[tuple[tuple[str, int, str], ...], StackFrame] = {}
     for rank in sorted(stacks):
@@ -245,4 +260,5 @@ def where_from(request: str, stacks: Mapping[int, StacksFields], world_size: int
         missing=tuple(r for r in range(world_size) if r not in stacks),
         missed_collective=missed,
         stacks=dict(stacks),
+        node_of=node_of,
     )

@@ -30,6 +30,8 @@ from ..monitor import (
     Snapshot,
     rank_json,
 )
+from ..monitor.records import SlowRow, StateRange
+from ..monitor.scale import differing, summarised
 from ..monitor.text import shown_diagnosis
 
 
@@ -65,6 +67,11 @@ class JobDetail(TypedDict):
     errors: list[ErrorRow]
     stragglers: list[int]
     followed: bool  # False: no event stream read for this job (ranks unknown)
+    # a large job (more than monitor.scale.SUMMARY_AT ranks) lists in ``ranks`` only the
+    # ranks that differ; ``summary`` gives every rank by state as ranges
+    ranks_total: int
+    summary: list[StateRange]
+    slow: list[SlowRow]
 
 
 class JobJSON(TypedDict):
@@ -215,6 +222,8 @@ TYPESCRIPT: dict[str, type] = {
     "ICheckpoint": CheckpointJSON,
     "IErrorRow": ErrorRow,
     "IJobDetail": JobDetail,
+    "IStateRange": StateRange,
+    "ISlowRow": SlowRow,
     "IProgress": ProgressRow,
     "IPhase": PhaseRow,
     "IJob": JobJSON,
@@ -379,9 +388,22 @@ def _detail(
     if snapshot is None:
         listed = checkpoints([]) if checkpoints else []
         return JobDetail(
-            ranks=[], metrics={}, checkpoints=listed, errors=[], stragglers=[], followed=False
+            ranks=[],
+            metrics={},
+            checkpoints=listed,
+            errors=[],
+            stragglers=[],
+            followed=False,
+            ranks_total=0,
+            summary=[],
+            slow=[],
         )
-    ranks = [rank_json(r) for r in snapshot["ranks"]]
+    rows = snapshot["ranks"]
+    if summarised(len(rows)):  # summaries, not thousands of rows
+        first = snapshot["first_failure"]
+        marked = [r["rank"] for r in snapshot["slow"]] + snapshot["stragglers"]
+        rows = differing(rows, marked + ([] if first is None else [first["rank"]]))
+    ranks = [rank_json(r) for r in rows]
     reported = [
         CheckpointJSON(
             step=c["step"],
@@ -400,6 +422,9 @@ def _detail(
         errors=snapshot["errors"],
         stragglers=snapshot["stragglers"],
         followed=True,
+        ranks_total=len(snapshot["ranks"]),
+        summary=snapshot["summary"],
+        slow=snapshot["slow"],
     )
 
 

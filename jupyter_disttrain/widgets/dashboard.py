@@ -27,6 +27,7 @@ from .comms_panel import CommsPanel
 from .header import HeaderPanel
 from .log_panel import LogPanel
 from .plot import MetricPlot
+from .rank_picker import RankPicker
 from .rank_table import rank_table_html
 from .render_loop import RenderLoop
 from .static import snapshot_html, snapshot_text
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Dashboard"]
 
+#: Most picked ranks drawn on a large job's chart (the table lists all of them).
+MAX_DRAWN = 12
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
@@ -74,6 +77,7 @@ class Dashboard:
         self.header = HeaderPanel(stop, blocking=blocking, where=where)
         self.table = w.HTML()
         self.table.add_class("distrain-table")
+        self.picker = RankPicker(monitor.world_size, on_change=wake)
         self.plot = MetricPlot(monitor, budget=plot_budget, on_change=wake)
         self.checkpoint_marks = CheckpointMarks()  # checkpoints on the loss curve
         self.logs = LogPanel(monitor, max_lines=log_lines, on_change=wake)
@@ -84,6 +88,7 @@ class Dashboard:
                 w.HTML(style_tag()),
                 self.header.widget,
                 self.table,
+                self.picker.widget,
                 self.plot.widget,
                 self.logs.widget,
                 self.comms.widget,
@@ -158,7 +163,9 @@ class Dashboard:
     def _render(self) -> None:
         snap = self.monitor.snapshot()
         self.header.render(snap)
-        self.table.value = rank_table_html(snap, max_rows=self.max_rows)
+        self.picker.render(snap)
+        self.plot.picked = self.picker.opened[:MAX_DRAWN]
+        self.table.value = rank_table_html(snap, max_rows=self.max_rows, opened=self.picker.opened)
         self.plot.render(snap)
         self.checkpoint_marks.render(self.plot)
         self.logs.render(snap)

@@ -1,5 +1,9 @@
 """Loss curves: a metric's per-rank lines and across-rank mean, from a JobMonitor.
 
+A large job (see :mod:`~..monitor.scale`) is drawn as a band instead
+(:class:`~.band.BandChart`): the median with a min-max band, outlier ranks
+and the ranks picked (:attr:`MetricPlot.picked`) drawn individually.
+
 Controls: metric, x by step or wall time, EMA smoothing, log y, per-rank
 lines and mean on/off. Data flows incrementally: each render reads only
 the points a rank reported since the last one (``points_since``), smooths
@@ -14,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ipywidgets as w
@@ -24,6 +28,8 @@ import plotly.graph_objects as go
 
 from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor, Series, Snapshot, latest_by_step, mean_by_step
+from ..monitor.scale import summarised
+from .band import BandChart
 from .streaming_figure import StreamingFigure
 from .trace_feed import Ema, MinMaxReducer, StepMean, Update
 
@@ -156,6 +162,9 @@ class MetricPlot:
         self._state = _State()
         self._stale = False
         self._rebuilt = -math.inf
+        self.band = BandChart(monitor, self.figure)
+        #: Ranks drawn individually on a large job's band chart (the dashboard's rank picker).
+        self.picked: list[int] = []
 
     def options(self) -> PlotOptions:
         """The controls' current values."""
@@ -188,6 +197,12 @@ class MetricPlot:
         if self.figure not in self.widget.children:
             self.widget.children = (self.controls, self.figure)
         ranks = self.monitor.metric_ranks(opts.metric)
+        if summarised(max(len(ranks), snap["world_size"])):  # median, band, outliers
+            for control in (self.x_axis, self.show_ranks, self.show_mean):
+                control.disabled = True
+            self.band.render(opts.metric, snap, self.picked)
+            self._relayout(replace(opts, x=X_STEP))
+            return
         restarts = snap["restarts"] if opts.x == X_STEP else 0
         key = (opts, tuple(ranks), restarts)
         now = time.monotonic()

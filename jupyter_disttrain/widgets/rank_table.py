@@ -12,13 +12,16 @@ the others' has ``distrain-outlier`` and says so in its ``title``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..monitor import RankRow, Snapshot, resource_outliers
+from ..monitor.scale import differing, summarised
 from ..monitor.text import exit_text, lost_peer_text
 from ..monitor.usage import pct
 from ..units import format_bytes
 from .text import ago, esc, rate, state_class
 
-__all__ = ["COLUMNS", "GPU_COLUMNS", "columns", "rank_table_html", "shown_ranks"]
+__all__ = ["COLUMNS", "GPU_COLUMNS", "columns", "rank_table_html", "shown_ranks", "summary_html"]
 
 #: ``(data-col, header)`` of each column, in order.
 COLUMNS = (
@@ -76,12 +79,67 @@ def shown_ranks(snap: Snapshot, max_rows: int) -> list[RankRow]:
     return [r for r in rows if r["rank"] in keep]
 
 
-def rank_table_html(snap: Snapshot, *, max_rows: int = 64) -> str:
-    """``<table class="distrain-ranks">`` for ``snap`` (at most ``max_rows`` rows, then a count)."""
+def rank_table_html(snap: Snapshot, *, max_rows: int = 64, opened: Sequence[int] = ()) -> str:
+    """``<table class="distrain-ranks">`` for ``snap`` (at most ``max_rows`` rows, then a count).
+
+    A job of more than :data:`~..monitor.scale.SUMMARY_AT` ranks reads as a
+    summary (:func:`summary_html`) over a table of the ranks that differ and
+    the ranks ``opened`` on demand.
+    """
+    if summarised(len(snap["ranks"])):
+        return summary_html(snap, opened)
+    return _table(snap, shown_ranks(snap, max_rows))
+
+
+def summary_html(snap: Snapshot, opened: Sequence[int] = ()) -> str:
+    """A large job's ranks: a count per state, each state's ranks as ranges, the slow ranks
+    named, then rows for the ranks that differ and those ``opened`` (``tr.distrain-opened``).
+
+    DOM: ``div.distrain-rank-summary`` with ``data-ranks``; ``.distrain-state-count``
+    per state (``data-state``, ``data-count``); ``li.distrain-state-range`` per state
+    with ``data-state`` and the ranges as text; ``.distrain-slow`` the slow ranks' sentence.
+    """
+    rows = snap["ranks"]
+    counts = "".join(
+        f'<span class="distrain-state-count distrain-badge {state_class(g["state"])}" '
+        f'data-state="{esc(g["state"])}" data-count="{g["count"]}">'
+        f"{g['count']} {esc(g['state'])}</span> "
+        for g in snap["summary"]
+    )
+    items = "".join(
+        f'<li class="distrain-state-range" data-state="{esc(g["state"])}">'
+        f"{'rank' if g['count'] == 1 else 'ranks'} {esc(g['ranks'])} {esc(g['state'])} "
+        f'<span class="distrain-nodes">(node{"s" if "," in g["nodes"] or "-" in g["nodes"] else ""}'
+        f" {esc(g['nodes'])})</span></li>"
+        for g in snap["summary"]
+    )
+    slow = snap["slow_line"]
+    shown_above = slow == snap["diagnosis"]  # the header says it already
+    slow_html = (
+        f'<div class="distrain-slow">{esc(slow[0].upper() + slow[1:])}</div>'
+        if slow and not shown_above
+        else ""
+    )
+    first = snap["first_failure"]
+    marked = [r["rank"] for r in snap["slow"]] + snap["stragglers"]
+    marked += [] if first is None else [first["rank"]]
+    listed = {r["rank"] for r in differing(rows, marked)}
+    wanted = set(opened) | listed
+    shown = [r for r in rows if r["rank"] in wanted]
+    table = _table(snap, shown, set(opened) - listed) if shown else ""
+    return (
+        f'<div class="distrain-rank-summary" data-ranks="{len(rows)}">'
+        f'<div class="distrain-state-counts">{counts}</div>'
+        f'<ul class="distrain-state-ranges">{items}</ul>{slow_html}</div>{table}'
+    )
+
+
+def _table(snap: Snapshot, shown: list[RankRow], opened: set[int] | None = None) -> str:
+    """The table of the ``shown`` rows (``opened``: rows asked for, marked so)."""
     lagging = set(snap["stragglers"])
+    slow = {r["rank"]: f"slow: {r['factor']:.1f}x the median step time" for r in snap["slow"]}
     first = snap["first_failure"]
     first_rank = None if first is None else first["rank"]
-    shown = shown_ranks(snap, max_rows)
     cols = columns(snap)
     outliers = resource_outliers(snap["ranks"])
     head = "".join(f'<th data-col="{col}">{esc(title)}</th>' for col, title in cols)
@@ -93,11 +151,13 @@ def rank_table_html(snap: Snapshot, *, max_rows: int = 64) -> str:
             outliers.get(r["rank"], ""),
             cols,
             lost_peer_text(r, snap["cause"]),
+            opened is not None and r["rank"] in opened,
+            slow.get(r["rank"], ""),
         )
         for r in shown
     ]
     hidden = len(snap["ranks"]) - len(shown)
-    if hidden:
+    if hidden and opened is None:
         counts: dict[str, int] = {}
         visible = {r["rank"] for r in shown}
         for r in snap["ranks"]:
@@ -121,13 +181,17 @@ def _row(
     outlier: str,
     cols: tuple[tuple[str, str], ...],
     lost_peer: str = "",
+    opened: bool = False,
+    slow: str = "",
 ) -> str:
     classes = ["distrain-rank-row", state_class(r["state"])]
+    if opened:
+        classes.append("distrain-opened")
     if r["state"] == "Failed":
         classes.append("distrain-failed")
     if first_failure:
         classes.append("distrain-first-failure")
-    if straggler:
+    if straggler or slow:
         classes.append("distrain-straggler")
     if outlier:
         classes.append("distrain-outlier")
@@ -157,6 +221,7 @@ def _row(
     tds = "".join(f'<td data-col="{col}">{shown[col]}</td>' for col, _ in cols)
     why = "first failing rank" if first_failure else ""
     why = why or ("straggler: far behind the median step" if straggler else "")
+    why = why or slow
     why = "; ".join(p for p in (why, outlier) if p)
     title = f' title="{esc(why)}"' if why else ""
     return (

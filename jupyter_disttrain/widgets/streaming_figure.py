@@ -152,6 +152,9 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
             self._stats.points += self.shown_points()
             self._widget_layout = copy.deepcopy(self._layout_obj._props)
             self._widget_data = copy.deepcopy(self._data)
+            # sent even when the kernel's copy did not change: the front end may have missed
+            # the trace messages sent before its module loaded (a figure drawn before display)
+            self.send_state(["_widget_layout", "_widget_data"])
             self.send({"type": "redraw"})
 
     def _send(self, msg: dict[str, Any], buffers: list[Any] | None = None) -> None:

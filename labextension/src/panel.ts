@@ -397,6 +397,18 @@ export class JobsPanel extends Widget {
         el('div', 'jp-Disttrain-unfollowed', isActive(listed) ? 'reading the job...' : 'ranks not recorded')
       );
     }
+    const summary = detail.summary ?? [];
+    if ((detail.ranks_total ?? 0) > detail.ranks.length && summary.length > 0) {
+      // a large job: its ranks by state as ranges; the table lists only the ranks that differ
+      const box = cell.appendChild(el('ul', 'jp-Disttrain-rank-summary'));
+      box.dataset.ranks = String(detail.ranks_total);
+      for (const group of summary) {
+        const noun = group.count === 1 ? 'rank' : 'ranks';
+        const item = box.appendChild(el('li', '', `${group.count} ${group.state}: ${noun} ${group.ranks}`));
+        item.dataset.state = group.state;
+        item.title = `on nodes ${group.nodes}`;
+      }
+    }
     if (detail.ranks.length > 0) {
       // many metrics: the rank table scrolls in its box, the sidebar does not
       cell.appendChild(el('div', 'jp-Disttrain-ranksbox')).appendChild(this.ranks(job, Object.keys(detail.metrics)));

@@ -63,6 +63,27 @@ export interface IJobDetail {
   errors: IErrorRow[];
   stragglers: number[];
   followed: boolean;
+  /** Optional (absent from older servers). Ranks of the job: a large one lists in `ranks`
+   * only those that differ. */
+  ranks_total?: number;
+  /** Every rank by state, as ranges ("0-4095, 4100-8191"), the largest group first. */
+  summary?: IStateRange[];
+  /** Ranks slower per step than the median, slowest first. */
+  slow?: ISlowRow[];
+}
+
+export interface IStateRange {
+  state: string;
+  count: number;
+  ranks: string;
+  nodes: string;
+}
+
+export interface ISlowRow {
+  rank: number;
+  node: number;
+  step_s: number;
+  factor: number;
 }
 
 /** How far a job is: from `report(step=, total=)` or a tqdm bar (any field may be null). */

@@ -412,8 +412,9 @@ def test_large_format_text_shows_attention_ranks_first() -> None:
     mon.feed(Event("error", 77, T0 + 1, {"type": "ValueError", "message": "bad"}))
     text = format_text(mon.snapshot(now=T0 + 2), max_rows=5)
     table = [line for line in text.splitlines() if line[:1].isdigit()]
-    assert [line.split()[0] for line in table] == ["0", "1", "2", "3", "77"]
-    assert "... 95 more ranks (Running 95)" in text
+    assert [line.split()[0] for line in table] == ["77"]  # a large job: only the rank that differs
+    assert "ranks: 99 Running (ranks 0-76, 78-99); 1 Failed (rank 77)" in text
+    assert "... and 99 more ranks as summarised" in text
 
 
 def test_feed_while_reading_from_another_thread() -> None:

@@ -52,16 +52,36 @@ def test_restarted_job_rows() -> None:
         assert row.cell("state") == "Succeeded"
 
 
-def test_large_jobs_show_ranks_needing_attention_first() -> None:
-    mon = JobMonitor("big", "local", 200, nodes=25, nproc=8)
-    for r in range(200):
-        mon.feed(Event("hello", r, T0, {"backend": "gloo", "world_size": 200}))
-    mon.feed(rank_event(150, "Failed", exit_code=1, t=T0 + 1))
+def test_a_mid_size_job_shows_ranks_needing_attention_first() -> None:
+    mon = JobMonitor("mid", "local", 16, nodes=2, nproc=8)
+    for r in range(16):
+        mon.feed(Event("hello", r, T0, {"backend": "gloo", "world_size": 16}))
+    mon.feed(rank_event(12, "Failed", exit_code=1, t=T0 + 1))
     html = rank_table_html(mon.snapshot(), max_rows=10)
     table = rows(html)
-    assert len(table) == 10 and 150 in table
+    assert len(table) == 10 and 12 in table
     more = parse(html).find_all("distrain-more")
-    assert "190 more ranks (190 Running)" in more[0].all_text()
+    assert "6 more ranks (6 Running)" in more[0].all_text()
+
+
+def test_a_large_job_reads_as_a_summary_with_the_ranks_that_differ() -> None:
+    mon = JobMonitor("big", "local", 200, nodes=25, nproc=8)
+    for r in range(200):
+        mon.feed(Event("hello", r, T0, {"backend": "gloo", "world_size": 200, "node_rank": r // 8}))
+    mon.feed(rank_event(150, "Failed", exit_code=1, t=T0 + 1))
+    html = rank_table_html(mon.snapshot(), opened=[3, 4])
+    doc = parse(html)
+    counts = {
+        n.attrs["data-state"]: n.attrs["data-count"] for n in doc.find_all("distrain-state-count")
+    }
+    assert counts == {"Running": "199", "Failed": "1"}
+    spans = [n.all_text() for n in doc.find_all("distrain-state-range")]
+    assert spans[0].startswith("ranks 0-149, 151-199 Running (nodes 0-24)"), spans
+    assert spans[1].startswith("rank 150 Failed (node 18)"), spans
+    table = rows(html)
+    assert sorted(table) == [3, 4, 150]  # the failed rank and the ranks opened, nothing else
+    assert "distrain-opened" in table[3].attrs["class"]
+    assert "distrain-opened" not in table[150].attrs["class"]
 
 
 def test_header_fields_and_states() -> None:

@@ -216,3 +216,33 @@ def test_not_root_is_a_usage_error_naming_the_fix() -> None:
         )
         assert cli.returncode != 0, cli.stdout + cli.stderr
         assert "--network isolated needs root" in cli.stderr, cli.stdout + cli.stderr
+
+
+@needs_root
+@pytest.mark.slow
+def test_a_session_reaches_rank_0_inside_its_nodes_namespace() -> None:
+    """A warm session on isolated nodes: the notebook's cells reach rank 0 on its own loopback."""
+    from jupyter_disttrain.service import JobService
+
+    service = JobService()
+    spec = JobSpec("iso-session", nodes=2, nproc=1, options=ISOLATED)
+    session = service.start_session(spec)
+    state = jobdir.read_state(jobdir.job_dir(session.name)) or {}
+    run_id = str((state.get("network") or {}).get("run_id"))
+    try:
+        cell = textwrap.dedent(
+            """
+            import socket, torch.distributed as dist
+            out = [None, None]
+            dist.all_gather_object(out, (dist.get_rank(), socket.gethostname()))
+            out
+            """
+        )
+        ranks = session.run(cell)
+        assert ranks == [(0, "iso-session-node-0"), (1, "iso-session-node-1")], ranks
+    finally:
+        assert service.stop_session(session.name) in ("Succeeded", "Stopped")
+    deadline = time.monotonic() + 60
+    while netns.leftovers(run_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert netns.leftovers(run_id) == []

@@ -174,8 +174,7 @@ class MonitorState:
         self._message = as_str(f.get("message"))
         reported = f.get("state")
         if reported == "Running" and self._state == "Restarting" and self._held:
-            # its pods run again (a pod restarted in place), but no rank of the new attempt has
-            # said hello: the job still restarts, after the cause it names
+            # its pods run again (restarted in place) before a rank of the new attempt did
             self._reported = "Running"
             return
         if reported not in JOB_STATES:

@@ -185,6 +185,12 @@ def _stale(path: str, now: float) -> bool:
         return True
 
 
+def _made(path: str) -> bool:
+    """Whether the bridge's namespace of the lease at ``path`` exists."""
+    net = _leased(path)
+    return net is not None and os.path.exists(os.path.join(NETNS_DIR, net.bridge_namespace))
+
+
 def reserve(run_id: str, hostnames: tuple[str, ...], owner: int) -> NodeNetwork:
     """Lease a free /24 for run ``run_id`` of process ``owner`` (a plan's network: nothing is
     made until :func:`claim`); :class:`IsolationError` when none is free."""
@@ -195,8 +201,8 @@ def reserve(run_id: str, hostnames: tuple[str, ...], owner: int) -> NodeNetwork:
         now = time.time()
         for k, subnet in enumerate(subnets):
             path = os.path.join(LEASES, str(k))
-            if os.path.exists(path) and not _stale(path, now):
-                continue
+            if os.path.exists(path) and (not _stale(path, now) or _made(path)):
+                continue  # in use, or gone stale with namespaces that :func:`sweep` removes
             net = NodeNetwork(run_id, str(subnet), hostnames)
             with open(path, "w") as fh:
                 json.dump({"owner": owner, **asdict(net)}, fh)
@@ -221,7 +227,7 @@ def claim(net: NodeNetwork) -> None:
 
 def setup(net: NodeNetwork) -> None:
     """Make the bridge and each node's namespace, address and hosts file (after
-    :func:`allocate`); on an error what was made stays for :func:`teardown`."""
+    :func:`claim`); on an error what was made stays for :func:`teardown`."""
     bridge = ("-n", net.bridge_namespace)
     _ip(*bridge, "link", "set", "lo", "up")
     _ip(*bridge, "link", "add", net.bridge, "type", "bridge")
@@ -239,6 +245,17 @@ def setup(net: NodeNetwork) -> None:
         os.makedirs(os.path.join(ETC_NETNS, name), exist_ok=True)
         with open(os.path.join(ETC_NETNS, name, "hosts"), "w") as fh:
             fh.write(net.hosts_file())
+
+
+def _delete(name: str) -> None:
+    """Kill what runs in namespace ``name``, delete it and its hosts folder."""
+    for pid in _pids(name):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+    shutil.rmtree(os.path.join(ETC_NETNS, name), ignore_errors=True)
 
 
 def _pids(namespace: str) -> list[int]:
@@ -268,8 +285,7 @@ def teardown(net: NodeNetwork, grace: float = 0.0) -> None:
                 pass
         time.sleep(0.1)
     for name in net.namespaces:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
-        shutil.rmtree(os.path.join(ETC_NETNS, name), ignore_errors=True)
+        _delete(name)
     with _Locked():
         for entry in os.listdir(LEASES):
             path = os.path.join(LEASES, entry)
@@ -287,25 +303,44 @@ def _leased(path: str) -> NodeNetwork | None:
 
 
 def sweep() -> list[str]:
-    """Tear down the networks whose owner is gone (a reaper that could not run) and forget
-    plans never started; the run ids. A lease is judged and removed under the lock (a job
-    claiming it then is told to plan again), its namespaces deleted after."""
-    stale = []
+    """Tear down the networks whose owner is gone (a reaper that could not run), forget
+    plans never started, and delete namespaces of this kind that no lease names; their run
+    ids and names. A lease is judged and removed under the lock (a job claiming it then is told to
+    plan again), its namespaces deleted after. A namespace is made only while its lease
+    exists, so one without a lease is left over."""
+    stale, leased = [], set()
     try:
         with _Locked():
             now = time.time()
             for entry in os.listdir(LEASES):
                 path = os.path.join(LEASES, entry)
-                if entry != "lock" and _stale(path, now):
-                    net = _leased(path)
-                    os.unlink(path)
-                    if net is not None:
-                        stale.append(net)
+                if entry == "lock":
+                    continue
+                if not _stale(path, now):
+                    leased.add(_lease_owner(path)[0])
+                    continue
+                net = _leased(path)
+                os.unlink(path)
+                if net is not None:
+                    stale.append(net)
+            orphans = _orphans(leased | {net.run_id for net in stale})
     except FileNotFoundError:
         return []
     for net in stale:
         teardown(net)
-    return [net.run_id for net in stale]
+    for name in orphans:
+        _delete(name)
+    return [net.run_id for net in stale] + sorted(orphans)
+
+
+def _orphans(leased: set[str]) -> list[str]:
+    """The namespaces named ``distrain-RUNID-...`` whose run id is not in ``leased``."""
+    try:
+        names = os.listdir(NETNS_DIR)
+    except FileNotFoundError:
+        return []
+    mine = [n for n in names if n.startswith(PREFIX)]
+    return [n for n in mine if n[len(PREFIX) :].split("-")[0] not in leased]
 
 
 def leftovers(run_id: str) -> list[str]:

@@ -164,6 +164,35 @@ def test_a_killed_kernel_leaves_no_network(kernel: Kernel) -> None:  # noqa: F81
     assert_no_processes(jobdir.job_dir(name), pids, wait=15)
 
 
+def dead_pid() -> int:
+    """The id of a process that has ended."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@needs_root
+def test_the_sweep_removes_what_a_gone_owner_left_and_namespaces_no_lease_names() -> None:
+    gone = netns.reserve(os.urandom(6).hex(), ("sweep-node-0", "sweep-node-1"), dead_pid())
+    netns.claim(gone)
+    netns.setup(gone)
+    orphan = f"{netns.PREFIX}{os.urandom(6).hex()}-0"
+    subprocess.run(["ip", "netns", "add", orphan], check=True)
+    alive = netns.reserve(os.urandom(6).hex(), ("sweep-node-0",), os.getpid())
+    netns.claim(alive)
+    try:
+        assert len(netns.leftovers(gone.run_id)) == 6  # 3 namespaces, 2 hosts folders, lease
+        swept = netns.sweep()  # (a job of another test process may sweep them first)
+        assert netns.leftovers(gone.run_id) == [], swept
+        assert orphan not in os.listdir(netns.NETNS_DIR)
+        assert alive.run_id not in swept  # its owner runs: its network stays
+        assert netns.leftovers(alive.run_id) != []
+    finally:
+        netns.teardown(alive)
+        subprocess.run(["ip", "netns", "del", orphan], capture_output=True)
+    assert netns.leftovers(alive.run_id) == []
+
+
 def test_unknown_network_and_unsupported_framework_name_the_fix() -> None:
     backend = LocalBackend()
     payload = build_payload("pass", {}, job="iso-bad")

@@ -75,6 +75,12 @@ class LaunchContext:
     ports: tuple[int, ...]
     worker: tuple[str, ...]
     env: Mapping[str, str]
+    #: Each node's own address when the nodes have one (``--network isolated``), else empty.
+    hosts: tuple[str, ...] = ()
+
+    def node_host(self, node: int) -> str:
+        """The address node ``node`` binds and is reached at (``host`` unless ``hosts``)."""
+        return self.hosts[node] if self.hosts else self.host
 
     def log(self, index: int) -> str:
         """The own-output log of process ``index`` (``agent-N.log`` in the logs folder)."""
@@ -98,6 +104,9 @@ class Launcher(ABC):
     backend's warm launcher can fork (otherwise each is a fresh interpreter)."""
 
     forks: bool = False
+    #: Its processes are one per node and use :meth:`LaunchContext.node_host`: each node may
+    #: run in a network namespace of its own.
+    isolates: bool = False
 
     def ports(self, spec: JobSpec) -> int:
         """How many free loopback ports the processes need besides the rendezvous port."""
@@ -105,7 +114,7 @@ class Launcher(ABC):
 
     def endpoint(self, ctx: LaunchContext) -> str:
         """Where the workers find each other (given to the framework's ``describe_cluster``)."""
-        return f"{ctx.host}:{ctx.port}"
+        return f"{ctx.node_host(0)}:{ctx.port}"
 
     def notes(self, spec: JobSpec) -> tuple[str, ...]:
         """Lines the plan adds about this launch."""
@@ -121,6 +130,7 @@ class TorchrunAgents(Launcher):
     each, restarted in place up to ``--max-restarts`` times."""
 
     forks = True
+    isolates = True
 
     def processes(self, fw: Framework, ctx: LaunchContext) -> tuple[Process, ...]:
         """``--nodes`` agents, node ``n``'s output in ``agent-n.log``."""
@@ -131,7 +141,7 @@ class TorchrunAgents(Launcher):
                 *("--nnodes", str(spec.nodes), "--nproc-per-node", str(spec.nproc)),
                 *("--rdzv-backend", "c10d", "--rdzv-endpoint", self.endpoint(ctx)),
                 *("--rdzv-id", spec.name, "--rdzv-conf", f"is_host={1 if node == 0 else 0}"),
-                *("--local-addr", ctx.host, "--max-restarts", str(spec.max_restarts)),
+                *("--local-addr", ctx.node_host(node), "--max-restarts", str(spec.max_restarts)),
                 *("--monitor-interval", "0.1"),
                 *ctx.worker,
                 ctx.payload_path,

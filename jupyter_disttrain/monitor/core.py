@@ -27,7 +27,7 @@ from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
 from .cause import Cause, cell_line, classify_error, recovered_text
 from .hung import hung_rows
-from .network import failed_sentence, partition_sentence
+from .network import failed_sentence, partition_of, partition_sentence, place
 from .records import (
     Checkpoint,
     ErrorInfo,
@@ -131,10 +131,20 @@ class JobMonitor(MonitorState):
         cause = self._cause()
         said = self._message or self._reason
         if self._state == "Failed":
-            return cause.line() if cause is not None else said
+            return self._cause_line(cause) if cause is not None else said
         if self._state == "Restarting" and self._recovered:
-            return f"restarting after {self._recovered[-1].line()}"
+            return f"restarting after {self._cause_line(self._recovered[-1])}"
         return said
+
+    def _cause_line(self, cause: Cause) -> str:
+        """``cause``'s line, in the diagnosis's words where those name where ranks run: the
+        ranks cut off from each other, a killed rank's node and pod (a node that died)."""
+        cut = partition_of(cause, self._rows)
+        if cut is not None:
+            return cut
+        if cause.kind == "killed" and not cause.same and place(self._rows.get(cause.rank)):
+            return failed_sentence(cause, cell_line(self._errors, cause), self._rows)
+        return cause.line()
 
     def cause(self) -> Cause | None:
         """The root cause of the current attempt's failures (see :mod:`.cause`), or None."""

@@ -173,6 +173,10 @@ class MonitorState:
         self._reason = as_str(f.get("reason"))
         self._message = as_str(f.get("message"))
         reported = f.get("state")
+        if reported == "Running" and self._state == "Restarting" and self._held:
+            # its pods run again (restarted in place) before a rank of the new attempt did
+            self._reported = "Running"
+            return
         if reported not in JOB_STATES:
             return
         state = cast(JobState, reported)

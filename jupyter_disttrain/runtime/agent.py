@@ -2,7 +2,8 @@
 
 ``python -m jupyter_disttrain.runtime.agent ARGV`` is ``torchrun ARGV`` for
 local jobs, with two differences. Every TCPStore the agent hosts (the c10d
-rendezvous store and the workers' store) listens on 127.0.0.1 instead of
+rendezvous store and the workers' store) listens on 127.0.0.1 (on
+``--network isolated``, the node's own address in its namespace) instead of
 every address: torch's ``TCPStore`` accepts an already-bound listening
 socket (``master_listen_fd``), created here on loopback (the workers do the
 same, see :mod:`.localworker`). And an agent started by its owner directly
@@ -31,6 +32,8 @@ import time
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+#: The address a node's stores listen on instead of loopback: its own on ``--network isolated``.
+ENV_BIND = "DISTRAIN_BIND_ADDR"
 ENV_OWNER = "DISTRAIN_OWNER_PID"
 #: After its owner exits, an agent has this long to stop its workers before it is killed.
 OWNER_GRACE_SECONDS = 3.0
@@ -51,11 +54,12 @@ _ARGS = (
 
 
 def _listen(port: int) -> int | None:
-    """A socket listening on ``LOOPBACK:port``, as a file descriptor; None if the port is taken."""
+    """A socket listening on ``port`` of loopback (of ``DISTRAIN_BIND_ADDR`` when set: a node's
+    address in its own network namespace), as a file descriptor; None if the port is taken."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((LOOPBACK, port))
+        sock.bind((os.environ.get(ENV_BIND) or LOOPBACK, port))
         sock.listen(1024)
     except OSError as exc:
         sock.close()

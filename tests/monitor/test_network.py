@@ -151,3 +151,52 @@ def test_a_worker_waiting_for_the_masters_name_reads_as_unresolved() -> None:
         "could not resolve it 3 times): no rank could reach job-master-0 to start; its Service "
         "is missing or resolves to no pod, or MASTER_ADDR names the wrong host"
     )
+
+
+def killed_on_node_1(mon: JobMonitor) -> None:
+    """Ranks on pods job-0 and job-1, both running; node 1's pod then dies (exit 137)."""
+    for r in (0, 1):
+        mon.feed(rank_event(r, "Running", host=f"job-{r}", node=r, pod=f"job-{r}", t=1.0))
+        mon.feed(Event("hello", r, 1.5, {"local_rank": 0, "world_size": 2, "node_rank": r}))
+    mon.feed(rank_event(1, "Failed", exit_code=137, reason="Error", node=1, pod="job-1", t=2.0))
+
+
+def test_the_reason_of_a_failure_names_the_node_and_pod_as_the_diagnosis_does() -> None:
+    mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1)
+    killed_on_node_1(mon)
+    mon.feed(Event("job", None, 3.0, {"state": "Failed", "reason": "Failed", "message": ""}))
+    assert mon.reason.startswith("rank 1 (node 1, pod job-1) was killed: Error (exit code 137)")
+    assert mon.reason == mon.diagnosis()
+
+
+def test_a_partition_is_the_reason_of_the_job_it_failed() -> None:
+    mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1)
+    for r in (0, 1):
+        mon.feed(rank_event(r, "Running", host=f"job-{r}", node=r, pod=f"job-{r}", t=1.0))
+    mon.feed(Event("metric", 0, 90.0, {"step": 37, "values": {"loss": 1.0}}))
+    mon.feed(Event("metric", 1, 80.0, {"step": 37, "values": {"loss": 1.0}}))
+    error = {"type": "RuntimeError", "message": GLOO_TIMEOUT, "traceback": ""}
+    mon.feed(Event("error", 0, 100.0, error))
+    mon.feed(Event("job", None, 101.0, {"state": "Failed", "reason": "Failed", "message": ""}))
+    assert mon.reason.startswith(
+        "rank 0 (node 0, pod job-0) and rank 1 (node 1, pod job-1) cannot reach each other: "
+    ), mon.reason
+    assert mon.reason == mon.diagnosis()
+
+
+def test_a_node_restarting_in_place_is_named_until_its_ranks_run_again() -> None:
+    """A JobSet restarts a dead node's pod in place: the pod runs again before its ranks do."""
+    mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1)
+    killed_on_node_1(mon)
+    waiting = {"state": "Pending", "reason": "Created", "message": "the pods are starting"}
+    mon.feed(Event("job", None, 2.1, waiting))
+    mon.feed(Event("restart", None, 2.5, {"attempt": 1, "reason": "job-1 restarted"}))
+    mon.feed(rank_event(1, "Running", host="job-1", node=1, pod="job-1", t=2.6))
+    running = {"state": "Running", "reason": "Running", "message": "TrainJob job is running"}
+    mon.feed(Event("job", None, 2.7, running))
+    assert mon.state == "Restarting", mon.reason
+    assert mon.reason.startswith(
+        "restarting after rank 1 (node 1, pod job-1) was killed: Error (exit code 137)"
+    ), mon.reason
+    mon.feed(Event("hello", 1, 9.0, {"local_rank": 0, "world_size": 2, "node_rank": 1}))
+    assert mon.state == "Running" and mon.reason == "TrainJob job is running"

@@ -34,6 +34,7 @@ from ...spec import JobSpec
 from ..base import (
     Backend,
     BackendError,
+    BackendOption,
     Capabilities,
     EventSink,
     JobExists,
@@ -43,7 +44,7 @@ from ..base import (
     Submission,
 )
 from ..loglines import shown_lines
-from . import jobdir
+from . import jobdir, netns
 from .launcher import AnyLauncher, LauncherError, shared_launcher
 from .plan import (
     LocalPlan,
@@ -82,6 +83,14 @@ class LocalBackend(Backend):
         phases=("started", "rendezvous", "first_step"),
         sessions=True,
         reaches_ranks=True,
+    )
+    options = (
+        BackendOption(
+            "network",
+            "local: `--network isolated` runs each node in its own network namespace, host "
+            "name and address (eth0) on a bridge, as pods are (root only); default loopback",
+            metavar="isolated",
+        ),
     )
 
     def __init__(self, mode: str = "fork") -> None:
@@ -122,15 +131,17 @@ class LocalBackend(Backend):
         return _raise_control(name, control, lambda n: controls.render(n, body, key))
 
     def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
-        """Rank 0 runs on this machine: connect to ``127.0.0.1:port``."""
-        return loopback(port, timeout, f"rank 0 of session {record.name}")
+        """Rank 0 runs on this machine: connect to ``127.0.0.1:port`` (of node 0's namespace
+        on ``--network isolated``)."""
+        return _reach(record, 0, port, timeout, f"rank 0 of session {record.name}", "")
 
     def connect_rank(
         self, record: JobRecord, node: int, port: int, timeout: float = 30.0
     ) -> socket.socket:
-        """Every node runs on this machine: connect to ``127.0.0.1:port``."""
+        """Every node runs on this machine: connect to ``127.0.0.1:port`` (inside the node's
+        network namespace on ``--network isolated``)."""
         what = f"the debugger of job {record.name} (node {node})"
-        return loopback(port, timeout, what, "; the rank may have resumed or ended")
+        return _reach(record, node, port, timeout, what, "; the rank may have resumed or ended")
 
     def stored_key(self, name: str) -> bytes | None:
         """The key in job ``name``'s directory (None without a readable one)."""
@@ -156,15 +167,25 @@ class LocalBackend(Backend):
         In fork mode the warm launcher is made ready here, so the plan says
         ``exec`` when it cannot be used (and ``submit`` then does exactly that).
         """
-        mode = self.launch_mode(spec)
+        network = _network_option(spec)
+        mode = "exec" if network else self.launch_mode(spec)
         if mode == "fork":
             try:
                 shared_launcher().wait_ready()
             except LauncherError:
                 mode = "exec"
-        run_id = {"DISTRAIN_RUN_ID": os.urandom(6).hex()}  # tells restarts from new submissions
+        run_id = os.urandom(6).hex()  # tells restarts from new submissions
         directory = jobdir.next_run_dir(spec.name)  # never where an earlier run keeps checkpoints
-        return build_plan(spec, payload, directory, mode=mode, port=free_port(), base_env=run_id)
+        nodes = _isolated_nodes(spec, run_id) if network else None
+        return build_plan(
+            spec,
+            payload,
+            directory,
+            mode=mode,
+            port=free_port(),
+            base_env={"DISTRAIN_RUN_ID": run_id},
+            network=nodes,
+        )
 
     def submit(self, plan: Plan, sink: EventSink) -> LocalRun:
         """Create the job directory and start the agents of ``plan`` in the background."""
@@ -257,6 +278,57 @@ class LocalBackend(Backend):
     def stop(self, name: str) -> bool:
         """Stop a job of any owner: mark it, then end its processes."""
         return stop_job(name)
+
+
+def _reach(
+    record: JobRecord, node: int, port: int, timeout: float, what: str, hint: str
+) -> socket.socket:
+    """A connection to ``127.0.0.1:port`` of node ``node``: this host's loopback, or the
+    loopback of the node's own namespace (``--network isolated``)."""
+    state = jobdir.read_state(jobdir.job_dir(record.name)) or {}
+    network = state.get("network")
+    if not isinstance(network, dict):
+        return loopback(port, timeout, what, hint)
+    namespace = f"{netns.PREFIX}{network.get('run_id')}-{node}"
+    try:
+        return netns.connect(namespace, port, timeout)
+    except OSError as exc:
+        raise BackendError(
+            f"cannot reach {what} on 127.0.0.1:{port} in network namespace {namespace}: "
+            f"{exc.strerror or exc}{hint}"
+        ) from None
+
+
+def _network_option(spec: JobSpec) -> bool:
+    """True for ``--network isolated``; :class:`BackendError` naming the fix when it cannot be."""
+    value = dict(spec.options).get("network")
+    if value is None or value == "loopback":
+        return False
+    if value != "isolated":
+        raise BackendError(
+            f"--network {value}: the local backend knows 'isolated' (each node in its own "
+            "network namespace) and 'loopback' (the default); choose one of them"
+        )
+    fw = framework(spec.framework)
+    if not fw.launch.isolates:
+        raise BackendError(
+            f"--network isolated runs each node's agent in its own namespace, and a {fw.title} "
+            "job starts one process per rank instead: leave out --network isolated"
+        )
+    reason = netns.unavailable()
+    if reason:
+        raise BackendError(reason)
+    return True
+
+
+def _isolated_nodes(spec: JobSpec, run_id: str) -> netns.NodeNetwork:
+    """The job's network, its addresses leased (and networks of gone owners swept first)."""
+    netns.sweep()
+    hostnames = tuple(f"{spec.name}-node-{n}"[-63:].lstrip("-") for n in range(spec.nodes))
+    try:
+        return netns.reserve(run_id, hostnames, os.getpid())
+    except netns.IsolationError as exc:
+        raise BackendError(str(exc)) from None
 
 
 def _shown(path: Path, rank: int, tail: int | None, trust: ev.Trust | None) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,11 +12,13 @@ from pathlib import Path
 from ...frameworks import LaunchContext, Process, framework
 from ...payload import Payload
 from ...runtime import forkclient, jobkey
+from ...runtime.agent import ENV_BIND
 from ...spec import JobSpec
 from ..base import (
     Plan,
 )
 from . import jobdir
+from .netns import NodeNetwork
 
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 3.0
@@ -60,6 +64,12 @@ class LocalPlan(Plan):
     payload_bytes: int
     captures: str = ""
     notes: tuple[str, ...] = field(default=())
+    #: The nodes' own network namespaces (``--network isolated``); None: all on loopback.
+    network: NodeNetwork | None = None
+
+    def prefix(self, node: int) -> tuple[str, ...]:
+        """What node ``node``'s command starts under: its namespace and host name, if any."""
+        return self.network.prefix(node) if self.network else ()
 
     def __str__(self) -> str:
         spec = self.spec
@@ -74,14 +84,23 @@ class LocalPlan(Plan):
                 if self.mode == "fork"
                 else f"(a fresh interpreter per worker: {fw.title} is not fork-safe)"
                 if not fw.fork_safe
+                else "(fresh interpreters, each node's in its own network namespace)"
+                if self.network
                 else "(fresh interpreters)"
             ),
             f"job directory: {self.job_dir}",
             f"payload: {self.payload_bytes} bytes; {self.captures}",
             f"timeout: {spec.timeout or 'none'}; max restarts: {spec.max_restarts}",
         ]
+        if self.network is not None:
+            net = self.network
+            lines.append(
+                f"network: isolated, {net.subnet} on bridge {net.bridge} in namespace "
+                f"{net.bridge_namespace}; node N in namespace {net.namespace(0)[:-1]}N"
+            )
         for node in self.nodes:
-            lines.append(f"node {node.node}: {node.command()}")
+            prefix = shlex.join(self.prefix(node.node))
+            lines.append(f"node {node.node}: {prefix + ' ' if prefix else ''}{node.command()}")
         lines.extend(self.notes)
         return "\n".join(lines)
 
@@ -95,8 +114,14 @@ def build_plan(
     port: int,
     base_env: dict[str, str] | None = None,
     ports: Sequence[int] = (),
+    network: NodeNetwork | None = None,
 ) -> LocalPlan:
     """The launch plan for ``spec`` (pure apart from the arguments given).
+
+    With ``network`` each node runs in its namespace (see :mod:`.netns`): the
+    launcher gives it its address and its stores listen there. Otherwise the
+    nodes share loopback, and gloo and NCCL are told ``lo`` unless the spec's
+    environment names another interface (a user's ``--env`` always wins).
 
     ``port`` is the rendezvous port; ``ports`` the free ports the framework's
     launcher asks for (TensorFlow, JAX: one per process; picked when not given).
@@ -107,8 +132,10 @@ def build_plan(
     logs = jobdir.logs_dir(directory)
     # fork: the worker command is the fork client, run as a script (it imports no package)
     worker = ("-m", LOCAL_WORKER_MODULE) if mode != "fork" else (forkclient.__file__,)
+    interfaces = {} if network else {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
     env = {
         **(base_env or {}),
+        **interfaces,
         **spec.env_dict(),
         "DISTRAIN_JOB_ID": spec.name,
         "DISTRAIN_JOB_DIR": str(directory),
@@ -116,8 +143,6 @@ def build_plan(
         jobkey.ENV_KEY_FILE: str(directory / jobkey.KEY_FILE),
         "DISTRAIN_CHECKPOINT_DIR": spec.checkpoint_dir or str(directory / "checkpoints"),
         "PYTHONUNBUFFERED": "1",
-        "GLOO_SOCKET_IFNAME": "lo",
-        "NCCL_SOCKET_IFNAME": "lo",
     }
     if spec.timeout:
         env.setdefault("DISTRAIN_PG_TIMEOUT", str(max(30, int(spec.timeout))))
@@ -149,15 +174,22 @@ def build_plan(
         ports=tuple(ports) if ports or not needed else tuple(free_ports(needed)),
         worker=worker,
         env=env,
+        hosts=tuple(network.address(n) for n in range(spec.nodes)) if network else (),
     )
+    nodes = launcher.processes(fw, context)
+    if network is not None:
+        nodes = tuple(
+            dataclasses.replace(n, env={**n.env, ENV_BIND: network.address(n.node)}) for n in nodes
+        )
     return LocalPlan(
         spec=spec,
         payload=payload,
         job_dir=str(directory),
         rdzv_endpoint=launcher.endpoint(context),
         mode=mode if launcher.forks else "exec",
-        nodes=launcher.processes(fw, context),
+        nodes=nodes,
         payload_bytes=len(payload.data),
         captures=payload.describe(),
         notes=launcher.notes(spec),
+        network=network,
     )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -22,7 +24,7 @@ from ..base import (
     JobRecord,
     Submission,
 )
-from . import jobdir
+from . import jobdir, netns
 from .launcher import AnyLauncher, ProcessHandle
 from .plan import (
     FAILURE_GRACE_SECONDS,
@@ -58,6 +60,7 @@ class LocalRun(Submission):
         self._done = threading.Event()
         self._wake = threading.Event()
         self._state: dict[str, Any] = {}
+        self._reaper: subprocess.Popen[bytes] | None = None
         self._thread = threading.Thread(
             target=self._run, name=f"distrain-{self.spec.name}", daemon=True
         )
@@ -143,7 +146,7 @@ class LocalRun(Submission):
                     self.pgid = handle.pgid
             else:  # no launcher watches the owner: each agent does (see runtime/agent.py)
                 node_env[ENV_OWNER] = str(os.getpid())
-                handle = _ExecAgent(node, node_env, self.pgid or 0)
+                handle = _ExecAgent(node, node_env, self.pgid or 0, self.plan.prefix(node.node))
                 if self.pgid is None:
                     self.pgid = handle.pid
             self.agents.append(handle)
@@ -151,12 +154,37 @@ class LocalRun(Submission):
 
     def _run(self) -> None:
         try:
+            self._isolate()
             self._follow()
         except BaseException as exc:  # never leave processes behind on our own bug
             terminate(self.pgid, [a.pid for a in self.agents])
             self._emit(ev.job_event("Failed", "BackendError", f"{type(exc).__name__}: {exc}"))
         finally:
+            self._release()
             self._done.set()
+
+    def _isolate(self) -> None:
+        """Make the nodes' network (``--network isolated``), its reaper watching this process."""
+        net = self.plan.network
+        if net is None:
+            return
+        netns.claim(net)
+        self._reaper = netns.start_reaper(net, str(jobdir.logs_dir(self.dir) / "network.log"))
+        self._write_state(network=dataclasses.asdict(net))
+        netns.setup(net)
+
+    def _release(self) -> None:
+        """Remove the nodes' network: its reaper does, once told (the processes ended)."""
+        if self._reaper is None:
+            return
+        assert self._reaper.stdin is not None
+        self._reaper.stdin.close()
+        try:
+            self._reaper.wait(timeout=120)
+        except subprocess.TimeoutExpired:  # it goes on removing; say why the job took long
+            print(
+                f"distrain: job {self.spec.name}'s network is still being removed", file=sys.stderr
+            )
 
     def _follow(self) -> None:
         trust = ev.Trust.of(self.plan.payload.key, self.spec.nodes, self.spec.nproc)
@@ -328,12 +356,12 @@ def _agent_failure(codes: list[int | None]) -> str:
 class _ExecAgent:
     """A node agent started as a fresh interpreter (no launcher)."""
 
-    def __init__(self, node: NodeLaunch, env: dict[str, str], pgid: int) -> None:
-        import subprocess
-
+    def __init__(
+        self, node: NodeLaunch, env: dict[str, str], pgid: int, prefix: tuple[str, ...] = ()
+    ) -> None:
         with jobdir.open_private(node.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", node.module, *node.argv],
+                [*prefix, sys.executable, "-m", node.module, *node.argv],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -125,6 +125,11 @@ def test_a_partition_for_good_is_read_naming_the_pods_that_cannot_reach_each_oth
             r"waited 20 s in a collective(?: after step \d+)? and heard nothing from node [01] ",
             diagnosis,
         ), diagnosis
+        # the job's reason (header, sidebar, CLI) names the same ranks, nodes and pods
+        if api == "pytorchjob":
+            assert job.reason == diagnosis, (job.reason, job.logs())
+        else:
+            assert pods in job.reason, (job.reason, job.logs())
     finally:
         job.stop(timeout=60)
     wait_for(lambda: not emulator.processes(), 60, emulator.processes)
@@ -147,6 +152,37 @@ def test_a_node_that_dies_mid_step_fails_the_job_naming_its_rank_and_pod(
             diagnosis = job.diagnosis() or ""
             killed = f"rank 1 (node 1, pod {name}-worker-0) was killed: Error (exit code 137)"
             assert diagnosis.startswith(killed), (diagnosis, job.logs())
+            assert job.reason == diagnosis, (job.reason, job.logs())
+        finally:
+            job.stop(timeout=60)
+        wait_for(lambda: not emulator.processes(), 60, emulator.processes)
+
+
+def test_a_trainjob_node_that_dies_is_named_while_its_pod_restarts_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JobSet restarts the dead node's pod in place; its link stays down, so its new ranks
+    never meet the others: the job restarts, naming the node and pod, until it is stopped."""
+    env = {"GLOO_SOCKET_IFNAME": "eth0"}
+    with Emulator(env=env, apis=APIS["trainjob"], network="pods") as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        name = "dead-tj"
+        spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=300,
+                       options=(("kubeflow_api", "trainjob"),))  # fmt: skip
+        payload = build_payload(CELL, {"FINISH": str(tmp_path / "never")}, job=name)
+        job = jobs.submit(spec, payload, KubernetesBackend())
+        try:
+            wait_for(lambda: len(job.metrics()) >= 6, 180, job.logs)
+            pod = pod_of(emulator, "trainjob", name)
+            emulator.net_faults.kill_node(pod)
+            said = f"restarting after rank 1 (node 1, pod {pod}) was killed: Error (exit code 137)"
+            wait_for(lambda: job.reason.startswith(said), 120, lambda: (job.reason, job.logs()))
+            assert job.monitor.state == "Restarting", (job.reason, job.logs())
+            pods = {o["metadata"]["name"]: o for o in emulator.store.objects(PODS.key)[0]}
+            assert pods[pod]["status"]["containerStatuses"][0]["restartCount"] >= 1
+            # the TrainJob runs again (its pods do), its new ranks have not met: still restarting
+            wait_for(lambda: job.monitor.reported_state == "Running", 120, job.logs)
+            assert job.monitor.state == "Restarting" and job.reason.startswith(said), job.reason
         finally:
             job.stop(timeout=60)
         wait_for(lambda: not emulator.processes(), 60, emulator.processes)

@@ -70,9 +70,9 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     elif why and snap["state"] == "Stopped":
         lines.append(f'<div class="distrain-note" data-field="cause">{esc(why)}</div>')
     for row in snap["ranks"] if snap["state"] == "Paused" else []:  # stopped in the debugger
-        if row["state"] == "Paused":
-            note = esc(row["reason"])
-            lines.append(f'<div class="distrain-note" data-field="paused">{note}</div>')
+        if row["state"] == "Paused":  # (not ``note``: the caller's note is said below, once)
+            paused = esc(row["reason"])
+            lines.append(f'<div class="distrain-note" data-field="paused">{paused}</div>')
     if snap["recovered"]:
         lines.append(
             f'<div class="distrain-note" data-field="recovered">{esc(snap["recovered"])}</div>'

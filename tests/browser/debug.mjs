@@ -31,7 +31,13 @@ await runScenario({ page, result, close }, outDir, async () => {
   result.paused = {
     note: await page.locator(`${dash} [data-field="paused"]`).first().textContent(),
     notes: await page.locator(`${dash} [data-field="paused"]`).count(),
-    escaped: await page.locator(dash).evaluate((el) => el.textContent.includes("&lt;")),
+    // markup shown escaped ("in &lt;module&gt;"): where, with the element that shows it
+    escaped: await page.locator(dash).evaluate((el) => {
+      const at = el.textContent.indexOf("&lt;");
+      if (at < 0) return null;
+      const holder = [...el.querySelectorAll("*")].reverse().find((n) => n.textContent.includes("&lt;"));
+      return `${holder?.tagName}.${holder?.className}: ${el.textContent.slice(Math.max(0, at - 80), at + 40)}`;
+    }),
     rows: await page.locator(`${dash} tr.distrain-rank-row`).evaluateAll((trs) =>
       trs.map((tr) => ({ rank: Number(tr.dataset.rank), state: tr.dataset.state })),
     ),

@@ -86,6 +86,7 @@ FIELDS: Final[dict[str, _Fields]] = {
     },
     "metric": {"step": _STEP, "values": _values},
     "checkpoint": {"step": _STEP, "uri": _text, "bytes": _COUNT, "metrics": _values},
+    "loaded": {"step": _STEP, "uri": _text},
     "result": {
         "encoding": _text,
         "data": lambda v: _text(v, MAX_LINE),

@@ -2,11 +2,14 @@
 
 ``python scripts/readme_pictures.py`` (or ``make readme-pictures``) reads the
 dashboards ``tests/browser/test_cause_browser.py`` saved under
-``test-output/browser-cause/light/`` and the one
-``tests/browser/test_autolog_browser.py`` saved under
-``test-output/browser-autolog/`` and writes them, at most 960 px wide and in
-256 colours, to ``docs/failing-job.png``, ``docs/hung-job.png`` and
-``docs/lightning-job.png``.
+``test-output/browser-cause/{light,dark}/`` (the failing, recovered and hung
+jobs), the paused rank's console ``tests/browser/test_debug_browser.py`` saved
+under ``test-output/debug/`` and the job ``tests/browser/test_autolog_browser.py``
+saved under ``test-output/browser-autolog/``, and writes them, at most 960 px
+wide and in 256 colours, to ``docs/`` (``failing-job.png``,
+``failing-job-dark.png``, ``recovered-job.png``, ``recovered-job-dark.png``,
+``hung-job.png``, ``hung-job-dark.png``, ``debug-console.png``,
+``lightning-job.png``).
 """
 
 from __future__ import annotations
@@ -18,10 +21,17 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "test-output"
-SHOTS = OUTPUT / "browser-cause" / "light"
+SHOTS = OUTPUT / "browser-cause"
+#: The cause test's dashboards by their screenshot's name, and the picture's.
+JOBS = {"fail": "failing-job", "recover": "recovered-job", "hang": "hung-job"}
+THEMES = {"light": "", "dark": "-dark"}
 PICTURES = {
-    SHOTS / "fail-job.png": "failing-job.png",
-    SHOTS / "hang-job.png": "hung-job.png",
+    **{
+        SHOTS / theme / f"{key}-job.png": f"{name}{suffix}.png"
+        for key, name in JOBS.items()
+        for theme, suffix in THEMES.items()
+    },
+    OUTPUT / "debug" / "debug-console.png": "debug-console.png",
     OUTPUT / "browser-autolog" / "lightning-job.png": "lightning-job.png",
 }
 WIDTH = 960
@@ -43,7 +53,8 @@ def main() -> int:
     if missing:
         print(
             f"no screenshots {', '.join(missing)}: run the browser tests first (pytest "
-            "tests/browser/test_cause_browser.py tests/browser/test_autolog_browser.py)",
+            "tests/browser/test_cause_browser.py tests/browser/test_debug_browser.py "
+            "tests/browser/test_autolog_browser.py)",
             file=sys.stderr,
         )
         return 1

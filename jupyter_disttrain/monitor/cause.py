@@ -256,12 +256,17 @@ def candidates(
     return [f for f in current if f.kind in ("raised", "consequence") or f.rank not in raised]
 
 
-def recovered_text(causes: list[Cause]) -> str:
-    """``recovered from 1 failure (rank 1: RuntimeError: flaky)`` ("" for none)."""
+def recovered_text(causes: list[Cause], loaded: int | None = None) -> str:
+    """``recovered from 1 failure (rank 1: RuntimeError: flaky)`` ("" for none).
+
+    ``loaded``: the step of the checkpoint the restarted ranks loaded, said as
+    ``; resumed from checkpoint 30``.
+    """
     if not causes:
         return ""
     n = len(causes)
-    return f"recovered from {n} failure{'s' if n != 1 else ''} ({causes[0].said()})"
+    text = f"recovered from {n} failure{'s' if n != 1 else ''} ({causes[0].said()})"
+    return text if loaded is None else f"{text}; resumed from checkpoint {loaded}"
 
 
 def cell_line(errors: Sequence[ErrorInfo], cause: Cause) -> str:

@@ -555,7 +555,7 @@ class JobMonitor(MonitorState):
                 first_failure=None if failure is None else failure_row(failure),
                 why=self._why(),
                 cause=None if cause is None else cause_row(cause),
-                recovered=recovered_text(self._recovered),
+                recovered=recovered_text(self._recovered, self._loaded),
                 stragglers=self._stragglers(),
                 slow=slow,
                 slow_line=slow_sentence(slow, nodes=self._large()),

@@ -106,6 +106,7 @@ class MonitorState:
         self._errors: list[ErrorInfo] = []
         self._error_events: list[Event] = []
         self._checkpoints: list[Checkpoint] = []
+        self._loaded: int | None = None  # the step of the checkpoint rank 0 last loaded
         self._result: Event | None = None
         self._logs = LogBuffer(log_limit)
         self._metrics = MetricStore(self._lock)
@@ -304,6 +305,9 @@ class MonitorState:
                 ev.t,
             )
         )
+
+    def _on_loaded(self, ev: Event, row: RankState | None) -> None:
+        self._loaded = as_int(ev.get("step"))
 
     def _on_result(self, ev: Event, row: RankState | None) -> None:
         if self._result is None or ev.rank == 0 or self._result.rank != 0:
@@ -571,6 +575,7 @@ _HANDLERS: Final = {
     "hello": MonitorState._on_hello,
     "metric": MonitorState._on_metric,
     "checkpoint": MonitorState._on_checkpoint,
+    "loaded": MonitorState._on_loaded,
     "result": MonitorState._on_result,
     "error": MonitorState._on_error,
     "done": MonitorState._on_done,

@@ -255,9 +255,14 @@ def lost_peer_text(row: RankRow, cause: CauseRow | None) -> str:
 
     "" when the row is the cause's rank, has no reason, or its reason is its own.
     """
-    if cause is None or row["rank"] == cause["rank"] or not row["reason"]:
+    return lost_peer(row["rank"], row["reason"], cause)
+
+
+def lost_peer(rank: int, reason: str, cause: CauseRow | None) -> str:
+    """:func:`lost_peer_text` of rank ``rank`` whose reason (``Type: message``) is ``reason``."""
+    if cause is None or rank == cause["rank"] or not reason:
         return ""
-    kind, _, message = row["reason"].partition(": ")
+    kind, _, message = reason.partition(": ")
     if classify_error(kind, message) != "consequence":
         return ""
     return f"lost its peer (rank {cause['rank']} failed)"

@@ -34,6 +34,7 @@ KINDS = (
     "cell",
     "paused",
     "resumed",
+    "loaded",
 )
 #: Kinds a rank sends on a clock of its own: no sign of activity (hang detection, "heard").
 QUIET_KINDS = ("resources",)

@@ -21,6 +21,7 @@ from typing import Any, TypedDict, TypeVar, cast
 from ..backends.base import JobRecord
 from ..events import TERMINAL_STATES
 from ..monitor import (
+    CauseRow,
     ErrorRow,
     JSONFloat,
     MetricRow,
@@ -32,7 +33,7 @@ from ..monitor import (
 )
 from ..monitor.records import SlowRow, StateRange
 from ..monitor.scale import differing, summarised
-from ..monitor.text import shown_diagnosis
+from ..monitor.text import lost_peer, shown_diagnosis
 
 
 class BackendStatus(TypedDict):
@@ -58,13 +59,21 @@ class CheckpointJSON(TypedDict):
     status: str
 
 
+class ErrorJSON(ErrorRow):
+    """A rank's error in an expanded row: ``peer`` says ``lost its peer (rank 1 failed)``
+    when the error only reports that the failing rank ended ("" otherwise); its raw text
+    is then shown behind a disclosure."""
+
+    peer: str
+
+
 class JobDetail(TypedDict):
     """What an expanded row shows (``None`` in listings)."""
 
     ranks: list[RankJSON]
     metrics: dict[str, MetricRow]
     checkpoints: list[CheckpointJSON]
-    errors: list[ErrorRow]
+    errors: list[ErrorJSON]
     stragglers: list[int]
     followed: bool  # False: no event stream read for this job (ranks unknown)
     # a large job (more than monitor.scale.SUMMARY_AT ranks) lists in ``ranks`` only the
@@ -220,7 +229,7 @@ TYPESCRIPT: dict[str, type] = {
     "IRank": RankJSON,
     "IMetricRow": MetricRow,
     "ICheckpoint": CheckpointJSON,
-    "IErrorRow": ErrorRow,
+    "IErrorRow": ErrorJSON,
     "IJobDetail": JobDetail,
     "IStateRange": StateRange,
     "ISlowRow": SlowRow,
@@ -419,13 +428,19 @@ def _detail(
         ranks=ranks,
         metrics=snapshot["metrics"],
         checkpoints=checkpoints(reported) if checkpoints else reported,
-        errors=snapshot["errors"],
+        errors=[error_json(e, snapshot["cause"]) for e in snapshot["errors"]],
         stragglers=snapshot["stragglers"],
         followed=True,
         ranks_total=len(snapshot["ranks"]),
         summary=snapshot["summary"],
         slow=snapshot["slow"],
     )
+
+
+def error_json(error: ErrorRow, cause: CauseRow | None) -> ErrorJSON:
+    """``error`` with what it says of the job (see :class:`ErrorJSON`)."""
+    rank, reason = error["rank"], f"{error['type']}: {error['message']}"
+    return ErrorJSON(**error, peer="" if rank is None else lost_peer(rank, reason, cause))
 
 
 def notebook_api_path(recorded: str, root_dir: str | None) -> str | None:

@@ -4,7 +4,8 @@
 Clicking a column header sorts by it (again: reverse), clicking a row selects
 it; the selection's detail view lists its keys, tensors (shapes, dtypes) and
 total parameters. Load puts the state into a notebook variable, Resume
-fills the next cell with a ``%%distrain --resume`` cell, Delete removes the
+puts a ``%%distrain --resume`` cell right below the browser (the lab extension; in
+other front ends the next input), Delete removes the
 checkpoint after a second click. The sorting and the actions are Python
 (testable without a browser); :class:`CheckpointTable` only renders rows and
 reports clicks. Displayed, the browser also carries a static text and HTML
@@ -14,6 +15,7 @@ table for frontends without widgets.
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,7 @@ from ..checkpoints.store import (
     format_time,
 )
 from ..units import format_bytes
+from .cell_insert import insert_below
 from .text import esc
 
 if TYPE_CHECKING:
@@ -260,6 +263,8 @@ class CheckpointBrowser:
         self.title = w.HTML()
         self.widget = w.VBox([self.title, self.table, actions, self.status, self.detail])
         self.widget.add_class("distrain-ckpt-browser")
+        self.anchor = secrets.token_hex(8)  # where the front end puts a resume cell (below)
+        self.widget.add_class(f"distrain-ckpt-{self.anchor}")
         self.table.observe(lambda _c: self._render_rows(), names=["sort_by", "descending"])
         self.table.observe(lambda _c: self._show_selected(), names="selected")
         self.refresh()
@@ -357,12 +362,20 @@ class CheckpointBrowser:
         return state
 
     def resume_selected(self) -> str:
-        """Put a ``%%distrain --resume STEP`` cell for the selection in the next input."""
+        """Put a ``%%distrain --resume STEP`` cell for the selection right below the browser.
+
+        Through the lab extension (:mod:`.cell_insert`); without it, in the next input.
+        """
         info = self._need()
         text = resume_cell(self.store.uri, info.step, self.job)
-        if self.shell is not None:
-            self.shell.set_next_input(text, replace=False)
-        self._say(f"the next cell resumes from step {info.step}: run it to start the job")
+        if self.shell is None:
+            return text
+
+        def told(inserted: bool) -> None:
+            where = "the cell below" if inserted else "the next cell"
+            self._say(f"{where} resumes from step {info.step}: run it to start the job")
+
+        insert_below(self.shell, self.anchor, text, told)
         return text
 
     def delete_selected(self) -> bool:

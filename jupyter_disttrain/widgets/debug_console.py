@@ -114,6 +114,8 @@ class DebugConsole:
             self.ranks.value = current
         elif values:
             self.ranks.value = values[0]
+        for control in (self.line, self.send_button, self.continue_button):
+            control.disabled = not paused  # nothing to send to while no rank is paused
         if not paused:
             self.status.value = "<i>no rank is paused</i>"
             self.where.value = ""
@@ -172,7 +174,7 @@ class DebugConsole:
             for answer in answers:
                 self._answers.append(self._answer_html(text, answer))
             del self._answers[:-MAX_ANSWERS]
-            self.answers.value = "".join(reversed(self._answers))
+            self.answers.value = "".join(self._answers)  # oldest first, as a terminal
             shown = [a for a in answers if a.paused and a.rank == rank]
             if shown:
                 self._frame(shown[0])

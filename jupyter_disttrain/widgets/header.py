@@ -70,9 +70,9 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     elif why and snap["state"] == "Stopped":
         lines.append(f'<div class="distrain-note" data-field="cause">{esc(why)}</div>')
     for row in snap["ranks"] if snap["state"] == "Paused" else []:  # stopped in the debugger
-        if row["state"] == "Paused":
-            note = esc(row["reason"])
-            lines.append(f'<div class="distrain-note" data-field="paused">{note}</div>')
+        if row["state"] == "Paused":  # (not ``note``: the caller's note is said below, once)
+            paused = esc(row["reason"])
+            lines.append(f'<div class="distrain-note" data-field="paused">{paused}</div>')
     if snap["recovered"]:
         lines.append(
             f'<div class="distrain-note" data-field="recovered">{esc(snap["recovered"])}</div>'
@@ -163,7 +163,8 @@ class HeaderPanel:
 
     ``stop`` is called once, on the kernel thread, when the button is
     clicked; it must return promptly (``job.stop(wait=False)``). The button
-    is disabled without a ``stop`` callable and hidden once the job has ended.
+    is disabled without a ``stop`` callable and hidden while the job reads as
+    ended (shown again if it goes on: a restart after a rank's failure).
     A ``blocking`` dashboard (``--wait``) shows no Stop nor Where: the busy kernel
     would handle their clicks only after the job; its note says how to stop it.
     The buttons sit in a column of their own (``.distrain-actions``) that the
@@ -269,6 +270,10 @@ class HeaderPanel:
         if not note and self.blocking and not ended:
             note = BLOCKING_NOTE
         self.html.value = header_html(snap, note=note)
+        if not ended and not self.blocking:  # back after a moment that read as an end
+            self.button.layout.display = ""
+            self.button.disabled = self._stop is None or self._stopping
+            self.where_button.layout.display = "" if self._where is not None else "none"
         if ended:  # nothing left to stop: the button goes
             self.button.disabled = True
             self.button.description = "Stop"

@@ -12,6 +12,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { JobsAPI } from './api';
+import { serveCellInserts } from './cells';
 import { fit, reveal } from './layout';
 import { LogViewer } from './logs';
 import { JobsModel } from './model';
@@ -111,6 +112,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const showJobs = (): void => app.shell.activateById(panel.id);
     notifyJobEnds(model, { showLogs, openNotebook, showJobs });
+
+    serveCellInserts(app); // the checkpoint browser's resume cell, right below it
 
     model.setVisible(panel.isVisible);
     labShell?.layoutModified.connect(() => model.setVisible(panel.isVisible));

@@ -229,11 +229,19 @@ export class JobsPanel extends Widget {
     if (this.model.expanded.has(job.id)) {
       row.classList.add('jp-mod-expanded');
     }
-    const name = row.appendChild(el('td', 'jp-Disttrain-name', job.name));
+    const name = row.appendChild(el('td', 'jp-Disttrain-name'));
     name.dataset.name = job.name;
+    // a long name is cut in its middle: its end (a cell's count, random digits) tells rows apart
+    const [head, tail] = splitName(job.name);
+    const text = name.appendChild(el('span', 'jp-Disttrain-name-text'));
+    text.appendChild(el('span', 'jp-Disttrain-name-head', head));
+    if (tail) {
+      text.appendChild(el('span', 'jp-Disttrain-name-tail', tail));
+    }
+    name.title = job.name;
     if (job.kind === 'session') {
-      name.appendChild(el('span', 'jp-Disttrain-session', 'session'));
-      name.title = 'a warm worker group: %%distrain --session runs cells on its live ranks';
+      text.appendChild(el('span', 'jp-Disttrain-session', 'session'));
+      name.title = `${job.name}: a warm worker group (%%distrain --session runs cells on its live ranks)`;
     }
     const state = row.appendChild(el('td', `jp-Disttrain-state jp-Disttrain-state-${job.state.toLowerCase()}`));
     state.appendChild(el('span', 'jp-Disttrain-state-text', job.state));
@@ -415,6 +423,14 @@ export class JobsPanel extends Widget {
     }
     for (const error of detail.errors.slice(0, 3)) {
       const where = error.rank === null ? 'job' : `rank ${error.rank}`;
+      if (error.peer) {
+        // a consequence: said plainly, the library's own words behind a disclosure
+        const peer = cell.appendChild(el('details', 'jp-Disttrain-rank-peer'));
+        peer.dataset.rank = String(error.rank);
+        peer.appendChild(el('summary', '', `${where}: ${error.peer}`));
+        peer.appendChild(el('pre', '', `${error.type}: ${error.message}`));
+        continue;
+      }
       cell.appendChild(el('pre', 'jp-Disttrain-rank-error', `${where}: ${error.type}: ${error.message}`));
     }
     return row;
@@ -474,4 +490,12 @@ export class JobsPanel extends Widget {
     }
     return box;
   }
+}
+
+/** A name as a head that may be cut and a tail always shown: `quickstart` + `-c3-7f2a`. */
+export function splitName(name: string): [string, string] {
+  if (name.length <= 12) {
+    return [name, ''];
+  }
+  return [name.slice(0, -8), name.slice(-8)];
 }

@@ -54,6 +54,8 @@ export interface IErrorRow {
   type: string;
   message: string;
   traceback: string;
+  /** "lost its peer (rank 1 failed)" when the error only reports the failing rank's end, else "". */
+  peer: string;
 }
 
 export interface IJobDetail {

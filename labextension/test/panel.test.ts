@@ -7,7 +7,7 @@
 import './dom-shim';
 
 import { JobsModel } from '../src/model';
-import { JobsPanel } from '../src/panel';
+import { JobsPanel, splitName } from '../src/panel';
 import { IJob, IJobList, IJobsAPI, ILogs, IStopResult } from '../src/types';
 
 const BASE = {
@@ -131,4 +131,10 @@ describe('Clear finished', () => {
     const again = p.node.querySelector('button[data-action="clear-finished"]') as HTMLButtonElement;
     expect(again.disabled).toBe(true);
   });
+});
+
+test('a long name keeps its end whole, where default names differ', () => {
+  expect(splitName('quickstart-c3-7f2a')).toEqual(['quickstart', '-c3-7f2a']);
+  expect(splitName('quickstart-c12-0b1e')).toEqual(['quickstart-', 'c12-0b1e']);
+  expect(splitName('train-5be0')).toEqual(['train-5be0', '']);
 });

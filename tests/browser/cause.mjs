@@ -4,8 +4,9 @@
 //   node cause.mjs BASE_URL NOTEBOOK OUT_DIR
 //
 // The notebook (written by test_cause_browser.py) has code cells: load the extension; a 2x2
-// job where rank 1 raises among lost gloo connections ("cause-fail"); a job whose rank 1
-// fails once and torchrun restarts ("cause-recover", --max-restarts 1); a session and its
+// job where rank 1 raises among lost gloo connections ("cause-fail"); a 2x2 job whose rank 2 is
+// SIGKILLed once and torchrun restarts from checkpoint 30 (a long name, --max-restarts 1,
+// watched for Stop and Where? while its ranks read Restarting); a session and its
 // failing cell ("cause-sess"); a job whose rank 1 sleeps inside the loop ("cause-hang",
 // --hang-after 3). One kernel runs them all in JupyterLab; every dashboard is read in the
 // light theme and again in the dark one; the notebook is saved and opened in Notebook 7 (same
@@ -17,12 +18,13 @@ import fs from "node:fs";
 import path from "node:path";
 import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 import { lowContrast } from "./contrast.mjs";
+import { resumeBelow } from "./resume.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
 const VIEW = { width: 1440, height: 900 };
-export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5 };
-const JOBS = { fail: "cause-fail", recover: "cause-recover", hang: "cause-hang" };
+export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5, checkpoints: 6 };
+const JOBS = { fail: "cause-fail", recover: "cause-recovered-after-a-kill-c3-7f2a", hang: "cause-hang" };
 
 for (const theme of ["light", "dark", "notebook7"]) fs.mkdirSync(path.join(outDir, theme), { recursive: true });
 const { page: lab, result, close } = await openBrowser(VIEW);
@@ -60,6 +62,8 @@ async function seen(key) {
         step: text('[data-field="step"]'),
         rows: rows.map((tr) => tr.dataset.state),
         rankSteps: rows.map((tr) => Number(tr.dataset.step)),
+        restarts: rows.map((tr) => tr.querySelector('td[data-col="restarts"]')?.textContent ?? null),
+        restartsSaid: text('[data-field="restarts"]'),
         chartLastX: xs.length ? Math.max(...xs) : null,
         stop: box && { left: box.left, right: box.right, top: box.top, bottom: box.bottom },
         stopVisible: Boolean(box),
@@ -104,7 +108,20 @@ async function seenAll() {
 async function sidebarRow(id, state) {
   const row = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"][data-state="${state}"]`);
   await row.waitFor({ timeout: 30_000 });
-  return row.evaluate((tr) => ({ state: tr.dataset.state, title: tr.title }));
+  return row.evaluate((tr) => {
+    const name = tr.querySelector("td.jp-Disttrain-name");
+    const box = name.getBoundingClientRect();
+    // inside the name's cell, whole: what tells a cut name apart, and the session badge
+    const whole = (el) => (el ? el.getBoundingClientRect().width > 0 && el.getBoundingClientRect().right <= box.right + 1 : null);
+    return {
+      state: tr.dataset.state,
+      title: tr.title,
+      nameTitle: name.title,
+      tail: name.querySelector(".jp-Disttrain-name-tail")?.textContent ?? null,
+      tailWhole: whole(name.querySelector(".jp-Disttrain-name-tail")),
+      badgeWhole: whole(name.querySelector(".jp-Disttrain-session")),
+    };
+  });
 }
 
 // Each dashboard from its top, as much as the notebook shows of it (notifications hidden),
@@ -159,9 +176,28 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
 
   await waitForPrompt(await runCellOn(page, CELL.load));
   await runCellOn(page, CELL.fail);
+  // every 100 ms until it ends: whether the recovering job's Stop and Where? show while a rank
+  // of it reads Restarting or it runs on after its restart (its last 24 steps take seconds)
+  await page.evaluate((sel) => {
+    const watch = { restarting: 0, hidden: [] };
+    window.distrainRestartWatch = watch;
+    const shown = (el) => Boolean(el && el.offsetParent !== null);
+    const timer = setInterval(() => {
+      const root = document.querySelector(sel);
+      const header = root?.querySelector(".distrain-header");
+      if (header?.dataset.state === "Succeeded") clearInterval(timer);
+      const rows = [...(root?.querySelectorAll("tr.distrain-rank-row") ?? [])].map((tr) => tr.dataset.state);
+      const goesOn = ["Running", "Restarting"].includes(header?.dataset.state) && root.querySelector('[data-field="restarts"]');
+      if (!rows.includes("Restarting") && !goesOn) return;
+      watch.restarting += 1;
+      const buttons = [root.querySelector("button.distrain-stop"), root.querySelector("button.distrain-where")];
+      if (!buttons.every(shown)) watch.hidden.push({ state: header?.dataset.state, rows, stop: shown(buttons[0]), where: shown(buttons[1]) });
+    }, 100);
+  }, dash("recover"));
   await runCellOn(page, CELL.recover); // queued behind the first: runs once it returned
   await header("fail", "Failed").waitFor({ timeout: JOB_TIMEOUT });
   await header("recover", "Succeeded").waitFor({ timeout: JOB_TIMEOUT });
+  result.restartWatch = await page.evaluate(() => window.distrainRestartWatch);
   await waitForPrompt(await runCellOn(page, CELL.session));
   await waitForPrompt(await runCellOn(page, CELL.sessionCell));
   result.sessionError = await errorText(CELL.sessionCell);
@@ -171,6 +207,20 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/${JOBS.fail}"]`).click();
   await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] .jp-Disttrain-reason`).first().waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1500); // the last renders
+  // its ranks' errors: the failing rank's own, the others "lost its peer" (raw text folded)
+  result.sidebarErrors = await page.evaluate((id) => {
+    const detail = document.querySelector(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`);
+    return {
+      errors: [...detail.querySelectorAll(".jp-Disttrain-rank-error")].map((e) => e.textContent),
+      peers: [...detail.querySelectorAll("details.jp-Disttrain-rank-peer")].map((d) => ({
+        summary: d.querySelector("summary").textContent,
+        open: d.open,
+        raw: d.querySelector("pre").textContent,
+        background: getComputedStyle(d).backgroundColor,
+      })),
+      shown: detail.innerText,
+    };
+  }, `local/${JOBS.fail}`);
   result.light = await seenAll();
   result.rows = {
     fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"),
@@ -182,6 +232,9 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.labMenuEntry = await menuEntry();
   result.labToolbar = await page.locator('.jp-NotebookPanel-toolbar [data-jp-item-name="disttrain-jobs"]').count();
   await shots("light");
+  // the recovered job's checkpoints: Resume puts its cell right below the browser, selected
+  await waitForPrompt(await runCellOn(page, CELL.checkpoints));
+  result.resume = await resumeBelow(page, ".distrain-ckpt-browser", 30);
 
   // ---------------------------------------------------------------- JupyterLab, dark
   await page.evaluate(() => window.jupyterapp.commands.execute("apputils:change-theme", { theme: "JupyterLab Dark" }));

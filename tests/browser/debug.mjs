@@ -30,6 +30,14 @@ await runScenario({ page, result, close }, outDir, async () => {
   await page.locator(`${dash} .distrain-header[data-state="Paused"]`).waitFor({ timeout: JOB_TIMEOUT });
   result.paused = {
     note: await page.locator(`${dash} [data-field="paused"]`).first().textContent(),
+    notes: await page.locator(`${dash} [data-field="paused"]`).count(),
+    // markup shown escaped ("in &lt;module&gt;"): where, with the element that shows it
+    escaped: await page.locator(dash).evaluate((el) => {
+      const at = el.textContent.indexOf("&lt;");
+      if (at < 0) return null;
+      const holder = [...el.querySelectorAll("*")].reverse().find((n) => n.textContent.includes("&lt;"));
+      return `${holder?.tagName}.${holder?.className}: ${el.textContent.slice(Math.max(0, at - 80), at + 40)}`;
+    }),
     rows: await page.locator(`${dash} tr.distrain-rank-row`).evaluateAll((trs) =>
       trs.map((tr) => ({ rank: Number(tr.dataset.rank), state: tr.dataset.state })),
     ),
@@ -53,5 +61,16 @@ await runScenario({ page, result, close }, outDir, async () => {
   await panel.getByRole("button", { name: "Continue" }).click();
   await page.locator(`${dash} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: JOB_TIMEOUT });
   result.final = await page.locator(`${dash} .distrain-header`).getAttribute("data-state");
+  await panel.locator("text=no rank is paused").waitFor({ timeout: 60_000 });
   result.afterStatus = await panel.locator("text=no rank is paused").count();
+  // nothing to send to: the empty selector comes with disabled controls
+  result.afterControls = await panel.evaluate((el) => {
+    const button = (name) => [...el.querySelectorAll("button")].find((b) => b.textContent.trim() === name);
+    return {
+      options: el.querySelector("select")?.options.length ?? null,
+      send: button("Send")?.disabled ?? null,
+      continue: button("Continue")?.disabled ?? null,
+      input: el.querySelector("input[type=text]")?.disabled ?? null,
+    };
+  });
 });

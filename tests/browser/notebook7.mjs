@@ -15,6 +15,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { resumeBelow } from "./resume.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB = ".distrain-job-nb7-train";
@@ -148,5 +149,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   await page.locator(`${BROWSER} .distrain-ckpt-detail`).filter({ hasText: "step 20" }).waitFor({ timeout: 30_000 });
   result.detail = await page.locator(`${BROWSER} .distrain-ckpt-detail`).textContent();
   await page.locator(BROWSER).screenshot({ path: path.join(outDir, "notebook7-checkpoints.png") });
+  // Resume: its cell right below the browser's, selected, at once
+  result.resume = await resumeBelow(page, BROWSER, 20);
   await page.screenshot({ path: path.join(outDir, "notebook7.png"), fullPage: true });
 });

@@ -1,8 +1,10 @@
 """When a job goes wrong, as a user sees it: JupyterLab light and dark, then Notebook 7.
 
 One JupyterLab server and one kernel run, at 1440x900 with the jobs panel
-open: a 2x2 job where rank 1 raises among lost gloo connections, a job whose
-rank 1 fails once and torchrun restarts (it recovers), a session whose cell
+open: a 2x2 job where rank 1 raises among lost gloo connections, a 2x2 job
+whose rank 2 is SIGKILLed once and torchrun restarts from checkpoint 30 (it
+recovers, as in 02-checkpoints; Stop and Where? stay while its ranks read
+Restarting), a session whose cell
 fails on rank 1, and a job whose rank 1 sleeps in its loop (``--hang-after
 3``). Every dashboard is read in the light theme, then in the dark one; the
 saved notebook is opened in Notebook 7 (same server and kernel), where the
@@ -38,24 +40,37 @@ for step in range({steps}):
         print(f"rank {{rank}} at step {{step}}")
     {body}
     time.sleep({pause})"""
+RECOVER = """
+import os, signal, time, torch, torch.distributed as dist
+from jupyter_disttrain import load_checkpoint, save_checkpoint
+rank = dist.get_rank()
+state = load_checkpoint()  # None on the first attempt, checkpoint 30 after the restart
+for step in range(0 if state is None else state["step"] + 1, 60):
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    report(step=step, total=60, loss=1.0 / (step + 1))
+    if step % 10 == 0:
+        save_checkpoint({"step": step}, step)
+    if rank == 2 and step == 35 and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        os.kill(os.getpid(), signal.SIGKILL)  # 02-checkpoints: a worker killed mid-run
+    time.sleep(0.05)"""
 CELLS = [
-    "%load_ext jupyter_disttrain",
+    "%load_ext jupyter_disttrain\nimport os\nCKPT = os.path.abspath('cause-checkpoints')",
     "%%distrain --nodes 2 --nproc 2 --name cause-fail" + LOOP.format(
         steps=400, pause=0.05,
         body='if rank == 1 and step == 5: raise ValueError("bad batch at step 5")'),
-    "%%distrain --nodes 1 --nproc 2 --name cause-recover --max-restarts 1" + LOOP.format(
-        steps=60, pause=0.01,
-        body='if rank == 1 and step == 3 and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0": '
-        'raise RuntimeError("flaky loader")'),
+    "%%distrain --nodes 2 --nproc 2 --name cause-recovered-after-a-kill-c3-7f2a "
+    "--max-restarts 1 --checkpoint-dir {CKPT}" + RECOVER,
     "%distrain_session start cause-sess --nodes 1 --nproc 2",
     "%%distrain --session cause-sess\nimport torch.distributed as dist\n"
     "def check(rank):\n    if rank == 1:\n        raise ValueError('bad input on rank 1')\n"
     "check(dist.get_rank())",
     "%%distrain --nodes 1 --nproc 2 --name cause-hang --hang-after 3" + LOOP.format(
         steps=400, pause=0.05, body="if rank == 1 and step == 5: time.sleep(3600)"),
+    "%distrain_checkpoints cause-recovered-after-a-kill-c3-7f2a",
 ]  # fmt: skip
 CAUSE = "rank 1: ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
-RECOVERED = "recovered from 1 failure (rank 1: RuntimeError: flaky loader)"
+RECOVERED = "recovered from 1 failure (rank 2 was killed (SIGKILL)); resumed from checkpoint 30"
 SESSION_CAUSE = "rank 1: ValueError: bad input on rank 1"
 TRANSPARENT = ("rgba(0, 0, 0, 0)", "transparent")
 
@@ -110,6 +125,8 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
     assert set(recovered["rows"]) == {"Succeeded"} and not recovered["stopVisible"], name
     # the chart's last points are drawn with the end: it reaches the last step
     assert recovered["chartLastX"] == max(recovered["rankSteps"]) == 59, (name, recovered)
+    assert recovered["restarts"] == ["1"] * 4, (name, recovered)  # as the header's "1 restart"
+    assert recovered["restartsSaid"] == "1 restart", (name, recovered)
 
     session = views["session"]
     assert session["state"] == "Failed" and session["cause"] == SESSION_CAUSE, (name, session)
@@ -138,6 +155,22 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
         check_view(name, result[name])
     assert rgb(result["light"]["fail"]["themeInk"]) != rgb(result["dark"]["fail"]["themeInk"])
 
+    said = result["sidebarErrors"]  # the panel's details of the failed job
+    assert said["errors"] or said["peers"], said
+    assert all(e.startswith("rank 1: ValueError: bad batch at step 5") for e in said["errors"])
+    for peer in said["peers"]:
+        assert re.fullmatch(r"rank [023]: lost its peer \(rank 1 failed\)", peer["summary"]), said
+        assert not peer["open"] and peer["raw"].startswith("RuntimeError: "), said
+        assert peer["background"] in TRANSPARENT, said  # a plain line, not an error box
+    assert "GLHF" not in said["shown"] and "pair.cc" not in said["shown"], said["shown"]
+    resume = result["resume"]  # right below the browser's cell, selected, at once
+    assert resume["after"] == resume["before"] + 1 and resume["index"] == 6, resume
+    assert resume["source"].startswith("%%distrain --nodes 2 --nproc 2 "), resume
+    assert "--resume 30" in resume["source"].splitlines()[0], resume
+    assert resume["active"] and resume["activeCells"] == 1 and resume["commandMode"] == "command"
+    assert resume["said"] == "the cell below resumes from step 30: run it to start the job"
+    watch = result["restartWatch"]  # Stop and Where? never gone while it restarts, runs on
+    assert watch["restarting"] > 0 and not watch["hidden"], watch
     error = result["sessionError"].splitlines()
     assert error[:2] == ["rank 1 raised ValueError:", "Traceback (most recent call last):"], error
     assert error[2].startswith('  File "<distrain-cell') and "jupyter_disttrain" not in str(error)
@@ -146,6 +179,11 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
     assert rows["fail"]["title"].startswith(f"Failed: {CAUSE}"), rows
     assert rows["hang"]["state"] == "Hung" and rows["session"]["state"] == "Running", rows
     assert rows["recover"]["state"] == "Succeeded", rows
+    # a long name keeps its end and its full text in a tooltip; the session badge is whole
+    recover = rows["recover"]
+    assert recover["tail"] == "-c3-7f2a" and recover["tailWhole"], rows
+    assert recover["nameTitle"] == "cause-recovered-after-a-kill-c3-7f2a", rows
+    assert rows["session"]["badgeWhole"] and rows["session"]["nameTitle"].startswith("cause-sess:")
     assert result["status"].endswith("1 hung"), result["status"]
     assert result["labMenuEntry"] == 1 and result["labToolbar"] == 1, result
 

@@ -49,6 +49,10 @@ def test_debug_console_in_jupyterlab(lab: Lab) -> None:
     assert "(Pdb) p step" in result["answer"] and result["answer"].rstrip().endswith("1")
     assert result["final"] == "Succeeded"
     assert result["afterStatus"] == 1
+    # the pause said once, its markup not escaped; no rank paused: nothing can be sent
+    assert result["paused"]["notes"] == 1 and not result["paused"]["escaped"], result["paused"]
+    controls = result["afterControls"]
+    assert controls == {"options": 0, "send": True, "continue": True, "input": True}, controls
 
     errors = [e for e in result["console"] if e.startswith("pageerror")]
     assert not errors, errors

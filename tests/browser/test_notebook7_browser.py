@@ -79,6 +79,11 @@ def test_dashboard_and_checkpoints_in_notebook7(notebook7: Lab) -> None:
     assert len(after) > len(mid), (mid, after)
     assert [r["step"] for r in after] == list(range(last // 10 * 10, 0, -10)), after
     assert "step 20" in result["detail"] and "model.weight" in result["detail"], result["detail"]
+    resume = result["resume"]  # right below the browser's cell, selected, at once
+    assert resume["after"] == resume["before"] + 1 and resume["index"] >= 0, resume
+    assert "--resume 20" in resume["source"].splitlines()[0], resume
+    assert resume["active"] and resume["activeCells"] == 1 and resume["commandMode"] == "command"
+    assert resume["said"] == "the cell below resumes from step 20: run it to start the job"
 
     errors = page_errors(result)
     assert not errors, errors

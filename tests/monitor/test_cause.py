@@ -425,6 +425,7 @@ def killed_and_recovered(exit_after_restart: bool) -> JobMonitor:
         {"type": "RuntimeError", "message": GLOO_CLOSED.replace("Connection closed", "Read error")},
     )
     again = [Event("hello", r, 5.0, {"pid": 200 + r, "restart": 1}) for r in range(4)]
+    again.append(Event("loaded", 0, 5.5, {"step": 30, "uri": "/ckpt/step-30.pt"}))
     restart = restart_event(1, "workers restarted by torchrun", t=4.0)
     order = [restart, exit_line] if exit_after_restart else [exit_line, restart]
     events = [job_event("Running", t=1.0), *hellos, lost, *order, *again]
@@ -439,7 +440,9 @@ def test_the_killed_rank_not_the_one_that_lost_its_peer_is_the_recovered_cause(
     mon = killed_and_recovered(exit_after_restart)
     assert mon.state == "Succeeded", mon.reason
     snap = mon.snapshot()
-    assert snap["recovered"] == "recovered from 1 failure (rank 2 was killed (SIGKILL))"
+    assert snap["recovered"] == (
+        "recovered from 1 failure (rank 2 was killed (SIGKILL)); resumed from checkpoint 30"
+    )
 
 
 def test_a_worker_exit_torchrun_logs_before_a_restart_names_the_rank_by_pid() -> None:

@@ -1,10 +1,13 @@
-"""The header's start-up timeline: phases with durations, the current one highlighted."""
+"""The header: the start-up timeline, the recovered note, Stop and Where while a job goes on."""
 
 from __future__ import annotations
 
 from jupyter_disttrain import events as ev
+from jupyter_disttrain.events import Event, job_event, restart_event
 from jupyter_disttrain.monitor import JobMonitor
-from jupyter_disttrain.widgets.header import header_html
+from jupyter_disttrain.monitor.where import Where
+from jupyter_disttrain.widgets.header import HeaderPanel, header_html
+from tests.monitor.test_cause import GLOO_CLOSED
 from tests.monitor.test_phases import T0, k8s_job
 
 from .dom import parse
@@ -62,3 +65,58 @@ def test_a_job_that_ended_before_its_first_step_marks_the_phase_unfinished() -> 
     assert spans["first_step"].attrs["data-state"] == "unfinished"
     assert spans["first_step"].all_text() == "first step 9.7s (not finished)"
     assert not html.find_all("distrain-waiting")
+
+
+def test_stop_and_where_stay_while_a_killed_rank_restarts_and_the_header_names_the_checkpoint() -> (
+    None
+):
+    """02-checkpoints: rank 2 SIGKILLed, torchrun restarts every rank, which load checkpoint 30."""
+
+    def where() -> Where:
+        raise AssertionError("not asked")
+
+    events = [job_event("Running", t=1.0)]
+    events += [Event("hello", r, 1.0 + r / 10, {"pid": 100 + r}) for r in range(4)]
+    lost = GLOO_CLOSED.replace("Connection closed", "Read error")
+    events.append(Event("error", 1, 2.9, {"type": "RuntimeError", "message": lost}))
+    events.append(Event("rank", 2, 2.95, {"state": "Failed", "exit_code": -9, "reason": "SIGKILL"}))
+    text = "failed (exitcode: -9) local_rank: 0 (pid: 102) of binary: /usr/bin/python3"
+    events.append(Event("log", None, 3.0, {"source": "agent-1", "text": text}))
+    events.append(restart_event(1, "workers restarted by torchrun", t=4.0))
+    events += [Event("hello", r, 5.0, {"pid": 200 + r, "restart": 1}) for r in range(4)]
+    events.append(Event("loaded", 0, 5.5, {"step": 30, "uri": "/ckpt/step-30.pt"}))
+    mon = JobMonitor("ckpt", "local", 4, nodes=2, nproc=2)
+    panel = HeaderPanel(lambda: None, where=where)
+    seen_restarting = False
+    for event in events:
+        mon.feed(event)
+        snap = mon.snapshot()
+        panel.render(snap)
+        restarting = any(r["state"] == "Restarting" for r in snap["ranks"])
+        seen_restarting = seen_restarting or restarting
+        if restarting or snap["state"] in ("Running", "Restarting"):
+            shown = (panel.button.layout.display, panel.where_button.layout.display)
+            assert "none" not in shown and not panel.button.disabled, (event, snap["state"])
+    assert seen_restarting
+    for r in range(4):
+        mon.feed(Event("done", r, 9.0, {}))
+    snap = mon.snapshot()
+    assert snap["state"] == "Succeeded" and [r["restarts"] for r in snap["ranks"]] == [1] * 4
+    panel.render(snap)
+    [note] = parse(panel.html.value).find_all("distrain-note")
+    assert note.all_text() == (
+        "recovered from 1 failure (rank 2 was killed (SIGKILL)); resumed from checkpoint 30"
+    )
+    assert panel.button.layout.display == "none"
+
+
+def test_a_paused_rank_is_said_once_and_its_markup_is_not_escaped_twice() -> None:
+    mon = JobMonitor("dbg", "local", 2)
+    mon.feed_many([
+        job_event("Running", t=1.0),
+        *[Event("hello", r, 1.0, {"pid": 100 + r}) for r in range(2)],
+        Event("paused", 1, 2.0, {"file": "cell", "line": 9, "function": "<module>", "port": 1}),
+    ])  # fmt: skip
+    html = header_html(mon.snapshot(), note="")
+    text = "".join(n.all_text() for n in parse(html).find_all("distrain-note"))
+    assert text.count("rank 1 paused at cell:9 in <module>") == 1 and "&lt;" not in text, text

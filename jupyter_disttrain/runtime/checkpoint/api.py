@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import preemption
+from .. import report as _report
 from . import format as fmt
 from . import jax as checkpoint_jax
 from . import tf as checkpoint_tf
@@ -439,6 +440,7 @@ def load_checkpoint(
                 f"({candidate['uri']})",
                 flush=True,
             )
+            _report.emit("loaded", step=candidate["step"], uri=owner.payload_uri(candidate))
         return state
     return None
 

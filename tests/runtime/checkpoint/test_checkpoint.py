@@ -448,7 +448,8 @@ def test_killed_rank_restarts_and_resumes_from_last_checkpoint(tmp_path: Path) -
     mon.feed_many(sink.events)
     agent = [e.get("text") for e in sink.kinds("log") if e.rank is None]
     assert mon.snapshot()["recovered"] == (
-        "recovered from 1 failure (rank 2 was killed (SIGKILL))"
+        f"recovered from 1 failure (rank 2 was killed (SIGKILL)); resumed from checkpoint "
+        f"{resumed_from}"
     ), agent
     assert [r["restarts"] for r in mon.snapshot()["ranks"]] == [1, 1, 1, 1]  # as the header says
 

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
 from ..logbuffer import format_ranks
+from ..nccl import NcclSummary
 from ..results import user_traceback as user_traceback  # re-exported: the views import it here
 from .records import ErrorInfo, Failure
 
@@ -284,3 +285,8 @@ _CELL_FRAME: Final = re.compile(r'File "<(?:cell|distrain-cell)[^>]*>", line (\d
 def _clip(text: str, limit: int) -> str:
     text = text.splitlines()[0] if text else text
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def comms_names_cause(comms: NcclSummary) -> bool:
+    """Whether the communication reading names a cause (not only the launcher's report)."""
+    return not comms.diagnosis.lower().startswith(("a worker process exited", "unrecognised"))

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from ..events import TERMINAL_STATES, Event, JobState
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
-from .cause import Cause, cell_line, classify_error, recovered_text
+from .cause import Cause, cell_line, classify_error, comms_names_cause, recovered_text
 from .hung import hung_rows
 from .network import failed_sentence, partition_of, partition_sentence, place
 from .records import (
@@ -52,12 +52,6 @@ from .rows import (
 from .scale import slow_ranks, slow_sentence, state_ranges, summarised
 from .state import MonitorState
 from .where import Where, where_from
-
-
-def _comms_cause(comms: NcclSummary) -> bool:
-    """Whether the communication reading names a cause (not only the launcher's report)."""
-    return not comms.diagnosis.lower().startswith(("a worker process exited", "unrecognised"))
-
 
 #: Seconds a hang's stacks may take to arrive from every rank before it is read with some.
 HANG_GATHER = 8.0
@@ -220,7 +214,7 @@ class JobMonitor(MonitorState):
         if cut := cut or self._names.sentence(self._rows):
             return cut  # who cannot reach whom, or the name no launcher could resolve
         comms = self.comms()
-        if not own and comms.failure != "none" and comms.diagnosis and _comms_cause(comms):
+        if not own and comms.failure != "none" and comms.diagnosis and comms_names_cause(comms):
             return comms.diagnosis
         if self._state == "Failed" and cause is not None:
             return failed_sentence(cause, cell_line(self._errors, cause), self._rows)
@@ -570,7 +564,7 @@ class JobMonitor(MonitorState):
                 version=self._version,
                 diagnosis=self._diagnosis(at),
                 staging=[staging_row(f) for f in self._staging.values()],
-                warnings=list(self._warnings),
+                warnings=self._notices.listed(),
                 phases=phases.rows,
                 phase=phases.current,
                 first_step_s=phases.first_step_s,

@@ -36,6 +36,7 @@ from .cause import (
 )
 from .metrics import MetricStore
 from .network import Unresolved
+from .notices import Notices
 from .paused import PauseBook, PausedRank
 from .phases import PhaseLog
 from .records import (
@@ -129,8 +130,7 @@ class MonitorState:
         self._frontier: tuple[float, int] | None = None
         # --data sources by (source, pod), and warnings the workers or the backend printed
         self._staging: dict[tuple[str, str], StagingFields] = {}
-        self._warnings: dict[str, None] = {}
-        self._rejected_warned = False
+        self._notices = Notices()
         # the start-up phases the backend observes, and the events their timeline needs
         self.phases = tuple(phases)
         self._phase_log = PhaseLog()
@@ -538,17 +538,7 @@ class MonitorState:
             self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
         rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
         text = as_str(f.get("text"))
-        rejected = f.get("rejected")
-        if rejected and not self._rejected_warned:  # once per job: printed text, not a command
-            self._rejected_warned = True
-            self._warnings.setdefault(
-                f"a line of rank {ev.rank if ev.rank is not None else '?'} looked like a control "
-                f"line but was not believed ({rejected}); it is kept as log text",
-                None,
-            )
-        for prefix in WARNING_PREFIXES:  # one copy of what every rank warns about
-            if text.startswith(prefix) and len(self._warnings) < MAX_WARNINGS:
-                self._warnings.setdefault(text[len(prefix) :].strip(), None)
+        self._notices.feed(ev.rank, text, f.get("rejected"))
         source = as_str(f.get("source"))
         if rank == JOB_RANK and source.startswith("agent-"):
             exited = self._launcher.feed(source, text, ev.t, self._attempt, self._pids)
@@ -592,9 +582,6 @@ _HANDLERS: Final = {
 _HOLDS: Final = frozenset({"Pending", "Restarting"})
 #: Failure classes that are not a rank's own doing (see :mod:`.cause`).
 _NOT_OWN: Final = frozenset({"killed", "consequence"})
-#: Log lines that are warnings to show above the job (the worker's, the backend's).
-WARNING_PREFIXES: Final = ("distrain: warning: ", "warning: ")
-MAX_WARNINGS: Final = 20
 #: Worker protocol kinds that arrive once per line written (a copy seen again is dropped).
 _DEDUPED: Final = frozenset({"hello", "metric", "checkpoint", "result", "error", "done"})
 #: Protocol lines remembered for that (the oldest are forgotten first).

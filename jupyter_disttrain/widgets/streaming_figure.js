@@ -6,7 +6,10 @@
 //       ones, in the model (for views made later) and in every view;
 //   {type: "redraw"}: every view redraws from the model's data and layout.
 // Once the model is set up it sends {type: "ready"}; the kernel answers with
-// its full state, so nothing sent before this module listened is lost.
+// its full state, so nothing sent before this module listened is lost. An
+// append naming a trace the model does not hold (traces plotly added while its
+// module loaded) asks for the full state again. A view waits for the model's
+// set-up before it renders.
 // Each view's element carries data-distrain-appends and
 // data-distrain-appended-points: what arrived as appends so far (for tests).
 
@@ -91,8 +94,11 @@ function spliced(old, keep, extra) {
 
 export default () => {
   let inner = null;
+  let resolveSetUp;
+  const setUp = new Promise((resolve) => { resolveSetUp = resolve; });
   const views = new Set();
   const received = { appends: 0, points: 0 };
+  let resyncAsked = false; // a "ready" sent for a missing trace, not yet answered
 
   function mark(el) {
     el.dataset.distrainAppends = String(received.appends);
@@ -162,7 +168,13 @@ export default () => {
     const ys = [];
     msg.traces.forEach((index, k) => {
       const trace = data[index];
-      if (!trace) return; // the kernel resends everything on the next "ready"
+      if (!trace) { // the model missed the trace: the kernel's full state brings it
+        if (!resyncAsked) {
+          resyncAsked = true;
+          model.send({ type: "ready" });
+        }
+        return;
+      }
       const x = spliced(asFloat64(trace.x), msg.keep[k], new Float64Array(copyBytes(buffers[2 * k])));
       const y = spliced(asFloat64(trace.y), msg.keep[k], new Float64Array(copyBytes(buffers[2 * k + 1])));
       trace.x = pack(x);
@@ -189,6 +201,7 @@ export default () => {
     if (msg?.type === "append") {
       append(model, msg, buffers ?? []);
     } else if (msg?.type === "redraw") {
+      resyncAsked = false;
       for (const view of views) {
         if (view.ready) redraw(model, view);
         else view.stale = true;
@@ -202,9 +215,11 @@ export default () => {
       inner = module.default();
       inner.initialize({ model });
       model.on("msg:custom", (msg, buffers) => onMessage(model, msg, buffers));
+      resolveSetUp();
       model.send({ type: "ready" });
     },
-    render({ model, el }) {
+    async render({ model, el }) {
+      await setUp; // plotly's module loads in initialize: its views need it
       const view = { el, ready: false, stale: false };
       const rendered = (event) => {
         if (event.detail?.element !== el) return;

@@ -23,7 +23,12 @@ TARGET = REPO / "tests" / "durations.json"
 
 
 def test_file(classname: str) -> str | None:
-    """The repository-relative file of a JUnit ``classname`` (module, maybe a class after)."""
+    """The repository-relative file of a JUnit ``classname`` (module, maybe a class after;
+    a notebook's cells: its path with dots, ``notebooks.01-quickstart.ipynb``)."""
+    if classname.endswith(".ipynb"):
+        folders, name = classname[: -len(".ipynb")].rsplit(".", 1)
+        notebook = Path(*folders.split("."), f"{name}.ipynb")
+        return notebook.as_posix() if (REPO / notebook).is_file() else None
     parts = classname.split(".")
     for end in range(len(parts), 0, -1):
         candidate = Path(*parts[:end]).with_suffix(".py")

@@ -42,6 +42,7 @@ def test_the_table_is_written_from_a_junit_report(tmp_path: Path) -> None:
         '<testcase classname="tests.test_schedule" name="b" time="3.5"/>'
         '<testcase classname="tests.backends.local.test_backend.TestX" name="c" time="9"/>'
         '<testcase classname="tests.test_spec" name="d" time="0.1"/>'
+        '<testcase classname="notebooks.01-quickstart.ipynb" name="Cell 0" time="6"/>'
         "</testsuite></testsuites>"
     )
     target = tmp_path / "durations.json"
@@ -50,4 +51,8 @@ def test_the_table_is_written_from_a_junit_report(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     files = json.loads(target.read_text())["files"]
-    assert files == {"tests/backends/local/test_backend.py": 9.0, "tests/test_schedule.py": 7.5}
+    assert files == {
+        "tests/backends/local/test_backend.py": 9.0,
+        "tests/test_schedule.py": 7.5,
+        "notebooks/01-quickstart.ipynb": 6.0,
+    }

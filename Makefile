@@ -50,17 +50,19 @@ readme-pictures: venv
 binder-check:
 	bash scripts/binder_check.sh
 
-# The whole suite in two pytest runs: the independent tests in parallel (pytest-xdist,
-# TEST_WORKERS processes, each with its own job home, temporary directory and emulators;
-# one test file's tests run in one worker, in order, sharing its module fixtures), then,
-# alone, the notebooks and the tests marked serial (they measure time or resources).
-# Both always run; either failing fails.
+# The whole suite in two pytest runs: the independent tests and the notebooks in parallel
+# (pytest-xdist, TEST_WORKERS processes, each with its own job home, temporary directory
+# and emulators; one file's tests -- a notebook's cells -- run in one worker, in order,
+# sharing its module fixtures and kernel; the longest files first, tests/schedule.py),
+# then, alone, the tests marked serial (they measure time or resources).
+# Both always run; either failing fails. Each prints its 20 slowest tests.
 TEST_WORKERS ?= 2
 PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=20
 test: venv lint typecheck importlint browser-deps labextension-test
 	status=0; \
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial" tests || status=$$?; \
-	$(PYTEST) --nbval-lax -m serial tests notebooks || status=$$?; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" tests notebooks \
+		|| status=$$?; \
+	$(PYTEST) -m serial tests || status=$$?; \
 	exit $$status
 
 bench: venv

@@ -47,7 +47,7 @@ from jupyter_client.manager import start_new_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from newkernel import NEW_BREAKDOWNS, breakdown, new_kernel_runs  # noqa: E402
+from newkernel import KERNEL_CPU, NEW_BREAKDOWNS, breakdown, new_kernel_runs  # noqa: E402
 from results import write_section  # noqa: E402
 
 #: Seconds one run may take before it counts as hung (set by ``--limit``).
@@ -230,7 +230,10 @@ def distrain_runner(kernel: Kernel, parts: bool) -> Callable[[Path], tuple[float
 def measure(
     name: str, run: Callable[[Path], tuple[float, float]], reps: int, work: Path
 ) -> dict[str, float]:
-    """Medians of the runs that finished; ``hung`` counts those past the time limit."""
+    """Medians of the runs that finished; ``hung`` counts those past the time limit;
+    ``load`` is the 1-minute load average when the row started."""
+    load = os.getloadavg()[0]
+    print(f"  {name}: {load_now()}", flush=True)
     firsts, totals, hung = [], [], 0
     for i in range(reps):
         mark = work / f"{name.split()[0]}-{i}.mark"
@@ -245,11 +248,15 @@ def measure(
         print(f"  {name} #{i + 1}: first step {first:.2f} s, total {total:.2f} s", flush=True)
     nan = float("nan")
     return {"first": statistics.median(firsts) if firsts else nan,
-            "total": statistics.median(totals) if totals else nan, "hung": hung}  # fmt: skip
+            "total": statistics.median(totals) if totals else nan, "hung": hung,
+            "load": load}  # fmt: skip
 
 
 def measure_new(name: str, run: Callable[[int], dict[str, float]], reps: int) -> dict[str, float]:
-    """Medians of a brand-new kernel's parts (``load_ext``, ``cell``) and their sum."""
+    """Medians of a brand-new kernel's parts (``load_ext``, ``cell``) and their sum;
+    ``load`` is the 1-minute load average when the row started."""
+    load = os.getloadavg()[0]
+    print(f"  {name}: {load_now()}", flush=True)
     got: list[dict[str, float]] = []
     hung = 0
     for i in range(reps):
@@ -263,7 +270,7 @@ def measure_new(name: str, run: Callable[[int], dict[str, float]], reps: int) ->
         got.append(parts)
         print(f"  {name} #{i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()),
               flush=True)  # fmt: skip
-    out: dict[str, float] = {"hung": hung}
+    out: dict[str, float] = {"hung": hung, "load": load}
     for key in ("load_ext", "cell", "total"):
         values = [p[key] for p in got if key in p]
         out[key] = statistics.median(values) if values else float("nan")
@@ -328,6 +335,7 @@ def main() -> int:
     tables = [
         warm_table(results),
         new_table(new),
+        kernel_cpu_table(KERNEL_CPU),
         parts_table("(c) warm 2x2", BREAKDOWNS),
         parts_table("(f) brand-new kernel of a Jupyter server", NEW_BREAKDOWNS),
     ]
@@ -352,12 +360,13 @@ def warm_table(results: dict[str, dict[str, float]]) -> str:
         return ""
     base = results.get("(b) notebook_launcher, 4 procs", {}).get("first", float("nan"))
     rows = [
-        "| launch (warm kernel) | first step (median s) | total (median s) | first step vs (b) |",
-        "|---|---|---|---|",
+        "| launch (warm kernel) | first step (median s) | total (median s) | first step vs (b) "
+        "| load at start |",
+        "|---|---|---|---|---|",
     ]
     for label, r in results.items():
         rows.append(f"| {label}{_hung(r)} | {r['first']:.2f} | {r['total']:.2f} | "
-                    f"{r['first'] / base:.2f}x |")  # fmt: skip
+                    f"{r['first'] / base:.2f}x | {r['load']:.1f} |")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -367,13 +376,31 @@ def new_table(new: dict[str, dict[str, float]]) -> str:
     base = new.get("(e) Accelerate notebook_launcher(4)", {}).get("total", float("nan"))
     rows = [
         "| brand-new kernel -> first 2x2 cell done | `%load_ext` (median s) | "
-        "first cell (median s) | total (median s) | vs (e) |",
-        "|---|---|---|---|---|",
+        "first cell (median s) | total (median s) | vs (e) | load at start |",
+        "|---|---|---|---|---|---|",
     ]
     for label, r in new.items():
         load = "-" if r["load_ext"] != r["load_ext"] else f"{r['load_ext']:.2f}"
         rows.append(f"| {label}{_hung(r)} | {load} | {r['cell']:.2f} | {r['total']:.2f} | "
-                    f"{r['total'] / base:.2f}x |")  # fmt: skip
+                    f"{r['total'] / base:.2f}x | {r['load']:.1f} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def kernel_cpu_table(cpu: dict[str, list[dict[str, float]]]) -> str:
+    """The kernel's own CPU seconds in the brand-new-kernel rows (medians): unlike wall
+    time, they do not grow with the machine's load."""
+    if not cpu:
+        return ""
+    rows = [
+        "| brand-new kernel, the kernel's own CPU (median s) | `%load_ext` | first cell "
+        "| torch imported in the kernel |",
+        "|---|---|---|---|",
+    ]
+    for row, runs in sorted(cpu.items()):
+        load = statistics.median(r["load_ext"] for r in runs)
+        cell = statistics.median(r["cell"] for r in runs)
+        torch = f"{int(sum(r['torch'] for r in runs))} of {len(runs)} runs"
+        rows.append(f"| ({row}) | {load:.2f} | {cell:.2f} | {torch} |")
     return "\n".join(rows)
 
 

@@ -46,8 +46,21 @@ def free_port() -> int:
 
 def execute(kc: BlockingKernelClient, code: str, limit: float) -> float:
     """Run ``code``; seconds until its reply. TimeoutError past ``limit``, RuntimeError on error."""
+    return execute_probed(kc, code, limit)[0]
+
+
+#: Read in the kernel right after a cell (``user_expressions``): its CPU seconds so far and
+#: whether torch is imported in it.
+PROBE = {
+    "cpu": "__import__('time').process_time()",
+    "torch": "'torch' in __import__('sys').modules",
+}
+
+
+def execute_probed(kc: BlockingKernelClient, code: str, limit: float) -> tuple[float, float, bool]:
+    """:func:`execute`, also reading :data:`PROBE`: (seconds, kernel CPU s so far, torch?)."""
     started = time.perf_counter()
-    msg_id = kc.execute(code)
+    msg_id = kc.execute(code, user_expressions=PROBE)
     deadline = time.monotonic() + limit
     while True:
         left = deadline - time.monotonic()
@@ -61,7 +74,16 @@ def execute(kc: BlockingKernelClient, code: str, limit: float) -> float:
             continue
         if reply["content"]["status"] != "ok":
             raise RuntimeError("".join(reply["content"].get("traceback", [])))
-        return time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        found = reply["content"].get("user_expressions", {})
+        return seconds, float(_probe(found, "cpu")), _probe(found, "torch") == "True"
+
+
+def _probe(found: dict[str, Any], name: str) -> Any:
+    value = found.get(name, {})
+    if value.get("status") != "ok":
+        raise RuntimeError(f"the kernel could not read {PROBE[name]}: {value}")
+    return value["data"]["text/plain"]
 
 
 class JupyterServer:
@@ -144,6 +166,10 @@ Runner = Callable[[int], dict[str, float]]
 #: Where the time of each (f) run went (:func:`breakdown` plus ``%load_ext`` and the end).
 NEW_BREAKDOWNS: list[dict[str, float]] = []
 
+#: The kernel's own CPU seconds in each (f)/(g) run: ``%load_ext``, the first cell, and
+#: whether the kernel imported torch by the cell's end, per row label letter.
+KERNEL_CPU: dict[str, list[dict[str, float]]] = {}
+
 
 def new_kernel_runs(
     train: str, env: dict[str, str], work: Path, limit: float
@@ -154,12 +180,21 @@ def new_kernel_runs(
     plain = {k: v for k, v in env.items() if k != ENV_WARM}
     cell = "%%distrain --nodes 2 --nproc 2 --wait\n" + train
 
-    def in_kernel(kc: BlockingKernelClient, distrain: bool, name: str = "") -> dict[str, float]:
+    def in_kernel(
+        kc: BlockingKernelClient, distrain: bool, row: str, name: str = ""
+    ) -> dict[str, float]:
         if not distrain:
             return {"cell": execute(kc, ACCELERATE_CELL, limit)}
-        load = execute(kc, "%load_ext jupyter_disttrain\n%distrain_config live=none", limit)
+        _, cpu0, _ = execute_probed(kc, "", limit)
+        load, cpu1, _ = execute_probed(
+            kc, "%load_ext jupyter_disttrain\n%distrain_config live=none", limit
+        )
         named = cell.replace("--wait", f"--wait --name {name}", 1) if name else cell
-        return {"load_ext": load, "cell": execute(kc, named, limit)}
+        seconds, cpu2, torch = execute_probed(kc, named, limit)
+        KERNEL_CPU.setdefault(row, []).append(
+            {"load_ext": cpu1 - cpu0, "cell": cpu2 - cpu1, "torch": float(torch)}
+        )
+        return {"load_ext": load, "cell": seconds}
 
     def standalone(distrain: bool) -> Runner:
         def run(i: int) -> dict[str, float]:
@@ -169,7 +204,7 @@ def new_kernel_runs(
                     "DISTRAIN_HOME": tempfile.mkdtemp(prefix="bench-home-")}  # fmt: skip
             km, kc = start_new_kernel(kernel_name="python3", env=kenv)
             try:
-                return in_kernel(kc, distrain)
+                return in_kernel(kc, distrain, "g" if distrain else "e")
             finally:
                 kc.stop_channels()
                 km.shutdown_kernel(now=True)
@@ -191,7 +226,7 @@ def new_kernel_runs(
             mark = work / f"new-f-{i}.mark"
             execute(kc, f"import os; os.environ['BENCH_MARK_FILE'] = {str(mark)!r}", limit)
             started = time.time()
-            parts = in_kernel(kc, True, name=f"bench-f-{i}")
+            parts = in_kernel(kc, True, "f", name=f"bench-f-{i}")
             NEW_BREAKDOWNS.append(
                 new_kernel_breakdown(home / "jobs" / f"bench-f-{i}", started, parts, mark)
             )

@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 #: Shared fixtures: ``s3`` (moto's S3 server on 127.0.0.1).
-pytest_plugins = ["tests.s3_server", "tests.k8s_emulator.fixtures"]
+#: ``tests.schedule`` orders the parallel run: the longest test files first.
+pytest_plugins = ["tests.s3_server", "tests.k8s_emulator.fixtures", "tests.schedule"]
 
 # Every test process (each pytest-xdist worker too) keeps its local jobs in a private
 # directory, and its jobs' scratch files in a private temporary directory: tests that look
@@ -75,18 +76,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the job home and temporary directory this test process made for itself."""
     for directory in _MADE:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The notebooks' cells (nbval) are ``serial``: they run in order, in one kernel.
-
-    pytest-xdist would hand one notebook's cells to different workers, so ``make test``
-    runs them after the parallel run, with the other ``serial`` tests. (A session-wide
-    hook: ``notebooks/`` is outside this conftest's directory.)
-    """
-    for item in items:
-        if item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture

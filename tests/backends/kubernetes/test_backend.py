@@ -382,30 +382,40 @@ def test_a_failed_job_keeps_its_logs_and_ends_its_pods(cluster: Emulator) -> Non
     assert "[rank 0]" in job.logs() and "[rank 1]" in job.logs()
 
 
+#: Jobs of the no-restarts test, and how many are submitted at once.
+SIDE_BY_SIDE_JOBS, SUBMITTED_AT_ONCE = 6, 3
+
+
 @pytest.mark.slow
-def test_ten_consecutive_jobs_finish_with_no_pod_restarts(cluster: Emulator) -> None:
-    """A worker that finished exits 0 (teardown cannot abort it), so no pod is run twice."""
+@pytest.mark.timeout(600)
+def test_jobs_side_by_side_finish_with_no_pod_restarts(cluster: Emulator) -> None:
+    """A worker that finished exits 0 (teardown cannot abort it), so no pod is run twice;
+    also while other jobs' pods start, run and end beside it (12 pods in all)."""
     from kubernetes import client as k
 
     api = cluster.api_client()
     try:
         core = k.CoreV1Api(api)
-        for i in range(10):
-            name = f"k8s-ten-{i}"
-            payload = build_payload(CELL, {"STEPS": 2}, job=name)
-            job = jobs.submit(k8s_spec(name, nodes=2, timeout=180), payload, KubernetesBackend())
-            assert job.wait(180) == "Succeeded", (i, job.reason, job.logs())
-            assert job.result()["world"] == 2
-            pods = core.list_namespaced_pod(
-                "default", label_selector=f"training.kubeflow.org/job-name={name}"
-            ).items
-            restarts = {
-                p.metadata.name: sum(c.restart_count for c in p.status.container_statuses or [])
-                for p in pods
-            }
-            assert restarts and not any(restarts.values()), (i, restarts, job.logs())
-            assert job.monitor.restarts == 0, (i, job.logs())
-            job.stop()
+        for wave in range(0, SIDE_BY_SIDE_JOBS, SUBMITTED_AT_ONCE):
+            names = [f"k8s-side-{i}" for i in range(wave, wave + SUBMITTED_AT_ONCE)]
+            submitted = [
+                jobs.submit(k8s_spec(name, nodes=2, timeout=240),
+                            build_payload(CELL, {"STEPS": 2}, job=name), KubernetesBackend())
+                for name in names
+            ]  # fmt: skip
+            for name, job in zip(names, submitted, strict=True):
+                assert job.wait(300) == "Succeeded", (name, job.reason, job.logs())
+                assert job.result()["world"] == 2
+                pods = core.list_namespaced_pod(
+                    "default", label_selector=f"training.kubeflow.org/job-name={name}"
+                ).items
+                restarts = {
+                    p.metadata.name: sum(c.restart_count for c in p.status.container_statuses or [])
+                    for p in pods
+                }
+                assert restarts and not any(restarts.values()), (name, restarts, job.logs())
+                assert job.monitor.restarts == 0, (name, job.logs())
+                job.stop()
     finally:
         api.close()
 

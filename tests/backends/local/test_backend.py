@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from jupyter_disttrain.backends.local.tailer import job_trust
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.results import decode_result
 from jupyter_disttrain.spec import JobSpec
-from tests.conftest import assert_no_processes, submit_now
+from tests.conftest import assert_no_processes, live_job_processes, submit_now
 
 pytestmark = pytest.mark.slow
 
@@ -234,18 +235,34 @@ def job_logs(run: LocalRun) -> str:
                      for p in sorted(logs.glob("*.log")))  # fmt: skip
 
 
+#: Exec-mode 2x2 jobs of the teardown test, and how many run at once.
+EXEC_JOBS, EXEC_AT_ONCE = 6, 3
+
+
+def _exec_job(i: int) -> str:
+    """Run exec-mode job ``i`` to its end; what was wrong with it ("" when nothing)."""
+    sink, run = run_job(JobSpec(f"local-exec-teardown-{i}", nodes=2, nproc=2, timeout=240),
+                        TRAIN, {"STEPS": 3}, backend=LocalBackend(mode="exec"),
+                        timeout=300)  # fmt: skip
+    final = sink.final()
+    if final.get("state") != "Succeeded" or "warning" in str(final.get("message")):
+        return f"job {i}: {final.fields}\n{job_logs(run)}"
+    left = live_job_processes(Path(run.plan.job_dir), sink.pids())
+    deadline = time.monotonic() + 15
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = live_job_processes(Path(run.plan.job_dir), sink.pids())
+    return f"job {i}: processes left behind: {left}" if left else ""
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # twenty jobs, each with its own 150 s limit
-def test_twenty_exec_mode_jobs_all_succeed() -> None:
-    """Fresh interpreters end cleanly: teardown after ``done`` never fails a finished rank."""
-    backend = LocalBackend(mode="exec")
-    for i in range(20):
-        sink, run = run_job(JobSpec(f"local-exec20-{i}", nodes=2, nproc=2, timeout=120), TRAIN,
-                            {"STEPS": 3}, backend=backend, timeout=150)  # fmt: skip
-        final = sink.final()
-        assert final.get("state") == "Succeeded", (i, final.fields, job_logs(run))
-        assert "warning" not in str(final.get("message")), (i, final.fields, job_logs(run))
-        assert_no_processes(Path(run.plan.job_dir), sink.pids())
+@pytest.mark.timeout(900)  # two waves of three jobs, each with its own 300 s limit
+def test_exec_mode_jobs_side_by_side_all_succeed() -> None:
+    """Fresh interpreters end cleanly: teardown after ``done`` never fails a finished rank,
+    also while other jobs start, run and end beside it (24 rank teardowns in all)."""
+    with ThreadPoolExecutor(EXEC_AT_ONCE) as pool:
+        problems = [p for p in pool.map(_exec_job, range(EXEC_JOBS)) if p]
+    assert not problems, "\n\n".join(problems)
 
 
 ABORT_AFTER_DONE = textwrap.dedent(

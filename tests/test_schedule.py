@@ -1,0 +1,58 @@
+"""The parallel run's order (tests/schedule.py) and its table (scripts/test_durations.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from tests.schedule import DURATIONS, ROOT, file_seconds, longest_files_first
+
+
+def _items(*names: str) -> list[pytest.Item]:
+    return [
+        cast(pytest.Item, SimpleNamespace(path=ROOT / name, id=i)) for i, name in enumerate(names)
+    ]
+
+
+def test_the_longest_files_go_first_and_each_file_keeps_its_order() -> None:
+    items = _items("tests/a.py", "tests/b.py", "tests/a.py", "tests/c.py", "tests/b.py")
+    ordered = longest_files_first(items, {"tests/b.py": 30.0, "tests/c.py": 60.0})
+    got = [(i.path.name, cast(Any, i).id) for i in ordered]
+    assert got == [("c.py", 3), ("b.py", 1), ("b.py", 4), ("a.py", 0), ("a.py", 2)]
+
+
+def test_the_checked_in_table_names_existing_test_files() -> None:
+    table = file_seconds(DURATIONS)
+    assert table, "tests/durations.json is missing or empty"
+    missing = [name for name in table if not (ROOT / name).is_file()]
+    assert not missing, f"run scripts/test_durations.py: gone from tests/: {missing}"
+
+
+def test_the_table_is_written_from_a_junit_report(tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_schedule" name="a" time="4.0"/>'
+        '<testcase classname="tests.test_schedule" name="b" time="3.5"/>'
+        '<testcase classname="tests.backends.local.test_backend.TestX" name="c" time="9"/>'
+        '<testcase classname="tests.test_spec" name="d" time="0.1"/>'
+        '<testcase classname="notebooks.01-quickstart.ipynb" name="Cell 0" time="6"/>'
+        "</testsuite></testsuites>"
+    )
+    target = tmp_path / "durations.json"
+    script = ROOT / "scripts" / "test_durations.py"
+    done = subprocess.run([sys.executable, str(script), str(report), "--out", str(target)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    files = json.loads(target.read_text())["files"]
+    assert files == {
+        "tests/backends/local/test_backend.py": 9.0,
+        "tests/test_schedule.py": 7.5,
+        "notebooks/01-quickstart.ipynb": 6.0,
+    }

@@ -47,6 +47,8 @@ __all__ = ["Frames", "Script", "main"]
 #: A line of a node's log / the end of a node's container.
 LINE: Final = "@"
 EXIT: Final = "!"
+#: How rank 0's lines start in its pod's log (the launcher's rank prefix, see :mod:`.rankprefix`).
+RANK_ZERO: Final = "[rank 0] "
 #: Seconds between two turns of the clock that steps every rank.
 TURN: Final = 0.05
 
@@ -80,7 +82,7 @@ class NodeZeroOut(io.TextIOBase):
     def write(self, text: str) -> int:
         *done, self.partial = (self.partial + text).split("\n")
         if done:
-            self.frames.lines(0, done)
+            self.frames.lines(0, [f"{RANK_ZERO}{line}" for line in done])
         return len(text)
 
     def flush(self) -> None:
@@ -118,17 +120,15 @@ class Host:
 
     # --- lines -----------------------------------------------------------------------
     def line(self, rank: int, kind: str, **fields: Any) -> str:
-        return encode(kind, rank, sign_with=self.signer, **fields)
+        """A protocol line of ``rank`` as its pod's log has it (``[rank R] `` first)."""
+        return f"[rank {rank}] " + encode(kind, rank, sign_with=self.signer, **fields)
 
     def say(self, node: Node, lines: list[str]) -> None:
         """Lines of ``node``'s ranks: in its own log, and (other nodes) through the relay."""
-        if node.index == 0:
-            sys.stdout.write("".join(f"{line}\n" for line in lines))
-            return
         self.frames.lines(node.index, lines)
         if node.sender is not None:
             for line in lines:
-                node.sender.tap(line)
+                node.sender.tap(line.partition("] ")[2])
 
     def hello(self, node: Node) -> None:
         lines = [
@@ -252,10 +252,7 @@ class Host:
                     hangwatch.leave_stacks(
                         node.sender.store if node.sender else store, request, rank, fields
                     )
-                if node.index:
-                    self.frames.lines(node.index, lines)  # not relayed: rank 0 gathers them
-                else:
-                    sys.stdout.write("".join(f"{line}\n" for line in lines))
+                self.frames.lines(node.index, lines)  # not relayed: rank 0 gathers them
 
 
 def run(script: Script) -> int:

@@ -153,7 +153,9 @@ class SignedStore:
         out: list[bytes | None] = []
         for name, raw in zip(names, self.store.multi_get(names), strict=True):
             try:
-                out.append(self._unbound(name, jobkey.unsigned(self.key, bytes(raw), purpose="store")))
+                out.append(
+                    self._unbound(name, jobkey.unsigned(self.key, bytes(raw), purpose="store"))
+                )
             except jobkey.BadSignature as exc:
                 refuse(name, str(exc))
                 out.append(None)

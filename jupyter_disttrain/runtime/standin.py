@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
 from . import hangwatch, jobkey, relay
+from .agent import bind_stores_to_loopback
 from .jobstore import SignedStore, use_store
 from .protocol import encode
 from .standin_script import Script, stacks_for
@@ -266,14 +267,16 @@ def run(script: Script) -> int:
     frames = Frames(sys.stdout)
     sys.stdout = NodeZeroOut(frames)
     world = script.nodes * script.nproc
-    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    bind_stores_to_loopback(agent=False)
+    store_class: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's stubs' exports)
+    server = store_class("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     os.environ.update(RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(script.nproc))
     os.environ[relay.ENV_RELAY] = "1"
     dist.init_process_group("fake", store=server, rank=0, world_size=world)
     use_store(server)  # the runtime's keys unprefixed, as the nodes' clients see them
     host = Host(script, key, frames)
     for node in host.nodes[1:]:
-        client = dist.TCPStore("127.0.0.1", server.port, is_master=False)
+        client = store_class("127.0.0.1", server.port, is_master=False)
         senders = world - script.nproc
         node.sender = relay._Relay(SignedStore(client, key), node.ranks.start, senders)
         node.sender.thread.start()

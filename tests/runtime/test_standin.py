@@ -43,7 +43,7 @@ def test_script_faults() -> None:
 def test_script_refuses_ranks_outside_the_job() -> None:
     with pytest.raises(ValueError, match="--fail-rank 16 is not a rank of 16"):
         Script(nodes=2, nproc=8, fail_rank=16)
-    with pytest.raises(ValueError, match="--hang-node 0 must be a node of 1..1"):
+    with pytest.raises(ValueError, match=r"--hang-node 0 must be a node of 1\.\.1"):
         Script(nodes=2, nproc=8, hang_node=0)
 
 

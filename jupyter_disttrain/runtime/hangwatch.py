@@ -108,7 +108,8 @@ def gather(store: SignedStore, request: str, pending: set[int]) -> list[tuple[in
         names = [_key(f"{request}/{rank}") for rank in chunk]
         values = store.get_many(names) if store.check(names) else None
         for index, rank in enumerate(chunk):
-            value = values[index] if values is not None else store.get_if(names[index])
+            value = values[index] if values is not None else None
+            value = value if value is not None else store.get_if(names[index])
             if value is not None:
                 pending.discard(rank)
                 found.append((rank, value))

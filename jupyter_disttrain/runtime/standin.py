@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import socket
 import sys
 import threading
 import time
@@ -38,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
 from . import hangwatch, jobkey, relay
-from .agent import bind_stores_to_loopback
 from .jobstore import SignedStore, use_store
 from .protocol import encode
 from .standin_script import Script, stacks_for
@@ -118,6 +118,7 @@ class Host:
         self.started = time.monotonic()
         self.served: set[str] = set()
         self.enders: list[threading.Thread] = []
+        self.ends: list[tuple[Node, int, float]] = []
 
     # --- lines -----------------------------------------------------------------------
     def line(self, rank: int, kind: str, **fields: Any) -> str:
@@ -163,6 +164,7 @@ class Host:
             lines = self.step_node(node, elapsed)
             if lines:
                 self.say(node, lines)
+            self.start_ends()  # after its last lines are in the relay's queue
         return busy
 
     def step_node(self, node: Node, elapsed: float) -> list[str]:
@@ -208,18 +210,23 @@ class Host:
         return []  # "hang": the ranks stay up, silent, until asked for their stacks
 
     def end_later(self, node: Node, code: int, delay: float) -> None:
-        """End ``node`` with ``code`` in ``delay`` seconds (a thread; :meth:`join` waits)."""
+        """End ``node`` with ``code`` ``delay`` seconds after :meth:`start_ends` (once)."""
         if node.ending:
             return
         node.ending = True
+        self.ends.append((node, code, delay))
 
-        def end() -> None:
-            time.sleep(delay)
-            self.finish(node, code)
+    def start_ends(self) -> None:
+        """Start the ends :meth:`end_later` queued (threads; :meth:`join` waits for them)."""
+        ends, self.ends = self.ends, []
+        for node, code, delay in ends:
+            thread = threading.Thread(target=self.end, args=(node, code, delay), daemon=True)
+            self.enders.append(thread)
+            thread.start()
 
-        thread = threading.Thread(target=end, daemon=True)
-        self.enders.append(thread)
-        thread.start()
+    def end(self, node: Node, code: int, delay: float) -> None:
+        time.sleep(delay)
+        self.finish(node, code)
 
     def join(self) -> None:
         for thread in list(self.enders):
@@ -267,16 +274,24 @@ def run(script: Script) -> int:
     frames = Frames(sys.stdout)
     sys.stdout = NodeZeroOut(frames)
     world = script.nodes * script.nproc
-    bind_stores_to_loopback(agent=False)
     store_class: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's stubs' exports)
-    server = store_class("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4096)
+    port = listener.getsockname()[1]
+    # Not libuv: its server, hosted beside hundreds of clients in one process, stalls them
+    # (each node's agent is a process of its own in a real job).
+    server = store_class(
+        "127.0.0.1", port, is_master=True, wait_for_workers=False, use_libuv=False,
+        master_listen_fd=listener.detach(),
+    )  # fmt: skip
     os.environ.update(RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(script.nproc))
     os.environ[relay.ENV_RELAY] = "1"
     dist.init_process_group("fake", store=server, rank=0, world_size=world)
     use_store(server)  # the runtime's keys unprefixed, as the nodes' clients see them
     host = Host(script, key, frames)
     for node in host.nodes[1:]:
-        client = store_class("127.0.0.1", server.port, is_master=False)
+        client = store_class("127.0.0.1", server.port, is_master=False, use_libuv=False)
         senders = world - script.nproc
         node.sender = relay._Relay(SignedStore(client, key), node.ranks.start, senders)
         node.sender.thread.start()
@@ -285,6 +300,7 @@ def run(script: Script) -> int:
     hangwatch.start(0, world, own=lambda: stacks_for(script, 0))
     relay.start(0, world, script.nproc, 0)
     store = SignedStore(server, key)
+    host.started = time.monotonic()  # the clock starts once every node is connected
     while host.turn(time.monotonic()):
         host.serve_stacks(store)
         time.sleep(TURN)

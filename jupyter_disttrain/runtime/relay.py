@@ -30,7 +30,8 @@ are not signed; a forged one only skips or delays batches, within bounds:
 the numbers no batch has (they were all seen taken at once), and a jump
 of more than :data:`MAX_GAP` skips the unread batches before it; ``seq``
 lowered skips batches up to the amount taken off; ``closed`` raised ends
-the last drain early, lowered makes it last :func:`drain_seconds`. Skipped lines are still in their rank's own log.
+the last drain early, lowered makes it last :func:`drain_seconds`.
+Skipped lines are still in their rank's own log.
 
 With rank 0's metrics endpoint on (``DISTRAIN_METRICS_PORT``), the other
 ranks of node 0 send too, in batches marked for observing only: rank 0's

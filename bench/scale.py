@@ -57,8 +57,12 @@ def kernel(world: int, hang: bool) -> dict[str, Any]:
     job = attach(NAME, KubernetesBackend(), [listen])
     monitor = job.monitor
     out: dict[str, Any] = {}
-    while len(monitor.metric_ranks("loss")) < world:
+    deadline = time.monotonic() + 600
+    while len(monitor.metric_ranks("loss")) < world and time.monotonic() < deadline:
+        if monitor.first_failure() is not None:
+            break  # the job fails before every rank was heard: say how many were
         time.sleep(0.2)
+    out["ranks_heard"] = len(monitor.metric_ranks("loss"))
     cpu0, wall0 = time.process_time(), time.monotonic()
     time.sleep(10)  # every rank reporting once a second
     out["cpu_pct"] = 100 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
@@ -77,6 +81,7 @@ def kernel(world: int, hang: bool) -> dict[str, Any]:
         out["fail_named_s"] = time.time() - errors[0]
         out["fail_rank"] = monitor.first_failure()[0]  # type: ignore[index]
     out["kernel_rss_mib"] = rss_mib()
+    out["ranks_heard_end"] = len(monitor.metric_ranks("loss"))
     return out
 
 
@@ -148,17 +153,17 @@ def measure(nodes: int, hang: bool, fail_step: int) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| nodes x 8 | load (1 min) | API requests | peak long-lived / TCP connections | "
+        "| nodes x 8 | ranks heard | load (1 min) | API requests | peak long-lived / TCP connections | "
         "log follows | kernel CPU % of a core | kernel RSS MiB | server RSS MiB | "
         "metric to monitor p50 / p99 s | sidebar JSON KiB (build ms) | failing rank named s | "
-        "hung node named s |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "hung node named s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
         named = f"{r['fail_named_s']:.1f}" if "fail_named_s" in r else "-"
         hung = f"{r['hang_named_s']:.1f}" if "hang_named_s" in r else "-"
         lines.append(
-            f"| {r['nodes']} | {r['load']:.1f} | {r['requests']} | "
+            f"| {r['nodes']} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | {r['requests']} | "
             f"{r['streams_peak']} / {r['connections_peak']} | {r['log_follows_peak']} | "
             f"{r['cpu_pct']:.0f} | {r['kernel_rss_mib']:.0f} | {r['server_rss_mib']:.0f} | "
             f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} | {r['json_kib']:.0f} ({r['json_ms']:.0f}) | "

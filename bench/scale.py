@@ -153,7 +153,8 @@ def measure(nodes: int, hang: bool, fail_step: int) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| nodes x 8 | ranks heard | load (1 min) | API requests | peak long-lived / TCP connections | "
+        "| nodes x 8 | ranks heard | load (1 min) | API requests | "
+        "peak long-lived / TCP connections | "
         "log follows | kernel CPU % of a core | kernel RSS MiB | server RSS MiB | "
         "metric to monitor p50 / p99 s | sidebar JSON KiB (build ms) | failing rank named s | "
         "hung node named s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -163,7 +164,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         named = f"{r['fail_named_s']:.1f}" if "fail_named_s" in r else "-"
         hung = f"{r['hang_named_s']:.1f}" if "hang_named_s" in r else "-"
         lines.append(
-            f"| {r['nodes']} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | {r['requests']} | "
+            f"| {r['nodes']} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | "
+            f"{r['requests']} | "
             f"{r['streams_peak']} / {r['connections_peak']} | {r['log_follows_peak']} | "
             f"{r['cpu_pct']:.0f} | {r['kernel_rss_mib']:.0f} | {r['server_rss_mib']:.0f} | "
             f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} | {r['json_kib']:.0f} ({r['json_ms']:.0f}) | "

@@ -34,11 +34,12 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from . import control, debugger, env, pausing, rankprefix, report, stacks
 from .cell import code_filename
-from .jobstore import job_key, round_key, signed_default_store
+from .jobstore import SignedStore, job_key, round_key, signed_default_store
 
 ENV_HANG = "DISTRAIN_HANG_AFTER"
 #: A pod's annotations file (downward API): the notebook asks for stacks by annotating rank 0.
@@ -46,8 +47,10 @@ ENV_ANNOTATIONS = "DISTRAIN_POD_ANNOTATIONS"
 WHERE_ANNOTATION: Final = "disttrain.jupyter.org/where"
 DEFAULT_HANG_AFTER: Final = 300.0
 REQUEST_FILE: Final = "where"
-#: Seconds rank 0 waits for the other ranks' stacks in the store.
+#: Seconds rank 0 waits for the other ranks' stacks in the store (plus 1 s per 1,000 ranks).
 GATHER_SECONDS: Final = 5.0
+#: Ranks' stacks rank 0 reads with one request to the store.
+GATHER_CHUNK: Final = 256
 
 _watch: _Watch | None = None
 
@@ -89,9 +92,54 @@ def _key(what: str) -> str:
     return round_key("where", what)
 
 
+def requests_in(store: SignedStore) -> list[tuple[str, dict[str, Any]]]:
+    """The stacks requests rank 0 passed on through ``store``: ``(request, why)`` each."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    value = store.get_if(_key("asked"))
+    asked = int(value) if value is not None else 0
+    if asked:
+        out.append((f"a{asked}", {"reason": "asked"}))
+    hang = store.get_if(_key("hang"))
+    if hang is not None:
+        fields = json.loads(hang)
+        out.append((f"h{fields['n']}", {"reason": "hang", "quiet": fields["quiet"]}))
+    return out
+
+
+def leave_stacks(store: SignedStore, request: str, rank: int, fields: dict[str, Any]) -> None:
+    """Leave ``rank``'s answer to ``request`` in ``store`` for rank 0 to write out."""
+    store.set(_key(f"{request}/{rank}"), json.dumps(fields))
+
+
+def gather(store: SignedStore, request: str, pending: set[int]) -> list[tuple[int, bytes]]:
+    """The answers to ``request`` of the ``pending`` ranks that left one, taken out of
+    ``pending``: :data:`GATHER_CHUNK` ranks a round trip when all of them answered."""
+    found: list[tuple[int, bytes]] = []
+    ranks = sorted(pending)
+    for start in range(0, len(ranks), GATHER_CHUNK):
+        chunk = ranks[start : start + GATHER_CHUNK]
+        names = [_key(f"{request}/{rank}") for rank in chunk]
+        values = store.get_many(names) if store.check(names) else None
+        for index, rank in enumerate(chunk):
+            value = values[index] if values is not None else None
+            value = value if value is not None else store.get_if(names[index])
+            if value is not None:
+                pending.discard(rank)
+                found.append((rank, value))
+    return found
+
+
 class _Watch:
-    def __init__(self, rank: int, world: int, job_dir: str | None, hang: float) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        job_dir: str | None,
+        hang: float,
+        own: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         self.rank = rank
+        self.own = own
         self.world = world
         self.file = request_file(job_dir) if job_dir else None
         self.job_dir = job_dir
@@ -229,54 +277,56 @@ class _Watch:
     def _requests(self) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []
         asked = self._asked() if self.rank == 0 or self.store is None else 0
-        if self.store is not None:  # rank 0 passes a request on; every rank reads it here
-            if asked > self.forwarded:
-                self.store.set(_key("asked"), str(asked))
-                self.forwarded = asked
-            value = self.store.get_if(_key("asked"))
-            asked = int(value) if value is not None else 0
-        if asked:
-            out.append((f"a{asked}", {"reason": "asked"}))
-        if self.store is not None and self.hang:
-            hang = self.store.get_if(_key("hang"))
-            if hang is not None:
-                fields = json.loads(hang)
-                out.append((f"h{fields['n']}", {"reason": "hang", "quiet": fields["quiet"]}))
-        return out
+        if self.store is None:
+            if asked:
+                out.append((f"a{asked}", {"reason": "asked"}))
+            return out
+        if asked > self.forwarded:  # rank 0 passes a request on; every rank reads it here
+            self.store.set(_key("asked"), str(asked))
+            self.forwarded = asked
+        return [r for r in requests_in(self.store) if self.hang or r[1]["reason"] != "hang"]
 
     def _serve(self, request: str, why: dict[str, Any]) -> None:
         me = threading.get_ident()
-        fields = {
-            "request": request,
-            **why,
-            "threads": stacks.all_stacks(code_filename(), skip={me}),
-            "collective": stacks.last_collective(),
-            "pid": os.getpid(),
-        }
+        where = (
+            self.own()
+            if self.own is not None
+            else {
+                "threads": stacks.all_stacks(code_filename(), skip={me}),
+                "collective": stacks.last_collective(),
+                "pid": os.getpid(),
+            }
+        )
+        fields = {"request": request, **why, **where}
         report.emit_as(self.rank, "stacks", **fields)
         if self.store is None:
             return
-        self.store.set(_key(f"{request}/{self.rank}"), json.dumps(fields))
+        leave_stacks(self.store, request, self.rank, fields)
         if self.rank != 0:
             return
-        deadline = time.monotonic() + GATHER_SECONDS
+        deadline = time.monotonic() + gather_seconds(self.world)
         pending = set(range(1, self.world))
         while pending and time.monotonic() < deadline and not self.stop.is_set():
-            for rank in sorted(pending):
-                key = _key(f"{request}/{rank}")
-                value = self.store.get_if(key)
-                if value is not None:
-                    pending.discard(rank)
-                    report.emit_as(rank, "stacks", **json.loads(value))
+            for rank, value in gather(self.store, request, pending):
+                report.emit_as(rank, "stacks", **json.loads(value))
             time.sleep(0.1)
 
 
-def start(rank: int, world: int) -> None:
-    """Start this rank's watch (idempotent; call after the process group is up)."""
+def gather_seconds(world: int) -> float:
+    """Seconds rank 0 waits for the others' stacks: :data:`GATHER_SECONDS`, and one more per
+    1,000 ranks (as torch's store barrier scales)."""
+    return GATHER_SECONDS + world / 1000
+
+
+def start(rank: int, world: int, own: Callable[[], dict[str, Any]] | None = None) -> None:
+    """Start this rank's watch (idempotent; call after the process group is up).
+
+    ``own``: where this rank is, instead of its threads' stacks (the stand-in ranks of
+    :mod:`.standin`, whose process is not the training's)."""
     global _watch
     if _watch is not None:
         return
-    _watch = _Watch(rank, world, os.environ.get("DISTRAIN_JOB_DIR"), hang_after())
+    _watch = _Watch(rank, world, os.environ.get("DISTRAIN_JOB_DIR"), hang_after(), own)
     _watch.thread.start()
 
 

@@ -147,6 +147,22 @@ class SignedStore:
             refuse(name, str(exc))
             return None
 
+    def get_many(self, names: list[str], *, sealed: bool = False) -> list[bytes | None]:
+        """The verified (``sealed``: unsealed) values of ``names``, which must all exist, with
+        one request to the store (``multi_get``); None for each one that fails verification
+        (not said: the caller reads it again on its own, e.g. with :meth:`get_if`)."""
+        out: list[bytes | None] = []
+        for name, raw in zip(names, self.store.multi_get(names), strict=True):
+            try:
+                if sealed:
+                    data = jobkey.unseal(self.key, bytes(raw))
+                else:
+                    data = jobkey.unsigned(self.key, bytes(raw), purpose="store")
+                out.append(self._unbound(name, data))
+            except jobkey.BadSignature:
+                out.append(None)
+        return out
+
     def wait(self, name: str) -> bytes:
         """The verified value of ``name``, waiting for it (and past refused values)."""
         return self._wait(name, self.get)

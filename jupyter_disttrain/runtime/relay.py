@@ -9,9 +9,14 @@ Connections stay O(1) whatever the number of nodes: the store connections
 exist anyway, and the notebook follows one pod log.
 
 Batches are numbered by one store counter (``seq``); a batch is written
-after its number is taken, so the reader waits briefly for a number whose
-batch is not there yet and skips it after :data:`MISSING_SECONDS` (its
-writer died). At the end each sender flushes and says so (``closed``);
+after its number is taken, so the reader waits for a number whose batch is
+not there yet and skips it once :data:`MISSING_SECONDS` have passed since it
+first saw that number taken (its writer died). Each number has its own grace
+(with a thousand senders many numbers are taken and not yet written at any
+moment, more so on a loaded machine). Rank 0 reads up to :data:`CHUNK`
+batches with one request, and with more than :data:`SENDERS_PER_TICK`
+senders each sender's tick grows (up to :data:`MAX_TICK`) so that rank 0's
+reads per second stay bounded. At the end each sender flushes and says so (``closed``);
 rank 0 drains until every sender did, or :data:`DRAIN_SECONDS` passed.
 A line may reach the notebook twice (also from a failed pod's own log):
 the notebook keeps one copy of each protocol line.
@@ -21,11 +26,12 @@ user who reaches the store can neither read them nor put lines in rank 0's
 log; a batch that fails verification counts as missing. Without a job key
 nothing is relayed (every rank's lines stay in its own log). The counters
 are not signed; a forged one only skips or delays batches, within bounds:
-``seq`` raised makes rank 0 wait :data:`MISSING_SECONDS` once per drain for
-the numbers no batch has, and a jump of more than :data:`MAX_GAP` skips the
-unread batches before it; ``seq`` lowered skips batches up to the amount
-taken off; ``closed`` raised ends the last drain early, lowered makes it
-last :data:`DRAIN_SECONDS`. Skipped lines are still in their rank's own log.
+``seq`` raised makes rank 0 wait :data:`MISSING_SECONDS` once for
+the numbers no batch has (they were all seen taken at once), and a jump
+of more than :data:`MAX_GAP` skips the unread batches before it; ``seq``
+lowered skips batches up to the amount taken off; ``closed`` raised ends
+the last drain early, lowered makes it last :func:`drain_seconds`.
+Skipped lines are still in their rank's own log.
 
 With rank 0's metrics endpoint on (``DISTRAIN_METRICS_PORT``), the other
 ranks of node 0 send too, in batches marked for observing only: rank 0's
@@ -50,10 +56,28 @@ OBSERVE_ONLY: Final = "#observe"
 TICK: Final = 0.3
 MISSING_SECONDS: Final = 5.0
 DRAIN_SECONDS: Final = 10.0
+#: Batches rank 0 reads with one request to the store (when all of them are there).
+CHUNK: Final = 64
+#: Senders whose batches rank 0 reads every :data:`TICK`; more make every sender's tick
+#: longer (at most :data:`MAX_TICK`), so rank 0's reads per second stay bounded.
+SENDERS_PER_TICK: Final = 128
+MAX_TICK: Final = 2.0
 #: Batch numbers rank 0 looks at in one drain at most (more: the counter was forged).
 MAX_GAP: Final = 10_000
 
 _relay: _Relay | None = None
+
+
+def sender_tick(senders: int) -> float:
+    """Seconds between a sender's batches when there are ``senders`` (see
+    :data:`SENDERS_PER_TICK`)."""
+    return min(MAX_TICK, TICK * max(1.0, senders / SENDERS_PER_TICK))
+
+
+def drain_seconds(world: int) -> float:
+    """Seconds rank 0 waits for the last batches: :data:`DRAIN_SECONDS` and 1 s per 1,000
+    ranks (as torch's store barrier scales)."""
+    return DRAIN_SECONDS + world / 1000
 
 
 def _key(what: str) -> str:
@@ -71,6 +95,8 @@ class _Relay:
         self.queue: list[str] = []
         self.stop = threading.Event()
         self.next = 1  # the reader's next batch number
+        self.seen = 0  # the highest batch number the reader has seen taken
+        self.marks: list[tuple[int, float]] = []  # (highest number seen, when), oldest first
         target = self._read if rank == 0 else self._send
         self.thread = threading.Thread(target=target, name="distrain-relay", daemon=True)
 
@@ -90,7 +116,7 @@ class _Relay:
                 self.store.set_sealed(_key(f"m{seq}"), "\n".join(lines).encode())
 
     def _send(self) -> None:
-        while not self.stop.wait(TICK):
+        while not self.stop.wait(sender_tick(self.senders)):
             try:
                 self.flush()
             except Exception:
@@ -111,14 +137,18 @@ class _Relay:
                 f"batches before {last - MAX_GAP + 1} are skipped",
             )
             self.next = last - MAX_GAP + 1
-        limit: float | None = None  # one wait per drain for every missing batch
+        now = time.monotonic()
+        if last > self.seen:  # numbers taken since the last look: their age starts now
+            self.marks.append((last, now))
+            self.seen = last
         while self.next <= last:
+            if self._chunk(last):
+                continue
             key = _key(f"m{self.next}")
             lines = self._batch(key)
             while lines is None:
-                if limit is None:
-                    limit = time.monotonic() + MISSING_SECONDS
-                    limit = limit if deadline is None else min(limit, deadline)
+                limit = self._taken_at(self.next) + MISSING_SECONDS
+                limit = limit if deadline is None else min(limit, deadline)
                 if time.monotonic() > limit:
                     break
                 time.sleep(0.05)
@@ -130,6 +160,32 @@ class _Relay:
             elif self.store.check([key]):
                 refuse(key, "it failed verification with the job key")
             self.next += 1
+
+    def _taken_at(self, number: int) -> float:
+        """When this reader first saw batch ``number`` taken (its writer has had since then)."""
+        while self.marks and self.marks[0][0] < number:
+            self.marks.pop(0)
+        return self.marks[0][1] if self.marks else time.monotonic()
+
+    def _chunk(self, last: int) -> bool:
+        """Write out the next :data:`CHUNK` batches (up to ``last``) with one read when all
+        of them are there; False (nothing done) when one is missing."""
+        upto = min(last, self.next + CHUNK - 1)
+        if upto == self.next:
+            return False
+        first = self.next
+        keys = [_key(f"m{n}") for n in range(first, upto + 1)]
+        if not self.store.check(keys):
+            return False
+        for key, data in zip(keys, self.store.get_many(keys, sealed=True), strict=True):
+            if data is None:  # forged (the real one may still come): read it on its own
+                return self.next != first
+            self.store.delete_key(key)
+            self.next += 1
+            lines = data.decode("utf-8", "replace").split("\n")
+            echo = lines[0] != OBSERVE_ONLY
+            report.write_lines(lines if echo else lines[1:], echo=echo)
+        return True
 
     def _batch(self, key: str) -> list[str] | None:
         """The lines of batch ``key``; None while it is missing or fails verification."""
@@ -155,7 +211,7 @@ class _Relay:
                 self.flush()
                 self.store.add(_key("closed"), 1)
                 return
-            deadline = time.monotonic() + (DRAIN_SECONDS if wait else 0.0)
+            deadline = time.monotonic() + (drain_seconds(self.senders) if wait else 0.0)
             while time.monotonic() < deadline:
                 closed = self.store.add(_key("closed"), 0)
                 self.drain(deadline)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from . import procs
 from .logs import ContainerLog
 from .meta import Obj, now
+from .standin import node_of, run_hosted
 
 if TYPE_CHECKING:
     from .kubelet import PodWorker
@@ -208,6 +209,12 @@ class ContainerRunner:
         worker = self.worker
         run = len(self.logs)
         log = ContainerLog()
+        hosted = worker.kubelet.standins.job(env)  # a scale test's pod: see standin.py
+        node = node_of(env)
+        if hosted is not None and node != 0:
+            return run_hosted(self, hosted, node, log)
+        if hosted is not None:
+            hosted.attach(0, log)
         self._marker = f"{worker.marker}{self.name}/{run}/"
         self.container_id = f"emulator://{uuid.uuid4().hex}"
         started = now()
@@ -247,7 +254,10 @@ class ContainerRunner:
         worker.event("Normal", "Created", f"Created container {self.name}", self.name)
         worker.event("Normal", "Started", f"Started container {self.name}", self.name)
         worker.publish()
-        reader = threading.Thread(target=_pump, args=(proc, log), daemon=True)
+        if hosted is not None:  # the stand-in's output: every hosted node's log
+            reader = threading.Thread(target=hosted.pump, args=(proc,), daemon=True)
+        else:
+            reader = threading.Thread(target=_pump, args=(proc, log), daemon=True)
         reader.start()
         code = proc.wait()
         procs.kill_all(self._marker, proc.pid)  # the container ends with its first process

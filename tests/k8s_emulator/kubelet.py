@@ -37,6 +37,7 @@ from .podnet import PodNetwork
 from .resources import CONFIGMAPS, PODS, SECRETS, SERVICES
 from .rewrite import Network, expand, path_rewriter
 from .sandbox import PYTHON, HostsWriter, attach, container_argv
+from .standin import StandinPods
 from .store import ADDED, DELETED, MODIFIED, Event
 from .volumes import MountError, materialise, mounts, refresh_downward
 
@@ -117,6 +118,8 @@ class Kubelet:
         if podnet is not None:
             self.hosts = HostsWriter(api.store, self.workers)
             self.net_faults = NetFaults(self)
+        #: Jobs whose pods' ranks run in one stand-in process (:mod:`standin`).
+        self.standins = StandinPods()
         self._unsubscribe = api.store.subscribe(self._on_event)
 
     def workers(self) -> list[PodWorker]:

@@ -38,6 +38,7 @@ from .images import default_image
 from .labels import job_labels
 from .metrics import PORT_NAME, metrics_env
 from .pods import RUNAI_PROJECT_LABEL, RUNAI_SCHEDULER, host_port, pod_metadata
+from .rendezvous import rendezvous_env
 from .script import add_script_dir
 from .syntax import RUNTIME_ROOT, SHM_PATH, ConflictingOptionsError, is_dns_label
 
@@ -300,6 +301,8 @@ def worker_env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
         env["DISTRAIN_WHERE_LOCALS"] = "1"
     if opts.elastic is not None and spec.max_restarts:  # a fresh worker store per round
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    if spec.framework == "pytorch" and opts.elastic is None:  # elastic: in its rdzvConf
+        env.update(rendezvous_env(spec.nodes * spec.nproc))  # torchrun's, scaled to the job
     for key, value in user_env(spec).items():
         env[key] = f"{PAYLOAD_DIR}:{value}" if key == "PYTHONPATH" else value
     return [{"name": key, "value": value} for key, value in env.items()] + metrics_env(opts)

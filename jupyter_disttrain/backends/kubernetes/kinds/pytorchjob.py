@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final
 
+from ..rendezvous import rdzv_conf_items
 from ..template import TORCHRUN, Manifest, job_metadata, plain, pod_template
 from .base import JobInputs, Limits, build
 from .operator import (
@@ -46,6 +47,9 @@ class PyTorchJobKind(OperatorKind):
                 "maxRestarts": spec.max_restarts,
                 "nProcPerNode": spec.nproc,
             }
+            conf = rdzv_conf_items(opts.elastic.max_nodes * spec.nproc)
+            if conf:  # the operator writes PET_RDZV_CONF from it
+                body["elasticPolicy"]["rdzvConf"] = conf
             body[self.replicas_field] = {self.replicas[1]: replica(spec.nodes, template)}
             min_available = opts.elastic.min_nodes
         else:

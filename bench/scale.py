@@ -1,0 +1,229 @@
+"""Following 64 to 1,024 nodes x 8 ranks from the notebook: cost and speed of reading.
+
+``python bench/scale.py --nodes 64,256,1024`` runs, for each size, a TrainJob of
+stand-in ranks (tests/scale_harness.py: every rank's signed lines, the real relay
+over a real c10d store, rank 0's real hang watch; one process plays every node,
+the emulator serves every pod) and follows it from a separate process as a
+notebook kernel does (``service.attach``), while another process plays the
+jupyter_server sidebar (``JobManager.job`` every 2 s). Each rank reports one
+metric a second; 3 ranks straggle; one rank raises at step ``--fail-step``. A
+second run per size hangs one node (``--hang``). Printed with the machine's load;
+``--write`` rewrites the "Scale" section of BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+NAME = "scale"
+STEP_SECONDS = 1.0
+
+
+def rss_mib() -> float:
+    """This process's peak resident memory (``VmHWM``: getrusage's survives ``exec``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def kernel(world: int, hang: bool) -> dict[str, Any]:
+    """Follow the job as a kernel does; what it cost and how fast it read."""
+    from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+    from jupyter_disttrain.service import attach
+
+    lags: list[float] = []
+    errors: list[float] = []
+
+    def listen(event: Any) -> None:
+        if event.kind == "metric":
+            lags.append(time.time() - event.t)
+        elif event.kind == "error" and not errors:
+            errors.append(event.t)
+
+    job = attach(NAME, KubernetesBackend(), [listen])
+    monitor = job.monitor
+    out: dict[str, Any] = {}
+    deadline = time.monotonic() + 600
+    while len(monitor.metric_ranks("loss")) < world and time.monotonic() < deadline:
+        if monitor.first_failure() is not None:
+            break  # the job fails before every rank was heard: say how many were
+        time.sleep(0.2)
+    out["ranks_heard"] = len(monitor.metric_ranks("loss"))
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    time.sleep(10)  # every rank reporting once a second
+    out["cpu_pct"] = 100 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
+    out["lag_p50"] = statistics.median(lags)
+    out["lag_p99"] = statistics.quantiles(lags, n=100)[98]
+    if hang:
+        while monitor.hang() is None:
+            time.sleep(0.1)
+        found = monitor.hang()
+        assert found is not None
+        out["hang_named_s"] = time.time() - last_metric_t(monitor)
+        out["hang_odd"] = [found.odd[0], found.odd[-1]] if found.odd else []
+    else:
+        while monitor.first_failure() is None or not errors:
+            time.sleep(0.1)
+        out["fail_named_s"] = time.time() - errors[0]
+        out["fail_rank"] = monitor.first_failure()[0]  # type: ignore[index]
+    out["kernel_rss_mib"] = rss_mib()
+    out["ranks_heard_end"] = len(monitor.metric_ranks("loss"))
+    return out
+
+
+def last_metric_t(monitor: Any) -> float:
+    columns = monitor.metrics_columns()
+    return float(max(columns["t"])) if len(columns.get("t", [])) else time.time()
+
+
+def server(seconds: float) -> dict[str, Any]:
+    """The sidebar's job JSON, asked every 2 s as the sidebar does; its size and cost."""
+    from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+    from jupyter_disttrain.server.manager import JobManager
+
+    manager = JobManager(backends=lambda: [KubernetesBackend()], list_timeout=120)
+    sizes, took = [], []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.monotonic()
+        sizes.append(len(json.dumps(manager.job("kubernetes", NAME))))
+        took.append(time.monotonic() - t0)
+        time.sleep(2.0)
+    manager.close()
+    return {
+        "json_kib": max(sizes) / 1024,
+        "json_ms": 1000 * statistics.median(took[1:] or took),
+        "server_rss_mib": rss_mib(),
+    }
+
+
+def child(role: str, kubeconfig: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    argv = [sys.executable, __file__, "--role", role, *args]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def measure(nodes: int, hang: bool, fail_step: int) -> dict[str, Any]:
+    from tests.k8s_emulator.emulator import Emulator
+    from tests.scale_harness import create_standin_job
+
+    world = nodes * 8
+    script: dict[str, Any] = {"stragglers": (517 % world, 2051 % world, 4000 % world)}
+    if hang:
+        script |= {"hang_node": nodes // 2, "hang_step": fail_step, "steps": 10_000}
+    else:
+        script |= {"fail_rank": world // 2 + 3, "fail_step": fail_step, "steps": fail_step + 10}
+    with tempfile.TemporaryDirectory() as tmp, Emulator(apis=("trainer",)) as emulator:
+        kubeconfig = str(emulator.write_kubeconfig(Path(tmp) / "kubeconfig"))
+        t0 = time.monotonic()
+        create_standin_job(emulator, NAME, "trainjob", nodes, 8, hang_after=10.0,
+                           step_seconds=STEP_SECONDS, **script)  # fmt: skip
+        emulator.reset_stats()
+        follower = child("kernel", kubeconfig, str(world), "1" if hang else "0")
+        sidebar = child("server", kubeconfig, str(fail_step + 20))
+        out, _ = follower.communicate(timeout=3600)
+        side, _ = sidebar.communicate(timeout=3600)
+        stats = emulator.stats()
+        row = {"nodes": nodes, "ranks": world, "hang": hang, **json.loads(out.splitlines()[-1])}
+        row |= json.loads(side.splitlines()[-1])
+        row |= {
+            "requests": stats.total,
+            "streams_peak": stats.streams.peak,
+            "connections_peak": stats.connections.peak,
+            "log_follows_peak": stats.log_follows.peak,
+            "wall_s": time.monotonic() - t0,
+            "load": os.getloadavg()[0],
+        }
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| nodes x 8 | ranks heard | load (1 min) | API requests | "
+        "peak long-lived / TCP connections | "
+        "log follows | kernel CPU % of a core | kernel RSS MiB | server RSS MiB | "
+        "metric to monitor p50 / p99 s | sidebar JSON KiB (build ms) | failing rank named s | "
+        "hung node named s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for r in rows:
+        named = f"{r['fail_named_s']:.1f}" if "fail_named_s" in r else "-"
+        hung = f"{r['hang_named_s']:.1f}" if "hang_named_s" in r else "-"
+        lines.append(
+            f"| {r['nodes']} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | "
+            f"{r['requests']} | "
+            f"{r['streams_peak']} / {r['connections_peak']} | {r['log_follows_peak']} | "
+            f"{r['cpu_pct']:.0f} | {r['kernel_rss_mib']:.0f} | {r['server_rss_mib']:.0f} | "
+            f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} | {r['json_kib']:.0f} ({r['json_ms']:.0f}) | "
+            f"{named} | {hung} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", default="64,256,1024")
+    parser.add_argument("--fail-step", type=int, default=60)
+    parser.add_argument("--hang", action="store_true", help="also a run hanging one node")
+    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--role", default="")
+    args, rest = parser.parse_known_args()
+    if args.role == "kernel":
+        print(json.dumps(kernel(int(rest[0]), rest[1] == "1")))
+        return 0
+    if args.role == "server":
+        print(json.dumps(server(float(rest[0]))))
+        return 0
+    rows = []
+    for nodes in [int(n) for n in args.nodes.split(",")]:
+        for hang in (False, True) if args.hang else (False,):
+            rows.append(measure(nodes, hang, args.fail_step))
+            print(json.dumps(rows[-1]), flush=True)
+    text = table(rows)
+    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()}")
+    print(text)
+    if args.write:
+        from results import write_section
+
+        body = (
+            f"`python bench/scale.py --nodes {args.nodes}{' --hang' if args.hang else ''}`, "
+            f"{time.strftime('%Y-%m-%d')}, on a 2-core machine shared with other engineers' "
+            "test runs (the load column is the 1-minute load average at the end of each run: "
+            "the machine was loaded). " + DESCRIPTION + "\n\n" + text
+        )
+        write_section(ROOT / "BENCHMARKS.md", "Scale", body)
+    return 0
+
+
+DESCRIPTION = (
+    "A TrainJob of N nodes x 8 stand-in ranks (tests/scale_harness.py: every rank's lines "
+    "signed with the job key, nodes other than 0 relaying through the real relay over a real "
+    "c10d TCPStore, rank 0's real relay reader and hang watch; one process plays every "
+    "node's ranks and the emulator serves one pod per node). Each rank reports one metric "
+    "a second; ranks 517, 2051, 4000 (modulo the world) take 1.8x longer a step; one rank "
+    "raises at the failing step. The kernel is a separate process following the job "
+    "(`service.attach`); its CPU is measured over 10 s once every rank has reported. The "
+    "server is another process asking `JobManager.job` (the sidebar's job JSON) every 2 s. "
+    "Metric to monitor: the time from a rank's `t` to the kernel's listener, which includes "
+    "the relay's batching (0.3 s ticks) and the log stream. Failing rank named: from the "
+    "rank's error line's `t` to `monitor.first_failure()` naming it; hung node named: from "
+    "the last metric to `monitor.hang()` naming the node's ranks, with the hang watch set to "
+    "10 s of silence."
+)
+
+if __name__ == "__main__":
+    sys.exit(main())

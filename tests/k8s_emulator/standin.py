@@ -1,0 +1,148 @@
+"""Hosted pods: a job's pods whose ranks run in one stand-in process (the scale harness).
+
+A container whose environment has ``DISTRAIN_STANDIN_JOB`` is hosted: node 0's
+container runs its command (``python -m jupyter_disttrain.runtime.standin ...``,
+which plays every node's ranks) as an ordinary process, and its framed output
+(``@NODE line`` / ``!NODE code``, see that module) is split into each node's
+container log and exit; the other nodes' containers start no process, show
+Running, hold the lines their node said and end with the code it ended with.
+Everything the API serves (pods, statuses, logs, Events) is as for other pods,
+so a job of 1,024 pods costs one process. The node is ``PET_NODE_RANK``
+(Trainer v2, PyTorchJob), else ``JOB_COMPLETION_INDEX``, else ``RANK``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from .logs import ContainerLog
+from .meta import Obj, now
+
+if TYPE_CHECKING:
+    from .container import ContainerRunner
+
+ENV_JOB: Final = "DISTRAIN_STANDIN_JOB"
+#: The exit code of hosted nodes still up when the stand-in process ends (killed with it).
+GONE: Final = 137
+
+
+def node_of(env: dict[str, str]) -> int:
+    for name in ("PET_NODE_RANK", "JOB_COMPLETION_INDEX", "RANK"):
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+@dataclass
+class HostedJob:
+    """One job's nodes: their logs as they come, and their exit codes."""
+
+    name: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    logs: dict[int, ContainerLog] = field(default_factory=dict)
+    early: dict[int, list[bytes]] = field(default_factory=dict)
+    exits: dict[int, int] = field(default_factory=dict)
+    changed: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.changed = threading.Condition(self.lock)
+
+    def attach(self, node: int, log: ContainerLog) -> None:
+        """``log`` is node ``node``'s (lines said before it started go in first)."""
+        with self.lock:
+            self.logs[node] = log
+            early = self.early.pop(node, [])
+        for line in early:
+            log.append(line, time.time())
+
+    def line(self, node: int, text: bytes) -> None:
+        with self.lock:
+            log = self.logs.get(node)
+            if log is None:
+                self.early.setdefault(node, []).append(text)
+                return
+        log.append(text, time.time())
+
+    def end(self, node: int, code: int) -> None:
+        with self.lock:
+            self.exits.setdefault(node, code)
+            self.changed.notify_all()
+
+    def end_all(self, code: int) -> None:
+        with self.lock:
+            for node in self.logs:
+                self.exits.setdefault(node, code)
+            self.changed.notify_all()
+
+    def wait_exit(self, node: int, stopping: threading.Event) -> int:
+        """Node ``node``'s exit code once it ended (or :data:`GONE` once the pod is stopped)."""
+        with self.lock:
+            while node not in self.exits:
+                if stopping.is_set():
+                    return GONE
+                self.changed.wait(0.5)
+            return self.exits[node]
+
+    def pump(self, proc: subprocess.Popen[bytes]) -> None:
+        """Split the stand-in process's output into its nodes' logs and exits."""
+        assert proc.stdout is not None
+        with proc.stdout:
+            for raw in iter(proc.stdout.readline, b""):
+                head, _, rest = raw.partition(b" ")
+                if head[:1] == b"@" and head[1:].isdigit():
+                    self.line(int(head[1:]), rest)
+                elif head[:1] == b"!" and head[1:].isdigit():
+                    self.end(int(head[1:]), int(rest.strip() or GONE))
+                else:  # the process's own words (a traceback, a warning): node 0's log
+                    self.line(0, raw)
+        self.end_all(GONE)
+
+
+class StandinPods:
+    """The kubelet's hosted jobs, by the job name the containers' environment gives."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, HostedJob] = {}
+
+    def job(self, env: dict[str, str]) -> HostedJob | None:
+        name = env.get(ENV_JOB)
+        if not name:
+            return None
+        with self._lock:
+            return self._jobs.setdefault(name, HostedJob(name))
+
+
+def run_hosted(
+    runner: ContainerRunner, job: HostedJob, node: int, log: ContainerLog
+) -> tuple[int, Obj]:
+    """Run a hosted container of a node other than 0: Running until its node ends."""
+    worker = runner.worker
+    runner.container_id = f"emulator://{uuid.uuid4().hex}"
+    started = now()
+    job.attach(node, log)
+    with worker.lock:
+        runner.logs.append(log)
+        runner.ever_started = True
+        runner.state = {"running": {"startedAt": started}}
+    worker.event("Normal", "Created", f"Created container {runner.name}", runner.name)
+    worker.event("Normal", "Started", f"Started container {runner.name}", runner.name)
+    worker.publish()
+    code = job.wait_exit(node, worker.stopping)
+    log.close()
+    terminated: dict[str, Any] = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",
+        "startedAt": started,
+        "finishedAt": now(),
+        "containerID": runner.container_id,
+    }
+    if code > 128:
+        terminated["signal"] = code - 128
+    return code, terminated

@@ -107,6 +107,9 @@ class Launcher(ABC):
     #: Its processes are one per node and use :meth:`LaunchContext.node_host`: each node may
     #: run in a network namespace of its own.
     isolates: bool = False
+    #: Its processes meet in torchrun's c10d rendezvous (a cluster's manifests scale its
+    #: timeouts to the world size).
+    c10d_rendezvous: bool = False
 
     def ports(self, spec: JobSpec) -> int:
         """How many free loopback ports the processes need besides the rendezvous port."""
@@ -131,6 +134,7 @@ class TorchrunAgents(Launcher):
 
     forks = True
     isolates = True
+    c10d_rendezvous = True
 
     def processes(self, fw: Framework, ctx: LaunchContext) -> tuple[Process, ...]:
         """``--nodes`` agents, node ``n``'s output in ``agent-n.log``."""

@@ -282,9 +282,13 @@ def run(script: Script) -> int:
     # Not libuv: its server, hosted beside hundreds of clients in one process, stalls them
     # (each node's agent is a process of its own in a real job).
     server = store_class(
-        "127.0.0.1", port, is_master=True, wait_for_workers=False, use_libuv=False,
+        "127.0.0.1",
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        use_libuv=False,
         master_listen_fd=listener.detach(),
-    )  # fmt: skip
+    )
     os.environ.update(RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(script.nproc))
     os.environ[relay.ENV_RELAY] = "1"
     dist.init_process_group("fake", store=server, rank=0, world_size=world)

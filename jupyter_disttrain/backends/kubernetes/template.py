@@ -30,6 +30,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from ...frameworks import framework
 from ...runtime import jobkey
 from ...spec import JobSpec, SpecError
 from ...units import format_bytes
@@ -301,7 +302,8 @@ def worker_env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
         env["DISTRAIN_WHERE_LOCALS"] = "1"
     if opts.elastic is not None and spec.max_restarts:  # a fresh worker store per round
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    if spec.framework == "pytorch" and opts.elastic is None:  # elastic: in its rdzvConf
+    meets_in_c10d = framework(spec.framework).launch.c10d_rendezvous
+    if meets_in_c10d and opts.elastic is None:  # elastic: in its rdzvConf
         env.update(rendezvous_env(spec.nodes * spec.nproc))  # torchrun's, scaled to the job
     for key, value in user_env(spec).items():
         env[key] = f"{PAYLOAD_DIR}:{value}" if key == "PYTHONPATH" else value

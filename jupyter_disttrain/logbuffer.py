@@ -66,8 +66,9 @@ class Divergence(NamedTuple):
     texts: dict[int, str]
 
 
-def format_ranks(ranks: Iterable[int]) -> str:
-    """Compact rank list: ``[0, 1, 2, 3, 5] -> "0-3,5"`` (sorted, duplicates dropped)."""
+def format_ranks(ranks: Iterable[int], sep: str = ",") -> str:
+    """Compact rank list: ``[0, 1, 2, 3, 5] -> "0-3,5"`` (sorted, duplicates dropped; the
+    ranges joined with ``sep``)."""
     parts: list[str] = []
     ordered = sorted(set(ranks))
     i = 0
@@ -77,7 +78,7 @@ def format_ranks(ranks: Iterable[int]) -> str:
             j += 1
         parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
         i = j + 1
-    return ",".join(parts)
+    return sep.join(parts)
 
 
 def rank_label(ranks: tuple[int, ...]) -> str:

@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
+from ..logbuffer import format_ranks
 from .records import RankRow, SlowRow, StateRange
 
 __all__ = [
@@ -53,16 +54,7 @@ def summarised(world_size: int) -> bool:
 
 def ranges(ranks: Iterable[int]) -> str:
     """``[0, 1, 2, 3, 5] -> "0-3, 5"`` (sorted, duplicates dropped)."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ", ".join(parts)
+    return format_ranks(ranks, ", ")
 
 
 def node_ranges(ranks: Iterable[int], node_of: Mapping[int, int]) -> str:

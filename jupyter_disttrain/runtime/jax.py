@@ -219,6 +219,11 @@ class CoordinationStore:
         """Whether every name is set."""
         return all(self._get_now(name) is not None for name in names)
 
+    def multi_get(self, names: list[str]) -> list[bytes]:
+        """The values of ``names``, which are all set (c10d's ``multi_get``; the hang watch
+        gathers the ranks' stacks with it)."""
+        return [self.get(name) for name in names]
+
     def add(self, name: str, amount: int) -> int:
         """The counter ``name`` after adding ``amount`` (atomic in the coordination service)."""
         return int(self.client.key_value_increment(self.prefix + name, int(amount)))

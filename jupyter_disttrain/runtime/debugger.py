@@ -494,19 +494,31 @@ def arm(breakpoints: list[dict[str, Any]], filename: str) -> Any:
     """Stop at ``breakpoints`` (``{"line", "condition"}`` of ``filename``) in code this thread
     runs next; the armed debugger, or None without breakpoints or a job key (then nothing is
     traced: no cost). :func:`disarm` it when the code returns."""
-    channel = _channel_or_none() if breakpoints else None
-    if channel is None:
+    if not breakpoints:
         return None
-    debugger = _make_pdb(channel)
-    debugger.reset()
-    debugger.botframe = sys._getframe(1)
-    debugger._set_stopinfo(debugger.botframe, None, -1)
-    for spot in breakpoints:
-        condition = spot.get("condition") or None
-        debugger.set_break(filename, int(spot["line"]), cond=condition)
+    return arm_below(sys._getframe(1), filename, breakpoints)
+
+
+def arm_below(bottom: FrameType | None, filename: str, breakpoints: list[dict[str, Any]]) -> Any:
+    """A new debugger stopping only at ``breakpoints`` of ``filename`` in code run below
+    frame ``bottom`` (None: the outermost), tracing this thread and kept as the running
+    cell's (:func:`armed`); None without a job key."""
+    debugger = new_debugger()
+    if debugger is None:
+        return None
+    debugger.botframe = bottom
+    debugger._set_stopinfo(bottom, None, -1)
+    set_breaks(debugger, filename, breakpoints)
     sys.settrace(debugger.trace_dispatch)
     _armed[:] = [debugger]
     return debugger
+
+
+def set_breaks(debugger: Any, filename: str, breakpoints: list[dict[str, Any]]) -> None:
+    """Make ``breakpoints`` (``{"line", "condition"}``) ``debugger``'s in ``filename``."""
+    debugger.clear_all_file_breaks(filename)
+    for spot in breakpoints:
+        debugger.set_break(filename, int(spot["line"]), cond=spot.get("condition") or None)
 
 
 def disarm(debugger: Any) -> None:
@@ -523,11 +535,6 @@ _armed: list[Any] = []  # the debugger tracing the running cell for its breakpoi
 def armed() -> Any:
     """The debugger tracing the running cell for its breakpoints (None: none)."""
     return _armed[0] if _armed else None
-
-
-def set_armed(debugger: Any) -> None:
-    """Make ``debugger`` the running cell's (armed while it runs: :func:`disarm` at its end)."""
-    _armed[:] = [debugger]
 
 
 def new_debugger() -> Any:

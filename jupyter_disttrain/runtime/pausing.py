@@ -128,26 +128,19 @@ def rearm(frame: FrameType, cell: FrameType, spots: list[dict[str, Any]]) -> Non
     current = debugger.armed()
     if current is None and not spots:
         return
+    file = cell.f_code.co_filename
     if debugger.paused():  # stopped in a debugger now: the breakpoints only (no retrace)
         if current is not None:
-            _set_breaks(current, cell.f_code.co_filename, spots)
+            debugger.set_breaks(current, file, spots)
         return
     if current is None:
-        current = debugger.new_debugger()
+        current = debugger.arm_below(outermost_frame(cell, file).f_back, file, spots)
         if current is None:
             return
-        current.botframe = outermost_frame(cell, cell.f_code.co_filename).f_back
-        current._set_stopinfo(current.botframe, None, -1)
-        debugger.set_armed(current)
-    _set_breaks(current, cell.f_code.co_filename, spots)
+    else:
+        debugger.set_breaks(current, file, spots)
     _trace_stack(frame, current.trace_dispatch, current.botframe)
     sys.settrace(current.trace_dispatch)
-
-
-def _set_breaks(current: Any, filename: str, spots: list[dict[str, Any]]) -> None:
-    current.clear_all_file_breaks(filename)
-    for spot in spots:
-        current.set_break(filename, int(spot["line"]), cond=spot.get("condition") or None)
 
 
 def pause_at(frame: FrameType, target: FrameType) -> None:

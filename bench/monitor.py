@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -98,6 +99,76 @@ def parse_throughput(n: int = 400_000) -> dict[str, tuple[float, float]]:
             rates.append(len(lines) / best_of(run, 3))
         out[name] = (rates[0], rates[1])
     return out
+
+
+def recorded_job(home: Path, name: str, n: int, ranks: int = 8) -> int:
+    """Write a finished local job with ``n`` rank lines (a metric line in ten) under ``home``,
+    as its owner leaves it; the number of lines."""
+    from jupyter_disttrain import events as ev
+    from jupyter_disttrain.backends.local import jobdir
+    from jupyter_disttrain.runtime import jobkey
+
+    directory = home / "jobs" / name
+    jobdir.make_private_dirs(jobdir.logs_dir(directory))
+    jobdir.write_private(directory / jobkey.KEY_FILE, KEY)
+    t0 = time.time() - 60
+    state = {"name": name, "backend": "local", "nodes": 2, "nproc": ranks // 2,
+             "world_size": ranks, "created": t0, "owner_pid": 0, "state": "Succeeded",
+             "reason": "Succeeded", "message": f"{ranks} ranks done", "ended": t0 + 50}  # fmt: skip
+    jobdir.write_json_atomic(directory / "state.json", state)
+    with jobdir.open_private(directory / "events.jsonl", "a") as fh:
+        fh.write(ev.to_json(ev.job_event("Pending", "Submitted", f"{ranks} ranks", t0)) + "\n")
+        fh.write(ev.to_json(ev.job_event("Running", "Started", "ok", t0 + 1)) + "\n")
+        fh.write(ev.to_json(ev.job_event("Succeeded", "Succeeded", "done", t0 + 50)) + "\n")
+    for rank in range(ranks):
+        lines = []
+        for i in range(n // ranks):
+            if i % 10 == 0:
+                values = {"loss": 1 / (i + 1), "lr": 3e-4}
+                line = encode("metric", rank, sign_with=KEY, step=i, t=t0 + 2 + i * 1e-3,
+                              values=values)  # fmt: skip
+            else:
+                line = f"step {i} rank {rank}: loss=0.{i % 997:03d} lr=3e-4"
+            lines.append(line + "\n")
+        (directory / "logs" / f"rank-{rank}.log").write_text("".join(lines))
+    return n // ranks * ranks
+
+
+def server_follow(n: int = 200_000) -> dict[str, float]:
+    """Lines per second of a recorded job made visible by the server's follower (the
+    sidebar's ``Followers``: first follow, and a fresh server process following it again)."""
+    import os
+    import tempfile
+
+    from jupyter_disttrain.backends.local import LocalBackend
+    from jupyter_disttrain.service.following import Followers
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["DISTRAIN_HOME"] = tmp
+        lines = recorded_job(Path(tmp), "bench-server", n)
+        backend = LocalBackend()
+        (record,) = backend.list_jobs()
+        for name in ("first follow", "again, new process"):
+            followers = Followers()
+            started = time.perf_counter()
+            replay = followers.follow(backend, record)
+            if replay is not None:
+                replay.join(600)
+            view = followers.monitor(backend.name, record.name)
+            assert view is not None, "the server follows the recorded job"
+            snap = view.snapshot()
+            elapsed = time.perf_counter() - started
+            assert snap["state"] == "Succeeded" and snap["step"] is not None, snap["state"]
+            followers.close()
+            out[name] = lines / elapsed
+        del os.environ["DISTRAIN_HOME"]
+    return out
+
+
+def load() -> str:
+    """The 1-minute load average (the machine is shared)."""
+    return f"{os.getloadavg()[0]:.2f}"
 
 
 def downsampling(n: int = 1_000_000, n_out: int = 2000) -> dict[str, float]:
@@ -186,6 +257,11 @@ def main(argv: list[str]) -> int:
     parse = parse_throughput()
     for name, (rate, before) in parse.items():
         print(f"parse+feed {name}: {rate:,.0f} lines/s signed, {before:,.0f} unsigned")
+    print(f"load average {load()}")
+    served = server_follow()
+    for name, rate in served.items():
+        print(f"server follower, {name}: {rate:,.0f} lines/s")
+    print(f"load average {load()}")
     down = downsampling()
     for name, ms in down.items():
         print(f"1,000,000 -> 2,000 points, {name}: {ms:.1f} ms")
@@ -193,6 +269,7 @@ def main(argv: list[str]) -> int:
     print(f"plot traffic: {traffic}")
     flood = kernel_flood(args.flood_seconds)
     print(f"kernel flood: {flood}")
+    print(f"load average {load()}")
 
     body = f"""
 Machine: {machine}, {time.strftime("%Y-%m-%d")}. Script: `bench/monitor.py` (`make bench`).
@@ -206,6 +283,14 @@ same lines as they were read before signing (marked JSON believed unchecked), in
 """ + "".join(
         f"| {name} | {rate:,.0f} | {before:,.0f} | {rate / before:.2f} |\n"
         for name, (rate, before) in parse.items()
+    )
+    body += (
+        "\n**The sidebar server's follower** (`service.following.Followers`, its own process):"
+        " a finished local job of 8 ranks, 200,000 lines (one in ten a signed metric line), "
+        "made visible from the time the server starts following it to its snapshot:\n\n"
+        "| follow | lines/s |\n|---|---|\n"
+        + "".join(f"| {name} | {rate:,.0f} |\n" for name, rate in served.items())
+        + f"\nLoad average (1 min) at the end of the run: {load()}.\n"
     )
     body += f"""
 **Kernel under a log flood**: a real kernel (jupyter_client) shows the dashboard of a

@@ -21,7 +21,6 @@ from dataclasses import replace
 
 from ..backends.base import Backend, JobRecord
 from ..events import TERMINAL_STATES
-from ..monitor import JobMonitor
 from ..service import JobService
 from ..service.listing import LIST_TIMEOUT, POLLED
 from ..service.logtext import MAX_LOG_CHARS, MAX_TAIL
@@ -171,7 +170,7 @@ class JobManager:
     ) -> JobJSON:
         """The job's JSON, or the job from its record alone with the reason its view failed."""
         try:
-            monitor: JobMonitor | None = self.service.followers.monitor(backend.name, record.name)
+            monitor = self.service.followers.monitor(backend.name, record.name)
             snapshot = monitor.snapshot(now) if monitor is not None else None
             return job_json(
                 record,

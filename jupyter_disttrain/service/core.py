@@ -35,6 +35,7 @@ from .following import Followers, catch_up, open_monitor, recorded_diagnosis
 from .listing import ONE_SHOT, BackendListing, Lister, Listing, ListPolicy, newest_first
 from .logtext import BoundedLogs, bounded_logs
 from .naming import readable_name
+from .recorded import JobView, record_view
 from .running import RunOutcome, RunView, run_and_follow
 
 Listener = Callable[[ev.Event], None]
@@ -203,6 +204,7 @@ class JobService:
             for sink in sinks:
                 sink.cancel()
             raise
+        record_view(job)
         self._keep(job)
         return job
 
@@ -423,8 +425,8 @@ class JobService:
                 return found, record
         raise JobNotFound(f"no {found.name} job named {name!r}")
 
-    def follow(self, backend: Backend, record: JobRecord, wait: float) -> JobMonitor | None:
-        """Follow a listed job now if worth it (see :meth:`.Followers.for_detail`); its monitor.
+    def follow(self, backend: Backend, record: JobRecord, wait: float) -> JobView | None:
+        """Follow a listed job now if worth it (see :meth:`.Followers.for_detail`); its view.
 
         A finished job's replay is given up to ``wait`` seconds to complete.
         """

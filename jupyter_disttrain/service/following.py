@@ -11,6 +11,12 @@ Listed jobs are opened one at a time by one background thread (a finished
 job's replay reads all its logs), newest first; a detail request opens its
 own job at once. A follower of a job gone, re-created or past the newest is
 forgotten at the next listing. Thread-safe.
+
+A job whose follower records its view (:mod:`.recorded`: a local job's kernel or
+``disttrain run``) is shown from that record, not followed again: its lines are
+parsed and verified once, by the process that follows it. A job without a
+believable record is followed here; once that replay reaches the job's end, this
+process writes the record for the next reader.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..backends.base import Backend, BackendError, JobRecord, Submission
+from ..backends.base import Backend, BackendError, EventSink, JobRecord, Submission
 from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
+from .recorded import JobView, RecordedView, record_at_end, view_path
 
 #: Jobs without pods followed at once (the newest); older ones show without progress.
 MAX_FOLLOWED = 64
@@ -37,9 +44,13 @@ CATCH_UP = 2.0
 
 
 def open_monitor(
-    backend: Backend, record: JobRecord, *, log_limit: int = 200
+    backend: Backend, record: JobRecord, *, log_limit: int = 200, record_end: bool = False
 ) -> tuple[JobMonitor | None, Submission | None]:
-    """A monitor fed by the backend's attach for ``record``, and the follower's handle."""
+    """A monitor fed by the backend's attach for ``record``, and the follower's handle.
+
+    With ``record_end``, the job's view is recorded once the replay reached its end
+    (see :func:`.recorded.record_at_end`; backends that keep job directories here).
+    """
     monitor = JobMonitor(
         record.name,
         backend.name,
@@ -49,8 +60,13 @@ def open_monitor(
         log_limit=log_limit,
         phases=backend.capabilities.phases,
     )
+    sink: EventSink = monitor.feed
+    path = view_path(backend, record.name) if record_end else None
+    key = backend.stored_key(record.name) if path is not None else None
+    if path is not None and key is not None:
+        sink = record_at_end(monitor, path, key)
     try:
-        _, submission = backend.attach(record.name, monitor.feed)
+        _, submission = backend.attach(record.name, sink)
     except BackendError:
         return None, None
     return monitor, submission
@@ -71,6 +87,9 @@ def catch_up(monitor: JobMonitor, submission: Submission, state: str) -> None:
 
 def recorded_diagnosis(backend: Backend, record: JobRecord) -> str | None:
     """The current one-sentence reading of a listed job, from what it recorded so far."""
+    view = RecordedView.open(backend, record.name, backend.stored_key(record.name))
+    if view is not None and view.current(record.state):
+        return view.snapshot()["diagnosis"]
     monitor, submission = open_monitor(backend, record)
     if monitor is None or submission is None:
         return None
@@ -83,10 +102,13 @@ def recorded_diagnosis(backend: Backend, record: JobRecord) -> str | None:
 
 @dataclass
 class _Followed:
-    """A followed job; ``monitor`` None: being opened, or its events cannot be read."""
+    """A followed job; ``monitor`` None: being opened, or its events cannot be read.
+
+    ``monitor`` is the job's record when its follower writes one (``submission`` None).
+    """
 
     created: float
-    monitor: JobMonitor | None
+    monitor: JobView | None
     submission: Submission | None
 
 
@@ -109,8 +131,9 @@ class Followers:
         self._queued: dict[tuple[str, str], Pending] = {}
         self._opener: threading.Thread | None = None
 
-    def monitor(self, backend: str, name: str) -> JobMonitor | None:
-        """The monitor following job ``name`` of ``backend`` (None: not followed, or not yet)."""
+    def monitor(self, backend: str, name: str) -> JobView | None:
+        """What shows job ``name`` of ``backend``: its record or the monitor following it
+        (None: not followed, or not yet)."""
         with self._lock:
             followed = self._followed.get((backend, name))
         return followed.monitor if followed is not None else None
@@ -170,6 +193,8 @@ class Followers:
                 record = current.get(key[1])
                 if record is None or record.created != self._followed[key].created:
                     self._forget(key)
+                elif not _current(self._followed[key].monitor, record.state):
+                    self._forget(key)  # its follower died before recording the end
             if not backend.capabilities.has_pods:
                 keep = {r.name for r in records[:MAX_FOLLOWED]}
                 for key in [k for k in self._followed if k[0] == backend.name and k[1] not in keep]:
@@ -186,12 +211,23 @@ class Followers:
             if key in self._followed:
                 return None
             self._followed[key] = claim
+        monitor: JobView | None = None
+        submission: Submission | None = None
         try:
-            monitor, submission = open_monitor(backend, record, log_limit=FOLLOW_LOG_LINES)
+            view = RecordedView.open(backend, record.name, backend.stored_key(record.name))
+            if view is not None and view.current(record.state):
+                monitor = view  # recorded by the job's follower: nothing to follow here
+            else:
+                monitor, submission = open_monitor(
+                    backend, record, log_limit=FOLLOW_LOG_LINES, record_end=True
+                )
         except Exception:  # a job directory that cannot be read: shown from its record
             monitor, submission = None, None
         with self._lock:
             mine = self._followed.get(key) is claim
+            if mine and isinstance(monitor, RecordedView):
+                self._followed[key] = _Followed(record.created, monitor, None)
+                return None
             if mine and monitor is not None and submission is not None:
                 self._followed[key] = _Followed(record.created, monitor, submission)
                 return submission
@@ -223,3 +259,8 @@ class Followers:
                 with self._lock:
                     self._queued.pop((pending.backend.name, pending.record.name), None)
                 pending.done.set()
+
+
+def _current(view: JobView | None, state: str) -> bool:
+    """False for a record of a job listed as ended that it shows as running."""
+    return not isinstance(view, RecordedView) or view.current(state)

@@ -10,6 +10,7 @@ from pathlib import Path
 from jupyter_disttrain import events as ev
 from jupyter_disttrain.backends.local import jobdir
 from jupyter_disttrain.runtime import jobkey, protocol
+from jupyter_disttrain.service import recorded
 from tests.signing import KEY, key_file
 
 
@@ -43,6 +44,7 @@ def write_job(
     directory = jobdir.job_dir(name)
     logs = jobdir.logs_dir(directory)
     logs.mkdir(parents=True, exist_ok=True)
+    (directory / recorded.VIEW_FILE).unlink(missing_ok=True)  # a new run has none yet
     key_file(directory)
     world = nodes * nproc
     events = [ev.job_event("Pending", "Submitted", f"{world} ranks", t=created)]

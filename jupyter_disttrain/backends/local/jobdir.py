@@ -6,6 +6,7 @@ Layout under :func:`home` (``$DISTRAIN_HOME``, else
     jobs/<name>/payload.pkl      what the workers run
     jobs/<name>/state.json       written atomically by the job's owner
     jobs/<name>/events.jsonl     backend events (state changes, restarts)
+    jobs/<name>/view.json        the job's follower's snapshot, signed (service/recorded.py)
     jobs/<name>/logs/rank-R.log  everything rank R printed (fds 1 and 2)
     jobs/<name>/logs/agent-N.log node agent N (torchrun) output
     jobs/<name>/stop             present once a stop was requested

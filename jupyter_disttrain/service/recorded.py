@@ -1,0 +1,246 @@
+"""A job's view record: its follower's snapshot, signed, so other processes show the job
+without reading its lines again.
+
+The process that follows a job (the kernel or ``disttrain run`` that submitted
+it) parses and verifies every line once; its :class:`Recorder` writes the
+monitor's :class:`~jupyter_disttrain.monitor.Snapshot` to ``view.json`` in the
+job's directory at most every :data:`RECORD_SECONDS` while the job runs, and
+once more at its end. The sidebar's server reads that record
+(:class:`RecordedView`) instead of following the job's logs with a monitor of
+its own.
+
+Trust: the record changes what the sidebar shows of a job, so it is read only
+when the file and its directory belong to this user and are writable by nobody
+else, its first line is the HMAC-SHA256 of the rest under the job key's
+``view`` subkey, and the rest is a snapshot with every field of its type
+(:func:`~jupyter_disttrain.monitor.checked.checked_snapshot`). Anything else
+is a :class:`RecordError`, and the reader follows the job's signed lines itself.
+
+A job nobody follows to its end (its kernel died, or it ended before a
+recorder existed) is recorded by the first process that replays it to the end
+(:func:`record_at_end`), so later readers need not replay it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from ..events import TERMINAL_STATES, Event
+from ..job import Job
+from ..monitor import JobMonitor, Snapshot
+from ..monitor.checked import ShapeError, checked_snapshot
+from ..runtime import jobkey
+
+#: The record's file name in a job directory.
+VIEW_FILE = "view.json"
+#: Seconds between writes while a job runs (longer when a write takes long: see Recorder).
+RECORD_SECONDS = 1.0
+#: A write takes at most this share of the recorder's time.
+WRITE_SHARE = 0.05
+
+
+class RecordError(ValueError):
+    """A view record that may not be believed: the message says why."""
+
+
+class JobView(Protocol):
+    """What shows a followed job: a monitor, or the record its follower writes."""
+
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        """A JSON-able summary of everything shown."""
+        ...
+
+
+@runtime_checkable
+class KeepsDirectories(Protocol):
+    """A backend whose jobs each have a directory on this machine (the local backend)."""
+
+    def job_directory(self, name: str) -> str:
+        """The directory where job ``name`` keeps its payload, logs and state."""
+        ...
+
+
+def view_path(backend: object, name: str) -> Path | None:
+    """Where job ``name`` of ``backend`` keeps its record; None for a backend without job
+    directories here."""
+    if not isinstance(backend, KeepsDirectories):
+        return None
+    return Path(backend.job_directory(name)) / VIEW_FILE
+
+
+def _mac(key: bytes, body: bytes) -> str:
+    return hmac.new(jobkey.subkey(key, "view"), body, hashlib.sha256).hexdigest()
+
+
+def write_record(path: Path, key: bytes, snapshot: Snapshot) -> None:
+    """Write ``snapshot`` signed with ``key`` to ``path`` (readers see the old or the new)."""
+    body = json.dumps(snapshot, separators=(",", ":")).encode()
+    fd, tmp = tempfile.mkstemp(prefix=".view-", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_mac(key, body).encode() + b"\n" + body)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_record(path: Path, key: bytes) -> Snapshot | None:
+    """The snapshot recorded at ``path``; None when there is none. Raises :class:`RecordError`
+    for a record not to be believed (see the module's docstring)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RecordError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        _check_owned(os.fstat(fh.fileno()), path)
+        _check_owned(os.stat(path.parent), path.parent)
+        data = fh.read()
+    mac, _, body = data.partition(b"\n")
+    if not hmac.compare_digest(mac, _mac(key, body).encode()):
+        raise RecordError(f"{path} is not signed with the job's key")
+    try:
+        return checked_snapshot(json.loads(body))
+    except (ValueError, ShapeError) as exc:
+        raise RecordError(f"{path} holds no snapshot: {exc}") from None
+
+
+def _check_owned(info: os.stat_result, path: Path) -> None:
+    if info.st_uid != os.getuid():
+        raise RecordError(f"{path} belongs to another user (uid {info.st_uid})")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise RecordError(f"{path} is writable by other users (mode {info.st_mode & 0o777:o})")
+
+
+class RecordedView:
+    """A job shown from its record, read again whenever the file changed."""
+
+    def __init__(self, path: Path, key: bytes) -> None:
+        self.path = path
+        self.key = key
+        self._lock = threading.Lock()
+        self._seen: tuple[int, int] | None = None
+        self._snapshot: Snapshot | None = None
+
+    @classmethod
+    def open(cls, backend: object, name: str, key: bytes | None) -> RecordedView | None:
+        """The view of job ``name``'s record; None when its backend keeps none or no key."""
+        path = view_path(backend, name)
+        return None if path is None or key is None else cls(path, key)
+
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        """The latest record (as its follower saw the job when it wrote it; ``now`` unused).
+
+        Raises :class:`RecordError` when there is none or it may not be believed.
+        """
+        with self._lock:
+            try:
+                info = os.stat(self.path)
+            except OSError:
+                info = None
+            seen = None if info is None else (info.st_mtime_ns, info.st_size)
+            if self._snapshot is None or seen != self._seen:
+                found = read_record(self.path, self.key)
+                if found is None:
+                    raise RecordError(f"{self.path} does not exist")
+                self._snapshot, self._seen = found, seen
+            return self._snapshot
+
+    def current(self, state: str) -> bool:
+        """Whether the record shows a job listed in ``state``: it ended, or the job runs on
+        (its follower keeps the record fresh). False when unreadable or not to be believed."""
+        try:
+            recorded = self.snapshot()["state"]
+        except RecordError:
+            return False
+        return recorded in TERMINAL_STATES or state not in TERMINAL_STATES
+
+
+class Recorder:
+    """Writes a followed job's record from its monitor until the job ends.
+
+    A background thread writes every :data:`RECORD_SECONDS` (more seldom when
+    a write takes longer than :data:`WRITE_SHARE` of that) and at once after
+    :meth:`on_event` saw the job end; then it stops.
+    """
+
+    def __init__(self, monitor: JobMonitor, path: Path, key: bytes) -> None:
+        self.monitor = monitor
+        self.path = path
+        self.key = key
+        self.error: str = ""
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="distrain-record", daemon=True)
+
+    def start(self) -> None:
+        """Start writing."""
+        self._thread.start()
+
+    def on_event(self, event: Event) -> None:
+        """A listener of the job: write at once when the job ended."""
+        if event.kind == "job" and event.fields.get("state") in TERMINAL_STATES:
+            self._wake.set()
+
+    def close(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the final record; True once it is written."""
+        return self._done.wait(seconds)
+
+    def _run(self) -> None:
+        try:
+            pause = RECORD_SECONDS
+            while True:
+                ended = self.monitor.ended
+                started = time.monotonic()
+                write_record(self.path, self.key, self.monitor.snapshot())
+                pause = max(RECORD_SECONDS, (time.monotonic() - started) / WRITE_SHARE)
+                if ended:
+                    return
+                self._wake.wait(pause)
+                self._wake.clear()
+        except OSError as exc:  # the directory is gone: readers follow the job's lines
+            self.error = f"cannot write {self.path}: {exc.strerror or exc}"
+        finally:
+            self._done.set()
+
+
+def record_view(job: Job) -> Recorder | None:
+    """Record the view of ``job``, submitted by this process, where other processes read it
+    (backends that keep job directories here); its closer waits for the final record."""
+    path = view_path(job.backend, job.name)
+    if path is None or job.plan is None:
+        return None
+    recorder = Recorder(job.monitor, path, job.plan.payload.key)
+    job.add_listener(recorder.on_event)
+    job.add_closer(recorder.close)
+    recorder.start()
+    return recorder
+
+
+def record_at_end(monitor: JobMonitor, path: Path, key: bytes) -> Callable[[Event], None]:
+    """A sink for a replay: feeds ``monitor`` and records the job once it ended."""
+
+    def sink(event: Event) -> None:
+        monitor.feed(event)
+        if event.kind == "job" and event.fields.get("state") in TERMINAL_STATES:
+            try:
+                write_record(path, key, monitor.snapshot())
+            except OSError:  # not ours to write: the next reader replays it again
+                pass
+
+    return sink

@@ -18,8 +18,8 @@ import re
 import threading
 from typing import Final
 
-from . import jobkey, report
-from .protocol import signed_fields
+from . import report
+from .observed import Observed
 
 ENV_PORT: Final = "DISTRAIN_METRICS_PORT"
 ENV_ADDR: Final = "DISTRAIN_METRICS_ADDR"
@@ -50,22 +50,18 @@ class Registry:
         self.steps: dict[int, int] = {}
         self.reports: dict[int, int] = {}
 
-    def observe(self, line: str) -> None:
-        """Take one protocol line; anything but a signed ``metric`` line is ignored."""
-        body = signed_fields(line, jobkey.signer())
-        if not isinstance(body, dict) or body.get("kind") != "metric":
+    def observe(self, seen: Observed) -> None:
+        """Take one protocol line (see :func:`.report.add_observer`); only ``metric`` counts."""
+        if seen.kind != "metric":
             return
-        rank, values = body.get("rank"), body.get("values")
-        if not isinstance(rank, int) or not isinstance(values, dict):
-            return
+        rank = seen.rank
         with self._lock:
-            for name, value in values.items():
-                if isinstance(value, int | float):
-                    prom = metric_name(str(name))
-                    self.names.setdefault(prom, str(name))
-                    self.values.setdefault(prom, {})[rank] = float(value)
-            if isinstance(body.get("step"), int):
-                self.steps[rank] = int(body["step"])
+            for name, value in seen.values.items():
+                prom = metric_name(name)
+                self.names.setdefault(prom, name)
+                self.values.setdefault(prom, {})[rank] = value
+            if seen.step is not None:
+                self.steps[rank] = seen.step
             self.reports[rank] = self.reports.get(rank, 0) + 1
 
     def render(self) -> str:

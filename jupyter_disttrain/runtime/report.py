@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from . import jobkey
+from .observed import Observed, from_line, observed
 from .protocol import QUIET_KINDS, encode, is_quiet
 
 _lock = threading.Lock()
@@ -34,7 +35,7 @@ own_metrics = False
 library_total = False
 _tap: Callable[[str], None] | None = None
 #: Called with every protocol line this process writes or relays (rank 0's metrics endpoint).
-_observers: list[Callable[[str], None]] = []
+_observers: list[Callable[[Observed], None]] = []
 
 
 def rank() -> int:
@@ -60,8 +61,10 @@ def emit_as(rank: int, kind: str, **fields: Any) -> None:
         sys.stdout.flush()
         if _tap is not None:
             _tap(line)
-        for observer in _observers:
-            observer(line)
+        seen = observed(kind, rank, fields) if _observers else None
+        if seen is not None:  # what this process signed, not read back
+            for observer in _observers:
+                observer(seen)
 
 
 def set_tap(tap: Callable[[str], None] | None) -> None:
@@ -71,8 +74,10 @@ def set_tap(tap: Callable[[str], None] | None) -> None:
         _tap = tap
 
 
-def add_observer(observer: Callable[[str], None]) -> None:
-    """Also hand every protocol line written or relayed here to ``observer`` (must not block)."""
+def add_observer(observer: Callable[[Observed], None]) -> None:
+    """Also hand every protocol line written or relayed here to ``observer`` (must not block),
+    as an :class:`~.observed.Observed`: this process's own lines as it signed them, relayed
+    ones verified with the job key and parsed once for every observer."""
     with _lock:
         _observers.append(observer)
 
@@ -93,10 +98,14 @@ def write_lines(lines: list[str], *, echo: bool = True) -> None:
             quiet_bytes += sum(len(line) + 1 for line, q in zip(kept, quiet, strict=True) if q)
             sys.stdout.write("".join(f"{line}\n" for line in kept))
             sys.stdout.flush()
-        for observer in _observers:
-            for line in lines:
-                if line:
-                    observer(line)
+        if not _observers:
+            return
+        signer = jobkey.signer()
+        for line in kept:
+            seen = from_line(line, signer)
+            if seen is not None:
+                for observer in _observers:
+                    observer(seen)
 
 
 def _as_float(name: str, value: Any) -> float:

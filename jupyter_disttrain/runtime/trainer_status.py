@@ -29,8 +29,8 @@ import urllib.request
 from datetime import datetime, timezone
 from typing import Any, Final
 
-from . import jobkey, report
-from .protocol import signed_fields
+from . import report
+from .observed import Observed
 
 ENV_URL: Final = "KUBEFLOW_TRAINER_SERVER_URL"
 ENV_CA: Final = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
@@ -71,23 +71,20 @@ class Progress:
         self._rate: float | None = None  # steps a second since the first line
         self.changed = False
 
-    def observe(self, line: str) -> None:
-        """Take one protocol line: rank 0's signed ``progress`` and ``metric`` lines count."""
-        body = signed_fields(line, jobkey.signer())
-        if not isinstance(body, dict) or body.get("rank") != 0:
+    def observe(self, seen: Observed) -> None:
+        """Take one protocol line (see :func:`.report.add_observer`): rank 0's ``progress``
+        and ``metric`` lines count."""
+        if seen.rank != 0:
             return
-        kind = body.get("kind")
         with self._lock:
-            if kind == "progress" and isinstance(body.get("step"), int):
-                total = body.get("total")
-                if isinstance(total, int) and total > 0:
-                    self._progress(int(body["step"]), total)
-            elif kind == "metric" and isinstance(body.get("values"), dict):
-                for name, value in body["values"].items():
-                    if isinstance(value, int | float) and str(name):
-                        self.metrics[str(name)[:MAX_CHARS]] = float(value)
-                if isinstance(body.get("step"), int):
-                    self.step = int(body["step"])
+            if seen.kind == "progress" and seen.step is not None and seen.total is not None:
+                self._progress(seen.step, seen.total)
+            elif seen.kind == "metric":
+                for name, value in seen.values.items():
+                    if name:
+                        self.metrics[name[:MAX_CHARS]] = value
+                if seen.step is not None:
+                    self.step = seen.step
                 self.changed = True
 
     def _progress(self, done: int, total: int) -> None:

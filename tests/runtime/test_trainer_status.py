@@ -31,27 +31,34 @@ def test_nothing_happens_without_the_endpoint(monkeypatch: pytest.MonkeyPatch) -
 
 def test_rank_0s_signed_lines_make_the_status(keyed: None) -> None:
     progress = trainer_status.Progress()
-    progress.observe(line("progress", 0, step=2, total=10))
-    time.sleep(0.05)
-    progress.observe(line("progress", 0, step=4, total=10))
-    progress.observe(line("metric", 0, step=3, values={"loss": 0.123456789, "acc": 1}))
-    progress.observe(line("metric", 1, step=3, values={"loss": 9.0}))  # another rank's
-    forged = line("metric", 0, step=3, values={"loss": 5.0}).rsplit(" ", 1)[0] + " " + "0" * 64
-    progress.observe(forged)  # printed text that looks like a line
-    progress.observe("##distrain not json")
-    status = progress.status()
-    assert status["progressPercentage"] == 40
-    assert 0 < status["estimatedRemainingSeconds"] < 60
-    assert status["metrics"] == [
-        {"name": "step", "value": "3"},
-        {"name": "loss", "value": "0.123457"},
-        {"name": "acc", "value": "1"},
-    ]
-    assert status["lastUpdatedTime"].endswith("Z") and not progress.changed
-    progress.observe(line("progress", 0, step=10, total=10))
-    final = progress.status()
-    assert (final["progressPercentage"], final["estimatedRemainingSeconds"]) == (100, 0)
-    assert KEY  # the lines above were signed with the job's key
+    report.add_observer(progress.observe)
+    try:
+        report.emit_as(0, "progress", step=2, total=10)  # rank 0's own, as it signed them
+        time.sleep(0.05)
+        report.emit_as(0, "progress", step=4, total=10)
+        forged = line("metric", 0, step=3, values={"loss": 5.0}).rsplit(" ", 1)[0] + " " + "0" * 64
+        relayed = [
+            line("metric", 0, step=3, values={"loss": 0.123456789, "acc": 1}),
+            line("metric", 1, step=3, values={"loss": 9.0}),  # another rank's
+            forged,  # printed text that looks like a line
+            "##distrain not json",
+        ]
+        report.write_lines(relayed, echo=False)
+        status = progress.status()
+        assert status["progressPercentage"] == 40
+        assert 0 < status["estimatedRemainingSeconds"] < 60
+        assert status["metrics"] == [
+            {"name": "step", "value": "3"},
+            {"name": "loss", "value": "0.123457"},
+            {"name": "acc", "value": "1"},
+        ]
+        assert status["lastUpdatedTime"].endswith("Z") and not progress.changed
+        report.emit_as(0, "progress", step=10, total=10)
+        final = progress.status()
+        assert (final["progressPercentage"], final["estimatedRemainingSeconds"]) == (100, 0)
+        assert KEY  # the lines above were signed with the job's key
+    finally:
+        report._observers.remove(progress.observe)
 
 
 def test_a_failing_endpoint_warns_once_and_never_raises(

@@ -9,10 +9,11 @@ monitor allocates per rank is bounded by the spec, never by what a line says.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from .runtime.numbers import is_finite, is_number
 
 #: A longest protocol line, in characters (rank 0's inline result is the largest).
 MAX_LINE: Final = 6 * 2**20
@@ -36,9 +37,7 @@ def _int(value: Any, low: int = -MAX_STEP, high: int = MAX_STEP) -> bool:
 
 
 def _num(value: Any, *, finite: bool = True) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return not finite or math.isfinite(value)
+    return is_finite(value) if finite else is_number(value)
 
 
 def _text(value: Any, limit: int = TEXT) -> bool:
@@ -50,7 +49,7 @@ def _values(value: Any) -> bool:
     if type(value) is not dict or len(value) > MAX_NAMES:
         return False
     for name, number in value.items():
-        if type(number) not in (float, int) or len(name) > 256:  # bool is no number here
+        if not is_number(number) or len(name) > 256:
             return False
     return True
 

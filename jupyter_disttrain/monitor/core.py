@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 from ..events import TERMINAL_STATES, Event, JobState
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
+from ..runtime.numbers import finite_or_none
 from .cause import Cause, cell_line, classify_error, comms_names_cause, recovered_text
 from .hung import hung_rows
 from .network import failed_sentence, partition_of, partition_sentence, place
@@ -38,7 +39,6 @@ from .records import (
     SlowRow,
     Snapshot,
     as_str,
-    finite_or_none,
     now_or_clock,
 )
 from .rows import (

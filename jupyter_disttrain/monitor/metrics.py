@@ -7,7 +7,6 @@ Series only grow; readers get copies.
 
 from __future__ import annotations
 
-import math
 import threading
 from array import array
 from typing import Any
@@ -15,17 +14,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ..runtime.numbers import extremes, is_number, json_float, mean
 from .records import (
     EMPTY_SERIES,
     JSONFloat,
     MetricRow,
     PointColumns,
     Series,
-    json_float,
     latest_by_step,
     mean_by_step,
-    nan_max,
-    nan_min,
 )
 
 
@@ -48,7 +45,7 @@ class MetricStore:
             names: list[str] = []
             if isinstance(values, dict):
                 for name, value in values.items():
-                    if isinstance(name, str) and isinstance(value, int | float):
+                    if isinstance(name, str) and is_number(value):
                         points = self._points.setdefault(name, {}).get(rank)
                         if points is None:
                             points = self._points[name][rank] = PointColumns()
@@ -164,12 +161,13 @@ class MetricStore:
             rows: dict[str, MetricRow] = {}
             for name, by_rank in self._points.items():
                 values = [points.values[-1] for points in by_rank.values()]
+                low, high = extremes(values)
                 step = max(int(points.steps[-1]) for points in by_rank.values())
                 rows[name] = MetricRow(
                     step=step,
-                    mean=json_float(math.fsum(values) / len(values)),
-                    min=json_float(nan_min(values)),
-                    max=json_float(nan_max(values)),
+                    mean=json_float(mean(values)),
+                    min=json_float(low),
+                    max=json_float(high),
                     ranks=len(values),
                 )
             return rows

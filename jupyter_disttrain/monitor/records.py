@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from array import array
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..events import StagingFields
+from ..runtime.numbers import JSONFloat as JSONFloat  # a snapshot field type, named here too
 from .phases import PhaseRow
 
 #: States of a rank row. Exited: the process ended with code 0 without ``done``;
@@ -28,10 +28,6 @@ RANK_STATES: Final = (
     "Ready",
     "Paused",
 )
-
-#: A float in a JSON-able snapshot: non-finite values become ``"NaN"``,
-#: ``"Infinity"`` or ``"-Infinity"`` (what JavaScript's ``Number()`` parses).
-JSONFloat = float | str
 
 
 # --------------------------------------------------------------------------- records
@@ -340,26 +336,6 @@ def as_int(value: Any) -> int | None:
 
 def as_str(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def json_float(value: float) -> JSONFloat:
-    if math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
-
-
-def finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def nan_min(values: list[float]) -> float:
-    return math.nan if any(math.isnan(v) for v in values) else min(values)
-
-
-def nan_max(values: list[float]) -> float:
-    return math.nan if any(math.isnan(v) for v in values) else max(values)
 
 
 def latest_by_step(series: Series) -> Series:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..events import StagingFields
+from ..runtime.numbers import finite_or_none
 from .cause import Cause
 from .records import (
     CauseRow,
@@ -17,7 +18,6 @@ from .records import (
     RankState,
     as_int,
     as_str,
-    finite_or_none,
 )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import jobkey
+from .numbers import is_number
 from .protocol import signed_fields
 
 
@@ -49,7 +50,7 @@ def observed(kind: str, rank: object, fields: Mapping[str, Any]) -> Observed | N
     numbers = {
         str(name): float(value)
         for name, value in (values.items() if isinstance(values, Mapping) else ())
-        if isinstance(value, int | float) and not isinstance(value, bool)
+        if is_number(value)
     }
     total = _integer(fields.get("total"))
     return Observed(

@@ -196,15 +196,18 @@ def _prepare(x: ArrayLike, y: ArrayLike, n_out: int) -> tuple[Floats, Floats]:
     """Validated float64 1-D arrays with the non-finite points removed."""
     if n_out < 2:
         raise ValueError(f"n_out must be at least 2, got {n_out}")
+    return finite_points(x, y)
+
+
+def finite_points(x: ArrayLike, y: ArrayLike) -> tuple[Floats, Floats]:
+    """``x`` and ``y`` as float64 1-D arrays of equal length, without the points a plot
+    cannot place (``x`` or ``y`` NaN or infinite; their values stay in the tables)."""
     xs = np.asarray(x, dtype=np.float64)
     ys = np.asarray(y, dtype=np.float64)
     if xs.ndim != 1 or xs.shape != ys.shape:
         raise ValueError(f"x and y must be 1-D of equal length, got {xs.shape} and {ys.shape}")
     finite = np.isfinite(xs) & np.isfinite(ys)
-    if not finite.all():
-        xs = xs[finite]
-        ys = ys[finite]
-    return xs, ys
+    return (xs, ys) if finite.all() else (xs[finite], ys[finite])
 
 
 def _padded_index(edges: NDArray[np.int64]) -> NDArray[np.int64]:

@@ -22,6 +22,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from .downsample import finite_points
+
 __all__ = ["Ema", "MinMaxReducer", "StepMean", "Update"]
 
 Floats = NDArray[np.float64]
@@ -121,7 +123,7 @@ class MinMaxReducer:
 
     def push(self, x: Floats, y: Floats) -> Update | None:
         """Add points; the update to send, or ``None`` when nothing changed."""
-        xs, ys = _finite(x, y)
+        xs, ys = finite_points(x, y)
         if xs.size == 0:
             return None
         keep = self._x.size
@@ -185,15 +187,6 @@ class MinMaxReducer:
         pick = _group_extremes(self._y, ids)
         self._x, self._y, self._id = self._x[pick], self._y[pick], ids[pick]
         self._next_id = int(self._id[-1]) + 1
-
-
-def _finite(x: Floats, y: Floats) -> tuple[Floats, Floats]:
-    xs = np.asarray(x, dtype=np.float64)
-    ys = np.asarray(y, dtype=np.float64)
-    if xs.shape != ys.shape or xs.ndim != 1:
-        raise ValueError(f"x and y must be 1-D of equal length, got {xs.shape} and {ys.shape}")
-    ok = np.isfinite(xs) & np.isfinite(ys)
-    return (xs, ys) if ok.all() else (xs[ok], ys[ok])
 
 
 def _reduce_uniform(

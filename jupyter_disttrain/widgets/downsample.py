@@ -184,12 +184,19 @@ def minmax(x: ArrayLike, y: ArrayLike, n_out: int) -> tuple[Floats, Floats]:
     cols = np.arange(nb)
     i_min = idx[block.argmin(axis=0), cols]
     i_max = idx[block.argmax(axis=0), cols]
-    lo = np.minimum(i_min, i_max)
-    hi = np.maximum(i_min, i_max)
-    pairs = np.stack((lo, hi), axis=1).ravel()
-    keep_pair = np.stack((np.ones(nb, dtype=bool), hi != lo), axis=1).ravel()
-    keep = np.concatenate(([0], pairs[keep_pair], [n - 1]))
+    keep = np.concatenate(([0], extreme_pairs(i_min, i_max), [n - 1]))
     return xs[keep], ys[keep]
+
+
+def extreme_pairs(a: NDArray[np.int64], b: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Each bucket's two extremes' positions ``a[i]``, ``b[i]`` in order, one when equal: what
+    a min/max reduction keeps (:func:`minmax`, the live traces' buckets)."""
+    lo = np.minimum(a, b)
+    hi = np.maximum(a, b)
+    pick: NDArray[np.int64] = np.stack((lo, hi), axis=1).ravel()
+    keep = np.stack((np.ones(lo.size, dtype=bool), hi != lo), axis=1).ravel()
+    out: NDArray[np.int64] = pick[keep]
+    return out
 
 
 def _prepare(x: ArrayLike, y: ArrayLike, n_out: int) -> tuple[Floats, Floats]:

@@ -256,9 +256,8 @@ class MetricPlot:
             state.mean = line
             if done.any():
                 state.step_mean.skip_to(float(steps[done][-1]))
-            for s_steps, s_times, s_values in raw.values():
-                later = s_steps > state.step_mean.released
-                state.step_mean.add(s_steps[later], s_times[later], s_values[later])
+            for rank, (s_steps, s_times, s_values) in raw.items():
+                state.step_mean.add(rank, s_steps, s_times, s_values)
         self._state = state
         self.figure.replace_traces(traces)
 
@@ -283,7 +282,7 @@ class MetricPlot:
                 if update is not None:
                     updates.append((source.line.index, update))
             if state.mean is not None:
-                state.step_mean.add(new.steps, new.times, new.values)
+                state.step_mean.add(rank, new.steps, new.times, new.values)
         if state.mean is not None:
             steps, times, values = state.step_mean.release(_frontier(snap, list(state.sources)))
             if steps.size:

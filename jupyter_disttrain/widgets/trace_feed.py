@@ -22,7 +22,9 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from .downsample import finite_points
+from ..monitor import Series, mean_by_step
+from ..monitor.records import EMPTY_SERIES
+from .downsample import extreme_pairs, finite_points
 
 __all__ = ["Ema", "MinMaxReducer", "StepMean", "Update"]
 
@@ -169,7 +171,7 @@ class MinMaxReducer:
             ):
                 return _EMPTY, _EMPTY
             return self._last_x, self._last_y
-        pick = _pairs(np.array([int(py.argmin())]), np.array([int(py.argmax())]))
+        pick = extreme_pairs(np.array([int(py.argmin())]), np.array([int(py.argmax())]))
         if pick[-1] != px.size - 1:
             pick = np.append(pick, px.size - 1)
         return px[pick], py[pick]
@@ -205,7 +207,7 @@ def _reduce_uniform(
     base = np.arange(n, dtype=np.int64) * bucket
     i_min = base + grid.argmin(axis=1)
     i_max = base + grid.argmax(axis=1)
-    pick = _pairs(i_min, i_max)
+    pick = extreme_pairs(i_min, i_max)
     ids = first_id + pick // bucket
     return x[pick], y[pick], ids
 
@@ -218,16 +220,7 @@ def _group_extremes(y: Floats, ids: Ints) -> Ints:
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     ends = np.r_[starts[1:], ids.size]
     order = np.lexsort((y, ids))
-    return _pairs(order[starts], order[ends - 1])
-
-
-def _pairs(a: Ints, b: Ints) -> Ints:
-    lo = np.minimum(a, b)
-    hi = np.maximum(a, b)
-    pick: Ints = np.stack((lo, hi), axis=1).ravel()
-    keep = np.stack((np.ones(lo.size, dtype=bool), hi != lo), axis=1).ravel()
-    out: Ints = pick[keep]
-    return out
+    return extreme_pairs(order[starts], order[ends - 1])
 
 
 class StepMean:
@@ -237,11 +230,13 @@ class StepMean:
     released once the caller says every rank still running has reached it
     (:meth:`release` with that step as the frontier). Points for a step that
     was already released are ignored, so the mean at a step is over the
-    ranks that had reported it by then.
+    ranks that had reported it by then. The mean is the monitor's one
+    definition (:func:`~jupyter_disttrain.monitor.mean_by_step`: per step,
+    each rank's latest point), so the live line matches a rebuilt one.
     """
 
     def __init__(self) -> None:
-        self._pending: dict[float, list[float]] = {}  # step -> [sum t, sum value, count]
+        self._pending: dict[int, list[Series]] = {}  # rank -> points of unreleased steps
         self._released = -math.inf
 
     @property
@@ -249,40 +244,39 @@ class StepMean:
         """The last step released (``-inf`` before any)."""
         return self._released
 
-    def add(self, steps: Floats, times: Floats, values: Floats) -> None:
-        """Add one rank's points."""
-        late = steps <= self._released
-        if late.any():
-            steps, times, values = steps[~late], times[~late], values[~late]
-        if steps.size == 0:
-            return
-        unique, inverse = np.unique(steps, return_inverse=True)
-        counts = np.bincount(inverse, minlength=unique.size)
-        t_sum = np.bincount(inverse, times, unique.size)
-        v_sum = np.bincount(inverse, values, unique.size)
-        for s, t, v, c in zip(
-            unique.tolist(), t_sum.tolist(), v_sum.tolist(), counts.tolist(), strict=True
-        ):
-            acc = self._pending.get(s)
-            if acc is None:
-                self._pending[s] = [t, v, float(c)]
-            else:
-                acc[0] += t
-                acc[1] += v
-                acc[2] += c
+    def add(self, rank: int, steps: Floats, times: Floats, values: Floats) -> None:
+        """Add points of ``rank``."""
+        keep = steps > self._released
+        if not keep.all():
+            steps, times, values = steps[keep], times[keep], values[keep]
+        if steps.size:
+            self._pending.setdefault(rank, []).append(Series(steps, times, values))
 
     def release(self, frontier: float) -> tuple[Floats, Floats, Floats]:
         """``(steps, mean times, mean values)`` of pending steps ``<= frontier``, by step."""
-        ready = sorted(s for s in self._pending if s <= frontier)
-        if not ready:
-            return _EMPTY, _EMPTY, _EMPTY
-        rows = [self._pending.pop(s) for s in ready]
-        self._released = max(self._released, ready[-1])
-        arr = np.asarray(rows, dtype=np.float64)
-        return np.asarray(ready, dtype=np.float64), arr[:, 0] / arr[:, 2], arr[:, 1] / arr[:, 2]
+        ready = [_split(chunks, frontier) for chunks in self._pending.values()]
+        for rank, (_, later) in zip(list(self._pending), ready, strict=True):
+            self._pending[rank] = [later] if later.steps.size else []
+        mean = mean_by_step([now for now, _ in ready])
+        if mean.steps.size:
+            self._released = max(self._released, float(mean.steps[-1]))
+        return mean.steps, mean.times, mean.values
 
     def skip_to(self, step: float) -> None:
         """Mark every step ``<= step`` as released without emitting it (after a bulk load)."""
-        for s in [s for s in self._pending if s <= step]:
-            del self._pending[s]
+        for rank, chunks in self._pending.items():
+            later = _split(chunks, step)[1]
+            self._pending[rank] = [later] if later.steps.size else []
         self._released = max(self._released, step)
+
+
+def _split(chunks: list[Series], step: float) -> tuple[Series, Series]:
+    """The points of ``chunks`` at steps ``<= step``, and the later ones."""
+    if not chunks:
+        return EMPTY_SERIES, EMPTY_SERIES
+    joined = Series(*(np.concatenate(column) for column in zip(*chunks, strict=True)))
+    now = joined.steps <= step
+    return (
+        Series(joined.steps[now], joined.times[now], joined.values[now]),
+        Series(joined.steps[~now], joined.times[~now], joined.values[~now]),
+    )

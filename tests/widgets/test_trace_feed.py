@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from jupyter_disttrain.monitor import Series, mean_by_step
 from jupyter_disttrain.widgets.trace_feed import (
     Ema,
     MinMaxReducer,
@@ -106,11 +107,26 @@ def test_non_finite_points_are_dropped() -> None:
 
 def test_step_mean_releases_steps_behind_the_frontier_once() -> None:
     mean = StepMean()
-    mean.add(np.array([0.0, 1.0, 2.0]), np.array([10.0, 11.0, 12.0]), np.array([1.0, 2.0, 3.0]))
-    mean.add(np.array([0.0, 1.0]), np.array([20.0, 21.0]), np.array([3.0, 4.0]))
+    mean.add(0, np.array([0.0, 1.0, 2.0]), np.array([10.0, 11.0, 12.0]), np.array([1.0, 2.0, 3.0]))
+    mean.add(1, np.array([0.0, 1.0]), np.array([20.0, 21.0]), np.array([3.0, 4.0]))
     steps, times, values = mean.release(1)
     assert steps.tolist() == [0.0, 1.0]
     assert values.tolist() == [2.0, 3.0] and times.tolist() == [15.0, 16.0]
-    mean.add(np.array([1.0, 2.0]), np.array([0.0, 0.0]), np.array([100.0, 5.0]))  # 1 is late
+    mean.add(1, np.array([1.0, 2.0]), np.array([0.0, 0.0]), np.array([100.0, 5.0]))  # 1 is late
     steps, _, values = mean.release(math.inf)
     assert steps.tolist() == [2.0] and values.tolist() == [4.0]
+
+
+def test_step_mean_is_the_monitors_mean_a_repeated_step_counted_once() -> None:
+    rank0 = Series(np.array([0.0, 1.0, 1.0]), np.array([1.0, 2.0, 3.0]), np.array([1.0, 9.0, 3.0]))
+    rank1 = Series(np.array([0.0, 1.0]), np.array([1.0, 3.0]), np.array([3.0, 5.0]))
+    rank2 = Series(np.array([0.0]), np.array([1.0]), np.array([np.nan]))
+    live = StepMean()
+    for rank, series in enumerate((rank0, rank1, rank2)):
+        live.add(rank, *series)
+    steps, times, values = live.release(math.inf)
+    rebuilt = mean_by_step([rank0, rank1, rank2])
+    assert steps.tolist() == rebuilt.steps.tolist() == [0.0, 1.0]
+    assert np.isnan(values[0]) and np.isnan(rebuilt.values[0])  # a rank's NaN shows
+    assert values[1] == rebuilt.values[1] == 4.0  # rank 0's step 1 counts once: its latest
+    assert times.tolist() == rebuilt.times.tolist()

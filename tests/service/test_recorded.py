@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,32 @@ def test_a_job_run_here_is_recorded_while_it_runs_and_at_its_end(home: Path) -> 
     assert found["state"] == "Succeeded" and found["has_result"], found
     assert found["ranks"] and all(r["state"] == "Succeeded" for r in found["ranks"])
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_the_recorder_keeps_the_record_fresh_while_the_job_runs(tmp_path: Path) -> None:
+    path = private_dir(tmp_path) / recorded.VIEW_FILE
+    monitor = JobMonitor("live", "local", 2, nodes=1, nproc=2)
+    monitor.feed(ev.job_event("Running", "Started", "ok"))
+    recorder = recorded.Recorder(monitor, path, KEY)
+    recorder.start()
+    view = recorded.RecordedView(path, KEY)
+
+    def shows(step: int) -> bool:
+        try:
+            return view.snapshot()["step"] == step
+        except recorded.RecordError:  # not written yet
+            return False
+
+    for step in (1, 2):
+        monitor.feed(ev.Event("metric", 0, time.time(), {"step": step, "values": {"loss": 1.0}}))
+        deadline = time.monotonic() + 30
+        while not shows(step) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert shows(step), f"the record did not show step {step}: {path.read_bytes()[:300]!r}"
+    assert view.current("Running") and not view.current("Succeeded")
+    end = ev.job_event("Succeeded", "Succeeded", "done")
+    monitor.feed(end)
+    recorder.on_event(end)
+    assert recorder.close(30), "the final record was not written"
+    assert view.snapshot()["state"] == "Succeeded" and view.current("Succeeded")
+    assert not recorder.error

@@ -87,7 +87,7 @@ def catch_up(monitor: JobMonitor, submission: Submission, state: str) -> None:
 
 def recorded_diagnosis(backend: Backend, record: JobRecord) -> str | None:
     """The current one-sentence reading of a listed job, from what it recorded so far."""
-    view = RecordedView.open(backend, record.name, backend.stored_key(record.name))
+    view = RecordedView.open(backend, record.name)
     if view is not None and view.current(record.state):
         return view.snapshot()["diagnosis"]
     monitor, submission = open_monitor(backend, record)
@@ -214,7 +214,7 @@ class Followers:
         monitor: JobView | None = None
         submission: Submission | None = None
         try:
-            view = RecordedView.open(backend, record.name, backend.stored_key(record.name))
+            view = RecordedView.open(backend, record.name)
             if view is not None and view.current(record.state):
                 monitor = view  # recorded by the job's follower: nothing to follow here
             else:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from ..backends.base import Backend
 from ..events import TERMINAL_STATES, Event
 from ..job import Job
 from ..monitor import JobMonitor, Snapshot
@@ -138,9 +139,11 @@ class RecordedView:
         self._snapshot: Snapshot | None = None
 
     @classmethod
-    def open(cls, backend: object, name: str, key: bytes | None) -> RecordedView | None:
-        """The view of job ``name``'s record; None when its backend keeps none or no key."""
+    def open(cls, backend: Backend, name: str) -> RecordedView | None:
+        """The view of job ``name``'s record; None when its backend keeps no job directories
+        here or the job has no key (the key is asked for only then)."""
         path = view_path(backend, name)
+        key = backend.stored_key(name) if path is not None else None
         return None if path is None or key is None else cls(path, key)
 
     def snapshot(self, now: float | None = None) -> Snapshot:

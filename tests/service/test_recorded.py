@@ -142,7 +142,7 @@ def test_a_stale_record_of_a_job_that_ended_is_followed_again(job_home: Path) ->
     recorded.write_record(directory / recorded.VIEW_FILE, KEY, running.snapshot())
     backend = LocalBackend()
     (record,) = backend.list_jobs()
-    view = recorded.RecordedView.open(backend, "late", KEY)
+    view = recorded.RecordedView.open(backend, "late")
     assert view is not None and not view.current(record.state)
     assert view.current("Running")
 

@@ -28,7 +28,6 @@ import hmac
 import json
 import os
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from ..job import Job
 from ..monitor import JobMonitor, Snapshot
 from ..monitor.checked import ShapeError, checked_snapshot
 from ..runtime import jobkey
+from ..runtime.files import replace_file
 
 #: The record's file name in a job directory.
 VIEW_FILE = "view.json"
@@ -86,17 +86,7 @@ def _mac(key: bytes, body: bytes) -> str:
 def write_record(path: Path, key: bytes, snapshot: Snapshot) -> None:
     """Write ``snapshot`` signed with ``key`` to ``path`` (readers see the old or the new)."""
     body = json.dumps(snapshot, separators=(",", ":")).encode()
-    fd, tmp = tempfile.mkstemp(prefix=".view-", dir=path.parent)  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_mac(key, body).encode() + b"\n" + body)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    replace_file(path, _mac(key, body).encode() + b"\n" + body, prefix=".view-")
 
 
 def read_record(path: Path, key: bytes) -> Snapshot | None:

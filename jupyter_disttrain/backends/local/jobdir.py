@@ -27,13 +27,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ...runtime.checkpoint.format import ENTRIES_DIR, META_DIR
 from ...runtime.checkpoint.storage import makedirs_private
+from ...runtime.files import replace_file
 
 RANK_LOG_RE = re.compile(r"^rank-(\d+)\.log$")
 #: Run K of a job name: ``NAME.K``.
@@ -171,19 +171,8 @@ def open_private(path: Path | str, mode: str = "ab") -> Any:
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` so that a reader sees the old or the new file, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    text = json.dumps(data, indent=1, sort_keys=True)
+    replace_file(path, text.encode(), prefix=".state-", durable=True)
 
 
 def read_state(directory: Path) -> dict[str, Any] | None:

@@ -186,6 +186,7 @@ class NodeZeroLog(threading.Thread):
         self.errors = 0
         self.ranks: set[bytes] = set()
         self.lags: list[float] = []
+        self.refused: list[str] = []  # what rank 0's relay said it skipped
 
     def run(self) -> None:
         while not self.stop.wait(1.0):
@@ -202,6 +203,8 @@ class NodeZeroLog(threading.Thread):
                     self.lags.append(stamp - sent)
                 elif b'"kind":"error"' in line:
                     self.errors += 1
+                elif line.startswith(b"distrain: refused"):
+                    self.refused.append(line.decode(errors="replace").strip())
 
     def tally(self) -> dict[str, Any]:
         self.stop.set()
@@ -212,6 +215,7 @@ class NodeZeroLog(threading.Thread):
             "log_metrics": self.metrics,
             "log_ranks": len(self.ranks),
             "log_errors": self.errors,
+            "log_refused": self.refused,
             "relay_p50": statistics.median(lags),
             "relay_p99": statistics.quantiles(lags, n=100)[98],
         }
@@ -249,6 +253,7 @@ def main() -> int:
     parser.add_argument("--nodes", default="64,256,1024")
     parser.add_argument("--fail-step", type=int, default=60)
     parser.add_argument("--hang", action="store_true", help="also a run hanging one node")
+    parser.add_argument("--hang-only", action="store_true", help="only the run hanging one node")
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--role", default="")
     args, rest = parser.parse_known_args()
@@ -260,7 +265,8 @@ def main() -> int:
         return 0
     rows = []
     for nodes in [int(n) for n in args.nodes.split(",")]:
-        for hang in (False, True) if args.hang else (False,):
+        runs = (True,) if args.hang_only else (False, True) if args.hang else (False,)
+        for hang in runs:
             rows.append(measure(nodes, hang, args.fail_step))
             print(json.dumps(rows[-1]), flush=True)
     text = table(rows)

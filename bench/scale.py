@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 NAME = "scale"
+#: Seconds the kernel waits for the failing rank or the hung node to be named (else "not named").
+NAMED_WITHIN = 120.0
 STEP_SECONDS = 1.0
 
 
@@ -47,6 +50,13 @@ def kernel(world: int, hang: bool) -> dict[str, Any]:
 
     lags: list[float] = []
     errors: list[float] = []
+    read = [0]  # lines read from the followed pod log (stage 3 of the stage counts)
+
+    class Counting(KubernetesBackend):
+        def stream_log(self, *args: Any, **kwargs: Any) -> Any:
+            for line in super().stream_log(*args, **kwargs):
+                read[0] += 1
+                yield line
 
     def listen(event: Any) -> None:
         if event.kind == "metric":
@@ -54,34 +64,40 @@ def kernel(world: int, hang: bool) -> dict[str, Any]:
         elif event.kind == "error" and not errors:
             errors.append(event.t)
 
-    job = attach(NAME, KubernetesBackend(), [listen])
+    job = attach(NAME, Counting(), [listen])
     monitor = job.monitor
     out: dict[str, Any] = {}
-    deadline = time.monotonic() + 600
+    started = time.monotonic()
+    deadline = started + 600
     while len(monitor.metric_ranks("loss")) < world and time.monotonic() < deadline:
         if monitor.first_failure() is not None:
             break  # the job fails before every rank was heard: say how many were
         time.sleep(0.2)
     out["ranks_heard"] = len(monitor.metric_ranks("loss"))
+    out["heard_s"] = time.monotonic() - started
     cpu0, wall0 = time.process_time(), time.monotonic()
     time.sleep(10)  # every rank reporting once a second
     out["cpu_pct"] = 100 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
     out["lag_p50"] = statistics.median(lags)
     out["lag_p99"] = statistics.quantiles(lags, n=100)[98]
+    deadline = time.monotonic() + NAMED_WITHIN
     if hang:
-        while monitor.hang() is None:
+        while monitor.hang() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         found = monitor.hang()
-        assert found is not None
-        out["hang_named_s"] = time.time() - last_metric_t(monitor)
-        out["hang_odd"] = [found.odd[0], found.odd[-1]] if found.odd else []
+        if found is not None:
+            out["hang_named_s"] = time.time() - last_metric_t(monitor)
+            out["hang_odd"] = [found.odd[0], found.odd[-1]] if found.odd else []
     else:
-        while monitor.first_failure() is None or not errors:
+        while (monitor.first_failure() is None or not errors) and time.monotonic() < deadline:
             time.sleep(0.1)
-        out["fail_named_s"] = time.time() - errors[0]
-        out["fail_rank"] = monitor.first_failure()[0]  # type: ignore[index]
+        if errors and monitor.first_failure() is not None:
+            out["fail_named_s"] = time.time() - errors[0]
+            out["fail_rank"] = monitor.first_failure()[0]  # type: ignore[index]
     out["kernel_rss_mib"] = rss_mib()
     out["ranks_heard_end"] = len(monitor.metric_ranks("loss"))
+    out["lines_read"] = read[0]
+    out["metrics_heard"] = len(lags)
     return out
 
 
@@ -133,12 +149,16 @@ def measure(nodes: int, hang: bool, fail_step: int) -> dict[str, Any]:
         create_standin_job(emulator, NAME, "trainjob", nodes, 8, hang_after=10.0,
                            step_seconds=STEP_SECONDS, **script)  # fmt: skip
         emulator.reset_stats()
+        tally = NodeZeroLog(emulator)
+        tally.start()
         follower = child("kernel", kubeconfig, str(world), "1" if hang else "0")
         sidebar = child("server", kubeconfig, str(fail_step + 20))
         out, _ = follower.communicate(timeout=3600)
+        written = tally.tally()
         side, _ = sidebar.communicate(timeout=3600)
         stats = emulator.stats()
         row = {"nodes": nodes, "ranks": world, "hang": hang, **json.loads(out.splitlines()[-1])}
+        row |= written
         row |= json.loads(side.splitlines()[-1])
         row |= {
             "requests": stats.total,
@@ -151,25 +171,79 @@ def measure(nodes: int, hang: bool, fail_step: int) -> dict[str, Any]:
     return row
 
 
+class NodeZeroLog(threading.Thread):
+    """What the stand-in wrote into node 0's pod log (stage 2 of the stage counts), tallied
+    every second while the kernel follows (the pods, and their logs, go once the job failed):
+    lines, metric lines, the ranks they came from, error lines, and the seconds from a metric
+    line's ``t`` to its arrival in the log (the stand-in's signing and the relay)."""
+
+    def __init__(self, emulator: Any) -> None:
+        super().__init__(daemon=True)
+        self.emulator = emulator
+        self.stop = threading.Event()
+        self.read = 0
+        self.metrics = 0
+        self.errors = 0
+        self.ranks: set[bytes] = set()
+        self.lags: list[float] = []
+        self.refused: list[str] = []  # what rank 0's relay said it skipped
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            hosted = self.emulator.kubelet.standins.job({"DISTRAIN_STANDIN_JOB": NAME})
+            if hosted is None or 0 not in hosted.logs:
+                continue
+            new = hosted.logs[0].read(self.read)[0]
+            self.read += len(new)
+            for stamp, line in new:
+                if b'"kind":"metric"' in line:
+                    self.metrics += 1
+                    self.ranks.add(line.split(b'"rank":', 1)[1].split(b",", 1)[0])
+                    sent = float(line.split(b'"t":', 1)[1].split(b",", 1)[0])
+                    self.lags.append(stamp - sent)
+                elif b'"kind":"error"' in line:
+                    self.errors += 1
+                elif line.startswith(b"distrain: refused"):
+                    self.refused.append(line.decode(errors="replace").strip())
+
+    def tally(self) -> dict[str, Any]:
+        self.stop.set()
+        self.join()
+        lags = self.lags or [float("nan")] * 2
+        return {
+            "log_lines": self.read,
+            "log_metrics": self.metrics,
+            "log_ranks": len(self.ranks),
+            "log_errors": self.errors,
+            "log_refused": self.refused,
+            "relay_p50": statistics.median(lags),
+            "relay_p99": statistics.quantiles(lags, n=100)[98],
+        }
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| nodes x 8 | ranks heard | load (1 min) | API requests | "
         "peak long-lived / TCP connections | "
         "log follows | kernel CPU % of a core | kernel RSS MiB | server RSS MiB | "
         "metric to monitor p50 / p99 s | sidebar JSON KiB (build ms) | failing rank named s | "
-        "hung node named s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "hung node named s | metric lines in node 0's log / heard by the kernel | "
+        "metric to node 0's log p50 / p99 s |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
-        named = f"{r['fail_named_s']:.1f}" if "fail_named_s" in r else "-"
-        hung = f"{r['hang_named_s']:.1f}" if "hang_named_s" in r else "-"
+        missed = f"not in {NAMED_WITHIN:.0f}"
+        named = f"{r['fail_named_s']:.1f}" if "fail_named_s" in r else "-" if r["hang"] else missed
+        hung = f"{r['hang_named_s']:.1f}" if "hang_named_s" in r else missed if r["hang"] else "-"
         lines.append(
             f"| {r['nodes']} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | "
             f"{r['requests']} | "
             f"{r['streams_peak']} / {r['connections_peak']} | {r['log_follows_peak']} | "
             f"{r['cpu_pct']:.0f} | {r['kernel_rss_mib']:.0f} | {r['server_rss_mib']:.0f} | "
             f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} | {r['json_kib']:.0f} ({r['json_ms']:.0f}) | "
-            f"{named} | {hung} |"
+            f"{named} | {hung} | {r['log_metrics']} / {r['metrics_heard']} | "
+            f"{r['relay_p50']:.2f} / {r['relay_p99']:.2f} |"
         )
     return "\n".join(lines)
 
@@ -179,6 +253,7 @@ def main() -> int:
     parser.add_argument("--nodes", default="64,256,1024")
     parser.add_argument("--fail-step", type=int, default=60)
     parser.add_argument("--hang", action="store_true", help="also a run hanging one node")
+    parser.add_argument("--hang-only", action="store_true", help="only the run hanging one node")
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--role", default="")
     args, rest = parser.parse_known_args()
@@ -190,7 +265,8 @@ def main() -> int:
         return 0
     rows = []
     for nodes in [int(n) for n in args.nodes.split(",")]:
-        for hang in (False, True) if args.hang else (False,):
+        runs = (True,) if args.hang_only else (False, True) if args.hang else (False,)
+        for hang in runs:
             rows.append(measure(nodes, hang, args.fail_step))
             print(json.dumps(rows[-1]), flush=True)
     text = table(rows)

@@ -11,7 +11,10 @@ reader and hang watch (:mod:`.hangwatch`) on a fake process group (torch's
 a rank's step is a clock, its stacks are scripted.
 
 One node's ranks share one relay sender (the node's ``closed`` count still
-counts every rank, so rank 0's drain ends as with one sender per rank).
+counts every rank, so rank 0's drain ends as with one sender per rank). The clock
+thread flushes each sender on its tick, nodes spread over the tick: in a real job
+each node's sender is a thread of its own process, and a thousand sender threads
+in this one process compete with rank 0's reader for the interpreter lock.
 
 Output is framed for the host that shows each node as a pod
 (``tests/k8s_emulator/standin.py``): ``@NODE TEXT`` is a line of node
@@ -99,6 +102,7 @@ class Node:
     sender: relay._Relay | None = None
     next_step: dict[int, int] = field(default_factory=dict)
     stopped: bool = False
+    next_flush: float = 0.0
     verdict: str = "step"
     ending: bool = False
 
@@ -116,6 +120,7 @@ class Host:
             Node(n, range(n * script.nproc, (n + 1) * script.nproc)) for n in range(script.nodes)
         ]
         self.started = time.monotonic()
+        self.tick = relay.sender_tick(self.world - script.nproc)
         self.served: set[str] = set()
         self.enders: list[threading.Thread] = []
         self.ends: list[tuple[Node, int, float]] = []
@@ -165,7 +170,26 @@ class Host:
             if lines:
                 self.say(node, lines)
             self.start_ends()  # after its last lines are in the relay's queue
+        self.flush_due(now)
         return busy
+
+    def start_clock(self, now: float) -> None:
+        """Start stepping now; node ``i``'s sender first flushes ``i / nodes`` of a tick in."""
+        self.started = now
+        for node in self.nodes:
+            node.next_flush = now + self.tick * node.index / len(self.nodes)
+
+    def flush_due(self, now: float) -> None:
+        """Send the batch of each node whose sender's tick has come (as its thread would)."""
+        for node in self.nodes:
+            sender = node.sender
+            if sender is None or sender.stop.is_set() or now < node.next_flush:
+                continue
+            node.next_flush += self.tick
+            try:
+                sender.flush()
+            except Exception:
+                sender.stop.set()  # the store went away: its own log still has its lines
 
     def step_node(self, node: Node, elapsed: float) -> list[str]:
         script = self.script
@@ -234,9 +258,14 @@ class Host:
 
     def finish(self, node: Node, code: int) -> None:
         """Send the node's last lines through the relay, then end its container."""
-        if node.sender is not None:
-            node.sender.close(wait=True)
-            node.sender.store.add(relay._key("closed"), len(node.ranks) - 1)
+        sender = node.sender
+        if sender is not None:
+            sender.stop.set()
+            try:
+                sender.flush()
+                sender.store.add(relay._key("closed"), len(node.ranks))
+            except Exception:
+                pass  # the store went away: what was sent is sent
         if node.index != 0:
             self.frames.exit(node.index, code)
 
@@ -298,19 +327,19 @@ def run(script: Script) -> int:
         client = store_class("127.0.0.1", server.port, is_master=False, use_libuv=False)
         senders = world - script.nproc
         node.sender = relay._Relay(SignedStore(client, key), node.ranks.start, senders)
-        node.sender.thread.start()
     for node in host.nodes:
         host.hello(node)
     hangwatch.start(0, world, own=lambda: stacks_for(script, 0))
     relay.start(0, world, script.nproc, 0)
     store = SignedStore(server, key)
-    host.started = time.monotonic()  # the clock starts once every node is connected
+    host.start_clock(time.monotonic())  # once every node is connected
     while host.turn(time.monotonic()):
         host.serve_stacks(store)
         time.sleep(TURN)
     while script.hang_node is not None:  # hung: stay up, answering stack requests
+        host.flush_due(time.monotonic())
         host.serve_stacks(store)
-        time.sleep(TURN * 4)
+        time.sleep(TURN)
     host.join()
     relay.stop(wait=True)
     hangwatch.stop()

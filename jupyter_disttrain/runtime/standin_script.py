@@ -89,9 +89,10 @@ class Script:
     # --- what a rank says ------------------------------------------------------------
     def values(self, rank: int, step: int) -> dict[str, float]:
         """A rank's metrics at ``step``: a falling loss (a little different per rank) and
-        the seconds the step took."""
+        ``step_time``, the seconds of its own work the step took (what a rank reports for
+        the monitor to name stragglers)."""
         loss = 2.0 / math.sqrt(step + 1) + (rank % 13) * 0.001
-        return {"loss": round(loss, 6), "step_s": round(self.period(rank), 4)}
+        return {"loss": round(loss, 6), "step_time": round(self.period(rank), 4)}
 
     def error_fields(self, rank: int, step: int) -> dict[str, Any]:
         message = f"loss became nan at step {step}"

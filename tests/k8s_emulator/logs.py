@@ -28,6 +28,14 @@ class ContainerLog:
         for listener in listeners:
             listener()
 
+    def extend(self, lines: list[bytes], stamp: float) -> None:
+        """:meth:`append` of several lines at once (one wake-up for the readers)."""
+        with self._lock:
+            self._lines.extend((stamp, line) for line in lines)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

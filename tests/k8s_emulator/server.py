@@ -45,6 +45,11 @@ def not_served() -> ApiError:
 
 
 DEFAULT_WATCH_SECONDS = 1800
+#: A followed log's lines go out at most this often, each time all that came meanwhile (as
+#: a kubelet reads a busy container's log file in blocks): one HTTP chunk per line cost the
+#: emulator and the follower a write, a wake-up and a read per line (at 8,192 ranks' lines a
+#: second, more than either could do on two cores).
+LOG_BATCH_SECONDS = 0.02
 logger = logging.getLogger(__name__)
 
 
@@ -473,8 +478,12 @@ class ApiHandler(tornado.web.RequestHandler):
         wake: asyncio.Queue[Event | None] = asyncio.Queue()
         self._wake = wake
 
+        woken = [False]  # a wake-up is on its way: lines written meanwhile go with it
+
         def wake_up() -> None:
-            loop.call_soon_threadsafe(wake.put_nowait, None)
+            if not woken[0]:
+                woken[0] = True
+                loop.call_soon_threadsafe(wake.put_nowait, None)
 
         stop = log.listen(wake_up)
         wake_up()  # look again: the run may have ended before the listener was in place
@@ -483,6 +492,8 @@ class ApiHandler(tornado.web.RequestHandler):
                 await self.flush()
                 while not emulator.closing:
                     await wake.get()
+                    await asyncio.sleep(LOG_BATCH_SECONDS)
+                    woken[0] = False
                     lines, closed = log.read(index)
                     index += len(lines)
                     if not write(lines):

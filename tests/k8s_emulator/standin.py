@@ -13,6 +13,7 @@ so a job of 1,024 pods costs one process. The node is ``PET_NODE_RANK``
 
 from __future__ import annotations
 
+import io
 import subprocess
 import threading
 import time
@@ -58,16 +59,16 @@ class HostedJob:
         with self.lock:
             self.logs[node] = log
             early = self.early.pop(node, [])
-        for line in early:
-            log.append(line, time.time())
+        if early:
+            log.extend(early, time.time())
 
-    def line(self, node: int, text: bytes) -> None:
+    def lines(self, node: int, texts: list[bytes]) -> None:
         with self.lock:
             log = self.logs.get(node)
             if log is None:
-                self.early.setdefault(node, []).append(text)
+                self.early.setdefault(node, []).extend(texts)
                 return
-        log.append(text, time.time())
+        log.extend(texts, time.time())
 
     def end(self, node: int, code: int) -> None:
         with self.lock:
@@ -90,18 +91,41 @@ class HostedJob:
             return self.exits[node]
 
     def pump(self, proc: subprocess.Popen[bytes]) -> None:
-        """Split the stand-in process's output into its nodes' logs and exits."""
-        assert proc.stdout is not None
-        with proc.stdout:
-            for raw in iter(proc.stdout.readline, b""):
-                head, _, rest = raw.partition(b" ")
-                if head[:1] == b"@" and head[1:].isdigit():
-                    self.line(int(head[1:]), rest)
-                elif head[:1] == b"!" and head[1:].isdigit():
-                    self.end(int(head[1:]), int(rest.strip() or GONE))
-                else:  # the process's own words (a traceback, a warning): node 0's log
-                    self.line(0, raw)
+        """Split the stand-in process's output into its nodes' logs and exits.
+
+        Read in blocks and handed to each log in batches: at 8,192 ranks the process
+        writes 16,000 lines a second, more than a line-by-line reader sharing this
+        process's interpreter lock with the API server kept up with (the stand-in then
+        waited on a full pipe, and rank 0's relay with it)."""
+        out = proc.stdout
+        assert isinstance(out, io.BufferedReader)
+        pending = b""
+        with out:
+            while block := out.read1(1 << 20):
+                *whole, pending = (pending + block).split(b"\n")
+                self.split(whole)
+        if pending:
+            self.split([pending])
         self.end_all(GONE)
+
+    def split(self, raw_lines: list[bytes]) -> None:
+        """Hand framed lines (without their newline) to their nodes, in order per node."""
+        by_node: dict[int, list[bytes]] = {}
+        for raw in raw_lines:
+            head, _, rest = raw.partition(b" ")
+            if head[:1] == b"@" and head[1:].isdigit():
+                by_node.setdefault(int(head[1:]), []).append(rest + b"\n")
+            elif head[:1] == b"!" and head[1:].isdigit():
+                self.flush(by_node)
+                by_node = {}
+                self.end(int(head[1:]), int(rest.strip() or GONE))
+            else:  # the process's own words (a traceback, a warning): node 0's log
+                by_node.setdefault(0, []).append(raw + b"\n")
+        self.flush(by_node)
+
+    def flush(self, by_node: dict[int, list[bytes]]) -> None:
+        for node, texts in by_node.items():
+            self.lines(node, texts)
 
 
 class StandinPods:

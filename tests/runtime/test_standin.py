@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.events import Event
 from jupyter_disttrain.job import Job
+from jupyter_disttrain.monitor.scale import slow_sentence
 from jupyter_disttrain.runtime.standin_script import HANG_LINE, Script, stacks_for
 from jupyter_disttrain.service import JobService
 from tests.k8s_emulator.emulator import Emulator
@@ -23,7 +25,7 @@ def test_script_steps_stragglers_slower() -> None:
     script = Script(nodes=2, nproc=4, step_seconds=1.0, stragglers=(5,), slow=2.0)
     assert script.due_step(0, 10.0) == 10
     assert script.due_step(5, 10.0) == 4  # offset 5/97 s, then 2 s a step
-    assert script.values(5, 3)["step_s"] == 2.0
+    assert script.values(5, 3)["step_time"] == 2.0
 
 
 def test_script_faults() -> None:
@@ -85,7 +87,7 @@ def wait_until(job: Job, what: str, ok: Callable[[], bool], timeout: float = 240
         time.sleep(0.5)
 
 
-def test_every_rank_of_128_nodes_reaches_the_monitor_and_the_failing_rank_is_named(
+def test_128_nodes_every_rank_heard_stragglers_and_the_failing_rank_named(
     follow: Follow,
 ) -> None:
     nodes, nproc = 128, 8
@@ -94,8 +96,18 @@ def test_every_rank_of_128_nodes_reaches_the_monitor_and_the_failing_rank_is_nam
         stragglers=(517, 700, 901), fail_rank=777, fail_step=15,
     )  # fmt: skip
     monitor = job.monitor
+    slow: list[str] = []  # what the monitor said of the stragglers, as of their 5th step
+
+    def straggling(event: Event) -> None:  # on the follower's thread, right after the monitor
+        if event.kind == "metric" and event.rank == 901 and event.get("step") == 4 and not slow:
+            slow.append(slow_sentence(monitor.slow(now=event.t), nodes=True))
+
+    job.add_listener(straggling)
     wait_until(job, "every rank's metrics", lambda: len(monitor.metric_ranks("loss")) == 1024)
     state = job.wait(timeout=240)
+    assert slow == [
+        "ranks 517, 700, 901 (nodes 64, 87, 112) are 1.8x slower per step than the median"
+    ], (slow, tail(job))
     assert state == "Failed", (state, job.reason, tail(job))
     failure = monitor.first_failure()
     assert failure is not None and failure[0] == 777, (failure, job.reason, tail(job))

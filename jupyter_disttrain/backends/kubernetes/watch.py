@@ -6,6 +6,7 @@ whatever the worker count and turns what it sees into job events.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -159,12 +160,10 @@ class KubernetesRun(Submission):
         self, func: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> Iterator[dict[str, Any]]:
         """Watch events until the job is done, re-opening after server time-outs."""
-        from kubernetes import watch
-
         version: str | None = None
         dropped = 0  # consecutive watches cut off by the connection
         while not self._done.is_set():
-            w = watch.Watch()
+            w = plain_watch()
             self._watches.append(w)
             try:
                 for item in w.stream(
@@ -519,6 +518,28 @@ class KubernetesRun(Submission):
         with self._lock:
             states = [state for state, _, _ in self._pods.values()]
         return len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
+
+
+def plain_watch() -> watch.Watch:
+    """A watch whose events carry the objects as the JSON dicts the server sent.
+
+    The client's own watch builds a model object per event (a pod's is hundreds of
+    objects, each making a client ``Configuration``): with a thousand pods starting,
+    that was most of a following kernel's CPU, only for :meth:`.Connection.plain` to
+    turn it back into the dict.
+    """
+    return _plain_watch_class()()
+
+
+@functools.cache
+def _plain_watch_class() -> type[watch.Watch]:
+    from kubernetes import watch
+
+    class PlainWatch(watch.Watch):  # type: ignore[misc]
+        def unmarshal_event(self, data: str, return_type: Any) -> Any:
+            return super().unmarshal_event(data, None)
+
+    return PlainWatch
 
 
 def parse_pod_line(line: str, pod: str, trust: ev.Trust | None) -> ev.Event:

@@ -302,3 +302,18 @@ def test_a_client_declaring_a_huge_frame_is_dropped_without_it_being_read(group:
             closed = True
         assert closed and time.monotonic() - started < 2.0
     assert group.run("6 * 7") == 42
+
+
+def test_a_cell_raising_on_every_rank_says_so_once_and_the_session_stays_usable(
+    group: Session,
+) -> None:
+    jobs: list[Job] = []
+    with pytest.raises(ValueError):
+        group.run("raise ValueError('bad shape')", on_cell=jobs.append)
+    (cell_job,) = jobs
+    mon = cell_job.monitor
+    # every rank raised the same: said once for all, no rank blamed as a consequence of another
+    assert mon.reason == "all 4 ranks: ValueError: bad shape", logs(group)
+    assert [r.reason for r in mon.ranks()] == ["ValueError: bad shape"] * 4, logs(group)
+    assert group.run("1 + 1") == 2  # the session is still usable
+    assert group.status() == "idle"

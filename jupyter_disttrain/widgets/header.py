@@ -69,8 +69,10 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
         lines.extend(_cause_traceback(snap))
     elif why and snap["state"] == "Stopped":
         lines.append(f'<div class="distrain-note" data-field="cause">{esc(why)}</div>')
+    said = []  # where paused ranks stopped (not ``note``: the caller's note is said below, once)
     for row in snap["ranks"] if snap["state"] == "Paused" else []:  # stopped in the debugger
-        if row["state"] == "Paused":  # (not ``note``: the caller's note is said below, once)
+        if row["state"] == "Paused":
+            said.append(row["reason"])
             paused = esc(row["reason"])
             lines.append(f'<div class="distrain-note" data-field="paused">{paused}</div>')
     if snap["recovered"]:
@@ -82,7 +84,7 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     for warning in snap.get("warnings", []):
         lines.append(f'<div class="distrain-warning">warning: {esc(warning)}</div>')
     diagnosis = shown_diagnosis(snap)
-    if diagnosis:
+    if diagnosis and diagnosis not in said:  # a pause's diagnosis is its note above
         lines.append(f'<div class="distrain-diagnosis">{esc(diagnosis)}</div>')
     if note:
         lines.append(f'<div class="distrain-note">{esc(note)}</div>')

@@ -209,7 +209,8 @@ def _row(
         "gpu": ABSENT if r["gpu_util_pct"] is None else pct(r["gpu_util_pct"]),
         "gpu_mem": memory_text(r["gpu_mem_bytes"], None),
         "heard": ago(r["silent_s"]),
-        "exit": exit_text(r),
+        # a paused rank's place is said once, in the header; its badge says Paused
+        "exit": "" if r["state"] == "Paused" else exit_text(r),
     }
     shown = {col: esc(text) for col, text in cells.items()}
     shown["state"] = cells["state"]

@@ -3,11 +3,13 @@
 import { formatDuration, isActive } from './model';
 import { IJob } from './types';
 
-/** A job end to announce once: its kind picks the notification's look. */
+/** A job end, hang or pause to announce once: its kind picks the notification's look. */
 export interface IJobEnd {
   job: IJob;
   kind: 'success' | 'error' | 'info' | 'warning';
   message: string;
+  /** What happened: only an `end` is one (a hang or a pause is not, the job runs on). */
+  event?: 'end' | 'hung' | 'paused';
 }
 
 /** Lab truncates longer notification messages. */
@@ -78,7 +80,7 @@ export class JobEndWatcher {
       if (job.state === 'Hung') {
         if (!this.hung.has(key)) {
           this.hung.add(key); // one notice per hang; the ranks moving again clears it
-          ends.push({ job, kind: 'warning', message: hungMessage(job) });
+          ends.push({ job, kind: 'warning', message: hungMessage(job), event: 'hung' });
         }
       } else {
         this.hung.delete(key);
@@ -86,7 +88,7 @@ export class JobEndWatcher {
       if (job.state === 'Paused') {
         if (!this.paused.has(key)) {
           this.paused.add(key); // one notice per pause; running on clears it
-          ends.push({ job, kind: 'info', message: pausedMessage(job) });
+          ends.push({ job, kind: 'info', message: pausedMessage(job), event: 'paused' });
         }
       } else {
         this.paused.delete(key);
@@ -102,7 +104,7 @@ export class JobEndWatcher {
       const seen = this.active.delete(key);
       const fresh = !first && job.created >= (this.since ?? now);
       if (seen || fresh) {
-        ends.push({ job, kind: kindOf(job.state), message: endMessage(job) });
+        ends.push({ job, kind: kindOf(job.state), message: endMessage(job), event: 'end' });
       }
       this.announced.add(key);
     }
@@ -120,9 +122,17 @@ export interface IEndGroup {
   at: number;
 }
 
-/** Whether `end` is quiet: a success or a stop (a failure or a hang keeps its own notice). */
+/**
+ * Whether `end` is quiet: a success or a stop. A failure, a hang or a pause keeps its own
+ * notice (a pause is not an end: counting it as one would count its job twice).
+ */
 export function isQuiet(end: IJobEnd): boolean {
-  return end.kind === 'success' || end.kind === 'info';
+  const ended = (end.event ?? 'end') === 'end';
+  return ended && (end.kind === 'success' || end.kind === 'info');
+}
+
+function jobKey(end: IJobEnd): string {
+  return `${end.job.id}@${end.job.created}`;
 }
 
 /**
@@ -130,10 +140,11 @@ export function isQuiet(end: IJobEnd): boolean {
  * the group's last end was at most {@link GROUP_MS} ago, else null (`end` gets its own).
  */
 export function joinGroup(group: IEndGroup | null, end: IJobEnd, now: number): IEndGroup | null {
-  if (!group || !isQuiet(end) || now - group.at > GROUP_MS) {
+  if (!group || !isQuiet(end) || !group.ends.every(isQuiet) || now - group.at > GROUP_MS) {
     return null;
   }
-  return { ends: [...group.ends, end], at: now };
+  const others = group.ends.filter(e => jobKey(e) !== jobKey(end)); // a job is counted once
+  return { ends: [...others, end], at: now };
 }
 
 /** The text of a shared notice: how many ended and each job's name with its end. */

@@ -6,6 +6,7 @@ import {
   endMessage,
   groupKind,
   groupMessage,
+  isQuiet,
   joinGroup
 } from '../src/ends';
 import { IJob } from '../src/types';
@@ -109,6 +110,20 @@ describe('notices several quiet ends share', () => {
     expect(joinGroup(group, end('d', 'Succeeded'), 1000 + GROUP_MS + 1)).toBeNull();
     expect(joinGroup(null, end('e', 'Succeeded'), 1000)).toBeNull();
     expect(groupMessage(group.ends)).toBe(group.ends[0].message);
+  });
+
+  it('never counts a pause as an end, nor one job twice', () => {
+    const watcher = new JobEndWatcher();
+    watcher.update([job('debug-demo', 'Running')], 110);
+    const [pause] = watcher.update([job('debug-demo', 'Paused', { reason: 'rank 1 paused' })], 111);
+    expect(pause.event).toBe('paused');
+    expect(isQuiet(pause)).toBe(false);
+    const [done] = watcher.update([job('debug-demo', 'Succeeded')], 112);
+    expect(isQuiet(done)).toBe(true);
+    expect(joinGroup({ ends: [pause], at: 1000 }, done, 1001)).toBeNull();
+    const twice = joinGroup({ ends: [done], at: 1000 }, done, 1001);
+    expect(twice!.ends.length).toBe(1);
+    expect(groupMessage(twice!.ends)).toBe(done.message);
   });
 
   it('clips a long shared notice to what Lab shows', () => {

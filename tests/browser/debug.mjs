@@ -25,6 +25,17 @@ await runScenario({ page, result, close }, outDir, async () => {
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
   await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
 
+  // every text a toast ever shows, in order (a shared toast's text changes as jobs join it)
+  await page.evaluate(() => {
+    window.__distrainToasts = [];
+    new MutationObserver(() => {
+      for (const el of document.querySelectorAll(".Toastify__toast")) {
+        const text = el.textContent;
+        if (!window.__distrainToasts.includes(text)) window.__distrainToasts.push(text);
+      }
+    }).observe(document.body, { childList: true, subtree: true, characterData: true });
+  });
+
   await waitForPrompt(await runCell(0));
   await waitForPrompt(await runCell(1));
   await page.locator(`${dash} .distrain-header[data-state="Paused"]`).waitFor({ timeout: JOB_TIMEOUT });
@@ -38,10 +49,19 @@ await runScenario({ page, result, close }, outDir, async () => {
       const holder = [...el.querySelectorAll("*")].reverse().find((n) => n.textContent.includes("&lt;"));
       return `${holder?.tagName}.${holder?.className}: ${el.textContent.slice(Math.max(0, at - 80), at + 40)}`;
     }),
+    // how often the dashboard says where rank 1 stopped (header, table, diagnosis)
+    said: await page.locator(dash).evaluate((el) => el.textContent.split("rank 1 paused at").length - 1),
     rows: await page.locator(`${dash} tr.distrain-rank-row`).evaluateAll((trs) =>
       trs.map((tr) => ({ rank: Number(tr.dataset.rank), state: tr.dataset.state })),
     ),
   };
+
+  // the job stays paused until Continue: the sidebar's listing (polled while hidden) sees it
+  await page
+    .locator(".Toastify__toast")
+    .filter({ hasText: "browser-debug paused" })
+    .first()
+    .waitFor({ timeout: 60_000 });
 
   const consoleCell = await runCell(2);
   await waitForPrompt(consoleCell);
@@ -61,6 +81,13 @@ await runScenario({ page, result, close }, outDir, async () => {
   await panel.getByRole("button", { name: "Continue" }).click();
   await page.locator(`${dash} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: JOB_TIMEOUT });
   result.final = await page.locator(`${dash} .distrain-header`).getAttribute("data-state");
+  // the sidebar's listing sees the end: its notice, then every toast text shown so far
+  await page
+    .locator(".Toastify__toast")
+    .filter({ hasText: "browser-debug succeeded" })
+    .first()
+    .waitFor({ timeout: 60_000 });
+  result.toasts = await page.evaluate(() => window.__distrainToasts);
   await panel.locator("text=no rank is paused").waitFor({ timeout: 60_000 });
   result.afterStatus = await panel.locator("text=no rank is paused").count();
   // nothing to send to: the empty selector comes with disabled controls

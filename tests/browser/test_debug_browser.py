@@ -51,6 +51,13 @@ def test_debug_console_in_jupyterlab(lab: Lab) -> None:
     assert result["afterStatus"] == 1
     # the pause said once, its markup not escaped; no rank paused: nothing can be sent
     assert result["paused"]["notes"] == 1 and not result["paused"]["escaped"], result["paused"]
+    assert result["paused"]["said"] == 1, result["paused"]
+    # a pause is announced as a pause, and the end of the job once, as an end
+    toasts = result["toasts"]
+    pause = "Training job browser-debug paused: rank 1 paused at cell:9"
+    assert any(pause in t for t in toasts), toasts
+    assert any("Training job browser-debug succeeded" in t for t in toasts), toasts
+    assert not any("training jobs ended" in t for t in toasts), toasts
     controls = result["afterControls"]
     assert controls == {"options": 0, "send": True, "continue": True, "input": True}, controls
 

@@ -227,3 +227,19 @@ def test_ranks_that_lost_their_peer_name_the_failed_rank_not_gloos_words() -> No
         [lost] = table[rank].find_all("distrain-lost-peer", tag="details")
         assert lost.find_all(tag="summary")[0].all_text() == "lost its peer (rank 1 failed)"
         assert "pair.cc" in lost.all_text()  # gloo's text is kept, behind the disclosure
+
+
+def test_a_paused_rank_row_leaves_where_it_stopped_to_the_header() -> None:
+    mon = JobMonitor("dbg", "local", 2)
+    mon.feed_many([
+        job_event("Running", t=1.0),
+        *[Event("hello", r, 1.0, {"pid": 100 + r}) for r in range(2)],
+        Event("paused", 1, 2.0, {"file": "cell", "line": 9, "function": "<module>", "port": 1}),
+    ])  # fmt: skip
+    snap = mon.snapshot()
+    table = rows(rank_table_html(snap))
+    assert table[1].attrs["data-state"] == "Paused"
+    assert table[1].cell("exit") == ""
+    assert table[0].cell("exit") == "waiting for rank 1 (paused)"
+    page = header_html(snap, note="") + rank_table_html(snap)
+    assert page.count("rank 1 paused at cell:9") == 1, page

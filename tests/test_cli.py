@@ -61,18 +61,33 @@ def test_run_logs_jobs_and_stop(tmp_path: Path) -> None:
     assert (jobdir.read_state(directory) or {})["state"] == "Stopped"
 
 
-def test_bad_input_exits_2_with_a_message(tmp_path: Path) -> None:
-    missing = disttrain("run", str(tmp_path / "nope.py"))
-    assert missing.returncode == 2 and "cannot read" in missing.stderr
+def main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``disttrain ARGV`` in this process (as ``python -m jupyter_disttrain.cli`` runs it):
+    its exit status, stdout and stderr. For commands that start no job."""
+    from jupyter_disttrain import cli
+
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_bad_input_exits_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = main(["run", str(tmp_path / "nope.py")], capsys)
+    assert code == 2 and "cannot read" in err, err
     script = tmp_path / "t.py"
     script.write_text("x = (\n")
-    bad = disttrain("run", str(script))
-    assert bad.returncode == 2 and "syntax error on line 1" in bad.stderr
+    code, _, err = main(["run", str(script)], capsys)
+    assert code == 2 and "syntax error on line 1" in err, err
     script.write_text("1\n")
-    flags = disttrain("run", "--nodes", "0", str(script))
-    assert flags.returncode == 2 and "--nodes must be" in flags.stderr
-    unknown = disttrain("logs", "no-such-job")
-    assert unknown.returncode == 1 and "no local job named" in unknown.stderr
+    code, _, err = main(["run", "--nodes", "0", str(script)], capsys)
+    assert code == 2 and "--nodes must be" in err, err
+    code, _, err = main(["logs", "no-such-job"], capsys)
+    assert code == 1 and "no local job named" in err, err
 
 
 @pytest.mark.parametrize(
@@ -119,44 +134,42 @@ def test_bad_command_options_are_argparse_errors(
     assert exited.value.code == 2 and needle in capsys.readouterr().err
 
 
-def test_nccl_summary_json() -> None:
+def test_nccl_summary_json(capsys: pytest.CaptureFixture[str]) -> None:
     log = SHARED / "nccl-logs" / "08-shm-dev-shm-extend-failed.log"
-    out = disttrain("nccl", str(log), "--json")
-    assert out.returncode == 0, out.stderr
-    summary = json.loads(out.stdout)
+    code, out, err = main(["nccl", str(log), "--json"], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
     assert list(summary) == ["nccl_version", "transport", "interfaces", "nranks",
                              "init_complete", "warnings", "failure", "diagnosis"]  # fmt: skip
     assert summary["failure"] == "shm" and "/dev/shm" in summary["diagnosis"]
-    text = disttrain("nccl", str(log))
-    assert "shm" in text.stdout
+    assert "shm" in main(["nccl", str(log)], capsys)[1]
 
 
 @pytest.mark.slow
-def test_a_metric_that_is_not_a_number_does_not_stop_the_output(tmp_path: Path) -> None:
+def test_an_odd_metric_does_not_stop_the_output_and_sys_exit_is_the_scripts_status(
+    tmp_path: Path,
+) -> None:
+    """Two exec-mode jobs. The first: a metric line that is not a number does not stop
+    the output, and ``sys.exit(0)`` is success and ends the script there. The second:
+    ``sys.exit(message)`` fails the job with that message."""
     script = tmp_path / "odd.py"
     script.write_text(
-        "import json\n"
+        "import json, sys\n"
         "line = {'v': 1, 'kind': 'metric', 'rank': 0, 't': 1.0, 'step': 0,\n"
         "        'values': {'acc': 'high'}}\n"
         "print('##distrain ' + json.dumps(line), flush=True)\n"
         "report(step=10, loss=0.25)\n"
         "print('after the odd line')\n"
+        "print('before')\n"
+        "sys.exit(0)\n"
+        "print('never printed')\n"
     )
     done = disttrain("run", "--name", "cli-odd-metric", "--launch", "exec", str(script))
     assert done.returncode == 0, done.stderr
-    assert "[rank 0] after the odd line" in done.stdout
-    assert "[rank 0] step 10: loss=0.25" in done.stdout
+    assert "[rank 0] after the odd line" in done.stdout, done.stdout
+    assert "[rank 0] step 10: loss=0.25" in done.stdout, done.stdout
+    assert "[rank 0] before" in done.stdout and "never printed" not in done.stdout, done.stdout
     assert "job Succeeded" in done.stdout, done.stdout
-
-
-@pytest.mark.slow
-def test_sys_exit_in_a_script_is_its_status(tmp_path: Path) -> None:
-    script = tmp_path / "leave.py"
-    script.write_text("import sys\nprint('before')\nsys.exit(0)\nprint('after')\n")
-    done = disttrain("run", "--name", "cli-exit-zero", "--launch", "exec", str(script))
-    assert done.returncode == 0, done.stderr
-    assert "[rank 0] before" in done.stdout and "after" not in done.stdout
-    assert "job Succeeded" in done.stdout
     script.write_text("import sys\nsys.exit('the data set is empty')\n")
     failed = disttrain("run", "--name", "cli-exit-msg", "--launch", "exec", str(script))
     assert failed.returncode == 1, failed.stdout

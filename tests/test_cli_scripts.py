@@ -118,6 +118,20 @@ def disttrain(cwd: Path, *args: str, timeout: float = 180) -> subprocess.Complet
                           env=os.environ.copy())  # fmt: skip
 
 
+def disttrain_here(
+    cwd: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``disttrain ARGS`` run in ``cwd`` in this process, as ``python -m jupyter_disttrain.cli``
+    runs it (its status, stdout, stderr): for commands that start no job."""
+    monkeypatch.chdir(cwd)
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exc:  # argparse's own errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["disttrain", *args], code, out, err)
+
+
 # --- arguments, payload, dry run (no processes) ----------------------------------------------
 
 
@@ -151,10 +165,12 @@ def test_a_missing_script_argument_is_named(capsys: pytest.CaptureFixture[str]) 
     assert err.rstrip().endswith("error: the following arguments are required: SCRIPT"), err
 
 
-def test_dry_run_lists_the_modules_that_travel(tmp_path: Path) -> None:
+def test_dry_run_lists_the_modules_that_travel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, elsewhere = make_project(tmp_path)
-    done = disttrain(elsewhere, "run", "--nodes", "2", "--nproc", "2", "--dry-run",
-                     "../proj/train.py", "2", "1", "--batch_size", "4")  # fmt: skip
+    argv = ["run", "--nodes", "2", "--nproc", "2", "--dry-run", "../proj/train.py", "2", "1"]
+    done = disttrain_here(elsewhere, monkeypatch, capsys, *argv, "--batch_size", "4")
     assert done.returncode == 0, done.stderr
     assert re.search(r"^job train-[0-9a-f]{4}: ", done.stdout, re.M), done.stdout  # its stem
     line = next(x for x in done.stdout.splitlines() if x.startswith("payload:"))
@@ -167,7 +183,8 @@ def test_dry_run_lists_the_modules_that_travel(tmp_path: Path) -> None:
     ), line
     assert "unused" not in line and "notes" not in line
     # Arguments meant for disttrain but written after the script go to it; the note says so.
-    late = disttrain(elsewhere, "run", "--dry-run", "../proj/train.py", "2", "1", "--nodes", "2")
+    late = disttrain_here(elsewhere, monkeypatch, capsys, "run", "--dry-run", "../proj/train.py",
+                          "2", "1", "--nodes", "2")  # fmt: skip
     assert late.returncode == 0, late.stderr
     assert "note: --nodes after ../proj/train.py go to the script" in late.stderr
     assert "1 node(s) x 1 process(es)" in late.stdout
@@ -188,17 +205,19 @@ def test_the_payload_carries_argv_files_and_packages(tmp_path: Path) -> None:
     assert payload.script is not None and payload.script.command == ("../proj/train.py", "2", "1")
 
 
-def test_bad_scripts_are_named_with_the_fix(tmp_path: Path) -> None:
+def test_bad_scripts_are_named_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     proj, elsewhere = make_project(tmp_path)
-    missing = disttrain(elsewhere, "run", "nope.py", "1")
+    missing = disttrain_here(elsewhere, monkeypatch, capsys, "run", "nope.py", "1")
     assert missing.returncode == 2
     assert "disttrain: cannot read nope.py: No such file or directory" in missing.stderr
     (proj / "broken.py").write_text("import os\nx = (\n")
-    broken = disttrain(elsewhere, "render", "../proj/broken.py")
+    broken = disttrain_here(elsewhere, monkeypatch, capsys, "render", "../proj/broken.py")
     assert broken.returncode == 2 and "../proj/broken.py has a syntax error on line 2" in (
         broken.stderr
     )
-    module = disttrain(elsewhere, "run", "-m", "proj.nothing")
+    module = disttrain_here(elsewhere, monkeypatch, capsys, "run", "-m", "proj.nothing")
     assert module.returncode == 2 and "no module named 'proj.nothing' here" in module.stderr
     (proj / "huge.py").write_text("X = '" + "a" * (MAX_MODULE_BYTES + 10) + "'\n")
     (proj / "big.py").write_text("import huge\n")

@@ -5,26 +5,17 @@ from __future__ import annotations
 import queue
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from jupyter_disttrain.backends.local import jobdir
 from tests.conftest import assert_no_processes
-from tests.kernel_harness import Kernel
 from tests.kernel_harness import kernel as start_kernel
 
 pytestmark = pytest.mark.slow
 
 SLEEPER = "import time\nreport(step=0, up=1.0)\ntime.sleep(300)"
-
-
-@pytest.fixture
-def kernel(home: Path) -> Iterator[Kernel]:
-    with start_kernel(str(home)) as k:
-        yield k
 
 
 def wait_for_hello(name: str, ranks: int, timeout: float = 60) -> list[int]:
@@ -42,37 +33,13 @@ def wait_for_hello(name: str, ranks: int, timeout: float = 60) -> list[int]:
     raise AssertionError(f"{name}: ranks did not start")
 
 
-def test_interrupt_stops_a_waiting_job(kernel: Kernel, home: Any) -> None:
-    kernel.execute(f"import os; os.environ['DISTRAIN_HOME'] = {str(home)!r}")
-    kernel.execute("%load_ext jupyter_disttrain")
-    kernel.start(f"%%distrain --nodes 2 --nproc 1 --wait --name kr-int\n{SLEEPER}")
-    pids = wait_for_hello("kr-int", 2)
-    kernel.km.interrupt_kernel()
-    try:  # the stop ends every rank first: on a loaded machine that has taken over 60 s
-        reply = kernel.kc.get_shell_msg(timeout=180)
-    except queue.Empty:
-        directory = jobdir.job_dir("kr-int")
-        logs = {p.name: p.read_text()[-2000:] for p in sorted((directory / "logs").glob("*.log"))}
-        raise AssertionError(f"no reply 180 s after the interrupt: {jobdir.read_state(directory)}"
-                             f"\n{logs}") from None  # fmt: skip
-    assert reply["content"]["status"] == "error"
-    assert reply["content"]["ename"] == "KeyboardInterrupt"
-    assert_no_processes(jobdir.job_dir("kr-int"), pids, wait=10)
-    assert jobdir.read_state(jobdir.job_dir("kr-int"))["state"] == "Stopped"  # type: ignore[index]
-
-
-def test_kernel_shutdown_ends_background_jobs(kernel: Kernel, home: Any) -> None:
-    kernel.execute(f"import os; os.environ['DISTRAIN_HOME'] = {str(home)!r}")
-    kernel.execute("%load_ext jupyter_disttrain")
-    kernel.execute(f"%%distrain --nodes 2 --nproc 2 --name kr-bg\n{SLEEPER}")  # raises unless ok
-    pids = wait_for_hello("kr-bg", 4)
-    kernel.kc.stop_channels()
-    kernel.km.shutdown_kernel(now=False)
-    assert_no_processes(jobdir.job_dir("kr-bg"), pids, wait=15)
-
-
-def test_a_cell_job_is_named_after_its_notebook_and_cell(home: Any) -> None:
-    """As Jupyter starts a notebook's kernel: JPY_SESSION_NAME set, ipykernel's __session__."""
+def test_a_notebooks_kernel_names_its_jobs_an_interrupt_and_a_shutdown_end_them(
+    home: Path,
+) -> None:
+    """One kernel, started as Jupyter starts a notebook's (JPY_SESSION_NAME set, ipykernel's
+    ``__session__``), three checks in turn: a cell job is named after its notebook and cell;
+    interrupting a --wait cell stops its job (every rank ends, the cell raises
+    KeyboardInterrupt); shutting the kernel down ends a background job."""
     notebook = str(home / "work" / "Quick Start.ipynb")
     with start_kernel(str(home), env={"JPY_SESSION_NAME": notebook}) as kernel:
         kernel.execute("%load_ext jupyter_disttrain")
@@ -89,3 +56,27 @@ def test_a_cell_job_is_named_after_its_notebook_and_cell(home: Any) -> None:
         found = re.search(rf"^(quick-start-c{cell}-[0-9a-f]{{4}}): ", printed, re.M)
         assert found, printed
         assert jobdir.read_state(jobdir.job_dir(found[1]))["state"] == "Succeeded"  # type: ignore[index]
+        # an interrupt stops a waiting job
+        kernel.start(f"%%distrain --nodes 2 --nproc 1 --wait --name kr-int\n{SLEEPER}")
+        pids = wait_for_hello("kr-int", 2)
+        kernel.km.interrupt_kernel()
+        try:  # the stop ends every rank first: on a loaded machine that has taken over 60 s
+            reply = kernel.kc.get_shell_msg(timeout=180)
+        except queue.Empty:
+            directory = jobdir.job_dir("kr-int")
+            logs = {p.name: p.read_text()[-2000:]
+                    for p in sorted((directory / "logs").glob("*.log"))}  # fmt: skip
+            raise AssertionError(f"no reply 180 s after the interrupt: "
+                                 f"{jobdir.read_state(directory)}\n{logs}") from None  # fmt: skip
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        assert_no_processes(jobdir.job_dir("kr-int"), pids, wait=10)
+        assert jobdir.read_state(jobdir.job_dir("kr-int"))["state"] == "Stopped"  # type: ignore[index]
+        # the kernel's shutdown ends a background job
+        kernel.execute(
+            f"%%distrain --nodes 2 --nproc 2 --name kr-bg\n{SLEEPER}"
+        )  # raises unless ok
+        pids = wait_for_hello("kr-bg", 4)
+        kernel.kc.stop_channels()
+        kernel.km.shutdown_kernel(now=False)
+        assert_no_processes(jobdir.job_dir("kr-bg"), pids, wait=15)

@@ -1,4 +1,5 @@
-"""Sessions in a real Jupyter kernel: Ctrl-C of a stuck cell, and kernel exit leaves no process."""
+"""Sessions in a real Jupyter kernel: a failing cell, Ctrl-C of a stuck cell, and kernel exit
+leaves no process."""
 
 from __future__ import annotations
 
@@ -69,46 +70,12 @@ def wait_for_cell(name: str, ranks: int, cell: int, timeout: float = 60) -> None
     raise AssertionError(f"{name}: the cell did not start on every rank")
 
 
-def test_ctrl_c_of_a_stuck_cell_restarts_the_group_and_says_so(kernel: Kernel) -> None:
-    kernel.execute("%distrain_session start ks-int --nodes 2 --nproc 1")
-    old = wait_for_hello("ks-int", 2)
-    kernel.execute("%%distrain --session ks-int\nkept = 5")
-    start = len(kernel.iopub)
-    msg_id = kernel.start(STUCK.format(name="ks-int"))
-    wait_for_cell("ks-int", 2, cell=2)
-    kernel.km.interrupt_kernel()
-    reply = kernel.kc.get_shell_msg(timeout=90)
-    assert reply["parent_header"]["msg_id"] == msg_id
-    assert reply["content"]["status"] == "error"
-    assert reply["content"]["ename"] == "SessionLost", reply["content"]
-    kernel.drain(0.5)
-    text = (
-        "".join(
-            m["content"].get("text", "") for m in kernel.iopub[start:] if m["msg_type"] == "stream"
-        )
-        + reply["content"]["evalue"]
-    )
-    assert "rank(s) 0 did not come back" in text and "state was lost" in text, text
-    assert_gone(old)  # the old group's ranks
-    out = kernel.run("%%distrain --session ks-int\n'kept' in globals()")
-    assert kernel.run("print(_)").strip() == "False", out
-    kernel.run("%distrain_session stop ks-int")
-
-
-@pytest.mark.parametrize("now", [False, True], ids=["shutdown", "killed"])
-def test_kernel_exit_leaves_no_session_process(kernel: Kernel, now: bool) -> None:
-    name = f"ks-exit-{int(now)}"
-    kernel.execute(f"%distrain_session start {name} --nodes 2 --nproc 2")
-    pids = wait_for_hello(name, 4)
-    kernel.execute(f"%%distrain --session {name}\nimport torch.distributed as dist\ndist.barrier()")
-    kernel.kc.stop_channels()
-    kernel.km.shutdown_kernel(now=now)
-    assert_no_processes(jobdir.job_dir(name), pids, wait=15)
-
-
-def test_a_failing_cell_shows_its_rank_s_traceback_from_the_cell_and_the_group_lives_on(
+def test_a_failing_cell_then_ctrl_c_of_a_stuck_cell_then_the_kernels_shutdown(
     kernel: Kernel,
 ) -> None:
+    """Three checks in turn, in one kernel. A failing cell shows its rank's traceback from
+    the cell, and the group lives on. Ctrl-C of a stuck cell restarts the group and says
+    so. The kernel's shutdown leaves no session process."""
     kernel.execute("%distrain_session start ks-fail --nodes 2 --nproc 1")
     wait_for_hello("ks-fail", 2)
     cell = ("%%distrain --session ks-fail\nimport torch.distributed as dist\n"
@@ -132,3 +99,44 @@ def test_a_failing_cell_shows_its_rank_s_traceback_from_the_cell_and_the_group_l
     assert states.strip() == "Running ['Ready', 'Ready']", states
     kernel.execute("%%distrain --session ks-fail\nimport torch.distributed as dist\ndist.barrier()")
     kernel.run("%distrain_session stop ks-fail")
+    # Ctrl-C of a stuck cell
+    kernel.execute("%distrain_session start ks-int --nodes 2 --nproc 1")
+    old = wait_for_hello("ks-int", 2)
+    kernel.execute("%%distrain --session ks-int\nkept = 5")
+    start = len(kernel.iopub)
+    msg_id = kernel.start(STUCK.format(name="ks-int"))
+    wait_for_cell("ks-int", 2, cell=2)
+    kernel.km.interrupt_kernel()
+    reply = kernel.kc.get_shell_msg(timeout=90)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "SessionLost", reply["content"]
+    kernel.drain(0.5)
+    text = (
+        "".join(
+            m["content"].get("text", "") for m in kernel.iopub[start:] if m["msg_type"] == "stream"
+        )
+        + reply["content"]["evalue"]
+    )
+    assert "rank(s) 0 did not come back" in text and "state was lost" in text, text
+    assert_gone(old)  # the old group's ranks
+    out = kernel.run("%%distrain --session ks-int\n'kept' in globals()")
+    assert kernel.run("print(_)").strip() == "False", out
+    kernel.run("%distrain_session stop ks-int")
+    # the kernel's shutdown
+    exit_session(kernel, False)
+
+
+def exit_session(kernel: Kernel, now: bool) -> None:
+    """Start a 2x2 session, run a cell, end the kernel (``now``: killed): no process left."""
+    name = f"ks-exit-{int(now)}"
+    kernel.execute(f"%distrain_session start {name} --nodes 2 --nproc 2")
+    pids = wait_for_hello(name, 4)
+    kernel.execute(f"%%distrain --session {name}\nimport torch.distributed as dist\ndist.barrier()")
+    kernel.kc.stop_channels()
+    kernel.km.shutdown_kernel(now=now)
+    assert_no_processes(jobdir.job_dir(name), pids, wait=15)
+
+
+def test_a_killed_kernel_leaves_no_session_process(kernel: Kernel) -> None:
+    exit_session(kernel, True)

@@ -152,6 +152,8 @@ def test_a_2x2_job_runs_psum_and_sgd_on_every_process(
     assert_no_processes(directory, sink.pids())
 
 
+# LOAD then SHARDED run as one 1x2 job (on the object store): the first loads the 2x2
+# job's checkpoint, the second saves and loads its own; the job's value holds both
 LOAD = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np
@@ -161,13 +163,38 @@ LOAD = textwrap.dedent(
     restored = load_checkpoint(URI, into=template)
     plain = load_checkpoint(URI)
     same = bool(np.array_equal(np.asarray(restored["w"]), plain["w"]))
-    {"w": restored["w"], "mesh": dict(restored["w"].sharding.mesh.shape), "same": same,
-     "world": jax.process_count()}
+    loaded = {"w": restored["w"], "mesh": dict(restored["w"].sharding.mesh.shape), "same": same,
+              "world": jax.process_count()}
     """
 )
 
 
-def test_a_checkpoint_saved_on_2x2_loads_on_1x2(trained: tuple[Job, Collector, float]) -> None:
+SHARDED = textwrap.dedent(
+    """
+    import jax, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    mesh = jax.make_mesh((jax.device_count(),), ("data",))
+    sharded = NamedSharding(mesh, P("data"))
+    state = {"w": jax.device_put(np.arange(8.0, dtype=np.float32), sharded), "n": [np.int32(3)]}
+    uri = save_checkpoint(state, 5)  # w's halves live on two processes: gathered, then written
+    back = load_checkpoint(uri, into={"w": jax.device_put(np.zeros(8, np.float32), sharded),
+                                      "n": [np.int32(0)]})
+    mine = np.asarray(back["w"].addressable_data(0)).tolist()
+    print(f"process {jax.process_index()} holds {mine}")
+    {"uri": uri, "plain": load_checkpoint(uri), "n": int(back["n"][0]), "loaded": loaded}
+    """
+)
+
+
+def test_a_checkpoint_saved_on_2x2_loads_on_1x2_and_one_on_an_object_store_is_npz(
+    trained: tuple[Job, Collector, float], s3: dict[str, str]
+) -> None:
+    """Two proofs, one 1x2 job whose checkpoint directory is on an object store.
+
+    The 2x2 job's checkpoints (every process's shards) load on 1x2, placed on
+    the loading job's own mesh. Then, on the object store, a checkpoint is npz
+    and gathers arrays sharded over the two processes.
+    """
     from jupyter_disttrain.checkpoints.store import CheckpointStore
 
     job, sink, _ = trained
@@ -187,46 +214,22 @@ def test_a_checkpoint_saved_on_2x2_loads_on_1x2(trained: tuple[Job, Collector, f
     notebook_side = store.load(20)  # numpy arrays, no JAX needed in the notebook
     assert (notebook_side["w"] == job.result()["params"]["w"]).all()
 
-    spec = jax_spec("jax-load", nodes=1, nproc=2, timeout=120)
-    loaded = submit(spec, LOAD, Collector(), {"URI": uri}).result(timeout=120)
+    spec = jax_spec("jax-s3", nodes=1, nproc=2, timeout=180, checkpoint_dir="s3://ckpt-bucket/jx")
+    both = submit(spec, LOAD + SHARDED, Collector(), {"URI": uri})
+    value = both.result(timeout=180)
+    loaded = value["loaded"]
     assert loaded["world"] == 2 and loaded["same"], loaded
     assert loaded["mesh"] == {"data": 2}, loaded  # placed on the loading job's own mesh
     assert (loaded["w"] == job.result()["params"]["w"]).all()
-
-
-SHARDED = textwrap.dedent(
-    """
-    import jax, numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
-    mesh = jax.make_mesh((jax.device_count(),), ("data",))
-    sharded = NamedSharding(mesh, P("data"))
-    state = {"w": jax.device_put(np.arange(8.0, dtype=np.float32), sharded), "n": [np.int32(3)]}
-    uri = save_checkpoint(state, 5)  # w's halves live on two processes: gathered, then written
-    back = load_checkpoint(uri, into={"w": jax.device_put(np.zeros(8, np.float32), sharded),
-                                      "n": [np.int32(0)]})
-    mine = np.asarray(back["w"].addressable_data(0)).tolist()
-    print(f"process {jax.process_index()} holds {mine}")
-    {"uri": uri, "plain": load_checkpoint(uri), "n": int(back["n"][0])}
-    """
-)
-
-
-def test_on_an_object_store_a_checkpoint_is_npz_and_gathers_sharded_arrays(
-    s3: dict[str, str],
-) -> None:
-    from jupyter_disttrain.checkpoints.store import CheckpointStore
-
-    spec = jax_spec("jax-s3", nodes=1, nproc=2, timeout=120, checkpoint_dir="s3://ckpt-bucket/jx")
-    job = submit(spec, SHARDED, Collector())
-    value = job.result(timeout=120)
+    # the object store's checkpoint, saved by the same job
     assert value["uri"].startswith("s3://ckpt-bucket/jx/step-000000005-"), value
     assert value["plain"]["w"].tolist() == list(range(8)) and value["n"] == 3, value
     assert value["plain"]["n"][0] == 3 and isinstance(value["plain"]["n"], list)
-    assert "process 1 holds [4.0, 5.0, 6.0, 7.0]" in job.logs(rank=1)
-    store = CheckpointStore("s3://ckpt-bucket/jx")
-    (info,) = store.list()
-    assert info.kind == "jax" and info.world_size == 2 and store.verify() == {5: "ok"}
-    assert store.load(5)["w"].tolist() == list(range(8))
+    assert "process 1 holds [4.0, 5.0, 6.0, 7.0]" in both.logs(rank=1), both.logs()
+    s3_store = CheckpointStore("s3://ckpt-bucket/jx")
+    (info,) = s3_store.list()
+    assert info.kind == "jax" and info.world_size == 2 and s3_store.verify() == {5: "ok"}
+    assert s3_store.load(5)["w"].tolist() == list(range(8))
 
 
 # --- failures: a process that raises, a process that skips a collective --------------------

@@ -150,45 +150,6 @@ def test_spec_rules_hold_for_the_python_api() -> None:
 
 
 @pytest.mark.slow
-def test_keras_digits_on_two_workers() -> None:
-    line, cell, namespace = notebook_training()
-    assert "--framework tensorflow --nodes 2" in line
-    spec = tf_spec("tf-digits", nodes=2, timeout=180)
-    sink = Collector()
-    started = time.monotonic()
-    job = jobs.submit(spec, tf_payload(cell, namespace, spec.name), LocalBackend(),
-                      listeners=[sink])  # fmt: skip
-    result = job.result(timeout=180)
-    assert result["workers"] == 2 and result["accuracy"] > 0.85, result
-    assert job.status() == "Succeeded"
-    running = next(e for e in sink.kinds("job") if e.get("state") == "Running")
-    print(f"launch to all workers connected: {running.t - sink.events[0].t:.1f} s; "
-          f"job {time.monotonic() - started:.1f} s")  # fmt: skip
-    hellos = {e.rank: e for e in sink.kinds("hello")}
-    assert sorted(hellos) == [0, 1]
-    assert {e.get("backend") for e in hellos.values()} == {"tf-ring"}
-    assert [hellos[r].get("task") for r in (0, 1)] == ["worker:0", "worker:1"]
-    assert all("torch" not in e.get("versions") for e in hellos.values())
-    metrics = job.metrics()
-    for rank in (0, 1):
-        steps = [row["step"] for row in metrics if row["rank"] == rank]
-        assert steps == list(range(60)), steps  # 3 epochs x 20 steps, from each worker
-    losses = [row["loss"] for row in metrics if row["rank"] == 0]
-    assert losses[-1] < losses[0] / 3, losses
-    directory = jobdir.job_dir(spec.name)
-    assert sorted(p.name for p in jobdir.logs_dir(directory).iterdir()) == [
-        "agent-0.log", "agent-1.log", "rank-0.log", "rank-1.log",
-    ]  # fmt: skip
-    state = json.loads((directory / "state.json").read_text())
-    assert state["framework"] == "tensorflow" and state["mode"] == "exec"
-    assert state["exit_codes"] == [0, 0]
-    assert "worker 1: test accuracy" in LocalBackend().logs(spec.name, rank=1)
-    record = next(r for r in LocalBackend().list_jobs() if r.name == spec.name)
-    assert record.state == "Succeeded" and record.world_size == 2
-    assert_no_processes(directory, sink.pids())
-
-
-@pytest.mark.slow
 def test_failing_worker_is_named_and_everything_ends() -> None:
     cell = textwrap.dedent(
         """
@@ -239,10 +200,18 @@ def hello_pids(name: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_stop_timeout_and_owner_death_leave_no_processes() -> None:
-    """Stop (from any process), timeout and a killed kernel each end every worker."""
+def test_stop_timeout_owner_death_and_only_grpc_ports_beyond_loopback() -> None:
+    """Stop (from any process), timeout and a killed kernel each end every worker.
+
+    And, while tf-stop's two workers run (after a ``report()``, so their
+    strategy is up): TensorFlow's gRPC server binds every address (no option
+    for it), the README's exception. Nothing else of the job listens beyond
+    loopback, and those are exactly the workers' ports of TF_CONFIG.
+    """
+    from tests.backends.local.test_backend import listening
+
     owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
-    cell = "import time\ntime.sleep(300)\n"
+    cell = "import time\nreport(step=0, up=1)\ntime.sleep(300)\n"
     stopped, timed = tf_spec("tf-stop", nodes=2, timeout=200), tf_spec("tf-slow", timeout=10)
     sinks = {spec.name: Collector() for spec in (stopped, timed)}
     runs = {
@@ -253,9 +222,15 @@ def test_stop_timeout_and_owner_death_leave_no_processes() -> None:
     }
     assert owner.stdout is not None and owner.stdout.readline().strip() == "submitted"
     deadline = time.monotonic() + 240  # four workers importing TensorFlow at once
-    while len(sinks["tf-stop"].kinds("hello")) < 2 or not hello_pids("tf-owner"):
+    while len(sinks["tf-stop"].kinds("metric")) < 2 or not hello_pids("tf-owner"):
         assert time.monotonic() < deadline, sinks["tf-stop"].events
         time.sleep(0.1)
+    run = runs["tf-stop"]
+    assert run.pgid is not None
+    found = listening(run)
+    wide = {port for ip, port, _, _ in found if ip not in ("127.0.0.1", "::1")}
+    ports = {int(a.rsplit(":", 1)[1]) for a in run.plan.rdzv_endpoint.split(",")}
+    assert wide <= ports, (wide, ports, found, sinks["tf-stop"].events[-5:])
     assert LocalBackend().stop("tf-stop")  # as another kernel or the CLI would
     owner.kill()  # the kernel that owns tf-owner dies
     owner.wait()
@@ -270,6 +245,7 @@ def test_stop_timeout_and_owner_death_leave_no_processes() -> None:
     assert record.state == "Stopped"
 
 
+# run after the tutorial's training cell in the same job: ``accuracy`` is that cell's
 CHECKPOINTS = textwrap.dedent(
     """
     import os, tempfile
@@ -293,30 +269,67 @@ CHECKPOINTS = textwrap.dedent(
     restored = all(np.array_equal(a, b) for a, b in zip(saved, model.get_weights()))
     scratch = [d for d in os.listdir(tempfile.gettempdir()) if d.startswith("distrain-tf-ckpt-")]
     print(f"worker {strategy.cluster_resolver.task_id}: uris {uris} restored {restored}")
-    {"uris": uris, "restored": restored, "scratch": scratch, "kernel": saved[0]}
+    {"uris": uris, "restored": restored, "scratch": scratch, "kernel": saved[0],
+     "accuracy": accuracy, "workers": strategy.num_replicas_in_sync}
     """
 )
 
 
 @pytest.mark.slow
-def test_checkpoints_of_a_tensorflow_job() -> None:
-    """Every worker saves; the chief writes the atomic checkpoint; all restore from it."""
+def test_keras_digits_then_checkpoints_on_two_workers() -> None:
+    """One job of two workers: the tutorial's training cell, as it is, then checkpoints.
+
+    The notebook's Keras digits cell trains to > 0.85 accuracy, each worker
+    reporting its 60 steps, with the job's logs, state and record as listed.
+    Then, in the same workers: every worker saves; the chief writes the
+    atomic checkpoint; all restore from it.
+    """
     from jupyter_disttrain.checkpoints.store import CheckpointStore
 
-    spec = tf_spec("tf-ckpt", nodes=2, timeout=150)
+    line, cell, namespace = notebook_training()
+    assert "--framework tensorflow --nodes 2" in line
+    spec = tf_spec("tf-digits", nodes=2, timeout=240)
     sink = Collector()
-    job = jobs.submit(spec, tf_payload(CHECKPOINTS, {}, spec.name), LocalBackend(),
-                      listeners=[sink])  # fmt: skip
-    value = job.result(timeout=150)
+    started = time.monotonic()
+    payload = tf_payload(cell + CHECKPOINTS, namespace, spec.name)
+    job = jobs.submit(spec, payload, LocalBackend(), listeners=[sink])
+    value = job.result(timeout=240)
+    assert value["workers"] == 2 and value["accuracy"] > 0.85, value
+    assert job.status() == "Succeeded"
+    running = next(e for e in sink.kinds("job") if e.get("state") == "Running")
+    print(f"launch to all workers connected: {running.t - sink.events[0].t:.1f} s; "
+          f"job {time.monotonic() - started:.1f} s")  # fmt: skip
+    hellos = {e.rank: e for e in sink.kinds("hello")}
+    assert sorted(hellos) == [0, 1]
+    assert {e.get("backend") for e in hellos.values()} == {"tf-ring"}
+    assert [hellos[r].get("task") for r in (0, 1)] == ["worker:0", "worker:1"]
+    assert all("torch" not in e.get("versions") for e in hellos.values())
+    metrics = job.metrics()
+    for rank in (0, 1):
+        steps = [row["step"] for row in metrics if row["rank"] == rank]
+        assert steps == list(range(60)), steps  # 3 epochs x 20 steps, from each worker
+    losses = [row["loss"] for row in metrics if row["rank"] == 0]
+    assert losses[-1] < losses[0] / 3, losses
+    directory = jobdir.job_dir(spec.name)
+    assert sorted(p.name for p in jobdir.logs_dir(directory).iterdir()) == [
+        "agent-0.log", "agent-1.log", "rank-0.log", "rank-1.log",
+    ]  # fmt: skip
+    state = json.loads((directory / "state.json").read_text())
+    assert state["framework"] == "tensorflow" and state["mode"] == "exec"
+    assert state["exit_codes"] == [0, 0]
+    worker_log = LocalBackend().logs(spec.name, rank=1)
+    assert "worker 1: test accuracy" in worker_log, worker_log
+    record = next(r for r in LocalBackend().list_jobs() if r.name == spec.name)
+    assert record.state == "Succeeded" and record.world_size == 2
+    # the checkpoints, saved by the same workers after the tutorial's training
     assert value["restored"] and value["scratch"] == [], value
     assert [u.rsplit("/", 1)[-1].split("-")[1] for u in value["uris"]] == [
         "000000001", "000000002", "000000003",
     ]  # fmt: skip
     assert all(u.endswith(".tf") for u in value["uris"])
-    worker_log = LocalBackend().logs(spec.name, rank=1)
     assert "uris [None, None, None] restored True" in worker_log, worker_log
     assert [e.get("step") for e in sink.kinds("checkpoint")] == [1, 2, 3]
-    store = CheckpointStore(str(jobdir.job_dir(spec.name) / "checkpoints"))
+    store = CheckpointStore(str(directory / "checkpoints"))
     infos = store.list()
     assert [i.step for i in infos] == [2, 3]  # keep_last=2
     assert {i.kind for i in infos} == {"tf"} and all(i.ok for i in infos)
@@ -328,34 +341,6 @@ def test_checkpoints_of_a_tensorflow_job() -> None:
     assert kernel.dtype == "float32" and kernel.name.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
     arrays = store.load(3)
     assert (arrays[kernel.name] == value["kernel"]).all()
-    leftovers = [p.name for p in (jobdir.job_dir(spec.name) / "checkpoints").iterdir()]
+    leftovers = [p.name for p in (directory / "checkpoints").iterdir()]
     assert not [n for n in leftovers if n.startswith(".tmp-")], leftovers
-    assert_no_processes(jobdir.job_dir(spec.name), sink.pids())
-
-
-@pytest.mark.slow
-def test_only_the_workers_grpc_ports_listen_beyond_loopback() -> None:
-    """TensorFlow's gRPC server binds every address (no option for it): the README's exception.
-
-    Nothing else of the job listens beyond loopback, and those are exactly
-    the workers' ports of TF_CONFIG.
-    """
-    from tests.backends.local.test_backend import listening
-
-    spec = tf_spec("tf-listen", nodes=2, timeout=120)
-    cell = "import time\nreport(step=0, up=1)\ntime.sleep(60)"
-    sink = Collector()
-    run = submit_now(LocalBackend(), spec, tf_payload(cell, {}, spec.name), sink)
-    try:
-        deadline = time.monotonic() + 120
-        while len(sink.kinds("metric")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert len(sink.kinds("metric")) == 2, sink.events[-5:]
-        assert run.pgid is not None
-        found = listening(run)
-        wide = {port for ip, port, _, _ in found if ip not in ("127.0.0.1", "::1")}
-        ports = {int(a.rsplit(":", 1)[1]) for a in run.plan.rdzv_endpoint.split(",")}
-        assert wide <= ports, (wide, ports, found)
-    finally:
-        run.stop()
-        run.join(30)
+    assert_no_processes(directory, sink.pids())

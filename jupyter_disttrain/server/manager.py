@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from ..backends import optional
 from ..backends.base import Backend, JobRecord
 from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
-from ..service import JobService
+from ..service import JobService, namespace
 from ..service.listing import LIST_TIMEOUT, POLLED
 from ..service.logtext import MAX_LOG_CHARS, MAX_TAIL
 from ..service.namespace import StopRefused
@@ -92,11 +93,16 @@ class JobManager:
     def namespace(self) -> NamespaceJSON:
         """Every job of the configured backends' scopes, whoever started it (the sidebar's
         namespace section). After the first call each backend follows its scope with a few
-        long-lived watches (:meth:`Backend.watch_namespace`): a call then asks nothing."""
+        long-lived watches (:class:`~..backends.optional.ListsNamespace`): a call then asks
+        nothing."""
         listing = self.service.list_all()
         for backend in listing.backends:
             if backend.name not in self._namespace_watches:
-                self._namespace_watches[backend.name] = backend.watch_namespace()
+                self._namespace_watches[backend.name] = (
+                    optional.NAMESPACE.of(backend).watch_namespace()
+                    if optional.NAMESPACE.has(backend)
+                    else None
+                )
         statuses = [
             BackendStatus(
                 name=b.name, ok=b.name not in listing.errors, error=listing.errors.get(b.name, "")
@@ -116,7 +122,7 @@ class JobManager:
         key = (backend.name, str(record.extra.get("kubeflow_kind") or ""))
         cached = self._may_stop.get(key)
         if cached is None or self.clock() - cached[0] > STOP_RIGHTS_SECONDS:
-            cached = (self.clock(), backend.may_stop(record.name) is not False)
+            cached = (self.clock(), namespace.may_stop(backend, record.name) is not False)
             self._may_stop[key] = cached
         return cached[1]
 
@@ -147,7 +153,7 @@ class JobManager:
     def stop(self, backend: str, name: str) -> StopJSON:
         """Stop a job of any owner; ``stopped`` is False when it was not running."""
         found, record = self.service.find_any(backend, name)
-        if record.extra.get("foreign") and found.may_stop(name) is False:
+        if record.extra.get("foreign") and namespace.may_stop(found, name) is False:
             raise StopRefused(
                 f"{name} is read-only here: your Kubernetes RBAC does not allow "
                 "deleting it (docs/rbac.yaml lists the rules)"

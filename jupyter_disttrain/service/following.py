@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..backends import optional
 from ..backends.base import Backend, BackendError, JobRecord, Submission
 from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
@@ -50,7 +51,7 @@ def open_monitor(
         phases=backend.capabilities.phases,
     )
     try:
-        _, submission = backend.attach(record.name, monitor.feed)
+        _, submission = optional.ATTACH.of(backend).attach(record.name, monitor.feed)
     except BackendError:
         return None, None
     return monitor, submission

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from ..backends import optional
 from ..backends.base import Backend, BackendError, JobNotFound, JobRecord
 from .listing import Listing, newest_first
 
@@ -19,16 +20,31 @@ class StopRefused(BackendError):
 
 
 def list_namespace(backends: Iterable[Backend]) -> Listing:
-    """Every job of ``backends`` (:meth:`~..backends.base.Backend.list_namespace`), newest
+    """Every job of ``backends`` (:func:`scope_records`), newest
     first; a backend that fails is reported in ``errors``, the others are still listed."""
     listing = Listing(backends=list(backends))
     for backend in listing.backends:
         try:
-            listing.add(backend, backend.list_namespace())
+            listing.add(backend, scope_records(backend))
         except Exception as exc:  # one backend's failure stays its own
             listing.errors[backend.name] = str(exc) or type(exc).__name__
     listing.records = newest_first(listing.records)
     return listing
+
+
+def scope_records(backend: Backend) -> list[JobRecord]:
+    """Every job of ``backend``'s scope, whoever started it, where it can list them
+    (:class:`~..backends.optional.ListsNamespace`); else its own jobs."""
+    if optional.NAMESPACE.has(backend):
+        return optional.NAMESPACE.of(backend).list_namespace()
+    return backend.list_jobs()
+
+
+def may_stop(backend: Backend, name: str) -> bool | None:
+    """Whether this user may stop job ``name`` of ``backend`` (None: it cannot tell)."""
+    if optional.NAMESPACE.has(backend):
+        return optional.NAMESPACE.of(backend).may_stop(name)
+    return None
 
 
 def is_foreign(record: JobRecord) -> bool:
@@ -38,7 +54,7 @@ def is_foreign(record: JobRecord) -> bool:
 
 def record_of(backend: Backend, name: str) -> JobRecord | None:
     """Job ``name`` among every job of ``backend``'s scope, or None."""
-    return next((r for r in backend.list_namespace() if r.name == name), None)
+    return next((r for r in scope_records(backend) if r.name == name), None)
 
 
 def holder(backends: Iterable[Backend], name: str) -> Backend | None:
@@ -76,7 +92,7 @@ def stop_question(backend: Backend, name: str) -> str | None:
     record = record_of(backend, name)
     if record is None or not is_foreign(record):
         return None
-    allowed = backend.may_stop(name)
+    allowed = may_stop(backend, name)
     kind = str(record.extra.get("kubeflow_kind") or "job")
     if allowed is False:
         raise StopRefused(

@@ -26,7 +26,6 @@ from ..monitor import JobMonitor
 from ..service import JobService, namespace
 from ..service.listing import LIST_TIMEOUT, POLLED
 from ..service.logtext import MAX_LOG_CHARS, MAX_TAIL
-from ..service.namespace import StopRefused
 from .checkpoint_list import list_checkpoints
 from .views import (
     BackendStatus,
@@ -44,8 +43,6 @@ __all__ = ["MAX_LOG_CHARS", "MAX_TAIL", "REPLAY_WAIT", "JobManager"]
 
 #: Seconds a listing (or a detail request) waits for the replays of the jobs it follows.
 REPLAY_WAIT = 1.0
-#: Seconds an answer of RBAC on stopping a kind of job is reused.
-STOP_RIGHTS_SECONDS = 60.0
 
 
 class JobManager:
@@ -75,7 +72,6 @@ class JobManager:
         policy = replace(POLLED, timeout=list_timeout, cache_seconds=cache_seconds)
         self.service = JobService(listing=policy, backends=backends)
         self._namespace_watches: dict[str, Callable[[], None] | None] = {}
-        self._may_stop: dict[tuple[str, str], tuple[float, bool]] = {}  # (backend, kind)
 
     def list_jobs(self) -> JobListJSON:
         """Every job of every backend, newest first, with the backends' status."""
@@ -110,21 +106,10 @@ class JobManager:
             for b in listing.backends
         ]
         rows = [
-            namespace_job_json(r, may_stop=self._stoppable(listing.source(r), r))
+            namespace_job_json(r, may_stop=self.service.stop_rights.allows(listing.source(r), r))
             for r in listing.records
         ]
         return NamespaceJSON(jobs=rows, backends=statuses, now=self.clock())
-
-    def _stoppable(self, backend: Backend, record: JobRecord) -> bool:
-        """Whether RBAC lets this user stop ``record`` (asked once a minute per kind)."""
-        if record.state in TERMINAL_STATES or not record.extra.get("foreign"):
-            return True
-        key = (backend.name, str(record.extra.get("kubeflow_kind") or ""))
-        cached = self._may_stop.get(key)
-        if cached is None or self.clock() - cached[0] > STOP_RIGHTS_SECONDS:
-            cached = (self.clock(), namespace.may_stop(backend, record.name) is not False)
-            self._may_stop[key] = cached
-        return cached[1]
 
     def job(self, backend: str, name: str) -> JobJSON:
         """One job with its ranks, metrics and checkpoints (starts following it if it runs);
@@ -153,11 +138,7 @@ class JobManager:
     def stop(self, backend: str, name: str) -> StopJSON:
         """Stop a job of any owner; ``stopped`` is False when it was not running."""
         found, record = self.service.find_any(backend, name)
-        if record.extra.get("foreign") and namespace.may_stop(found, name) is False:
-            raise StopRefused(
-                f"{name} is read-only here: your Kubernetes RBAC does not allow "
-                "deleting it (docs/rbac.yaml lists the rules)"
-            )
+        namespace.check_stop(found, record)  # StopRefused: read-only for this user
         stopped = self.service.stop_listed(found, name)
         _, record = self.service.find_any(backend, name)
         job = self._safe_json(found, record, self.clock(), detail=False)

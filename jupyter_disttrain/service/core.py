@@ -70,6 +70,7 @@ class JobService:
         self._listed_backends = backends
         self._lister = Lister(listing)
         self.followers = Followers()
+        self.stop_rights = namespace.StopRights()  # the sidebar's stop buttons ask it
 
     # ------------------------------------------------------------------ backends
 

@@ -8,10 +8,12 @@ can-i`` would) and an explicit confirmation, since it is someone's work.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
 from ..backends import optional
 from ..backends.base import Backend, BackendError, JobNotFound, JobRecord
+from ..events import TERMINAL_STATES
 from .listing import Listing, newest_first
 
 
@@ -83,6 +85,39 @@ def first_found(
     raise JobNotFound(f"no job named {name!r} on {where}: list every job there for their names")
 
 
+def check_stop(backend: Backend, record: JobRecord) -> None:
+    """Raise :class:`StopRefused` when ``record`` is a foreign job this user's RBAC does
+    not let them delete; return otherwise (this tool's jobs may always be stopped)."""
+    if not is_foreign(record) or may_stop(backend, record.name) is not False:
+        return
+    kind = str(record.extra.get("kubeflow_kind") or "job")
+    raise StopRefused(
+        f"{record.name} is read-only here: your Kubernetes RBAC does not allow deleting this "
+        f"{kind} (ask for 'delete' on it in your namespace; docs/rbac.yaml lists the rules)"
+    )
+
+
+class StopRights:
+    """Whether listed jobs may be stopped, asked of the backend once per ``seconds`` per
+    backend and kind (RBAC is granted per kind, and a listing shows many jobs)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, seconds: float = 60.0):
+        self.clock = clock
+        self.seconds = seconds
+        self._known: dict[tuple[str, str], tuple[float, bool]] = {}
+
+    def allows(self, backend: Backend, record: JobRecord) -> bool:
+        """Whether this user may stop ``record`` (an ended or own job: True)."""
+        if record.state in TERMINAL_STATES or not is_foreign(record):
+            return True
+        key = (backend.name, str(record.extra.get("kubeflow_kind") or ""))
+        known = self._known.get(key)
+        if known is None or self.clock() - known[0] > self.seconds:
+            known = (self.clock(), may_stop(backend, record.name) is not False)
+            self._known[key] = known
+        return known[1]
+
+
 def stop_question(backend: Backend, name: str) -> str | None:
     """None when job ``name`` of ``backend`` may be stopped as any of this tool's jobs; else
     the confirmation to ask (a foreign job the user's RBAC lets them delete).
@@ -92,13 +127,8 @@ def stop_question(backend: Backend, name: str) -> str | None:
     record = record_of(backend, name)
     if record is None or not is_foreign(record):
         return None
-    allowed = may_stop(backend, name)
+    check_stop(backend, record)
     kind = str(record.extra.get("kubeflow_kind") or "job")
-    if allowed is False:
-        raise StopRefused(
-            f"{name} is read-only here: your Kubernetes RBAC does not allow deleting this "
-            f"{kind} (ask for 'delete' on it in your namespace; docs/rbac.yaml lists the rules)"
-        )
     who = str(record.extra.get("started_by") or "") or "someone else"
     return (
         f"{name} is a {kind} started by {who}, not by jupyter-disttrain: stopping it deletes "

@@ -16,7 +16,7 @@ What differs between backends is declared in :class:`Capabilities`,
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -113,8 +113,32 @@ class BackendOption:
 
 
 @dataclass(frozen=True)
+class ScopeFacts:
+    """What a listing of every job of a scope knows of one beside its state
+    (:class:`~.optional.ListsNamespace`); the defaults say "one of this tool's jobs".
+
+    ``foreign``: not started by this tool. ``workload``: the kind of object the job
+    is on its backend (``PyTorchJob``, ``TrainJob``; "" where jobs are no objects).
+    ``started_by``: what the job's labels say started it. ``progress`` (percent),
+    ``eta`` (seconds) and ``reported_metrics`` (name -> number): what the job reports
+    of itself on its object, where it does.
+    """
+
+    foreign: bool = False
+    workload: str = ""
+    started_by: str = ""
+    progress: int | None = None
+    eta: int | None = None
+    reported_metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class JobRecord:
-    """A job as a listing shows it (possibly from another process or kernel)."""
+    """A job as a listing shows it (possibly from another process or kernel).
+
+    ``facts``: what a scope's listing says of it (:class:`ScopeFacts`); ``extra``:
+    what its backend keeps to find it again (labels, a cluster's context).
+    """
 
     name: str
     backend: str
@@ -127,6 +151,7 @@ class JobRecord:
     reason: str = ""
     owner: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    facts: ScopeFacts = field(default_factory=ScopeFacts)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ class ListsNamespace(Protocol):
     """See every job of the backend's scope, whoever started it (``--all``)."""
 
     def list_namespace(self) -> list[JobRecord]:
-        """Every job of the scope, newest first; a record's ``extra`` may say ``foreign``."""
+        """Every job of the scope, newest first, each with its :class:`~.base.ScopeFacts`."""
         ...
 
     def watch_namespace(self) -> Callable[[], None] | None:

@@ -51,7 +51,7 @@ def may_stop(backend: Backend, name: str) -> bool | None:
 
 def is_foreign(record: JobRecord) -> bool:
     """True for a job this tool did not start."""
-    return bool(record.extra.get("foreign"))
+    return record.facts.foreign
 
 
 def record_of(backend: Backend, name: str) -> JobRecord | None:
@@ -90,7 +90,7 @@ def check_stop(backend: Backend, record: JobRecord) -> None:
     not let them delete; return otherwise (this tool's jobs may always be stopped)."""
     if not is_foreign(record) or may_stop(backend, record.name) is not False:
         return
-    kind = str(record.extra.get("kubeflow_kind") or "job")
+    kind = record.facts.workload or "job"
     raise StopRefused(
         f"{record.name} is read-only here: your Kubernetes RBAC does not allow deleting this "
         f"{kind} (ask for 'delete' on it in your namespace; docs/rbac.yaml lists the rules)"
@@ -110,7 +110,7 @@ class StopRights:
         """Whether this user may stop ``record`` (an ended or own job: True)."""
         if record.state in TERMINAL_STATES or not is_foreign(record):
             return True
-        key = (backend.name, str(record.extra.get("kubeflow_kind") or ""))
+        key = (backend.name, record.facts.workload)
         known = self._known.get(key)
         if known is None or self.clock() - known[0] > self.seconds:
             known = (self.clock(), may_stop(backend, record.name) is not False)
@@ -128,8 +128,8 @@ def stop_question(backend: Backend, name: str) -> str | None:
     if record is None or not is_foreign(record):
         return None
     check_stop(backend, record)
-    kind = str(record.extra.get("kubeflow_kind") or "job")
-    who = str(record.extra.get("started_by") or "") or "someone else"
+    kind = record.facts.workload or "job"
+    who = record.facts.started_by or "someone else"
     return (
         f"{name} is a {kind} started by {who}, not by jupyter-disttrain: stopping it deletes "
         "it for everyone. Confirm to stop it."

@@ -6,7 +6,14 @@ from collections.abc import Callable
 
 import pytest
 
-from jupyter_disttrain.backends.base import Backend, EventSink, JobRecord, Plan, Submission
+from jupyter_disttrain.backends.base import (
+    Backend,
+    EventSink,
+    JobRecord,
+    Plan,
+    ScopeFacts,
+    Submission,
+)
 from jupyter_disttrain.payload import Payload
 from jupyter_disttrain.service import namespace
 from jupyter_disttrain.spec import JobSpec
@@ -20,8 +27,8 @@ class Scope(Backend):
     def __init__(self, allowed: bool | None) -> None:
         self.allowed = allowed
         self.asked = 0
-        facts = {"foreign": True, "kubeflow_kind": "PyTorchJob", "started_by": "ana"}
-        self.foreign = JobRecord("theirs", "scope", "Running", 2, 2, 1, 1.0, extra=facts)
+        facts = ScopeFacts(foreign=True, workload="PyTorchJob", started_by="ana")
+        self.foreign = JobRecord("theirs", "scope", "Running", 2, 2, 1, 1.0, facts=facts)
 
     def plan(self, spec: JobSpec, payload: Payload) -> Plan:
         raise NotImplementedError
@@ -68,7 +75,7 @@ def test_own_and_ended_jobs_may_be_stopped_without_asking() -> None:
     backend = Scope(allowed=False)
     rights = namespace.StopRights()
     own = JobRecord("mine", "scope", "Running", 1, 1, 1, 1.0)
-    ended = JobRecord("old", "scope", "Failed", 1, 1, 1, 1.0, extra={"foreign": True})
+    ended = JobRecord("old", "scope", "Failed", 1, 1, 1, 1.0, facts=ScopeFacts(foreign=True))
     assert rights.allows(backend, own) and rights.allows(backend, ended)
     namespace.check_stop(backend, own)
     assert backend.asked == 0

@@ -35,6 +35,7 @@ from jupyter_disttrain.backends.base import (
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.backends.local.plan import free_port
+from jupyter_disttrain.backends.streams import line_event
 from jupyter_disttrain.payload import Payload
 from jupyter_disttrain.runtime import jobkey
 from jupyter_disttrain.service import JobService
@@ -106,7 +107,7 @@ class ProcRun(Submission):
             for raw in proc.stdout:
                 log.write(raw)
                 log.flush()
-                self.sink(ev.parse_line(raw.decode("utf-8", "replace"), rank, trust=trust))
+                self.sink(line_event(raw, rank, trust))  # the path every backend shares
 
     def _wait(self) -> None:
         codes = [proc.wait() for proc in self.procs]

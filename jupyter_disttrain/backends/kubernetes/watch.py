@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import urllib3
 
 from ... import events as ev
-from ...runtime import rankprefix
 from ...spec import JobSpec
 from ..base import EventSink, Submission
+from ..streams import line_event
 from . import phases as kp
 from .client import Connection, api_error
 from .kinds import KubeflowKind, kind_of
@@ -407,7 +407,7 @@ class KubernetesRun(Submission):
         for line in self.backend.stream_log(
             self.conn, pod, container or self.container, follow=follow
         ):
-            event = parse_pod_line(line, pod, self.trust)
+            event = line_event(line, None, self.trust, source=pod, prefixed=True)
             self.sink(event)
             if event.kind == "result":  # set once delivered: _finish then need not read again
                 self._got_result = True
@@ -519,15 +519,3 @@ class KubernetesRun(Submission):
         with self._lock:
             states = [state for state, _, _ in self._pods.values()]
         return len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
-
-
-def parse_pod_line(line: str, pod: str, trust: ev.Trust | None) -> ev.Event:
-    """One pod log line -> an event attributed to its rank (``[rank R]`` prefix).
-
-    Control lines are checked against ``trust`` (see :func:`.events.parse_line`).
-    """
-    rank, text = rankprefix.split(line)
-    event = ev.parse_line(text, rank, trust=trust)
-    if rank is None and event.kind == "log":
-        event.fields["source"] = pod
-    return event

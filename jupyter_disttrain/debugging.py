@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .backends import optional
 from .backends.base import BackendError
 from .monitor.paused import PausedRank
 from .runtime import debugger as wire
@@ -90,9 +91,16 @@ def _answer(rank: int, message: dict[str, Any]) -> Answer:
     )
 
 
+def _stored_key(job: DebuggedJob) -> bytes | None:
+    """Where ``job``'s backend keeps its key, when it reaches ranks and knows it."""
+    if not optional.RANKS.has(job.backend):
+        return None
+    return optional.RANKS.of(job.backend).stored_key(job.name)
+
+
 def job_key(job: DebuggedJob) -> bytes:
     """The key of ``job`` (from its payload, or where its backend keeps it)."""
-    key = job.plan.payload.key if job.plan is not None else job.backend.stored_key(job.name)
+    key = job.plan.payload.key if job.plan is not None else _stored_key(job)
     if key is None:
         raise DebugError(
             f"job {job.name}'s key is not readable here, so its ranks' debuggers cannot be "
@@ -138,10 +146,12 @@ class RankDebugger:
         self.close()
         key = job_key(self.job)
         backend = self.job.backend
-        if not backend.capabilities.reaches_ranks:
-            raise DebugError(f"the {backend.name} backend cannot reach a rank's debugger")
+        if not optional.RANKS.has(backend):
+            raise DebugError(str(optional.MissingFeature(backend.name, optional.RANKS)))
         record = backend.job_record(self.job.spec, self.job.status())
-        sock = backend.connect_rank(record, paused.node, paused.port, CONNECT_TIMEOUT)
+        sock = optional.RANKS.of(backend).connect_rank(
+            record, paused.node, paused.port, CONNECT_TIMEOUT
+        )
         try:
             sock.settimeout(CONNECT_TIMEOUT)
             hello = wire.recv(sock, key, wire.HELLO_LIMIT)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import events as ev
+from .backends import optional
 from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .checkpoints.store import CheckpointError, CheckpointStore, reported_dir
 from .debugging import COMMAND_WAIT, Answer, RankDebugger, cast
@@ -192,7 +193,7 @@ class Job:
     def where(self, timeout: float | None = None) -> Where:
         """Where every rank is: its threads' stacks, grouped by identical stacks.
 
-        A running job whose backend can ask (``capabilities.stacks_on_request``)
+        A running job whose backend can ask (``optional.STACKS``)
         is asked now, and this waits up to ``timeout`` s (default 10, or 90 where
         workers run in pods: a kubelet passes the request on within its sync
         period) for every rank that is still up; otherwise the newest stacks the
@@ -202,8 +203,8 @@ class Job:
         """
         if timeout is None:
             timeout = 90.0 if self.backend.capabilities.has_pods else 10.0
-        if self.backend.capabilities.stacks_on_request and not self.done:
-            request = self.backend.request_stacks(self.name)
+        if optional.STACKS.has(self.backend) and not self.done:
+            request = optional.STACKS.of(self.backend).request_stacks(self.name)
             found = self.monitor.wait_for_stacks(request, timeout)
             if found is not None:
                 return self._with_source(found)
@@ -292,8 +293,7 @@ class Job:
         returns. Raises :class:`~.backends.base.BackendError` when the backend cannot
         pause ranks, the job has ended, a rank is out of range, or no rank paused in time.
         """
-        if not self.backend.capabilities.controls_ranks:
-            self.backend.send_control(self.name, PAUSE, "")  # raises, naming what to do instead
+        controls = optional.CONTROLS.of(self.backend)  # raises, naming what to do instead
         world = self.spec.world_size
         wanted = set(range(world)) if ranks is None else set(ranks)
         wrong = sorted(r for r in wanted if not 0 <= r < world)
@@ -303,7 +303,7 @@ class Job:
             raise BackendError(f"job {self.name} has ended ({self.status()}): nothing to pause")
         if timeout is None:
             timeout = 90.0 if self.backend.capabilities.has_pods else 10.0
-        self.backend.send_control(self.name, PAUSE, ranks_body(None if ranks is None else wanted))
+        controls.send_control(self.name, PAUSE, ranks_body(None if ranks is None else wanted))
         deadline = time.monotonic() + timeout
         while not wanted <= {p.rank for p in self.paused()} and time.monotonic() < deadline:
             if self.done:
@@ -322,9 +322,9 @@ class Job:
         """Give the running cell of every rank breakpoints ``spots`` (``line`` of the worker's
         copy of the cell, ``condition``), replacing its own; a paused rank takes them when it
         runs on. False when the job has ended or its backend cannot reach running ranks."""
-        if self.done or not self.backend.capabilities.controls_ranks:
+        if self.done or not optional.CONTROLS.has(self.backend):
             return False
-        self.backend.send_control(self.name, BREAKS, breaks_body(spots))
+        optional.CONTROLS.of(self.backend).send_control(self.name, BREAKS, breaks_body(spots))
         return True
 
     def debug(self, rank: int) -> RankDebugger:

@@ -34,6 +34,7 @@ from typing import Any
 
 from . import events as ev
 from . import frameworks
+from .backends import optional
 from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .job import Job
 from .monitor import JobMonitor
@@ -137,11 +138,8 @@ class Session:
         grace: float = DEFAULT_GRACE,
         listeners: Iterable[Listener] = (),
     ) -> None:
-        if not backend.capabilities.sessions:
-            raise SessionError(
-                f"the {backend.name} backend cannot run sessions; run the cell as a job with "
-                "%%distrain, or choose another --backend"
-            )
+        if not optional.SESSIONS.has(backend):
+            raise SessionError(str(optional.MissingFeature(backend.name, optional.SESSIONS)))
         if idle_timeout is not None and not idle_timeout > 0:
             raise SpecError(
                 f"--idle-timeout must be a positive number of seconds, got {idle_timeout:g}"
@@ -222,7 +220,7 @@ class Session:
 
     def _connect(self, port: int, token: str) -> socket.socket:
         try:
-            sock = self.backend.connect(self._record(), port, CONNECT_TIMEOUT)
+            sock = optional.SESSIONS.of(self.backend).connect(self._record(), port, CONNECT_TIMEOUT)
             sock.settimeout(CONNECT_TIMEOUT)
             send_frame(sock, json.dumps({"token": token, "v": 1}).encode())
             answer = json.loads(recv_frame(sock, HELLO_LIMIT))

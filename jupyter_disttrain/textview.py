@@ -280,20 +280,20 @@ def format_namespace_table(records: Iterable[JobRecord]) -> str:
     nodes, and who started it (``jupyter-disttrain`` for this tool's)."""
     rows = [("NAME", "KIND", "STATE", "PROGRESS", "AGE", "NODES", "STARTED BY")]
     for r in records:
-        extra = r.extra
-        progress = f"{extra['progress']}%" if isinstance(extra.get("progress"), int) else "-"
-        if isinstance(extra.get("eta"), int) and extra["eta"] > 0 and r.state == "Running":
-            progress += f" ({duration(float(extra['eta']))} left)"
-        started = "" if extra.get("foreign") else "jupyter-disttrain"
+        facts = r.facts
+        progress = "-" if facts.progress is None else f"{facts.progress}%"
+        if facts.eta is not None and facts.eta > 0 and r.state == "Running":
+            progress += f" ({duration(float(facts.eta))} left)"
+        started = "" if facts.foreign else "jupyter-disttrain"
         rows.append(
             (
                 r.name,
-                str(extra.get("kubeflow_kind") or r.backend),
+                facts.workload or r.backend,
                 r.state,
                 progress,
                 _age(r.created),
                 str(r.nodes),
-                started or str(extra.get("started_by") or "-"),
+                started or facts.started_by or "-",
             )
         )
     if len(rows) == 1:

@@ -8,15 +8,15 @@ exactly that plan, reporting everything it observes as
 :class:`~jupyter_disttrain.events.Event` objects through a sink (the
 torchx ``submit_dryrun`` -> ``schedule`` pattern).
 
-What differs between backends is declared in :class:`Capabilities` and
-:attr:`Backend.options`; nothing outside ``backends/`` compares backend names.
+What differs between backends is declared in :class:`Capabilities`,
+:attr:`Backend.options` and the optional protocols it implements
+(:mod:`.optional`); nothing outside ``backends/`` compares backend names.
 """
 
 from __future__ import annotations
 
 import abc
-import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -57,18 +57,9 @@ class Capabilities:
     ``renders_manifests``: ``--export`` / ``disttrain render`` produce files to apply elsewhere.
     ``needs_configuration``: usable only once configured (e.g. a kubeconfig); see
     :meth:`Backend.configured`.
-    ``lists_runtimes``: :meth:`Backend.runtimes` lists training runtimes (Kubeflow Trainer).
-    ``stacks_on_request``: :meth:`Backend.request_stacks` asks a running job's ranks for
-    their stacks (every backend's ranks send them by themselves at a hang).
-    ``controls_ranks``: :meth:`Backend.send_control` leaves a running job's ranks a
-    signed request (pause at the next cell line, new breakpoints in the running cell).
     ``phases``: the start-up phases (:data:`~jupyter_disttrain.events.PHASES`) it
     observes; the time-to-first-step timeline shows these. Every backend sees
     ``rendezvous`` and ``first_step`` (the workers' ``hello`` and ``report()``).
-    ``sessions``: it can run a live session (ranks kept alive between cells) and
-    :meth:`Backend.connect` reaches its rank 0.
-    ``reaches_ranks``: :meth:`Backend.connect_rank` reaches a port of any rank's node
-    (a paused rank's debugger) and :meth:`Backend.job_key` gives a job's key.
     """
 
     has_pods: bool = False
@@ -79,12 +70,7 @@ class Capabilities:
     checkpoints_on_path: bool = False
     renders_manifests: bool = False
     needs_configuration: bool = False
-    lists_runtimes: bool = False
-    stacks_on_request: bool = False
-    controls_ranks: bool = False
     phases: tuple[str, ...] = ("rendezvous", "first_step")
-    sessions: bool = False
-    reaches_ranks: bool = False
 
     def runs(self, name: str) -> bool:
         """Whether it runs jobs of the registered framework ``name``."""
@@ -127,8 +113,32 @@ class BackendOption:
 
 
 @dataclass(frozen=True)
+class ScopeFacts:
+    """What a listing of every job of a scope knows of one beside its state
+    (:class:`~.optional.ListsNamespace`); the defaults say "one of this tool's jobs".
+
+    ``foreign``: not started by this tool. ``workload``: the kind of object the job
+    is on its backend (``PyTorchJob``, ``TrainJob``; "" where jobs are no objects).
+    ``started_by``: what the job's labels say started it. ``progress`` (percent),
+    ``eta`` (seconds) and ``reported_metrics`` (name -> number): what the job reports
+    of itself on its object, where it does.
+    """
+
+    foreign: bool = False
+    workload: str = ""
+    started_by: str = ""
+    progress: int | None = None
+    eta: int | None = None
+    reported_metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class JobRecord:
-    """A job as a listing shows it (possibly from another process or kernel)."""
+    """A job as a listing shows it (possibly from another process or kernel).
+
+    ``facts``: what a scope's listing says of it (:class:`ScopeFacts`); ``extra``:
+    what its backend keeps to find it again (labels, a cluster's context).
+    """
 
     name: str
     backend: str
@@ -141,6 +151,7 @@ class JobRecord:
     reason: str = ""
     owner: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    facts: ScopeFacts = field(default_factory=ScopeFacts)
 
 
 @dataclass(frozen=True)
@@ -201,7 +212,17 @@ class Submission(abc.ABC):
 
 
 class Backend(abc.ABC):
-    """A place jobs run. Implementations document where they differ."""
+    """A place jobs run: the core every backend provides.
+
+    The core is :meth:`plan` (pure: what ``--dry-run`` shows), :meth:`submit`
+    (run exactly that plan and follow it, every observation an event to the
+    sink, a terminal ``job`` event last), :meth:`list_jobs`, :meth:`logs`,
+    :meth:`stop` and the declared :attr:`capabilities` and :attr:`options`.
+    Anything more (following another process's job, listing others' jobs,
+    reaching ranks, stacks on request, runtimes, sessions) is an optional
+    protocol of :mod:`.optional`, offered by having its methods and asked for
+    with ``optional.<FEATURE>.of(backend)`` before use.
+    """
 
     name: ClassVar[str] = "?"
     capabilities: ClassVar[Capabilities] = Capabilities()
@@ -245,35 +266,8 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def attach(self, name: str, sink: EventSink) -> tuple[JobSpec, Submission]:
-        """Follow an existing job from the start of its event stream.
-
-        Raises :class:`JobNotFound` when there is no such job.
-        """
-
-    @abc.abstractmethod
     def list_jobs(self) -> list[JobRecord]:
         """Jobs this tool created on this backend, newest first."""
-
-    def list_namespace(self) -> list[JobRecord]:
-        """Every job of this backend's scope, whoever started it, newest first (``--all``).
-
-        A record's ``extra`` may say ``foreign`` (True: not started by this
-        tool), ``kubeflow_kind``, ``started_by``, ``progress`` (percent), ``eta``
-        (seconds) and ``reported_metrics`` (name -> number) as the job reports them.
-        Default: :meth:`list_jobs`.
-        """
-        return self.list_jobs()
-
-    def watch_namespace(self) -> Callable[[], None] | None:
-        """Keep :meth:`list_namespace` current from long-lived watches (a few, not one per
-        job) instead of asking at each call; the function that ends them, or None when the
-        backend has no such watches (the default)."""
-        return None
-
-    def may_stop(self, name: str) -> bool | None:
-        """Whether this user may stop job ``name`` (None: the backend cannot tell)."""
-        return None
 
     @abc.abstractmethod
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
@@ -287,33 +281,9 @@ class Backend(abc.ABC):
         """Where job ``record`` writes checkpoints by default, readable from here; or None."""
         return None
 
-    def request_stacks(self, name: str) -> str:
-        """Ask every rank of job ``name`` for its stacks; return the request's id.
-
-        Only where ``capabilities.stacks_on_request``; the ranks answer with
-        ``stacks`` events carrying that id. Every backend's jobs send their
-        stacks by themselves when they hang (``--hang-after``).
-        """
-        raise BackendError(
-            f"the {self.name} backend cannot ask a running job for its stacks; its jobs send "
-            "them when they hang (--hang-after SECONDS)"
-        )
-
-    def send_control(self, name: str, control: str, body: str) -> int:
-        """Leave running job ``name``'s ranks request ``body`` of ``control`` (one of
-        :data:`~.runtime.control.CONTROLS`), signed with the job's key; return its number.
-
-        Only where ``capabilities.controls_ranks``; rank 0 reads it and passes it on
-        (:mod:`~.runtime.control`).
-        """
-        raise BackendError(
-            f"the {self.name} backend cannot reach a running job's ranks ({control}); put "
-            "breakpoint() in the cell, or set breakpoints in its gutter before it runs"
-        )
-
     def job_record(self, spec: JobSpec, state: str) -> JobRecord:
-        """A record of the job this process submits from ``spec``, holding what
-        :meth:`connect` needs to find it (on a cluster: its namespace and context)."""
+        """A record of the job this process submits from ``spec``, holding what the optional
+        features need to find it (on a cluster: its namespace and context)."""
         return JobRecord(
             spec.name,
             self.name,
@@ -324,35 +294,3 @@ class Backend(abc.ABC):
             0.0,
             extra=dict(spec.labels),
         )
-
-    def connect(self, record: JobRecord, port: int, timeout: float = 60.0) -> socket.socket:
-        """A connected stream socket to ``port`` of job ``record``'s rank 0 (a live session).
-
-        Only where ``capabilities.sessions``. Waits up to ``timeout`` seconds for
-        rank 0 to run and accept; raises :class:`BackendError` naming the problem
-        (job gone, port refused, timeout) and the fix.
-        """
-        raise BackendError(
-            f"the {self.name} backend cannot run live sessions; run the cell as a job "
-            "(%%distrain without --session) or choose a backend that can"
-        )
-
-    def connect_rank(
-        self, record: JobRecord, node: int, port: int, timeout: float = 30.0
-    ) -> socket.socket:
-        """A connected stream socket to ``port`` (on 127.0.0.1 there) of node ``node`` of job
-        ``record`` (a paused rank's debugger). Only where ``capabilities.reaches_ranks``;
-        raises :class:`BackendError` naming the problem and the fix."""
-        raise BackendError(
-            f"the {self.name} backend cannot reach a rank's debugger; run the job on a backend "
-            "that can (local, kubernetes)"
-        )
-
-    def stored_key(self, name: str) -> bytes | None:
-        """The key of job ``name`` (see :mod:`..runtime.jobkey`), or None when it is not known
-        here. Only where ``capabilities.reaches_ranks``."""
-        return None
-
-    def runtimes(self) -> list[RuntimeRecord]:
-        """Training runtimes offered (only where ``capabilities.lists_runtimes``)."""
-        raise BackendError(f"the {self.name} backend has no training runtimes to list")

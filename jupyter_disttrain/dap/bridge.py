@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from ..backends import optional
 from ..backends.base import BackendError
 from ..debugging import DebugError
 from . import cells, handlers, ids
@@ -81,7 +82,7 @@ class RankBridge:
         """``(slot, job)`` of this kernel's running jobs whose ranks can be reached."""
         found = []
         for name, job in list(self.jobs().items()):
-            if job.done or not job.backend.capabilities.reaches_ranks:
+            if job.done or not optional.RANKS.has(job.backend):
                 continue
             with self.lock:
                 if name not in self.slots and len(self.slots) < ids.MAX_SLOTS:

@@ -162,7 +162,7 @@ def _started_by(record: JobRecord) -> str:
     """Who started a listed job: jupyter-disttrain, or what its labels say (a foreign job)."""
     if not namespace.is_foreign(record):
         return "jupyter-disttrain"
-    return str(record.extra.get("started_by") or "") or "someone else"
+    return record.facts.started_by or "someone else"
 
 
 #: Columns of a metrics row that are not metrics.

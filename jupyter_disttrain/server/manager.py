@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from ..backends import optional
 from ..backends.base import Backend, JobRecord
 from ..events import TERMINAL_STATES
-from ..service import JobService
+from ..service import JobService, namespace
 from ..service.listing import LIST_TIMEOUT, POLLED
 from ..service.logtext import MAX_LOG_CHARS, MAX_TAIL
-from ..service.namespace import StopRefused
 from .checkpoint_list import list_checkpoints
 from .views import (
     BackendStatus,
@@ -42,8 +42,6 @@ __all__ = ["MAX_LOG_CHARS", "MAX_TAIL", "REPLAY_WAIT", "JobManager"]
 
 #: Seconds a listing (or a detail request) waits for the replays of the jobs it follows.
 REPLAY_WAIT = 1.0
-#: Seconds an answer of RBAC on stopping a kind of job is reused.
-STOP_RIGHTS_SECONDS = 60.0
 
 
 class JobManager:
@@ -73,7 +71,6 @@ class JobManager:
         policy = replace(POLLED, timeout=list_timeout, cache_seconds=cache_seconds)
         self.service = JobService(listing=policy, backends=backends)
         self._namespace_watches: dict[str, Callable[[], None] | None] = {}
-        self._may_stop: dict[tuple[str, str], tuple[float, bool]] = {}  # (backend, kind)
 
     def list_jobs(self) -> JobListJSON:
         """Every job of every backend, newest first, with the backends' status."""
@@ -91,11 +88,16 @@ class JobManager:
     def namespace(self) -> NamespaceJSON:
         """Every job of the configured backends' scopes, whoever started it (the sidebar's
         namespace section). After the first call each backend follows its scope with a few
-        long-lived watches (:meth:`Backend.watch_namespace`): a call then asks nothing."""
+        long-lived watches (:class:`~..backends.optional.ListsNamespace`): a call then asks
+        nothing."""
         listing = self.service.list_all()
         for backend in listing.backends:
             if backend.name not in self._namespace_watches:
-                self._namespace_watches[backend.name] = backend.watch_namespace()
+                self._namespace_watches[backend.name] = (
+                    optional.NAMESPACE.of(backend).watch_namespace()
+                    if optional.NAMESPACE.has(backend)
+                    else None
+                )
         statuses = [
             BackendStatus(
                 name=b.name, ok=b.name not in listing.errors, error=listing.errors.get(b.name, "")
@@ -103,21 +105,10 @@ class JobManager:
             for b in listing.backends
         ]
         rows = [
-            namespace_job_json(r, may_stop=self._stoppable(listing.source(r), r))
+            namespace_job_json(r, may_stop=self.service.stop_rights.allows(listing.source(r), r))
             for r in listing.records
         ]
         return NamespaceJSON(jobs=rows, backends=statuses, now=self.clock())
-
-    def _stoppable(self, backend: Backend, record: JobRecord) -> bool:
-        """Whether RBAC lets this user stop ``record`` (asked once a minute per kind)."""
-        if record.state in TERMINAL_STATES or not record.extra.get("foreign"):
-            return True
-        key = (backend.name, str(record.extra.get("kubeflow_kind") or ""))
-        cached = self._may_stop.get(key)
-        if cached is None or self.clock() - cached[0] > STOP_RIGHTS_SECONDS:
-            cached = (self.clock(), backend.may_stop(record.name) is not False)
-            self._may_stop[key] = cached
-        return cached[1]
 
     def job(self, backend: str, name: str) -> JobJSON:
         """One job with its ranks, metrics and checkpoints (starts following it if it runs);
@@ -146,11 +137,7 @@ class JobManager:
     def stop(self, backend: str, name: str) -> StopJSON:
         """Stop a job of any owner; ``stopped`` is False when it was not running."""
         found, record = self.service.find_any(backend, name)
-        if record.extra.get("foreign") and found.may_stop(name) is False:
-            raise StopRefused(
-                f"{name} is read-only here: your Kubernetes RBAC does not allow "
-                "deleting it (docs/rbac.yaml lists the rules)"
-            )
+        namespace.check_stop(found, record)  # StopRefused: read-only for this user
         stopped = self.service.stop_listed(found, name)
         _, record = self.service.find_any(backend, name)
         job = self._safe_json(found, record, self.clock(), detail=False)

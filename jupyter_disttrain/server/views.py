@@ -204,21 +204,20 @@ class NamespaceJSON(TypedDict):
 
 def namespace_job_json(record: JobRecord, *, may_stop: bool) -> NamespaceJobJSON:
     """The namespace section's row of ``record`` (a :meth:`Backend.list_namespace` one)."""
-    extra = record.extra
-    progress, eta = extra.get("progress"), extra.get("eta")
+    facts = record.facts
     return NamespaceJobJSON(
         id=f"{record.backend}/{record.name}",
         name=record.name,
         backend=record.backend,
-        kind=str(extra.get("kubeflow_kind") or "job"),
+        kind=facts.workload or "job",
         state=record.state,
         reason=record.reason,
-        progress=progress if isinstance(progress, int) else None,
-        eta=eta if isinstance(eta, int) else None,
+        progress=facts.progress,
+        eta=facts.eta,
         created=record.created if math.isfinite(record.created) else 0.0,
         nodes=record.nodes,
-        started_by=str(extra.get("started_by") or ""),
-        foreign=bool(extra.get("foreign")),
+        started_by=facts.started_by,
+        foreign=facts.foreign,
         can_stop=may_stop and record.state not in TERMINAL_STATES,
     )
 
@@ -283,10 +282,10 @@ def job_json(
         end = record.ended if record.ended is not None else (None if terminal else now)
         elapsed = max(0.0, end - record.created) if end is not None and record.created else 0.0
         step, rate, metrics = None, None, {}
-        metrics = dict(record.extra.get("reported_metrics") or {})  # what the job's object says
+        metrics = dict(record.facts.reported_metrics)  # what the job's object says
     progress = _progress(snapshot["progress"]) if snapshot is not None else None
-    if progress is None and isinstance(record.extra.get("progress"), int):
-        progress = reported_progress(record.extra["progress"], record.extra.get("eta"))
+    if progress is None and record.facts.progress is not None:
+        progress = reported_progress(record.facts.progress, record.facts.eta)
     return json_safe(
         JobJSON(
             id=f"{record.backend}/{record.name}",

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import events as ev
+from ..backends import optional
 from ..backends.base import (
     Backend,
     BackendError,
@@ -70,6 +71,7 @@ class JobService:
         self._listed_backends = backends
         self._lister = Lister(listing)
         self.followers = Followers()
+        self.stop_rights = namespace.StopRights()  # the sidebar's stop buttons ask it
 
     # ------------------------------------------------------------------ backends
 
@@ -258,7 +260,7 @@ class JobService:
                     return
             holder[0].feed(event)
 
-        spec, submission = chosen.attach(name, sink)
+        spec, submission = optional.ATTACH.of(chosen).attach(name, sink)
         monitor = None
         if log_limit is not None:
             monitor = JobMonitor(
@@ -583,8 +585,8 @@ class JobService:
         """Training runtimes of every configured backend that has them."""
         out: list[RuntimeRecord] = []
         for backend in self.configured_backends():
-            if backend.capabilities.lists_runtimes:
-                out.extend(backend.runtimes())
+            if optional.RUNTIMES.has(backend):
+                out.extend(optional.RUNTIMES.of(backend).runtimes())
         return out
 
     def checkpoint_dir(self, job: Job) -> str:

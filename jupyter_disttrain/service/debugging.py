@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
+from ..backends import optional
 from ..backends.base import BackendError
 from ..job import Job
 from ..sessions import SessionError
@@ -28,8 +29,7 @@ def debug_job(service: JobService, name: str, backend: str | None = None) -> Job
     if session is not None and session.job is not None:
         return session.job
     job = service.attach(name, backend)
-    if not job.backend.capabilities.reaches_ranks:
-        raise BackendError(f"the {job.backend.name} backend cannot reach a rank's debugger")
+    optional.RANKS.of(job.backend)  # MissingFeature naming the backend and what to do
     return job
 
 

@@ -26,10 +26,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..backends import optional
 from ..backends.base import Backend, BackendError, EventSink, JobRecord, Submission
 from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
-from .recorded import JobView, RecordedView, record_at_end, view_path
+from .recorded import JobView, RecordedView, record_at_end, view_place
 
 #: Jobs without pods followed at once (the newest); older ones show without progress.
 MAX_FOLLOWED = 64
@@ -61,12 +62,11 @@ def open_monitor(
         phases=backend.capabilities.phases,
     )
     sink: EventSink = monitor.feed
-    path = view_path(backend, record.name) if record_end else None
-    key = backend.stored_key(record.name) if path is not None else None
-    if path is not None and key is not None:
-        sink = record_at_end(monitor, path, key)
+    place = view_place(backend, record.name) if record_end else None
+    if place is not None:
+        sink = record_at_end(monitor, *place)
     try:
-        _, submission = backend.attach(record.name, sink)
+        _, submission = optional.ATTACH.of(backend).attach(record.name, sink)
     except BackendError:
         return None, None
     return monitor, submission

@@ -8,9 +8,12 @@ can-i`` would) and an explicit confirmation, since it is someone's work.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
+from ..backends import optional
 from ..backends.base import Backend, BackendError, JobNotFound, JobRecord
+from ..events import TERMINAL_STATES
 from .listing import Listing, newest_first
 
 
@@ -19,26 +22,41 @@ class StopRefused(BackendError):
 
 
 def list_namespace(backends: Iterable[Backend]) -> Listing:
-    """Every job of ``backends`` (:meth:`~..backends.base.Backend.list_namespace`), newest
+    """Every job of ``backends`` (:func:`scope_records`), newest
     first; a backend that fails is reported in ``errors``, the others are still listed."""
     listing = Listing(backends=list(backends))
     for backend in listing.backends:
         try:
-            listing.add(backend, backend.list_namespace())
+            listing.add(backend, scope_records(backend))
         except Exception as exc:  # one backend's failure stays its own
             listing.errors[backend.name] = str(exc) or type(exc).__name__
     listing.records = newest_first(listing.records)
     return listing
 
 
+def scope_records(backend: Backend) -> list[JobRecord]:
+    """Every job of ``backend``'s scope, whoever started it, where it can list them
+    (:class:`~..backends.optional.ListsNamespace`); else its own jobs."""
+    if optional.NAMESPACE.has(backend):
+        return optional.NAMESPACE.of(backend).list_namespace()
+    return backend.list_jobs()
+
+
+def may_stop(backend: Backend, name: str) -> bool | None:
+    """Whether this user may stop job ``name`` of ``backend`` (None: it cannot tell)."""
+    if optional.NAMESPACE.has(backend):
+        return optional.NAMESPACE.of(backend).may_stop(name)
+    return None
+
+
 def is_foreign(record: JobRecord) -> bool:
     """True for a job this tool did not start."""
-    return bool(record.extra.get("foreign"))
+    return record.facts.foreign
 
 
 def record_of(backend: Backend, name: str) -> JobRecord | None:
     """Job ``name`` among every job of ``backend``'s scope, or None."""
-    return next((r for r in backend.list_namespace() if r.name == name), None)
+    return next((r for r in scope_records(backend) if r.name == name), None)
 
 
 def holder(backends: Iterable[Backend], name: str) -> Backend | None:
@@ -67,6 +85,39 @@ def first_found(
     raise JobNotFound(f"no job named {name!r} on {where}: list every job there for their names")
 
 
+def check_stop(backend: Backend, record: JobRecord) -> None:
+    """Raise :class:`StopRefused` when ``record`` is a foreign job this user's RBAC does
+    not let them delete; return otherwise (this tool's jobs may always be stopped)."""
+    if not is_foreign(record) or may_stop(backend, record.name) is not False:
+        return
+    kind = record.facts.workload or "job"
+    raise StopRefused(
+        f"{record.name} is read-only here: your Kubernetes RBAC does not allow deleting this "
+        f"{kind} (ask for 'delete' on it in your namespace; docs/rbac.yaml lists the rules)"
+    )
+
+
+class StopRights:
+    """Whether listed jobs may be stopped, asked of the backend once per ``seconds`` per
+    backend and kind (RBAC is granted per kind, and a listing shows many jobs)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, seconds: float = 60.0):
+        self.clock = clock
+        self.seconds = seconds
+        self._known: dict[tuple[str, str], tuple[float, bool]] = {}
+
+    def allows(self, backend: Backend, record: JobRecord) -> bool:
+        """Whether this user may stop ``record`` (an ended or own job: True)."""
+        if record.state in TERMINAL_STATES or not is_foreign(record):
+            return True
+        key = (backend.name, record.facts.workload)
+        known = self._known.get(key)
+        if known is None or self.clock() - known[0] > self.seconds:
+            known = (self.clock(), may_stop(backend, record.name) is not False)
+            self._known[key] = known
+        return known[1]
+
+
 def stop_question(backend: Backend, name: str) -> str | None:
     """None when job ``name`` of ``backend`` may be stopped as any of this tool's jobs; else
     the confirmation to ask (a foreign job the user's RBAC lets them delete).
@@ -76,14 +127,9 @@ def stop_question(backend: Backend, name: str) -> str | None:
     record = record_of(backend, name)
     if record is None or not is_foreign(record):
         return None
-    allowed = backend.may_stop(name)
-    kind = str(record.extra.get("kubeflow_kind") or "job")
-    if allowed is False:
-        raise StopRefused(
-            f"{name} is read-only here: your Kubernetes RBAC does not allow deleting this "
-            f"{kind} (ask for 'delete' on it in your namespace; docs/rbac.yaml lists the rules)"
-        )
-    who = str(record.extra.get("started_by") or "") or "someone else"
+    check_stop(backend, record)
+    kind = record.facts.workload or "job"
+    who = record.facts.started_by or "someone else"
     return (
         f"{name} is a {kind} started by {who}, not by jupyter-disttrain: stopping it deletes "
         "it for everyone. Confirm to stop it."

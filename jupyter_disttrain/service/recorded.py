@@ -70,6 +70,10 @@ class KeepsDirectories(Protocol):
         """The directory where job ``name`` keeps its payload, logs and state."""
         ...
 
+    def stored_key(self, name: str) -> bytes | None:
+        """Job ``name``'s key as this user stored it; None when there is none."""
+        ...
+
 
 def view_path(backend: object, name: str) -> Path | None:
     """Where job ``name`` of ``backend`` keeps its record; None for a backend without job
@@ -77,6 +81,15 @@ def view_path(backend: object, name: str) -> Path | None:
     if not isinstance(backend, KeepsDirectories):
         return None
     return Path(backend.job_directory(name)) / VIEW_FILE
+
+
+def view_place(backend: object, name: str) -> tuple[Path, bytes] | None:
+    """Where job ``name`` keeps its record and the key that signs it; None for a backend
+    without job directories here or a job without a stored key (asked for only then)."""
+    if not isinstance(backend, KeepsDirectories):
+        return None
+    key = backend.stored_key(name)
+    return None if key is None else (Path(backend.job_directory(name)) / VIEW_FILE, key)
 
 
 def _mac(key: bytes, body: bytes) -> str:
@@ -132,9 +145,8 @@ class RecordedView:
     def open(cls, backend: Backend, name: str) -> RecordedView | None:
         """The view of job ``name``'s record; None when its backend keeps no job directories
         here or the job has no key (the key is asked for only then)."""
-        path = view_path(backend, name)
-        key = backend.stored_key(name) if path is not None else None
-        return None if path is None or key is None else cls(path, key)
+        place = view_place(backend, name)
+        return None if place is None else cls(*place)
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         """The latest record (as its follower saw the job when it wrote it; ``now`` unused).

@@ -99,12 +99,7 @@ class KubernetesBackend(Backend):
         restart_frameworks=kinds.frameworks(),
         renders_manifests=True,
         needs_configuration=True,
-        lists_runtimes=True,
-        stacks_on_request=True,
-        controls_ranks=True,
         phases=ev.PHASES,
-        sessions=True,
-        reaches_ranks=True,
     )
     options = tuple(
         BackendOption(

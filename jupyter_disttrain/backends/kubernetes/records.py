@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from ...spec import JobSpec
-from ..base import JobRecord
+from ..base import JobRecord, ScopeFacts
 from .kinds import KubeflowKind
 from .labels import read_labels
 from .template import ANNOTATION_NOTEBOOK, LABEL_MANAGED_BY, MANAGED_BY
@@ -60,19 +60,15 @@ def namespace_record(obj: Mapping[str, Any], kubeflow: KubeflowKind) -> JobRecor
     labels = (obj.get("metadata") or {}).get("labels") or {}
     started_by = str(labels.get(LABEL_MANAGED_BY) or "")
     reported = kubeflow.reported(obj)
-    extra: dict[str, Any] = {
-        **record.extra,
-        "kubeflow_kind": kubeflow.kind,
-        "started_by": started_by,
-        "foreign": started_by != MANAGED_BY,
-    }
-    if reported is not None and reported.percent is not None:
-        extra["progress"] = reported.percent
-    if reported is not None and reported.eta is not None:
-        extra["eta"] = reported.eta
-    if reported is not None and reported.metrics:
-        extra["reported_metrics"] = dict(reported.metrics)
-    return replace(record, extra=extra)
+    facts = ScopeFacts(
+        foreign=started_by != MANAGED_BY,
+        workload=kubeflow.kind,
+        started_by=started_by,
+        progress=None if reported is None else reported.percent,
+        eta=None if reported is None else reported.eta,
+        reported_metrics={} if reported is None else dict(reported.metrics),
+    )
+    return replace(record, facts=facts)
 
 
 def notebook_annotation(meta: Mapping[str, Any]) -> str:

@@ -34,6 +34,7 @@ from ...frameworks import framework
 from ...runtime import jobkey
 from ...spec import JobSpec, SpecError
 from ...units import format_bytes
+from ..environment import spec_env
 from . import staging
 from .images import default_image
 from .labels import job_labels
@@ -268,7 +269,12 @@ def _check_checkpoint_paths(spec: JobSpec, opts: K8sOptions) -> None:
 
 def user_env(spec: JobSpec) -> dict[str, str]:
     """``--env`` as the kubelet must see it: it expands ``$(VAR)`` in values, ``$$`` is ``$``."""
-    return {key: value.replace("$", "$$") for key, value in spec.env}
+    return {key: _kubelet_escape(value) for key, value in spec.env}
+
+
+def _kubelet_escape(value: str) -> str:
+    """``value`` as the kubelet must see it (it expands ``$(VAR)``; ``$$`` is ``$``)."""
+    return value.replace("$", "$$")
 
 
 def worker_env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
@@ -280,26 +286,13 @@ def worker_env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
         "DISTRAIN_POD_ANNOTATIONS": f"{PODINFO_DIR}/annotations",
         "DISTRAIN_RELAY": "1",  # every rank's metrics reach node 0's log, the one followed
     }
-    if spec.timeout:
-        env["DISTRAIN_PG_TIMEOUT"] = str(max(30, math.ceil(spec.timeout)))
     if opts.pip:
         env["PYTHONUSERBASE"] = PIP_DIR
     env.update(opts.nccl_env())
     if spec.checkpoint_dir:  # the job's name lets restarted pods resume its own checkpoints
-        env["DISTRAIN_CHECKPOINT_DIR"] = spec.checkpoint_dir.replace("$", "$$")
+        env["DISTRAIN_CHECKPOINT_DIR"] = _kubelet_escape(spec.checkpoint_dir)
         env["DISTRAIN_JOB_ID"] = spec.name
-    if spec.resume:
-        env["DISTRAIN_RESUME"] = spec.resume.replace("$", "$$")
-    if spec.grace_period:
-        env["DISTRAIN_GRACE_PERIOD"] = f"{spec.grace_period:g}"
-    if spec.hang_after is not None:
-        env["DISTRAIN_HANG_AFTER"] = f"{spec.hang_after:g}"
-    if spec.autolog != "all":
-        env["DISTRAIN_AUTOLOG"] = spec.autolog
-    if spec.post_mortem:
-        env["DISTRAIN_POST_MORTEM"] = "1"
-    if spec.where_locals:
-        env["DISTRAIN_WHERE_LOCALS"] = "1"
+    env.update(spec_env(spec, escape=_kubelet_escape))
     if opts.elastic is not None and spec.max_restarts:  # a fresh worker store per round
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     meets_in_c10d = framework(spec.framework).launch.c10d_rendezvous

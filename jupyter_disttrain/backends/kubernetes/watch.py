@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import urllib3
 
 from ... import events as ev
-from ...runtime import rankprefix
 from ...spec import JobSpec
 from ..base import EventSink, Submission
+from ..streams import line_event
 from . import phases as kp
 from .client import Connection, api_error
 from .kinds import KubeflowKind, kind_of
@@ -406,7 +406,7 @@ class KubernetesRun(Submission):
         for line in self.backend.stream_log(
             self.conn, pod, container or self.container, follow=follow
         ):
-            event = parse_pod_line(line, pod, self.trust)
+            event = line_event(line, None, self.trust, source=pod, prefixed=True)
             self.sink(event)
             if event.kind == "result":  # set once delivered: _finish then need not read again
                 self._got_result = True
@@ -540,15 +540,3 @@ def _plain_watch_class() -> type[watch.Watch]:
             return super().unmarshal_event(data, None)
 
     return PlainWatch
-
-
-def parse_pod_line(line: str, pod: str, trust: ev.Trust | None) -> ev.Event:
-    """One pod log line -> an event attributed to its rank (``[rank R]`` prefix).
-
-    Control lines are checked against ``trust`` (see :func:`.events.parse_line`).
-    """
-    rank, text = rankprefix.split(line)
-    event = ev.parse_line(text, rank, trust=trust)
-    if rank is None and event.kind == "log":
-        event.fields["source"] = pod
-    return event

@@ -78,11 +78,7 @@ class LocalBackend(Backend):
     capabilities = Capabilities(
         # every registered framework; restarts where torchrun agents restart the workers
         checkpoints_on_path=True,
-        stacks_on_request=True,
-        controls_ranks=True,
         phases=("started", "rendezvous", "first_step"),
-        sessions=True,
-        reaches_ranks=True,
     )
     options = (
         BackendOption(

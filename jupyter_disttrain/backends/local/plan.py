@@ -17,6 +17,7 @@ from ...spec import JobSpec
 from ..base import (
     Plan,
 )
+from ..environment import PG_TIMEOUT, spec_env
 from . import jobdir
 from .netns import NodeNetwork
 
@@ -133,9 +134,12 @@ def build_plan(
     # fork: the worker command is the fork client, run as a script (it imports no package)
     worker = ("-m", LOCAL_WORKER_MODULE) if mode != "fork" else (forkclient.__file__,)
     interfaces = {} if network else {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    shared = spec_env(spec)
+    timeout = {PG_TIMEOUT: shared.pop(PG_TIMEOUT)} if PG_TIMEOUT in shared else {}
     env = {
         **(base_env or {}),
         **interfaces,
+        **timeout,  # a user's --env of it wins
         **spec.env_dict(),
         "DISTRAIN_JOB_ID": spec.name,
         "DISTRAIN_JOB_DIR": str(directory),
@@ -143,23 +147,10 @@ def build_plan(
         jobkey.ENV_KEY_FILE: str(directory / jobkey.KEY_FILE),
         "DISTRAIN_CHECKPOINT_DIR": spec.checkpoint_dir or str(directory / "checkpoints"),
         "PYTHONUNBUFFERED": "1",
+        **shared,
     }
-    if spec.timeout:
-        env.setdefault("DISTRAIN_PG_TIMEOUT", str(max(30, int(spec.timeout))))
     if spec.nproc > 1:  # torchrun's own default, without its warning in every agent log
         env.setdefault("OMP_NUM_THREADS", "1")
-    if spec.resume:
-        env["DISTRAIN_RESUME"] = spec.resume
-    if spec.grace_period:
-        env["DISTRAIN_GRACE_PERIOD"] = f"{spec.grace_period:g}"
-    if spec.hang_after is not None:
-        env["DISTRAIN_HANG_AFTER"] = f"{spec.hang_after:g}"
-    if spec.autolog != "all":
-        env["DISTRAIN_AUTOLOG"] = spec.autolog
-    if spec.post_mortem:
-        env["DISTRAIN_POST_MORTEM"] = "1"
-    if spec.where_locals:
-        env["DISTRAIN_WHERE_LOCALS"] = "1"
     if spec.max_restarts:  # restarted workers must not meet the last round's store keys
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     fw = framework(spec.framework)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ... import events as ev
 from ...runtime import jobkey
+from ..streams import line_event
 from . import jobdir
 
 
@@ -78,9 +79,6 @@ class LogTailer:
                 else:
                     self.partial[name] = rest
             now = time.time()
-            for raw in lines:
-                event = ev.parse_line(raw.decode("utf-8", "replace"), rank, now, trust=self.trust)
-                if rank is None:
-                    event.fields["source"] = name[: -len(".log")]
-                out.append(event)
+            source = "" if rank is not None else name[: -len(".log")]
+            out.extend(line_event(raw, rank, self.trust, source=source, now=now) for raw in lines)
         return out

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends import optional
 from jupyter_disttrain.backends.base import BackendError, JobRecord
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.backends.kubernetes.client import connect
@@ -145,8 +146,8 @@ def test_a_job_without_pods_times_out_naming_it(
         emulator.stop()
 
 
-def test_the_kubernetes_backend_declares_sessions() -> None:
-    assert KubernetesBackend.capabilities.sessions
+def test_the_kubernetes_backend_offers_sessions() -> None:
+    assert optional.SESSIONS.has(KubernetesBackend())
 
 
 def test_open_stream_errors_name_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,8 +32,10 @@ def test_a_foreign_trainjob_row_carries_its_reported_progress() -> None:
     }  # fmt: skip
     row = namespace_record(trainjob("sdk", {"app": "x"}, status), KIND["TrainJob"])
     assert row.nodes == 3 and row.owner == "team"
-    assert row.extra["foreign"] is True and row.extra["kubeflow_kind"] == "TrainJob"
-    assert (row.extra["progress"], row.extra["eta"]) == (45, 795)
+    assert row.facts.foreign is True and row.facts.workload == "TrainJob"
+    assert (row.facts.progress, row.facts.eta) == (45, 795)
+    assert row.facts.reported_metrics == {"loss": 0.2347}
+    assert "foreign" not in row.extra and "progress" not in row.extra  # facts are typed
     reported = KIND["TrainJob"].reported(trainjob("sdk", {}, status))
     assert reported is not None and reported.metrics == {"loss": 0.2347}  # text is not drawn
 
@@ -41,7 +43,7 @@ def test_a_foreign_trainjob_row_carries_its_reported_progress() -> None:
 def test_this_tools_jobs_and_v1_kinds_are_rows_too() -> None:
     mine = trainjob("tj", {"app.kubernetes.io/managed-by": "jupyter-disttrain"}, {})
     row = namespace_record(mine, KIND["TrainJob"])
-    assert row.extra["foreign"] is False and "progress" not in row.extra
+    assert row.facts.foreign is False and row.facts.progress is None
     pytorchjob = {
         "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
         "metadata": {"name": "pipeline-step", "namespace": "team",
@@ -51,8 +53,8 @@ def test_this_tools_jobs_and_v1_kinds_are_rows_too() -> None:
         "status": {"conditions": [{"type": "Running", "status": "True"}]},
     }  # fmt: skip
     other = namespace_record(pytorchjob, KIND["PyTorchJob"])
-    assert other.extra["started_by"] == "kfp" and other.extra["foreign"] is True
-    assert other.state == "Running" and other.nodes == 4 and "progress" not in other.extra
+    assert other.facts.started_by == "kfp" and other.facts.foreign is True
+    assert other.state == "Running" and other.nodes == 4 and other.facts.progress is None
     table = format_namespace_table([row, other]).splitlines()
     assert table[1].split()[:4] == ["tj", "TrainJob", "Pending", "-"]
     assert table[2].split()[1:4] == ["PyTorchJob", "Running", "-"] and table[2].endswith("kfp")

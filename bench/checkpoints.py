@@ -56,11 +56,20 @@ def make_listing(directory: Path, n: int) -> dict[str, fmt.Entry]:
     for step in range(n):
         token = secrets.token_hex(3)
         entry = fmt.make_entry(
-            step=step, token=token, kind=fmt.FULL, time=1.7e9 + step, nbytes=16,
-            sha256=secrets.token_hex(32), metrics={"loss": 1 / (step + 1), "accuracy": 0.5},
-            world_size=16, versions={"python": "3.11.7", "torch": torch.__version__},
-            job="bench-job", run="r", tensors=12, parameters=1_000_000,
-        )  # fmt: skip
+            step=step,
+            token=token,
+            kind=fmt.FULL,
+            time=1.7e9 + step,
+            nbytes=16,
+            sha256=secrets.token_hex(32),
+            metrics={"loss": 1 / (step + 1), "accuracy": 0.5},
+            world_size=16,
+            versions={"python": "3.11.7", "torch": torch.__version__},
+            job="bench-job",
+            run="r",
+            tensors=12,
+            parameters=1_000_000,
+        )
         (directory / entry["path"]).write_bytes(b"x" * 16)
         name = fmt.entry_name(step, token)
         (directory / fmt.ENTRIES_DIR / name).write_bytes(fmt.encode_entry(entry))
@@ -77,17 +86,27 @@ def bench_list(n: int, reps: int) -> list[tuple[str, float]]:
         cdir = CheckpointDir(str(directory))
         out = []
         cdir.compact(records)
-        out.append(("manifest compacted", min(timed(lambda: CheckpointStore(str(directory))
-                                                    .list()) for _ in range(reps))))  # fmt: skip
+        out.append(
+            (
+                "manifest compacted",
+                min(timed(lambda: CheckpointStore(str(directory)).list()) for _ in range(reps)),
+            )
+        )
         lagging = dict(list(records.items())[: n - 500])
         cdir.compact(lagging)
-        out.append(("500 records newer than the manifest",
-                    min(timed(lambda: CheckpointStore(str(directory)).list())
-                        for _ in range(reps))))  # fmt: skip
+        out.append(
+            (
+                "500 records newer than the manifest",
+                min(timed(lambda: CheckpointStore(str(directory)).list()) for _ in range(reps)),
+            )
+        )
         (directory / fmt.MANIFEST).unlink()
-        out.append(("no manifest (every record read)",
-                    min(timed(lambda: CheckpointStore(str(directory)).list())
-                        for _ in range(reps))))  # fmt: skip
+        out.append(
+            (
+                "no manifest (every record read)",
+                min(timed(lambda: CheckpointStore(str(directory)).list()) for _ in range(reps)),
+            )
+        )
         assert len(CheckpointStore(str(directory)).list()) == n
         return out
     finally:
@@ -100,8 +119,10 @@ def model_state(megabytes: int) -> dict[str, object]:
     layers = max(1, megabytes * 1024 * 1024 // (2 * width * width * 4))
     model = {f"layers.{i}.weight": torch.randn(width, width) for i in range(layers)}
     momentum = {i: {"momentum_buffer": torch.randn(width, width)} for i in range(layers)}
-    optimizer = {"state": momentum, "param_groups": [{"lr": 0.1, "momentum": 0.9,
-                                                      "params": list(range(layers))}]}  # fmt: skip
+    optimizer = {
+        "state": momentum,
+        "param_groups": [{"lr": 0.1, "momentum": 0.9, "params": list(range(layers))}],
+    }
     return {"model": model, "optimizer": optimizer, "step": 0}
 
 
@@ -110,8 +131,9 @@ def bench_save(megabytes: int, reps: int, work: Path) -> dict[str, float]:
     state = model_state(megabytes)
     bare_dir = work / f"bare-{megabytes}"
     bare_dir.mkdir()
-    times: dict[str, list[float]] = {k: [] for k in ("bare", "durable", "atomic", "nofsync",
-                                                     "bg_wait", "bg_total")}  # fmt: skip
+    times: dict[str, list[float]] = {
+        k: [] for k in ("bare", "durable", "atomic", "nofsync", "bg_wait", "bg_total")
+    }
     for rep in range(reps + 1):  # the first round warms up
         round_ = {}
         started = time.perf_counter()
@@ -123,8 +145,11 @@ def bench_save(megabytes: int, reps: int, work: Path) -> dict[str, float]:
             fh.flush()
             os.fsync(fh.fileno())
         round_["durable"] = time.perf_counter() - started
-        for key, fsync, background in (("atomic", True, False), ("nofsync", False, False),
-                                       ("bg_wait", True, True)):  # fmt: skip
+        for key, fsync, background in (
+            ("atomic", True, False),
+            ("nofsync", False, False),
+            ("bg_wait", True, True),
+        ):
             os.environ[ck.ENV_DIR] = str(work / f"{key}-{megabytes}")
             os.environ[ENV_FSYNC] = "1" if fsync else "0"
             started = time.perf_counter()
@@ -161,10 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         devnull.close()
         shutil.rmtree(work, ignore_errors=True)
     for mb, t in saves.items():
-        print(f"{mb} MB: bare {t['bare']:.3f}s durable {t['durable']:.3f}s atomic "
-              f"{t['atomic']:.3f}s ({t['atomic'] / t['durable']:.2f}x of durable, "
-              f"{t['atomic'] / t['bare']:.2f}x of bare) no-fsync {t['nofsync'] / t['bare']:.2f}x "
-              f"background wait {t['bg_wait'] / t['bare']:.2f}x")  # fmt: skip
+        print(
+            f"{mb} MB: bare {t['bare']:.3f}s durable {t['durable']:.3f}s atomic "
+            f"{t['atomic']:.3f}s ({t['atomic'] / t['durable']:.2f}x of durable, "
+            f"{t['atomic'] / t['bare']:.2f}x of bare) no-fsync {t['nofsync'] / t['bare']:.2f}x "
+            f"background wait {t['bg_wait'] / t['bare']:.2f}x"
+        )
     write_section(ROOT / "BENCHMARKS.md", "Checkpoints", report(args, listing, saves))
     return 0
 

@@ -54,8 +54,9 @@ def setup_cost(runs: int = 5) -> dict[str, float]:
     """(a) median install time and what it adds, over ``runs`` fresh interpreters."""
     seen = []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", SETUP], capture_output=True, text=True,
-                             check=True, cwd=ROOT)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", SETUP], capture_output=True, text=True, check=True, cwd=ROOT
+        )
         seen.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return {
         "ms": statistics.median(s["ms"] for s in seen),

@@ -81,8 +81,13 @@ def run_plain(mark: Path) -> tuple[float, float]:
     """(a): four ``python -m`` processes, told their cluster by the environment."""
     (mark.parent / f"{MODULE}.py").write_text(TRAIN)
     port = free_port()
-    base = {**os.environ, "BENCH_MARK_FILE": str(mark), "JAX_PLATFORMS": "cpu",
-            "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "4"}  # fmt: skip
+    base = {
+        **os.environ,
+        "BENCH_MARK_FILE": str(mark),
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+        "JAX_NUM_PROCESSES": "4",
+    }
     t0 = time.time()
     procs = [
         subprocess.Popen(
@@ -141,11 +146,14 @@ def main() -> int:
     finally:
         kernel.close()
     base = results["(a) python -m x 4"]
-    rows = ["| launch | first step (median s) | total (median s) | first step vs (a) |",
-            "|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| launch | first step (median s) | total (median s) | first step vs (a) |",
+        "|---|---|---|---|",
+    ]
     for label, r in results.items():
-        rows.append(f"| {label} | {r['first']:.2f} | {r['total']:.2f} | "
-                    f"{r['first'] / base['first']:.2f}x |")  # fmt: skip
+        rows.append(
+            f"| {label} | {r['first']:.2f} | {r['total']:.2f} | {r['first'] / base['first']:.2f}x |"
+        )
     table = "\n".join(rows)
     print("\n" + table)
     if not args.no_write:

@@ -165,8 +165,7 @@ RELAYING_PRINTER = (
 
 def create_printing_trainjob(emulator: Emulator, name: str, relay: bool) -> None:
     """Our TrainJob for 64 nodes, with the trainer command replaced by a printer."""
-    spec = JobSpec(name, nodes=NODES, backend="kubernetes",
-                   options=(("kubeflow_api", "trainjob"),))  # fmt: skip
+    spec = JobSpec(name, nodes=NODES, backend="kubernetes", options=(("kubeflow_api", "trainjob"),))
     payload_obj, job = KubernetesBackend().objects(spec, build_payload("1", {}, job=name))
     code = RELAYING_PRINTER.format(steps=STEPS, nodes=NODES, relay=relay)
     job["spec"]["trainer"]["command"] = ["python", "-c", code]
@@ -217,11 +216,16 @@ def measure_trainjob(label: str, relay: bool, follow: Callable[[str], int]) -> d
         ranks = follow(name)
         seconds = time.monotonic() - t0
         stats = emulator.stats()
-        return {"label": label, "requests": stats.total,
-                "non_stream": stats.total - stats.streams.opened,
-                "streams_peak": stats.streams.peak, "connections_peak": stats.connections.peak,
-                "seconds": seconds, "ranks": ranks,
-                "by_kind": dict(sorted(stats.requests.items()))}  # fmt: skip
+        return {
+            "label": label,
+            "requests": stats.total,
+            "non_stream": stats.total - stats.streams.opened,
+            "streams_peak": stats.streams.peak,
+            "connections_peak": stats.connections.peak,
+            "seconds": seconds,
+            "ranks": ranks,
+            "by_kind": dict(sorted(stats.requests.items())),
+        }
 
 
 def requests_table(
@@ -246,9 +250,12 @@ def requests_table(
 def trainjob_main(write: bool) -> int:
     runs = [
         measure_trainjob("jupyter_disttrain", True, follow_trainjob_with_disttrain),
-        measure_trainjob("TrainerClient (kubeflow SDK)", False,
-                         lambda n: follow_trainjob_with_sdk(n, _kubeconfig())),
-    ]  # fmt: skip
+        measure_trainjob(
+            "TrainerClient (kubeflow SDK)",
+            False,
+            lambda n: follow_trainjob_with_sdk(n, _kubeconfig()),
+        ),
+    ]
     table = requests_table(runs, "ranks' metrics seen", lambda r: f"{r['ranks']} of {NODES}")
     print(table)
     if write:
@@ -289,8 +296,10 @@ def create_foreign_trainjobs(emulator: Emulator) -> list[str]:
         job = yaml.safe_load(yaml.safe_dump(base))
         job["metadata"]["name"] = f"sdk-job-{index}"
         job["spec"]["trainer"]["numNodes"] = 1
-        job["spec"]["trainer"]["env"] = [{"name": "STEPS", "value": str(FOREIGN_STEPS)},
-                                         {"name": "STEP_SECONDS", "value": "2"}]  # fmt: skip
+        job["spec"]["trainer"]["env"] = [
+            {"name": "STEPS", "value": str(FOREIGN_STEPS)},
+            {"name": "STEP_SECONDS", "value": "2"},
+        ]
         k8s.CustomObjectsApi(api).create_namespaced_custom_object(
             "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", job
         )
@@ -337,8 +346,12 @@ def sidebar_kubectl_style(names: list[str]) -> int:
         items = custom.list_namespaced_custom_object(
             "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
         )["items"]
-        return {i["metadata"]["name"]: ((i.get("status") or {}).get("trainerStatus") or {})
-                .get("progressPercentage") for i in items}  # fmt: skip
+        return {
+            i["metadata"]["name"]: ((i.get("status") or {}).get("trainerStatus") or {}).get(
+                "progressPercentage"
+            )
+            for i in items
+        }
 
     try:
         return poll_until_done(poll, names)
@@ -374,12 +387,18 @@ def namespace_main(write: bool) -> int:
             t0 = time.monotonic()
             seen = follow(names)
             stats = emulator.stats()
-            runs.append({"label": label, "requests": stats.total,
-                         "non_stream": stats.total - stats.streams.opened,
-                         "streams_peak": stats.streams.peak,
-                         "connections_peak": stats.connections.peak,
-                         "seconds": time.monotonic() - t0, "seen": seen,
-                         "by_kind": dict(sorted(stats.requests.items()))})  # fmt: skip
+            runs.append(
+                {
+                    "label": label,
+                    "requests": stats.total,
+                    "non_stream": stats.total - stats.streams.opened,
+                    "streams_peak": stats.streams.peak,
+                    "connections_peak": stats.connections.peak,
+                    "seconds": time.monotonic() - t0,
+                    "seen": seen,
+                    "by_kind": dict(sorted(stats.requests.items())),
+                }
+            )
     table = requests_table(runs, "progress reports seen", lambda r: str(r["seen"]))
     print(table)
     if write:
@@ -402,8 +421,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     parser.add_argument("--trainjob", action="store_true", help="the TrainJob comparison")
-    parser.add_argument("--namespace", action="store_true",
-                        help="following 10 foreign TrainJobs in the sidebar")  # fmt: skip
+    parser.add_argument(
+        "--namespace", action="store_true", help="following 10 foreign TrainJobs in the sidebar"
+    )
     args = parser.parse_args()
     if args.namespace:
         return namespace_main(not args.no_write)
@@ -411,11 +431,15 @@ def main() -> int:
         return trainjob_main(not args.no_write)
     runs = [
         measure("jupyter_disttrain", follow_with_disttrain),
-        measure("TrainingClient (master logs)",
-                lambda n: follow_with_sdk(n, _kubeconfig(), all_pods=False)),
-        measure("TrainingClient (all pods' logs)",
-                lambda n: follow_with_sdk(n, _kubeconfig(), all_pods=True)),
-    ]  # fmt: skip
+        measure(
+            "TrainingClient (master logs)",
+            lambda n: follow_with_sdk(n, _kubeconfig(), all_pods=False),
+        ),
+        measure(
+            "TrainingClient (all pods' logs)",
+            lambda n: follow_with_sdk(n, _kubeconfig(), all_pods=True),
+        ),
+    ]
     rows = [
         "| client | API requests | of them one-shot | peak long-lived responses | "
         "peak TCP connections | wall s |",

@@ -108,14 +108,32 @@ def run_torchrun(mark: Path) -> tuple[float, float]:
     t0 = time.time()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
-             "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-             "--rdzv-id", "bench", "--rdzv-conf", f"is_host={int(node == 0)}",
-             "--local-addr", "127.0.0.1", str(script)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                "bench",
+                "--rdzv-conf",
+                f"is_host={int(node == 0)}",
+                "--local-addr",
+                "127.0.0.1",
+                str(script),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         for node in range(2)
-    ]  # fmt: skip
+    ]
     try:
         codes = [p.wait(max(1.0, LIMIT - (time.time() - t0))) for p in procs]
     except subprocess.TimeoutExpired:
@@ -147,11 +165,21 @@ def run_notebook_launcher(mark: Path) -> tuple[float, float]:
     """(b): accelerate.notebook_launcher from a warm process."""
     script = mark.with_suffix(".py")
     script.write_text(TRAIN)
-    env = {**os.environ, "BENCH_MARK_FILE": str(mark), "BENCH_TRAIN": str(script),
-           "BENCH_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"}  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", ACCELERATE_HOST], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "BENCH_MARK_FILE": str(mark),
+        "BENCH_TRAIN": str(script),
+        "BENCH_PORT": str(free_port()),
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ACCELERATE_HOST],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     time.sleep(8)  # let it import torch and accelerate, as a notebook would have
     proc.stdin.write("go\n")
@@ -182,8 +210,10 @@ class Kernel:
         self.execute("%load_ext jupyter_disttrain")
         self.execute(f"%distrain_config launch_mode={mode} live=none")
         if mode == "fork":
-            self.execute("from jupyter_disttrain.backends.local.launcher import shared_launcher\n"
-                         "shared_launcher().wait_ready()")  # fmt: skip
+            self.execute(
+                "from jupyter_disttrain.backends.local.launcher import shared_launcher\n"
+                "shared_launcher().wait_ready()"
+            )
 
     def execute(self, code: str, timeout: float = 600) -> dict[str, object]:
         msg_id = self.kc.execute(code)
@@ -247,9 +277,12 @@ def measure(
         totals.append(total)
         print(f"  {name} #{i + 1}: first step {first:.2f} s, total {total:.2f} s", flush=True)
     nan = float("nan")
-    return {"first": statistics.median(firsts) if firsts else nan,
-            "total": statistics.median(totals) if totals else nan, "hung": hung,
-            "load": load}  # fmt: skip
+    return {
+        "first": statistics.median(firsts) if firsts else nan,
+        "total": statistics.median(totals) if totals else nan,
+        "hung": hung,
+        "load": load,
+    }
 
 
 def measure_new(name: str, run: Callable[[int], dict[str, float]], reps: int) -> dict[str, float]:
@@ -268,8 +301,10 @@ def measure_new(name: str, run: Callable[[int], dict[str, float]], reps: int) ->
             continue
         parts["total"] = sum(parts.values())
         got.append(parts)
-        print(f"  {name} #{i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()),
-              flush=True)  # fmt: skip
+        print(
+            f"  {name} #{i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()),
+            flush=True,
+        )
     out: dict[str, float] = {"hung": hung, "load": load}
     for key in ("load_ext", "cell", "total"):
         values = [p[key] for p in got if key in p]
@@ -308,8 +343,10 @@ def main() -> int:
         results["(b) notebook_launcher, 4 procs"] = measure(
             "accelerate", run_notebook_launcher, args.reps, work
         )
-    for row, label, mode in (("c", "(c) %%distrain 2x2 (fork, default)", "fork"),
-                             ("d", "(d) %%distrain 2x2 (exec)", "exec")):  # fmt: skip
+    for row, label, mode in (
+        ("c", "(c) %%distrain 2x2 (fork, default)", "fork"),
+        ("d", "(d) %%distrain 2x2 (exec)", "exec"),
+    ):
         if row not in args.only:
             continue
         print(label)
@@ -365,8 +402,10 @@ def warm_table(results: dict[str, dict[str, float]]) -> str:
         "|---|---|---|---|---|",
     ]
     for label, r in results.items():
-        rows.append(f"| {label}{_hung(r)} | {r['first']:.2f} | {r['total']:.2f} | "
-                    f"{r['first'] / base:.2f}x | {r['load']:.1f} |")  # fmt: skip
+        rows.append(
+            f"| {label}{_hung(r)} | {r['first']:.2f} | {r['total']:.2f} | "
+            f"{r['first'] / base:.2f}x | {r['load']:.1f} |"
+        )
     return "\n".join(rows)
 
 
@@ -381,8 +420,10 @@ def new_table(new: dict[str, dict[str, float]]) -> str:
     ]
     for label, r in new.items():
         load = "-" if r["load_ext"] != r["load_ext"] else f"{r['load_ext']:.2f}"
-        rows.append(f"| {label}{_hung(r)} | {load} | {r['cell']:.2f} | {r['total']:.2f} | "
-                    f"{r['total'] / base:.2f}x | {r['load']:.1f} |")  # fmt: skip
+        rows.append(
+            f"| {label}{_hung(r)} | {load} | {r['cell']:.2f} | {r['total']:.2f} | "
+            f"{r['total'] / base:.2f}x | {r['load']:.1f} |"
+        )
     return "\n".join(rows)
 
 

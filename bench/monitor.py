@@ -80,10 +80,18 @@ def parse_throughput(n: int = 400_000) -> dict[str, tuple[float, float]]:
     """Lines per second through parse + JobMonitor.feed: (signed and checked, trusting)."""
     plain = [(f"step {i // 8} rank {i % 8}: loss=0.{i % 997:03d} lr=3e-4", i % 8) for i in range(n)]
     metrics = [
-        (encode("metric", i % 8, sign_with=KEY, step=i // 8,
-                values={"loss": 1 / (i + 1), "lr": 3e-4}), i % 8)
+        (
+            encode(
+                "metric",
+                i % 8,
+                sign_with=KEY,
+                step=i // 8,
+                values={"loss": 1 / (i + 1), "lr": 3e-4},
+            ),
+            i % 8,
+        )
         for i in range(n // 4)
-    ]  # fmt: skip
+    ]
     mixed = [metrics[i // 10] if i % 10 == 0 else plain[i] for i in range(n)]
     out = {}
     for name, lines in (("log lines", plain), ("metric lines", metrics), ("mixed 9:1", mixed)):
@@ -112,9 +120,19 @@ def recorded_job(home: Path, name: str, n: int, ranks: int = 8) -> int:
     jobdir.make_private_dirs(jobdir.logs_dir(directory))
     jobdir.write_private(directory / jobkey.KEY_FILE, KEY)
     t0 = time.time() - 60
-    state = {"name": name, "backend": "local", "nodes": 2, "nproc": ranks // 2,
-             "world_size": ranks, "created": t0, "owner_pid": 0, "state": "Succeeded",
-             "reason": "Succeeded", "message": f"{ranks} ranks done", "ended": t0 + 50}  # fmt: skip
+    state = {
+        "name": name,
+        "backend": "local",
+        "nodes": 2,
+        "nproc": ranks // 2,
+        "world_size": ranks,
+        "created": t0,
+        "owner_pid": 0,
+        "state": "Succeeded",
+        "reason": "Succeeded",
+        "message": f"{ranks} ranks done",
+        "ended": t0 + 50,
+    }
     jobdir.write_json_atomic(directory / "state.json", state)
     with jobdir.open_private(directory / "events.jsonl", "a") as fh:
         fh.write(ev.to_json(ev.job_event("Pending", "Submitted", f"{ranks} ranks", t0)) + "\n")
@@ -125,8 +143,9 @@ def recorded_job(home: Path, name: str, n: int, ranks: int = 8) -> int:
         for i in range(n // ranks):
             if i % 10 == 0:
                 values = {"loss": 1 / (i + 1), "lr": 3e-4}
-                line = encode("metric", rank, sign_with=KEY, step=i, t=t0 + 2 + i * 1e-3,
-                              values=values)  # fmt: skip
+                line = encode(
+                    "metric", rank, sign_with=KEY, step=i, t=t0 + 2 + i * 1e-3, values=values
+                )
             else:
                 line = f"step {i} rank {rank}: loss=0.{i % 997:03d} lr=3e-4"
             lines.append(line + "\n")

@@ -64,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus: {sum(r['logs'] for r in results.values())} logs, classes {dict(classes)}")
     for split in ("tune", "heldout"):
         r = results.get(split, {"logs": 0, "correct": 0, "accuracy": 0.0, "wrong": []})
-        print(f"{split:8s} {r['correct']:3d}/{r['logs']:<3d} failure class correct "
-              f"({100 * r['accuracy']:.0f}%)")  # fmt: skip
+        print(
+            f"{split:8s} {r['correct']:3d}/{r['logs']:<3d} failure class correct "
+            f"({100 * r['accuracy']:.0f}%)"
+        )
         if split in args.show:
             for name, expected, got, diagnosis in r["wrong"]:
                 print(f"  {name}: expected {expected}, read {got}: {diagnosis}")

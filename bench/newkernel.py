@@ -96,13 +96,25 @@ class JupyterServer:
         self.url = f"http://127.0.0.1:{port}"
         self.log = open(work / "server.log", "wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", "--ip=127.0.0.1", f"--port={port}",
-             "--ServerApp.port_retries=0", "--IdentityProvider.token=", "--no-browser",
-             "--allow-root", "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={work}",
-             '--ServerApp.jpserver_extensions={"jupyter_disttrain.server": True}'],
-            env={**env, "JUPYTER_RUNTIME_DIR": str(self.runtime)}, stdout=self.log,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "jupyter_server",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                "--ServerApp.port_retries=0",
+                "--IdentityProvider.token=",
+                "--no-browser",
+                "--allow-root",
+                "--ServerApp.disable_check_xsrf=True",
+                f"--ServerApp.root_dir={work}",
+                '--ServerApp.jpserver_extensions={"jupyter_disttrain.server": True}',
+            ],
+            env={**env, "JUPYTER_RUNTIME_DIR": str(self.runtime)},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -130,8 +142,9 @@ class JupyterServer:
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=120) as resp:
             text = resp.read()
         return json.loads(text) if text else None
@@ -199,9 +212,14 @@ def new_kernel_runs(
     def standalone(distrain: bool) -> Runner:
         def run(i: int) -> dict[str, float]:
             mark = work / f"new-{'g' if distrain else 'e'}-{i}.mark"
-            kenv = {**plain, "BENCH_MARK_FILE": str(mark), "BENCH_TRAIN": str(script),
-                    "BENCH_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo",
-                    "DISTRAIN_HOME": tempfile.mkdtemp(prefix="bench-home-")}  # fmt: skip
+            kenv = {
+                **plain,
+                "BENCH_MARK_FILE": str(mark),
+                "BENCH_TRAIN": str(script),
+                "BENCH_PORT": str(free_port()),
+                "GLOO_SOCKET_IFNAME": "lo",
+                "DISTRAIN_HOME": tempfile.mkdtemp(prefix="bench-home-"),
+            }
             km, kc = start_new_kernel(kernel_name="python3", env=kenv)
             try:
                 return in_kernel(kc, distrain, "g" if distrain else "e")
@@ -262,11 +280,15 @@ def new_kernel_breakdown(
 
 def breakdown(job_dir: Path, t0: float, mark: Path) -> dict[str, float]:
     """A warm job's time to first step in parts, from its events, signed hellos and marks."""
-    events = [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()
-              if line.strip()]  # fmt: skip
+    events = [
+        json.loads(line)
+        for line in (job_dir / "events.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     submitted = min(float(e["t"]) for e in events)
-    started = [float(e["t"]) for e in events
-               if e.get("kind") == "phase" and e.get("phase") == "started"]  # fmt: skip
+    started = [
+        float(e["t"]) for e in events if e.get("kind") == "phase" and e.get("phase") == "started"
+    ]
     hellos = []
     for log in (job_dir / "logs").glob("rank-*.log"):
         for line in log.read_text(errors="replace").splitlines():

@@ -146,8 +146,16 @@ def measure(nodes: int, hang: bool, fail_step: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Emulator(apis=("trainer",)) as emulator:
         kubeconfig = str(emulator.write_kubeconfig(Path(tmp) / "kubeconfig"))
         t0 = time.monotonic()
-        create_standin_job(emulator, NAME, "trainjob", nodes, 8, hang_after=10.0,
-                           step_seconds=STEP_SECONDS, **script)  # fmt: skip
+        create_standin_job(
+            emulator,
+            NAME,
+            "trainjob",
+            nodes,
+            8,
+            hang_after=10.0,
+            step_seconds=STEP_SECONDS,
+            **script,
+        )
         emulator.reset_stats()
         tally = NodeZeroLog(emulator)
         tally.start()

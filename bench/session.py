@@ -95,8 +95,10 @@ def main() -> int:
     args = parser.parse_args()
     kernel = Kernel("fork")
     session = "%%distrain --session bench\n"
-    warm = {"(a) %%distrain --session (2x2, warm)": session + STEPS,
-            "(b) ipyparallel %%px (4 engines, warm)": "%%px\n" + STEPS}  # fmt: skip
+    warm = {
+        "(a) %%distrain --session (2x2, warm)": session + STEPS,
+        "(b) ipyparallel %%px (4 engines, warm)": "%%px\n" + STEPS,
+    }
     results: dict[str, list[float]] = {label: [] for label in warm}
     try:
         print("set-up: a 2x2 session and 4 ipyparallel engines, each building the model")
@@ -119,8 +121,10 @@ def main() -> int:
         kernel.close()
     rows = ["| way | median (s) | min (s) | max (s) | cells |", "|---|---|---|---|---|"]
     for label, times in results.items():
-        rows.append(f"| {label} | {statistics.median(times):.3f} | {min(times):.3f} | "
-                    f"{max(times):.3f} | {len(times)} |")  # fmt: skip
+        rows.append(
+            f"| {label} | {statistics.median(times):.3f} | {min(times):.3f} | "
+            f"{max(times):.3f} | {len(times)} |"
+        )
     table = "\n".join(rows)
     print("\n" + table)
     if not args.no_write:

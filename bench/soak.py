@@ -124,8 +124,9 @@ def soak(jobs: int, prefix: str = "soak") -> SoakResult:
         state = job.wait(240)
         expected = "Stopped" if stop else "Failed" if fail else "Succeeded"
         if state != expected:
-            raise AssertionError(f"job {i}: {state} ({job.reason}), expected {expected}\n"
-                                 f"{job.logs(tail=20)}")  # fmt: skip
+            raise AssertionError(
+                f"job {i}: {state} ({job.reason}), expected {expected}\n{job.logs(tail=20)}"
+            )
         result.states.append(state)
         result.samples.append(sample(i))
     result.seconds = time.perf_counter() - started
@@ -142,32 +143,38 @@ def main(argv: list[str] | None = None) -> int:
     result = soak(args.jobs)
     rss, fds, threads = result.growth(args.warmup)
     first, last = result.samples[args.warmup - 1], result.samples[-1]
-    print(f"{args.jobs} jobs in {result.seconds:.0f} s: "
-          f"{result.states.count('Succeeded')} succeeded, {result.states.count('Failed')} "
-          f"failed, {result.states.count('Stopped')} stopped")  # fmt: skip
-    print(f"after job {args.warmup}: RSS {first.rss / 2**20:.1f} MiB, {first.fds} fds, "
-          f"{first.threads} threads; at the end: RSS {last.rss / 2**20:.1f} MiB, "
-          f"{last.fds} fds, {last.threads} threads; left: {len(result.left)}")  # fmt: skip
+    print(
+        f"{args.jobs} jobs in {result.seconds:.0f} s: "
+        f"{result.states.count('Succeeded')} succeeded, {result.states.count('Failed')} "
+        f"failed, {result.states.count('Stopped')} stopped"
+    )
+    print(
+        f"after job {args.warmup}: RSS {first.rss / 2**20:.1f} MiB, {first.fds} fds, "
+        f"{first.threads} threads; at the end: RSS {last.rss / 2**20:.1f} MiB, "
+        f"{last.fds} fds, {last.threads} threads; left: {len(result.left)}"
+    )
     from results import write_section
 
     today = datetime.date.today().isoformat()
-    body = "\n".join([
-        f"`python bench/soak.py --jobs {args.jobs}` on {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, {today}: consecutive local jobs from one process "
-        "(1x2 and 2x2 alternately; every third fails on one rank, every fifth is stopped "
-        "once its ranks reported), each waited for before the next.",
-        "",
-        "| jobs | succeeded / failed / stopped | wall time | RSS growth | fds growth "
-        "| threads growth | processes left |",
-        "|---|---|---|---|---|---|---|",
-        f"| {args.jobs} | {result.states.count('Succeeded')} / {result.states.count('Failed')} "
-        f"/ {result.states.count('Stopped')} | {result.seconds:.0f} s | "
-        f"{rss / 2**20:+.1f} MiB (from {first.rss / 2**20:.1f}) | {fds:+d} (from {first.fds}) "
-        f"| {threads:+d} (from {first.threads}) | {len(result.left)} |",
-        "",
-        f"Growth is measured from the end of job {args.warmup} (the warm launcher, imports "
-        "and first allocations come before).",
-    ])  # fmt: skip
+    body = "\n".join(
+        [
+            f"`python bench/soak.py --jobs {args.jobs}` on {os.cpu_count()} cores, Python "
+            f"{platform.python_version()}, {today}: consecutive local jobs from one process "
+            "(1x2 and 2x2 alternately; every third fails on one rank, every fifth is stopped "
+            "once its ranks reported), each waited for before the next.",
+            "",
+            "| jobs | succeeded / failed / stopped | wall time | RSS growth | fds growth "
+            "| threads growth | processes left |",
+            "|---|---|---|---|---|---|---|",
+            f"| {args.jobs} | {result.states.count('Succeeded')} / {result.states.count('Failed')} "
+            f"/ {result.states.count('Stopped')} | {result.seconds:.0f} s | "
+            f"{rss / 2**20:+.1f} MiB (from {first.rss / 2**20:.1f}) | {fds:+d} (from {first.fds}) "
+            f"| {threads:+d} (from {first.threads}) | {len(result.left)} |",
+            "",
+            f"Growth is measured from the end of job {args.warmup} (the warm launcher, imports "
+            "and first allocations come before).",
+        ]
+    )
     write_section(ROOT / "BENCHMARKS.md", "Soak", body)
     return 0 if not result.left else 1
 

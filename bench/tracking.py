@@ -42,10 +42,18 @@ TRUST = ev.Trust.of(KEY, 2, RANKS // 2)
 def lines(n: int) -> list[tuple[str, int]]:
     """``n`` metric lines, round-robin over the ranks."""
     return [
-        (encode("metric", i % RANKS, sign_with=KEY, step=i // RANKS,
-                values={"loss": 1 / (i + 1), "lr": 3e-4}), i % RANKS)
+        (
+            encode(
+                "metric",
+                i % RANKS,
+                sign_with=KEY,
+                step=i // RANKS,
+                values={"loss": 1 / (i + 1), "lr": 3e-4},
+            ),
+            i % RANKS,
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 Result = tuple[float, dict[str, tuple[float, float]]]
@@ -125,8 +133,10 @@ store on the same two cores takes about a second per 1,000-metric batch).
 | sink | CPU per line | at 1,000 lines/s | seconds after the end |
 |---|---|---|---|
 """
-    for case, sink, label in (("TensorBoard", "tensorboard", "TensorBoard files"),
-                              ("TensorBoard + MLflow", "mlflow", "MLflow run")):  # fmt: skip
+    for case, sink, label in (
+        ("TensorBoard", "tensorboard", "TensorBoard files"),
+        ("TensorBoard + MLflow", "mlflow", "MLflow run"),
+    ):
         seconds, cpu = results[case][1][sink]
         per_line = cpu / n
         body += (

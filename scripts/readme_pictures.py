@@ -42,8 +42,9 @@ def shrink(source: Path, target: Path) -> int:
     with Image.open(source) as image:
         picture = image.convert("RGB")
     if picture.width > WIDTH:
-        picture = picture.resize((WIDTH, round(picture.height * WIDTH / picture.width)),
-                                 Image.Resampling.LANCZOS)  # fmt: skip
+        picture = picture.resize(
+            (WIDTH, round(picture.height * WIDTH / picture.width)), Image.Resampling.LANCZOS
+        )
     picture.quantize(256, dither=Image.Dither.NONE).save(target, optimize=True)
     return target.stat().st_size
 

@@ -54,8 +54,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=TARGET, help="where to write the table")
     args = parser.parse_args()
     totals = file_seconds(args.report)
-    kept = {name: round(s, 1) for name, s in sorted(totals.items(), key=lambda kv: -kv[1])
-            if s >= args.min}  # fmt: skip
+    kept = {
+        name: round(s, 1)
+        for name, s in sorted(totals.items(), key=lambda kv: -kv[1])
+        if s >= args.min
+    }
     note = "seconds per test file in one parallel run (setup, call and teardown); "
     note += "tests/schedule.py runs the longest first; scripts/test_durations.py writes it"
     args.out.write_text(json.dumps({"note": note, "files": kept}, indent=1) + "\n")

@@ -40,11 +40,19 @@ OTHER_CRD_DIR = Path(__file__).resolve().parent / "k8s_emulator" / "crds"
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _DROPPED = frozenset(
     {
-        "description", "default", "example", "externalDocs", "format", "nullable",
-        "x-kubernetes-validations", "x-kubernetes-map-type", "x-kubernetes-int-or-string",
-        "x-kubernetes-preserve-unknown-fields", "x-kubernetes-embedded-resource",
+        "description",
+        "default",
+        "example",
+        "externalDocs",
+        "format",
+        "nullable",
+        "x-kubernetes-validations",
+        "x-kubernetes-map-type",
+        "x-kubernetes-int-or-string",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-embedded-resource",
     }
-)  # fmt: skip
+)
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN = rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$"
 _LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"

@@ -29,18 +29,22 @@ def s3() -> Iterator[dict[str, str]]:
     reset = urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
     urllib.request.urlopen(reset, timeout=30).close()
     env = {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
         "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "FSSPEC_S3_KEY": "testing", "FSSPEC_S3_SECRET": "testing",
-    }  # fmt: skip
+        "FSSPEC_S3_KEY": "testing",
+        "FSSPEC_S3_SECRET": "testing",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     import s3fs
 
     s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem(endpoint_url=env["FSSPEC_S3_ENDPOINT_URL"], key="testing",
-                           secret="testing")  # fmt: skip
+    fs = s3fs.S3FileSystem(
+        endpoint_url=env["FSSPEC_S3_ENDPOINT_URL"], key="testing", secret="testing"
+    )
     fs.mkdir("ckpt-bucket")
     try:
         yield env

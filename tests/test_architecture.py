@@ -230,9 +230,8 @@ q = sys.modules.get("tensorflow") is None
 def test_the_check_finds_each_form() -> None:
     tree = ast.parse(FORMS)
     assert _compared_names(tree, set(names())) == [1, 3]
-    assert _compared_names(tree, {"pytorch", "tensorflow"}) == [
-        4, 5, 6, 7, 8, 10, 11, 13, 15, 19,
-    ]  # fmt: skip
+    compared = [4, 5, 6, 7, 8, 10, 11, 13, 15, 19]
+    assert _compared_names(tree, {"pytorch", "tensorflow"}) == compared
 
 
 def _underscore_imports(tree: ast.AST) -> list[str]:
@@ -421,7 +420,7 @@ def test_the_framework_word_check_finds_each_form() -> None:
 
 
 def packed_lines(paths: list[Path], root: Path = REPO) -> list[str]:
-    """``file:line`` of every line that keeps the formatter out (``# fmt: skip``/``off``)."""
+    """``file:line`` of every line that keeps the formatter out (``fmt: skip``/``off``)."""
     marker = re.compile(r"#\s*fmt:\s*(skip|off)\b")
     return [
         f"{p.relative_to(root)}:{n}"
@@ -436,6 +435,14 @@ def test_the_formatter_lays_out_every_line_of_the_package() -> None:
     assert packed_lines(modules()) == []
 
 
+def test_the_formatter_lays_out_every_line_of_the_tests_benchmarks_and_scripts() -> None:
+    """The same rule outside the package: tests, benchmarks and scripts keep no packed lines."""
+    paths = [p for folder in ("tests", "bench", "scripts") for p in (REPO / folder).rglob("*.py")]
+    assert len(paths) > 200  # where this test looks
+    assert packed_lines(sorted(paths)) == []
+
+
 def test_the_packing_check_finds_a_marker(tmp_path: Path) -> None:
-    (tmp_path / "a.py").write_text("x = [1,\n  2]  # fmt: skip\n# fmt: off\n")
+    marker = "# fmt" + ":"  # written in two parts so that this file holds no marker itself
+    (tmp_path / "a.py").write_text(f"x = [1,\n  2]  {marker} skip\n{marker} off\n")
     assert packed_lines([tmp_path / "a.py"], tmp_path) == ["a.py:2", "a.py:3"]

@@ -35,12 +35,18 @@ TUTORIAL = textwrap.dedent(
     [
         (TUTORIAL, 9, "demo_fn(dist.get_rank(), world_size)"),
         ("import torch\ntorch.multiprocessing.spawn(train, nprocs=2)", 2, "train(dist.get_rank())"),
-        ("from torch.multiprocessing import spawn as sp\nsp(f, (1, 2))", 2,
-         "f(dist.get_rank(), 1, 2)"),
-        ("from torch import multiprocessing as tmp\ntmp.start_processes(g, args=a)", 2,
-         "g(dist.get_rank(), *a)"),
+        (
+            "from torch.multiprocessing import spawn as sp\nsp(f, (1, 2))",
+            2,
+            "f(dist.get_rank(), 1, 2)",
+        ),
+        (
+            "from torch import multiprocessing as tmp\ntmp.start_processes(g, args=a)",
+            2,
+            "g(dist.get_rank(), *a)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_launcher_in_the_cell_is_named_with_the_call_to_make(
     source: str, line: int, call: str
 ) -> None:

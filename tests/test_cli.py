@@ -16,9 +16,13 @@ from tests.conftest import SHARED, assert_no_processes
 
 
 def disttrain(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "jupyter_disttrain.cli", *args],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=os.environ.copy())  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_disttrain.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
 
 
 @pytest.mark.slow
@@ -43,9 +47,21 @@ def test_run_logs_jobs_and_stop(tmp_path: Path) -> None:
     # A long job started by one command is stopped by another.
     script.write_text("import time\nreport(step=0, up=1)\ntime.sleep(300)\n")
     runner = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "run", "--nodes", "2", "--name",
-         "cli-stop", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_disttrain.cli",
+            "run",
+            "--nodes",
+            "2",
+            "--name",
+            "cli-stop",
+            str(script),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     directory = jobdir.job_dir("cli-stop")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -139,8 +155,16 @@ def test_nccl_summary_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = main(["nccl", str(log), "--json"], capsys)
     assert code == 0, err
     summary = json.loads(out)
-    assert list(summary) == ["nccl_version", "transport", "interfaces", "nranks",
-                             "init_complete", "warnings", "failure", "diagnosis"]  # fmt: skip
+    assert list(summary) == [
+        "nccl_version",
+        "transport",
+        "interfaces",
+        "nranks",
+        "init_complete",
+        "warnings",
+        "failure",
+        "diagnosis",
+    ]
     assert summary["failure"] == "shm" and "/dev/shm" in summary["diagnosis"]
     assert "shm" in main(["nccl", str(log)], capsys)[1]
 

@@ -113,9 +113,14 @@ def facts(output: str) -> dict[int, dict[str, Any]]:
 
 
 def disttrain(cwd: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "jupyter_disttrain.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout,
-                          env=os.environ.copy())  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_disttrain.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
 
 
 def disttrain_here(
@@ -183,8 +188,18 @@ def test_dry_run_lists_the_modules_that_travel(
     ), line
     assert "unused" not in line and "notes" not in line
     # Arguments meant for disttrain but written after the script go to it; the note says so.
-    late = disttrain_here(elsewhere, monkeypatch, capsys, "run", "--dry-run", "../proj/train.py",
-                          "2", "1", "--nodes", "2")  # fmt: skip
+    late = disttrain_here(
+        elsewhere,
+        monkeypatch,
+        capsys,
+        "run",
+        "--dry-run",
+        "../proj/train.py",
+        "2",
+        "1",
+        "--nodes",
+        "2",
+    )
     assert late.returncode == 0, late.stderr
     assert "note: --nodes after ../proj/train.py go to the script" in late.stderr
     assert "1 node(s) x 1 process(es)" in late.stdout
@@ -230,14 +245,18 @@ def test_a_module_is_found_from_the_current_folder(tmp_path: Path) -> None:
     (proj / "__main__.py").write_text("from . import helpers\n")
     (proj / "sub").mkdir()
     (proj / "sub" / "go.py").write_text("from datautils import MyTrainDataset\n")
-    one = pickle.loads(build_script_payload(Script("proj", module=True, cwd=str(tmp_path)),
-                                            job="j").data)["script"]  # fmt: skip
+    one = pickle.loads(
+        build_script_payload(Script("proj", module=True, cwd=str(tmp_path)), job="j").data
+    )["script"]
     assert one["name"] == "proj/__main__.py" and one["module"] == "proj"
     assert one["file"] == str(proj / "__main__.py") and one["root"] == str(tmp_path)
     assert "proj/sub/go.py" in one["files"] and "proj/train.py" in one["files"]
     # An installed module travels by name; the workers' pre-flight checks they have it.
-    env = pickle.loads(build_script_payload(Script("torch.utils.collect_env", module=True,
-                                                   cwd=str(tmp_path)), job="j").data)  # fmt: skip
+    env = pickle.loads(
+        build_script_payload(
+            Script("torch.utils.collect_env", module=True, cwd=str(tmp_path)), job="j"
+        ).data
+    )
     assert env["script"]["files"] == {} and env["script"]["name"] == ""
     assert "torch" in env["packages"]
 
@@ -252,10 +271,23 @@ def test_a_script_runs_in_every_rank_as_under_torchrun(tmp_path: Path) -> None:
     args = ["../proj/train.py", "2", "1", "--batch_size", "4"]
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     torchrun = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-         "--nproc-per-node", "2", *args], cwd=elsewhere, capture_output=True, text=True,
-        timeout=180, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            *args,
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert torchrun.returncode == 0, torchrun.stderr
     expected = facts(torchrun.stdout)[1]
     assert expected["argv"] == args and expected["file"] == f"{elsewhere}/../proj/train.py"
@@ -278,7 +310,7 @@ def test_a_script_runs_in_every_rank_as_under_torchrun(tmp_path: Path) -> None:
         "notes.csv",
         "train.py",
         "unused.py",
-    ]  # fmt: skip  (the real folder: it runs in place)
+    ]  # the real folder: it runs in place
     assert sorted(p.name for p in elsewhere.iterdir()) == [
         f"written-by-rank-{r}.txt" for r in range(4)
     ]
@@ -289,13 +321,23 @@ def test_a_script_runs_in_every_rank_as_under_torchrun(tmp_path: Path) -> None:
 def test_a_rank_that_raises_names_the_scripts_line(tmp_path: Path) -> None:
     """Exec mode (fresh interpreters): rank 1 raises; the traceback is the script's own."""
     proj, elsewhere = make_project(tmp_path)
-    done = disttrain(elsewhere, "run", "--launch", "exec", "--nproc", "2", "../proj/train.py",
-                     "3", "1", "--fail-rank", "1")  # fmt: skip
+    done = disttrain(
+        elsewhere,
+        "run",
+        "--launch",
+        "exec",
+        "--nproc",
+        "2",
+        "../proj/train.py",
+        "3",
+        "1",
+        "--fail-rank",
+        "1",
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     got = facts(done.stdout)
     assert got[0]["argv"] == ["../proj/train.py", "3", "1", "--fail-rank", "1"]
-    assert got[0]["args"] == {"total_epochs": 3, "save_every": 1, "batch_size": 32,
-                              "fail_rank": 1}  # fmt: skip
+    assert got[0]["args"] == {"total_epochs": 3, "save_every": 1, "batch_size": 32, "fail_rank": 1}
     assert got[1]["file"] == f"{elsewhere}/../proj/train.py" and got[1]["cwd"] == str(elsewhere)
     assert got[1]["path0"] == os.path.realpath(proj) and not got[1]["cwd_on_path"]
     trace = done.stderr.split("Remote traceback (rank 1):", 1)[1]
@@ -333,8 +375,9 @@ def test_python_dash_m_form(tmp_path: Path) -> None:
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "conf.py").write_text("VALUE = 42\n")
-    (pkg / "run.py").write_text(textwrap.dedent(
-        """\
+    (pkg / "run.py").write_text(
+        textwrap.dedent(
+            """\
         import json, os, sys
         from .conf import VALUE
         print("FACTS " + json.dumps({"rank": int(os.environ.get("RANK", 0)), "argv": sys.argv,
@@ -342,9 +385,15 @@ def test_python_dash_m_form(tmp_path: Path) -> None:
               "path0": sys.path[0], "cwd": os.getcwd(), "value": VALUE}))
         sys.exit(0)
         """
-    ))  # fmt: skip
-    plain = subprocess.run([sys.executable, "-m", "trainpkg.run", "--lr", "0.1"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+        )
+    )
+    plain = subprocess.run(
+        [sys.executable, "-m", "trainpkg.run", "--lr", "0.1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert plain.returncode == 0, plain.stderr
     expected = facts(plain.stdout)[0]
     assert expected["argv"][0] == str(pkg / "run.py") and expected["package"] == "trainpkg"

@@ -115,8 +115,10 @@ def test_the_console_shows_the_frame_sends_commands_and_casts(
     console = shell.run_line_magic("distrain_debug", "dbg-magic --rank 1")
     assert isinstance(console, DebugConsole)
     assert [label for label, _ in console.ranks.options] == [
-        "rank 1", "rank 3", "all paused ranks",
-    ]  # fmt: skip
+        "rank 1",
+        "rank 3",
+        "all paused ranks",
+    ]
     assert "rank 1 at cell:6 in <module>" in unescape(console.where.value)
     current = unescape(console.source.value).split("dd-current'>")[1].split("</span>")[0]
     assert current == '    6 ->     batch["idx"] += 1'

@@ -132,8 +132,11 @@ CAST = textwrap.dedent(
 def test_cast_answers_once_per_paused_rank_and_post_mortem_holds_the_raising_frame() -> None:
     job = start("dbg-cast", CAST, post_mortem=True)
     try:
-        paused = wait_for(lambda: len(job.paused()) == 3 and job.paused(), 90,
-                          f"three ranks did not pause\n{job.logs()}")  # fmt: skip
+        paused = wait_for(
+            lambda: len(job.paused()) == 3 and job.paused(),
+            90,
+            f"three ranks did not pause\n{job.logs()}",
+        )
         assert [p.rank for p in paused] == [1, 2, 3]
         mortem = paused[1]
         assert mortem.exception == "KeyError: 'missing'" and mortem.function == "<module>"
@@ -158,8 +161,11 @@ def test_the_channel_refuses_a_client_without_the_job_key() -> None:
     cell = "import pdb, torch.distributed as dist\npdb.set_trace()\ndist.barrier()\n1"
     job = start("dbg-auth", cell, mode="exec")
     try:
-        paused = wait_for(lambda: len(job.paused()) == 4 and job.paused(), 90,
-                          f"the ranks did not pause\n{job.logs()}")  # fmt: skip
+        paused = wait_for(
+            lambda: len(job.paused()) == 4 and job.paused(),
+            90,
+            f"the ranks did not pause\n{job.logs()}",
+        )
         port = paused[0].port
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             hello = wire.recv(sock, job.plan.payload.key, wire.HELLO_LIMIT)  # type: ignore[union-attr]
@@ -200,8 +206,11 @@ def test_pause_stops_running_ranks_at_their_next_cell_line(tmp_path: Any) -> Non
     stop = tmp_path / "stop"
     job = start("dbg-pause", SPIN.format(stop=str(stop)), mode="exec")
     try:
-        wait_for(lambda: job.status() == "Running" and len(job.monitor.ranks()) == 4, 90,
-                 f"the job did not run\n{job.logs()}")  # fmt: skip
+        wait_for(
+            lambda: job.status() == "Running" and len(job.monitor.ranks()) == 4,
+            90,
+            f"the job did not run\n{job.logs()}",
+        )
         two = job.pause([2], timeout=60)
         assert [(p.rank, p.asked, p.function) for p in two] == [(2, True, "<module>")], job.logs()
         assert two[0].line in SPIN_LINES and two[0].file.startswith("<distrain-cell")

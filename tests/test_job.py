@@ -53,10 +53,22 @@ def test_wait_blocks_until_the_end_and_times_out_with_the_state() -> None:
 
 def test_first_failing_ranks_exception_is_raised_with_its_rank() -> None:
     j = job()
-    j.feed(ev.Event("error", 1, T0 + 2, {"type": "ValueError", "module": "builtins",
-                                          "message": "late", "traceback": "tb late"}))  # fmt: skip
-    j.feed(ev.Event("error", 0, T0 + 1, {"type": "KeyError", "module": "builtins",
-                                          "message": "'x'", "traceback": "tb first"}))  # fmt: skip
+    j.feed(
+        ev.Event(
+            "error",
+            1,
+            T0 + 2,
+            {"type": "ValueError", "module": "builtins", "message": "late", "traceback": "tb late"},
+        )
+    )
+    j.feed(
+        ev.Event(
+            "error",
+            0,
+            T0 + 1,
+            {"type": "KeyError", "module": "builtins", "message": "'x'", "traceback": "tb first"},
+        )
+    )
     j.feed(ev.job_event("Failed", "RankFailed", "rank 0 failed", t=T0 + 3))
     assert [e["rank"] for e in j.errors()] == [0, 1]
     with pytest.raises(KeyError) as info:
@@ -76,12 +88,20 @@ def test_failure_without_an_error_line_is_job_failed() -> None:
 def test_diagnosis_reads_nccl_lines_as_they_arrive() -> None:
     j = job()
     assert j.diagnosis() is None
-    line = ("host1:71:90 [0] NCCL INFO Call to connect returned Connection refused, "
-            "retrying")  # fmt: skip
+    line = "host1:71:90 [0] NCCL INFO Call to connect returned Connection refused, retrying"
     j.feed(ev.Event("log", 0, T0, {"text": line}))
-    j.feed(ev.Event("log", 0, T0, {"text": "host1:71:90 [0] misc/socket.cc:484 NCCL WARN "
-                                            "Net : Connect to 10.1.1.2<2345> failed : "
-                                            "Connection refused"}))  # fmt: skip
+    j.feed(
+        ev.Event(
+            "log",
+            0,
+            T0,
+            {
+                "text": "host1:71:90 [0] misc/socket.cc:484 NCCL WARN "
+                "Net : Connect to 10.1.1.2<2345> failed : "
+                "Connection refused"
+            },
+        )
+    )
     assert j.diagnosis() == j.monitor.comms().diagnosis
     assert "refused" in str(j.diagnosis()).lower()
 

@@ -49,10 +49,11 @@ def test_a_notebooks_kernel_names_its_jobs_an_interrupt_and_a_shutdown_end_them(
         cell = reply["content"]["execution_count"]  # the In[N] the notebook shows
         kernel.drain(0.5)
         printed = "".join(
-            m["content"]["text"] for m in kernel.iopub
+            m["content"]["text"]
+            for m in kernel.iopub
             if m["msg_type"] == "stream"
             and m["parent_header"].get("msg_id") == reply["parent_header"]["msg_id"]
-        )  # fmt: skip
+        )
         found = re.search(rf"^(quick-start-c{cell}-[0-9a-f]{{4}}): ", printed, re.M)
         assert found, printed
         assert jobdir.read_state(jobdir.job_dir(found[1]))["state"] == "Succeeded"  # type: ignore[index]
@@ -64,10 +65,12 @@ def test_a_notebooks_kernel_names_its_jobs_an_interrupt_and_a_shutdown_end_them(
             reply = kernel.kc.get_shell_msg(timeout=180)
         except queue.Empty:
             directory = jobdir.job_dir("kr-int")
-            logs = {p.name: p.read_text()[-2000:]
-                    for p in sorted((directory / "logs").glob("*.log"))}  # fmt: skip
-            raise AssertionError(f"no reply 180 s after the interrupt: "
-                                 f"{jobdir.read_state(directory)}\n{logs}") from None  # fmt: skip
+            logs = {
+                p.name: p.read_text()[-2000:] for p in sorted((directory / "logs").glob("*.log"))
+            }
+            raise AssertionError(
+                f"no reply 180 s after the interrupt: {jobdir.read_state(directory)}\n{logs}"
+            ) from None
         assert reply["content"]["status"] == "error"
         assert reply["content"]["ename"] == "KeyboardInterrupt"
         assert_no_processes(jobdir.job_dir("kr-int"), pids, wait=10)

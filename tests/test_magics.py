@@ -318,8 +318,15 @@ def test_session_magics_start_run_list_and_stop(
     assert "mg-sess: ready" in capsys.readouterr().out
     try:
         shell.user_ns["SCALE"] = 3
-        assert cell(shell, "--session mg-sess", "import torch.distributed as dist\n"
-                    "w = dist.get_rank() * SCALE\nreport(step=0, w=w)") is None  # fmt: skip
+        assert (
+            cell(
+                shell,
+                "--session mg-sess",
+                "import torch.distributed as dist\n"
+                "w = dist.get_rank() * SCALE\nreport(step=0, w=w)",
+            )
+            is None
+        )
         shell.user_ns["SCALE"] = 100  # shipped again: the ranks see the new value
         assert cell(shell, "--session mg-sess", "w + SCALE") == 100
         with pytest.raises(UsageError, match="distrain_session stop mg-sess"):

@@ -22,8 +22,17 @@ def test_every_declared_backend_option_is_a_flag() -> None:
     for name in names():
         for option in backend_class(name).options:
             assert declared[option.key][1] == option
-    args = parse("--backend", "kubernetes", "--image", "img:1", "--volume", "c:/d", "--volume",
-                 "e:/f", "--payload-secret")  # fmt: skip
+    args = parse(
+        "--backend",
+        "kubernetes",
+        "--image",
+        "img:1",
+        "--volume",
+        "c:/d",
+        "--volume",
+        "e:/f",
+        "--payload-secret",
+    )
     spec = spec_from_args(args)
     assert ("image", "img:1") in spec.options and ("payload_secret", "true") in spec.options
     assert [v for k, v in spec.options if k == "volume"] == ["c:/d", "e:/f"]
@@ -47,8 +56,9 @@ def test_unknown_backend_lists_the_known_ones() -> None:
 
 
 def test_tensorflow_restarts_need_a_backend_that_restarts_it() -> None:
-    with pytest.raises(SpecError, match="--max-restarts with --framework tensorflow needs "
-                                        "--backend kubernetes"):  # fmt: skip
+    with pytest.raises(
+        SpecError, match="--max-restarts with --framework tensorflow needs --backend kubernetes"
+    ):
         spec_from_args(parse("--framework", "tensorflow", "--max-restarts", "1"))
 
 
@@ -64,7 +74,9 @@ def test_an_option_with_an_optional_value_takes_one_or_none() -> None:
     assert ("prometheus", "8000") in given.options
     data = parse("--backend", "kubernetes", "--data", "s3://b/x:/d", "--data", "gs://c/y:/e")
     assert [v for k, v in spec_from_args(data).options if k == "data"] == [
-        "s3://b/x:/d", "gs://c/y:/e"]  # fmt: skip
+        "s3://b/x:/d",
+        "gs://c/y:/e",
+    ]
 
 
 @pytest.mark.parametrize("text", ["inf", "1e400", "-inf", "nan"])

@@ -41,8 +41,9 @@ def test_summary_names_objects_scale_image_resources_and_captures(
     cluster: Emulator, local_module: types.ModuleType
 ) -> None:
     spec = JobSpec("k8s-summary", nodes=2, nproc=2, backend="kubernetes")
-    payload = build_payload("m = mymodels.net()\nx = lr * 2", {"mymodels": local_module,
-                            "lr": 0.1}, job=spec.name)  # fmt: skip
+    payload = build_payload(
+        "m = mymodels.net()\nx = lr * 2", {"mymodels": local_module, "lr": 0.1}, job=spec.name
+    )
     plan = KubernetesBackend().plan(spec, payload)
     summary = manifest_summary(plan)
     assert summary is not None

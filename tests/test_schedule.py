@@ -47,8 +47,12 @@ def test_the_table_is_written_from_a_junit_report(tmp_path: Path) -> None:
     )
     target = tmp_path / "durations.json"
     script = ROOT / "scripts" / "test_durations.py"
-    done = subprocess.run([sys.executable, str(script), str(report), "--out", str(target)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), str(report), "--out", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     files = json.loads(target.read_text())["files"]
     assert files == {

@@ -76,8 +76,12 @@ def test_nccl_diagnosis_in_cli_and_sidebar_without_dashboard(home: Path) -> None
         env = {**os.environ, "DISTRAIN_HOME": str(home), "KUBECONFIG": "/nonexistent"}
         out = subprocess.run(
             [sys.executable, "-m", "jupyter_disttrain.cli", "jobs"],
-            capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=REPO,
+        )
         assert out.returncode == 0, out.stderr
         assert f"svc-nccl: {sentence}" in out.stdout, (out.stdout, job.logs())
         manager = JobManager(lambda: [service.backend("local")])

@@ -216,8 +216,12 @@ def test_a_wrong_token_is_refused_and_the_session_stays_usable(group: Session) -
     with group.backend.connect(record, group.port, 10.0) as sock:
         send_frame(sock, json.dumps({"token": "not-the-token"}).encode())
         answer = json.loads(recv_frame(sock))
-    assert answer == {"ok": False, "world_size": 4, "pid": answer["pid"],
-                      "error": "wrong session token"}  # fmt: skip
+    assert answer == {
+        "ok": False,
+        "world_size": 4,
+        "pid": answer["pid"],
+        "error": "wrong session token",
+    }
     assert group.run("6 * 7") == 42
 
 

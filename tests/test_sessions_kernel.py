@@ -78,9 +78,11 @@ def test_a_failing_cell_then_ctrl_c_of_a_stuck_cell_then_the_kernels_shutdown(
     so. The kernel's shutdown leaves no session process."""
     kernel.execute("%distrain_session start ks-fail --nodes 2 --nproc 1")
     wait_for_hello("ks-fail", 2)
-    cell = ("%%distrain --session ks-fail\nimport torch.distributed as dist\n"
-            "def check(rank):\n    if rank == 1:\n        raise ValueError('bad input')\n"
-            "check(dist.get_rank())")  # fmt: skip
+    cell = (
+        "%%distrain --session ks-fail\nimport torch.distributed as dist\n"
+        "def check(rank):\n    if rank == 1:\n        raise ValueError('bad input')\n"
+        "check(dist.get_rank())"
+    )
     kernel.start(cell)
     reply = kernel.kc.get_shell_msg(timeout=90)
     assert reply["content"]["ename"] == "ValueError", reply["content"]

@@ -163,11 +163,19 @@ def attack(pgid: int, marker: Path, secret: str, *, rendezvous: bool = False) ->
     ports = listening_ports(pgid)
     assert len(ports) >= 2, ports  # the store, and more
     plan = {"ports": ports, "forged": forgeries(marker), "secret": secret, "rendezvous": rendezvous}
-    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-            sys.executable, "-c", ATTACKER]  # fmt: skip
+    argv = [
+        "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        sys.executable,
+        "-c",
+        ATTACKER,
+    ]
     env = {"PATH": os.environ.get("PATH", "")}
-    done = subprocess.run(argv, input=json.dumps(plan), capture_output=True, text=True,
-                          timeout=120, cwd="/", env=env)  # fmt: skip
+    done = subprocess.run(
+        argv, input=json.dumps(plan), capture_output=True, text=True, timeout=120, cwd="/", env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out: dict[str, Any] = json.loads(done.stdout)
     assert out["uid"] == NOBODY
@@ -224,11 +232,13 @@ JOB = textwrap.dedent(
 def test_another_user_cannot_stop_a_job_or_ask_its_ranks_for_anything(tmp_path: Path) -> None:
     marker = tmp_path / "forged-ran"
     stop = tmp_path / "stop"
-    spec = JobSpec("job-other-user", nodes=2, nproc=2, timeout=240,
-                   checkpoint_dir=str(tmp_path / "ckpt"))  # fmt: skip
+    spec = JobSpec(
+        "job-other-user", nodes=2, nproc=2, timeout=240, checkpoint_dir=str(tmp_path / "ckpt")
+    )
     events: list[ev.Event] = []
-    run = submit_now(LocalBackend(), spec, build_payload(JOB, {"STOP": str(stop)},
-                                                         job=spec.name), events.append)  # fmt: skip
+    run = submit_now(
+        LocalBackend(), spec, build_payload(JOB, {"STOP": str(stop)}, job=spec.name), events.append
+    )
     try:
         deadline = time.monotonic() + 120
         while len({e.rank for e in events if e.kind == "metric"}) < 4:
@@ -273,5 +283,6 @@ def test_another_user_cannot_run_code_in_the_agents_through_the_rendezvous_state
     assert not marker.exists(), marker.read_text()
     logs = "".join(p.read_text(errors="replace") for p in Path(run.plan.job_dir).rglob("*.log"))
     assert "the rendezvous state in the job's store: signature does not match" in logs, logs[-3000:]
-    assert_no_processes(Path(run.plan.job_dir), [int(e.get("pid")) for e in events
-                                                 if e.kind == "hello"])  # fmt: skip
+    assert_no_processes(
+        Path(run.plan.job_dir), [int(e.get("pid")) for e in events if e.kind == "hello"]
+    )

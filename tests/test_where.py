@@ -67,8 +67,12 @@ def test_a_rank_that_skips_a_collective_is_named_with_its_stacks(home: Path) -> 
         env = {**os.environ, "DISTRAIN_HOME": str(home), "KUBECONFIG": "/nonexistent"}
         out = subprocess.run(
             [sys.executable, "-m", "jupyter_disttrain.cli", "where", "where-hang"],
-            capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=REPO,
+        )
         assert out.returncode == 0, out.stderr
         assert "rank 2 is in time.sleep (cell line 11)" in out.stdout, out.stdout
     finally:

@@ -11,8 +11,9 @@ TRACE = 'Traceback (most recent call last):\n  File "train.py", line 4\nValueErr
 
 def test_a_signed_error_shows_its_traceback_and_other_control_lines_nothing() -> None:
     job = trust(nodes=1, nproc=2)
-    error = line("error", 1, type="ValueError", module="builtins", message="bad batch",
-                 traceback=TRACE)  # fmt: skip
+    error = line(
+        "error", 1, type="ValueError", module="builtins", message="bad batch", traceback=TRACE
+    )
     assert shown_lines(error, 1, job) == TRACE.rstrip("\n").splitlines()
     assert shown_lines(line("metric", 1, step=3, values={"loss": 0.5}), 1, job) == []
     assert shown_lines("loss 0.5 at step 3", 1, job) == ["loss 0.5 at step 3"]

@@ -121,11 +121,19 @@ def _serve(tmp_path: Path, app: str, options: list[str]) -> Iterator[Lab]:
     port = _free_port()
     log = tmp_path / f"{app}.log"
     cmd = [
-        sys.executable, "-m", app, "--allow-root", "--no-browser",
-        "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
-        "--IdentityProvider.token=", "--ServerApp.password=",
-        f"--ServerApp.root_dir={root}", *options,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        app,
+        "--allow-root",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        "--IdentityProvider.token=",
+        "--ServerApp.password=",
+        f"--ServerApp.root_dir={root}",
+        *options,
+    ]
     with open(log, "wb") as out:
         process = subprocess.Popen(
             cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

@@ -16,8 +16,11 @@ from .conftest import HERE, Lab
 def write_notebook(root: Path, name: str, cells: list[str]) -> str:
     """Write ``cells`` as notebook ``name`` (python3 kernelspec) under ``root``; its path."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}  # fmt: skip
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.metadata["language_info"] = {"name": "python"}
     nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
     nbformat.write(nb, root / name)
@@ -33,8 +36,11 @@ def run_harness(script: str, lab: Lab, notebook: str, output: Path) -> dict[str,
     assert node is not None, "node is needed for the browser test"
     proc = subprocess.run(
         [node, str(HERE / script), lab.url, notebook, str(output)],
-        cwd=HERE, capture_output=True, text=True, timeout=480,
-    )  # fmt: skip
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=480,
+    )
     (output / "harness.log").write_text(proc.stdout + proc.stderr)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert lines, f"no result from the browser harness:\n{proc.stdout}\n{proc.stderr}"

@@ -56,19 +56,22 @@ for step in range(0 if state is None else state["step"] + 1, 60):
     time.sleep(0.05)"""
 CELLS = [
     "%load_ext jupyter_disttrain\nimport os\nCKPT = os.path.abspath('cause-checkpoints')",
-    "%%distrain --nodes 2 --nproc 2 --name cause-fail" + LOOP.format(
-        steps=400, pause=0.05,
-        body='if rank == 1 and step == 5: raise ValueError("bad batch at step 5")'),
+    "%%distrain --nodes 2 --nproc 2 --name cause-fail"
+    + LOOP.format(
+        steps=400,
+        pause=0.05,
+        body='if rank == 1 and step == 5: raise ValueError("bad batch at step 5")',
+    ),
     "%%distrain --nodes 2 --nproc 2 --name cause-recovered-after-a-kill-c3-7f2a "
     "--max-restarts 1 --checkpoint-dir {CKPT}" + RECOVER,
     "%distrain_session start cause-sess --nodes 1 --nproc 2",
     "%%distrain --session cause-sess\nimport torch.distributed as dist\n"
     "def check(rank):\n    if rank == 1:\n        raise ValueError('bad input on rank 1')\n"
     "check(dist.get_rank())",
-    "%%distrain --nodes 1 --nproc 2 --name cause-hang --hang-after 3" + LOOP.format(
-        steps=400, pause=0.05, body="if rank == 1 and step == 5: time.sleep(3600)"),
+    "%%distrain --nodes 1 --nproc 2 --name cause-hang --hang-after 3"
+    + LOOP.format(steps=400, pause=0.05, body="if rank == 1 and step == 5: time.sleep(3600)"),
     "%distrain_checkpoints cause-recovered-after-a-kill-c3-7f2a",
-]  # fmt: skip
+]
 CAUSE = "rank 1: ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
 RECOVERED = "recovered from 1 failure (rank 2 was killed (SIGKILL)); resumed from checkpoint 30"
 SESSION_CAUSE = "rank 1: ValueError: bad input on rank 1"
@@ -83,10 +86,14 @@ def rgb(color: str) -> tuple[int, ...]:
 @pytest.fixture
 def lab_app(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
     """JupyterLab whose page exposes its app (the theme is switched by its command)."""
-    yield from _serve(tmp_path, "jupyterlab", [
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        "--LabApp.expose_app_in_browser=True",
-    ])  # fmt: skip
+    yield from _serve(
+        tmp_path,
+        "jupyterlab",
+        [
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.expose_app_in_browser=True",
+        ],
+    )
 
 
 def in_view(seen: dict[str, Any]) -> None:

@@ -89,5 +89,7 @@ def test_a_1024_node_dashboard_reads_as_a_summary_and_redraws_fast(lab: Lab) -> 
     # the median, 5 outliers and the ranks picked, each of at most BAND_POINTS points; the
     # times are measured (goal: 100 ms) and printed, not asserted (they follow the load)
     assert len(result["traces"]) <= 2 + 5 + 3, result["traces"]
-    print(f"chart redraws at 8,192 ranks (ms): median {statistics.median(redraws):.1f}, "
-          f"max {max(redraws):.1f}, n {len(redraws)}")  # fmt: skip
+    print(
+        f"chart redraws at 8,192 ranks (ms): median {statistics.median(redraws):.1f}, "
+        f"max {max(redraws):.1f}, n {len(redraws)}"
+    )

@@ -137,9 +137,17 @@ def test_list_of_ten_thousand_is_fast(tmp_path: Path) -> None:
     records = {}
     for step in range(10_000):
         token = secrets.token_hex(3)
-        entry = fmt.make_entry(step=step, token=token, kind=fmt.FULL, time=1.7e9 + step,
-                               nbytes=8, sha256="0" * 64, metrics={"loss": 1 / (step + 1)},
-                               world_size=8, versions={"torch": "x"})  # fmt: skip
+        entry = fmt.make_entry(
+            step=step,
+            token=token,
+            kind=fmt.FULL,
+            time=1.7e9 + step,
+            nbytes=8,
+            sha256="0" * 64,
+            metrics={"loss": 1 / (step + 1)},
+            world_size=8,
+            versions={"torch": "x"},
+        )
         (directory / entry["path"]).write_bytes(b"12345678")
         name = fmt.entry_name(step, token)
         (directory / fmt.ENTRIES_DIR / name).write_bytes(fmt.encode_entry(entry))
@@ -189,9 +197,10 @@ def test_dry_run_passes_checkpoint_env_to_every_node(
     shell: InteractiveShell, filled: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shell.run_cell_magic(
-        "distrain", f"--dry-run --nodes 2 --max-restarts 2 --checkpoint-dir {filled} "
-        "--resume 30", "1"
-    )  # fmt: skip
+        "distrain",
+        f"--dry-run --nodes 2 --max-restarts 2 --checkpoint-dir {filled} --resume 30",
+        "1",
+    )
     plan = capsys.readouterr().out
     assert plan.count(f"DISTRAIN_CHECKPOINT_DIR={filled}") == 2
     assert plan.count("DISTRAIN_RESUME=30") == 2
@@ -224,8 +233,10 @@ def test_checkpoints_magic_and_cli_list_a_directory(
 
 
 def test_job_checkpoints_and_resume_cell(filled: Path) -> None:
-    job = Job(JobSpec("with-dir", nodes=2, nproc=3, max_restarts=1, checkpoint_dir=str(filled)),
-              LocalBackend())  # fmt: skip
+    job = Job(
+        JobSpec("with-dir", nodes=2, nproc=3, max_restarts=1, checkpoint_dir=str(filled)),
+        LocalBackend(),
+    )
     assert job.checkpoints().steps() == [10, 20, 30, 40]
     plain = Job(JobSpec("no-dir"), LocalBackend())
     assert plain.checkpoints().uri.endswith("jobs/no-dir/checkpoints")
@@ -233,16 +244,18 @@ def test_job_checkpoints_and_resume_cell(filled: Path) -> None:
     plain.monitor.feed(ev.Event("checkpoint", 0, 1.0, {"step": 10, "uri": uri, "bytes": 5}))
     assert plain.checkpoints().uri == str(filled)  # where the job reported saving
     text = resume_cell(str(filled), 30, job)
-    assert text.startswith(f"%%distrain --nodes 2 --nproc 3 --max-restarts 1 --checkpoint-dir "
-                           f"{filled} --resume 30\n")  # fmt: skip
+    assert text.startswith(
+        f"%%distrain --nodes 2 --nproc 3 --max-restarts 1 --checkpoint-dir {filled} --resume 30\n"
+    )
     assert "load_checkpoint()" in text
 
 
 def test_kubernetes_paths_must_be_on_a_volume() -> None:
     versions = {"python": "3.11.7", "torch": "2.13.0"}
     opts = parse_options((("volume", "ckpt:/checkpoints"),))
-    spec = JobSpec("k", nodes=2, backend="kubernetes", checkpoint_dir="/checkpoints/run1",
-                   resume="latest")  # fmt: skip
+    spec = JobSpec(
+        "k", nodes=2, backend="kubernetes", checkpoint_dir="/checkpoints/run1", resume="latest"
+    )
     job = mf.pytorchjob(spec, opts, ["payload.pkl"], versions)
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -257,8 +270,9 @@ def test_kubernetes_paths_must_be_on_a_volume() -> None:
         mf.check(spec, parse_options((("volume", "ckpt:/checkpoints:ro"),)))
     mf.check(spec.with_(checkpoint_dir="s3://bucket/run"), parse_options(()))  # URLs are fine
     elastic = parse_options((("elastic", "1:2"),))
-    body = mf.pytorchjob(spec.with_(checkpoint_dir="s3://b/r", max_restarts=2), elastic,
-                         ["payload.pkl"], versions)["spec"]  # fmt: skip
+    body = mf.pytorchjob(
+        spec.with_(checkpoint_dir="s3://b/r", max_restarts=2), elastic, ["payload.pkl"], versions
+    )["spec"]
     worker = body["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in worker["env"]
 
@@ -315,8 +329,9 @@ def test_a_job_checkpoints_to_s3_and_resumes_from_it(s3: dict[str, str]) -> None
     env = tuple((k, v) for k, v in s3.items() if k.startswith(("FSSPEC_", "AWS_")))
     results = []
     for name, resume in (("s3-first", None), ("s3-second", "latest")):
-        spec = JobSpec(name, nodes=1, nproc=2, timeout=120, env=env, checkpoint_dir=uri,
-                       resume=resume)  # fmt: skip
+        spec = JobSpec(
+            name, nodes=1, nproc=2, timeout=120, env=env, checkpoint_dir=uri, resume=resume
+        )
         events: list[ev.Event] = []
         sink = events.append  # list.append is atomic
 

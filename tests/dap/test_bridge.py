@@ -244,10 +244,11 @@ def test_a_session_cells_gutter_breakpoint_stops_its_ranks(kernel: Kernel, home:
     assert dap.ok("continue", threadId=one)["allThreadsContinued"] is True
     deadline = time.monotonic() + WAIT
     while not any(
-        m["parent_header"].get("msg_id") == running and m["msg_type"] == "status"
+        m["parent_header"].get("msg_id") == running
+        and m["msg_type"] == "status"
         and m["content"]["execution_state"] == "idle"
         for m in kernel.iopub
-    ):  # fmt: skip
+    ):
         assert time.monotonic() < deadline, show()
         kernel.drain(0.1)
     after = kernel.run(

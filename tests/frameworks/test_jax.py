@@ -291,9 +291,12 @@ def test_a_process_that_skips_a_collective_is_named_with_its_frame(home: Path) -
             sentence = job.diagnosis()
         pids = [r.pid for r in job.monitor.ranks() if r.pid]
         assert len(pids) == 4
-        listening = {(c.laddr.ip, pid) for pid in pids
-                     for c in psutil.Process(pid).net_connections(kind="inet")
-                     if c.status == psutil.CONN_LISTEN}  # fmt: skip
+        listening = {
+            (c.laddr.ip, pid)
+            for pid in pids
+            for c in psutil.Process(pid).net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        }
         loopback = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}  # the coordinator (gRPC), gloo
         assert listening and {ip for ip, _ in listening} <= loopback, listening
         assert "rank 1 is in time.sleep (cell line 11)" in sentence, sentence

@@ -132,9 +132,15 @@ def toy_dir(tmp_path: Path) -> Iterator[Path]:
 
 def context(spec: JobSpec, ports: tuple[int, ...] = ()) -> LaunchContext:
     return LaunchContext(
-        spec=spec, payload_path="/j/payload.pkl", logs="/j/logs", host="127.0.0.1", port=29500,
-        ports=ports, worker=("-m", "w"), env={"A": "1"},
-    )  # fmt: skip
+        spec=spec,
+        payload_path="/j/payload.pkl",
+        logs="/j/logs",
+        host="127.0.0.1",
+        port=29500,
+        ports=ports,
+        worker=("-m", "w"),
+        env={"A": "1"},
+    )
 
 
 def test_torchrun_agents_are_one_forkable_agent_per_node() -> None:
@@ -182,9 +188,15 @@ def test_a_frameworks_own_launcher_plans_one_process_per_node(toy_dir: Path) -> 
 @pytest.mark.slow
 def test_a_toy_job_runs_through_its_own_launcher_and_saves_its_own_format(toy_dir: Path) -> None:
     checkpoints = toy_dir / "checkpoints"
-    spec = JobSpec("toy-launch", nodes=2, nproc=2, framework="toy", timeout=120,
-                   checkpoint_dir=str(checkpoints),
-                   env=(("PYTHONPATH", str(toy_dir)),)).with_()  # fmt: skip
+    spec = JobSpec(
+        "toy-launch",
+        nodes=2,
+        nproc=2,
+        framework="toy",
+        timeout=120,
+        checkpoint_dir=str(checkpoints),
+        env=(("PYTHONPATH", str(toy_dir)),),
+    ).with_()
     payload = build_payload("save(7, launcher)\nlauncher", {}, job=spec.name, framework="toy")
     sink = Collector()
     run = submit_now(LocalBackend(mode="fork"), spec, payload, sink)

@@ -153,8 +153,9 @@ def test_an_installed_distributions_entry_point_plans_on_the_local_backend(
 @pytest.mark.slow
 def test_a_toy_job_runs_its_own_worker_set_up(toy_dir: Path) -> None:
     installed(toy_dir)
-    spec = JobSpec("toy-run", nodes=2, framework="toy", timeout=120,
-                   env=(("PYTHONPATH", str(toy_dir)),)).with_()  # fmt: skip
+    spec = JobSpec(
+        "toy-run", nodes=2, framework="toy", timeout=120, env=(("PYTHONPATH", str(toy_dir)),)
+    ).with_()
     payload = build_payload("(index, peers)", {}, job=spec.name, framework="toy")
     sink = Collector()
     run = submit_now(LocalBackend(mode="exec"), spec, payload, sink)

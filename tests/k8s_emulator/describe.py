@@ -34,8 +34,15 @@ if TYPE_CHECKING:
     from .emulator import Emulator
 
 #: Threads whose stacks are shown (prefixes of the emulator's thread names).
-_THREADS = ("container-", "training-operator", "controller", "job-controller",
-            "jobset-controller", "trainjob-controller", "kueue")  # fmt: skip
+_THREADS = (
+    "container-",
+    "training-operator",
+    "controller",
+    "job-controller",
+    "jobset-controller",
+    "trainjob-controller",
+    "kueue",
+)
 
 
 def describe(emulator: Emulator, *, events: int = 20, log_lines: int = 3) -> str:
@@ -81,10 +88,13 @@ def _jobs(emulator: Emulator) -> list[str]:
             deleting = " deleting" if meta.get("deletionTimestamp") else ""
             counts = status.get("replicaStatuses") or status.get("replicatedJobsStatus") or ""
             if isinstance(counts, dict):
-                counts = {k: {n: v for n, v in c.items() if n != "selector"}
-                          for k, c in counts.items()}  # fmt: skip
-            out.append(f"  {resource.kind} {meta['namespace']}/{meta['name']}{deleting}: "
-                       f"{_conditions(obj)} {counts or ''}".rstrip())  # fmt: skip
+                counts = {
+                    k: {n: v for n, v in c.items() if n != "selector"} for k, c in counts.items()
+                }
+            out.append(
+                f"  {resource.kind} {meta['namespace']}/{meta['name']}{deleting}: "
+                f"{_conditions(obj)} {counts or ''}".rstrip()
+            )
     return out if len(out) > 1 else ["jobs: none"]
 
 
@@ -145,13 +155,17 @@ def _runner(runner: ContainerRunner, log_lines: int) -> list[str]:
         try:
             ps = psutil.Process(proc.pid)
             cpu = ps.cpu_times()
-            where = (f"pid {proc.pid} {ps.status()}, cpu {cpu.user + cpu.system:.1f} s, "
-                     f"up {time.time() - ps.create_time():.0f} s")  # fmt: skip
+            where = (
+                f"pid {proc.pid} {ps.status()}, cpu {cpu.user + cpu.system:.1f} s, "
+                f"up {time.time() - ps.create_time():.0f} s"
+            )
         except psutil.Error:
             where = f"pid {proc.pid} gone"
     kind = "init " if runner.init else ""
-    out = [f"    {kind}container {runner.name}: {runner.state} thread {alive}, {where}, "
-           f"runs={len(runner.logs)}"]  # fmt: skip
+    out = [
+        f"    {kind}container {runner.name}: {runner.state} thread {alive}, {where}, "
+        f"runs={len(runner.logs)}"
+    ]
     if runner.logs:
         lines, _ = runner.logs[-1].read(0)
         for _, line in lines[-log_lines:]:
@@ -166,9 +180,11 @@ def _events(emulator: Emulator, count: int) -> list[str]:
     for event in items[-count:]:
         involved = event.get("involvedObject") or {}
         repeat = f" (x{event['count']})" if int(event.get("count") or 1) > 1 else ""
-        out.append(f"  {event.get('lastTimestamp') or ''} {event.get('type')} "
-                   f"{event.get('reason')} {involved.get('kind')}/{involved.get('name')}: "
-                   f"{str(event.get('message', ''))[:200]}{repeat}")  # fmt: skip
+        out.append(
+            f"  {event.get('lastTimestamp') or ''} {event.get('type')} "
+            f"{event.get('reason')} {involved.get('kind')}/{involved.get('name')}: "
+            f"{str(event.get('message', ''))[:200]}{repeat}"
+        )
     return out
 
 
@@ -181,8 +197,10 @@ def _controllers(emulator: Emulator) -> list[str]:
         alive = "alive" if operator._thread.is_alive() else "ENDED"
         pending = sorted(f"{fw.kind} {ns}/{name}" for fw, ns, name in set(operator._pending))
         failing = {f"{fw.kind} {ns}/{name}": n for (fw, ns, name), n in operator.failures.items()}
-        out.append(f"  training-operator: thread {alive}, queue {operator._queue.qsize()}, "
-                   f"pending {pending}, failing {failing}")  # fmt: skip
+        out.append(
+            f"  training-operator: thread {alive}, queue {operator._queue.qsize()}, "
+            f"pending {pending}, failing {failing}"
+        )
     loops: list[Any] = list(emulator.controllers)
     kueue = emulator.kueue._controller
     if kueue is not None:
@@ -190,8 +208,10 @@ def _controllers(emulator: Emulator) -> list[str]:
     for loop in loops:
         alive = "alive" if loop._thread.is_alive() else "ENDED"
         delayed = sorted((round(at - time.monotonic(), 2), key) for at, _, key in loop._delayed)
-        out.append(f"  {loop.name}: thread {alive}, ready {list(loop._ready)}, "
-                   f"delayed {delayed}, failing {dict(loop._failures)}")  # fmt: skip
+        out.append(
+            f"  {loop.name}: thread {alive}, ready {list(loop._ready)}, "
+            f"delayed {delayed}, failing {dict(loop._failures)}"
+        )
     return out
 
 

@@ -137,8 +137,12 @@ class Faults:
             status.update(denied=True, reason="")
         else:
             status["reason"] = 'RBAC: allowed by RoleBinding "edit/default" of ClusterRole "edit"'
-        return {**body, "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SelfSubjectAccessReview", "status": status}  # fmt: skip
+        return {
+            **body,
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "status": status,
+        }
 
     # --- scheduling ----------------------------------------------------------------------
 

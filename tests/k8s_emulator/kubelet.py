@@ -281,8 +281,14 @@ class PodWorker(threading.Thread, PodEnv):
                         runner.start()
                 self.stopping.wait()
         except Exception as exc:  # on the pod (an Event), not lost with the thread
-            self.api.record_event(self.pod, "Warning", "Failed", f"kubelet error: {exc!r}",
-                                  "kubelet", host=self.kubelet.node_name)  # fmt: skip
+            self.api.record_event(
+                self.pod,
+                "Warning",
+                "Failed",
+                f"kubelet error: {exc!r}",
+                "kubelet",
+                host=self.kubelet.node_name,
+            )
             self.stopping.wait()
         finally:
             self._teardown()
@@ -367,8 +373,12 @@ class PodWorker(threading.Thread, PodEnv):
         if specs:
             self.publish()
         for name, runner in list(self.inits.items()):
-            self._set_condition("Initialized", "False", "ContainersNotInitialized",
-                                f"containers with incomplete status: [{name}]")  # fmt: skip
+            self._set_condition(
+                "Initialized",
+                "False",
+                "ContainersNotInitialized",
+                f"containers with incomplete status: [{name}]",
+            )
             runner.start()
             while runner.is_alive() and not self.stopping.is_set():
                 runner.join(0.1)  # a pod deleted meanwhile: the teardown ends the container

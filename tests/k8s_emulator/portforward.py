@@ -155,10 +155,15 @@ async def dial(
         try:
             return await asyncio.wait_for(_open(host, port, connect), DIAL_TIMEOUT)
         except (OSError, asyncio.TimeoutError) as exc:
-            reason = "i/o timeout" if isinstance(exc, asyncio.TimeoutError) else (
-                "connection refused" if isinstance(exc, ConnectionRefusedError)
-                else (exc.strerror or str(exc)).lower()
-            )  # fmt: skip
+            reason = (
+                "i/o timeout"
+                if isinstance(exc, asyncio.TimeoutError)
+                else (
+                    "connection refused"
+                    if isinstance(exc, ConnectionRefusedError)
+                    else (exc.strerror or str(exc)).lower()
+                )
+            )
             label = "IPv4" if family == "tcp4" else "IPv6"
             errors.append(f"{label}: dial {family} {shown}:{port}: connect: {reason}")
     raise ConnectionError(" ".join(errors))

@@ -130,14 +130,52 @@ def make_certificates(directory: Path) -> dict[str, bytes]:
     )
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     run = [
-        ["openssl", "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-         "-subj", "/CN=k8s-emulator-trainer-ca",
-         "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
-        ["openssl", "req", *ec, "-keyout", "tls.key", "-out", "tls.csr",
-         "-subj", f"/CN={SERVICE}.{NAMESPACE}.svc"],
-        ["openssl", "x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-         "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "server.ext"],
-    ]  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            *ec,
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=k8s-emulator-trainer-ca",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+        [
+            "openssl",
+            "req",
+            *ec,
+            "-keyout",
+            "tls.key",
+            "-out",
+            "tls.csr",
+            "-subj",
+            f"/CN={SERVICE}.{NAMESPACE}.svc",
+        ],
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            "tls.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "tls.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    ]
     for args in run:
         subprocess.run(args, cwd=directory, check=True, capture_output=True)
     return {name: (directory / name).read_bytes() for name in ("ca.crt", "tls.crt", "tls.key")}
@@ -158,12 +196,15 @@ def _check(ts: Any) -> list[str]:
     pct, eta = ts.get("progressPercentage"), ts.get("estimatedRemainingSeconds")
     if isinstance(pct, int) and not 0 <= pct <= 100:
         bound = "less than or equal to 100" if pct > 100 else "greater than or equal to 0"
-        out.append(f"{field}.progressPercentage: Invalid value: {pct}: "
-                   f"{field}.progressPercentage in body should be {bound}")  # fmt: skip
+        out.append(
+            f"{field}.progressPercentage: Invalid value: {pct}: "
+            f"{field}.progressPercentage in body should be {bound}"
+        )
     if isinstance(eta, int) and eta < 0:
         name = f"{field}.estimatedRemainingSeconds"
-        out.append(f"{name}: Invalid value: {eta}: {name} in body should be greater than or "
-                   "equal to 0")  # fmt: skip
+        out.append(
+            f"{name}: Invalid value: {eta}: {name} in body should be greater than or equal to 0"
+        )
     metrics = ts.get("metrics") or []
     if len(metrics) > 256:
         out.append(f"{field}.metrics: Too many: {len(metrics)}: must have at most 256 items")
@@ -171,11 +212,15 @@ def _check(ts: Any) -> list[str]:
         for key in ("name", "value"):
             text = metric.get(key, "")
             if not 1 <= len(text) <= 64:
-                out.append(f"{field}.metrics[{i}].{key}: Invalid value: {json.dumps(text)}: "
-                           "must be 1 to 64 characters")  # fmt: skip
+                out.append(
+                    f"{field}.metrics[{i}].{key}: Invalid value: {json.dumps(text)}: "
+                    "must be 1 to 64 characters"
+                )
     if not ts.get("lastUpdatedTime"):
-        out.append(f"{field}: Invalid value: \"object\": lastUpdatedTime is required when "
-                   "trainerStatus is present")  # fmt: skip
+        out.append(
+            f'{field}: Invalid value: "object": lastUpdatedTime is required when '
+            "trainerStatus is present"
+        )
     return out
 
 
@@ -205,8 +250,9 @@ def _decode(body: bytes) -> dict[str, Any]:
         raise _Refused(422, "Invalid", "Invalid payload")
     kept = {k: ts[k] for k in TRAINER_STATUS_SCHEMA["properties"] if ts.get(k) is not None}
     if "metrics" in kept:
-        kept["metrics"] = [{"name": m.get("name", ""), "value": m.get("value", "")}
-                           for m in kept["metrics"]]  # fmt: skip
+        kept["metrics"] = [
+            {"name": m.get("name", ""), "value": m.get("value", "")} for m in kept["metrics"]
+        ]
     return {"trainerStatus": kept}
 
 
@@ -300,13 +346,22 @@ class StatusServer:
             "name": VOLUME,
             "projected": {
                 "sources": [
-                    {"serviceAccountToken": {"audience": audience(namespace, name),
-                                             "expirationSeconds": 3600, "path": "token"}},
-                    {"configMap": {"name": f"{name}-tls-config",
-                                   "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {
+                        "serviceAccountToken": {
+                            "audience": audience(namespace, name),
+                            "expirationSeconds": 3600,
+                            "path": "token",
+                        }
+                    },
+                    {
+                        "configMap": {
+                            "name": f"{name}-tls-config",
+                            "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                        }
+                    },
                 ]
             },
-        }  # fmt: skip
+        }
         for rjob in jobset["spec"].get("replicatedJobs", []):
             if ancestor_of(rjob) != ANCESTOR_TRAINER:
                 continue
@@ -385,8 +440,15 @@ class StatusServer:
 
 
 def _status(code: int, reason: str, message: str) -> tuple[int, Obj]:
-    return code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                  "message": message, "reason": reason, "code": code}  # fmt: skip
+    return code, {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

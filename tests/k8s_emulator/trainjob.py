@@ -337,8 +337,10 @@ def jax_runtime() -> Obj:
     the framework label ``jax``, ``mlPolicy.jax``, NVIDIA's JAX image (as Trainer's manifests
     install it)."""
     runtime = default_runtime()
-    runtime["metadata"] = {"name": "jax-distributed",
-                           "labels": {"trainer.kubeflow.org/framework": "jax"}}  # fmt: skip
+    runtime["metadata"] = {
+        "name": "jax-distributed",
+        "labels": {"trainer.kubeflow.org/framework": "jax"},
+    }
     runtime["spec"]["mlPolicy"] = {"numNodes": 1, "jax": {}}
     for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
         for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:

@@ -89,10 +89,22 @@ def test_a_failing_test_with_an_emulator_reports_the_emulator_state(tmp_path: Pa
         )
     )
     got = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "-p", "tests.k8s_emulator.fixtures", str(test)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.k8s_emulator.fixtures",
+            str(test),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert got.returncode == 1, got.stdout + got.stderr
     assert "emulator state" in got.stdout, got.stdout
     assert "default/never Pending on unscheduled" in got.stdout, got.stdout
@@ -158,8 +170,12 @@ def test_a_container_the_kubelet_cannot_set_up_says_why_instead_of_waiting_forev
     k8s_emulator: Emulator,
 ) -> None:
     core = client.CoreV1Api(k8s_emulator.api_client())
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
-              "data": {"file": "text"}}  # fmt: skip
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cfg"},
+        "data": {"file": "text"},
+    }
     core.create_namespaced_config_map("default", config)
     body = pod("nowhere")
     spec: dict[str, Any] = body["spec"]  # type: ignore[assignment]

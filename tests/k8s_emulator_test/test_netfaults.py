@@ -150,5 +150,7 @@ def test_a_pod_waiting_in_an_init_container_for_a_hidden_name_ends_when_deleted(
     assert worker is not None and procs.members(worker.marker)
     core.delete_namespaced_pod("w", "default", grace_period_seconds=1)
     wait(lambda: not procs.members(worker.marker), "the waiting pod's processes to end")
-    wait(lambda: "w" not in {p.metadata.name for p in core.list_namespaced_pod("default").items},
-         "the pod gone")  # fmt: skip
+    wait(
+        lambda: "w" not in {p.metadata.name for p in core.list_namespaced_pod("default").items},
+        "the pod gone",
+    )

@@ -89,8 +89,9 @@ def test_a_pull_delay_keeps_the_pod_creating_between_pulling_and_pulled(
 ) -> None:
     k8s_emulator.set_pull_delay({"pytorch/*": 1.2})
     cluster.create(pytorchjob("slow", ["python", "-c", "pass"], workers=1))
-    wait_for(lambda: any(e.reason == "Pulling" for e in cluster.events("slow-master-0")),
-             what="Pulling")  # fmt: skip
+    wait_for(
+        lambda: any(e.reason == "Pulling" for e in cluster.events("slow-master-0")), what="Pulling"
+    )
     waiting = cluster.pod("slow-master-0").status.container_statuses[0].state.waiting
     assert waiting.reason == "ContainerCreating"
     cluster.wait_state("slow", "Succeeded")
@@ -109,8 +110,10 @@ def test_a_pull_delay_keeps_the_pod_creating_between_pulling_and_pulled(
         return {(e.reason, e.involved_object.field_path) for e in cluster.events("slow-worker-0")}
 
     # the job succeeds with its master; the worker may still be in its own pull delay then
-    wait_for(lambda: ("Started", "spec.containers{pytorch}") in worker_paths(),
-             what="the worker's container Started")  # fmt: skip
+    wait_for(
+        lambda: ("Started", "spec.containers{pytorch}") in worker_paths(),
+        what="the worker's container Started",
+    )
     paths = worker_paths()
     assert ("Started", "spec.initContainers{init-pytorch}") in paths, paths
     assert ("Started", "spec.containers{pytorch}") in paths, paths
@@ -122,8 +125,12 @@ def test_go_durations_read_as_the_kubelet_writes_them() -> None:
     from tests.k8s_emulator.container import go_duration
 
     assert [go_duration(s) for s in (0.0123, 1.2, 3.0, 61.5, 3725.25)] == [
-        "12ms", "1.2s", "3s", "1m1.5s", "1h2m5.25s"
-    ]  # fmt: skip
+        "12ms",
+        "1.2s",
+        "3s",
+        "1m1.5s",
+        "1h2m5.25s",
+    ]
 
 
 def test_killed_and_oomkilled_containers_restart_in_place(

@@ -285,8 +285,9 @@ def test_an_emulator_with_trainer_only_serves_its_groups(cluster: Cluster) -> No
     }
     runtimes = cluster.co.list_cluster_custom_object(TRAINER, V1ALPHA1, "clustertrainingruntimes")
     assert sorted(r["metadata"]["name"] for r in runtimes["items"]) == [
-        "jax-distributed", "torch-distributed",
-    ]  # fmt: skip
+        "jax-distributed",
+        "torch-distributed",
+    ]
     with pytest.raises(ApiException) as err:
         cluster.co.list_namespaced_custom_object("kubeflow.org", "v1", NS, "pytorchjobs")
     assert err.value.status == 404

@@ -35,8 +35,9 @@ def kubectl(emu: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Any:
     config = emu.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
 
     def run(*args: str) -> str:
-        done = subprocess.run(["kubectl", f"--kubeconfig={config}", *args],
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            ["kubectl", f"--kubeconfig={config}", *args], capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -62,16 +63,18 @@ def finished(emu: Emulator, kubectl: Any) -> list[dict[str, Any]]:
         status = obj.get("status") or {}
         if status.get("trainerStatus") and status["trainerStatus"] not in seen:
             seen.append(status["trainerStatus"])
-        return any(c["type"] == "Complete" and c["status"] == "True"
-                   for c in status.get("conditions", []))  # fmt: skip
+        return any(
+            c["type"] == "Complete" and c["status"] == "True" for c in status.get("conditions", [])
+        )
 
     wait_for(complete, what="the TrainJob to complete")
     return seen
 
 
 def test_pods_get_the_endpoint_token_and_ca(emu: Emulator, finished: Any, kubectl: Any) -> None:
-    pods = json.loads(kubectl("get", "pods", "-l", f"jobset.sigs.k8s.io/jobset-name={NAME}",
-                              "-o", "json"))["items"]  # fmt: skip
+    pods = json.loads(
+        kubectl("get", "pods", "-l", f"jobset.sigs.k8s.io/jobset-name={NAME}", "-o", "json")
+    )["items"]
     assert len(pods) == 2
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
     assert env["KUBEFLOW_TRAINER_SERVER_URL"] == (
@@ -107,8 +110,9 @@ def _post(emu: Emulator, path: str, token: str, body: Any) -> tuple[int, dict[st
     context = ssl.create_default_context(cafile=str(ca))
     port = emu.trainer_status.port  # type: ignore[union-attr]
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", data=data,
-                                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{port}{path}", data=data, headers={"Authorization": f"Bearer {token}"}
+    )
     try:
         with urllib.request.urlopen(request, context=context, timeout=10) as response:
             return response.status, json.loads(response.read())
@@ -120,8 +124,9 @@ def test_the_endpoint_refuses_as_the_controller_does(emu: Emulator, finished: An
     pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u"}, "spec": {}}
     good = emu.api.tokens.issue(pod, audience("default", NAME))
     other = emu.api.tokens.issue(pod, audience("default", "another-job"))
-    elsewhere = emu.api.tokens.issue({**pod, "metadata": {"name": "p", "namespace": "team"}},
-                                     audience("default", NAME))  # fmt: skip
+    elsewhere = emu.api.tokens.issue(
+        {**pod, "metadata": {"name": "p", "namespace": "team"}}, audience("default", NAME)
+    )
     path = status_path("default", NAME)
     stamp = "2026-01-01T00:00:00Z"
     assert _post(emu, path, "not-a-token", {})[0] == 403

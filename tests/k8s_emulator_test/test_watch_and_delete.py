@@ -92,8 +92,11 @@ def test_pod_log_follow_streams_lines_as_they_come(cluster: Cluster) -> None:
     assert arrivals[-1][0] - arrivals[0][0] > 0.8  # streamed while running, not at the end
     # the stream ended with the container; the pod's status follows it (the kubelet writes
     # it to the API server after the container ended, as on a real node)
-    wait_for(lambda: cluster.pod("logs-master-0").status.phase == "Succeeded", timeout=10,
-             what="the pod Succeeded after its log stream ended")  # fmt: skip
+    wait_for(
+        lambda: cluster.pod("logs-master-0").status.phase == "Succeeded",
+        timeout=10,
+        what="the pod Succeeded after its log stream ended",
+    )
     assert cluster.log("logs-master-0", tail_lines=2) == "line 3\nerr 3\n"
     stamped = cluster.log("logs-master-0", timestamps=True).splitlines()[0]
     assert stamped.endswith("Z line 0") and stamped[4] == "-"

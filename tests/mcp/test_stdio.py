@@ -82,8 +82,9 @@ def test_a_foreign_trainjob_is_listed_and_read_but_not_stopped_unasked(
             error, asked = await call(client, "stop_job", name=FOREIGN)
             assert error and "not by jupyter-disttrain" in asked, asked
             assert "needs confirm=true" in asked, asked
-            error, refused = await call(client, "debug_send", name=FOREIGN, rank=0, line="p 1",
-                                        confirm=True)  # fmt: skip
+            error, refused = await call(
+                client, "debug_send", name=FOREIGN, rank=0, line="p 1", confirm=True
+            )
             assert error and "no job named" in refused, refused
             assert FOREIGN in trainjob_names(emulator)  # nothing deleted unasked
             error, stopped = await call(client, "stop_job", name=FOREIGN, confirm=True)

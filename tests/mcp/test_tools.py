@@ -216,8 +216,15 @@ def test_session_cells_shows_the_servers_sessions(tmp_path: Path) -> None:
     try:
         assert session.run("x = 6 * 7\nx") == 42, session.job and session.job.logs()
         table = anyio.run(listed).splitlines()
-        assert table[0].split() == ["NAME", "BACKEND", "RANKS", "STATE", "CELLS", "RESTARTS",
-                                    "IDLE"]  # fmt: skip
+        assert table[0].split() == [
+            "NAME",
+            "BACKEND",
+            "RANKS",
+            "STATE",
+            "CELLS",
+            "RESTARTS",
+            "IDLE",
+        ]
         assert table[1].split()[:6] == ["mcp-session", "local", "1x2", "idle", "1", "0"], table
     finally:
         service.stop_session("mcp-session")

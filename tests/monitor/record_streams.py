@@ -32,24 +32,31 @@ for step in range(40):
 
 CELLS: dict[str, tuple[str, dict[str, object]]] = {
     # rank 1 (rank 2) raises inside a loop of all_reduce; the others lose their peer
-    "rank1_raises": (_LOOP.format(
-        body='if rank == 1 and step == 5: raise ValueError("bad batch at step 5")'), {}),
+    "rank1_raises": (
+        _LOOP.format(body='if rank == 1 and step == 5: raise ValueError("bad batch at step 5")'),
+        {},
+    ),
     "rank2_raises": (_LOOP.format(body="if rank == 2 and step == 5: 1 // 0"), {}),
     # a rank leaves without an exception: only the launcher says so
     "rank1_exits": (_LOOP.format(body="if rank == 1 and step == 5: import os; os._exit(3)"), {}),
     # stopped by the user mid-run
     "stopped": (_LOOP.format(body="time.sleep(0.2)"), {"stop_after": 4.0}),
     # rank 1 fails on the first attempt only; torchrun restarts and the job succeeds
-    "restart_success": (_LOOP.format(
-        body='if rank == 1 and step == 3 and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0": '
-        'raise RuntimeError("flaky loader")').replace("import time", "import os, time"),
-        {"max_restarts": 1}),
+    "restart_success": (
+        _LOOP.format(
+            body='if rank == 1 and step == 3 and os.environ.get("TORCHELASTIC_RESTART_COUNT")'
+            ' == "0": raise RuntimeError("flaky loader")'
+        ).replace("import time", "import os, time"),
+        {"max_restarts": 1},
+    ),
     # nccl asked for on a machine without CUDA: the workers fall back to gloo
     "nccl_fallback": (_LOOP.format(body="pass"), {"dist_backend": "nccl"}),
     # rank 1 sleeps inside the loop; the others wait in all_reduce; the hang watch reads it
-    "hang": (_LOOP.format(body="if rank == 1 and step == 5: time.sleep(3600)"),
-             {"hang_after": 3.0, "stop_after": 14.0}),
-}  # fmt: skip
+    "hang": (
+        _LOOP.format(body="if rank == 1 and step == 5: time.sleep(3600)"),
+        {"hang_after": 3.0, "stop_after": 14.0},
+    ),
+}
 
 
 def record(name: str) -> Path:

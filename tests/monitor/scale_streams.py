@@ -72,8 +72,9 @@ class LargeJob:
             step = 0
             while self.t0 + 1 + step * every <= end and step <= stop_at.get(rank, 10**9):
                 loss = (1.0 / (step + 1) + 0.001 * (rank % 7)) * loss_scale.get(rank, 1.0)
-                self.feed("metric", rank, self.t0 + 1 + step * every, step=step,
-                          values={"loss": loss})  # fmt: skip
+                self.feed(
+                    "metric", rank, self.t0 + 1 + step * every, step=step, values={"loss": loss}
+                )
                 step += 1
 
     def hang(self, odd: Iterable[int], t: float) -> None:
@@ -81,8 +82,10 @@ class LargeJob:
         stuck = set(odd)
         for rank in range(self.world):
             call = "time.sleep" if rank in stuck else "all_reduce"
-            frames = [["<distrain-cell>", 11 if rank in stuck else 9, "<module>"],
-                      ["x.py", 1, call]]  # fmt: skip
+            frames = [
+                ["<distrain-cell>", 11 if rank in stuck else 9, "<module>"],
+                ["x.py", 1, call],
+            ]
             self.feed(
                 "stacks",
                 rank,

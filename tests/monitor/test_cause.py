@@ -53,8 +53,10 @@ def launcher_lines(events: list[Event]) -> list[Event]:
 def test_classes_of_errors_and_exits() -> None:
     assert classify_error("ValueError", "bad batch") == "raised"
     assert classify_error("RuntimeError", GLOO_CLOSED) == "consequence"
-    assert classify_error("RuntimeError", "Read error [127.0.0.1]:4: Connection reset by peer")\
-        == "consequence"  # fmt: skip
+    assert (
+        classify_error("RuntimeError", "Read error [127.0.0.1]:4: Connection reset by peer")
+        == "consequence"
+    )
     assert classify_error("DistBackendError", "NCCL watchdog timeout") == "consequence"
     assert classify_error("RuntimeError", "CUDA error: an illegal memory access") == "raised"
     assert classify_exit(3, "") == "exited"
@@ -108,8 +110,10 @@ def test_the_raising_rank_is_the_cause_in_every_arrival_order(
         mon = fed(reordered(events, {"error"}, order))
         cause = mon.cause()
         assert cause is not None and (cause.rank, cause.kind, cause.reason) == (
-            rank, "raised", reason,
-        ), order  # fmt: skip
+            rank,
+            "raised",
+            reason,
+        ), order
         assert cause.consequences == tuple(r for r in range(4) if r != rank)
         assert mon.state == "Failed" and mon.reason == line
         assert mon.first_failure() == (rank, reason)
@@ -276,8 +280,11 @@ def test_a_hang_is_its_own_state_until_the_ranks_move_again() -> None:
     # the rows: rank 1 holds the others up and says where; the others say where they wait
     rows = {r["rank"]: (r["state"], r["reason"]) for r in snap["ranks"]}
     assert rows[1] == ("Hung", "is in time.sleep (cell line 7)"), rows
-    assert all(state == "Running" and reason.startswith("waits in ")
-               for rank, (state, reason) in rows.items() if rank != 1), rows  # fmt: skip
+    assert all(
+        state == "Running" and reason.startswith("waits in ")
+        for rank, (state, reason) in rows.items()
+        if rank != 1
+    ), rows
     mon.feed(Event("metric", 1, later, {"step": 6, "values": {"loss": 0.1}}))
     moved = mon.snapshot(now=later + 1)
     assert moved["state"] == "Running" and mon.display_state == "Running"
@@ -372,17 +379,23 @@ def test_restarts_that_do_not_recover_keep_the_raising_rank_as_the_cause() -> No
     from jupyter_disttrain.events import job_event, rank_event, restart_event
 
     mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1)
-    error = {"type": "RuntimeError", "module": "builtins", "message": "failing on rank 1",
-             "traceback": "Traceback ...\nRuntimeError: failing on rank 1\n"}  # fmt: skip
-    mon.feed_many([
-        job_event("Running", t=1.0),
-        Event("error", 1, 2.0, dict(error)),
-        rank_event(1, "Failed", exit_code=1, t=2.1),
-        restart_event(1, "pod restarted", t=3.0),
-        rank_event(0, "Failed", exit_code=143, t=5.0),
-        rank_event(1, "Failed", exit_code=143, t=5.0),
-        job_event("Failed", "BackoffLimitExceeded", "job failed", t=6.0),
-    ])  # fmt: skip
+    error = {
+        "type": "RuntimeError",
+        "module": "builtins",
+        "message": "failing on rank 1",
+        "traceback": "Traceback ...\nRuntimeError: failing on rank 1\n",
+    }
+    mon.feed_many(
+        [
+            job_event("Running", t=1.0),
+            Event("error", 1, 2.0, dict(error)),
+            rank_event(1, "Failed", exit_code=1, t=2.1),
+            restart_event(1, "pod restarted", t=3.0),
+            rank_event(0, "Failed", exit_code=143, t=5.0),
+            rank_event(1, "Failed", exit_code=143, t=5.0),
+            job_event("Failed", "BackoffLimitExceeded", "job failed", t=6.0),
+        ]
+    )
     assert mon.reason.startswith("rank 1: RuntimeError: failing on rank 1"), mon.reason
 
 
@@ -390,11 +403,13 @@ def test_ranks_ended_by_a_preemption_while_the_job_waits_in_its_queue_fail_nothi
     from jupyter_disttrain.events import job_event, rank_event
 
     mon = JobMonitor("job", "kubernetes", 1, nodes=1, nproc=1)
-    mon.feed_many([
-        job_event("Running", t=1.0),
-        job_event("Pending", "Queued", "waiting for Kueue admission in team-b", t=2.0),
-        rank_event(0, "Failed", exit_code=143, reason="Error", t=2.1),
-    ])  # fmt: skip
+    mon.feed_many(
+        [
+            job_event("Running", t=1.0),
+            job_event("Pending", "Queued", "waiting for Kueue admission in team-b", t=2.0),
+            rank_event(0, "Failed", exit_code=143, reason="Error", t=2.1),
+        ]
+    )
     assert mon.state == "Pending" and mon.reason.startswith("waiting for Kueue"), mon.reason
 
 

@@ -37,9 +37,16 @@ def failed_job(stream: str = "rank1_raises") -> Job:
 def sidebar_json(job: Job, snapshot_now: float) -> dict[str, object]:
     final = [e for e in recorded("rank1_raises") if e.kind == "job"][-1]
     record = JobRecord(
-        job.name, "local", "Failed", 4, 2, 2, created=snapshot_now - 10, ended=final.t,
+        job.name,
+        "local",
+        "Failed",
+        4,
+        2,
+        2,
+        created=snapshot_now - 10,
+        ended=final.t,
         reason=str(final.get("message")),
-    )  # fmt: skip
+    )
     return dict(job_json(record, job.monitor.snapshot(now=snapshot_now), now=snapshot_now))
 
 
@@ -82,9 +89,10 @@ def test_the_backends_first_arrival_does_not_override_the_cause() -> None:
     job.feed(ev.job_event("Failed", "WorkerFailed", "rank 0: RuntimeError: Connection closed"))
     assert job.reason == LINE
     assert job.monitor.snapshot()["first_failure"] == {
-        "rank": 1, "t": job.monitor.snapshot()["first_failure"]["t"],  # type: ignore[index]
+        "rank": 1,
+        "t": job.monitor.snapshot()["first_failure"]["t"],  # type: ignore[index]
         "reason": "ValueError: bad batch at step 5",
-    }  # fmt: skip
+    }
 
 
 def test_a_stopped_job_result_raises_job_stopped_not_a_lost_connection() -> None:
@@ -159,8 +167,9 @@ def test_a_live_job_blames_the_raising_rank_everywhere() -> None:
 
     spec = JobSpec("cause-live", nodes=2, nproc=2)
     backend = LocalBackend()
-    plan = backend.plan(spec, build_payload(textwrap.dedent(CELLS["rank2_raises"][0]), {},
-                                            job=spec.name))  # fmt: skip
+    plan = backend.plan(
+        spec, build_payload(textwrap.dedent(CELLS["rank2_raises"][0]), {}, job=spec.name)
+    )
     job = Job(spec, backend, plan=plan)
     job.submission = backend.submit(plan, job.feed)
     assert job.wait(180) == "Failed"

@@ -19,17 +19,21 @@ def running(world: int = 4) -> JobMonitor:
 
 
 def paused(rank: int, t: float, **extra: object) -> ev.Event:
-    fields = {"file": "<distrain-cell>", "line": 9, "function": "<module>", "port": 4242,
-              "pid": 100 + rank, **extra}  # fmt: skip
+    fields = {
+        "file": "<distrain-cell>",
+        "line": 9,
+        "function": "<module>",
+        "port": 4242,
+        "pid": 100 + rank,
+        **extra,
+    }
     return ev.Event("paused", rank, t, fields)
 
 
 def test_a_paused_rank_is_paused_and_the_others_wait_for_it() -> None:
     mon = running()
     mon.feed(paused(1, T0 + 1))
-    assert [(p.rank, p.node, p.place, p.port) for p in mon.paused()] == [
-        (1, 0, "cell:9", 4242)
-    ]  # fmt: skip
+    assert [(p.rank, p.node, p.place, p.port) for p in mon.paused()] == [(1, 0, "cell:9", 4242)]
     rows = {r.rank: r for r in mon.ranks()}
     assert rows[1].state == "Paused" and rows[1].reason == "rank 1 paused at cell:9 in <module>"
     assert {rows[r].reason for r in (0, 2, 3)} == {"waiting for rank 1 (paused)"}

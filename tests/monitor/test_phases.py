@@ -74,9 +74,16 @@ def test_a_job_waiting_in_kueue_says_so() -> None:
 
 
 def test_a_job_stuck_in_image_pull_names_the_ranks_and_the_image() -> None:
-    events = [e for e in k8s_job() if not (e.kind == "phase" and e.get("ranks") == [2, 3]
-                                           and e.get("phase") in ("image", "started")
-                                           and e.get("state") == "done")]  # fmt: skip
+    events = [
+        e
+        for e in k8s_job()
+        if not (
+            e.kind == "phase"
+            and e.get("ranks") == [2, 3]
+            and e.get("phase") in ("image", "started")
+            and e.get("state") == "done"
+        )
+    ]
     events = [e for e in events if e.kind != "metric" and (e.kind != "hello" or e.rank in (0, 1))]
     events.append(ev.phase_event("image", "waiting", [2, 3], 'pod tj-1 pulling image "pt"', T0 + 9))
     line = timeline(events, ALL, 4, now=T0 + 5.5 + 1 + 130)

@@ -81,8 +81,14 @@ def test_a_failing_rank_is_named_with_its_node() -> None:
     job.start()
     job.train(stop_at={517: 10})
     trace = "Traceback (most recent call last):\nValueError: bad batch at step 10"
-    job.feed("error", 517, job.t0 + SPAN_S, type="ValueError", message="bad batch at step 10",
-             traceback=trace)  # fmt: skip
+    job.feed(
+        "error",
+        517,
+        job.t0 + SPAN_S,
+        type="ValueError",
+        message="bad batch at step 10",
+        traceback=trace,
+    )
     snap = job.monitor.snapshot(now=job.t0 + SPAN_S + 1)
     assert snap["state"] == "Failed"
     assert snap["diagnosis"] == (

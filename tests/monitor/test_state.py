@@ -27,11 +27,13 @@ def test_a_wait_the_backend_reports_holds_until_a_rank_runs_again() -> None:
     """Kueue suspends a running job: its ranks end by SIGTERM while it waits in the queue;
     admitted again, a rank that raises fails the job."""
     mon = running()
-    mon.feed_many([
-        job_event("Pending", "Queued", "waiting for Kueue admission in team-b", t=T + 2),
-        rank_event(0, "Failed", exit_code=143, reason="Error", t=T + 2.1),
-        rank_event(1, "Failed", exit_code=137, reason="Error", t=T + 2.2),
-    ])  # fmt: skip
+    mon.feed_many(
+        [
+            job_event("Pending", "Queued", "waiting for Kueue admission in team-b", t=T + 2),
+            rank_event(0, "Failed", exit_code=143, reason="Error", t=T + 2.1),
+            rank_event(1, "Failed", exit_code=137, reason="Error", t=T + 2.2),
+        ]
+    )
     assert mon.state == "Pending" and mon.reason.startswith("waiting for Kueue")
     assert [r.state for r in mon.ranks()] == ["Stopped", "Stopped"]
     assert mon.cause() is None  # the backend ended them: nothing failed
@@ -43,10 +45,12 @@ def test_a_wait_the_backend_reports_holds_until_a_rank_runs_again() -> None:
 
 def test_a_rank_that_fails_before_it_ran_leaves_a_pending_job_to_its_backend() -> None:
     mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1)
-    mon.feed_many([
-        job_event("Pending", "Created", t=T),
-        rank_event(1, "Failed", exit_code=2, reason="Error", t=T + 1),
-    ])  # fmt: skip
+    mon.feed_many(
+        [
+            job_event("Pending", "Created", t=T),
+            rank_event(1, "Failed", exit_code=2, reason="Error", t=T + 1),
+        ]
+    )
     assert mon.state == "Pending" and mon.reason == "Created"
     assert mon.ranks()[1].state == "Failed"  # its own exit: the row says so
     mon.feed(job_event("Failed", "BackoffLimitExceeded", "job failed", t=T + 2))
@@ -59,10 +63,12 @@ def test_a_restart_holds_the_teardown_of_the_attempt_it_ends() -> None:
     mon = running(backend="local")
     mon.feed(error(1, T + 2, "flaky loader"))
     assert mon.state == "Failed"  # the backend said Running: a rank's own failure shows at once
-    mon.feed_many([
-        restart_event(1, "workers restarted by torchrun", t=T + 3),
-        rank_event(0, "Failed", exit_code=-15, t=T + 3.1),
-    ])  # fmt: skip
+    mon.feed_many(
+        [
+            restart_event(1, "workers restarted by torchrun", t=T + 3),
+            rank_event(0, "Failed", exit_code=-15, t=T + 3.1),
+        ]
+    )
     assert mon.state == "Restarting"
     assert mon.ranks()[0].state == "Stopped" and mon.reason.startswith("restarting after rank 1")
     mon.feed_many([hello(r, T + 4, world=2) for r in range(2)])
@@ -74,16 +80,18 @@ def test_a_restart_holds_the_teardown_of_the_attempt_it_ends() -> None:
 
 def test_the_cause_of_a_job_that_did_not_recover_is_chosen_over_every_attempt() -> None:
     mon = running()
-    mon.feed_many([
-        error(1, T + 2, "failing on rank 1"),
-        rank_event(1, "Failed", exit_code=1, t=T + 2.1),
-        restart_event(1, "pod restarted", t=T + 3),
-        *[hello(r, T + 4, world=2) for r in range(2)],
-        error(0, T + 5, "out of memory in the loader"),
-        rank_event(0, "Failed", exit_code=1, t=T + 5.1),
-        rank_event(1, "Failed", exit_code=143, t=T + 5.2),
-        job_event("Failed", "BackoffLimitExceeded", "job failed", t=T + 6),
-    ])  # fmt: skip
+    mon.feed_many(
+        [
+            error(1, T + 2, "failing on rank 1"),
+            rank_event(1, "Failed", exit_code=1, t=T + 2.1),
+            restart_event(1, "pod restarted", t=T + 3),
+            *[hello(r, T + 4, world=2) for r in range(2)],
+            error(0, T + 5, "out of memory in the loader"),
+            rank_event(0, "Failed", exit_code=1, t=T + 5.1),
+            rank_event(1, "Failed", exit_code=143, t=T + 5.2),
+            job_event("Failed", "BackoffLimitExceeded", "job failed", t=T + 6),
+        ]
+    )
     # both attempts raised: the last one's own failure ended the job
     assert (
         mon.reason == "rank 0: RuntimeError: out of memory in the loader; 1 rank stopped "
@@ -94,14 +102,16 @@ def test_the_cause_of_a_job_that_did_not_recover_is_chosen_over_every_attempt() 
 
 def test_a_last_attempt_of_signals_is_explained_by_the_rank_that_raised_before() -> None:
     mon = running()
-    mon.feed_many([
-        error(1, T + 2, "failing on rank 1"),
-        rank_event(1, "Failed", exit_code=1, t=T + 2.1),
-        restart_event(1, "pod restarted", t=T + 3),
-        *[hello(r, T + 4, world=2) for r in range(2)],
-        rank_event(0, "Failed", exit_code=143, t=T + 5),
-        rank_event(1, "Failed", exit_code=143, t=T + 5),
-    ])  # fmt: skip
+    mon.feed_many(
+        [
+            error(1, T + 2, "failing on rank 1"),
+            rank_event(1, "Failed", exit_code=1, t=T + 2.1),
+            restart_event(1, "pod restarted", t=T + 3),
+            *[hello(r, T + 4, world=2) for r in range(2)],
+            rank_event(0, "Failed", exit_code=143, t=T + 5),
+            rank_event(1, "Failed", exit_code=143, t=T + 5),
+        ]
+    )
     assert mon.state == "Failed"
     mon.feed(job_event("Failed", "BackoffLimitExceeded", "job failed", t=T + 6))
     cause = mon.cause()

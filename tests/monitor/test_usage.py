@@ -125,11 +125,17 @@ def test_sidebar_json_carries_figures_and_progress() -> None:
     mon = running()
     mon.feed(resources(0, T0 + 1, cpu_pct=12.5, rss_bytes=300 * MB))
     mon.feed_many([progress(T0 + 1, 10, 40), progress(T0 + 6, 20, 40)])
-    record = JobRecord(name="j", backend="local", state="Running", created=T0, world_size=3,
-                       nodes=1, nproc=3)  # fmt: skip
+    record = JobRecord(
+        name="j", backend="local", state="Running", created=T0, world_size=3, nodes=1, nproc=3
+    )
     got = job_json(record, mon.snapshot(now=T0 + 7), now=T0 + 7, detail=True)
-    assert got["progress"] == {"step": 20, "total": 40, "fraction": 0.5, "eta_s": 10.0,
-                               "rate_per_s": 2.0}  # fmt: skip
+    assert got["progress"] == {
+        "step": 20,
+        "total": 40,
+        "fraction": 0.5,
+        "eta_s": 10.0,
+        "rate_per_s": 2.0,
+    }
     assert got["detail"] is not None
     ranks = got["detail"]["ranks"]
     assert (ranks[0]["cpu_pct"], ranks[0]["rss_bytes"]) == (12.5, 300 * MB)

@@ -12,8 +12,15 @@ SLEEP = [["<distrain-cell>", 11, "<module>"]]
 REDUCE = [["<distrain-cell>", 9, "<module>"], ["/t/c10d.py", 3252, "all_reduce"]]
 
 
-def stacks(rank: int, frames: list[list[Any]], call: str, line: int, seq: int | None,
-           request: str = "h1", t: float = T0 + 10) -> ev.Event:  # fmt: skip
+def stacks(
+    rank: int,
+    frames: list[list[Any]],
+    call: str,
+    line: int,
+    seq: int | None,
+    request: str = "h1",
+    t: float = T0 + 10,
+) -> ev.Event:
     fields = {
         "request": request,
         "reason": "hang" if request.startswith("h") else "asked",

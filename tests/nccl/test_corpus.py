@@ -32,8 +32,14 @@ def test_the_corpus_is_large_sourced_and_split_by_its_rule() -> None:
         assert fields["split"] == ("heldout" if int(name[:2]) % 3 == 0 else "tune"), name
         assert re.search(rf"## {re.escape(name)}\nsource: \S+#\d+ \(https://github\.com/", text)
     assert {f["failure"] for f in INDEX.values()} >= {
-        "none", "connection", "ib", "cuda-oom", "timeout", "shm", "other"
-    }  # fmt: skip
+        "none",
+        "connection",
+        "ib",
+        "cuda-oom",
+        "timeout",
+        "shm",
+        "other",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(INDEX))

@@ -58,22 +58,45 @@ def test_init_is_false_when_a_failure_comes_before_init_complete() -> None:
 @pytest.mark.parametrize(
     ("line", "failure", "words"),
     [
-        (f"{H} NCCL INFO Call to connect returned Connection timed out, retrying",
-         "connection", "MASTER_ADDR"),
-        (f"{H} NCCL INFO Call to connect returned Network is unreachable, retrying",
-         "connection", "unreachable"),
-        (f"{H} transport/net_ib.cc:120 NCCL WARN NET/IB : ibv_query_gid failed (GID index 3)",
-         "ib", "NCCL_IB_GID_INDEX"),
-        (f"{H} NCCL WARN Cuda failure 'CUDA driver version is insufficient for CUDA runtime "
-         "version'", "other", "driver"),
-        ("ImportError: /usr/lib/libnccl.so.2: undefined symbol: ncclCommRegister",
-         "other", "same torch / NCCL build"),
-        ("torch.distributed.DistStoreError: Duplicate rank 3 joined the rendezvous",
-         "other", "checked in twice"),
-        (f"{H} init.cc:943 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA "
-         "device 1a000", "other", "same GPU"),
+        (
+            f"{H} NCCL INFO Call to connect returned Connection timed out, retrying",
+            "connection",
+            "MASTER_ADDR",
+        ),
+        (
+            f"{H} NCCL INFO Call to connect returned Network is unreachable, retrying",
+            "connection",
+            "unreachable",
+        ),
+        (
+            f"{H} transport/net_ib.cc:120 NCCL WARN NET/IB : ibv_query_gid failed (GID index 3)",
+            "ib",
+            "NCCL_IB_GID_INDEX",
+        ),
+        (
+            f"{H} NCCL WARN Cuda failure 'CUDA driver version is insufficient for CUDA runtime "
+            "version'",
+            "other",
+            "driver",
+        ),
+        (
+            "ImportError: /usr/lib/libnccl.so.2: undefined symbol: ncclCommRegister",
+            "other",
+            "same torch / NCCL build",
+        ),
+        (
+            "torch.distributed.DistStoreError: Duplicate rank 3 joined the rendezvous",
+            "other",
+            "checked in twice",
+        ),
+        (
+            f"{H} init.cc:943 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA "
+            "device 1a000",
+            "other",
+            "same GPU",
+        ),
     ],
-)  # fmt: skip
+)
 def test_classes_for_common_failures(line: str, failure: str, words: str) -> None:
     got, diagnosis, _, _ = read(line)
     assert got == failure and words in diagnosis, diagnosis

@@ -31,8 +31,13 @@ def rank0(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def tcp_store() -> Iterator[Any]:
     """A real torch TCPStore server on loopback (what torchrun's agent hosts for a job)."""
     dist = pytest.importorskip("torch.distributed")
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=10))  # fmt: skip
+    store = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=10),
+    )
     yield store
     del store
 

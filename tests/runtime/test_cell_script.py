@@ -66,17 +66,27 @@ def test_a_module_runs_from_its_shipped_copy_in_a_pod(
     )
     payload = envelope(Script("mpkg.main", ("--lr", "1"), module=True, cwd=str(src)))
     assert sorted(payload["script"]["files"]) == [
-        "mpkg/__init__.py", "mpkg/conf.py", "mpkg/main.py", "sib.py"
-    ]  # fmt: skip
+        "mpkg/__init__.py",
+        "mpkg/conf.py",
+        "mpkg/main.py",
+        "sib.py",
+    ]
     pod = tmp_path / "pod-folder"
     monkeypatch.setenv(SCRIPT_DIR_ENV, str(pod))
     result: dict[str, Any] = {}
     namespace = main_module({"RESULT": result, "GIVEN": "kept"}).__dict__
     assert run_payload(payload, namespace) is None  # sys.exit(0): success, no value
     shipped = str(pod / "mpkg" / "main.py")
-    assert result == {"argv": [shipped, "--lr", "1"], "file": shipped, "name": "__main__",
-                      "package": "mpkg", "path0": str(pod), "cwd": str(pod), "value": 42,
-                      "given": "kept"}  # fmt: skip
+    assert result == {
+        "argv": [shipped, "--lr", "1"],
+        "file": shipped,
+        "name": "__main__",
+        "package": "mpkg",
+        "path0": str(pod),
+        "cwd": str(pod),
+        "value": 42,
+        "given": "kept",
+    }
     assert code_filename() == shipped
 
 
@@ -89,14 +99,20 @@ def test_a_script_runs_where_it_is_on_the_submitting_machine(tmp_path: Path, ran
     payload = envelope(Script("t.py", ("a",), cwd=str(tmp_path)))
     result: dict[str, Any] = {}
     run_payload(payload, main_module({"RESULT": result}).__dict__)
-    assert result == {"argv": ["t.py", "a"], "file": str(tmp_path / "t.py"),
-                      "path0": str(tmp_path), "cwd": os.getcwd(), "x": 5,
-                      "name": "__main__"}  # fmt: skip
+    assert result == {
+        "argv": ["t.py", "a"],
+        "file": str(tmp_path / "t.py"),
+        "path0": str(tmp_path),
+        "cwd": os.getcwd(),
+        "x": 5,
+        "name": "__main__",
+    }
     assert sys.modules["__main__"].__file__ == str(tmp_path / "t.py")  # multiprocessing's spawn
 
 
-@pytest.mark.parametrize(("code", "fails"), [("0", False), ("None", False), ("3", True),
-                                             ("'bad config'", True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("code", "fails"), [("0", False), ("None", False), ("3", True), ("'bad config'", True)]
+)
 def test_sys_exit_zero_is_success(tmp_path: Path, rank: None, code: str, fails: bool) -> None:
     (tmp_path / "t.py").write_text(f"import sys\nsys.exit({code})\n")
     payload = envelope(Script("t.py", cwd=str(tmp_path)))

@@ -69,8 +69,16 @@ def test_a_stopped_thread_says_where_and_answers_over_the_channel(keyed: bytes) 
         threading.Event().wait(0.01)
     fields = paused_lines(out)[0]
     assert fields["kind"] == "paused" and fields["rank"] == 1 and fields["function"] == "rank_main"
-    assert problem("paused", 1, fields["t"], {k: v for k, v in fields.items()
-                   if k not in ("v", "kind", "rank", "t")}, SHAPE) is None  # fmt: skip
+    assert (
+        problem(
+            "paused",
+            1,
+            fields["t"],
+            {k: v for k, v in fields.items() if k not in ("v", "kind", "rank", "t")},
+            SHAPE,
+        )
+        is None
+    )
     link = connect(int(fields["port"]), keyed)  # type: ignore[call-overload]
     link.send({"op": "cmd", "line": "p secret", "wait": 10})
     answer = link.recv(1 << 20)

@@ -33,8 +33,10 @@ def test_forged_requests_are_refused_and_signed_ones_are_served(
     signer = SignedStore(tcp_store, KEY)
     signer.set(round_key("where", "asked"), "3")
     signer.set(round_key("where", "hang"), json.dumps({"n": 1, "quiet": 12.5}))
-    assert other._requests() == [("a3", {"reason": "asked"}),
-                                 ("h1", {"reason": "hang", "quiet": 12.5})]  # fmt: skip
+    assert other._requests() == [
+        ("a3", {"reason": "asked"}),
+        ("h1", {"reason": "hang", "quiet": 12.5}),
+    ]
 
 
 def test_rank_zero_gathers_only_signed_stacks(

@@ -21,7 +21,14 @@ INF, NAN = math.inf, math.nan
 
 def test_a_number_is_an_int_or_a_float_never_a_bool() -> None:
     assert [is_number(v) for v in (1, 1.5, NAN, INF, True, "1", None)] == [
-        True, True, True, True, False, False, False]  # fmt: skip
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
     assert [is_finite(v) for v in (1, 1.5, NAN, -INF, False)] == [True, True, False, False, False]
 
 

@@ -74,10 +74,14 @@ def test_reply_is_rank_zeros_result_or_every_error_in_rank_order() -> None:
     ok = {"status": "ok"}
     first = {"status": "ok", "result": {"encoding": "cloudpickle+base64", "data": "gAVOLg=="}}
     assert session._reply(7, [first, ok]) == {
-        "op": "reply", "id": 7, "status": "ok", "result": first["result"],
-    }  # fmt: skip
-    failed = session._reply(8, [ok, {"status": "error", "error": ERROR},
-                                {"status": "interrupted", "error": STOPPED}])  # fmt: skip
+        "op": "reply",
+        "id": 7,
+        "status": "ok",
+        "result": first["result"],
+    }
+    failed = session._reply(
+        8, [ok, {"status": "error", "error": ERROR}, {"status": "interrupted", "error": STOPPED}]
+    )
     assert failed["status"] == "error"
     assert [e["rank"] for e in failed["errors"]] == [1, 2]
     assert failed["errors"][0]["type"] == "KeyError"

@@ -24,8 +24,12 @@ def run_stage(*args: str, env: dict[str, str] | None = None) -> tuple[int, list[
     full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     done = subprocess.run(
         [sys.executable, "-m", "jupyter_disttrain.runtime.stage", *args],
-        env=full, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     events = [parse(line, None) for line in done.stdout.splitlines()]
     return done.returncode, [e for e in events if e.kind == "staging"], done.stdout + done.stderr
 
@@ -49,7 +53,11 @@ def test_a_directory_is_copied_with_progress_and_a_second_run_resumes(tmp_path: 
     last = staged[-1].staging()
     total = 5 * 2**20 + 8
     assert (last["state"], last["done"], last["total"], last["files_done"]) == (
-        "done", total, total, 2), out  # fmt: skip
+        "done",
+        total,
+        total,
+        2,
+    ), out
     assert all(e.rank is None for e in staged)
     assert not list(dest.rglob("*.part-*"))
     # Already there with the same size: kept, not copied again (a persistent claim, a restart).
@@ -62,8 +70,9 @@ def test_a_directory_is_copied_with_progress_and_a_second_run_resumes(tmp_path: 
 def test_s3_prefix_is_staged_from_an_s3_server(tmp_path: Path, s3: dict[str, str]) -> None:
     import s3fs
 
-    fs = s3fs.S3FileSystem(endpoint_url=s3["FSSPEC_S3_ENDPOINT_URL"], key="testing",
-                           secret="testing")  # fmt: skip
+    fs = s3fs.S3FileSystem(
+        endpoint_url=s3["FSSPEC_S3_ENDPOINT_URL"], key="testing", secret="testing"
+    )
     fs.mkdir("stage-bucket")
     fs.pipe({"stage-bucket/ds/a.txt": b"alpha", "stage-bucket/ds/sub/b.txt": b"beta" * 1000})
     dest = tmp_path / "data"

@@ -92,9 +92,15 @@ def test_128_nodes_every_rank_heard_stragglers_and_the_failing_rank_named(
 ) -> None:
     nodes, nproc = 128, 8
     job, emulator = follow(
-        "trainjob", nodes, nproc, steps=25, step_seconds=1.0,
-        stragglers=(517, 700, 901), fail_rank=777, fail_step=15,
-    )  # fmt: skip
+        "trainjob",
+        nodes,
+        nproc,
+        steps=25,
+        step_seconds=1.0,
+        stragglers=(517, 700, 901),
+        fail_rank=777,
+        fail_step=15,
+    )
     monitor = job.monitor
     slow: list[str] = []  # what the monitor said of the stragglers, as of their 5th step
 
@@ -119,9 +125,15 @@ def test_128_nodes_every_rank_heard_stragglers_and_the_failing_rank_named(
 
 def test_a_hung_node_is_named(follow: Follow) -> None:
     job, emulator = follow(
-        "pytorchjob", 16, 4, hang_after=3.0, steps=200, step_seconds=0.5,
-        hang_node=5, hang_step=6,
-    )  # fmt: skip
+        "pytorchjob",
+        16,
+        4,
+        hang_after=3.0,
+        steps=200,
+        step_seconds=0.5,
+        hang_node=5,
+        hang_step=6,
+    )
     wait_until(job, "the hang's stacks", lambda: job.monitor.hang() is not None, timeout=180)
     hang = job.monitor.hang()
     assert hang is not None

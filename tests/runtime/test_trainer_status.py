@@ -69,8 +69,9 @@ def test_a_failing_endpoint_warns_once_and_never_raises(
         port = sock.getsockname()[1]
     token = tmp_path / "token"
     token.write_text("t")
-    writer = trainer_status.Writer(f"https://127.0.0.1:{port}/status", "/nonexistent/ca.crt",
-                                   str(token), every=60)  # fmt: skip
+    writer = trainer_status.Writer(
+        f"https://127.0.0.1:{port}/status", "/nonexistent/ca.crt", str(token), every=60
+    )
     writer.start()
     report.emit_as(0, "progress", step=1, total=4)
     assert writer.progress.changed

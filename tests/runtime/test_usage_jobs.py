@@ -33,8 +33,18 @@ dist.barrier()
 
 def test_the_rank_that_works_shows_higher_figures_than_the_sleepers(home: Path) -> None:
     service = JobService()
-    spec = service.spec(parse("--nodes", "1", "--nproc", "3", "--name", "res-busy",
-                              "--env", "DISTRAIN_RESOURCES_INTERVAL=0.25"))  # fmt: skip
+    spec = service.spec(
+        parse(
+            "--nodes",
+            "1",
+            "--nproc",
+            "3",
+            "--name",
+            "res-busy",
+            "--env",
+            "DISTRAIN_RESOURCES_INTERVAL=0.25",
+        )
+    )
     job = service.run(service.plan(spec, BUSY_CELL))
     try:
         deadline = time.monotonic() + 90
@@ -75,8 +85,20 @@ time.sleep(600)
 def test_resource_samples_do_not_hide_a_hang(home: Path) -> None:
     service = JobService()
     interval = "DISTRAIN_RESOURCES_INTERVAL=0.2"
-    spec = service.spec(parse("--nodes", "2", "--nproc", "1", "--name", "res-hang",
-                              "--hang-after", "3", "--env", interval))  # fmt: skip
+    spec = service.spec(
+        parse(
+            "--nodes",
+            "2",
+            "--nproc",
+            "1",
+            "--name",
+            "res-hang",
+            "--hang-after",
+            "3",
+            "--env",
+            interval,
+        )
+    )
     job = service.run(service.plan(spec, SILENT_CELL))
     try:
         deadline = time.monotonic() + 90

@@ -96,15 +96,22 @@ def test_worker_runs_with_notebook_packages_blocked(tmp_path: Path) -> None:
     from jupyter_disttrain.backends.local import free_port
 
     env = {
-        **os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
         "GLOO_SOCKET_IFNAME": "lo",
-    }  # fmt: skip
+    }
     env.pop("DISTRAIN_LOG_DIR", None)
     proc = subprocess.run(
         [sys.executable, "-c", BLOCKER, str(path)],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     events = [parse(line, 0, nproc=1) for line in proc.stdout.splitlines()]
     kinds = [e.kind for e in events]
@@ -125,8 +132,11 @@ def test_worker_reports_python_version_mismatch(tmp_path: Path) -> None:
     path.write_bytes(payload.data)
     proc = subprocess.run(
         [sys.executable, "-m", "jupyter_disttrain.runtime.worker", str(path)],
-        env={**os.environ, "RANK": "0"}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env={**os.environ, "RANK": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     error = next(parse(x, 0, nproc=1) for x in proc.stdout.splitlines() if "##distrain" in x)
     assert error.kind == "error"

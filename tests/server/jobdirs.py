@@ -50,8 +50,18 @@ def write_job(
     events = [ev.job_event("Pending", "Submitted", f"{world} ranks", t=created)]
     events.append(ev.job_event("Running", "Started", "all agents rendezvoused", t=created + 1))
     for rank in range(world):
-        out = [line("hello", rank, created + 2, local_rank=rank % nproc, world_size=world,
-                    node_rank=rank // nproc, host="box", pid=1000 + rank)]  # fmt: skip
+        out = [
+            line(
+                "hello",
+                rank,
+                created + 2,
+                local_rank=rank % nproc,
+                world_size=world,
+                node_rank=rank // nproc,
+                host="box",
+                pid=1000 + rank,
+            )
+        ]
         if rank == 0:
             out.extend(first_lines)
         for step in range(steps):
@@ -59,9 +69,16 @@ def write_job(
             out.append(line("metric", rank, t, step=step, values={"loss": 1.0 / (step + 1) + rank}))
             out.append(f"rank {rank} step {step}")
         if rank == 0 and steps:
-            out.append(line("checkpoint", 0, created + 3 + steps, step=steps - 1,
-                            uri=checkpoint_uri or f"/ckpt/{name}/step-{steps - 1}",
-                            bytes=1234))  # fmt: skip
+            out.append(
+                line(
+                    "checkpoint",
+                    0,
+                    created + 3 + steps,
+                    step=steps - 1,
+                    uri=checkpoint_uri or f"/ckpt/{name}/step-{steps - 1}",
+                    bytes=1234,
+                )
+            )
         if state == "Succeeded":
             out.append(line("done", rank, created + 4 + steps, seconds=steps))
         (logs / f"rank-{rank}.log").write_text("\n".join(out) + "\n")
@@ -71,10 +88,17 @@ def write_job(
         events.append(ev.job_event(state, state, "done", t=ended))  # type: ignore[arg-type]
     (directory / "events.jsonl").write_text("".join(ev.to_json(e) + "\n" for e in events))
     record = {
-        "name": name, "backend": "local", "nodes": nodes, "nproc": nproc,
-        "world_size": world, "created": created, "owner_pid": owner_pid or os.getpid(),
-        "state": state, "reason": state, "message": "",
-    }  # fmt: skip
+        "name": name,
+        "backend": "local",
+        "nodes": nodes,
+        "nproc": nproc,
+        "world_size": world,
+        "created": created,
+        "owner_pid": owner_pid or os.getpid(),
+        "state": state,
+        "reason": state,
+        "message": "",
+    }
     if ended is not None:
         record["ended"] = ended
     if notebook is not None:

@@ -44,8 +44,9 @@ async def test_a_read_only_user_lists_jobs_but_cannot_stop_them(
         assert [j["id"] for j in listing["jobs"]] == ["local/api-ro"]
         assert (await get(jp_fetch, "local", "api-ro", "logs"))["id"] == "local/api-ro"
         with pytest.raises(HTTPClientError) as denied:
-            await jp_fetch("disttrain", "api", "jobs", "local", "api-ro", "stop",
-                           method="POST", body="")  # fmt: skip
+            await jp_fetch(
+                "disttrain", "api", "jobs", "local", "api-ro", "stop", method="POST", body=""
+            )
         assert denied.value.code == 403, json.loads(denied.value.response.body)
         assert not (directory / "stop").exists()
     finally:

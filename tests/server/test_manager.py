@@ -311,5 +311,7 @@ def test_the_kernel_knows_its_notebook(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_session_is_listed_as_one() -> None:
     record = JobRecord("warm", "local", "Running", 4, 2, 2, 100.0, extra={"kind": "session"})
     assert job_json(record, None, now=110.0)["kind"] == "session"
-    assert job_json(JobRecord("cold", "local", "Running", 1, 1, 1, 100.0), None,
-                    now=110.0)["kind"] == "job"  # fmt: skip
+    assert (
+        job_json(JobRecord("cold", "local", "Running", 1, 1, 1, 100.0), None, now=110.0)["kind"]
+        == "job"
+    )

@@ -34,15 +34,21 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulato
         base = yaml.safe_load(MANIFEST.read_text())
         with emulator.api_client() as api:
             for name in NAMES:
-                job = {**base, "metadata": {"name": name},
-                       "spec": {**base["spec"], "suspend": True}}  # fmt: skip
+                job = {
+                    **base,
+                    "metadata": {"name": name},
+                    "spec": {**base["spec"], "suspend": True},
+                }
                 client.CustomObjectsApi(api).create_namespaced_custom_object(
                     "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", job
                 )
             for name in NAMES:  # the controller has said so
-                wait_for(lambda n=name: client.CustomObjectsApi(api).get_namespaced_custom_object(
-                    "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", n),
-                    lambda obj: bool((obj.get("status") or {}).get("conditions")))  # fmt: skip
+                wait_for(
+                    lambda n=name: client.CustomObjectsApi(api).get_namespaced_custom_object(
+                        "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", n
+                    ),
+                    lambda obj: bool((obj.get("status") or {}).get("conditions")),
+                )
         yield emulator
 
 
@@ -51,13 +57,20 @@ def report(emu: Emulator, name: str, percent: int) -> None:
     pod = {"metadata": {"name": f"{name}-node-0-0", "namespace": "default"}, "spec": {}}
     token = emu.api.tokens.issue(pod, audience("default", name))
     stamp = "2026-01-01T00:00:00Z"
-    body = {"trainerStatus": {"progressPercentage": percent, "lastUpdatedTime": stamp,
-                              "metrics": [{"name": "loss", "value": "0.5"}]}}  # fmt: skip
+    body = {
+        "trainerStatus": {
+            "progressPercentage": percent,
+            "lastUpdatedTime": stamp,
+            "metrics": [{"name": "loss", "value": "0.5"}],
+        }
+    }
     context = ssl.create_default_context(cafile=str(emu.root / "trainer-status-tls" / "ca.crt"))
     port = emu.trainer_status.port  # type: ignore[union-attr]
-    request = urllib.request.Request(f"https://127.0.0.1:{port}{status_path('default', name)}",
-                                     data=json.dumps(body).encode(),
-                                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{port}{status_path('default', name)}",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}"},
+    )
     urllib.request.urlopen(request, context=context, timeout=10).read()
 
 
@@ -77,11 +90,17 @@ def test_the_namespace_section_follows_every_trainjob_with_one_watch(cluster: Em
         assert set(rows) == set(NAMES) and first["backends"][0]["ok"]
         row = rows[NAMES[0]]
         assert (row["kind"], row["state"], row["foreign"], row["started_by"]) == (
-            "TrainJob", "Pending", True, "")  # fmt: skip
+            "TrainJob",
+            "Pending",
+            True,
+            "",
+        )
         assert row["progress"] is None and row["nodes"] == 2 and row["can_stop"]
         # listed by the first call and by the watch of each kind; one watch: TrainJobs only
-        wait_for(lambda: (cluster.stats().count(verb="list"), cluster.stats().watches.current),
-                 lambda seen: seen == (6, 1))  # fmt: skip
+        wait_for(
+            lambda: (cluster.stats().count(verb="list"), cluster.stats().watches.current),
+            lambda seen: seen == (6, 1),
+        )
         cluster.reset_stats()
         for index, name in enumerate(NAMES):
             report(cluster, name, 10 * (index + 1))

@@ -82,9 +82,15 @@ async def test_a_checkpoint_uri_in_a_line_is_never_requested(
     await get(jp_fetch)
     job = await settle(jp_fetch, "local", "probed", ok=lambda j: j["step"] == 4)
     assert job["detail"]["checkpoints"] == [
-        {"step": 4, "uri": uri, "bytes": 1234, "rank": 0, "t": job["detail"]["checkpoints"][0]["t"],
-         "status": "reported"}
-    ]  # fmt: skip
+        {
+            "step": 4,
+            "uri": uri,
+            "bytes": 1234,
+            "rank": 0,
+            "t": job["detail"]["checkpoints"][0]["t"],
+            "status": "reported",
+        }
+    ]
     await get(jp_fetch)
     await get(jp_fetch, "local", "probed")
     assert seen == []

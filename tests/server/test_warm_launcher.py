@@ -59,9 +59,11 @@ class Server:
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         req = urllib.request.Request(
-            self.url + path, data=json.dumps(body).encode(), method="POST",
+            self.url + path,
+            data=json.dumps(body).encode(),
+            method="POST",
             headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         with urllib.request.urlopen(req, timeout=60) as resp:
             answer: dict[str, Any] = json.loads(resp.read())
         return answer
@@ -126,19 +128,37 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         folder.mkdir(parents=True)
     _kernelspec(specs, "otherpy", _other_python(tmp), {})
     _kernelspec(specs, "otherenv", sys.executable, {"PYTHONPATH": str(tmp / "extra")})
-    env = {**os.environ, "DISTRAIN_HOME": str(home), "JUPYTER_RUNTIME_DIR": str(runtime),
-           "JUPYTER_PATH": str(specs), "KUBECONFIG": str(tmp / "no-kubeconfig")}  # fmt: skip
+    env = {
+        **os.environ,
+        "DISTRAIN_HOME": str(home),
+        "JUPYTER_RUNTIME_DIR": str(runtime),
+        "JUPYTER_PATH": str(specs),
+        "KUBECONFIG": str(tmp / "no-kubeconfig"),
+    }
     env.pop("DISTRAIN_WARM_LAUNCHER", None)
     port = _free_port()
     log = open(tmp / "server.log", "wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--ip=127.0.0.1", f"--port={port}",
-         "--ServerApp.port_retries=0", "--IdentityProvider.token=", "--ServerApp.password=",
-         "--no-browser", "--allow-root", "--ServerApp.disable_check_xsrf=True",
-         f"--ServerApp.root_dir={root}",
-         '--ServerApp.jpserver_extensions={"jupyter_disttrain.server": True}'],
-        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--ServerApp.port_retries=0",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.disable_check_xsrf=True",
+            f"--ServerApp.root_dir={root}",
+            '--ServerApp.jpserver_extensions={"jupyter_disttrain.server": True}',
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     srv = Server(f"http://127.0.0.1:{port}", root, runtime, home, process)
     deadline = time.monotonic() + 90
     while True:
@@ -180,8 +200,10 @@ def pair(server: Server) -> tuple[Kernel, Kernel]:
         k = server.kernel(path=mark)
         k.execute("%load_ext jupyter_disttrain")
         k.execute("%distrain_config live=none")
-        k.execute(f"import os, sys; os.environ['WARM_MARK'] = {mark!r}; "
-                  f"sys.path.insert(0, '/nonexistent/mark-{mark}')")  # fmt: skip
+        k.execute(
+            f"import os, sys; os.environ['WARM_MARK'] = {mark!r}; "
+            f"sys.path.insert(0, '/nonexistent/mark-{mark}')"
+        )
         kernels.append(k)
     return kernels[0], kernels[1]
 
@@ -284,14 +306,20 @@ def test_the_socket_is_private_and_refuses_another_user(server: Server) -> None:
     os.chmod(folder, 0o711)  # let another user reach the socket: its peer check must refuse
     os.chmod(path, 0o666)
     try:
-        other = subprocess.run([SYSTEM_PYTHON, "-c", probe, path], user=65534,
-                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        other = subprocess.run(
+            [SYSTEM_PYTHON, "-c", probe, path],
+            user=65534,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.chmod(path, 0o600)
         os.chmod(folder, 0o700)
     assert other.stdout.strip() in ("b''", ""), other
-    mine = subprocess.run([sys.executable, "-c", probe, path], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    mine = subprocess.run(
+        [sys.executable, "-c", probe, path], capture_output=True, text=True, timeout=60
+    )
     assert '"identity"' in mine.stdout, mine
 
 

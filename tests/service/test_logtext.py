@@ -23,8 +23,12 @@ def quiet_job() -> str:
 def test_an_empty_log_says_no_output_yet_while_running_and_no_output_once_ended() -> None:
     name = quiet_job()
     backend = LocalBackend()
-    for state, said in (("Running", "no output yet"), ("Succeeded", "no output"),
-                        ("Failed", "no output"), ("Stopped", "no output")):  # fmt: skip
+    for state, said in (
+        ("Running", "no output yet"),
+        ("Succeeded", "no output"),
+        ("Failed", "no output"),
+        ("Stopped", "no output"),
+    ):
         record = JobRecord(name, "local", state, 1, 1, 1, created=0.0)
         logs = bounded_logs(backend, record, None, None)
         assert (logs.text, logs.message) == ("", said), (state, logs)

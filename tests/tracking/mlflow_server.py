@@ -56,13 +56,25 @@ def running_server(base: Path) -> Iterator[MlflowServer]:
     port = free_port()
     server = MlflowServer(f"http://127.0.0.1:{port}", base / "artifacts", base / "server.log")
     command = [
-        sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-        "--backend-store-uri", f"sqlite:///{base / 'mlflow.db'}",
-        "--artifacts-destination", str(server.artifacts), "--workers", "1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--backend-store-uri",
+        f"sqlite:///{base / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(server.artifacts),
+        "--workers",
+        "1",
+    ]
     with open(server.log, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=base,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=base, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while not _healthy(server.uri):

@@ -65,8 +65,15 @@ def test_a_job_is_a_run_with_params_every_ranks_metrics_checkpoints_and_status(
     mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
     ckpt = tmp_path / "ckpt"
-    state, logs, job = run_job("mlf-ok", "--mlflow", mlflow_server.uri, "--checkpoint-dir",
-                               str(ckpt), "--env", "TOKEN=secret")  # fmt: skip
+    state, logs, job = run_job(
+        "mlf-ok",
+        "--mlflow",
+        mlflow_server.uri,
+        "--checkpoint-dir",
+        str(ckpt),
+        "--env",
+        "TOKEN=secret",
+    )
     assert state == "Succeeded", logs
     assert not job.monitor.snapshot()["warnings"], logs
     run = the_run(mlflow_server, "mlf-ok")
@@ -127,8 +134,9 @@ def test_metric_names_and_params_as_mlflow_takes_them() -> None:
     assert [metric_key("loss", 0), metric_key("loss", 3)] == ["loss", "loss/rank3"]
     assert metric_key("acc@1", 1) == "acc_1/rank1"
     options = (("image", "img:1"), ("volume", "a:/x"), ("volume", "b:/y"))
-    spec = JobSpec("p", nodes=2, nproc=4, env=(("A", "1"), ("B", "2")), max_restarts=1,
-                   options=options)  # fmt: skip
+    spec = JobSpec(
+        "p", nodes=2, nproc=4, env=(("A", "1"), ("B", "2")), max_restarts=1, options=options
+    )
     got = params(spec)
     assert got["world_size"] == "8" and got["env"] == "A,B" and got["max_restarts"] == "1"
     assert got["image"] == "img:1" and got["volume"] == "a:/x,b:/y"

@@ -40,8 +40,9 @@ def scalars(directory: Path, tag: str) -> list[tuple[int, float]]:
 @pytest.mark.slow
 def test_every_ranks_metrics_read_back_with_tensorboards_reader(tmp_path: Path) -> None:
     service = JobService()
-    spec = service.spec(parse("--nodes", "2", "--nproc", "1", "--name", "tb-ranks",
-                              "--tensorboard", str(tmp_path)))  # fmt: skip
+    spec = service.spec(
+        parse("--nodes", "2", "--nproc", "1", "--name", "tb-ranks", "--tensorboard", str(tmp_path))
+    )
     started = time.time()
     job = service.run(service.plan(spec, CELL))
     try:
@@ -101,9 +102,13 @@ def metric(rank: int, step: int, t: float, **values: float) -> ev.Event:
 def test_a_relayed_copy_is_written_once_and_a_rerun_replaces_the_files(tmp_path: Path) -> None:
     fed: list[ev.Event] = []
     sink = TensorBoardSink(tmp_path, "again", fed.append)
-    for event in (metric(0, 1, 10.0, loss=2.0), metric(1, 1, 10.5, loss=3.0),
-                  metric(1, 1, 10.5, loss=3.0),  # rank 0 relayed rank 1's line
-                  metric(0, 2, 11.0, loss=1.5, flag=True), ev.job_event("Succeeded")):  # fmt: skip
+    for event in (
+        metric(0, 1, 10.0, loss=2.0),
+        metric(1, 1, 10.5, loss=3.0),
+        metric(1, 1, 10.5, loss=3.0),  # rank 0 relayed rank 1's line
+        metric(0, 2, 11.0, loss=1.5, flag=True),
+        ev.job_event("Succeeded"),
+    ):
         sink.on_event(event)
     assert sink.close(10) and not fed
     assert scalars(run_dir(tmp_path, "again", 0), "loss") == [(1, 2.0), (2, 1.5)]

@@ -26,11 +26,26 @@ def test_the_command_writes_tensorboard_files_and_says_once_that_mlflow_is_down(
     )
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     done = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "run", "--nproc", "2",
-         "--name", "cli-tracked", "--tensorboard", str(tmp_path / "tb"), "--mlflow", down,
-         str(script)],
-        capture_output=True, text=True, timeout=240, env=os.environ.copy(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_disttrain.cli",
+            "run",
+            "--nproc",
+            "2",
+            "--name",
+            "cli-tracked",
+            "--tensorboard",
+            str(tmp_path / "tb"),
+            "--mlflow",
+            down,
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=os.environ.copy(),
+    )
     assert done.returncode == 0, (done.stdout, done.stderr)
     warnings = [line for line in done.stdout.splitlines() if "MLflow" in line]
     assert warnings == [

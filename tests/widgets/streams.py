@@ -42,9 +42,15 @@ def hello(rank: int, t: float, backend: str = "gloo", world: int = 4) -> Event:
         "hello",
         rank,
         t,
-        {"local_rank": rank, "world_size": world, "node_rank": 0, "host": "h", "pid": 100 + rank,
-         "backend": backend},
-    )  # fmt: skip
+        {
+            "local_rank": rank,
+            "world_size": world,
+            "node_rank": 0,
+            "host": "h",
+            "pid": 100 + rank,
+            "backend": backend,
+        },
+    )
 
 
 def log(rank: int | None, t: float, text: str) -> Event:

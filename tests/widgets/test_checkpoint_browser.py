@@ -49,8 +49,7 @@ def steps(browser: CheckpointBrowser) -> list[int]:
 
 def test_table_columns_sorting_and_selection(store: CheckpointStore) -> None:
     browser = CheckpointBrowser(store)
-    assert browser.table.columns == ["step", "time", "size", "loss", "accuracy", "world",
-                                     "status"]  # fmt: skip
+    assert browser.table.columns == ["step", "time", "size", "loss", "accuracy", "world", "status"]
     assert steps(browser) == [40, 30, 20, 10]  # newest first
     first = browser.table.rows[0]
     assert first["cells"][3] == "0.3" and first["cells"][5] == "4" and first["status"] == "ok"
@@ -87,8 +86,9 @@ def test_load_resume_and_delete(store: CheckpointStore, shell: InteractiveShell)
     assert "not a valid Python variable name" in browser.status.value
     browser.resume_button.click()
     cell = shell.rl_next_input
-    assert cell.startswith(f"%%distrain --nodes 2 --nproc 2 --checkpoint-dir {store.uri} "
-                           "--resume 20\n")  # fmt: skip
+    assert cell.startswith(
+        f"%%distrain --nodes 2 --nproc 2 --checkpoint-dir {store.uri} --resume 20\n"
+    )
     browser.delete_button.click()
     assert browser.delete_button.description == "Confirm: delete step 20"
     assert store.steps() == [10, 20, 30, 40]
@@ -111,8 +111,11 @@ def test_damaged_rows_and_static_bundle(store: CheckpointStore) -> None:
     assert "4 checkpoint(s)" in bundle["text/plain"] and "incomplete" in bundle["text/plain"]
     html = parse(bundle["text/html"])
     assert [r.attrs.get("data-status") for r in html.find_all(tag="tr")][1:] == [
-        "ok", "ok", "incomplete", "ok"
-    ]  # fmt: skip
+        "ok",
+        "ok",
+        "incomplete",
+        "ok",
+    ]
     assert "export default" in browser.table._esm
 
 

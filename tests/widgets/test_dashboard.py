@@ -117,14 +117,26 @@ def test_where_button_shows_the_ranks_stacks_and_the_header_the_hang() -> None:
     for rank in (0, 1):
         mon.feed(ev.Event("hello", rank, T0, {"world_size": 2}))
     runtime = [["/opt/x/jupyter_disttrain/runtime/worker.py", 381, "run"]]
-    torch = [["/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 3252,
-              "all_reduce"]]  # fmt: skip
-    frames = {0: [*runtime, ["<distrain-cell>", 9, "<module>"], *torch],
-              1: [*runtime, ["<distrain-cell>", 11, "<module>"]]}  # fmt: skip
+    torch = [
+        [
+            "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+            3252,
+            "all_reduce",
+        ]
+    ]
+    frames = {
+        0: [*runtime, ["<distrain-cell>", 9, "<module>"], *torch],
+        1: [*runtime, ["<distrain-cell>", 11, "<module>"]],
+    }
     calls = {0: "all_reduce", 1: "time.sleep"}
     for rank in (0, 1):
-        thread = {"name": "MainThread", "main": True, "frames": frames[rank],
-                  "call": calls[rank], "cell_line": frames[rank][1][1]}  # fmt: skip
+        thread = {
+            "name": "MainThread",
+            "main": True,
+            "frames": frames[rank],
+            "call": calls[rank],
+            "cell_line": frames[rank][1][1],
+        }
         fields = {"request": "h1", "reason": "hang", "quiet": 5.0, "threads": [thread]}
         mon.feed(ev.Event("stacks", rank, T0 + 10, fields))
     asked: list[int] = []
@@ -180,8 +192,9 @@ def test_package_versions_that_differ_show_once_as_a_warning_above_the_job() -> 
     from jupyter_disttrain.payload import build_payload
     from jupyter_disttrain.spec import JobSpec
 
-    payload = build_payload("import numpy as np\nreport(step=0, x=float(np.ones(1)[0]))\n1", {},
-                            job="pkg-warn")  # fmt: skip
+    payload = build_payload(
+        "import numpy as np\nreport(step=0, x=float(np.ones(1)[0]))\n1", {}, job="pkg-warn"
+    )
     body = cloudpickle.loads(payload.data)
     assert body["packages"]["numpy"][1] == importlib.metadata.version("numpy")
     body["packages"]["numpy"] = ["numpy", "0.0.1"]  # as if the notebook had another numpy
@@ -193,8 +206,9 @@ def test_package_versions_that_differ_show_once_as_a_warning_above_the_job() -> 
     dash.render()
     warnings = parse(dash.header.html.value).find_all("distrain-warning")
     expected = f"numpy {importlib.metadata.version('numpy')} here, 0.0.1 in the notebook"
-    assert [w.all_text() for w in warnings] == [
-        f"warning: package versions differ: {expected}"], dash.header.html.value  # fmt: skip
+    assert [w.all_text() for w in warnings] == [f"warning: package versions differ: {expected}"], (
+        dash.header.html.value
+    )
 
 
 def test_the_end_state_is_drawn_with_the_chart_complete_in_its_model() -> None:

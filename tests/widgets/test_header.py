@@ -112,11 +112,13 @@ def test_stop_and_where_stay_while_a_killed_rank_restarts_and_the_header_names_t
 
 def test_a_paused_rank_is_said_once_and_its_markup_is_not_escaped_twice() -> None:
     mon = JobMonitor("dbg", "local", 2)
-    mon.feed_many([
-        job_event("Running", t=1.0),
-        *[Event("hello", r, 1.0, {"pid": 100 + r}) for r in range(2)],
-        Event("paused", 1, 2.0, {"file": "cell", "line": 9, "function": "<module>", "port": 1}),
-    ])  # fmt: skip
+    mon.feed_many(
+        [
+            job_event("Running", t=1.0),
+            *[Event("hello", r, 1.0, {"pid": 100 + r}) for r in range(2)],
+            Event("paused", 1, 2.0, {"file": "cell", "line": 9, "function": "<module>", "port": 1}),
+        ]
+    )
     html = header_html(mon.snapshot(), note="")
     text = "".join(n.all_text() for n in parse(html).find_all("distrain-note"))
     assert text.count("rank 1 paused at cell:9 in <module>") == 1 and "&lt;" not in text, text

@@ -155,12 +155,28 @@ def resources_monitor(gpu: bool = False) -> JobMonitor:
         mon.feed(Event("hello", r, T0, {"backend": "gloo", "world_size": 3}))
     mb = 1 << 20
     mon.feed(Event("resources", 0, T0 + 1, {"cpu_pct": 2.0, "rss_bytes": 250 * mb}))
-    mon.feed(Event("resources", 1, T0 + 1, {"cpu_pct": 99.0, "rss_bytes": 600 * mb,
-                                            "mem_limit_bytes": 2048 * mb}))  # fmt: skip
+    mon.feed(
+        Event(
+            "resources",
+            1,
+            T0 + 1,
+            {"cpu_pct": 99.0, "rss_bytes": 600 * mb, "mem_limit_bytes": 2048 * mb},
+        )
+    )
     if gpu:
-        mon.feed(Event("resources", 2, T0 + 1, {"cpu_pct": 1.0, "rss_bytes": 260 * mb,
-                                                "gpu_util_pct": 87.0,
-                                                "gpu_mem_bytes": 3072 * mb}))  # fmt: skip
+        mon.feed(
+            Event(
+                "resources",
+                2,
+                T0 + 1,
+                {
+                    "cpu_pct": 1.0,
+                    "rss_bytes": 260 * mb,
+                    "gpu_util_pct": 87.0,
+                    "gpu_mem_bytes": 3072 * mb,
+                },
+            )
+        )
     return mon
 
 
@@ -231,11 +247,13 @@ def test_ranks_that_lost_their_peer_name_the_failed_rank_not_gloos_words() -> No
 
 def test_a_paused_rank_row_leaves_where_it_stopped_to_the_header() -> None:
     mon = JobMonitor("dbg", "local", 2)
-    mon.feed_many([
-        job_event("Running", t=1.0),
-        *[Event("hello", r, 1.0, {"pid": 100 + r}) for r in range(2)],
-        Event("paused", 1, 2.0, {"file": "cell", "line": 9, "function": "<module>", "port": 1}),
-    ])  # fmt: skip
+    mon.feed_many(
+        [
+            job_event("Running", t=1.0),
+            *[Event("hello", r, 1.0, {"pid": 100 + r}) for r in range(2)],
+            Event("paused", 1, 2.0, {"file": "cell", "line": 9, "function": "<module>", "port": 1}),
+        ]
+    )
     snap = mon.snapshot()
     table = rows(rank_table_html(snap))
     assert table[1].attrs["data-state"] == "Paused"

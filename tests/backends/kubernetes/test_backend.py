@@ -132,11 +132,19 @@ def test_job_runs_end_to_end_and_stop_cleans_up(cluster: Emulator, tmp_path: Pat
     assert len(again.metrics()) >= 4
     # kubectl, an independent client, sees the job and its logs.
     kubeconfig = os.environ["KUBECONFIG"]
-    got = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "pytorchjobs"],
-                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    got = subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "get", "pytorchjobs"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert got.returncode == 0 and "k8s-e2e" in got.stdout, got.stderr
-    logs = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "logs", "k8s-e2e-master-0"],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    logs = subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "logs", "k8s-e2e-master-0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert "[rank 0] cost $HOME" in logs.stdout, logs.stderr
     # A taken name is a 409 with a clear message; nothing extra is left behind.
     with pytest.raises(BackendError, match=r"already exists .*409"):
@@ -213,15 +221,22 @@ def test_api_errors_name_the_fix(cluster: Emulator, fault: str, needle: str) -> 
 
 def test_unschedulable_and_image_pull_failures_explain_pending(cluster: Emulator) -> None:
     cluster.make_unschedulable("k8s-sched-*")
-    sched = jobs.submit(k8s_spec("k8s-sched"), build_payload("1", {}, job="k8s-sched"),
-                        KubernetesBackend())  # fmt: skip
+    sched = jobs.submit(
+        k8s_spec("k8s-sched"), build_payload("1", {}, job="k8s-sched"), KubernetesBackend()
+    )
     wait_for(lambda: "0/3 nodes are available" in sched.reason, 30)
     assert sched.status() == "Pending"
     cluster.set_pullable_images(["never-matches/*"])
-    pull = jobs.submit(k8s_spec("k8s-pull"), build_payload("1", {}, job="k8s-pull"),
-                       KubernetesBackend())  # fmt: skip
-    wait_for(lambda: any("ImagePullBackOff" in r["reason"] or "ErrImagePull" in r["reason"]
-                         for r in pull.monitor.snapshot()["ranks"]), 30)  # fmt: skip
+    pull = jobs.submit(
+        k8s_spec("k8s-pull"), build_payload("1", {}, job="k8s-pull"), KubernetesBackend()
+    )
+    wait_for(
+        lambda: any(
+            "ImagePullBackOff" in r["reason"] or "ErrImagePull" in r["reason"]
+            for r in pull.monitor.snapshot()["ranks"]
+        ),
+        30,
+    )
     for job in (sched, pull):
         assert job.stop(timeout=30) == "Stopped"
     wait_for(lambda: not cluster.processes(), 15, cluster.processes)
@@ -269,9 +284,12 @@ def test_invalid_object_422_lists_the_field_errors(cluster: Emulator) -> None:
 
     from jupyter_disttrain.backends.kubernetes.client import explain
 
-    bad = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-           "metadata": {"name": "k8s-bad"},
-           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": "one"}}}}  # fmt: skip
+    bad = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "k8s-bad"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": "one"}}},
+    }
     api = cluster.api_client()
     with pytest.raises(ApiException) as info:
         k.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -290,10 +308,25 @@ def test_render_command_prints_valid_yaml(cluster: Emulator, tmp_path: Path) -> 
     script = tmp_path / "train.py"
     script.write_text("import torch\nprint('hi $USER')\n")
     out = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "render", "--nodes", "2",
-         "--gpus", "1", "--nccl", "ib", "--name", "from-file", str(script)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_disttrain.cli",
+            "render",
+            "--nodes",
+            "2",
+            "--gpus",
+            "1",
+            "--nccl",
+            "ib",
+            "--name",
+            "from-file",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     assert [d["kind"] for d in docs] == ["Secret", "PyTorchJob"]
@@ -399,10 +432,13 @@ def test_jobs_side_by_side_finish_with_no_pod_restarts(cluster: Emulator) -> Non
         for wave in range(0, SIDE_BY_SIDE_JOBS, SUBMITTED_AT_ONCE):
             names = [f"k8s-side-{i}" for i in range(wave, wave + SUBMITTED_AT_ONCE)]
             submitted = [
-                jobs.submit(k8s_spec(name, nodes=2, timeout=240),
-                            build_payload(CELL, {"STEPS": 2}, job=name), KubernetesBackend())
+                jobs.submit(
+                    k8s_spec(name, nodes=2, timeout=240),
+                    build_payload(CELL, {"STEPS": 2}, job=name),
+                    KubernetesBackend(),
+                )
                 for name in names
-            ]  # fmt: skip
+            ]
             for name, job in zip(names, submitted, strict=True):
                 assert job.wait(300) == "Succeeded", (name, job.reason, job.logs())
                 assert job.result()["world"] == 2
@@ -454,8 +490,9 @@ def test_a_hung_job_on_pods_names_the_rank_through_rank_zeros_log(cluster: Emula
 def test_every_ranks_metrics_reach_the_notebook_through_node_zero(cluster: Emulator) -> None:
     # 2 nodes x 2: the notebook follows node 0's pod log only; node 1's ranks are relayed.
     payload = build_payload(CELL, {"STEPS": 5}, job="k8s-relay")
-    job = jobs.submit(k8s_spec("k8s-relay", nodes=2, nproc=2, timeout=240), payload,
-                      KubernetesBackend())  # fmt: skip
+    job = jobs.submit(
+        k8s_spec("k8s-relay", nodes=2, nproc=2, timeout=240), payload, KubernetesBackend()
+    )
     assert job.result(timeout=240) == {"world": 4, "rank": 0}, job.logs()
     steps = {r: sorted(row["step"] for row in job.metrics() if row["rank"] == r) for r in range(4)}
     assert steps == {r: [0, 1, 2, 3, 4] for r in range(4)}, (steps, job.logs())
@@ -484,8 +521,9 @@ def test_every_ranks_resource_figures_and_rank_zeros_progress_reach_the_notebook
         dist.barrier()
         """
     )
-    spec = k8s_spec("k8s-res", nodes=2, nproc=1, timeout=240,
-                    env=(("DISTRAIN_RESOURCES_INTERVAL", "0.3"),))  # fmt: skip
+    spec = k8s_spec(
+        "k8s-res", nodes=2, nproc=1, timeout=240, env=(("DISTRAIN_RESOURCES_INTERVAL", "0.3"),)
+    )
     job = jobs.submit(spec, build_payload(cell, {}, job="k8s-res"), KubernetesBackend())
 
     def busy_rank_stands_out() -> bool:

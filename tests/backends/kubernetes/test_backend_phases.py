@@ -43,8 +43,13 @@ def stuck(job: Job) -> str:
 
 def assert_in_order(rows: list[PhaseRow], why: Any) -> None:
     assert [r["name"] for r in rows] == [
-        "queued", "scheduled", "image", "started", "rendezvous", "first_step"
-    ], why  # fmt: skip
+        "queued",
+        "scheduled",
+        "image",
+        "started",
+        "rendezvous",
+        "first_step",
+    ], why
     assert all(r["state"] == "done" for r in rows), why
     for before, after in itertools.pairwise(rows):
         assert before["ended"] == after["started"], why
@@ -67,8 +72,14 @@ def test_a_queued_trainjob_waits_in_kueue_then_in_image_pull_and_says_so(
     trainer.kueue.admit_after(ADMIT_SECONDS, queue="team-p")
     trainer.set_pull_delay({"*": PULL_SECONDS})
     payload = build_payload(CELL, {}, job="tj-phases")
-    spec = JobSpec("tj-phases", nodes=2, nproc=2, backend="kubernetes", timeout=240,
-                   options=(("queue", "team-p"),))  # fmt: skip
+    spec = JobSpec(
+        "tj-phases",
+        nodes=2,
+        nproc=2,
+        backend="kubernetes",
+        timeout=240,
+        options=(("queue", "team-p"),),
+    )
     job = jobs.submit(spec, payload, KubernetesBackend())
     wait_for(lambda: job.monitor.snapshot()["phase"] == "queued", 30, job.logs)
     wait_for(lambda: "Kueue" in stuck(job), 30, lambda: stuck(job))
@@ -93,8 +104,10 @@ def test_a_queued_trainjob_waits_in_kueue_then_in_image_pull_and_says_so(
     pulled = events_of(trainer, "Pulled")
     assert any(f" in {PULL_SECONDS:g}" in m or " in 3.0" in m for m in pulled), pulled
     assert all(m.startswith('Successfully pulled image "') for m in pulled), pulled
-    assert any(m.startswith("Successfully assigned default/tj-phases-") for m in
-               events_of(trainer, "Scheduled"))  # fmt: skip
+    assert any(
+        m.startswith("Successfully assigned default/tj-phases-")
+        for m in events_of(trainer, "Scheduled")
+    )
     # another kernel attaching later reads the same phases from the objects' timestamps
     again = jobs.default_service().attach("tj-phases", KubernetesBackend(), keep=False)
     assert again.wait(60) == "Succeeded"

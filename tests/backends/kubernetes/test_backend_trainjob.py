@@ -60,8 +60,9 @@ def test_a_queued_trainjob_shows_queued_until_kueue_admits_it(trainer: Emulator)
     trainer.kueue.set_full("team-a")
     cell = "report(step=0, up=1)\n7"
     payload = build_payload(cell, {}, job="tj-queued")
-    job = jobs.submit(spec("tj-queued", ("queue", "team-a"), nodes=2, nproc=1), payload,
-                      KubernetesBackend())  # fmt: skip
+    job = jobs.submit(
+        spec("tj-queued", ("queue", "team-a"), nodes=2, nproc=1), payload, KubernetesBackend()
+    )
     wait_for(lambda: job.monitor.reason.startswith("waiting for Kueue"), 30, job.logs)
     assert job.status() == "Pending" and "team-a" in job.reason
     time.sleep(2)  # a full queue admits nothing
@@ -74,8 +75,11 @@ def test_a_queued_trainjob_shows_queued_until_kueue_admits_it(trainer: Emulator)
 def test_runtimes_are_listed_and_an_unknown_one_names_the_choices(trainer: Emulator) -> None:
     backend = KubernetesBackend()
     jax_runtime, runtime = sorted(backend.runtimes(), key=lambda r: r.name)
-    assert (runtime.name, runtime.scope, runtime.framework) == ("torch-distributed", "cluster",
-                                                                "torch")  # fmt: skip
+    assert (runtime.name, runtime.scope, runtime.framework) == (
+        "torch-distributed",
+        "cluster",
+        "torch",
+    )
     assert (jax_runtime.name, jax_runtime.framework) == ("jax-distributed", "jax")
     assert runtime.image.startswith("pytorch/pytorch:") and runtime.nodes == 1
     payload = build_payload("1", {}, job="tj-nort")
@@ -111,8 +115,9 @@ def test_kueue_preemption_and_readmission_show_as_state_changes(
         "    if os.path.exists(FINISH):\n        break\n    time.sleep(0.1)\n'done'"
     )
     payload = build_payload(cell, {"FINISH": str(finish)}, job="tj-preempt")
-    job = jobs.submit(spec("tj-preempt", ("queue", "team-b"), nodes=1, nproc=1), payload,
-                      KubernetesBackend())  # fmt: skip
+    job = jobs.submit(
+        spec("tj-preempt", ("queue", "team-b"), nodes=1, nproc=1), payload, KubernetesBackend()
+    )
     wait_for(lambda: job.status() == "Running", 120, job.logs)
     trainer.kueue.set_full("team-b")
     trainer.kueue.preempt("tj-preempt")

@@ -62,7 +62,7 @@ def test_a_runai_project_sets_namespace_label_scheduler_and_gpu_fraction(api: st
         ((("runai_project", "a"), ("namespace", "other")), "drop --namespace"),
         ((("runai_project", "a"), ("scheduler", "volcano")), "drop --scheduler"),
     ],
-)  # fmt: skip
+)
 def test_runai_options_that_cannot_work_name_the_fix(
     options: tuple[tuple[str, str], ...], words: str
 ) -> None:
@@ -112,10 +112,17 @@ def test_every_recipe_at_once_on_a_pytorchjob_is_valid_and_complete() -> None:
         pod = template["spec"]
         assert pod["hostNetwork"] is True and pod["schedulerName"] == "runai-scheduler"
         (stage,) = containers(template, "initContainers").values()
-        assert stage["name"] == "data-stage" and stage["image"] == containers(template)[
-            "pytorch"]["image"]  # fmt: skip
-        assert stage["command"] == ["python", "-m", "jupyter_disttrain.runtime.stage",
-                                    "s3://bucket/x", "/data"]  # fmt: skip
+        assert (
+            stage["name"] == "data-stage"
+            and stage["image"] == containers(template)["pytorch"]["image"]
+        )
+        assert stage["command"] == [
+            "python",
+            "-m",
+            "jupyter_disttrain.runtime.stage",
+            "s3://bucket/x",
+            "/data",
+        ]
         assert stage["terminationMessagePolicy"] == "FallbackToLogsOnError"
         stage_mounts = {m["mountPath"]: m["name"] for m in stage["volumeMounts"]}
         main = containers(template)["pytorch"]
@@ -127,7 +134,8 @@ def test_every_recipe_at_once_on_a_pytorchjob_is_valid_and_complete() -> None:
         env = {e["name"]: e for e in main["env"]}
         assert env["DISTRAIN_METRICS_PORT"]["value"] == "9464"
         assert env["DISTRAIN_METRICS_ADDR"]["valueFrom"] == {
-            "fieldRef": {"fieldPath": "status.podIP"}}  # fmt: skip
+            "fieldRef": {"fieldPath": "status.podIP"}
+        }
         assert {"name": "metrics", "containerPort": 9464, "protocol": "TCP"} in main["ports"]
     assert service["kind"] == "Service" and service["metadata"]["name"] == "recipes-metrics"
     assert service["spec"]["selector"] == {
@@ -140,7 +148,8 @@ def test_every_recipe_at_once_on_a_pytorchjob_is_valid_and_complete() -> None:
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert all(service["metadata"]["labels"][k] == v for k, v in selector.items())
     assert monitor["spec"]["endpoints"] == [
-        {"port": "metrics", "path": "/metrics", "interval": "15s"}]  # fmt: skip
+        {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    ]
     assert payload["kind"] == "ConfigMap"
 
 
@@ -148,11 +157,21 @@ def test_every_recipe_a_trainjob_can_carry_copies_in_the_training_container() ->
     job = build("trainjob", *ALL_RECIPES, ("data", "https://example.com/vocab.txt:/vocab:rw"))
     trainer = job["spec"]["trainer"]
     assert trainer["command"] == [
-        "python", "-m", "jupyter_disttrain.runtime.stage", "s3://bucket/x", "/data",
-        "https://example.com/vocab.txt", "/vocab", "--then",
-        "python", "-m", "torch.distributed.run", "--module", "jupyter_disttrain.runtime.worker",
+        "python",
+        "-m",
+        "jupyter_disttrain.runtime.stage",
+        "s3://bucket/x",
+        "/data",
+        "https://example.com/vocab.txt",
+        "/vocab",
+        "--then",
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--module",
+        "jupyter_disttrain.runtime.worker",
         "/opt/disttrain/payload/payload.pkl",
-    ]  # fmt: skip
+    ]
     assert {e["name"] for e in trainer["env"]} >= {"DISTRAIN_METRICS_PORT", "DISTRAIN_METRICS_ADDR"}
     (template,) = pod_templates(job)
     assert "initContainers" not in template["spec"]
@@ -164,8 +183,13 @@ def test_every_recipe_a_trainjob_can_carry_copies_in_the_training_container() ->
 
 
 def test_data_on_a_claim_needs_no_empty_dir_and_data_image_runs_the_copier() -> None:
-    job = build("pytorchjob", ("volume", "datasets:/datasets"), ("data", "/datasets/raw:/data:ro"),
-                ("data", "gs://b/tok:/datasets/tok"), ("data_image", "tools/py-gcs:1"))  # fmt: skip
+    job = build(
+        "pytorchjob",
+        ("volume", "datasets:/datasets"),
+        ("data", "/datasets/raw:/data:ro"),
+        ("data", "gs://b/tok:/datasets/tok"),
+        ("data_image", "tools/py-gcs:1"),
+    )
     for template in pod_templates(job):
         stage = containers(template, "initContainers")["data-stage"]
         assert stage["image"] == "tools/py-gcs:1"
@@ -191,7 +215,7 @@ def test_data_on_a_claim_needs_no_empty_dir_and_data_image_runs_the_copier() -> 
         ((("prometheus", "23456"),), "use a port in 1024-65535"),
         ((("prometheus", "many"),), "is not a whole number"),
     ],
-)  # fmt: skip
+)
 def test_data_and_prometheus_mistakes_name_the_fix(
     options: tuple[tuple[str, str], ...], words: str
 ) -> None:
@@ -205,7 +229,7 @@ def test_data_and_prometheus_mistakes_name_the_fix(
         ((("data", "s3://b/x:/data:ro"),), "drop :ro, or add --kubeflow-api pytorchjob"),
         ((("data", "s3://b/x:/data"), ("data_image", "t/x:1")), "remove --data-image, or add"),
     ],
-)  # fmt: skip
+)
 def test_what_a_trainjob_cannot_stage_names_the_fix(
     options: tuple[tuple[str, str], ...], words: str
 ) -> None:
@@ -225,16 +249,36 @@ def test_render_prints_every_recipe_for_both_apis(tmp_path: Path) -> None:
     recipes = ["--data", "s3://bucket/x:/data", "--prometheus", "--runai-project", "team-a"]
     for api, extra in (("pytorchjob", ["--host-network"]), ("trainjob", [])):
         done = subprocess.run(
-            [sys.executable, "-m", "jupyter_disttrain.cli", "render", "--backend",
-             "kubernetes", "--nodes", "2", "--kubeflow-api", api, *recipes, *extra, str(script)],
-            capture_output=True, text=True, timeout=120, check=False,
+            [
+                sys.executable,
+                "-m",
+                "jupyter_disttrain.cli",
+                "render",
+                "--backend",
+                "kubernetes",
+                "--nodes",
+                "2",
+                "--kubeflow-api",
+                api,
+                *recipes,
+                *extra,
+                str(script),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
             env={**os.environ, "KUBECONFIG": str(tmp_path / "none")},
-        )  # fmt: skip
+        )
         assert done.returncode == 0, done.stderr
         docs = [d for d in yaml.safe_load_all(done.stdout) if d]
         kinds = [d["kind"] for d in docs]
-        assert kinds == ["Secret", "TrainJob" if api == "trainjob" else "PyTorchJob",
-                         "Service", "ServiceMonitor"], kinds  # fmt: skip
+        assert kinds == [
+            "Secret",
+            "TrainJob" if api == "trainjob" else "PyTorchJob",
+            "Service",
+            "ServiceMonitor",
+        ], kinds
         for doc in (docs[1], docs[3]):
             validate_manifest(doc)
         text = done.stdout

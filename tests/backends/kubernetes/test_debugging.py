@@ -42,8 +42,14 @@ def test_a_paused_rank_on_another_pod_answers_through_port_forward(
 ) -> None:
     _, api = cluster
     name = f"kdbg-{api}"
-    spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=2, hang_after=1.0,
-                   options=(("kubeflow_api", api),))  # fmt: skip
+    spec = JobSpec(
+        name,
+        backend="kubernetes",
+        nodes=2,
+        nproc=2,
+        hang_after=1.0,
+        options=(("kubeflow_api", api),),
+    )
     backend = KubernetesBackend()
     cell = LOOP.replace("rank == 1 and", "rank == 3 and")  # rank 3 runs in node 1's pod
     plan = backend.plan(spec, build_payload(cell, {}, job=name))

@@ -43,8 +43,12 @@ def test_a_jax_job_is_a_trainjob_on_the_jax_distributed_runtime(
     assert job["kind"] == "TrainJob"
     assert job["spec"]["runtimeRef"]["name"] == "jax-distributed"
     trainer = job["spec"]["trainer"]
-    assert trainer["command"] == ["python", "-m", "jupyter_disttrain.runtime.worker",
-                                  f"{PAYLOAD_DIR}/payload.pkl"]  # fmt: skip
+    assert trainer["command"] == [
+        "python",
+        "-m",
+        "jupyter_disttrain.runtime.worker",
+        f"{PAYLOAD_DIR}/payload.pkl",
+    ]
     assert trainer["numNodes"] == 3 and trainer["numProcPerNode"] == 1
     assert "image" not in trainer  # the runtime's own JAX image
     env = {e["name"]: e.get("value") for e in trainer["env"]}
@@ -73,8 +77,9 @@ def trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulato
 @pytest.mark.slow
 def test_the_jax_cell_runs_as_a_trainjob_with_every_process_metrics(trainer: Emulator) -> None:
     backend, service = KubernetesBackend(), jobs.default_service()
-    plan = service.plan(spec("jx-train", nodes=2, timeout=240), TRAIN,
-                        {"STEPS": 20, "SAVE_EVERY": 0})  # fmt: skip
+    plan = service.plan(
+        spec("jx-train", nodes=2, timeout=240), TRAIN, {"STEPS": 20, "SAVE_EVERY": 0}
+    )
     job = service.run(plan)
     value = job.result(timeout=240)
     assert value["psum"] == 3.0 and value["devices"] == 2, (value, job.logs())  # 1 + 2

@@ -46,9 +46,13 @@ FILES: dict[str, bytes] = {
 }
 VERSIONS = {"python": "3.11.7", "torch": "2.13.0+cpu", "cloudpickle": "3.1.1"}
 TORCHRUN = [
-    "python", "-m", "torch.distributed.run", "--module",
-    "jupyter_disttrain.runtime.worker", "/opt/disttrain/payload/payload.pkl",
-]  # fmt: skip
+    "python",
+    "-m",
+    "torch.distributed.run",
+    "--module",
+    "jupyter_disttrain.runtime.worker",
+    "/opt/disttrain/payload/payload.pkl",
+]
 EVERY_OPTION = (
     ("image", "registry.example.com/ml/torch:2.13.0-py3.11"),
     ("gpus", "4"),
@@ -317,8 +321,11 @@ def test_tfjob_chief_and_workers() -> None:
         assert container["name"] == "tensorflow"
         assert container["image"] == "tensorflow/tensorflow:2.21.0-gpu"
         assert container["command"] == [
-            "python", "-m", "jupyter_disttrain.runtime.worker", "/opt/disttrain/payload/payload.pkl"
-        ]  # fmt: skip
+            "python",
+            "-m",
+            "jupyter_disttrain.runtime.worker",
+            "/opt/disttrain/payload/payload.pkl",
+        ]
         assert container["ports"] == [
             {"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"}
         ]
@@ -340,9 +347,18 @@ def test_user_text_never_reaches_a_shell() -> None:
     for pod in pods(job):
         (init,) = pod["initContainers"]
         assert init["command"] == [
-            "python", "-m", "pip", "install", "--user", "--no-cache-dir",
-            "--disable-pip-version-check", "--no-input", "--", "torchvision>=0.18,<1", "einops",
-        ]  # fmt: skip
+            "python",
+            "-m",
+            "pip",
+            "install",
+            "--user",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--",
+            "torchvision>=0.18,<1",
+            "einops",
+        ]
         # No shell sees environment values; the kubelet expands $(VAR) in them and
         # reads $$ as $, so doubling every $ hands the value over unchanged.
         assert env_of(pod["containers"][0])["GREETING"] == "$$(HOME) $$HOME `id`"

@@ -50,8 +50,9 @@ NODE_1 = {"pytorchjob": "{job}-worker-0", "trainjob": "{job}-node-0-1-"}
 def cluster(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Emulator, str]]:
-    with Emulator(env={"GLOO_SOCKET_IFNAME": "eth0"}, apis=APIS[request.param],
-                  network="pods") as emulator:  # fmt: skip
+    with Emulator(
+        env={"GLOO_SOCKET_IFNAME": "eth0"}, apis=APIS[request.param], network="pods"
+    ) as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         yield emulator, request.param
 
@@ -61,8 +62,9 @@ def group_timeout_spec(name: str, api: str, seconds: int) -> JobSpec:
     timeout, as a user would: the one rendered from --timeout is the job's whole limit)."""
     env = (("DISTRAIN_PG_TIMEOUT", str(seconds)),)
     options = (("kubeflow_api", api),)
-    return JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=300, env=env,
-                   options=options)  # fmt: skip
+    return JobSpec(
+        name, backend="kubernetes", nodes=2, nproc=1, timeout=300, env=env, options=options
+    )
 
 
 def pod_of(emulator: Emulator, api: str, job: str, table: dict[str, str] = NODE_1) -> str:
@@ -167,8 +169,14 @@ def test_a_trainjob_node_that_dies_is_named_while_its_pod_restarts_in_place(
     with Emulator(env=env, apis=APIS["trainjob"], network="pods") as emulator:
         monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         name = "dead-tj"
-        spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=300,
-                       options=(("kubeflow_api", "trainjob"),))  # fmt: skip
+        spec = JobSpec(
+            name,
+            backend="kubernetes",
+            nodes=2,
+            nproc=1,
+            timeout=300,
+            options=(("kubeflow_api", "trainjob"),),
+        )
         payload = build_payload(CELL, {"FINISH": str(tmp_path / "never")}, job=name)
         job = jobs.submit(spec, payload, KubernetesBackend())
         try:

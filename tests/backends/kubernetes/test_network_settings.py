@@ -28,11 +28,21 @@ HIDDEN_TIMEOUT = 30
 #: Per API: the emulator's API groups, the Service the master's name comes from, that name,
 #: where it is reached, and what says it does not resolve.
 HIDDEN = {
-    "trainjob": (("trainer",), "{job}", "{job}-node-0-0.{job}", "{job}-node-0-0.{job}:29500",
-                 "Temporary failure in name resolution"),
-    "pytorchjob": (("kubeflow-v1",), "{job}-master-0", "{job}-master-0", "{job}-master-0",
-                   "pod {job}-worker-0's init-pytorch could not resolve it 3 times"),
-}  # fmt: skip
+    "trainjob": (
+        ("trainer",),
+        "{job}",
+        "{job}-node-0-0.{job}",
+        "{job}-node-0-0.{job}:29500",
+        "Temporary failure in name resolution",
+    ),
+    "pytorchjob": (
+        ("kubeflow-v1",),
+        "{job}-master-0",
+        "{job}-master-0",
+        "{job}-master-0",
+        "pod {job}-worker-0's init-pytorch could not resolve it 3 times",
+    ),
+}
 
 
 @pytest.mark.parametrize("api", sorted(HIDDEN))
@@ -45,8 +55,9 @@ def test_a_master_service_that_resolves_to_nothing_is_named(
         name = f"hidden-{api[:3]}"
         emulator.net_faults.hide_service(service.format(job=name))
         options = (("kubeflow_api", api),)
-        spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=HIDDEN_TIMEOUT,
-                       options=options)  # fmt: skip
+        spec = JobSpec(
+            name, backend="kubernetes", nodes=2, nproc=1, timeout=HIDDEN_TIMEOUT, options=options
+        )
         job = jobs.submit(spec, build_payload(CELL, {}, job=name), KubernetesBackend())
         master, address, said = (text.format(job=name) for text in (master, address, said))
         try:

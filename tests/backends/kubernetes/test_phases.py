@@ -16,14 +16,26 @@ T = 1_800_000_000.0  # STAMP as Unix time
 IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 
 
-def event(reason: str, message: str, field_path: str = "spec.containers{node}",
-          kind: str = "Pod", name: str = "tj-node-0-1-abcde",
-          type_: str = "Normal") -> dict[str, Any]:  # fmt: skip
+def event(
+    reason: str,
+    message: str,
+    field_path: str = "spec.containers{node}",
+    kind: str = "Pod",
+    name: str = "tj-node-0-1-abcde",
+    type_: str = "Normal",
+) -> dict[str, Any]:
     involved = {"kind": kind, "name": name, "namespace": "default"}
     if field_path:
         involved["fieldPath"] = field_path
-    return {"type": type_, "reason": reason, "message": message, "involvedObject": involved,
-            "firstTimestamp": STAMP, "lastTimestamp": STAMP, "count": 1}  # fmt: skip
+    return {
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "involvedObject": involved,
+        "firstTimestamp": STAMP,
+        "lastTimestamp": STAMP,
+        "count": 1,
+    }
 
 
 def test_the_kubelet_and_scheduler_events_map_to_phases() -> None:
@@ -32,12 +44,16 @@ def test_the_kubelet_and_scheduler_events_map_to_phases() -> None:
         for reason, message, path in [
             ("Scheduled", "Successfully assigned default/tj-node-0-1-abcde to kind-worker", ""),
             ("Pulling", f'Pulling image "{IMAGE}"', "spec.containers{node}"),
-            ("Pulled", f'Successfully pulled image "{IMAGE}" in 35.2s (35.2s including waiting). '
-                       "Image size: 3012345678 bytes.", "spec.containers{node}"),
+            (
+                "Pulled",
+                f'Successfully pulled image "{IMAGE}" in 35.2s (35.2s including waiting). '
+                "Image size: 3012345678 bytes.",
+                "spec.containers{node}",
+            ),
             ("Created", "Created container node", "spec.containers{node}"),
             ("Started", "Started container node", "spec.containers{node}"),
         ]
-    }  # fmt: skip
+    }
     assert {r: (f.phase, f.state) for r, f in said.items() if f} == {
         "Scheduled": ("scheduled", "done"),
         "Pulling": ("image", "waiting"),
@@ -53,16 +69,23 @@ def test_the_kubelet_and_scheduler_events_map_to_phases() -> None:
 
 def test_waiting_facts_say_why_and_other_containers_do_not_finish_a_phase() -> None:
     unschedulable = event_fact(
-        event("FailedScheduling", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", "",
-              type_="Warning"), "node")  # fmt: skip
+        event(
+            "FailedScheduling",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            "",
+            type_="Warning",
+        ),
+        "node",
+    )
     assert unschedulable is not None and unschedulable.message == (
         "pod tj-node-0-1-abcde unschedulable: 0/3 nodes are available: 3 Insufficient "
         "nvidia.com/gpu."
     )
     backoff = event_fact(event("BackOff", f'Back-off pulling image "{IMAGE}"'), "node")
     assert backoff is not None and (backoff.phase, backoff.state) == ("image", "waiting")
-    init = event_fact(event("Started", "Started container stage", "spec.initContainers{stage}"),
-                      "node")  # fmt: skip
+    init = event_fact(
+        event("Started", "Started container stage", "spec.initContainers{stage}"), "node"
+    )
     assert init is not None and init.message == "pod tj-node-0-1-abcde running init container stage"
     assert (
         event_fact(event("Pulled", "already present", "spec.initContainers{stage}"), "node") is None
@@ -73,13 +96,21 @@ def test_waiting_facts_say_why_and_other_containers_do_not_finish_a_phase() -> N
 
 
 def test_kueue_events_on_the_job_say_where_it_waits() -> None:
-    created = queue_fact(event("CreatedWorkload", "Created Workload: default/trainjob-tj-1a2b3",
-                               "", kind="TrainJob", name="tj"))  # fmt: skip
+    created = queue_fact(
+        event(
+            "CreatedWorkload",
+            "Created Workload: default/trainjob-tj-1a2b3",
+            "",
+            kind="TrainJob",
+            name="tj",
+        )
+    )
     assert created is not None and created.message == (
         "queued in Kueue (Created Workload: default/trainjob-tj-1a2b3)"
     )
-    admitted = queue_fact(event("Started", "Admitted by clusterQueue cluster-queue", "",
-                                kind="TrainJob", name="tj"))  # fmt: skip
+    admitted = queue_fact(
+        event("Started", "Admitted by clusterQueue cluster-queue", "", kind="TrainJob", name="tj")
+    )
     assert admitted is not None and admitted.message.startswith("Admitted by clusterQueue")
     assert queue_fact(event("Suspended", "x", "", kind="TrainJob", name="tj")) is None
 
@@ -88,20 +119,34 @@ def test_a_pod_object_says_created_scheduled_pulling_started() -> None:
     pod = {
         "metadata": {"name": "job-worker-0", "creationTimestamp": STAMP},
         "status": {
-            "conditions": [{"type": "PodScheduled", "status": "True",
-                            "lastTransitionTime": STAMP}],
-            "containerStatuses": [{"name": "pytorch", "state": {"waiting": {
-                "reason": "ImagePullBackOff", "message": f'Back-off pulling image "{IMAGE}"'}}}],
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": STAMP}],
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "state": {
+                        "waiting": {
+                            "reason": "ImagePullBackOff",
+                            "message": f'Back-off pulling image "{IMAGE}"',
+                        }
+                    },
+                }
+            ],
         },
-    }  # fmt: skip
+    }
     facts = [(f.phase, f.state) for f in pod_facts(pod, "pytorch")]
     assert facts == [("queued", "done"), ("scheduled", "done"), ("image", "waiting")]
     pod["status"]["containerStatuses"] = [
         {"name": "pytorch", "state": {"running": {"startedAt": STAMP}}, "started": True}
     ]
     assert [f.phase for f in pod_facts(pod, "pytorch")][-1] == "started"
-    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
-                                    "reason": "Unschedulable", "message": "0/3 nodes"}]  # fmt: skip
+    pod["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/3 nodes",
+        }
+    ]
     assert pod_facts(pod, "pytorch")[1].message == "pod job-worker-0 unschedulable: 0/3 nodes"
 
 

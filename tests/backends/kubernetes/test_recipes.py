@@ -59,8 +59,9 @@ def trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulato
 def bucket(s3: dict[str, str]) -> None:
     import s3fs
 
-    fs = s3fs.S3FileSystem(endpoint_url=s3["FSSPEC_S3_ENDPOINT_URL"], key="testing",
-                           secret="testing")  # fmt: skip
+    fs = s3fs.S3FileSystem(
+        endpoint_url=s3["FSSPEC_S3_ENDPOINT_URL"], key="testing", secret="testing"
+    )
     if not fs.exists("recipes"):
         fs.mkdir("recipes")
     fs.pipe({"recipes/ds/a.txt": b"hello from s3", "recipes/ds/sub/big.bin": b"\1" * 3_000_000})
@@ -102,8 +103,9 @@ def test_a_pytorchjob_reads_data_staged_from_s3_with_progress_in_the_dashboard(
     )
     backend = KubernetesBackend()
     collector = Collector()
-    run = backend.submit(backend.plan(spec, build_payload(READ_CELL, {}, job="stage-ok")),
-                         collector)  # fmt: skip
+    run = backend.submit(
+        backend.plan(spec, build_payload(READ_CELL, {}, job="stage-ok")), collector
+    )
     logs = lambda: "\n".join(str(e.fields) for e in collector.events)  # noqa: E731
     assert run.join(240), logs()
     assert collector.final().get("state") == "Succeeded", logs()
@@ -113,8 +115,11 @@ def test_a_pytorchjob_reads_data_staged_from_s3_with_progress_in_the_dashboard(
     assert staged[-1]["state"] == "done" and staged[-1]["done"] == 3_000_013, logs()
     assert staged[-1]["host"] == "stage-ok-master-0"
     # What the dashboard showed while the init container copied: replay up to that moment.
-    copying = next(i for i, e in enumerate(collector.events)
-                   if e.kind == "staging" and e.get("state") == "copying")  # fmt: skip
+    copying = next(
+        i
+        for i, e in enumerate(collector.events)
+        if e.kind == "staging" and e.get("state") == "copying"
+    )
     monitor = JobMonitor("stage-ok", "kubernetes", 2, 2, 1)
     monitor.feed_many(collector.events[: copying + 1])
     html = header_html(monitor.snapshot())
@@ -253,6 +258,8 @@ def test_a_trainjob_stages_data_and_rank_zero_serves_every_ranks_metrics(
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     snap = job.monitor.snapshot()
     assert not [w for w in snap["warnings"] if "ServiceMonitor" in w], snap["warnings"]
-    assert any(e.get("state") == "done" for e in [ev.Event("staging", None, 0, dict(r))
-                                                  for r in snap["staging"]])  # fmt: skip
+    assert any(
+        e.get("state") == "done"
+        for e in [ev.Event("staging", None, 0, dict(r)) for r in snap["staging"]]
+    )
     KubernetesBackend().stop("tj-metrics")

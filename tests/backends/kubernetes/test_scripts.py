@@ -139,9 +139,12 @@ def finish(cluster: Emulator, name: str) -> None:
 def render(cwd: Path, *args: str) -> list[dict[str, Any]]:
     done = subprocess.run(
         [sys.executable, "-m", "jupyter_disttrain.cli", "render", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=120,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "KUBECONFIG": str(cwd / "no-kubeconfig")},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
@@ -160,19 +163,37 @@ def test_rendered_manifests_carry_the_script_its_arguments_and_its_folder(tmp_pa
     script_dir = {"name": "script", "mountPath": SCRIPT_DIR}
     variable = {"name": SCRIPT_DIR_ENV, "value": SCRIPT_DIR}
     for api in ("trainjob", "pytorchjob"):
-        docs = render(elsewhere, "--backend", "kubernetes", "--kubeflow-api", api, "--nodes",
-                      "2", "--nproc", "2", "../proj/train.py", "2", "1", "--batch_size",
-                      "4")  # fmt: skip
+        docs = render(
+            elsewhere,
+            "--backend",
+            "kubernetes",
+            "--kubeflow-api",
+            api,
+            "--nodes",
+            "2",
+            "--nproc",
+            "2",
+            "../proj/train.py",
+            "2",
+            "1",
+            "--batch_size",
+            "4",
+        )
         job = docs[1]
         validate_manifest(job)
         run = payload_of(docs[0])["script"]
         assert run["argv"] == ["../proj/train.py", "2", "1", "--batch_size", "4"]
         assert sorted(run["files"]) == [
-            "datautils.py", "helpers.py", "models/__init__.py", "models/net.py", "train.py"
-        ]  # fmt: skip
+            "datautils.py",
+            "helpers.py",
+            "models/__init__.py",
+            "models/net.py",
+            "train.py",
+        ]
         if api == "trainjob":
             pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
-                "replicatedJobs"][0]["template"]["spec"]["template"]["spec"]  # fmt: skip
+                "replicatedJobs"
+            ][0]["template"]["spec"]["template"]["spec"]
             container, env = pod["containers"][0], job["spec"]["trainer"]["env"]
         else:
             pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
@@ -181,18 +202,41 @@ def test_rendered_manifests_carry_the_script_its_arguments_and_its_folder(tmp_pa
             assert container["workingDir"] == SCRIPT_DIR
         assert {"name": "script", "emptyDir": {}} in pod["volumes"]
         assert script_dir in container["volumeMounts"] and variable in env
-    docs = render(elsewhere, "--backend", "kubernetes", "--framework", "tensorflow", "--nodes",
-                  "2", "../proj/main.py", "--epochs", "1")  # fmt: skip
+    docs = render(
+        elsewhere,
+        "--backend",
+        "kubernetes",
+        "--framework",
+        "tensorflow",
+        "--nodes",
+        "2",
+        "../proj/main.py",
+        "--epochs",
+        "1",
+    )
     validate_manifest(docs[1])
     chief = docs[1]["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
     assert chief["workingDir"] == SCRIPT_DIR and variable in chief["env"]
     assert sorted(payload_of(docs[0])["script"]["files"]) == ["main.py", "mnist_setup.py"]
     # --dry-run prints the same YAML, what travels first as a comment.
     dry = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "run", "--backend", "kubernetes",
-         "--dry-run", "../proj/train.py", "2"], cwd=elsewhere, capture_output=True, text=True,
-        timeout=120, env={**os.environ, "KUBECONFIG": str(elsewhere / "no-kubeconfig")},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_disttrain.cli",
+            "run",
+            "--backend",
+            "kubernetes",
+            "--dry-run",
+            "../proj/train.py",
+            "2",
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KUBECONFIG": str(elsewhere / "no-kubeconfig")},
+    )
     assert dry.returncode == 0, dry.stderr
     first = dry.stdout.splitlines()[0]
     assert first.startswith("# script ../proj/train.py 2 (") and "datautils (local module" in first
@@ -213,9 +257,28 @@ def test_a_script_runs_as_a_pytorchjob_from_its_shipped_folder(
     _, elsewhere = make_project(tmp_path)
     monkeypatch.chdir(elsewhere)
     name = "script-ptj"
-    code = cli.main(["run", "--backend", "kubernetes", "--kubeflow-api", "pytorchjob",
-                     "--nodes", "2", "--nproc", "2", "--name", name, "--timeout", "240",
-                     "../proj/train.py", "2", "1", "--batch_size", "4"])  # fmt: skip
+    code = cli.main(
+        [
+            "run",
+            "--backend",
+            "kubernetes",
+            "--kubeflow-api",
+            "pytorchjob",
+            "--nodes",
+            "2",
+            "--nproc",
+            "2",
+            "--name",
+            name,
+            "--timeout",
+            "240",
+            "../proj/train.py",
+            "2",
+            "1",
+            "--batch_size",
+            "4",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
     assert "job Succeeded" in out.out
@@ -227,8 +290,12 @@ def test_a_script_runs_as_a_pytorchjob_from_its_shipped_folder(
         assert os.path.basename(found["file"]) == "train.py" and found["name"] == "__main__"
         assert found["cwd"] == found["path0"] == folder != str(elsewhere)
         assert found["folder"] == IN_POD and found["beside_me"]
-        assert found["args"] == {"total_epochs": 2, "save_every": 1, "batch_size": 4,
-                                 "fail_rank": -1}  # fmt: skip
+        assert found["args"] == {
+            "total_epochs": 2,
+            "save_every": 1,
+            "batch_size": 4,
+            "fail_rank": -1,
+        }
         assert (found["model"], found["data"]) == ("tiny-net", 4)
         assert found["wrote"]  # in its working directory, in the pod
         if cluster.podnet is None:  # the loopback fallback: the pod's folder is on this host
@@ -244,9 +311,26 @@ def test_a_trainjob_rank_that_raises_names_the_shipped_scripts_line(
     _, elsewhere = make_project(tmp_path)
     monkeypatch.chdir(elsewhere)
     name = "script-tj"
-    code = cli.main(["run", "--backend", "kubernetes", "--kubeflow-api", "trainjob", "--nodes",
-                     "2", "--name", name, "--timeout", "240", "../proj/train.py", "1", "1",
-                     "--fail-rank", "1"])  # fmt: skip
+    code = cli.main(
+        [
+            "run",
+            "--backend",
+            "kubernetes",
+            "--kubeflow-api",
+            "trainjob",
+            "--nodes",
+            "2",
+            "--name",
+            name,
+            "--timeout",
+            "240",
+            "../proj/train.py",
+            "1",
+            "1",
+            "--fail-rank",
+            "1",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
     got = facts(out.out)  # every rank's lines, as the command showed them
@@ -280,8 +364,20 @@ def test_a_missing_package_fails_at_once_with_the_pip_fix(
     (tmp_path / "uses.py").write_text("import fakepkg_xyz\nprint('never')\n")
     monkeypatch.chdir(tmp_path)
     name = "script-pip"
-    code = cli.main(["run", "--backend", "kubernetes", "--kubeflow-api", "pytorchjob",
-                     "--name", name, "--timeout", "120", "uses.py"])  # fmt: skip
+    code = cli.main(
+        [
+            "run",
+            "--backend",
+            "kubernetes",
+            "--kubeflow-api",
+            "pytorchjob",
+            "--name",
+            name,
+            "--timeout",
+            "120",
+            "uses.py",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
     missing = "the script uses packages this worker does not have: fakepkg-xyz==1.2.3"
@@ -301,9 +397,26 @@ def test_a_keras_script_and_its_sibling_run_as_a_tfjob(
     (proj / "mnist_setup.py").write_text(MNIST_SETUP)
     monkeypatch.chdir(tmp_path)
     name = "script-tf"
-    code = cli.main(["run", "--backend", "kubernetes", "--framework", "tensorflow", "--nodes",
-                     "2", "--name", name, "--timeout", "240", "tutorial/main.py", "--epochs",
-                     "1", "--steps", "3"])  # fmt: skip
+    code = cli.main(
+        [
+            "run",
+            "--backend",
+            "kubernetes",
+            "--framework",
+            "tensorflow",
+            "--nodes",
+            "2",
+            "--name",
+            name,
+            "--timeout",
+            "240",
+            "tutorial/main.py",
+            "--epochs",
+            "1",
+            "--steps",
+            "3",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
     got = rank_facts(name, 2)

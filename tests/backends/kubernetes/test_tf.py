@@ -39,20 +39,27 @@ def objects(emulator: Emulator, name: str) -> dict[str, list[str]]:
     core, custom = k.CoreV1Api(api), k.CustomObjectsApi(api)
     selector = f"training.kubeflow.org/job-name={name}"
     out = {
-        "tfjobs": [o["metadata"]["name"] for o in custom.list_namespaced_custom_object(
-            "kubeflow.org", "v1", "default", "tfjobs")["items"]],
-        "pods": [p.metadata.name for p in core.list_namespaced_pod(
-            "default", label_selector=selector).items],
+        "tfjobs": [
+            o["metadata"]["name"]
+            for o in custom.list_namespaced_custom_object(
+                "kubeflow.org", "v1", "default", "tfjobs"
+            )["items"]
+        ],
+        "pods": [
+            p.metadata.name
+            for p in core.list_namespaced_pod("default", label_selector=selector).items
+        ],
         "configmaps": [c.metadata.name for c in core.list_namespaced_config_map("default").items],
-    }  # fmt: skip
+    }
     api.close()
     return out
 
 
 def test_tfjob_yaml_matches_the_crd() -> None:
     spec = JobSpec("tf-yaml", nodes=3, backend="kubernetes", framework="tensorflow")
-    payload = build_payload("strategy.num_replicas_in_sync", {}, job=spec.name,
-                            framework="tensorflow")  # fmt: skip
+    payload = build_payload(
+        "strategy.num_replicas_in_sync", {}, job=spec.name, framework="tensorflow"
+    )
     docs = list(yaml.safe_load_all(str(KubernetesBackend().plan(spec, payload))))
     assert [d["kind"] for d in docs] == ["Secret", "TFJob"]
     job = docs[1]
@@ -63,8 +70,11 @@ def test_tfjob_yaml_matches_the_crd() -> None:
     assert container["name"] == "tensorflow"
     assert container["ports"][0]["name"] == "tfjob-port"
     assert container["command"] == [
-        "python", "-m", "jupyter_disttrain.runtime.worker", "/opt/disttrain/payload/payload.pkl",
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "jupyter_disttrain.runtime.worker",
+        "/opt/disttrain/payload/payload.pkl",
+    ]
     version = package_version("tensorflow") or package_version("tensorflow-cpu")
     assert container["image"] == f"tensorflow/tensorflow:{version}"
     annotations = job["metadata"]["annotations"]
@@ -101,8 +111,12 @@ def test_tutorial_cell_as_a_tfjob(cluster: Emulator) -> None:
     assert key is not None  # the payload Secret holds the job's key
     trust = Trust.of(key, 2, 1)
     for pod, rank, task in ((f"{name}-chief-0", 0, "chief:0"), (f"{name}-worker-0", 1, "worker:0")):
-        got = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "logs", pod],
-                             capture_output=True, text=True, timeout=30)  # fmt: skip
+        got = subprocess.run(
+            ["kubectl", "--kubeconfig", kubeconfig, "logs", pod],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert got.returncode == 0, got.stderr
         events = []
         for text in got.stdout.splitlines():
@@ -115,8 +129,12 @@ def test_tutorial_cell_as_a_tfjob(cluster: Emulator) -> None:
         assert len([e for e in events if e.kind == "metric"]) == 60  # a loss at every step
     assert "chief 0: test accuracy" in kjob.backend.logs(name, rank=0)
     assert "worker 0: test accuracy" in kjob.backend.logs(name, rank=1)
-    got = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "tfjobs"],
-                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    got = subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "get", "tfjobs"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert name in got.stdout and "Succeeded" in got.stdout, got.stdout + got.stderr
     # Another kernel re-attaches and rebuilds the result from the log streams.
     again = jobs.attach(name, KubernetesBackend())
@@ -135,8 +153,9 @@ def test_failing_tfjob_worker_is_named(cluster: Emulator) -> None:
         "    raise ValueError('bad shard on ' + os.environ['HOSTNAME'])\n"
         "time.sleep(120)\n"
     )
-    spec = JobSpec("tf-k8s-fail", nodes=2, backend="kubernetes", framework="tensorflow",
-                   timeout=150)  # fmt: skip
+    spec = JobSpec(
+        "tf-k8s-fail", nodes=2, backend="kubernetes", framework="tensorflow", timeout=150
+    )
     payload = build_payload(cell, {"os": os}, job=spec.name, framework="tensorflow")
     job = jobs.submit(spec, payload, KubernetesBackend())
     with pytest.raises(ValueError, match=r"\[rank 1\] bad shard on tf-k8s-fail-worker-0"):

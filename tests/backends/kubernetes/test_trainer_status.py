@@ -54,9 +54,15 @@ def follow(emu: Emulator, name: str, seen: list[dict[str, Any]], stop: threading
     custom = client.CustomObjectsApi(api)
     stream = watch.Watch()
     try:
-        for event in stream.stream(custom.list_namespaced_custom_object, TRAINER, V1ALPHA1,
-                                   "default", "trainjobs", field_selector=f"metadata.name={name}",
-                                   timeout_seconds=120):  # fmt: skip
+        for event in stream.stream(
+            custom.list_namespaced_custom_object,
+            TRAINER,
+            V1ALPHA1,
+            "default",
+            "trainjobs",
+            field_selector=f"metadata.name={name}",
+            timeout_seconds=120,
+        ):
             status = (event["object"].get("status") or {}).get("trainerStatus")
             if status and status not in seen:
                 seen.append(status)
@@ -70,8 +76,9 @@ def follow(emu: Emulator, name: str, seen: list[dict[str, Any]], stop: threading
 def test_a_distrain_trainjob_writes_its_progress_into_trainer_status(cluster: Emulator) -> None:
     seen: list[dict[str, Any]] = []
     stop = threading.Event()
-    follower = threading.Thread(target=follow, args=(cluster, "tj-progress", seen, stop),
-                                daemon=True)  # fmt: skip
+    follower = threading.Thread(
+        target=follow, args=(cluster, "tj-progress", seen, stop), daemon=True
+    )
     follower.start()
     try:
         payload = build_payload(CELL, {"STEPS": 12}, job="tj-progress")
@@ -100,8 +107,13 @@ def test_a_distrain_trainjob_writes_its_progress_into_trainer_status(cluster: Em
 
 def test_a_session_on_trainjob_writes_each_cells_progress(cluster: Emulator) -> None:
     service = jobs.JobService()
-    spec = JobSpec("ks-progress", backend="kubernetes", nodes=1, nproc=1,
-                   options=(("kubeflow_api", "trainjob"),))  # fmt: skip
+    spec = JobSpec(
+        "ks-progress",
+        backend="kubernetes",
+        nodes=1,
+        nproc=1,
+        options=(("kubeflow_api", "trainjob"),),
+    )
     session = service.start_session(spec)
     try:
         session.run("for i in range(4):\n    report(step=i, total=4, loss=0.5)")
@@ -191,8 +203,11 @@ def test_the_magics_list_attach_and_ask_before_stopping(
     shell.run_line_magic("distrain_config", "backend=kubernetes")
     try:
         shell.run_line_magic("distrain_jobs", "--all")
-        row = next(line.split() for line in capsys.readouterr().out.splitlines()
-                   if line.startswith(FOREIGN))  # fmt: skip
+        row = next(
+            line.split()
+            for line in capsys.readouterr().out.splitlines()
+            if line.startswith(FOREIGN)
+        )
         assert row[1:4] == ["TrainJob", "Succeeded", "100%"]
         job = shell.run_line_magic("distrain_attach", FOREIGN)
         assert job.wait(60) == "Succeeded" and "node 1: done" in job.logs()

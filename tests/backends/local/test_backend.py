@@ -231,8 +231,9 @@ def test_exec_mode_runs_fresh_interpreters() -> None:
 def job_logs(run: LocalRun) -> str:
     """Every agent's and rank's log of a job, for assertion messages."""
     logs = Path(run.plan.job_dir) / "logs"
-    return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                     for p in sorted(logs.glob("*.log")))  # fmt: skip
+    return "\n".join(
+        f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(logs.glob("*.log"))
+    )
 
 
 #: Exec-mode 2x2 jobs of the teardown test, and how many run at once.
@@ -241,9 +242,13 @@ EXEC_JOBS, EXEC_AT_ONCE = 6, 3
 
 def _exec_job(i: int) -> str:
     """Run exec-mode job ``i`` to its end; what was wrong with it ("" when nothing)."""
-    sink, run = run_job(JobSpec(f"local-exec-teardown-{i}", nodes=2, nproc=2, timeout=240),
-                        TRAIN, {"STEPS": 3}, backend=LocalBackend(mode="exec"),
-                        timeout=300)  # fmt: skip
+    sink, run = run_job(
+        JobSpec(f"local-exec-teardown-{i}", nodes=2, nproc=2, timeout=240),
+        TRAIN,
+        {"STEPS": 3},
+        backend=LocalBackend(mode="exec"),
+        timeout=300,
+    )
     final = sink.final()
     if final.get("state") != "Succeeded" or "warning" in str(final.get("message")):
         return f"job {i}: {final.fields}\n{job_logs(run)}"
@@ -278,9 +283,12 @@ ABORT_AFTER_DONE = textwrap.dedent(
 
 
 def test_a_rank_that_dies_after_done_leaves_the_job_succeeded_with_a_warning() -> None:
-    sink, run = run_job(JobSpec("local-late-abort", nodes=1, nproc=2, timeout=120),
-                        ABORT_AFTER_DONE, backend=LocalBackend(mode="exec"),
-                        timeout=150)  # fmt: skip
+    sink, run = run_job(
+        JobSpec("local-late-abort", nodes=1, nproc=2, timeout=120),
+        ABORT_AFTER_DONE,
+        backend=LocalBackend(mode="exec"),
+        timeout=150,
+    )
     final = sink.final()
     assert final.get("state") == "Succeeded", (final.fields, job_logs(run))
     assert "rank 1 (SIGABRT) died after finishing" in str(final.get("message")), final.fields
@@ -290,17 +298,30 @@ def test_a_rank_that_dies_after_done_leaves_the_job_succeeded_with_a_warning() -
 
 def test_job_state_is_readable_by_its_owner_only(home: Path) -> None:
     """The payload holds captured notebook values: nobody else may read it or the logs."""
-    sink, run = run_job(JobSpec("local-private", nodes=1, nproc=2, timeout=120), "1",
-                        backend=LocalBackend(mode="exec"), timeout=150)  # fmt: skip
+    sink, run = run_job(
+        JobSpec("local-private", nodes=1, nproc=2, timeout=120),
+        "1",
+        backend=LocalBackend(mode="exec"),
+        timeout=150,
+    )
     assert sink.final().get("state") == "Succeeded", job_logs(run)
     directory = Path(run.plan.job_dir)
     for path in (home / "jobs", directory, directory / "logs"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     files = [p for p in directory.rglob("*") if p.is_file()]
-    assert {p.name for p in files} >= {"payload.pkl", "state.json", "events.jsonl",
-                                       "rank-0.log", "rank-1.log", "agent-0.log"}  # fmt: skip
-    loose = {str(p): oct(stat.S_IMODE(p.stat().st_mode)) for p in files
-             if stat.S_IMODE(p.stat().st_mode) & 0o077}  # fmt: skip
+    assert {p.name for p in files} >= {
+        "payload.pkl",
+        "state.json",
+        "events.jsonl",
+        "rank-0.log",
+        "rank-1.log",
+        "agent-0.log",
+    }
+    loose = {
+        str(p): oct(stat.S_IMODE(p.stat().st_mode))
+        for p in files
+        if stat.S_IMODE(p.stat().st_mode) & 0o077
+    }
     assert not loose, loose
 
 
@@ -346,11 +367,15 @@ def test_every_listening_socket_of_a_job_is_on_loopback(
     mode: str, nodes: int, nproc: int, restarts: int
 ) -> None:
     """With ``--max-restarts`` rank 0's worker hosts the workers' store: on loopback too."""
-    spec = JobSpec(f"local-listen-{mode}-{restarts}", nodes=nodes, nproc=nproc,
-                   max_restarts=restarts, timeout=120)  # fmt: skip
+    spec = JobSpec(
+        f"local-listen-{mode}-{restarts}",
+        nodes=nodes,
+        nproc=nproc,
+        max_restarts=restarts,
+        timeout=120,
+    )
     sink = Collector()
-    payload = build_payload("import time\nreport(step=0, up=1)\ntime.sleep(60)", {},
-                            job=spec.name)  # fmt: skip
+    payload = build_payload("import time\nreport(step=0, up=1)\ntime.sleep(60)", {}, job=spec.name)
     run = submit_now(LocalBackend(mode=mode), spec, payload, sink)
     try:
         deadline = time.monotonic() + 120
@@ -401,9 +426,12 @@ def test_owner_death_ends_the_job(home: Path) -> None:
     ):
         time.sleep(0.2)
     trust = job_trust(directory, 2, 1)
-    pids = [int(ev.parse_line(x, 0, trust=trust).get("pid"))
-            for f in jobdir.rank_logs(directory).values()
-            for x in f.read_text().splitlines() if '"hello"' in x]  # fmt: skip
+    pids = [
+        int(ev.parse_line(x, 0, trust=trust).get("pid"))
+        for f in jobdir.rank_logs(directory).values()
+        for x in f.read_text().splitlines()
+        if '"hello"' in x
+    ]
     assert len(pids) == 2
     owner.send_signal(signal.SIGKILL)
     owner.wait()
@@ -447,8 +475,15 @@ PREEMPTED = textwrap.dedent(
 def test_sigterm_to_a_rank_saves_a_last_checkpoint_and_resumes_with_no_lost_step(
     tmp_path: Path,
 ) -> None:
-    spec = JobSpec("local-preempt", nodes=2, nproc=2, max_restarts=1, timeout=240,
-                   checkpoint_dir=str(tmp_path / "ckpt"), grace_period=20)  # fmt: skip
+    spec = JobSpec(
+        "local-preempt",
+        nodes=2,
+        nproc=2,
+        max_restarts=1,
+        timeout=240,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        grace_period=20,
+    )
     sink = Collector()
     run = submit_now(LocalBackend(), spec, build_payload(PREEMPTED, {}, job=spec.name), sink)
     deadline = time.monotonic() + 120

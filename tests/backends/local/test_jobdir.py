@@ -22,8 +22,12 @@ def test_a_tail_reads_from_the_end_in_bounded_memory(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert [line[:12] for line in last] == [
-        "step 0399992", "step 0399994", "step 0399995", "step 0399997", "step 0399998"
-    ]  # fmt: skip
+        "step 0399992",
+        "step 0399994",
+        "step 0399995",
+        "step 0399997",
+        "step 0399998",
+    ]
     assert peak < 1_000_000, f"{peak} bytes to read 5 lines of a 20 MB file"
 
 

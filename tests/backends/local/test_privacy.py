@@ -65,8 +65,20 @@ def test_a_shared_home_keeps_its_mode_and_what_the_job_creates_is_private(
     outside.chmod(0o755)
     ckpt, tb = outside / "runs" / "ckpt", outside / "tb"
     service = JobService(launch_mode="exec")
-    spec = service.spec(parse("--nodes", "1", "--nproc", "2", "--name", "private-files",
-                              "--checkpoint-dir", str(ckpt), "--tensorboard", str(tb)))  # fmt: skip
+    spec = service.spec(
+        parse(
+            "--nodes",
+            "1",
+            "--nproc",
+            "2",
+            "--name",
+            "private-files",
+            "--checkpoint-dir",
+            str(ckpt),
+            "--tensorboard",
+            str(tb),
+        )
+    )
     job = service.run(service.plan(spec, CELL))
     try:
         assert job.wait(240) == "Succeeded", job.logs()
@@ -76,12 +88,18 @@ def test_a_shared_home_keeps_its_mode_and_what_the_job_creates_is_private(
     assert mode(outside) == 0o755
     assert loose(home / "jobs") == {}
     assert {p.name for p in (home / "jobs" / "private-files").iterdir()} >= {
-        "payload.pkl", "state.json", "logs"}  # fmt: skip
+        "payload.pkl",
+        "state.json",
+        "logs",
+    }
     assert [c.step for c in job.checkpoints().list()] == [1, 2]
     assert loose(outside / "runs") == {}  # the checkpoint folder and its parent were made here
     assert len([p for p in ckpt.rglob("*") if p.is_file()]) >= 5  # records, full, shards
     assert sorted(p.name for p in tb.rglob("*") if p.is_dir()) == [
-        "private-files", "rank-0", "rank-1"]  # fmt: skip
+        "private-files",
+        "rank-0",
+        "rank-1",
+    ]
     assert loose(tb) == {}
 
 

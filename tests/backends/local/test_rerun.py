@@ -74,8 +74,9 @@ def test_a_rerun_keeps_the_first_runs_checkpoints_and_resume_restores_them(home:
     assert [e.get("step") for e in replayed.kinds("checkpoint")] == [2]
 
     # --resume the first run's checkpoints in a new job: its step is restored.
-    resumed_spec = JobSpec("rerun-resume", nodes=1, nproc=2, timeout=120,
-                           checkpoint_dir=first_ckpt, resume="latest")  # fmt: skip
+    resumed_spec = JobSpec(
+        "rerun-resume", nodes=1, nproc=2, timeout=120, checkpoint_dir=first_ckpt, resume="latest"
+    )
     third, run3 = run_job(resumed_spec, TRAIN, {"SCALE": 1.0}, backend=backend)
     assert third.final().get("state") == "Succeeded", job_logs(run3)
     assert result(third) == {"start": 3, "w": 7.0}, job_logs(run3)
@@ -89,4 +90,5 @@ def test_a_rerun_of_a_run_without_checkpoints_replaces_it(home: Path) -> None:
         assert sink.final().get("state") == "Succeeded", job_logs(run)
         assert Path(run.plan.job_dir) == home / "jobs" / "rerun-plain"
     assert [r.name for r in backend.list_jobs() if r.name.startswith("rerun-plain")] == [
-        "rerun-plain"]  # fmt: skip
+        "rerun-plain"
+    ]

@@ -134,8 +134,10 @@ def test_cli_rejects_tensorflow_nproc(tmp_path: Path, capsys: pytest.CaptureFixt
     script.write_text("print(1)\n")
     assert cli.main(["run", "--framework", "tensorflow", "--nproc", "4", str(script)]) == 2
     assert "TensorFlow runs one process per worker" in capsys.readouterr().err
-    assert cli.main(["run", "--framework", "tensorflow", "--nodes", "2", "--dry-run",
-                     str(script)]) == 0  # fmt: skip
+    assert (
+        cli.main(["run", "--framework", "tensorflow", "--nodes", "2", "--dry-run", str(script)])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "TF_CONFIG=" in out and "launch: exec" in out
 
@@ -234,8 +236,10 @@ def test_stop_timeout_owner_death_and_only_grpc_ports_beyond_loopback() -> None:
     assert LocalBackend().stop("tf-stop")  # as another kernel or the CLI would
     owner.kill()  # the kernel that owns tf-owner dies
     owner.wait()
-    for name, state, reason in (("tf-stop", "Stopped", "Stopped"),
-                                ("tf-slow", "Failed", "Timeout")):  # fmt: skip
+    for name, state, reason in (
+        ("tf-stop", "Stopped", "Stopped"),
+        ("tf-slow", "Failed", "Timeout"),
+    ):
         assert runs[name].join(60)
         final = sinks[name].final()
         assert (final.get("state"), final.get("reason")) == (state, reason), final
@@ -297,8 +301,10 @@ def test_keras_digits_then_checkpoints_on_two_workers() -> None:
     assert value["workers"] == 2 and value["accuracy"] > 0.85, value
     assert job.status() == "Succeeded"
     running = next(e for e in sink.kinds("job") if e.get("state") == "Running")
-    print(f"launch to all workers connected: {running.t - sink.events[0].t:.1f} s; "
-          f"job {time.monotonic() - started:.1f} s")  # fmt: skip
+    print(
+        f"launch to all workers connected: {running.t - sink.events[0].t:.1f} s; "
+        f"job {time.monotonic() - started:.1f} s"
+    )
     hellos = {e.rank: e for e in sink.kinds("hello")}
     assert sorted(hellos) == [0, 1]
     assert {e.get("backend") for e in hellos.values()} == {"tf-ring"}
@@ -312,8 +318,11 @@ def test_keras_digits_then_checkpoints_on_two_workers() -> None:
     assert losses[-1] < losses[0] / 3, losses
     directory = jobdir.job_dir(spec.name)
     assert sorted(p.name for p in jobdir.logs_dir(directory).iterdir()) == [
-        "agent-0.log", "agent-1.log", "rank-0.log", "rank-1.log",
-    ]  # fmt: skip
+        "agent-0.log",
+        "agent-1.log",
+        "rank-0.log",
+        "rank-1.log",
+    ]
     state = json.loads((directory / "state.json").read_text())
     assert state["framework"] == "tensorflow" and state["mode"] == "exec"
     assert state["exit_codes"] == [0, 0]
@@ -324,8 +333,10 @@ def test_keras_digits_then_checkpoints_on_two_workers() -> None:
     # the checkpoints, saved by the same workers after the tutorial's training
     assert value["restored"] and value["scratch"] == [], value
     assert [u.rsplit("/", 1)[-1].split("-")[1] for u in value["uris"]] == [
-        "000000001", "000000002", "000000003",
-    ]  # fmt: skip
+        "000000001",
+        "000000002",
+        "000000003",
+    ]
     assert all(u.endswith(".tf") for u in value["uris"])
     assert "uris [None, None, None] restored True" in worker_log, worker_log
     assert [e.get("step") for e in sink.kinds("checkpoint")] == [1, 2, 3]

@@ -35,8 +35,9 @@ from tests.signing import parse
 
 
 def entry(step: int, token: str = "aaaaaa", t: float = 1.0, **metrics: float) -> fmt.Entry:
-    return fmt.make_entry(step=step, token=token, kind=fmt.FULL, time=t, nbytes=10,
-                          sha256="0" * 64, metrics=metrics)  # fmt: skip
+    return fmt.make_entry(
+        step=step, token=token, kind=fmt.FULL, time=t, nbytes=10, sha256="0" * 64, metrics=metrics
+    )
 
 
 def test_reconcile_reads_only_new_records_and_drops_deleted_ones() -> None:
@@ -129,17 +130,25 @@ def test_save_load_retention_and_protocol_line(
 ) -> None:
     assert ck.load_checkpoint() is None  # a fresh run with nothing to resume
     uris = [
-        ck.save_checkpoint(model_state(s), s, {"loss": 1.0 / (s + 1), "acc": s / 100},
-                           keep_last=2, keep_best="acc:max")
+        ck.save_checkpoint(
+            model_state(s),
+            s,
+            {"loss": 1.0 / (s + 1), "acc": s / 100},
+            keep_last=2,
+            keep_best="acc:max",
+        )
         for s in range(0, 60, 10)
-    ]  # fmt: skip
+    ]
     out = capsys.readouterr().out
     lines = [parse(x, 0) for x in out.splitlines() if x.startswith("##distrain")]
     assert [e.get("step") for e in lines] == [0, 10, 20, 30, 40, 50]
     assert lines[-1].get("uri") == uris[-1] and lines[-1].get("bytes") > 0
     assert lines[-1].get("metrics") == {"loss": 1 / 51, "acc": 0.5}
-    assert sorted(p.name for p in ckenv.iterdir()) == [".distrain", Path(uris[-2]).name,
-                                                       Path(uris[-1]).name]  # fmt: skip
+    assert sorted(p.name for p in ckenv.iterdir()) == [
+        ".distrain",
+        Path(uris[-2]).name,
+        Path(uris[-1]).name,
+    ]
     store = CheckpointStore(str(ckenv))
     assert store.steps() == [40, 50]
     got = ck.load_checkpoint("latest")
@@ -232,8 +241,7 @@ def test_sharded_in_one_process(ckenv: Path, capsys: pytest.CaptureFixture[str])
     assert ck.load_checkpoint(3, into=into) is into
     assert torch.equal(into["model"]["w"], state["model"]["w"])
     details = CheckpointStore(str(ckenv)).describe(3)
-    assert [(t.name, t.shape, t.dtype) for t in details.tensors] == [("model.w", (3, 4),
-                                                                      "float32")]  # fmt: skip
+    assert [(t.name, t.shape, t.dtype) for t in details.tensors] == [("model.w", (3, 4), "float32")]
 
 
 def test_local_paths_need_no_fsspec(tmp_path: Path) -> None:
@@ -254,8 +262,9 @@ def test_local_paths_need_no_fsspec(tmp_path: Path) -> None:
         """
     )
     env = {**os.environ, "DISTRAIN_CHECKPOINT_DIR": str(tmp_path / "c"), "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=env, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "value 4.0" in done.stdout
 
@@ -269,9 +278,14 @@ class Saver:
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.runtime.crash_saver"], cwd=REPO, env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-        )  # fmt: skip
+            [sys.executable, "-m", "tests.runtime.crash_saver"],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
 
     def send(self, line: str) -> None:
         assert self.proc.stdin is not None
@@ -405,8 +419,9 @@ def hello_pid(job_dir: Path, rank: int) -> int:
 def test_killed_rank_restarts_and_resumes_from_last_checkpoint(tmp_path: Path) -> None:
     """2x2, a checkpoint every 10 steps, rank 2 SIGKILLed mid-run, --max-restarts 3."""
     steps, directory = 60, tmp_path / "fault"
-    spec = JobSpec("ckpt-fault", nodes=2, nproc=2, max_restarts=3, timeout=150,
-                   checkpoint_dir=str(directory))  # fmt: skip
+    spec = JobSpec(
+        "ckpt-fault", nodes=2, nproc=2, max_restarts=3, timeout=150, checkpoint_dir=str(directory)
+    )
     sink = Collector()
     payload = build_payload(TRAIN, {"STEPS": steps, "DELAY": 0.05}, job=spec.name)
     run = submit_now(LocalBackend(), spec, payload, sink)
@@ -430,8 +445,9 @@ def test_killed_rank_restarts_and_resumes_from_last_checkpoint(tmp_path: Path) -
     assert value["restart"] == 1 and resumed_from in saved and 20 <= resumed_from <= killed_after
     # the metric stream of every rank: 0.. up to the kill, then on from the checkpoint
     for rank in range(4):
-        seen = [(e.get("step"), e.get("values")["loss"]) for e in sink.kinds("metric")
-                if e.rank == rank]  # fmt: skip
+        seen = [
+            (e.get("step"), e.get("values")["loss"]) for e in sink.kinds("metric") if e.rank == rank
+        ]
         series = [s for s, _ in seen]
         cut = next(i for i in range(1, len(series)) if series[i] <= series[i - 1])
         assert series[:cut] == list(range(cut)), rank

@@ -30,8 +30,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs at ``tmp_path/disk``."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE},mode=0700", "tmpfs",
-                           str(mount)], capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={SIZE},mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip() or done.returncode}")
     try:
@@ -73,8 +76,9 @@ def test_a_full_disk_says_so_and_keeps_the_earlier_checkpoints(job_dir: Path, ho
     checkpoint.save_checkpoint({"w": torch.arange(4.0)}, 1, sharded=sharded)
     free_before = shutil.disk_usage(job_dir).free
     with pytest.raises(CheckpointError) as caught:
-        checkpoint.save_checkpoint({"w": torch.ones(BIG)}, 7, sharded=sharded,
-                                   background=how == "background")  # fmt: skip
+        checkpoint.save_checkpoint(
+            {"w": torch.ones(BIG)}, 7, sharded=sharded, background=how == "background"
+        )
         checkpoint.wait_for_saves()
     text = str(caught.value).removeprefix("a background save failed: ")
     found = MESSAGE.match(text)
@@ -109,8 +113,9 @@ def test_a_job_whose_disk_fills_fails_with_that_sentence(small_disk: Path) -> No
     final = sink.final()
     assert final.get("state") == "Failed", final.fields
     message = str(final.get("message"))
-    assert message.startswith("rank 0: CheckpointError: checkpoint step 7 not saved: no space "
-                              f"left on device in {path} ("), message  # fmt: skip
+    assert message.startswith(
+        f"rank 0: CheckpointError: checkpoint step 7 not saved: no space left on device in {path} ("
+    ), message
     assert message.endswith("MB free); earlier checkpoints are intact"), message
     errors = sink.kinds("error")
     assert "inline_container" not in str(errors[0].get("traceback")), errors[0].fields

@@ -64,8 +64,9 @@ def test_fit_reports_loss_per_epoch_progress_checkpoints_and_resumes(tmp_path: P
     # --resume latest: every worker loads the listed step-12 weights, fit goes on at epoch 4
     out2 = tmp_path / "out2"
     out2.mkdir()
-    spec2 = tf_spec("keras-resume", nodes=2, timeout=180, checkpoint_dir=str(ckpts),
-                    resume="latest")  # fmt: skip
+    spec2 = tf_spec(
+        "keras-resume", nodes=2, timeout=180, checkpoint_dir=str(ckpts), resume="latest"
+    )
     again = jobs.submit(
         spec2, tf_payload(FIT, {"OUT": str(out2), "EPOCHS": 5}, spec2.name), LocalBackend()
     )

@@ -69,11 +69,21 @@ class ToyKind(KubeflowKind):
 
 
 TOYJOB = ToyKind(
-    group="example.org", version="v1", plural="toyjobs", kind="ToyJob", replicas_field="",
-    replicas=("toy",), container="toy", port_name="toy-port", port=31337,
-    frameworks=("pytorch",), launcher=("python", "-X", "dev", "-m"),
-    pod_label="example.org/toy-job", api="toyjob", default=False,
-)  # fmt: skip
+    group="example.org",
+    version="v1",
+    plural="toyjobs",
+    kind="ToyJob",
+    replicas_field="",
+    replicas=("toy",),
+    container="toy",
+    port_name="toy-port",
+    port=31337,
+    frameworks=("pytorch",),
+    launcher=("python", "-X", "dev", "-m"),
+    pod_label="example.org/toy-job",
+    api="toyjob",
+    default=False,
+)
 
 
 @pytest.fixture

@@ -25,8 +25,13 @@ VERSIONS = {"python": "3.11.7", "torch": "2.13.0"}
 
 
 def build(*options: tuple[str, str], **spec: Any) -> dict[str, Any]:
-    job = JobSpec(spec.pop("name", "tj"), nodes=spec.pop("nodes", 2), nproc=spec.pop("nproc", 2),
-                  backend="kubernetes", **spec)  # fmt: skip
+    job = JobSpec(
+        spec.pop("name", "tj"),
+        nodes=spec.pop("nodes", 2),
+        nproc=spec.pop("nproc", 2),
+        backend="kubernetes",
+        **spec,
+    )
     manifest = trainjob(job, parse_options(options), FILES, VERSIONS)
     validate_manifest(manifest)
     return manifest
@@ -47,11 +52,33 @@ def test_render_prints_a_trainjob_for_kueue_with_no_user_text_on_a_command_line(
     script.write_text("import torch\nprint('secret $TOKEN')\n")
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "none")}  # no cluster to ask
     out = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "render", "--backend",
-         "kubernetes", "--kubeflow-api", "trainjob", "--nodes", "2", "--nproc", "2", "--queue",
-         "team-a", "--env", "LR=0.1", "--name", "tj-render", str(script)],
-        capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_disttrain.cli",
+            "render",
+            "--backend",
+            "kubernetes",
+            "--kubeflow-api",
+            "trainjob",
+            "--nodes",
+            "2",
+            "--nproc",
+            "2",
+            "--queue",
+            "team-a",
+            "--env",
+            "LR=0.1",
+            "--name",
+            "tj-render",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     assert [d["kind"] for d in docs] == ["Secret", "TrainJob"]
@@ -70,23 +97,43 @@ def test_render_prints_a_trainjob_for_kueue_with_no_user_text_on_a_command_line(
     assert not any(name.startswith("PET_") for name in env)  # the torch plugin sets those
     # Without a cluster to ask, render defaults to the current API.
     out = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.cli", "render", "--backend",
-         "kubernetes", "--name", "tj-default", str(script)],
-        capture_output=True, text=True, timeout=120, env=env | dict(os.environ) | {
-            "KUBECONFIG": str(tmp_path / "none")}, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_disttrain.cli",
+            "render",
+            "--backend",
+            "kubernetes",
+            "--name",
+            "tj-default",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env | dict(os.environ) | {"KUBECONFIG": str(tmp_path / "none")},
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     assert [d["kind"] for d in yaml.safe_load_all(out.stdout)] == ["Secret", "TrainJob"]
 
 
 def test_every_pod_option_becomes_a_runtime_patch() -> None:
     job = build(
-        ("volume", "data:/data:ro"), ("shm", "8Gi"), ("node_selector", "gpu=a100"),
-        ("toleration", "nvidia.com/gpu=present:NoSchedule"), ("service_account", "trainer"),
-        ("image_pull_secret", "regcred"), ("gpus", "2"), ("cpu", "8"), ("memory", "32Gi"),
-        ("runtime", "torch-custom"), ("image", "registry.example.com/torch:2.13"),
-        timeout=600.5, grace_period=20,
-    )  # fmt: skip
+        ("volume", "data:/data:ro"),
+        ("shm", "8Gi"),
+        ("node_selector", "gpu=a100"),
+        ("toleration", "nvidia.com/gpu=present:NoSchedule"),
+        ("service_account", "trainer"),
+        ("image_pull_secret", "regcred"),
+        ("gpus", "2"),
+        ("cpu", "8"),
+        ("memory", "32Gi"),
+        ("runtime", "torch-custom"),
+        ("image", "registry.example.com/torch:2.13"),
+        timeout=600.5,
+        grace_period=20,
+    )
     spec = job["spec"]
     assert spec["runtimeRef"] == {
         "apiGroup": "trainer.kubeflow.org",
@@ -126,7 +173,7 @@ def test_every_pod_option_becomes_a_runtime_patch() -> None:
         ((), {"max_restarts": 2}, "JobSet failure policy"),
         ((), {"framework": "tensorflow", "nproc": 1}, "Trainer v2 has no tensorflow runtime"),
     ],
-)  # fmt: skip
+)
 def test_what_a_trainjob_cannot_carry_is_refused_with_the_fix(
     options: tuple[tuple[str, str], ...], spec: dict[str, Any], words: str
 ) -> None:
@@ -141,13 +188,20 @@ def test_kubeflow_api_values_are_checked() -> None:
 
 def _job(conditions: list[dict[str, str]], **extra: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "tj", "labels": extra.pop("labels", {})}
-    return {"metadata": meta, "spec": extra.pop("spec", {}),
-            "status": {"conditions": conditions, **extra}}  # fmt: skip
+    return {
+        "metadata": meta,
+        "spec": extra.pop("spec", {}),
+        "status": {"conditions": conditions, **extra},
+    }
 
 
 def test_state_from_conditions_jobs_status_and_kueue() -> None:
-    suspended = {"type": "Suspended", "status": "True", "reason": "Suspended",
-                 "message": "TrainJob is suspended"}  # fmt: skip
+    suspended = {
+        "type": "Suspended",
+        "status": "True",
+        "reason": "Suspended",
+        "message": "TrainJob is suspended",
+    }
     queue = {"kueue.x-k8s.io/queue-name": "team-a"}
     queued = _job([suspended], labels=queue, spec={"suspend": True})
     assert trainjob_condition(queued) == (
@@ -155,26 +209,59 @@ def test_state_from_conditions_jobs_status_and_kueue() -> None:
         "Queued",
         "waiting for Kueue admission in team-a",
     )
-    starting = _job([{"type": "Suspended", "status": "False", "reason": "Resumed",
-                      "message": "TrainJob is resumed"}],
-                    jobsStatus=[{"name": "node", "ready": 0, "active": 1}])  # fmt: skip
+    starting = _job(
+        [
+            {
+                "type": "Suspended",
+                "status": "False",
+                "reason": "Resumed",
+                "message": "TrainJob is resumed",
+            }
+        ],
+        jobsStatus=[{"name": "node", "ready": 0, "active": 1}],
+    )
     assert trainjob_condition(starting) is not None
     assert trainjob_condition(starting)[0] == "Pending"  # type: ignore[index]
     running = _job([], jobsStatus=[{"name": "node", "ready": 1, "active": 1}])
     assert trainjob_condition(running)[0] == "Running"  # type: ignore[index]
-    reporting = _job([], jobsStatus=[{"name": "node", "ready": 1, "active": 1}],
-                     trainerStatus={"progressPercentage": 40, "estimatedRemainingSeconds": 300,
-                                    "metrics": [{"name": "loss", "value": "0.31"}]})  # fmt: skip
+    reporting = _job(
+        [],
+        jobsStatus=[{"name": "node", "ready": 1, "active": 1}],
+        trainerStatus={
+            "progressPercentage": 40,
+            "estimatedRemainingSeconds": 300,
+            "metrics": [{"name": "loss", "value": "0.31"}],
+        },
+    )
     assert trainjob_condition(reporting) == (
         "Running",
         "Running",
         "TrainJob tj is running, 40% done, about 5 min left (loss 0.31)",
     )
-    done = _job([{"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
-                  "message": "jobset completed successfully"}])  # fmt: skip
-    assert trainjob_condition(done) == ("Succeeded", "AllJobsCompleted",
-                                        "jobset completed successfully")  # fmt: skip
-    failed = _job([{"type": "Failed", "status": "True", "reason": "FailedJobs",
-                    "message": "jobset failed due to one or more job failures"}])  # fmt: skip
+    done = _job(
+        [
+            {
+                "type": "Complete",
+                "status": "True",
+                "reason": "AllJobsCompleted",
+                "message": "jobset completed successfully",
+            }
+        ]
+    )
+    assert trainjob_condition(done) == (
+        "Succeeded",
+        "AllJobsCompleted",
+        "jobset completed successfully",
+    )
+    failed = _job(
+        [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "FailedJobs",
+                "message": "jobset failed due to one or more job failures",
+            }
+        ]
+    )
     assert trainjob_condition(failed)[0] == "Failed"  # type: ignore[index]
     assert trainjob_condition({"metadata": {"name": "x"}}) is None

@@ -458,7 +458,9 @@ class KubernetesBackend(Backend):
             if not pods:
                 raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
             texts = podlogs.pod_texts(conn, pods)
-        return podlogs.rank_lines(texts, self.job_key(conn, name), rank, tail)
+        key, shape = self.job_key(conn, name), podlogs.job_shape(conn, name)
+        trust = None if key is None or shape is None else ev.Trust.of(key, *shape)
+        return podlogs.rank_lines(texts, trust, rank, tail)
 
     def request_stacks(self, name: str) -> str:
         """Raise the request counter annotation on the pod of node 0.

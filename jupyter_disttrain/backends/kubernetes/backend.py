@@ -444,7 +444,8 @@ class KubernetesBackend(Backend):
         """Pod logs of the job (one rank's lines, or all with their rank), control lines left out.
 
         A failed job's pods are gone once its logs were kept (see
-        :meth:`~.watch.KubernetesRun`): those are read from its record.
+        :meth:`~.watch.KubernetesRun`): those are read from its record. A rank's
+        signed error shows as its traceback (:func:`.podlogs.rank_lines`).
         """
         conn = self.connection()
         texts = podlogs.kept_logs(conn, name)
@@ -453,7 +454,10 @@ class KubernetesBackend(Backend):
             if not pods:
                 raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
             texts = podlogs.pod_texts(conn, pods)
-        return podlogs.rank_lines(texts, self.job_key(conn, name), rank, tail)
+        # no object left to read the shape from: control lines still go, rank 0's error shows
+        key, shape = self.job_key(conn, name), podlogs.job_shape(conn, name) or (1, 1)
+        trust = None if key is None else ev.Trust.of(key, *shape)
+        return podlogs.rank_lines(texts, trust, rank, tail)
 
     def request_stacks(self, name: str) -> str:
         """Raise the request counter annotation on the pod of node 0.

@@ -3,8 +3,9 @@
 :func:`stream_log` yields one container's lines (following it when asked);
 :func:`job_pods` finds a job's pods whichever Kubeflow kind made them;
 :func:`kept_logs` reads the logs kept when a job failed (its pods may be gone);
+:func:`job_shape` reads a job's shape (what its lines are checked against);
 :func:`rank_lines` is the pure part of ``logs()``: lines by rank, the job's own
-signed control lines left out.
+signed control lines left out but for a rank's error, shown as its traceback.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ...runtime import jobkey, rankprefix
+from ... import events as ev
+from ...runtime import rankprefix
 from ...runtime.protocol import is_signed
+from ..loglines import relayed_error, shown_lines
 from . import kinds
 from .client import Connection, api_error, explain
 from .logs import logs_name
@@ -93,22 +96,59 @@ def pod_texts(conn: Connection, pods: list[Any]) -> dict[str, str]:
     return texts
 
 
+def job_shape(conn: Connection, name: str) -> tuple[int, int] | None:
+    """Job ``name``'s (nodes, nproc) from its object, or None when no served kind has it."""
+    for kubeflow in kinds.KINDS:
+        try:
+            obj = conn.custom.get_namespaced_custom_object(
+                kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural, name
+            )
+        except api_error() as exc:
+            if exc.status == 404:
+                continue
+            ns = conn.namespace
+            raise explain(
+                exc, kind=kubeflow.kind, name=name, namespace=ns, unserved=kubeflow.unserved()
+            ) from None
+        return kubeflow.shape(conn.plain(obj))
+    return None
+
+
 def rank_lines(
-    texts: Mapping[str, str], key: bytes | None, rank: int | None, tail: int | None
+    texts: Mapping[str, str], trust: ev.Trust | None, rank: int | None, tail: int | None
 ) -> str:
     """The lines of ``texts`` (pod -> log) a user reads: with ``rank`` None every line, each
     with its rank prefix (or ``[pod]`` where it has none); else that rank's lines without it.
-    Lines signed with ``key`` (the job's own control lines) are left out; printed look-alikes
-    stay. ``tail``: only the last so many lines (0: none)."""
-    signer = jobkey.Signer(key) if key is not None else None
+    The job's own control lines (signed under ``trust``) are left out but for a rank's error,
+    shown as its traceback (:func:`.loglines.shown_lines`); an error rank 0 relayed for another
+    rank shows as that rank's when the rank's own log holds none. Printed look-alikes stay.
+    ``tail``: only the last so many lines (0: none)."""
+    read = [
+        (pod, *rankprefix.split(line), line)
+        for pod in sorted(texts)
+        for line in texts[pod].splitlines()
+    ]
+    own = {got for _, got, text, _ in read if got is not None and _own_error(text, got, trust)}
     lines: list[str] = []
-    for pod_name in sorted(texts):
-        for line in texts[pod_name].splitlines():
-            got, text = rankprefix.split(line)
-            if signer is not None and is_signed(text, signer):
-                continue  # the job's own control line (printed look-alikes stay)
+    for pod, got, text, line in read:
+        if trust is None or not is_signed(text, trust.signer):
+            shown = [(got, text)]
+        else:
+            shown = [(got, s) for s in shown_lines(text, got, trust)]
+            relayed = relayed_error(text, trust) if got == 0 else None
+            if relayed is not None and relayed[0] not in own:
+                shown = [(relayed[0], s) for s in relayed[1]]
+        for who, out in shown:
             if rank is None:
-                lines.append(line if got is not None else f"[{pod_name}] {line}")
-            elif got == rank:
-                lines.append(text)
+                lines.append(f"[rank {who}] {out}" if who is not None else f"[{pod}] {line}")
+            elif who == rank:
+                lines.append(out)
     return "\n".join(lines if tail is None else lines[-tail:] if tail > 0 else [])
+
+
+def _own_error(text: str, rank: int, trust: ev.Trust | None) -> bool:
+    """Whether ``text`` of ``rank``'s stream is that rank's own believed error."""
+    if trust is None or '"kind":"error"' not in text or not is_signed(text, trust.signer):
+        return False
+    event = ev.parse_line(text, rank, trust=trust)
+    return event.kind == "error" and event.rank == rank

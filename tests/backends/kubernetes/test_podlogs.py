@@ -1,0 +1,105 @@
+"""A job's pod logs as a user reads them (backends/kubernetes/podlogs.py).
+
+A failed rank's signed error shows as its traceback in ``disttrain logs``: from the
+rank's own pod log, or relayed through node 0's log when its own holds none.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_disttrain import cli
+from jupyter_disttrain import events as ev
+from jupyter_disttrain import service as jobs
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend
+from jupyter_disttrain.backends.kubernetes.podlogs import rank_lines
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.kubernetes.test_backend import wait_for
+from tests.k8s_emulator.emulator import Emulator
+from tests.k8s_emulator.podnet import pod_interface
+from tests.signing import KEY, line, trust
+
+TRACE = 'Traceback (most recent call last):\n  File "train.py", line 4\nValueError: bad batch\n'
+
+
+def error(rank: int) -> str:
+    return line("error", rank, type="ValueError", module="builtins", message="bad batch",
+                traceback=TRACE)  # fmt: skip
+
+
+def test_an_error_relayed_through_node_zero_shows_as_the_failing_ranks_traceback() -> None:
+    texts = {"job-node-0": f"[rank 0] step 1\n[rank 0] {error(1)}", "job-node-1": "[rank 1] hi"}
+    shown = rank_lines(texts, trust(nodes=2, nproc=1), None, None).splitlines()
+    relayed = [f"[rank 1] {t}" for t in TRACE.splitlines()]
+    assert shown == ["[rank 0] step 1", *relayed, "[rank 1] hi"], shown
+    assert rank_lines(texts, trust(nodes=2, nproc=1), 1, None).splitlines() == [
+        *TRACE.splitlines(),
+        "hi",
+    ]
+    assert rank_lines(texts, trust(nodes=2, nproc=1), 0, None) == "step 1"
+
+
+def test_an_error_in_the_ranks_own_log_is_shown_once_not_again_as_relayed() -> None:
+    texts = {"job-node-0": f"[rank 0] {error(1)}", "job-node-1": f"[rank 1] {error(1)}"}
+    shown = rank_lines(texts, trust(nodes=2, nproc=1), None, None).splitlines()
+    assert shown == [f"[rank 1] {t}" for t in TRACE.splitlines()], shown
+
+
+def test_an_error_line_not_believed_is_no_traceback() -> None:
+    forged = ev.Trust.of(bytes(reversed(KEY)), 2, 1)
+    printed = f"[rank 0] {error(1)}"
+    assert rank_lines({"job-node-0": printed}, forged, None, None) == printed
+    beyond = {"job-node-0": f"[rank 0] {error(5)}"}  # rank 5 of a 2-rank job
+    assert rank_lines(beyond, trust(nodes=2, nproc=1), None, None) == ""
+    other = {"job-node-1": f"[rank 1] {error(0)}"}  # node 1 may not speak for rank 0
+    assert rank_lines(other, trust(nodes=2, nproc=1), None, None) == ""
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
+    """An emulated cluster; the default kubeconfig points at it."""
+    env = {"GLOO_SOCKET_IFNAME": pod_interface(), "NCCL_SOCKET_IFNAME": pod_interface()}
+    with Emulator(env=env) as emulator:
+        monkeypatch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+        yield emulator
+
+
+#: Rank 1 raises having printed nothing of it; rank 0 would sleep on.
+FAILING = textwrap.dedent(
+    """
+    import time, torch.distributed as dist
+    print("rank", dist.get_rank(), "up", flush=True)
+    if dist.get_rank() == 1:
+        raise ValueError("bad shard on rank 1")
+    time.sleep(300)
+    """
+)
+
+
+@pytest.mark.slow
+def test_disttrain_logs_of_a_failed_job_show_the_failing_ranks_traceback(
+    cluster: Emulator, capsys: Any
+) -> None:
+    name = "k8s-logs-fail"
+    spec = JobSpec(name, backend="kubernetes", nodes=2, timeout=240)
+    job = jobs.submit(spec, build_payload(FAILING, {}, job=name), KubernetesBackend())
+    assert job.wait(180) == "Failed", job.reason
+    capsys.readouterr()
+    assert cli.main(["logs", name, "--backend", "kubernetes"]) == 0
+    logs = capsys.readouterr().out
+    assert "[rank 1] Traceback (most recent call last):" in logs, logs
+    assert "[rank 1] ValueError: bad shard on rank 1" in logs, logs
+    assert logs.count("[rank 1] Traceback (most recent call last):") == 1, logs
+    assert "[rank 1] rank 1 up" in logs and "##distrain" not in logs, logs
+    own = job.logs(rank=1).splitlines()
+    trace = own.index("Traceback (most recent call last):")
+    assert own.index("rank 1 up") < trace < own.index("ValueError: bad shard on rank 1"), own
+    assert "Traceback (most recent call last):" not in job.logs(rank=0), job.logs()
+    assert KubernetesBackend().stop(name)
+    wait_for(lambda: not cluster.processes(), 60, cluster.processes)

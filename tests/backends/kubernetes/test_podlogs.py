@@ -29,8 +29,9 @@ TRACE = 'Traceback (most recent call last):\n  File "train.py", line 4\nValueErr
 
 
 def error(rank: int) -> str:
-    return line("error", rank, type="ValueError", module="builtins", message="bad batch",
-                traceback=TRACE)  # fmt: skip
+    return line(
+        "error", rank, type="ValueError", module="builtins", message="bad batch", traceback=TRACE
+    )
 
 
 def test_an_error_relayed_through_node_zero_shows_as_the_failing_ranks_traceback() -> None:

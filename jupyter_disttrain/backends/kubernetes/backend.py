@@ -386,24 +386,14 @@ class KubernetesBackend(Backend):
     def attach(self, name: str, sink: EventSink) -> tuple[JobSpec, KubernetesRun]:
         """Follow an existing job from the start of its logs (after a kernel restart)."""
         conn = self.connection()
-        for kubeflow in kinds.KINDS:
-            try:
-                obj = conn.custom.get_namespaced_custom_object(
-                    kubeflow.group, kubeflow.version, conn.namespace, kubeflow.plural, name
-                )
-            except api_error() as exc:
-                if exc.status == 404:
-                    continue
-                ns = conn.namespace
-                raise explain(
-                    exc, kind=kubeflow.kind, name=name, namespace=ns, unserved=kubeflow.unserved()
-                ) from None
-            spec = spec_from_object(conn.plain(obj), kubeflow)
-            key = self.job_key(conn, name, sink)
-            run = KubernetesRun(self, conn, spec, sink, key)
-            run.start()
-            return spec, run
-        raise JobNotFound(f"no job named {name!r} in namespace {conn.namespace!r}")
+        found = podlogs.job_object(conn, name)
+        if found is None:
+            raise JobNotFound(f"no job named {name!r} in namespace {conn.namespace!r}")
+        spec = spec_from_object(found[1], found[0])
+        key = self.job_key(conn, name, sink)
+        run = KubernetesRun(self, conn, spec, sink, key)
+        run.start()
+        return spec, run
 
     def list_jobs(self) -> list[JobRecord]:
         """Jobs this tool created in the namespace (by label), newest first."""

@@ -96,8 +96,9 @@ def pod_texts(conn: Connection, pods: list[Any]) -> dict[str, str]:
     return texts
 
 
-def job_shape(conn: Connection, name: str) -> tuple[int, int] | None:
-    """Job ``name``'s (nodes, nproc) from its object, or None when no served kind has it."""
+def job_object(conn: Connection, name: str) -> tuple[kinds.KubeflowKind, dict[str, Any]] | None:
+    """Job ``name``'s kind and object (as plain JSON), or None when no served kind has it;
+    an API error other than not-found is explained (:func:`.client.explain`)."""
     for kubeflow in kinds.KINDS:
         try:
             obj = conn.custom.get_namespaced_custom_object(
@@ -110,8 +111,14 @@ def job_shape(conn: Connection, name: str) -> tuple[int, int] | None:
             raise explain(
                 exc, kind=kubeflow.kind, name=name, namespace=ns, unserved=kubeflow.unserved()
             ) from None
-        return kubeflow.shape(conn.plain(obj))
+        return kubeflow, conn.plain(obj)
     return None
+
+
+def job_shape(conn: Connection, name: str) -> tuple[int, int] | None:
+    """Job ``name``'s (nodes, nproc) from its object, or None when no served kind has it."""
+    found = job_object(conn, name)
+    return None if found is None else found[0].shape(found[1])
 
 
 def rank_lines(

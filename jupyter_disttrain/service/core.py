@@ -36,7 +36,7 @@ from .following import Followers, catch_up, open_monitor, recorded_diagnosis
 from .listing import ONE_SHOT, BackendListing, Lister, Listing, ListPolicy, newest_first
 from .logtext import BoundedLogs, bounded_logs
 from .naming import readable_name
-from .recorded import JobView, record_view
+from .recorded import JobView, Recorder, record_view, retire
 from .running import RunOutcome, RunView, run_and_follow
 
 Listener = Callable[[ev.Event], None]
@@ -66,6 +66,7 @@ class JobService:
         self.launch_mode = launch_mode
         self.notebook = notebook
         self._jobs: dict[str, Job] = {}
+        self._recorders: dict[str, Recorder] = {}  # by job name: the record being written
         self._lock = threading.Lock()
         self.sessions = Sessions()
         self._listed_backends = backends
@@ -200,13 +201,15 @@ class JobService:
         for sink in sinks:
             job.add_listener(sink.on_event)
             job.add_closer(sink.close)
+        retire(self._recorders.pop(job.name, None))  # before this run takes its directory
         try:
             job.submission = job.backend.submit(job.plan, job.feed)
         except BaseException:
             for sink in sinks:
                 sink.cancel()
             raise
-        record_view(job)
+        if (recorder := record_view(job)) is not None:
+            self._recorders[job.name] = recorder
         self._keep(job)
         return job
 

@@ -191,6 +191,7 @@ class Recorder:
         self.error: str = ""
         self._wake = threading.Event()
         self._done = threading.Event()
+        self._retired = threading.Event()
         self._thread = threading.Thread(target=self._run, name="distrain-record", daemon=True)
 
     def start(self) -> None:
@@ -206,10 +207,17 @@ class Recorder:
         """Wait up to ``seconds`` for the final record; True once it is written."""
         return self._done.wait(seconds)
 
+    def retire(self, seconds: float = 10.0) -> bool:
+        """Write no more (a new run of the job takes its directory); wait up to ``seconds``
+        for a write under way. True once the writer stopped."""
+        self._retired.set()
+        self._wake.set()
+        return self._done.wait(seconds)
+
     def _run(self) -> None:
         try:
             pause = RECORD_SECONDS
-            while True:
+            while not self._retired.is_set():
                 ended = self.monitor.ended
                 started = time.monotonic()
                 write_record(self.path, self.key, self.monitor.snapshot())
@@ -222,6 +230,13 @@ class Recorder:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
         finally:
             self._done.set()
+
+
+def retire(recorder: Recorder | None) -> None:
+    """Stop an earlier run's recorder (if any) before a new run of its job takes the job's
+    directory: its last record is not written into the new run's."""
+    if recorder is not None:
+        recorder.retire()
 
 
 def record_view(job: Job) -> Recorder | None:

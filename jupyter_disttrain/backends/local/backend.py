@@ -333,6 +333,13 @@ def _shown(path: Path, rank: int, tail: int | None, trust: ev.Trust | None) -> l
     return [shown for line in kept for shown in shown_lines(line, rank, trust)]
 
 
+def _unless_vanished(func: Any, path: str, exc_info: Any) -> None:
+    """``rmtree``'s error handler: a file another process removed meanwhile (a record's
+    temporary file renamed into place) is gone already; anything else is raised."""
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
+
+
 def _make_run_dir(directory: Path, name: str) -> None:
     """Create the run directory a plan chose: replace an earlier run that kept no checkpoint.
 
@@ -345,7 +352,7 @@ def _make_run_dir(directory: Path, name: str) -> None:
                 f"an earlier run of {name!r} saved checkpoints in {directory} since this job was "
                 "planned; they are kept: plan the job again (it gets a directory of its own)"
             )
-        shutil.rmtree(directory)
+        shutil.rmtree(directory, onerror=_unless_vanished)
     jobdir.make_private_dirs(directory.parent)
     try:
         os.mkdir(directory, jobdir.DIR_MODE)

@@ -29,9 +29,11 @@ killed, marked and left out of the medians; the table is written anyway. For
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import queue
+import signal
 import socket
 import statistics
 import subprocess
@@ -78,6 +80,10 @@ TRAIN = textwrap.dedent(
                 fh.write(f"step {time.time()}\\n")
     """
 )
+
+
+class RunFailed(Exception):
+    """A run that ended with an error: counted as failed, not in the medians."""
 
 
 def free_port() -> int:
@@ -131,18 +137,22 @@ def run_torchrun(mark: Path) -> tuple[float, float]:
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its workers too are stopped with the agent's group
         )
         for node in range(2)
     ]
     try:
         codes = [p.wait(max(1.0, LIMIT - (time.time() - t0))) for p in procs]
     except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-            p.wait()
         raise TimeoutError(f"torchrun agents still running after {LIMIT:.0f} s") from None
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)  # a hung run's agents and their workers
+            p.wait()
     total = time.time() - t0
-    assert codes == [0, 0], codes
+    if codes != [0, 0]:
+        raise RunFailed(f"torchrun agents exited with {codes}")
     return first_mark(mark) - t0, total
 
 
@@ -260,11 +270,12 @@ def distrain_runner(kernel: Kernel, parts: bool) -> Callable[[Path], tuple[float
 def measure(
     name: str, run: Callable[[Path], tuple[float, float]], reps: int, work: Path
 ) -> dict[str, float]:
-    """Medians of the runs that finished; ``hung`` counts those past the time limit;
-    ``load`` is the 1-minute load average when the row started."""
+    """Medians of the runs that finished; ``hung`` counts those past the time limit,
+    ``failed`` those that ended with an error; ``load`` is the 1-minute load average when
+    the row started."""
     load = os.getloadavg()[0]
     print(f"  {name}: {load_now()}", flush=True)
-    firsts, totals, hung = [], [], 0
+    firsts, totals, hung, failed = [], [], 0, 0
     for i in range(reps):
         mark = work / f"{name.split()[0]}-{i}.mark"
         try:
@@ -272,6 +283,10 @@ def measure(
         except TimeoutError as exc:
             hung += 1
             print(f"  {name} #{i + 1}: HUNG, stopped after {LIMIT:.0f} s ({exc})", flush=True)
+            continue
+        except RunFailed as exc:
+            failed += 1
+            print(f"  {name} #{i + 1}: FAILED ({exc})", flush=True)
             continue
         firsts.append(first)
         totals.append(total)
@@ -281,6 +296,7 @@ def measure(
         "first": statistics.median(firsts) if firsts else nan,
         "total": statistics.median(totals) if totals else nan,
         "hung": hung,
+        "failed": failed,
         "load": load,
     }
 
@@ -313,7 +329,9 @@ def measure_new(name: str, run: Callable[[int], dict[str, float]], reps: int) ->
 
 
 def _hung(r: dict[str, float]) -> str:
-    return f" ({int(r['hung'])} hung)" if r.get("hung") else ""
+    """What went wrong in a row's runs, for its label: "(1 hung)", "(1 hung, 1 failed)"."""
+    said = [f"{int(r[what])} {what}" for what in ("hung", "failed") if r.get(what)]
+    return f" ({', '.join(said)})" if said else ""
 
 
 def load_now() -> str:

@@ -22,6 +22,10 @@ Output is framed for the host that shows each node as a pod
 code ``CODE``. Everything this process prints itself (rank 0's relay, its own
 lines) is node 0's.
 
+With ``DISTRAIN_STANDIN_RENDEZVOUS=1`` no rank starts before a line arrives on
+stdin: the host sends it once every node's pod has started, as a real job's
+rendezvous waits for every node.
+
 Behaviours (:class:`Script`): steady training; stragglers (ranks whose steps take
 ``--slow`` times longer); one rank raising at a step (its node exits 1); one node
 hanging at a step (its ranks stop, every other rank waits in ``all_reduce`` at
@@ -46,13 +50,15 @@ from .jobstore import SignedStore, use_store
 from .protocol import encode
 from .standin_script import Script, stacks_for
 
-__all__ = ["Frames", "Script", "main"]
+__all__ = ["ENV_RENDEZVOUS", "Frames", "Script", "main"]
 
 #: A line of a node's log / the end of a node's container.
 LINE: Final = "@"
 EXIT: Final = "!"
 #: How rank 0's lines start in its pod's log (the launcher's rank prefix, see :mod:`.rankprefix`).
 RANK_ZERO: Final = "[rank 0] "
+#: Set to ``1``: wait for the rendezvous line on stdin before any rank starts.
+ENV_RENDEZVOUS: Final = "DISTRAIN_STANDIN_RENDEZVOUS"
 #: Seconds between two turns of the clock that steps every rank.
 TURN: Final = 0.05
 
@@ -327,6 +333,8 @@ def run(script: Script) -> int:
         client = store_class("127.0.0.1", server.port, is_master=False, use_libuv=False)
         senders = world - script.nproc
         node.sender = relay._Relay(SignedStore(client, key), node.ranks.start, senders)
+    if os.environ.get(ENV_RENDEZVOUS) == "1":
+        sys.stdin.readline()  # every node is up (or the host is gone: start anyway)
     for node in host.nodes:
         host.hello(node)
     hangwatch.start(0, world, own=lambda: stacks_for(script, 0))

@@ -16,10 +16,12 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from jupyter_disttrain.runtime.standin import ENV_RENDEZVOUS
+
 from . import procs
 from .logs import ContainerLog
 from .meta import Obj, now
-from .standin import node_of, run_hosted
+from .standin import node_of, nodes_of, run_hosted
 
 if TYPE_CHECKING:
     from .kubelet import PodWorker
@@ -218,12 +220,14 @@ class ContainerRunner:
         self._marker = f"{worker.marker}{self.name}/{run}/"
         self.container_id = f"emulator://{uuid.uuid4().hex}"
         started = now()
+        gated = hosted is not None and nodes_of(env) is not None
+        extra = {ENV_RENDEZVOUS: "1"} if gated else {}
         try:
             proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
-                env={**env, procs.MARKER: self._marker},
-                stdin=subprocess.DEVNULL,
+                env={**env, procs.MARKER: self._marker, **extra},
+                stdin=subprocess.PIPE if gated else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -254,6 +258,9 @@ class ContainerRunner:
         worker.event("Normal", "Created", f"Created container {self.name}", self.name)
         worker.event("Normal", "Started", f"Started container {self.name}", self.name)
         worker.publish()
+        if gated:
+            assert hosted is not None and proc.stdin is not None
+            hosted.hold(proc.stdin, nodes_of(env) or 0)
         if hosted is not None:  # the stand-in's output: every hosted node's log
             reader = threading.Thread(target=hosted.pump, args=(proc,), daemon=True)
         else:

@@ -9,6 +9,13 @@ Running, hold the lines their node said and end with the code it ended with.
 Everything the API serves (pods, statuses, logs, Events) is as for other pods,
 so a job of 1,024 pods costs one process. The node is ``PET_NODE_RANK``
 (Trainer v2, PyTorchJob), else ``JOB_COMPLETION_INDEX``, else ``RANK``.
+
+No rank steps before every node's pod has started, as in a real job, whose
+rendezvous waits for all ``PET_NNODES`` nodes: the stand-in process is started
+with ``ENV_RENDEZVOUS`` (see :mod:`jupyter_disttrain.runtime.standin`) and waits
+for a line on its stdin, which it gets once every node's container has started
+(:meth:`HostedJob.attach`). Without it a rank of a pod the emulator had not
+created yet could fail, and no pod showed it.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from .logs import ContainerLog
 from .meta import Obj, now
@@ -30,6 +37,12 @@ if TYPE_CHECKING:
 ENV_JOB: Final = "DISTRAIN_STANDIN_JOB"
 #: The exit code of hosted nodes still up when the stand-in process ends (killed with it).
 GONE: Final = 137
+
+
+def nodes_of(env: dict[str, str]) -> int | None:
+    """The job's node count (``PET_NNODES``), or None (elastic, or not given)."""
+    value = env.get("PET_NNODES", "")
+    return int(value) if value.isdigit() else None
 
 
 def node_of(env: dict[str, str]) -> int:
@@ -50,6 +63,8 @@ class HostedJob:
     early: dict[int, list[bytes]] = field(default_factory=dict)
     exits: dict[int, int] = field(default_factory=dict)
     changed: threading.Condition = field(init=False)
+    #: The stand-in's stdin and the node count it waits for, until the rendezvous line went.
+    gate: tuple[IO[bytes], int] | None = None
 
     def __post_init__(self) -> None:
         self.changed = threading.Condition(self.lock)
@@ -61,6 +76,24 @@ class HostedJob:
             early = self.early.pop(node, [])
         if early:
             log.extend(early, time.time())
+        self.open_gate()
+
+    def hold(self, stdin: IO[bytes], nodes: int) -> None:
+        """The stand-in reading ``stdin`` starts once ``nodes`` nodes' containers started."""
+        with self.lock:
+            self.gate = (stdin, nodes)
+        self.open_gate()
+
+    def open_gate(self) -> None:
+        with self.lock:
+            if self.gate is None or len(self.logs) < self.gate[1]:
+                return
+            stdin, self.gate = self.gate[0], None
+        try:
+            with stdin:
+                stdin.write(b"rendezvous\n")
+        except OSError:
+            pass  # the stand-in already ended
 
     def lines(self, node: int, texts: list[bytes]) -> None:
         with self.lock:

@@ -110,6 +110,11 @@ def test_128_nodes_every_rank_heard_stragglers_and_the_failing_rank_named(
 
     job.add_listener(straggling)
     wait_until(job, "every rank's metrics", lambda: len(monitor.metric_ranks("loss")) == 1024)
+    last_start = latest_container_start(emulator, nodes)
+    first_metric = float(min(monitor.metrics_columns()["t"]))
+    assert first_metric >= last_start, (  # the rendezvous waited for every node's pod
+        f"a rank stepped {last_start - first_metric:.1f} s before the last pod started"
+    )
     state = job.wait(timeout=240)
     assert slow == [
         "ranks 517, 700, 901 (nodes 64, 87, 112) are 1.8x slower per step than the median"
@@ -121,6 +126,21 @@ def test_128_nodes_every_rank_heard_stragglers_and_the_failing_rank_named(
     stats = emulator.stats()
     assert stats.streams.peak <= 5, (stats.streams.peak, stats.requests)
     assert stats.log_follows.peak <= 1, stats.requests  # node 0's log only
+
+
+def latest_container_start(emulator: Emulator, nodes: int) -> float:
+    """When the last of the job's ``nodes`` containers started (the API's second resolution)."""
+    from kubernetes import client as k8s
+
+    pods = k8s.CoreV1Api(emulator.api_client()).list_namespaced_pod("default").items
+    starts = []
+    for pod in pods:
+        state = pod.status.container_statuses[0].state
+        started = state.running or state.terminated
+        assert started is not None, (pod.metadata.name, state)
+        starts.append(started.started_at.timestamp())
+    assert len(starts) == nodes, [pod.metadata.name for pod in pods]
+    return max(starts)
 
 
 def test_a_hung_node_is_named(follow: Follow) -> None:

@@ -211,8 +211,9 @@ class ContainerRunner:
         worker = self.worker
         run = len(self.logs)
         log = ContainerLog()
-        hosted = worker.kubelet.standins.job(env)  # a scale test's pod: see standin.py
-        node = node_of(env)
+        raw_env = worker._env(self.spec)  # as written: loopback rewrites Service-like values
+        hosted = worker.kubelet.standins.job(raw_env)  # a scale test's pod: see standin.py
+        node = node_of(raw_env)
         if hosted is not None and node != 0:
             return run_hosted(self, hosted, node, log)
         if hosted is not None:
@@ -220,7 +221,7 @@ class ContainerRunner:
         self._marker = f"{worker.marker}{self.name}/{run}/"
         self.container_id = f"emulator://{uuid.uuid4().hex}"
         started = now()
-        gated = hosted is not None and nodes_of(env) is not None
+        gated = hosted is not None and nodes_of(raw_env) is not None
         extra = {ENV_RENDEZVOUS: "1"} if gated else {}
         try:
             proc = subprocess.Popen(
@@ -260,7 +261,7 @@ class ContainerRunner:
         worker.publish()
         if gated:
             assert hosted is not None and proc.stdin is not None
-            hosted.hold(proc.stdin, nodes_of(env) or 0)
+            hosted.hold(proc.stdin, nodes_of(raw_env) or 0)
         if hosted is not None:  # the stand-in's output: every hosted node's log
             reader = threading.Thread(target=hosted.pump, args=(proc,), daemon=True)
         else:

@@ -52,25 +52,32 @@ def _selects(service: Obj, pod: Obj) -> bool:
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
-def render(
-    pod: Obj,
-    address: str,
-    services: Iterable[Obj],
-    peers: Iterable[tuple[Obj, str]],
-    served: Mapping[tuple[str, str], str],
-) -> str:
-    """The hosts file of ``pod`` (at ``address``): ``services`` and ``peers`` (pod, address)
-    of every namespace, ``served`` (namespace, Service) -> the emulator's own address."""
+def render(pod: Obj, address: str, records: str) -> str:
+    """The hosts file of ``pod`` (at ``address``) with the cluster ``records`` of its
+    namespace (:func:`records`)."""
     meta, spec = pod["metadata"], pod["spec"]
-    own = meta["namespace"]
     hostname = spec.get("hostname") or meta["name"]
     lines = [HEADER]
     if spec.get("subdomain"):
-        fqdn = f"{hostname}.{spec['subdomain']}.{own}.{DOMAIN}"
+        fqdn = f"{hostname}.{spec['subdomain']}.{meta['namespace']}.{DOMAIN}"
         lines.append(f"{address}\t{fqdn}\t{hostname}\n")
     else:
         lines.append(f"{address}\t{hostname}\n")
     lines.append("\n# Cluster DNS records (the emulator has no DNS server).\n")
+    lines.append(records)
+    return "".join(lines)
+
+
+def records(
+    own: str,
+    services: Iterable[Obj],
+    peers: Iterable[tuple[Obj, str]],
+    served: Mapping[tuple[str, str], str],
+) -> str:
+    """The cluster DNS records a pod of namespace ``own`` sees: ``services`` and ``peers``
+    (pod, address) of every namespace, ``served`` (namespace, Service) -> the emulator's
+    own address. The same for every pod of a namespace (computed once for them all)."""
+    lines = []
     peers = list(peers)
     headless: set[tuple[str, str]] = set()
     for service in services:

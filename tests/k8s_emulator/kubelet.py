@@ -37,7 +37,7 @@ from .podnet import PodNetwork
 from .resources import CONFIGMAPS, PODS, SECRETS, SERVICES
 from .rewrite import Network, expand, path_rewriter
 from .sandbox import PYTHON, HostsWriter, attach, container_argv
-from .standin import StandinPods
+from .standin import StandinPods, runs_elsewhere
 from .store import ADDED, DELETED, MODIFIED, Event
 from .volumes import MountError, materialise, mounts, refresh_downward
 
@@ -357,12 +357,19 @@ class PodWorker(threading.Thread, PodEnv):
         for sub in ("rootfs", "tmp"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         podnet, hosts = self.kubelet.podnet, self.kubelet.hosts
-        if podnet is not None and hosts is not None:
+        if podnet is not None and hosts is not None and not self._runs_elsewhere():
             self.kubelet.setup_times.append(attach(self, podnet))
-            hosts.refresh()
+            hosts.sync()  # with the other pods starting now: one refresh for them all
         self.sandbox_ready = True
         self.publish()
         return True
+
+    def _runs_elsewhere(self) -> bool:
+        containers = self.pod["spec"].get("containers") or [{}]
+        try:
+            return runs_elsewhere(self._env(containers[0]))
+        except ConfigError:
+            return False
 
     def _initialise(self) -> bool:
         """Run the init containers in order, each to success; False if one failed for good."""

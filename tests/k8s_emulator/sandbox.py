@@ -37,7 +37,15 @@ PYTHON = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$")
 
 class HostsWriter:
     """Rewrites the hosts files of the pods on the pod network when pods or Services change
-    (a thread woken by :meth:`changed`; :meth:`refresh` does it at once)."""
+    (a thread woken by :meth:`changed`; :meth:`refresh` does it at once, :meth:`sync` waits
+    for the thread's next refresh).
+
+    A refresh renders each namespace's records once and costs one file write a pod, so a
+    burst of pods starting together shares refreshes instead of each pod rewriting every
+    other pod's file (which made starting N pods cost N^3)."""
+
+    #: Seconds :meth:`sync` waits for the thread's refresh.
+    SYNC_SECONDS = 60.0
 
     def __init__(self, store: Store, workers: Callable[[], list[PodWorker]]) -> None:
         self.store, self.workers = store, workers
@@ -48,11 +56,30 @@ class HostsWriter:
         self._dirty = threading.Event()
         self._closed = False
         self._lock = threading.Lock()
+        self._asked = 0  # refreshes asked for by :meth:`sync`, numbered
+        self._covered = 0  # the highest of those numbers a finished refresh covered
+        self._progress = threading.Condition()
+        self._error: Exception | None = None  # what the thread's last refresh raised
         self._thread = threading.Thread(target=self._loop, name="kubelet-hosts", daemon=True)
         self._thread.start()
 
     def changed(self) -> None:
         self._dirty.set()
+
+    def sync(self) -> None:
+        """Return once a refresh that began after this call has finished (so every pod's file
+        knows what the store and the workers hold now); several callers share one refresh."""
+        with self._progress:
+            self._asked += 1
+            mine = self._asked
+        self._dirty.set()
+        with self._progress:
+            self._progress.wait_for(
+                lambda: self._covered >= mine or self._closed, self.SYNC_SECONDS
+            )
+            error = self._error
+        if error is not None:
+            raise RuntimeError(f"the pods' hosts files could not be written: {error!r}")
 
     def refresh(self) -> None:
         with self._lock:
@@ -63,16 +90,22 @@ class HostsWriter:
                 for s in self.store.objects(SERVICES.key)[0]
                 if (s["metadata"]["namespace"], s["metadata"]["name"]) not in self.hidden
             ]
+            by_namespace: dict[str, str] = {}
             for worker in workers:
                 path = worker.hosts_file
                 if path is not None and worker.attached and not worker.stopping.is_set():
-                    text = hosts.render(worker.pod, worker.address, services, peers, self.served)
+                    own = worker.pod["metadata"]["namespace"]
+                    if own not in by_namespace:
+                        by_namespace[own] = hosts.records(own, services, peers, self.served)
+                    text = hosts.render(worker.pod, worker.address, by_namespace[own])
                     hosts.write(path, text)
 
     def close(self) -> None:
         self._closed = True
         self._dirty.set()
         self._thread.join(timeout=10)
+        with self._progress:
+            self._progress.notify_all()
 
     def _loop(self) -> None:
         while True:
@@ -80,7 +113,17 @@ class HostsWriter:
             if self._closed:
                 return
             self._dirty.clear()
-            self.refresh()
+            with self._progress:
+                asked = self._asked
+            try:
+                self.refresh()
+                error = None
+            except Exception as exc:  # raised in the pods' setups that wait (sync)
+                error = exc
+            with self._progress:
+                self._error = error
+                self._covered = asked
+                self._progress.notify_all()
 
 
 def attach(worker: PodWorker, podnet: PodNetwork) -> float:

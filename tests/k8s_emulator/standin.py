@@ -45,6 +45,12 @@ def nodes_of(env: dict[str, str]) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def runs_elsewhere(env: dict[str, str]) -> bool:
+    """Whether a container with ``env`` is a hosted node other than 0: it runs no process
+    of its own, so its pod needs no sandbox network (an emulator's /24 holds 252 pods)."""
+    return bool(env.get(ENV_JOB)) and node_of(env) != 0
+
+
 def node_of(env: dict[str, str]) -> int:
     for name in ("PET_NODE_RANK", "JOB_COMPLETION_INDEX", "RANK"):
         value = env.get(name, "")

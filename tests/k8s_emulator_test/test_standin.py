@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from tests.k8s_emulator.logs import ContainerLog
-from tests.k8s_emulator.standin import HostedJob, nodes_of
+from tests.k8s_emulator.standin import HostedJob, nodes_of, runs_elsewhere
 
 
 def test_rendezvous_waits_for_every_node() -> None:
@@ -36,3 +36,9 @@ def test_node_count_from_the_pod_environment() -> None:
     assert nodes_of({"PET_NNODES": "1024"}) == 1024
     assert nodes_of({"PET_NNODES": "1:4"}) is None  # elastic: no fixed rendezvous size
     assert nodes_of({}) is None
+
+
+def test_only_node_0_of_a_hosted_job_runs_a_process() -> None:
+    assert not runs_elsewhere({"DISTRAIN_STANDIN_JOB": "scale", "PET_NODE_RANK": "0"})
+    assert runs_elsewhere({"DISTRAIN_STANDIN_JOB": "scale", "PET_NODE_RANK": "5"})
+    assert not runs_elsewhere({"PET_NODE_RANK": "5"})  # an ordinary pod

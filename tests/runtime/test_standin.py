@@ -82,7 +82,7 @@ def wait_until(job: Job, what: str, ok: Callable[[], bool], timeout: float = 240
     while not ok():
         if time.monotonic() > deadline:
             pytest.fail(
-                f"{what}: not within {timeout:.0f} s; {job.state} ({job.reason})\n{tail(job)}"
+                f"{what}: not within {timeout:.0f} s; {job.status()} ({job.reason})\n{tail(job)}"
             )
         time.sleep(0.5)
 

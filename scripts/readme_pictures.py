@@ -3,13 +3,13 @@
 ``python scripts/readme_pictures.py`` (or ``make readme-pictures``) reads the
 dashboards ``tests/browser/test_cause_browser.py`` saved under
 ``test-output/browser-cause/{light,dark}/`` (the failing, recovered and hung
-jobs), the paused rank's console ``tests/browser/test_debug_browser.py`` saved
-under ``test-output/debug/`` and the job ``tests/browser/test_autolog_browser.py``
+jobs), the paused rank's console (light and dark) ``tests/browser/test_debug_browser.py``
+saved under ``test-output/debug/`` and the job ``tests/browser/test_autolog_browser.py``
 saved under ``test-output/browser-autolog/``, and writes them, at most 960 px
 wide and in 256 colours, to ``docs/`` (``failing-job.png``,
 ``failing-job-dark.png``, ``recovered-job.png``, ``recovered-job-dark.png``,
 ``hung-job.png``, ``hung-job-dark.png``, ``debug-console.png``,
-``lightning-job.png``).
+``debug-console-dark.png``, ``lightning-job.png``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ PICTURES = {
         for theme, suffix in THEMES.items()
     },
     OUTPUT / "debug" / "debug-console.png": "debug-console.png",
+    OUTPUT / "debug" / "debug-console-dark.png": "debug-console-dark.png",
     OUTPUT / "browser-autolog" / "lightning-job.png": "lightning-job.png",
 }
 WIDTH = 960

@@ -93,6 +93,23 @@ async function seen(key) {
   );
 }
 
+// The jobs panel's open details of the failed job: its ranks' errors and "lost its peer" lines.
+async function sidebarErrors() {
+  return page.evaluate((id) => {
+    const detail = document.querySelector(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`);
+    return {
+      errors: [...detail.querySelectorAll(".jp-Disttrain-rank-error")].map((e) => e.textContent),
+      peers: [...detail.querySelectorAll("details.jp-Disttrain-rank-peer")].map((d) => ({
+        summary: d.querySelector("summary").textContent,
+        open: d.open,
+        raw: d.querySelector("pre").textContent,
+        background: getComputedStyle(d).backgroundColor,
+      })),
+      shown: detail.innerText,
+    };
+  }, `local/${JOBS.fail}`);
+}
+
 async function seenAll() {
   const out = {};
   for (const key of ["fail", "recover", "session", "hang"]) out[key] = await seen(key);
@@ -208,19 +225,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] .jp-Disttrain-reason`).first().waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1500); // the last renders
   // its ranks' errors: the failing rank's own, the others "lost its peer" (raw text folded)
-  result.sidebarErrors = await page.evaluate((id) => {
-    const detail = document.querySelector(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`);
-    return {
-      errors: [...detail.querySelectorAll(".jp-Disttrain-rank-error")].map((e) => e.textContent),
-      peers: [...detail.querySelectorAll("details.jp-Disttrain-rank-peer")].map((d) => ({
-        summary: d.querySelector("summary").textContent,
-        open: d.open,
-        raw: d.querySelector("pre").textContent,
-        background: getComputedStyle(d).backgroundColor,
-      })),
-      shown: detail.innerText,
-    };
-  }, `local/${JOBS.fail}`);
+  result.sidebarErrors = await sidebarErrors();
   result.light = await seenAll();
   result.rows = {
     fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"),
@@ -241,6 +246,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.waitForFunction(() => document.body.dataset.jpThemeName === "JupyterLab Dark", null, { timeout: 30_000 });
   await page.waitForTimeout(1500); // the charts restyle on the theme change
   result.dark = await seenAll();
+  result.sidebarErrorsDark = await sidebarErrors();
   await shots("dark");
   await page.evaluate(() => window.jupyterapp.commands.execute("apputils:change-theme", { theme: "JupyterLab Light" }));
   await page.keyboard.press("Control+s");

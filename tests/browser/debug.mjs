@@ -10,6 +10,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
+import { lowContrast } from "./contrast.mjs";
 import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
@@ -19,6 +20,14 @@ fs.mkdirSync(outDir, { recursive: true });
 const { page, result, close } = await openBrowser({ width: 1300, height: 1600 });
 const dash = ".distrain-job-browser-debug";
 const runCell = (index) => runCellOn(page, index);
+
+// Chooses `theme` from the Settings menu; resolves once the page wears it.
+async function setTheme(theme) {
+  await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Settings$/ }).click();
+  await page.locator(".lm-Menu-itemLabel", { hasText: /^Theme$/ }).hover();
+  await page.locator(".lm-Menu-itemLabel", { hasText: new RegExp(`^${theme}$`) }).click();
+  await page.waitForFunction((name) => document.body.dataset.jpThemeName === name, theme, { timeout: 30_000 });
+}
 
 await runScenario({ page, result, close }, outDir, async () => {
   await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
@@ -77,6 +86,14 @@ await runScenario({ page, result, close }, outDir, async () => {
   result.answer = await panel.locator(".dd-answer").first().textContent();
   await panel.scrollIntoViewIfNeeded();
   await panel.screenshot({ path: path.join(outDir, "debug-console.png") });
+  // the same paused console in the dark theme (Settings > Theme), then back to the light one
+  result.lightInk = await panel.evaluate((el) => getComputedStyle(el).color);
+  result.lightContrast = await page.evaluate(lowContrast, { sel: ".distrain-debug" });
+  await setTheme("JupyterLab Dark");
+  result.darkInk = await panel.evaluate((el) => getComputedStyle(el).color);
+  result.darkContrast = await page.evaluate(lowContrast, { sel: ".distrain-debug" });
+  await panel.screenshot({ path: path.join(outDir, "debug-console-dark.png") });
+  await setTheme("JupyterLab Light");
 
   await panel.getByRole("button", { name: "Continue" }).click();
   await page.locator(`${dash} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: JOB_TIMEOUT });

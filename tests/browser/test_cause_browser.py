@@ -162,14 +162,16 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
         check_view(name, result[name])
     assert rgb(result["light"]["fail"]["themeInk"]) != rgb(result["dark"]["fail"]["themeInk"])
 
-    said = result["sidebarErrors"]  # the panel's details of the failed job
-    assert said["errors"] or said["peers"], said
-    assert all(e.startswith("rank 1: ValueError: bad batch at step 5") for e in said["errors"])
-    for peer in said["peers"]:
-        assert re.fullmatch(r"rank [023]: lost its peer \(rank 1 failed\)", peer["summary"]), said
-        assert not peer["open"] and peer["raw"].startswith("RuntimeError: "), said
-        assert peer["background"] in TRANSPARENT, said  # a plain line, not an error box
-    assert "GLHF" not in said["shown"] and "pair.cc" not in said["shown"], said["shown"]
+    for key in ("sidebarErrors", "sidebarErrorsDark"):  # the panel's details of the failed job
+        said = result[key]
+        assert said["errors"] or said["peers"], (key, said)
+        assert all(e.startswith("rank 1: ValueError: bad batch at step 5") for e in said["errors"])
+        for peer in said["peers"]:
+            summary = peer["summary"]
+            assert re.fullmatch(r"rank [023]: lost its peer \(rank 1 failed\)", summary), said
+            assert not peer["open"] and peer["raw"].startswith("RuntimeError: "), said
+            assert peer["background"] in TRANSPARENT, said  # a plain line, not an error box
+        assert "GLHF" not in said["shown"] and "pair.cc" not in said["shown"], said["shown"]
     resume = result["resume"]  # right below the browser's cell, selected, at once
     assert resume["after"] == resume["before"] + 1 and resume["index"] == 6, resume
     assert resume["source"].startswith("%%distrain --nodes 2 --nproc 2 "), resume

@@ -3,8 +3,9 @@
 A notebook runs a 2x2 local job whose rank 1 stops at ``breakpoint()``: the
 dashboard says Paused and where; ``%distrain_debug`` opens the console, which
 shows the frame's source with the current line, answers ``p step`` typed in its
-input line, and Continue lets the job finish. The console's screenshot lands in
-``test-output/debug/`` (the README's picture, ``docs/debug-console.png``).
+input line, and Continue lets the job finish. The console's screenshots, in the light and
+the dark theme, land in ``test-output/debug/`` (the README's pictures,
+``docs/debug-console.png`` and ``docs/debug-console-dark.png``).
 """
 
 from __future__ import annotations
@@ -63,4 +64,9 @@ def test_debug_console_in_jupyterlab(lab: Lab) -> None:
 
     errors = [e for e in result["console"] if e.startswith("pageerror")]
     assert not errors, errors
-    assert (OUTPUT / "debug-console.png").stat().st_size > 10_000
+    assert result["lightInk"] != result["darkInk"], result  # the console follows the theme
+    for theme in ("lightContrast", "darkContrast"):  # its text at least 4.5:1 on its background
+        read = result[theme]
+        assert read["checked"] > 5 and not read["found"], (theme, read)
+    for name in ("debug-console.png", "debug-console-dark.png"):
+        assert (OUTPUT / name).stat().st_size > 10_000

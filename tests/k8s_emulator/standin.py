@@ -68,12 +68,11 @@ class HostedJob:
     logs: dict[int, ContainerLog] = field(default_factory=dict)
     early: dict[int, list[bytes]] = field(default_factory=dict)
     exits: dict[int, int] = field(default_factory=dict)
-    changed: threading.Condition = field(init=False)
+    #: Set when a node ended: each node's container waits on its own (a thousand waiters on
+    #: one condition took turns at its lock faster than the output pump got a turn).
+    ended: dict[int, threading.Event] = field(default_factory=dict)
     #: The stand-in's stdin and the node count it waits for, until the rendezvous line went.
     gate: tuple[IO[bytes], int] | None = None
-
-    def __post_init__(self) -> None:
-        self.changed = threading.Condition(self.lock)
 
     def attach(self, node: int, log: ContainerLog) -> None:
         """``log`` is node ``node``'s (lines said before it started go in first)."""
@@ -112,22 +111,27 @@ class HostedJob:
     def end(self, node: int, code: int) -> None:
         with self.lock:
             self.exits.setdefault(node, code)
-            self.changed.notify_all()
+            self._ended(node).set()
 
     def end_all(self, code: int) -> None:
         with self.lock:
             for node in self.logs:
                 self.exits.setdefault(node, code)
-            self.changed.notify_all()
+                self._ended(node).set()
 
     def wait_exit(self, node: int, stopping: threading.Event) -> int:
         """Node ``node``'s exit code once it ended (or :data:`GONE` once the pod is stopped)."""
         with self.lock:
-            while node not in self.exits:
-                if stopping.is_set():
-                    return GONE
-                self.changed.wait(0.5)
+            ended = self._ended(node)
+        while not ended.wait(1.0):
+            if stopping.is_set():
+                return GONE
+        with self.lock:
             return self.exits[node]
+
+    def _ended(self, node: int) -> threading.Event:
+        """Node ``node``'s end (hold :attr:`lock`)."""
+        return self.ended.setdefault(node, threading.Event())
 
     def pump(self, proc: subprocess.Popen[bytes]) -> None:
         """Split the stand-in process's output into its nodes' logs and exits.

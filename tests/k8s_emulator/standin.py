@@ -68,9 +68,13 @@ class HostedJob:
     logs: dict[int, ContainerLog] = field(default_factory=dict)
     early: dict[int, list[bytes]] = field(default_factory=dict)
     exits: dict[int, int] = field(default_factory=dict)
-    #: Set when a node ended: each node's container waits on its own (a thousand waiters on
-    #: one condition took turns at its lock faster than the output pump got a turn).
+    #: Set when a node ended, or its pod is stopping. A node's container blocks on its own,
+    #: without a timeout: a thousand threads waking to poll (one condition, or each its
+    #: own) kept hundreds waiting for the interpreter lock and starved the output pump.
     ended: dict[int, threading.Event] = field(default_factory=dict)
+    #: The containers waiting for their node's end: node -> its pod's ``stopping``.
+    waiting: dict[int, threading.Event] = field(default_factory=dict)
+    watcher: threading.Thread | None = None
     #: The stand-in's stdin and the node count it waits for, until the rendezvous line went.
     gate: tuple[IO[bytes], int] | None = None
 
@@ -123,11 +127,27 @@ class HostedJob:
         """Node ``node``'s exit code once it ended (or :data:`GONE` once the pod is stopped)."""
         with self.lock:
             ended = self._ended(node)
-        while not ended.wait(1.0):
-            if stopping.is_set():
-                return GONE
+            self.waiting[node] = stopping
+            if self.watcher is None:
+                self.watcher = threading.Thread(target=self._watch, name="hosted-stops")
+                self.watcher.daemon = True
+                self.watcher.start()
+        ended.wait()
         with self.lock:
-            return self.exits[node]
+            self.waiting.pop(node, None)
+            return self.exits.get(node, GONE)
+
+    def _watch(self) -> None:
+        """One thread for every waiting container: wake those whose pod is stopping."""
+        while True:
+            time.sleep(0.5)
+            with self.lock:
+                if not self.waiting:
+                    self.watcher = None  # the next waiter starts another
+                    return
+                for node, stopping in self.waiting.items():
+                    if stopping.is_set():
+                        self._ended(node).set()
 
     def _ended(self, node: int) -> threading.Event:
         """Node ``node``'s end (hold :attr:`lock`)."""

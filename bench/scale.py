@@ -244,8 +244,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         missed = f"not in {NAMED_WITHIN:.0f}"
         named = f"{r['fail_named_s']:.1f}" if "fail_named_s" in r else "-" if r["hang"] else missed
         hung = f"{r['hang_named_s']:.1f}" if "hang_named_s" in r else missed if r["hang"] else "-"
+        label = f"{r['nodes']}, node {r['nodes'] // 2} hung" if r["hang"] else f"{r['nodes']}"
         lines.append(
-            f"| {r['nodes']} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | "
+            f"| {label} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | "
             f"{r['requests']} | "
             f"{r['streams_peak']} / {r['connections_peak']} | {r['log_follows_peak']} | "
             f"{r['cpu_pct']:.0f} | {r['kernel_rss_mib']:.0f} | {r['server_rss_mib']:.0f} | "

@@ -7,6 +7,11 @@ the single owner of a job's state, result, errors and diagnosis: a
 :class:`~jupyter_disttrain.job.Job` is a handle over it, and widgets, the
 text view, the sidebar and the command line only render what it keeps.
 
+The parts that keep the facts (failures, pace, stacks, communication,
+metrics, logs, phases, progress, pauses; see :mod:`.state`) each own their
+fields and are pure; the monitor's one lock guards them all, and the readers
+here ask them through their methods and combine the answers.
+
 Times are the ``t`` of the events (Unix seconds); methods that need the
 current time take ``now`` (default: :func:`time.time`).
 """

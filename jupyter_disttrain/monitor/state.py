@@ -1,9 +1,22 @@
 """MonitorState: a job's state, updated event by event (the writing half of the monitor).
 
-Every event goes through :meth:`MonitorState.feed` under one lock; the
-handlers below keep the job and rank state machines, errors, checkpoints,
-metrics, logs and the communication parser. :class:`~.core.JobMonitor` adds
-the readers.
+Every event goes through :meth:`MonitorState.feed` under one lock and is
+handed to the part that owns its fact. This class itself owns the job and
+rank state machines: the rank rows, the job state and what the backend
+reported, attempts, times, the version, the first copies seen, staging,
+checkpoints, result. The parts, each with its own fields, asked through methods:
+
+- :class:`~.failures.FailureBook`: failures, errors, the agents' logged exits,
+  workers' pids, recovered causes (it reads rank states the rows own, passed in);
+- :class:`~.pace.Pace`: per-rank recent steps, rates, stalls, the frontier;
+- :class:`~.stacks.StackBook`: stacks by request and the newest output time (hangs);
+- :class:`~.comms.CommsReader`: the NCCL / c10d / gloo reading and unresolved names;
+- :class:`~.metrics.MetricStore` (series), :class:`~jupyter_disttrain.logbuffer.LogBuffer`
+  (log lines), :class:`~.phases.PhaseLog` (start-up phases),
+  :class:`~.usage.ProgressTracker` (rank 0's progress bar), :class:`~.paused.PauseBook`
+  (debugger pauses), :class:`~.notices.Notices` (warnings).
+
+:class:`~.core.JobMonitor` adds the readers, which combine the parts' answers.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ the single owner of a job's state, result, errors and diagnosis: a
 :class:`~jupyter_disttrain.job.Job` is a handle over it, and widgets, the
 text view, the sidebar and the command line only render what it keeps.
 
+The parts that keep the facts (failures, pace, stacks, communication,
+metrics, logs, phases, progress, pauses; see :mod:`.state`) each own their
+fields and are pure; the monitor's one lock guards them all, and the readers
+here ask them through their methods and combine the answers.
+
 Times are the ``t`` of the events (Unix seconds); methods that need the
 current time take ``now`` (default: :func:`time.time`).
 """
@@ -26,7 +31,7 @@ from ..events import TERMINAL_STATES, Event, JobState
 from ..logbuffer import Divergence, FoldedLine, LogLine, Search
 from ..nccl import NcclSummary
 from ..runtime.numbers import finite_or_none
-from .cause import Cause, cell_line, classify_error, comms_names_cause, recovered_text
+from .cause import Cause, cell_line, comms_names_cause, recovered_text
 from .hung import hung_rows
 from .network import failed_sentence, partition_of, partition_sentence, place
 from .records import (
@@ -53,12 +58,6 @@ from .scale import slow_ranks, slow_sentence, state_ranges, summarised
 from .state import MonitorState
 from .where import Where, where_from
 
-#: Seconds a hang's stacks may take to arrive from every rank before it is read with some.
-HANG_GATHER = 8.0
-#: A rank whose last metric is older than this many of its own intervals (and at least
-#: STALL_MIN_S seconds) reads as stalled: its steps/s is not shown as current.
-STALL_INTERVALS = 3.0
-STALL_MIN_S = 2.0
 #: The metric a rank may report as its own seconds of work per step (see JobMonitor.slow).
 STEP_TIME = "step_time"
 #: Rank states of a rank that will send no more stacks.
@@ -126,8 +125,9 @@ class JobMonitor(MonitorState):
         said = self._message or self._reason
         if self._state == "Failed":
             return self._cause_line(cause) if cause is not None else said
-        if self._state == "Restarting" and self._recovered:
-            return f"restarting after {self._cause_line(self._recovered[-1])}"
+        recovered = self._faults.recovered() if self._state == "Restarting" else []
+        if recovered:
+            return f"restarting after {self._cause_line(recovered[-1])}"
         return said
 
     def _cause_line(self, cause: Cause) -> str:
@@ -137,7 +137,7 @@ class JobMonitor(MonitorState):
         if cut is not None:
             return cut
         if cause.kind == "killed" and not cause.same and place(self._rows.get(cause.rank)):
-            return failed_sentence(cause, cell_line(self._errors, cause), self._rows)
+            return failed_sentence(cause, cell_line(self._faults.errors(), cause), self._rows)
         return cause.line()
 
     def cause(self) -> Cause | None:
@@ -148,7 +148,7 @@ class JobMonitor(MonitorState):
     def recovered(self) -> list[Cause]:
         """The causes of the earlier attempts a restart recovered from, oldest first."""
         with self._lock:
-            return list(self._recovered)
+            return self._faults.recovered()
 
     def cause_error(self) -> Event | None:
         """The ``error`` event of the cause's rank (its first of the attempt), or None."""
@@ -156,10 +156,7 @@ class JobMonitor(MonitorState):
             cause = self._cause()
             if cause is None:
                 return None
-            for info, event in zip(self._errors, self._error_events, strict=True):
-                if info.rank == cause.rank and info.attempt == cause.attempt:
-                    return Event(event.kind, event.rank, event.t, dict(event.fields))
-            return None
+            return self._faults.error_event(cause.rank, cause.attempt)
 
     @property
     def ended(self) -> bool:
@@ -182,10 +179,7 @@ class JobMonitor(MonitorState):
     def comms(self) -> NcclSummary:
         """The NCCL / c10d / gloo reading of every log line received so far."""
         with self._lock:
-            cached = self._comms_summary
-            if cached is None or cached[0] != self._comms_lines:
-                cached = self._comms_summary = (self._comms_lines, self._comms.summary())
-            return cached[1]
+            return self._comms.summary()
 
     def diagnosis(self) -> str | None:
         """The job's current one-sentence reading (communication, hang or failure), or None.
@@ -210,14 +204,14 @@ class JobMonitor(MonitorState):
             return hang.sentence()
         cause = self._cause()
         own = cause is not None and cause.kind in ("raised", "exited")
-        cut = partition_sentence(cause, self._recovered, self._rows)
-        if cut := cut or self._names.sentence(self._rows):
+        cut = partition_sentence(cause, self._faults.recovered(), self._rows)
+        if cut := cut or self._comms.unresolved(self._rows):
             return cut  # who cannot reach whom, or the name no launcher could resolve
         comms = self.comms()
         if not own and comms.failure != "none" and comms.diagnosis and comms_names_cause(comms):
             return comms.diagnosis
         if self._state == "Failed" and cause is not None:
-            return failed_sentence(cause, cell_line(self._errors, cause), self._rows)
+            return failed_sentence(cause, cell_line(self._faults.errors(), cause), self._rows)
         if self._state == "Failed" and (self._message or self._reason):
             return f"the job failed: {self._message or self._reason}"
         if self._state == "Running" and (slow := self._slow(now)):
@@ -228,8 +222,8 @@ class JobMonitor(MonitorState):
         """The stacks of ``request`` (default: the newest), grouped; None if none arrived."""
         with self._lock:
             if request is None:
-                request = next(reversed(self._stacks), None)
-            if request is None or request not in self._stacks:
+                request = self._stacks.newest()
+            if request is None or self._stacks.of(request) is None:
                 return None
             return self._where(request)
 
@@ -240,8 +234,10 @@ class JobMonitor(MonitorState):
         """
 
         with self._changed:
-            self._changed.wait_for(lambda: self._stacks_complete(request), timeout=timeout)
-            if request not in self._stacks:
+            self._changed.wait_for(
+                lambda: self._stacks.complete(request, self._up()), timeout=timeout
+            )
+            if self._stacks.of(request) is None:
                 return None
             return self._where(request)
 
@@ -251,20 +247,17 @@ class JobMonitor(MonitorState):
             return self._hang()
 
     def _hang(self, now: float | None = None) -> Where | None:
-        for request in reversed(self._stacks):
-            if request.startswith("h"):
-                first = self._stacks_t[request]
-                if self._output_t is not None and self._output_t > first:
-                    return None
-                if not self._stacks_complete(request) and now_or_clock(now) - first < HANG_GATHER:
-                    return None  # rank 0 is still relaying the others' stacks
-                return self._where(request)
-        return None
+        request = self._stacks.hang(now_or_clock(now), self._up)
+        return None if request is None else self._where(request)
+
+    def _up(self) -> list[int]:
+        """The ranks that may still send stacks."""
+        return [r.rank for r in self._rows.values() if r.state not in _ENDED_RANK]
 
     def _where(self, request: str) -> Where:
         """The stacks of ``request`` grouped; a large job's sentence names nodes too."""
         nodes = {r: row.node for r, row in self._rows.items()} if self._large() else None
-        return where_from(request, self._stacks[request], self._world_size, nodes)
+        return where_from(request, self._stacks.of(request) or {}, self._world_size, nodes)
 
     def _large(self) -> bool:
         return summarised(self._world_size)
@@ -284,7 +277,7 @@ class JobMonitor(MonitorState):
         own = self._metrics.latest_of(STEP_TIME)
         times: dict[int, float] = {}
         for rank, row in self._rows.items():
-            if row.state != "Running" or self._stalled(rank, at):
+            if row.state != "Running" or self._pace.stalled(rank, at):
                 continue
             if own:
                 if rank in own and math.isfinite(own[rank]):
@@ -292,11 +285,6 @@ class JobMonitor(MonitorState):
             elif row.step_rate:
                 times[rank] = 1.0 / row.step_rate
         return slow_ranks(times, {r: row.node for r, row in self._rows.items()})
-
-    def _stacks_complete(self, request: str) -> bool:
-        seen = self._stacks.get(request, {})
-        up = [r.rank for r in self._rows.values() if r.state not in _ENDED_RANK]
-        return bool(seen) and all(rank in seen for rank in up)
 
     @property
     def world_size(self) -> int:
@@ -341,10 +329,12 @@ class JobMonitor(MonitorState):
         Restart downtime counts as time; ``None`` before two distinct steps.
         """
         with self._lock:
-            if self._first_metric is None or self._frontier is None:
-                return None
-            (t0, s0), (t1, s1) = self._first_metric, self._frontier
-            return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else None
+            return self._pace.overall()
+
+    @property
+    def rate_window(self) -> float:
+        """Seconds of recent metrics a rank's steps/s is measured over."""
+        return self._pace.rate_window
 
     def ranks(self) -> list[RankState]:
         """Copies of the rank rows, by rank."""
@@ -362,7 +352,7 @@ class JobMonitor(MonitorState):
     def failures(self) -> list[Failure]:
         """Every rank failure so far, in arrival order (all attempts)."""
         with self._lock:
-            return list(self._failures)
+            return self._faults.failures()
 
     def first_failure(self) -> tuple[int, str] | None:
         """``(rank, reason)`` of the earliest failure (by event time) since the last restart."""
@@ -417,13 +407,12 @@ class JobMonitor(MonitorState):
     def error_events(self) -> list[Event]:
         """Every ``error`` event (all fields, for re-raising), oldest first; copies."""
         with self._lock:
-            found = sorted(self._error_events, key=lambda e: e.t)
-            return [Event(e.kind, e.rank, e.t, dict(e.fields)) for e in found]
+            return self._faults.error_events()
 
     def errors(self) -> list[ErrorInfo]:
         """Every ``error`` event in arrival order."""
         with self._lock:
-            return list(self._errors)
+            return self._faults.errors()
 
     # ------------------------------------------------------------------ metrics
 
@@ -510,11 +499,13 @@ class JobMonitor(MonitorState):
             at = now_or_clock(now)
             latest = self._metrics.latest_values()
             failure = self._first_failure()
-            frontier = None if self._frontier is None else self._frontier[1]
+            frontier = self._pace.frontier
             phases = self._phase_log.timeline(self.phases, self._world_size, at)
             cause = self._cause()
             ranks = [
-                rank_row(row, at, row.state == "Running" and self._stalled(row.rank, at), latest)
+                rank_row(
+                    row, at, row.state == "Running" and self._pace.stalled(row.rank, at), latest
+                )
                 for _, row in sorted(self._rows.items())
             ]
             hang = self._hang(at) if self._display_state(at) == "Hung" else None
@@ -526,6 +517,7 @@ class JobMonitor(MonitorState):
             )
             stalled = live or self._ended_stalled()
             slow = self._slow(at) if self._state == "Running" else []
+            errors = self._faults.current_errors(self._attempt, self._state == "Stopped")
             return Snapshot(
                 name=self.name,
                 backend=self.backend,
@@ -549,14 +541,14 @@ class JobMonitor(MonitorState):
                 first_failure=None if failure is None else failure_row(failure),
                 why=self._why(),
                 cause=None if cause is None else cause_row(cause),
-                recovered=recovered_text(self._recovered, self._loaded),
+                recovered=recovered_text(self._faults.recovered(), self._loaded),
                 stragglers=self._stragglers(),
                 slow=slow,
                 slow_line=slow_sentence(slow, nodes=self._large()),
                 summary=state_ranges(ranks),
                 metrics=self._metrics.rows(),
                 checkpoints=[checkpoint_row(c) for c in self._checkpoints],
-                errors=[error_row(e) for e in self._current_errors()],
+                errors=[error_row(e) for e in errors],
                 has_result=self._result is not None,
                 logs=LogSummary(
                     kept=len(self._logs), total=self._logs.total, dropped=self._logs.dropped
@@ -575,21 +567,4 @@ class JobMonitor(MonitorState):
         """Stopped or failed while every rank's steps stalled: its last rate is not current."""
         if self._state not in ("Stopped", "Failed") or self._end_t is None:
             return False
-        rated = [rank for rank, recent in self._recent.items() if len(recent) >= 2]
-        return bool(rated) and all(self._stalled(rank, self._end_t) for rank in rated)
-
-    def _stalled(self, rank: int, now: float) -> bool:
-        """No metric from ``rank`` for longer than :data:`STALL_INTERVALS` of its intervals."""
-        recent = self._recent.get(rank)
-        if not recent or len(recent) < 2:
-            return False
-        (t0, _), (t1, _) = recent[0], recent[-1]
-        interval = (t1 - t0) / (len(recent) - 1)
-        return now - t1 > max(STALL_INTERVALS * interval, STALL_MIN_S)
-
-    def _current_errors(self) -> list[ErrorInfo]:
-        """The errors of the current attempt; after a stop, not those the stop caused."""
-        current = [e for e in self._errors if e.attempt == self._attempt]
-        if self._state == "Stopped":
-            current = [e for e in current if classify_error(e.type, e.message) == "raised"]
-        return current
+        return self._pace.all_stalled(self._end_t)

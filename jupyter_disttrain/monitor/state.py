@@ -1,15 +1,27 @@
 """MonitorState: a job's state, updated event by event (the writing half of the monitor).
 
-Every event goes through :meth:`MonitorState.feed` under one lock; the
-handlers below keep the job and rank state machines, errors, checkpoints,
-metrics, logs and the communication parser. :class:`~.core.JobMonitor` adds
-the readers.
+Every event goes through :meth:`MonitorState.feed` under one lock and is
+handed to the part that owns its fact. This class itself owns the job and
+rank state machines: the rank rows, the job state and what the backend
+reported, attempts, times, the version, the first copies seen, staging,
+checkpoints, result. The parts, each with its own fields, asked through methods:
+
+- :class:`~.failures.FailureBook`: failures, errors, the agents' logged exits,
+  workers' pids, recovered causes (it reads rank states the rows own, passed in);
+- :class:`~.pace.Pace`: per-rank recent steps, rates, stalls, the frontier;
+- :class:`~.stacks.StackBook`: stacks by request and the newest output time (hangs);
+- :class:`~.comms.CommsReader`: the NCCL / c10d / gloo reading and unresolved names;
+- :class:`~.metrics.MetricStore` (series), :class:`~jupyter_disttrain.logbuffer.LogBuffer`
+  (log lines), :class:`~.phases.PhaseLog` (start-up phases),
+  :class:`~.usage.ProgressTracker` (rank 0's progress bar), :class:`~.paused.PauseBook`
+  (debugger pauses), :class:`~.notices.Notices` (warnings).
+
+:class:`~.core.JobMonitor` adds the readers, which combine the parts' answers.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Final, cast
 
@@ -19,24 +31,15 @@ from ..events import (
     Event,
     FirstCopies,
     JobState,
-    StacksFields,
     StagingFields,
 )
 from ..logbuffer import JOB_RANK, LogBuffer
-from ..nccl import NcclParser, NcclSummary
-from .cause import (
-    CLASSES,
-    Cause,
-    LauncherExits,
-    candidates,
-    choose,
-    classify_error,
-    classify_exit,
-    error_reason,
-)
+from .cause import CLASSES, Cause, classify_error, classify_exit, error_reason
+from .comms import CommsReader
+from .failures import FailureBook
 from .metrics import MetricStore
-from .network import Unresolved
 from .notices import Notices
+from .pace import Pace
 from .paused import PauseBook, PausedRank
 from .phases import PhaseLog
 from .records import (
@@ -48,6 +51,7 @@ from .records import (
     as_int,
     as_str,
 )
+from .stacks import StackBook
 from .usage import ProgressTracker, apply_resources, clear_resources
 
 # --------------------------------------------------------------------------- the monitor
@@ -78,7 +82,6 @@ class MonitorState:
         self.nproc = nproc
         self.straggler_steps = straggler_steps
         self.straggler_fraction = straggler_fraction
-        self.rate_window = rate_window
         self._lock = threading.RLock()
         self._world_size = world_size
         self._rows: dict[int, RankState] = {}
@@ -94,18 +97,11 @@ class MonitorState:
         self._started_t: float | None = None
         self._end_t: float | None = None
         self._version = 0
-        # per rank: attempt of the last hello, recent (t, step) points
+        # per rank: attempt of the last hello; the ranks' steps and rates
         self._hello_attempt: dict[int, int] = {}
         self._restart_counted: set[int] = set()
-        self._recent: dict[int, deque[tuple[float, int]]] = {}
-        self._failures: list[Failure] = []
-        self._recovered: list[Cause] = []  # the causes of the attempts a restart recovered from
-        self._launcher = LauncherExits()
-        self._exits: list[Failure] = []  # what the launcher said of the ranks' exits
-        self._pids: dict[int, tuple[int, int]] = {}  # a worker's pid: its rank and attempt
-        self._worker_exits: list[Failure] = []  # exits torchrun logged before its restarts
-        self._errors: list[ErrorInfo] = []
-        self._error_events: list[Event] = []
+        self._pace = Pace(rate_window)
+        self._faults = FailureBook()  # failures, errors, logged exits, recovered causes
         self._checkpoints: list[Checkpoint] = []
         self._loaded: int | None = None  # the step of the checkpoint rank 0 last loaded
         self._result: Event | None = None
@@ -117,17 +113,10 @@ class MonitorState:
         self._held = False
         self._changed = threading.Condition(self._lock)
         # every log line goes through the NCCL / c10d / gloo parser as it arrives
-        self._comms = NcclParser()
-        self._comms_lines = 0
-        self._names = Unresolved()  # a rendezvous name the launchers could not resolve
-        self._comms_summary: tuple[int, NcclSummary] | None = None
-        self._first_metric: tuple[float, int] | None = None
+        self._comms = CommsReader()
         # stacks by request (newest last), and when a rank last wrote anything
-        self._stacks: dict[str, dict[int, StacksFields]] = {}
-        self._stacks_t: dict[str, float] = {}
-        self._output_t: float | None = None
+        self._stacks = StackBook()
         self._copies = FirstCopies(_DEDUPED, MAX_SEEN)
-        self._frontier: tuple[float, int] | None = None
         # --data sources by (source, pod), and warnings the workers or the backend printed
         self._staging: dict[tuple[str, str], StagingFields] = {}
         self._notices = Notices()
@@ -198,9 +187,7 @@ class MonitorState:
     def _on_restart(self, ev: Event, row: RankState | None) -> None:
         f = ev.restart()
         attempt = as_int(f.get("attempt"))
-        cause = self._cause(self._worker_exits)
-        if cause is not None:
-            self._recovered.append(cause)
+        self._faults.restart(self._rank_states(), self._attempt, self._state == "Failed")
         self._attempt = max(self._attempt + 1, attempt or 0)
         reason = as_str(f.get("reason"))
         if not self._explicit_terminal:
@@ -213,8 +200,7 @@ class MonitorState:
             other.state = "Restarting"
             other.step = other.step_rate = None  # the new processes report afresh
             clear_resources(other)
-        self._recent.clear()
-        self._exits.clear()
+        self._pace.restart()
         self._restart_counted.clear()
         self._progress.clear()
 
@@ -238,10 +224,10 @@ class MonitorState:
             row.node = node
         if pid is not None:
             row.pid = pid
-            self._pids[pid] = (row.rank, self._attempt)
+            self._faults.pid(pid, row.rank, self._attempt)
         launched = as_int(f.get("launched_pid"))
         if launched is not None:
-            self._pids[launched] = (row.rank, self._attempt)
+            self._faults.pid(launched, row.rank, self._attempt)
         row.host = as_str(f.get("host")) or row.host
         versions = f.get("versions")
         if isinstance(versions, dict):
@@ -252,7 +238,7 @@ class MonitorState:
         world = as_int(f.get("world_size"))
         if world is not None and world > 0 and world != self._world_size:
             self._resize(world)
-        self._recent.pop(row.rank, None)
+        self._pace.forget(row.rank)
         if self._explicit_terminal:
             return  # the backend said the job is over; keep its verdict on the rows
         self._held = False  # a rank of the current attempt runs: the wait is over
@@ -265,7 +251,7 @@ class MonitorState:
 
     def _on_metric(self, ev: Event, row: RankState | None) -> None:
         f = ev.metric()
-        self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
+        self._stacks.wrote(ev.t)
         step = as_int(f.get("step"))
         values = f.get("values")
         if row is None or step is None:
@@ -275,23 +261,9 @@ class MonitorState:
             self._held = False  # the first sign of this rank: it runs
             if self._state == "Pending":
                 self._derive("Running", ev.t)
-        self._track_step(row, step, ev.t)
-        self._metrics.add(row.rank, step, ev.t, values)
-
-    def _track_step(self, row: RankState, step: int, t: float) -> None:
-        recent = self._recent.get(row.rank)
-        if recent is None or (recent and step < recent[-1][1]):
-            recent = self._recent[row.rank] = deque(maxlen=1024)
-        recent.append((t, step))
-        while len(recent) > 2 and t - recent[1][0] >= self.rate_window:
-            recent.popleft()
-        t0, s0 = recent[0]
-        row.step_rate = (step - s0) / (t - t0) if t > t0 and step >= s0 else None
+        row.step_rate = self._pace.track(row.rank, step, ev.t)
         row.step = step
-        if self._first_metric is None:
-            self._first_metric = (t, step)
-        if self._frontier is None or step > self._frontier[1]:
-            self._frontier = (t, step)
+        self._metrics.add(row.rank, step, ev.t, values)
 
     def _on_checkpoint(self, ev: Event, row: RankState | None) -> None:
         f = ev.checkpoint()
@@ -323,8 +295,7 @@ class MonitorState:
             as_str(f.get("traceback")),
             self._attempt,
         )
-        self._errors.append(info)
-        self._error_events.append(Event(ev.kind, ev.rank, ev.t, dict(ev.fields)))
+        self._faults.error(info, ev)
         if row is None:
             return
         reason = error_reason(info.type, info.message)
@@ -402,30 +373,21 @@ class MonitorState:
         if self._held and kind in _NOT_OWN:
             row.state = "Stopped"  # ended by what the backend does while it holds the job
             return
-        self._failures.append(Failure(t, row.rank, reason, self._attempt, kind))
+        self._faults.fail(Failure(t, row.rank, reason, self._attempt, kind))
         self._derive("Failed", t)
         self._settle()
 
-    def _recount(self, attempt: int) -> None:
-        """Choose again the recovered cause of ``attempt`` once a late exit of it arrived."""
-        for i, old in enumerate(self._recovered):
-            if old.attempt == attempt:
-                ended = dict.fromkeys((old.rank, *old.consequences), "Stopped")
-                new = choose(self._failures, attempt, ended, self._worker_exits)
-                self._recovered[i] = new or old
+    def _rank_states(self) -> dict[int, str]:
+        return {r: row.state for r, row in self._rows.items()}
 
-    def _cause(self, exits: Sequence[Failure] = ()) -> Cause | None:
+    def _cause(self) -> Cause | None:
         """The root cause of the job's failures (see :mod:`.cause`).
 
         While the job runs, waits or restarts: the current attempt's. Once it
         failed (it did not recover): chosen over every attempt, so a last
         attempt of signals and lost peers is explained by the rank that raised.
         """
-        states = {r: row.state for r, row in self._rows.items()}
-        failed = self._state == "Failed"
-        # the launcher's report picks among the ranks once the job failed, never fails it
-        exits = self._exits if failed else exits
-        return choose(self._failures, self._attempt, states, exits, every=failed)
+        return self._faults.cause(self._rank_states(), self._attempt, self._state == "Failed")
 
     def _settle(self) -> None:
         """Failed: the ranks whose failure is as bad as the cause's; Stopped: its consequences.
@@ -439,10 +401,7 @@ class MonitorState:
         worst = CLASSES.index(cause.kind)
         if self._state != "Failed":
             worst = min(worst, CLASSES.index("exited"))
-        exits = self._exits if self._state == "Failed" else ()
-        best: dict[int, int] = {}
-        for f in candidates(self._failures, self._attempt, exits):
-            best[f.rank] = min(best.get(f.rank, len(CLASSES)), CLASSES.index(f.kind))
+        best = self._faults.worst(self._attempt, self._state == "Failed")
         for rank, kind in best.items():
             row = self._rows.get(rank)
             if row is not None and row.state in ("Failed", "Stopped"):
@@ -455,13 +414,7 @@ class MonitorState:
 
     def _forget_consequences(self) -> None:
         """A stop: what the stop itself caused (signals, lost peers) is not a failure."""
-        kept = [
-            f
-            for f in self._failures
-            if f.attempt != self._attempt or f.kind in ("raised", "exited")
-        ]
-        failed = {f.rank for f in kept if f.attempt == self._attempt}
-        self._failures = kept
+        failed = self._faults.stopped(self._attempt)
         for row in self._rows.values():
             if row.state == "Failed" and row.rank not in failed:
                 row.state = "Stopped"
@@ -491,12 +444,7 @@ class MonitorState:
         request = as_str(f.get("request"))
         if row is None or not request:
             return
-        seen = self._stacks.setdefault(request, {})
-        self._stacks_t.setdefault(request, ev.t)
-        seen.setdefault(row.rank, f)  # rank 0 relays what a rank also wrote itself
-        while len(self._stacks) > MAX_STACK_REQUESTS:
-            oldest = next(iter(self._stacks))
-            del self._stacks[oldest], self._stacks_t[oldest]
+        self._stacks.add(request, row.rank, f, ev.t)
 
     def _on_staging(self, ev: Event, row: RankState | None) -> None:
         f = ev.staging()
@@ -509,7 +457,7 @@ class MonitorState:
 
     def _on_progress(self, ev: Event, row: RankState | None) -> None:
         f = ev.progress()
-        self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
+        self._stacks.wrote(ev.t)
         self._progress.add(ev.t, f.get("step"), f.get("total"))
 
     def _on_cell(self, ev: Event, row: RankState | None) -> None:
@@ -518,12 +466,12 @@ class MonitorState:
             row.state = "Ready"
 
     def _on_paused(self, ev: Event, row: RankState | None) -> None:
-        self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
+        self._stacks.wrote(ev.t)
         if row is not None:
             self._pauses.pause(ev, row, self._rows)
 
     def _on_resumed(self, ev: Event, row: RankState | None) -> None:
-        self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
+        self._stacks.wrote(ev.t)
         if row is not None:
             self._pauses.resume(row, self._rows)
 
@@ -535,24 +483,16 @@ class MonitorState:
     def _on_log(self, ev: Event, row: RankState | None) -> None:
         f = ev.log()
         if ev.rank is not None and ev.rank >= 0:
-            self._output_t = ev.t if self._output_t is None else max(self._output_t, ev.t)
+            self._stacks.wrote(ev.t)
         rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
         text = as_str(f.get("text"))
         self._notices.feed(ev.rank, text, f.get("rejected"))
         source = as_str(f.get("source"))
         if rank == JOB_RANK and source.startswith("agent-"):
-            exited = self._launcher.feed(source, text, ev.t, self._attempt, self._pids)
-            if exited is not None and exited.attempt < self._attempt:
-                self._worker_exits.append(exited)
-                self._recount(exited.attempt)
-            elif exited is not None:
-                self._worker_exits.append(exited)
-                self._exits.append(exited)
+            if self._faults.agent_line(source, text, ev.t, self._attempt):
                 self._settle()
         self._logs.append(rank, ev.t, text)
         self._comms.feed(text, rank if rank >= 0 else None)
-        self._names.feed(text)
-        self._comms_lines += 1
 
 
 _WORKER_SPEAKS: Final = frozenset(
@@ -586,5 +526,3 @@ _NOT_OWN: Final = frozenset({"killed", "consequence"})
 _DEDUPED: Final = frozenset({"hello", "metric", "checkpoint", "result", "error", "done"})
 #: Protocol lines remembered for that (the oldest are forgotten first).
 MAX_SEEN: Final = 200_000
-#: Stack requests kept per job (the oldest is dropped first).
-MAX_STACK_REQUESTS: Final = 8

@@ -436,19 +436,19 @@ class MonitorState:
         cause = self._cause()
         if cause is None:
             return
-        worst = CLASSES.index(cause.kind)
+        worst = CLASSES.index(cause.category)
         if self._state != "Failed":
             worst = min(worst, CLASSES.index("exited"))
         exits = self._exits if self._state == "Failed" else ()
         best: dict[int, int] = {}
         for f in candidates(self._failures, self._attempt, exits):
-            best[f.rank] = min(best.get(f.rank, len(CLASSES)), CLASSES.index(f.kind))
+            best[f.rank] = min(best.get(f.rank, len(CLASSES)), CLASSES.index(f.category))
         for rank, kind in best.items():
             row = self._rows.get(rank)
             if row is not None and row.state in ("Failed", "Stopped"):
                 row.state = "Failed" if kind <= worst else "Stopped"
         row = self._rows.get(cause.rank)
-        own = CLASSES.index(cause.kind) <= worst
+        own = CLASSES.index(cause.category) <= worst
         if row is not None and row.state in ("Failed", "Stopped") and own:
             row.state = "Failed"
             row.reason = row.reason or cause.reason
@@ -458,7 +458,7 @@ class MonitorState:
         kept = [
             f
             for f in self._failures
-            if f.attempt != self._attempt or f.kind in ("raised", "exited")
+            if f.attempt != self._attempt or f.category in ("raised", "exited")
         ]
         failed = {f.rank for f in kept if f.attempt == self._attempt}
         self._failures = kept

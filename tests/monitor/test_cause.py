@@ -379,7 +379,8 @@ def test_a_session_cell_that_raises_the_same_on_every_rank_says_it_once(
     assert snap["diagnosis"] == mon.diagnosis() == said
     some = session_cell({1: "bad input", 2: "bad input"}, ends_first=ends_first)
     assert some.reason == "ranks 1-2: ValueError: bad input"  # 0 and 3 are ready
-    assert some.diagnosis() == "the cell raised on ranks 1-2; the session is ready for the next cell"
+    ready = "the cell raised on ranks 1-2; the session is ready for the next cell"
+    assert some.diagnosis() == ready
 
 
 def test_a_session_cell_whose_rank_died_reads_failed() -> None:

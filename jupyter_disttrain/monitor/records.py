@@ -16,8 +16,7 @@ from ..runtime.numbers import JSONFloat as JSONFloat  # a snapshot field type, n
 from .phases import PhaseRow
 
 #: States of a rank row. Exited: the process ended with code 0 without ``done``;
-#: Ready: a session's rank that finished its cell and waits for the next one; Raised: a
-#: session's rank whose cell raised (the process lives on, ready for the next cell).
+#: Ready: a session's rank that finished its cell and waits for the next one.
 RANK_STATES: Final = (
     "Pending",
     "Running",
@@ -27,7 +26,6 @@ RANK_STATES: Final = (
     "Stopped",
     "Exited",
     "Ready",
-    "Raised",
     "Paused",
 )
 

@@ -46,26 +46,26 @@ def parse_tf_config(text: str) -> tuple[int, int, str]:
         config = json.loads(text)
         cluster = dict(config.get("cluster") or {})
         task = dict(config.get("task") or {})
-        task_type = str(task.get("type", "")).lower()
+        kind = str(task.get("type", "")).lower()
         index = int(task.get("index", 0))
     except (ValueError, TypeError, AttributeError) as exc:
         raise TFConfigError(f"TF_CONFIG is not valid: {exc}; got {text[:200]!r}") from None
-    if not task_type:
+    if not kind:
         raise TFConfigError(f"TF_CONFIG has no task type; got {text[:200]!r}")
     leaders = sum(len(cluster.get(k) or []) for k in LEADERS)
     world = leaders + len(cluster.get("worker") or [])
-    if task_type in LEADERS:
+    if kind in LEADERS:
         rank = index
-    elif task_type == "worker":
+    elif kind == "worker":
         rank = leaders + index
     else:
         raise TFConfigError(
-            f"TF_CONFIG task type {task_type!r} cannot run a cell; jobs have chief and worker "
+            f"TF_CONFIG task type {kind!r} cannot run a cell; jobs have chief and worker "
             "tasks only (MultiWorkerMirroredStrategy), no parameter servers or evaluators"
         )
     if not 0 <= rank < world:
-        raise TFConfigError(f"TF_CONFIG task {task_type}:{index} is not in its cluster {cluster}")
-    return rank, world, f"{task_type}:{index}"
+        raise TFConfigError(f"TF_CONFIG task {kind}:{index} is not in its cluster {cluster}")
+    return rank, world, f"{kind}:{index}"
 
 
 def apply_env(environ: MutableMapping[str, str]) -> None:

@@ -45,7 +45,7 @@ __all__ = [
     "attach",
     "backend_names",
     "default_service",
-    "export_backends",
+    "manifest_backends",
     "registered",
     "stop_all",
     "submit",
@@ -57,9 +57,9 @@ def backend_names() -> tuple[str, ...]:
     return names()
 
 
-def export_backends() -> list[str]:
-    """Backends whose plans are files to apply elsewhere (``--export``, ``render``)."""
-    return [n for n in names() if backend_class(n).capabilities.exports_plans]
+def manifest_backends() -> list[str]:
+    """Backends whose plans are manifests to apply elsewhere (``--export``, ``render``)."""
+    return [n for n in names() if backend_class(n).capabilities.renders_manifests]
 
 
 _default: JobService | None = None

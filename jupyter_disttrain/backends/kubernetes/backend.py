@@ -92,13 +92,13 @@ class KubernetesBackend(Backend):
 
     name = "kubernetes"
     capabilities = Capabilities(
-        remote_workers=True,
+        has_pods=True,
         survives_kernel=True,
         elastic=True,
         frameworks=kinds.frameworks(),
         restart_frameworks=kinds.frameworks(),
-        exports_plans=True,
-        needs_setup=True,
+        renders_manifests=True,
+        needs_configuration=True,
         phases=ev.PHASES,
     )
     options = tuple(

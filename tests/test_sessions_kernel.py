@@ -18,12 +18,21 @@ from tests.test_kernel import wait_for_hello
 
 pytestmark = pytest.mark.slow
 
+# Rank 1 loops (Ctrl-C reaches it); rank 0 waits in a barrier's C call (it does not). Rank 0
+# reports only once its main thread is inside ``barrier``: reported before, a loaded machine
+# could still have it in Python when the interrupt came, and it came back too.
 STUCK = """%%distrain --session {name}
-import time, torch.distributed as dist
-report(step=0, up=1.0)
+import sys, threading, time, torch.distributed as dist
+main = threading.get_ident()
+def report_inside(name):
+    while sys._current_frames()[main].f_code.co_name != name:
+        time.sleep(0.01)
+    report(step=0, up=1.0)
 if dist.get_rank() == 1:
+    report(step=0, up=1.0)
     while True:
         time.sleep(0.1)
+threading.Thread(target=report_inside, args=("barrier",), daemon=True).start()
 dist.barrier()
 """
 

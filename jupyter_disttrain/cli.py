@@ -19,7 +19,7 @@ from .backends.base import BackendError
 from .options import add_job_options, count, seconds
 from .payload import CaptureError, Script
 from .results import JobFailed, JobStopped
-from .service import JobService, manifest_backends
+from .service import JobService, export_backends
 from .spec import SpecError
 from .textview import LiveView, format_job_table, format_namespace_table, format_runtime_table
 
@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     """Print (or with --export, write) the manifests a script would be submitted as."""
-    makers = manifest_backends()
+    makers = export_backends()
     if args.backend is None:
         args.backend = makers[0]
     elif args.backend not in makers:

@@ -195,14 +195,14 @@ class Job:
 
         A running job whose backend can ask (``optional.STACKS``)
         is asked now, and this waits up to ``timeout`` s (default 10, or 90 where
-        workers run in pods: a kubelet passes the request on within its sync
+        workers are remote: their machine's agent passes the request on within its sync
         period) for every rank that is still up; otherwise the newest stacks the
         job sent (at a hang) are returned. Its text shows the cell's and the user's
         own frames with their source lines, the rest folded (``text(library=True)``). Raises
         :class:`~.backends.base.BackendError` when there are none.
         """
         if timeout is None:
-            timeout = 90.0 if self.backend.capabilities.has_pods else 10.0
+            timeout = 90.0 if self.backend.capabilities.remote_workers else 10.0
         if optional.STACKS.has(self.backend) and not self.done:
             request = optional.STACKS.of(self.backend).request_stacks(self.name)
             found = self.monitor.wait_for_stacks(request, timeout)
@@ -286,7 +286,7 @@ class Job:
     ) -> list[PausedRank]:
         """Pause running ``ranks`` (None: every rank) at their next line of the cell, as at a
         breakpoint; return the paused ranks once every one asked is (or after ``timeout`` s:
-        default 10, or 90 where workers run in pods and a kubelet passes the request on;
+        default 10, or 90 where workers are remote and their machine's agent passes it on;
         0: ask and return at once).
 
         A rank waiting in a collective for a paused peer pauses once the collective
@@ -302,7 +302,7 @@ class Job:
         if self.done:
             raise BackendError(f"job {self.name} has ended ({self.status()}): nothing to pause")
         if timeout is None:
-            timeout = 90.0 if self.backend.capabilities.has_pods else 10.0
+            timeout = 90.0 if self.backend.capabilities.remote_workers else 10.0
         controls.send_control(self.name, PAUSE, ranks_body(None if ranks is None else wanted))
         deadline = time.monotonic() + timeout
         while not wanted <= {p.rank for p in self.paused()} and time.monotonic() < deadline:

@@ -340,8 +340,8 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
     caps = backend_class(backend).capabilities
     extra = backend_options(args)
     _check_declared(backend, extra)
-    if getattr(args, "export", None) and not caps.renders_manifests:
-        makers = [n for n in names() if backend_class(n).capabilities.renders_manifests]
+    if getattr(args, "export", None) and not caps.exports_plans:
+        makers = [n for n in names() if backend_class(n).capabilities.exports_plans]
         raise SpecError(
             f"--export writes manifests to apply elsewhere; the {backend} backend has none: "
             f"add --backend {' or '.join(makers)}, or use --dry-run to see the plan"
@@ -439,11 +439,11 @@ def _check_framework(
             f"--elastic is a PyTorch (torchrun) option; {fw.title} jobs have a fixed number "
             f"of workers: remove --elastic or use --framework {frameworks.names()[0]}"
         )
-    if caps.has_pods and any(key == "image" for key, _ in extra):
+    if caps.remote_workers and any(key == "image" for key, _ in extra):
         return  # the image brings the framework; the notebook need not have it
     if importlib.util.find_spec(fw.package) is None:
-        where = "to pick the matching image" if caps.has_pods else "to run the workers"
+        where = "to pick the matching image" if caps.remote_workers else "to run the workers"
         raise SpecError(
             f"--framework {fw.name} needs {fw.title} in this environment {where}: {fw.install}"
-            + (f", or pass --image with a {fw.title} image" if caps.has_pods else "")
+            + (f", or pass --image with a {fw.title} image" if caps.remote_workers else "")
         )

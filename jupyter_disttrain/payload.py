@@ -84,7 +84,7 @@ class Capture:
     """One name the cell takes from the notebook."""
 
     name: str
-    kind: str  # "value", "module" or "local module" (its source files travel)
+    captured_as: str  # "value", "module" or "local module" (its source files travel)
     type_name: str
     size: int  # pickled bytes (0 for modules)
     module: str = ""
@@ -132,12 +132,12 @@ class Payload:
         return f"captures {self.captures_text()}; payload {format_bytes(len(self.data))}"
 
     def captures_text(self) -> str:
-        """The captures as ``name (kind, size)``, comma-separated."""
+        """The captures as ``name (how captured, size)``, comma-separated."""
         parts = []
         for cap in self.captures:
-            if cap.kind == "local module":
+            if cap.captured_as == "local module":
                 parts.append(f"{cap.name} (local module, {format_bytes(cap.size)})")
-            elif cap.kind == "module":
+            elif cap.captured_as == "module":
                 parts.append(f"{cap.name} (import {cap.module})")
             else:
                 parts.append(f"{cap.name} ({cap.type_name}, {format_bytes(cap.size)})")

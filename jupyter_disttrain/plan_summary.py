@@ -36,10 +36,10 @@ def _pod_specs(obj: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Mapp
 def _resources(container: Mapping[str, Any]) -> str:
     res = container.get("resources") or {}
     parts = []
-    for kind in ("requests", "limits"):
-        values = res.get(kind) or {}
+    for bound in ("requests", "limits"):
+        values = res.get(bound) or {}
         if values:
-            parts.append(f"{kind} " + ", ".join(f"{k} {v}" for k, v in sorted(values.items())))
+            parts.append(f"{bound} " + ", ".join(f"{k} {v}" for k, v in sorted(values.items())))
     return "; ".join(parts) or "no requests or limits (the cluster's defaults)"
 
 
@@ -72,11 +72,11 @@ class ManifestSummary:
         if not payload.captures:
             out.append("  nothing from the notebook")
         for cap in payload.captures:
-            if cap.kind == "local module":
+            if cap.captured_as == "local module":
                 out.append(
                     f"  {cap.name}: local module, its source travels ({format_bytes(cap.size)})"
                 )
-            elif cap.kind == "module":
+            elif cap.captured_as == "module":
                 out.append(f"  {cap.name}: import {cap.module} (must be installed in the image)")
             else:
                 out.append(f"  {cap.name}: {cap.type_name} ({format_bytes(cap.size)})")

@@ -1,7 +1,7 @@
 """Warm worker groups, notebook side: a session is a job whose ranks run cell after cell.
 
 A :class:`Session` submits a job (the same :class:`~.spec.JobSpec`, backend,
-monitor and job directory as any job, labelled ``kind=session``) whose
+monitor and job directory as any job, labelled ``source=session``) whose
 payload carries the session's settings and a fresh token; its ranks run
 :mod:`jupyter_disttrain.runtime.session` instead of one cell. Rank 0
 announces its port with a ``session`` protocol line; the notebook reaches it
@@ -48,12 +48,12 @@ from .runtime.session import (
     recv_message,
     send_message,
 )
-from .spec import JobSpec, SpecError
+from .spec import SOURCE_LABEL, JobSpec, SpecError
 
 Listener = Callable[[ev.Event], None]
 Runner = Callable[[Plan, Iterable[Listener]], Job]
 
-SESSION_LABEL = ("kind", "session")
+SESSION_LABEL = (SOURCE_LABEL, "session")
 #: What a session's payload runs before its first cell (nothing: cells come over the wire).
 SESSION_SOURCE = "None  # a warm worker group: its cells arrive from the notebook\n"
 #: Seconds to wait for rank 0's port (start-up: processes, rendezvous, imports).

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Final, Literal
 
 from .plugins import BACKENDS, DEFAULT_FRAMEWORK, FRAMEWORKS, INTEGRATIONS, SpecRules
 
@@ -30,6 +31,17 @@ MAX_SECONDS = 366 * 24 * 3600.0
 #: Most restarts a job may ask for: a year of daily preemptions with room to spare, and far
 #: inside torchrun's and Kubernetes' integer fields (a larger number is a typing slip).
 MAX_RESTARTS = 1000
+
+#: The label that says what a job is: ``session`` for a warm worker group (absent: a job).
+SOURCE_LABEL: Final = "source"
+#: That label's earlier name: jobs recorded before still carry it, and are read with it.
+OLD_SOURCE_LABEL: Final = "kind"
+
+
+def job_source(labels: Mapping[str, str]) -> str:
+    """``session`` when ``labels`` mark a warm worker group (under either name), else ``job``."""
+    marks = (labels.get(SOURCE_LABEL), labels.get(OLD_SOURCE_LABEL))
+    return "session" if "session" in marks else "job"
 
 
 class SpecError(ValueError):
@@ -51,7 +63,7 @@ class JobSpec:
     TensorBoard event files (``None``: the default place, ``"off"``: nowhere);
     ``mlflow`` a tracking URI that makes the job an MLflow run (``None``: none).
     so the spec stays neutral. ``labels`` are recorded with the job and shown by
-    listings (``("kind", "session")`` marks a warm worker group).
+    listings (``("source", "session")`` marks a warm worker group: :func:`job_source`).
     """
 
     name: str

@@ -95,8 +95,8 @@ def test_a_cell_using_a_helper_lists_it_as_a_local_module(notebook_dir: Path) ->
     assert "mymodels" in names_in_pickle(cloudpickle.dumps(net))
     assert names_in_source("from mypkg import twice\nimport os") == {"mypkg", "os"}
     payload = build_payload("from mypkg import twice\ntwice(net(x))", {"net": net, "x": 1}, job="j")
-    kinds = {c.name: c.kind for c in payload.captures}
-    assert kinds["mymodels"] == "local module" and kinds["mypkg"] == "local module"
+    captured = {c.name: c.captured_as for c in payload.captures}
+    assert captured["mymodels"] == "local module" and captured["mypkg"] == "local module"
     assert "mymodels (local module," in payload.describe()
 
 

@@ -153,7 +153,7 @@ def test_interrupt_outside_a_collective_keeps_the_state(group: Session) -> None:
 def test_session_is_listed_as_a_session(service: JobService, group: Session) -> None:
     listing = service.list_jobs()
     record = next(r for r in listing.records if r.name == group.name)
-    assert record.extra.get("kind") == "session" and record.state == "Running"
+    assert record.extra.get("source") == "session" and record.state == "Running"
     assert group.name in format_sessions(service.sessions.all())
 
 
@@ -261,7 +261,7 @@ def test_what_a_session_cannot_run_is_a_spec_error(changes: dict[str, object], n
 
 def test_a_session_spec_is_labelled_and_never_reads_silence_as_a_hang() -> None:
     spec = session_spec(JobSpec("s", nodes=2, labels=(("team", "a"),)))
-    assert dict(spec.labels) == {"team": "a", "kind": "session"} and spec.hang_after == 0
+    assert dict(spec.labels) == {"team": "a", "source": "session"} and spec.hang_after == 0
 
 
 def test_a_lost_connection_reconnects_and_keeps_the_ranks_state(group: Session) -> None:

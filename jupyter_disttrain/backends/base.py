@@ -44,7 +44,10 @@ class JobExists(BackendError):
 class Capabilities:
     """What a backend can do; front doors and the service read these, never the name.
 
-    ``has_pods``: workers run in pods (scheduling, image pulls, pod events).
+    ``remote_workers``: workers run on machines the backend schedules, from an image that
+    brings their framework; start-up waits on scheduling and pulls, a control request on
+    the machine's agent, and following a job costs requests to the place (so the server
+    follows such jobs on request only).
     ``survives_kernel``: a job keeps running when the notebook's kernel exits.
     ``elastic``: ``--elastic MIN:MAX`` node counts.
     ``frameworks``: the ``--framework`` values it runs (``None``: every registered one);
@@ -54,22 +57,23 @@ class Capabilities:
     :meth:`restarts`.
     ``checkpoints_on_path``: its jobs' default checkpoint directory is a path this
     machine can read (so the notebook can list a job's checkpoints without a URI).
-    ``renders_manifests``: ``--export`` / ``disttrain render`` produce files to apply elsewhere.
-    ``needs_configuration``: usable only once configured (e.g. a kubeconfig); see
+    ``exports_plans``: its plans are files to apply elsewhere (``--export`` / ``disttrain
+    render``).
+    ``needs_setup``: usable only once configured (e.g. a kubeconfig); see
     :meth:`Backend.configured`.
     ``phases``: the start-up phases (:data:`~jupyter_disttrain.events.PHASES`) it
     observes; the time-to-first-step timeline shows these. Every backend sees
     ``rendezvous`` and ``first_step`` (the workers' ``hello`` and ``report()``).
     """
 
-    has_pods: bool = False
+    remote_workers: bool = False
     survives_kernel: bool = False
     elastic: bool = False
     frameworks: frozenset[str] | None = None
     restart_frameworks: frozenset[str] | None = None
     checkpoints_on_path: bool = False
-    renders_manifests: bool = False
-    needs_configuration: bool = False
+    exports_plans: bool = False
+    needs_setup: bool = False
     phases: tuple[str, ...] = ("rendezvous", "first_step")
 
     def runs(self, name: str) -> bool:
@@ -239,7 +243,7 @@ class Backend(abc.ABC):
     @classmethod
     def configured(cls) -> bool:
         """True when this backend can be used here without more set-up."""
-        return not cls.capabilities.needs_configuration
+        return not cls.capabilities.needs_setup
 
     def prewarm(self) -> None:
         """Start, in the background, what makes the first job start faster (optional)."""

@@ -54,7 +54,7 @@ _LAUNCHER_SIGNALS: Final = frozenset({1, 2, 9, 15})
 class Cause(NamedTuple):
     """The root cause of an attempt's failure.
 
-    ``rank`` failed first in the best class (``kind`` one of :data:`CLASSES`);
+    ``rank`` failed first in the best class (``category`` one of :data:`CLASSES`);
     ``reason`` is that rank's own words (``ValueError: bad batch``, ``exit
     code 3``); ``consequences`` the other ranks of the attempt that stopped
     because of it; ``attempt`` counts restarts. ``same`` are the other ranks
@@ -63,7 +63,7 @@ class Cause(NamedTuple):
     """
 
     rank: int
-    kind: str
+    category: str
     reason: str
     t: float
     attempt: int
@@ -86,7 +86,7 @@ class Cause(NamedTuple):
 
     def said(self, *, clip: bool = True) -> str:
         """``rank 2 was killed (SIGKILL)`` for a signal, else ``rank 1: ValueError: ...``."""
-        if self.kind == "killed":
+        if self.category == "killed":
             name = re.search(r"\bSIG[A-Z]+\b", self.reason)
             verb = "were" if self.same else "was"
             return f"{self.who()} {verb} killed" + (f" ({name.group(0)})" if name else "")
@@ -101,17 +101,17 @@ def consequence_text(ranks: tuple[int, ...]) -> str:
     return f"; {n} rank{'s' if n != 1 else ''} stopped as a consequence"
 
 
-def error_reason(kind: str, message: str) -> str:
+def error_reason(error_type: str, message: str) -> str:
     """``ValueError: bad batch``; a ``SystemExit`` that says words (a parser's error line)
     is those words alone; no message: the type alone."""
-    if kind == "SystemExit" and message and not message.lstrip("-").isdigit():
+    if error_type == "SystemExit" and message and not message.lstrip("-").isdigit():
         return message
-    return f"{kind}: {message}" if message else kind
+    return f"{error_type}: {message}" if message else error_type
 
 
-def classify_error(kind: str, message: str) -> str:
-    """``raised`` or ``consequence`` for an exception of type ``kind`` saying ``message``."""
-    if kind in _CONSEQUENCE_TYPES or _CONSEQUENCE.search(message):
+def classify_error(error_type: str, message: str) -> str:
+    """``raised`` or ``consequence`` for an exception of type ``error_type`` saying ``message``."""
+    if error_type in _CONSEQUENCE_TYPES or _CONSEQUENCE.search(message):
         return "consequence"
     return "raised"
 
@@ -151,11 +151,12 @@ def choose(
     current = [f for a in range(first, attempt + 1) for f in candidates(failures, a, exits)]
     if not current:
         return None
-    best = min(current, key=lambda f: (CLASSES.index(f.kind), -f.attempt, f.t, f.rank))
+    best = min(current, key=lambda f: (CLASSES.index(f.category), -f.attempt, f.t, f.rank))
     current = [f for f in current if f.attempt == best.attempt]
     # each rank's best reason: its exception rather than its exit code
     own = {
-        f.rank: f for f in sorted(current, key=lambda f: (CLASSES.index(f.kind), f.t), reverse=True)
+        f.rank: f
+        for f in sorted(current, key=lambda f: (CLASSES.index(f.category), f.t), reverse=True)
     }
     reason = own[best.rank].reason
     same = tuple(
@@ -163,8 +164,8 @@ def choose(
             r
             for r, f in own.items()
             if r != best.rank
-            and f.kind == best.kind
-            and f.kind != "consequence"
+            and f.category == best.category
+            and f.category != "consequence"
             and f.reason == reason
         )
     )
@@ -175,7 +176,7 @@ def choose(
             if r != best.rank and r not in same and state not in _LIVE
         )
     )
-    return Cause(best.rank, best.kind, reason, best.t, best.attempt, others, same, len(ended))
+    return Cause(best.rank, best.category, reason, best.t, best.attempt, others, same, len(ended))
 
 
 class LauncherExits:
@@ -253,8 +254,8 @@ def candidates(
 ) -> list[Failure]:
     """The failures of ``attempt`` that count (a rank's exits only without its exception)."""
     current = [f for f in [*failures, *exits] if f.attempt == attempt]
-    raised = {f.rank for f in current if f.kind in ("raised", "consequence")}
-    return [f for f in current if f.kind in ("raised", "consequence") or f.rank not in raised]
+    raised = {f.rank for f in current if f.category in ("raised", "consequence")}
+    return [f for f in current if f.category in ("raised", "consequence") or f.rank not in raised]
 
 
 def recovered_text(causes: list[Cause], loaded: int | None = None) -> str:

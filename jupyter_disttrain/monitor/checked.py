@@ -23,7 +23,12 @@ class ShapeError(ValueError):
 
 
 def checked_snapshot(value: object) -> Snapshot:
-    """``value`` as a :class:`Snapshot`; raises :class:`ShapeError` naming the first bad field."""
+    """``value`` as a :class:`Snapshot`; raises :class:`ShapeError` naming the first bad field.
+
+    A cause recorded before its class was named ``category`` (``kind``) is read as one."""
+    cause = value.get("cause") if isinstance(value, dict) else None
+    if isinstance(cause, dict) and "kind" in cause and "category" not in cause:
+        cause["category"] = cause.pop("kind")
     check(value, Snapshot, "snapshot")
     return cast(Snapshot, value)
 

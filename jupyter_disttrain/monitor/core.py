@@ -136,7 +136,7 @@ class JobMonitor(MonitorState):
         cut = partition_of(cause, self._rows)
         if cut is not None:
             return cut
-        if cause.kind == "killed" and not cause.same and place(self._rows.get(cause.rank)):
+        if cause.category == "killed" and not cause.same and place(self._rows.get(cause.rank)):
             return failed_sentence(cause, cell_line(self._faults.errors(), cause), self._rows)
         return cause.line()
 
@@ -203,7 +203,7 @@ class JobMonitor(MonitorState):
         if hang is not None and self._state not in TERMINAL_STATES:
             return hang.sentence()
         cause = self._cause()
-        own = cause is not None and cause.kind in ("raised", "exited")
+        own = cause is not None and cause.category in ("raised", "exited")
         cut = partition_sentence(cause, self._faults.recovered(), self._rows)
         if cut := cut or self._comms.unresolved(self._rows):
             return cut  # who cannot reach whom, or the name no launcher could resolve
@@ -364,7 +364,7 @@ class JobMonitor(MonitorState):
         cause = self._cause()
         if cause is None:
             return None
-        return Failure(cause.t, cause.rank, cause.reason, cause.attempt, cause.kind)
+        return Failure(cause.t, cause.rank, cause.reason, cause.attempt, cause.category)
 
     def stragglers(self) -> list[int]:
         """Running ranks far behind the median step (see the class docstring)."""

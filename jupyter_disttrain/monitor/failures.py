@@ -83,7 +83,7 @@ class FailureBook:
 
         Returns the ranks that still failed in ``attempt`` on their own.
         """
-        kept = [f for f in self._failures if f.attempt != attempt or f.kind in _OWN]
+        kept = [f for f in self._failures if f.attempt != attempt or f.category in _OWN]
         self._failures = kept
         return {f.rank for f in kept if f.attempt == attempt}
 
@@ -102,7 +102,7 @@ class FailureBook:
         """Per rank failing in ``attempt``: the index in :data:`~.cause.CLASSES` of its worst."""
         best: dict[int, int] = {}
         for f in candidates(self._failures, attempt, self._exits if failed else ()):
-            best[f.rank] = min(best.get(f.rank, len(CLASSES)), CLASSES.index(f.kind))
+            best[f.rank] = min(best.get(f.rank, len(CLASSES)), CLASSES.index(f.category))
         return best
 
     def failures(self) -> list[Failure]:

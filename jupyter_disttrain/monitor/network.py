@@ -55,7 +55,7 @@ def failed_sentence(cause: Cause, where: str, rows: Mapping[int, RankState]) -> 
     (exit code 137)``; any other cause reads ``rank 1 failed (cell line 7): ...``
     (``ranks 1-2``, ``all 4 ranks`` when several failed the same way).
     """
-    if cause.kind == "killed":  # the cause's line names the signal only: keep the exit said
+    if cause.category == "killed":  # the cause's line names the signal only: keep the exit said
         after = consequence_text(cause.consequences)
         return f"{_rank_at(cause.rank, rows)} was killed{where}: {cause.reason}{after}"
     who = cause.who()
@@ -114,7 +114,7 @@ def partition_of(cause: Cause | None, rows: Mapping[int, RankState]) -> str | No
     every rank of some other node said nothing (no step, no line) from the
     start of the wait until now: its peers could not be reached, or answer.
     """
-    if cause is None or cause.kind != "consequence":
+    if cause is None or cause.category != "consequence":
         return None
     waited = timed_out_seconds(cause.reason)
     if waited is None:

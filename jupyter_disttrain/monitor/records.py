@@ -104,7 +104,7 @@ class ErrorInfo(NamedTuple):
 class Failure(NamedTuple):
     """A rank failure: an ``error`` event or a non-zero exit (``attempt`` counts restarts).
 
-    ``kind`` is its class (:data:`~.cause.CLASSES`): ``raised``, ``exited``,
+    ``category`` is its class (:data:`~.cause.CLASSES`): ``raised``, ``exited``,
     ``killed`` or ``consequence``.
     """
 
@@ -112,7 +112,7 @@ class Failure(NamedTuple):
     rank: int
     reason: str
     attempt: int
-    kind: str = "raised"
+    category: str = "raised"
 
 
 # --------------------------------------------------------------------------- snapshot shapes
@@ -184,7 +184,7 @@ class CauseRow(TypedDict):
     """The root cause (:class:`~.cause.Cause`) as JSON; ``line`` is what every view shows."""
 
     rank: int
-    kind: str
+    category: str
     reason: str
     consequences: list[int]
     line: str

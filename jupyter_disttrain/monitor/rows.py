@@ -59,7 +59,7 @@ def cause_row(cause: Cause) -> CauseRow:
     """The cause's row, with its one-line reading."""
     return CauseRow(
         rank=cause.rank,
-        kind=cause.kind,
+        category=cause.category,
         reason=cause.reason,
         consequences=list(cause.consequences),
         line=cause.line(),

@@ -398,7 +398,7 @@ class MonitorState:
         cause = self._cause()
         if cause is None:
             return
-        worst = CLASSES.index(cause.kind)
+        worst = CLASSES.index(cause.category)
         if self._state != "Failed":
             worst = min(worst, CLASSES.index("exited"))
         best = self._faults.worst(self._attempt, self._state == "Failed")
@@ -407,7 +407,7 @@ class MonitorState:
             if row is not None and row.state in ("Failed", "Stopped"):
                 row.state = "Failed" if kind <= worst else "Stopped"
         row = self._rows.get(cause.rank)
-        own = CLASSES.index(cause.kind) <= worst
+        own = CLASSES.index(cause.category) <= worst
         if row is not None and row.state in ("Failed", "Stopped") and own:
             row.state = "Failed"
             row.reason = row.reason or cause.reason

@@ -262,8 +262,8 @@ def lost_peer(rank: int, reason: str, cause: CauseRow | None) -> str:
     """:func:`lost_peer_text` of rank ``rank`` whose reason (``Type: message``) is ``reason``."""
     if cause is None or rank == cause["rank"] or not reason:
         return ""
-    kind, _, message = reason.partition(": ")
-    if classify_error(kind, message) != "consequence":
+    error_type, _, message = reason.partition(": ")
+    if classify_error(error_type, message) != "consequence":
         return ""
     return f"lost its peer (rank {cause['rank']} failed)"
 
@@ -295,11 +295,13 @@ def _error_lines(errors: list[ErrorRow], cause: CauseRow | None) -> list[str]:
         message = message if len(message) <= 160 else message[:157] + "..."
         groups.setdefault((e["type"], message), []).append(e["rank"])
     lines = ["", "errors:"]
-    for (kind, message), ranks in groups.items():
+    for (error_type, message), ranks in groups.items():
         known = [r for r in ranks if r is not None]
         who = "job" if not known else rank_label(tuple(sorted(set(known))))
         then = " (consequence)" if cause is not None and cause["rank"] not in known else ""
-        lines.append(f"  {who}{then}: {kind}: {message}" if message else f"  {who}{then}: {kind}")
+        lines.append(
+            f"  {who}{then}: {error_type}: {message}" if message else f"  {who}{then}: {error_type}"
+        )
     tb = [] if first is None else user_traceback(first["traceback"]).splitlines()
     tb = [line for line in tb if line.strip()]
     if first is not None and tb:

@@ -96,7 +96,7 @@ class NcclParser:
         self._net_ifaces: dict[str, None] = {}
         self._ib_devs: dict[str, None] = {}
         self._addr_host: dict[str, str] = {}
-        self._hints: dict[str, tuple[str, str]] = {}  # kind -> (interface, address)
+        self._hints: dict[str, tuple[str, str]] = {}  # network -> (interface, address)
         self._no_rdma: str | None = None
         self._ib_disabled = False
         self._init_done: set[Source] = set()
@@ -445,16 +445,16 @@ class NcclParser:
         return "gloo" if self._gloo_seen else "unknown"
 
     def _hint(self) -> tuple[str, str, str] | None:
-        """The suspect network configuration, as (kind, interface, address)."""
+        """The suspect network configuration, as (network, interface, address)."""
         multi_node = self._multi_node or len(self._hosts) > 1
-        for kind in ("link-local", "loopback", "shared-address", "docker"):
-            if kind not in self._hints:
+        for network in ("link-local", "loopback", "shared-address", "docker"):
+            if network not in self._hints:
                 continue
-            if kind == "loopback" and self._multi_node is False:
+            if network == "loopback" and self._multi_node is False:
                 continue
-            if kind == "docker" and not multi_node:
+            if network == "docker" and not multi_node:
                 continue
-            return (kind, *self._hints[kind])
+            return (network, *self._hints[network])
         return None
 
     def _failure(self) -> tuple[str, Finding | None]:

@@ -57,23 +57,23 @@ def _peer(text: str) -> str:
     return "the peer"
 
 
-def hint_text(kind: str, iface: str, address: str) -> tuple[str, str]:
+def hint_text(network: str, iface: str, address: str) -> tuple[str, str]:
     """(cause, fix) for a suspect network configuration."""
-    if kind == "link-local":
+    if network == "link-local":
         return (
             f"NCCL's sockets use {iface}, which has only the IPv6 link-local address {address} "
             "that other nodes cannot connect to",
             "set NCCL_SOCKET_IFNAME to an interface with a routable IPv4 address, or "
             "NCCL_SOCKET_FAMILY=AF_INET",
         )
-    if kind == "loopback":
+    if network == "loopback":
         return (
             f"NCCL's sockets are on the loopback interface ({iface}, {address}), which cannot "
             "reach other nodes",
             "for a multi-node job set NCCL_SOCKET_IFNAME to the routable interface "
             "(and NCCL_IB_DISABLE=0 if the nodes have RDMA)",
         )
-    private = "private bridge networks" if kind == "shared-address" else "the Docker bridge"
+    private = "private bridge networks" if network == "shared-address" else "the Docker bridge"
     return (
         f"NCCL's sockets use {iface} at {address} on {private}, which other hosts cannot reach "
         "through NAT",

@@ -22,10 +22,12 @@ JSONFloat = float | str
 
 def is_number(value: Any) -> TypeGuard[int | float]:
     """True for an ``int`` or a ``float`` (NaN and infinities included), never a ``bool``."""
-    kind = type(value)
-    if kind is float or kind is int:  # what JSON decodes: the fast path of every metric value
+    value_type = type(value)
+    if (
+        value_type is float or value_type is int
+    ):  # what JSON decodes: the fast path of every metric value
         return True
-    return isinstance(value, int | float) and kind is not bool
+    return isinstance(value, int | float) and value_type is not bool
 
 
 def is_finite(value: Any) -> TypeGuard[int | float]:

@@ -46,26 +46,26 @@ def parse_tf_config(text: str) -> tuple[int, int, str]:
         config = json.loads(text)
         cluster = dict(config.get("cluster") or {})
         task = dict(config.get("task") or {})
-        kind = str(task.get("type", "")).lower()
+        task_type = str(task.get("type", "")).lower()
         index = int(task.get("index", 0))
     except (ValueError, TypeError, AttributeError) as exc:
         raise TFConfigError(f"TF_CONFIG is not valid: {exc}; got {text[:200]!r}") from None
-    if not kind:
+    if not task_type:
         raise TFConfigError(f"TF_CONFIG has no task type; got {text[:200]!r}")
     leaders = sum(len(cluster.get(k) or []) for k in LEADERS)
     world = leaders + len(cluster.get("worker") or [])
-    if kind in LEADERS:
+    if task_type in LEADERS:
         rank = index
-    elif kind == "worker":
+    elif task_type == "worker":
         rank = leaders + index
     else:
         raise TFConfigError(
-            f"TF_CONFIG task type {kind!r} cannot run a cell; jobs have chief and worker "
+            f"TF_CONFIG task type {task_type!r} cannot run a cell; jobs have chief and worker "
             "tasks only (MultiWorkerMirroredStrategy), no parameter servers or evaluators"
         )
     if not 0 <= rank < world:
-        raise TFConfigError(f"TF_CONFIG task {kind}:{index} is not in its cluster {cluster}")
-    return rank, world, f"{kind}:{index}"
+        raise TFConfigError(f"TF_CONFIG task {task_type}:{index} is not in its cluster {cluster}")
+    return rank, world, f"{task_type}:{index}"
 
 
 def apply_env(environ: MutableMapping[str, str]) -> None:

@@ -34,6 +34,7 @@ from ..monitor import (
 from ..monitor.records import SlowRow, StateRange
 from ..monitor.scale import differing, summarised
 from ..monitor.text import lost_peer, shown_diagnosis
+from ..spec import job_source
 
 
 class BackendStatus(TypedDict):
@@ -98,7 +99,7 @@ class JobJSON(TypedDict):
     monitor's snapshot (empty, None, None when no event stream is read).
     ``progress`` is rank 0's steps done of a known total with rate and ETA
     (:class:`~jupyter_disttrain.monitor.ProgressRow`), ``None`` without one.
-    ``kind`` is ``session`` for a warm worker group (``%distrain_session``), else ``job``.
+    ``source`` is ``session`` for a warm worker group (``%distrain_session``), else ``job``.
     ``error`` says why the job's view could not be built ("" when it was): the
     job is then shown from its record alone (:func:`record_json`).
     Where the event stream is read, ``state`` is ``Hung`` while a detected hang
@@ -132,7 +133,7 @@ class JobJSON(TypedDict):
     phase: str | None
     first_step_s: float | None
     progress: ProgressRow | None
-    kind: str
+    source: str
     error: str
     cause_rank: int | None
     recovered: str
@@ -171,7 +172,7 @@ class NamespaceJobJSON(TypedDict):
     started it (a Kubeflow SDK TrainJob, a pipeline's, a colleague's, this tool's).
 
     ``id`` is ``backend/name`` as :class:`JobJSON`'s (the detail and logs of
-    ``/disttrain/api/jobs/<id>`` serve it too); ``kind`` its Kubeflow kind;
+    ``/disttrain/api/jobs/<id>`` serve it too); ``workload`` its Kubeflow kind;
     ``progress`` the percent the job reports itself (Trainer's ``trainerStatus``),
     ``eta`` the seconds left it reports (None without); ``started_by`` its
     ``app.kubernetes.io/managed-by`` label ("" none); ``foreign`` True when this
@@ -182,7 +183,7 @@ class NamespaceJobJSON(TypedDict):
     id: str
     name: str
     backend: str
-    kind: str
+    workload: str
     state: str
     reason: str
     progress: int | None
@@ -209,7 +210,7 @@ def namespace_job_json(record: JobRecord, *, may_stop: bool) -> NamespaceJobJSON
         id=f"{record.backend}/{record.name}",
         name=record.name,
         backend=record.backend,
-        kind=facts.workload or "job",
+        workload=facts.workload or "job",
         state=record.state,
         reason=record.reason,
         progress=facts.progress,
@@ -311,7 +312,7 @@ def job_json(
             phase=snapshot["phase"] if snapshot is not None else None,
             first_step_s=snapshot["first_step_s"] if snapshot is not None else None,
             progress=progress,
-            kind=str(record.extra.get("kind") or "job"),
+            source=job_source(record.extra),
             error="",
             cause_rank=snapshot["cause"]["rank"] if snapshot and snapshot["cause"] else None,
             recovered=snapshot["recovered"] if snapshot is not None else "",
@@ -358,7 +359,7 @@ def record_json(record: JobRecord, *, now: float, error: str) -> JobJSON:
             phase=None,
             first_step_s=None,
             progress=None,
-            kind=str(record.extra.get("kind") or "job"),
+            source=job_source(record.extra),
             error=error,
             cause_rank=None,
             recovered="",

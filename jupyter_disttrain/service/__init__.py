@@ -45,7 +45,7 @@ __all__ = [
     "attach",
     "backend_names",
     "default_service",
-    "manifest_backends",
+    "export_backends",
     "registered",
     "stop_all",
     "submit",
@@ -57,9 +57,9 @@ def backend_names() -> tuple[str, ...]:
     return names()
 
 
-def manifest_backends() -> list[str]:
-    """Backends whose plans are manifests to apply elsewhere (``--export``, ``render``)."""
-    return [n for n in names() if backend_class(n).capabilities.renders_manifests]
+def export_backends() -> list[str]:
+    """Backends whose plans are files to apply elsewhere (``--export``, ``render``)."""
+    return [n for n in names() if backend_class(n).capabilities.exports_plans]
 
 
 _default: JobService | None = None

@@ -169,7 +169,7 @@ class JobService:
         """Write the plan's manifests to ``path``; returns what to run next."""
         backend = self.backend(plan.spec.backend)
         text = plan.export()
-        if text is None or not backend.capabilities.renders_manifests:
+        if text is None or not backend.capabilities.exports_plans:
             raise SpecError(
                 f"--export writes manifests to apply elsewhere; the {backend.name} backend has "
                 "none: use --dry-run to see its plan"
@@ -454,7 +454,7 @@ class JobService:
         in ``also`` or used by a job of this process, so a listing does not
         wait on a cluster nobody uses here.
         """
-        wanted = [n for n in names() if not backend_class(n).capabilities.needs_configuration]
+        wanted = [n for n in names() if not backend_class(n).capabilities.needs_setup]
         wanted += [n for n in also if n in names()]
         out = {n: self.backend(n) for n in wanted}
         for job in self.registered().values():

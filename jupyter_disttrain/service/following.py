@@ -2,9 +2,9 @@
 
 A :class:`~jupyter_disttrain.monitor.JobMonitor` is fed by the backend's own
 ``attach`` (for local jobs the job's ``events.jsonl`` and rank logs replayed,
-then followed while the job runs). Jobs of backends without pods are followed
+then followed while the job runs). Jobs of backends with local workers are followed
 as soon as they are listed (reading files is cheap), the newest
-:data:`MAX_FOLLOWED`; jobs in pods only once their detail is asked for while
+:data:`MAX_FOLLOWED`; jobs of remote workers only once their detail is asked for while
 they run (following costs watches on the API server).
 
 Listed jobs are opened one at a time by one background thread (a finished
@@ -32,7 +32,7 @@ from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
 from .recorded import JobView, RecordedView, record_at_end, view_place
 
-#: Jobs without pods followed at once (the newest); older ones show without progress.
+#: Jobs of local workers followed at once (the newest); older ones show without progress.
 MAX_FOLLOWED = 64
 #: Seconds the background opener gives one finished job's replay before opening the next.
 REPLAY_TURN = 10.0
@@ -144,7 +144,7 @@ class Followers:
         ``records`` newest first. Returns the ones queued by this call (a later
         listing does not wait for them again).
         """
-        if backend.capabilities.has_pods:  # pods: followed on request only
+        if backend.capabilities.remote_workers:  # followed on request only
             return []
         out = []
         with self._lock:
@@ -168,7 +168,7 @@ class Followers:
     ) -> Submission | None:
         """Follow ``record`` now if it is worth it; the follower's handle (None: not followed).
 
-        Worth it: a job in pods while it runs; another job among the newest of
+        Worth it: a job of remote workers while it runs; another job among the newest of
         ``listed`` (at once, rather than in the opener's turn).
         """
         key = (backend.name, record.name)
@@ -176,14 +176,14 @@ class Followers:
             followed = self._followed.get(key)
         if followed is not None:
             return followed.submission
-        if backend.capabilities.has_pods:
+        if backend.capabilities.remote_workers:
             follow = record.state not in TERMINAL_STATES
         else:
             follow = any(r.name == record.name for r in listed[:MAX_FOLLOWED])
         return self.follow(backend, record) if follow else None
 
     def prune(self, backend: Backend, records: list[JobRecord]) -> None:
-        """Forget followers of jobs gone or re-created, and of jobs without pods past the newest.
+        """Forget followers of jobs gone or re-created, and of local-worker jobs past the newest.
 
         ``records``: the backend's whole listing, newest first.
         """
@@ -195,7 +195,7 @@ class Followers:
                     self._forget(key)
                 elif not _current(self._followed[key].monitor, record.state):
                     self._forget(key)  # its follower died before recording the end
-            if not backend.capabilities.has_pods:
+            if not backend.capabilities.remote_workers:
                 keep = {r.name for r in records[:MAX_FOLLOWED]}
                 for key in [k for k in self._followed if k[0] == backend.name and k[1] not in keep]:
                     self._forget(key)

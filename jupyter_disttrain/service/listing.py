@@ -123,7 +123,7 @@ class Lister:
     def ttl(self, backend: Backend) -> float:
         """Seconds an answer of ``backend`` is reused."""
         if self.policy.cache_seconds is None:
-            return CLUSTER_CACHE_SECONDS if backend.capabilities.needs_configuration else 0.0
+            return CLUSTER_CACHE_SECONDS if backend.capabilities.needs_setup else 0.0
         return self.policy.cache_seconds.get(backend.name, 0.0)
 
     def listing(self, backend: Backend) -> BackendListing:

@@ -186,7 +186,7 @@ export class JobsPanel extends Widget {
     row.dataset.foreign = String(job.foreign);
     const name = row.appendChild(el('td', 'jp-Disttrain-name', job.name));
     name.title = job.foreign ? `started by ${job.started_by || 'another tool'}` : 'started by jupyter-disttrain';
-    row.appendChild(el('td', 'jp-Disttrain-kind', job.kind));
+    row.appendChild(el('td', 'jp-Disttrain-workload', job.workload));
     row.appendChild(el('td', `jp-Disttrain-state jp-Disttrain-state-${job.state.toLowerCase()}`, job.state));
     const eta = job.eta !== null && job.eta > 0 && job.state === 'Running' ? `, ${formatDuration(job.eta)} left` : '';
     const cell = row.appendChild(el('td', 'jp-Disttrain-step', job.progress === null ? '-' : `${job.progress}%${eta}`));
@@ -225,7 +225,7 @@ export class JobsPanel extends Widget {
     row.dataset.jobId = job.id;
     row.dataset.state = job.state;
     row.dataset.backend = job.backend;
-    row.dataset.kind = job.kind ?? 'job';
+    row.dataset.source = job.source ?? 'job';
     if (this.model.expanded.has(job.id)) {
       row.classList.add('jp-mod-expanded');
     }
@@ -239,7 +239,7 @@ export class JobsPanel extends Widget {
       text.appendChild(el('span', 'jp-Disttrain-name-tail', tail));
     }
     name.title = job.name;
-    if (job.kind === 'session') {
+    if (job.source === 'session') {
       text.appendChild(el('span', 'jp-Disttrain-session', 'session'));
       name.title = `${job.name}: a warm worker group (%%distrain --session runs cells on its live ranks)`;
     }

@@ -148,7 +148,7 @@ export interface IJob {
   /** Seconds from submit to the first report(), null before it. */
   first_step_s?: number | null;
   /** "session" for a warm worker group (%distrain_session), else "job". */
-  kind?: string;
+  source?: string;
   /** Why the job's view could not be built ("" when it was); it is shown from its record. */
   error?: string;
 }
@@ -180,7 +180,8 @@ export interface INamespaceJob {
   id: string;
   name: string;
   backend: string;
-  kind: string;
+  /** The Kubeflow kind of the job's object (TrainJob, PyTorchJob, ...). */
+  workload: string;
   state: string;
   reason: string;
   progress: number | null;

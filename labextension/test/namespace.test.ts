@@ -12,7 +12,7 @@ import { JobsPanel } from '../src/panel';
 import { IJob, IJobList, IJobsAPI, ILogs, INamespace, INamespaceJob, IStopResult } from '../src/types';
 
 const ROW: INamespaceJob = {
-  id: 'kubernetes/sdk-job', name: 'sdk-job', backend: 'kubernetes', kind: 'TrainJob', state: 'Running',
+  id: 'kubernetes/sdk-job', name: 'sdk-job', backend: 'kubernetes', workload: 'TrainJob', state: 'Running',
   reason: '', progress: 42, eta: 90, created: 1000, nodes: 2, started_by: '', foreign: true, can_stop: true
 };
 

@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import threading
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -194,6 +195,17 @@ def test_the_built_in_backends_offer_every_feature_they_did() -> None:
         optional.NAMESPACE,
         optional.RUNTIMES,
     }
+
+
+def test_capabilities_ask_no_question_of_one_engine() -> None:
+    """A capability names what a caller needs (remote workers, exported plans), never
+    one engine's objects: no caller asks a backend whether it has pods or manifests."""
+    engine_words = ("pod", "manifest", "kube", "namespace", "kubelet", "crd")
+    names = [f.name for f in fields(Capabilities)]
+    assert "remote_workers" in names and "exports_plans" in names, names
+    assert [n for n in names if any(w in n for w in engine_words)] == [], names
+    assert KubernetesBackend.capabilities.remote_workers
+    assert not LocalBackend.capabilities.remote_workers
 
 
 def test_a_core_only_backend_offers_nothing_optional_and_says_so(toyproc: Any) -> None:

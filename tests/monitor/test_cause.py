@@ -76,14 +76,14 @@ def test_launcher_summary_lines_give_exits() -> None:
     exits = LauncherExits()
     assert exits.feed("agent-0", "  rank      : 1 (local_rank: 1)", 5.0, 0) is None
     found = exits.feed("agent-0", "  exitcode  : 3 (pid: 31321) ", 5.0, 0)
-    assert found is not None and (found.rank, found.reason, found.kind) == (
+    assert found is not None and (found.rank, found.reason, found.category) == (
         1,
         "exit code 3",
         "exited",
     )
     assert exits.feed("agent-1", "  rank      : 0 (local_rank: 0)", 5.0, 0) is None
     killed = exits.feed("agent-1", "  exitcode  : -15 (pid: 31319)  (SIGTERM)", 5.0, 0)
-    assert killed is not None and (killed.rank, killed.kind) == (0, "killed")
+    assert killed is not None and (killed.rank, killed.category) == (0, "killed")
     assert killed.reason == "exit code -15 (SIGTERM)"
     # an exit line without its rank line says nothing
     assert exits.feed("agent-1", "  exitcode  : 1 (pid: 2) ", 5.0, 0) is None
@@ -109,7 +109,7 @@ def test_the_raising_rank_is_the_cause_in_every_arrival_order(
     for order in itertools.permutations(range(4)):
         mon = fed(reordered(events, {"error"}, order))
         cause = mon.cause()
-        assert cause is not None and (cause.rank, cause.kind, cause.reason) == (
+        assert cause is not None and (cause.rank, cause.category, cause.reason) == (
             rank,
             "raised",
             reason,
@@ -182,7 +182,7 @@ def test_a_rank_that_exits_without_an_exception_is_named_from_the_launcher() -> 
     for order in itertools.permutations(range(3)):
         mon = fed(reordered(events, {"error"}, order))
         cause = mon.cause()
-        assert cause is not None and (cause.rank, cause.kind) == (1, "exited"), order
+        assert cause is not None and (cause.rank, cause.category) == (1, "exited"), order
         assert mon.reason == "rank 1: exit code 3; 3 ranks stopped as a consequence"
         assert [r.state for r in mon.ranks()] == ["Stopped", "Failed", "Stopped", "Stopped"]
         snap = mon.snapshot()
@@ -465,6 +465,6 @@ def test_a_worker_exit_torchrun_logs_before_a_restart_names_the_rank_by_pid() ->
     line = "failed (exitcode: -9) local_rank: 0 (pid: 4242) of binary: /usr/bin/python3"
     killed = exits.feed("agent-1", line, 3.0, 1, {4242: (2, 0)})
     assert killed is not None
-    assert (killed.rank, killed.attempt, killed.kind) == (2, 0, "killed")
+    assert (killed.rank, killed.attempt, killed.category) == (2, 0, "killed")
     assert killed.reason == "exit code -9 (SIGKILL)"
     assert exits.feed("agent-1", line, 3.0, 1, {}) is None  # an unknown pid names no rank

@@ -26,6 +26,18 @@ def test_a_monitor_snapshot_through_json_is_a_snapshot() -> None:
     assert checked_snapshot(data) is data
 
 
+def test_a_cause_recorded_with_its_old_field_name_is_read() -> None:
+    """View records written before the cause's class was named ``category`` say ``kind``."""
+    data = snapshot_json()
+    old = {"rank": 1, "kind": "raised", "reason": "ValueError: x", "consequences": [0]}
+    data["cause"] = {**old, "line": "rank 1 raised ValueError: x"}
+    cause = checked_snapshot(data)["cause"]
+    assert cause is not None and cause["category"] == "raised" and "kind" not in cause
+    data["cause"] = {**old, "kind": 3, "line": "rank 1"}
+    with pytest.raises(ShapeError, match=r"snapshot\.cause: .* is none of"):
+        checked_snapshot(data)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

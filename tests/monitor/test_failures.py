@@ -22,7 +22,7 @@ def test_the_raising_rank_is_the_cause_and_the_others_its_consequences() -> None
     book.fail(Failure(3.0, 0, "ValueError: bad", 0, "raised"))
     states = {0: "Failed", 1: "Failed", 2: "Succeeded"}
     cause = book.cause(states, 0, failed=True)
-    assert cause is not None and (cause.rank, cause.kind) == (0, "raised")
+    assert cause is not None and (cause.rank, cause.category) == (0, "raised")
     assert cause.consequences == (1,)
     assert book.worst(0, failed=True) == {0: 0, 1: 2}
     assert [f.rank for f in book.failures()] == [1, 0]  # arrival order
@@ -43,11 +43,11 @@ def test_a_restart_recovers_from_its_cause_and_a_late_exit_names_it_again() -> N
     book.fail(Failure(2.0, 0, "RuntimeError: peer went away", 0, "consequence"))
     book.restart({0: "Failed", 1: "Running", 2: "Running"}, 0, failed=False)
     (before,) = book.recovered()
-    assert (before.rank, before.kind) == (0, "consequence")
+    assert (before.rank, before.category) == (0, "consequence")
     # torchrun's line about attempt 0's worker arrives once attempt 1 began
     assert not book.agent_line("agent-1", WORKER_EXIT, 3.0, 1)
     (after,) = book.recovered()
-    assert (after.rank, after.kind, after.reason) == (2, "killed", "exit code -9 (SIGKILL)")
+    assert (after.rank, after.category, after.reason) == (2, "killed", "exit code -9 (SIGKILL)")
     assert book.cause({0: "Running"}, 1, failed=False) is None  # the new attempt has none
 
 

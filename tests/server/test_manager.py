@@ -309,9 +309,15 @@ def test_the_kernel_knows_its_notebook(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_session_is_listed_as_one() -> None:
-    record = JobRecord("warm", "local", "Running", 4, 2, 2, 100.0, extra={"kind": "session"})
-    assert job_json(record, None, now=110.0)["kind"] == "session"
+    record = JobRecord("warm", "local", "Running", 4, 2, 2, 100.0, extra={"source": "session"})
+    assert job_json(record, None, now=110.0)["source"] == "session"
     assert (
-        job_json(JobRecord("cold", "local", "Running", 1, 1, 1, 100.0), None, now=110.0)["kind"]
+        job_json(JobRecord("cold", "local", "Running", 1, 1, 1, 100.0), None, now=110.0)["source"]
         == "job"
     )
+
+
+def test_a_session_recorded_under_the_old_label_is_still_one() -> None:
+    """Sessions started before the label was named ``source`` carry ``kind=session``."""
+    record = JobRecord("warm", "local", "Running", 4, 2, 2, 100.0, extra={"kind": "session"})
+    assert job_json(record, None, now=110.0)["source"] == "session"

@@ -89,7 +89,7 @@ def test_the_namespace_section_follows_every_trainjob_with_one_watch(cluster: Em
         rows = {j["name"]: j for j in first["jobs"]}
         assert set(rows) == set(NAMES) and first["backends"][0]["ok"]
         row = rows[NAMES[0]]
-        assert (row["kind"], row["state"], row["foreign"], row["started_by"]) == (
+        assert (row["workload"], row["state"], row["foreign"], row["started_by"]) == (
             "TrainJob",
             "Pending",
             True,

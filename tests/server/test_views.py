@@ -31,7 +31,7 @@ def test_a_large_jobs_sidebar_json_stays_small() -> None:
 
 def test_an_error_that_only_reports_the_failing_ranks_end_reads_lost_its_peer() -> None:
     cause = CauseRow(
-        rank=1, kind="raised", reason="ValueError: bad batch", consequences=[3], line="rank 1"
+        rank=1, category="raised", reason="ValueError: bad batch", consequences=[3], line="rank 1"
     )
     lost = ErrorRow(rank=3, t=2.0, type="RuntimeError", message=GLOO_CLOSED, traceback="")
     own = ErrorRow(rank=1, t=1.0, type="ValueError", message="bad batch", traceback="")

@@ -92,13 +92,13 @@ class KubernetesBackend(Backend):
 
     name = "kubernetes"
     capabilities = Capabilities(
-        has_pods=True,
+        remote_workers=True,
         survives_kernel=True,
         elastic=True,
         frameworks=kinds.frameworks(),
         restart_frameworks=kinds.frameworks(),
-        renders_manifests=True,
-        needs_configuration=True,
+        exports_plans=True,
+        needs_setup=True,
         phases=ev.PHASES,
     )
     options = tuple(

@@ -86,8 +86,8 @@ def structure(tree: Any, counter: list[int]) -> Any:
             raise CheckpointError("save_checkpoint(): a JAX tree's dict keys must be strings")
         return {"dict": {k: structure(tree[k], counter) for k in sorted(tree)}}
     if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
-        kind = "list" if isinstance(tree, list) else "tuple"
-        return {kind: [structure(v, counter) for v in tree]}
+        container = "list" if isinstance(tree, list) else "tuple"
+        return {container: [structure(v, counter) for v in tree]}
     if tree is None:
         return {"none": True}
     counter[0] += 1

@@ -30,6 +30,11 @@ PHASES: Final = ("queued", "scheduled", "image", "started", "rendezvous", "first
 JobState = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Stopped"]
 JOB_STATES: Final = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Stopped")
 TERMINAL_STATES: Final = frozenset({"Succeeded", "Failed", "Stopped"})
+#: The state views show for a session cell's failed job while the ranks live on (each rank
+#: Raised or Ready): the cell raised; the session waits for the next cell.
+RAISED: Final = "Raised"
+#: The shown states of a job that is over (terminal, or a session cell that raised).
+ENDED_STATES: Final = TERMINAL_STATES | {RAISED}
 
 
 # --- the fields of each kind (what arrives may lack any of them: read with .get) --------

@@ -121,7 +121,7 @@ def test_error_on_one_rank_is_raised_with_its_rank_and_the_session_stays_usable(
     # the cell's job: the raising rank is its cause, the others are ready for the next cell
     (cell_job,) = jobs
     assert cell_job.monitor.reason == "rank 2: KeyError: 'missing column on rank 2'", logs(group)
-    assert [r.state for r in cell_job.monitor.ranks()] == ["Ready", "Ready", "Failed", "Ready"]
+    assert [r.state for r in cell_job.monitor.ranks()] == ["Ready", "Ready", "Raised", "Ready"]
     message = str(caught.value)
     assert "[rank 2]" in message and "missing column on rank 2" in message, logs(group)
     assert "Remote traceback (rank 2)" in message and "in check" in message
@@ -319,5 +319,10 @@ def test_a_cell_raising_on_every_rank_says_so_once_and_the_session_stays_usable(
     # every rank raised the same: said once for all, no rank blamed as a consequence of another
     assert mon.reason == "all 4 ranks: ValueError: bad shape", logs(group)
     assert [r.reason for r in mon.ranks()] == ["ValueError: bad shape"] * 4, logs(group)
+    # the ranks raised and live on: the cell reads Raised, not Failed, and says what comes next
+    assert [r.state for r in mon.ranks()] == ["Raised"] * 4, logs(group)
+    assert mon.display_state == "Raised", logs(group)
+    ready = "the cell raised on all 4 ranks; the session is ready for the next cell"
+    assert mon.diagnosis() == ready, logs(group)
     assert group.run("1 + 1") == 2  # the session is still usable
     assert group.status() == "idle"

@@ -46,7 +46,7 @@ _CONSEQUENCE: Final = re.compile(
 #: Exception types that only report a peer's end.
 _CONSEQUENCE_TYPES: Final = frozenset({"DistNetworkError", "DistBackendError"})
 #: Rank states that are not a consequence of a failure (done, or a session rank ready).
-_LIVE: Final = frozenset({"Succeeded", "Ready"})
+_LIVE: Final = frozenset({"Succeeded", "Ready", "Raised"})
 #: Exit codes of the signals the launcher sends to the ranks left (negative: the signal).
 _LAUNCHER_SIGNALS: Final = frozenset({1, 2, 9, 15})
 

@@ -34,6 +34,7 @@ from ..runtime.numbers import finite_or_none
 from .cause import Cause, cell_line, comms_names_cause, recovered_text
 from .hung import hung_rows
 from .network import failed_sentence, partition_of, partition_sentence, place
+from .raised import raised_sentence, shown_end
 from .records import (
     Checkpoint,
     ErrorInfo,
@@ -99,7 +100,8 @@ class JobMonitor(MonitorState):
 
     @property
     def display_state(self) -> str:
-        """The state to show: the job state, or ``Hung`` while a detected hang lasts."""
+        """The state to show: the job state, ``Hung`` while a detected hang lasts, ``Paused``
+        in the debugger, ``Raised`` for a session cell that raised (see :mod:`.raised`)."""
         with self._lock:
             return self._display_state()
 
@@ -108,7 +110,7 @@ class JobMonitor(MonitorState):
             return "Paused"
         if self._state == "Running" and self._hang(now) is not None:
             return "Hung"
-        return self._state
+        return shown_end(self._state, self._rows)  # Raised: a session cell raised
 
     @property
     def reason(self) -> str:
@@ -202,6 +204,8 @@ class JobMonitor(MonitorState):
         hang = self._hang()
         if hang is not None and self._state not in TERMINAL_STATES:
             return hang.sentence()
+        if (ready := raised_sentence(self._state, self._rows)) is not None:
+            return ready
         cause = self._cause()
         own = cause is not None and cause.category in ("raised", "exited")
         cut = partition_sentence(cause, self._faults.recovered(), self._rows)

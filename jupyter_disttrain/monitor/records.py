@@ -16,7 +16,8 @@ from ..runtime.numbers import JSONFloat as JSONFloat  # a snapshot field type, n
 from .phases import PhaseRow
 
 #: States of a rank row. Exited: the process ended with code 0 without ``done``;
-#: Ready: a session's rank that finished its cell and waits for the next one.
+#: Ready: a session's rank that finished its cell and waits for the next one; Raised: a
+#: session's rank whose cell raised (the process lives on, ready for the next cell).
 RANK_STATES: Final = (
     "Pending",
     "Running",
@@ -26,6 +27,7 @@ RANK_STATES: Final = (
     "Stopped",
     "Exited",
     "Ready",
+    "Raised",
     "Paused",
 )
 

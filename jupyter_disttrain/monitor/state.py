@@ -301,7 +301,8 @@ class MonitorState:
         reason = error_reason(info.type, info.message)
         if self._explicit_terminal and row.state == "Stopped":
             return
-        row.state = "Failed"
+        # a session's rank whose cell raised lives on (its cell already ended): Raised
+        row.state = "Raised" if row.state == "Raised" else "Failed"
         row.reason = reason
         self._fail(row, ev.t, reason, classify_error(info.type, info.message))
 
@@ -461,9 +462,18 @@ class MonitorState:
         self._progress.add(ev.t, f.get("step"), f.get("total"))
 
     def _on_cell(self, ev: Event, row: RankState | None) -> None:
-        """A session cell's end on a rank: the rank lives on, ready for the next cell."""
-        if row is not None and ev.get("phase") == "end" and row.state in ("Pending", "Running"):
-            row.state = "Ready"
+        """A session cell's end on a rank: the rank lives on, ready for the next cell.
+
+        Ready when the cell ended without an error there; Raised when it raised
+        (the rank's ``error`` may come before or after this end line).
+        """
+        if row is None or ev.get("phase") != "end":
+            return
+        if ev.get("status") == "error":
+            if row.state in ("Pending", "Running", "Failed", "Ready"):
+                row.state = "Raised"
+        elif row.state in ("Pending", "Running", "Raised"):
+            row.state, row.reason = "Ready", ""
 
     def _on_paused(self, ev: Event, row: RankState | None) -> None:
         self._stacks.wrote(ev.t)

@@ -20,6 +20,7 @@ import numpy as np
 import plotly.graph_objects as go
 from numpy.typing import NDArray
 
+from ..events import ENDED_STATES
 from ..monitor import JobMonitor, Snapshot
 from .streaming_figure import StreamingFigure
 
@@ -143,7 +144,7 @@ class BandChart:
                 self._cursors[rank] = cursor + int(new.values.size)
                 self._band.add(new.steps, new.values)
         key = (metric, tuple(picked), snap["restarts"])
-        ended = snap["state"] in ("Succeeded", "Failed", "Stopped")
+        ended = snap["state"] in ENDED_STATES
         now = time.monotonic()
         if key == self._key and not ended and now - self._drawn < REDRAW_EVERY:
             return

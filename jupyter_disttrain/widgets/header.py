@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
-from ..events import TERMINAL_STATES
+from ..events import ENDED_STATES, RAISED
 from ..monitor import ProgressRow, Snapshot, Where, user_traceback, waiting_line
 from ..monitor.phases import phase_text
 from ..monitor.text import progress_text, shown_diagnosis, staging_lines
@@ -64,7 +64,7 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
     if snap.get("progress") is not None:
         lines.append(progress_html(snap["progress"]))
     why = snap["why"]
-    if why and snap["state"] in ("Failed", "Restarting"):
+    if why and snap["state"] in ("Failed", "Restarting", RAISED):
         lines.append(f'<div class="distrain-reason" data-field="cause">{esc(why)}</div>')
         lines.extend(_cause_traceback(snap))
     elif why and snap["state"] == "Stopped":
@@ -94,7 +94,7 @@ def header_html(snap: Snapshot, *, note: str = "") -> str:
 def _cause_traceback(snap: Snapshot) -> list[str]:
     """The failing rank's traceback from the cell on, pinned under the cause (open)."""
     cause = snap["cause"]
-    if snap["state"] != "Failed" or cause is None:
+    if snap["state"] not in ("Failed", RAISED) or cause is None:
         return []
     own = [e for e in snap["errors"] if e["rank"] == cause["rank"] and e["traceback"]]
     if not own:
@@ -267,7 +267,7 @@ class HeaderPanel:
 
     def render(self, snap: Snapshot) -> None:
         """Refresh from ``snap`` (render thread)."""
-        ended = snap["state"] in TERMINAL_STATES
+        ended = snap["state"] in ENDED_STATES
         note = self._error
         if not note and self.blocking and not ended:
             note = BLOCKING_NOTE

@@ -27,7 +27,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..events import TERMINAL_STATES
+from ..events import ENDED_STATES
 from ..logbuffer import JOB_RANK, Divergence, FoldedLine, format_ranks, rank_label
 from ..monitor import JobMonitor, Snapshot
 from .text import esc
@@ -174,7 +174,7 @@ class LogPanel:
         filters = (tuple(ranks or ()), search, fold)
         following = bool(self.follow.value)
         resumed = following and not self._following
-        ended = snap["state"] in TERMINAL_STATES
+        ended = snap["state"] in ENDED_STATES
         self._following = following
         if self._jump_requested:
             self._jump_requested = False

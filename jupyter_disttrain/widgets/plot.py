@@ -26,7 +26,7 @@ import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 
-from ..events import TERMINAL_STATES
+from ..events import ENDED_STATES
 from ..monitor import JobMonitor, Series, Snapshot, latest_by_step, mean_by_step
 from ..monitor.scale import summarised
 from .band import BandChart
@@ -189,7 +189,7 @@ class MetricPlot:
                     self.metric.value = current if current in names else _default_metric(names)
         opts = self.options()
         if opts.metric is None:
-            if snap["state"] in TERMINAL_STATES:
+            if snap["state"] in ENDED_STATES:
                 self.waiting.value = (
                     f'<div class="distrain-plot-waiting distrain-note">{NONE}</div>'
                 )
@@ -207,7 +207,7 @@ class MetricPlot:
         key = (opts, tuple(ranks), restarts)
         now = time.monotonic()
         # the end is drawn complete: a job that ended gets no later render to catch up in
-        ended = snap["state"] in TERMINAL_STATES
+        ended = snap["state"] in ENDED_STATES
         if not self._stale and key == self._key:
             self._extend(opts, snap)
         if key != self._key or (self._stale and (ended or now - self._rebuilt >= _REBUILD_EVERY)):
@@ -315,7 +315,7 @@ def _frontier(snap: Snapshot, ranks: list[int]) -> float:
 
     ``inf`` once the job ended; ``-inf`` while none of them runs.
     """
-    if snap["state"] in TERMINAL_STATES:
+    if snap["state"] in ENDED_STATES:
         return math.inf
     wanted = set(ranks)
     lagging = set(snap["stragglers"])

@@ -28,6 +28,7 @@ body[data-jp-theme-light="false"] { --distrain-ok: #81c995; --distrain-error: #f
 [data-field="rate"][data-stalled] { color: var(--distrain-warn); font-weight: 600; }
 .distrain-badge.distrain-state-succeeded { background: #188038; }
 .distrain-badge.distrain-state-failed { background: #c5221f; }
+.distrain-badge.distrain-state-raised { background: #a0306e; }
 .distrain-badge.distrain-state-stopped, .distrain-badge.distrain-state-exited {
   background: #5f6368; }
 .distrain-dashboard .widget-html-content { line-height: 1.4; }

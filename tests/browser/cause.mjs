@@ -6,8 +6,8 @@
 // The notebook (written by test_cause_browser.py) has code cells: load the extension; a 2x2
 // job where rank 1 raises among lost gloo connections ("cause-fail"); a 2x2 job whose rank 2 is
 // SIGKILLed once and torchrun restarts from checkpoint 30 (a long name, --max-restarts 1,
-// watched for Stop and Where? while its ranks read Restarting); a session and its
-// failing cell ("cause-sess"); a job whose rank 1 sleeps inside the loop ("cause-hang",
+// watched for Stop and Where? while its ranks read Restarting); a 2x2 session, its cell that
+// raises on every rank and its next cell, which succeeds ("cause-sess"); a job whose rank 1 sleeps inside the loop ("cause-hang",
 // --hang-after 3). One kernel runs them all in JupyterLab; every dashboard is read in the
 // light theme and again in the dark one; the notebook is saved and opened in Notebook 7 (same
 // server, same kernel), where the dashboards are read a third time, the jobs panel is opened
@@ -23,13 +23,48 @@ import { resumeBelow } from "./resume.mjs";
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
 const VIEW = { width: 1440, height: 900 };
-export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5, checkpoints: 6 };
+export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5, checkpoints: 6, sessionNext: 7 };
+// the session's next cell is found by its source wherever cells were inserted above it
+const NEXT_CELL = "# the session's next cell";
 const JOBS = { fail: "cause-fail", recover: "cause-recovered-after-a-kill-c3-7f2a", hang: "cause-hang" };
 
 for (const theme of ["light", "dark", "notebook7"]) fs.mkdirSync(path.join(outDir, theme), { recursive: true });
 const { page: lab, result, close } = await openBrowser(VIEW);
 let page = lab;
-const dash = (key) => (key === "session" ? `[data-distrain-test="session"] .distrain-dashboard` : `.distrain-job-${JOBS[key]}`);
+const dash = (key) => (key in JOBS ? `.distrain-job-${JOBS[key]}` : `[data-distrain-test="${key}"] .distrain-dashboard`);
+
+// Mark the session's cells (their dashboards carry the session's name, not the cell's).
+async function markSessionCells() {
+  await page.locator(".jp-Notebook .jp-Cell").nth(CELL.sessionCell).evaluate((el) => { el.dataset.distrainTest = "session"; });
+  await page.locator(".jp-Notebook .jp-Cell", { hasText: NEXT_CELL }).first().evaluate((el) => { el.dataset.distrainTest = "sessionNext"; });
+}
+
+// The session's row in the jobs panel (it must not read Failed while the session lives) and,
+// expanded, its ranks once every one reads `state`; their text's contrast; folded again.
+async function sessionInPanel(state) {
+  const id = "local/cause-sess";
+  const row = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"]`);
+  await row.waitFor({ timeout: 30_000 });
+  await row.click();
+  const detail = `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`;
+  await page.waitForFunction(
+    ({ detail, state }) => {
+      const ranks = [...document.querySelectorAll(`${detail} tr.jp-Disttrain-rank`)];
+      return ranks.length === 4 && ranks.every((tr) => tr.dataset.state === state);
+    },
+    { detail, state },
+    { timeout: 60_000 },
+  );
+  const out = await page.evaluate(({ id, detail }) => ({
+    state: document.querySelector(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"]`).dataset.state,
+    ranks: [...document.querySelectorAll(`${detail} tr.jp-Disttrain-rank`)].map((tr) => tr.dataset.state),
+    text: document.querySelector(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"]`).textContent,
+  }), { id, detail });
+  out.contrast = await page.evaluate(lowContrast, { sel: detail });
+  await row.click();
+  await page.locator(detail).waitFor({ state: "detached", timeout: 10_000 }).catch(() => {});
+  return out;
+}
 
 // What the dashboard `key` shows: its header, cause, rows, Stop's box, chart colours, scroll.
 async function seen(key) {
@@ -86,6 +121,7 @@ async function seen(key) {
           .filter((t) => t.includes("<Job ")),
         // how often the failure's sentence is said on the dashboard (once: the cause line)
         causeSaid: (root?.textContent.match(/ranks? stopped as a consequence/g) ?? []).length,
+        failedSaid: (root?.textContent.match(/Failed/g) ?? []).length,
         view,
       };
     },
@@ -112,7 +148,7 @@ async function sidebarErrors() {
 
 async function seenAll() {
   const out = {};
-  for (const key of ["fail", "recover", "session", "hang"]) out[key] = await seen(key);
+  for (const key of ["fail", "recover", "session", "sessionNext", "hang"]) out[key] = await seen(key);
   // text against its background: every dashboard (charts are checked by their ink), the panel
   out.contrast = {
     dashboards: await page.evaluate(lowContrast, { sel: ".distrain-dashboard", skip: ".js-plotly-plot" }),
@@ -189,7 +225,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
   await page.locator(".jp-Disttrain-status").click(); // the panel stays open throughout
   await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
-  await page.locator(".jp-Notebook .jp-Cell").nth(CELL.sessionCell).evaluate((el) => { el.dataset.distrainTest = "session"; });
+  await markSessionCells();
 
   await waitForPrompt(await runCellOn(page, CELL.load));
   await runCellOn(page, CELL.fail);
@@ -218,6 +254,10 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await waitForPrompt(await runCellOn(page, CELL.session));
   await waitForPrompt(await runCellOn(page, CELL.sessionCell));
   result.sessionError = await errorText(CELL.sessionCell);
+  result.sessionRaised = await sessionInPanel("Raised"); // alive: its ranks raised, not Failed
+  await waitForPrompt(await runCellOn(page, CELL.sessionNext));
+  await header("sessionNext", "Succeeded").waitFor({ timeout: JOB_TIMEOUT });
+  result.sessionReady = await sessionInPanel("Ready");
   await runCellOn(page, CELL.hang);
   await header("hang", "Hung").waitFor({ timeout: JOB_TIMEOUT });
   // the failed job's details open in the panel (its cause and the ranks' errors)
@@ -257,7 +297,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.setViewportSize(VIEW);
   await page.goto(`${baseUrl}/notebooks/${notebook}`, { waitUntil: "domcontentloaded" });
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await page.locator(".jp-Notebook .jp-Cell").nth(CELL.sessionCell).evaluate((el) => { el.dataset.distrainTest = "session"; });
+  await markSessionCells();
   await header("hang", "Hung").waitFor({ timeout: 60_000 });
   // the jobs panel from the View menu
   await page.locator(".jp-DisttrainPanel").waitFor({ state: "hidden", timeout: 10_000 }).catch(() => {});
@@ -267,7 +307,11 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.nb7Toolbar = await page.locator('.jp-NotebookPanel-toolbar [data-jp-item-name="disttrain-jobs"]').count();
   await page.waitForTimeout(1500);
   result.notebook7 = await seenAll();
-  result.nb7Rows = { fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"), hang: await sidebarRow(`local/${JOBS.hang}`, "Hung") };
+  result.nb7Rows = {
+    fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"),
+    hang: await sidebarRow(`local/${JOBS.hang}`, "Hung"),
+    session: await sidebarRow("local/cause-sess", "Running"),
+  };
   await shots("notebook7");
 
   // logs below the notebook, as tall as they are

@@ -4,16 +4,18 @@ One JupyterLab server and one kernel run, at 1440x900 with the jobs panel
 open: a 2x2 job where rank 1 raises among lost gloo connections, a 2x2 job
 whose rank 2 is SIGKILLed once and torchrun restarts from checkpoint 30 (it
 recovers, as in 02-checkpoints; Stop and Where? stay while its ranks read
-Restarting), a session whose cell
-fails on rank 1, and a job whose rank 1 sleeps in its loop (``--hang-after
-3``). Every dashboard is read in the light theme, then in the dark one; the
-saved notebook is opened in Notebook 7 (same server and kernel), where the
-dashboards are read again, the jobs panel opens from the View menu, logs open
-below the notebook sized to their content, and the hung job is stopped from
-its dashboard. Each view asserts the cause text, the state badge, Stop inside
-the viewport (or hidden once the job ended), no horizontal scroll and the
-chart in the theme's colours. Screenshots land in ``test-output/browser-cause/``
-(``make readme-pictures`` copies two of them into ``docs/``).
+Restarting), a 2x2 session whose cell raises on every rank (it reads Raised,
+its ranks alive, and the session's row in the jobs panel never reads Failed)
+and whose next cell succeeds, and a job whose rank 1 sleeps in its loop
+(``--hang-after 3``). Every dashboard is read in the light theme, then in the
+dark one; the saved notebook is opened in Notebook 7 (same server and
+kernel), where the dashboards are read again, the jobs panel opens from the
+View menu, logs open below the notebook sized to their content, and the hung
+job is stopped from its dashboard. Each view asserts the cause text, the
+state badge, Stop inside the viewport (or hidden once the job ended), no
+horizontal scroll and the chart in the theme's colours. Screenshots land in
+``test-output/browser-cause/`` (``make readme-pictures`` copies two of them
+into ``docs/``).
 """
 
 from __future__ import annotations
@@ -64,17 +66,20 @@ CELLS = [
     ),
     "%%distrain --nodes 2 --nproc 2 --name cause-recovered-after-a-kill-c3-7f2a "
     "--max-restarts 1 --checkpoint-dir {CKPT}" + RECOVER,
-    "%distrain_session start cause-sess --nodes 1 --nproc 2",
+    "%distrain_session start cause-sess --nodes 2 --nproc 2",
     "%%distrain --session cause-sess\nimport torch.distributed as dist\n"
-    "def check(rank):\n    if rank == 1:\n        raise ValueError('bad input on rank 1')\n"
-    "check(dist.get_rank())",
+    "def check(rank):\n    raise ValueError('bad shape')\ncheck(dist.get_rank())",
     "%%distrain --nodes 1 --nproc 2 --name cause-hang --hang-after 3"
     + LOOP.format(steps=400, pause=0.05, body="if rank == 1 and step == 5: time.sleep(3600)"),
     "%distrain_checkpoints cause-recovered-after-a-kill-c3-7f2a",
+    # run right after the cell that raised (cause.mjs finds it by this comment)
+    "%%distrain --session cause-sess\n# the session's next cell\nimport torch.distributed as dist\n"
+    "assert dist.get_world_size() == 4",
 ]
 CAUSE = "rank 1: ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
 RECOVERED = "recovered from 1 failure (rank 2 was killed (SIGKILL)); resumed from checkpoint 30"
-SESSION_CAUSE = "rank 1: ValueError: bad input on rank 1"
+SESSION_CAUSE = "all 4 ranks: ValueError: bad shape"
+SESSION_READY = "the cell raised on all 4 ranks; the session is ready for the next cell"
 TRANSPARENT = ("rgba(0, 0, 0, 0)", "transparent")
 
 
@@ -115,7 +120,7 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
         assert not seen["hscroll"], (name, key)
         assert seen["tableInside"], (name, key, "rank table past its output's edge")
         assert not seen["echoes"], (name, key, "the launch state echoed under the dashboard")
-        if key != "session":  # charts: the page's background, the theme's ink
+        if key not in ("session", "sessionNext"):  # charts: the page's background, theme's ink
             assert seen["plotBackground"] in TRANSPARENT, (name, key, seen["plotBackground"])
             assert rgb(seen["plotInk"]) == rgb(seen["themeInk"]), (name, key, seen)
     failed = views["fail"]
@@ -135,13 +140,20 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
     assert recovered["restarts"] == ["1"] * 4, (name, recovered)  # as the header's "1 restart"
     assert recovered["restartsSaid"] == "1 restart", (name, recovered)
 
+    # the cell raised on every rank, which live on: Raised (not Failed), ready for the next
     session = views["session"]
-    assert session["state"] == "Failed" and session["cause"] == SESSION_CAUSE, (name, session)
-    assert session["rows"] == ["Ready", "Failed"], (name, session)  # the group lives on
+    assert session["state"] == "Raised" and session["cause"] == SESSION_CAUSE, (name, session)
+    assert session["rows"] == ["Raised"] * 4, (name, session)
+    assert session["diagnosis"] == SESSION_READY, (name, session)
+    assert session["failedSaid"] == 0 and not session["stopVisible"], (name, session)
     assert (session["traceback"] or "").startswith("Traceback"), (name, session)
     assert (
         "<distrain-cell" in session["traceback"] and "jupyter_disttrain" not in session["traceback"]
     )
+
+    after = views["sessionNext"]  # the next cell ran on the same ranks
+    assert after["state"] == "Succeeded" and after["rows"] == ["Ready"] * 4, (name, after)
+    assert after["cause"] is None and after["failedSaid"] == 0, (name, after)
 
     hung = views["hang"]
     assert hung["state"] == "Hung" and hung["rate"] == "stalled", (name, hung)
@@ -181,12 +193,18 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
     watch = result["restartWatch"]  # Stop and Where? never gone while it restarts, runs on
     assert watch["restarting"] > 0 and not watch["hidden"], watch
     error = result["sessionError"].splitlines()
-    assert error[:2] == ["rank 1 raised ValueError:", "Traceback (most recent call last):"], error
+    assert error[:2] == ["rank 0 raised ValueError:", "Traceback (most recent call last):"], error
     assert error[2].startswith('  File "<distrain-cell') and "jupyter_disttrain" not in str(error)
 
     rows = result["rows"]
     assert rows["fail"]["title"].startswith(f"Failed: {CAUSE}"), rows
     assert rows["hang"]["state"] == "Hung" and rows["session"]["state"] == "Running", rows
+    # the session's row while its ranks read Raised, then Ready after the next cell: it runs
+    for seen in (result["sessionRaised"], result["sessionReady"]):
+        assert seen["state"] == "Running" and "Failed" not in seen["text"], seen
+        assert seen["contrast"]["checked"] > 4 and not seen["contrast"]["found"], seen
+    assert result["sessionRaised"]["ranks"] == ["Raised"] * 4, result["sessionRaised"]
+    assert result["sessionReady"]["ranks"] == ["Ready"] * 4, result["sessionReady"]
     assert rows["recover"]["state"] == "Succeeded", rows
     # a long name keeps its end and its full text in a tooltip; the session badge is whole
     recover = rows["recover"]
@@ -200,6 +218,7 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
     assert not result["nb7PanelBefore"] and result["nb7MenuEntry"] == 1, result
     assert result["nb7Toolbar"] == 1, result
     assert result["nb7Rows"]["fail"]["state"] == "Failed", result["nb7Rows"]
+    assert result["nb7Rows"]["session"]["state"] == "Running", result["nb7Rows"]
     logs = result["nb7Logs"]
     assert logs["below"], logs
     # sized to the lines, at most 40% of the split (beyond that the lines scroll)

@@ -11,12 +11,35 @@ long job is stopped from its row. Screenshots land in ``test-output/sidebar/``.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from .conftest import REPO, Lab
 from .harness import run_harness, write_notebook
 
 OUTPUT = REPO / "test-output" / "sidebar"
+STEP_OUTPUT = REPO / "test-output" / "sidebar-step"
+STEPS = 80
+STEP_CELLS = [
+    "%load_ext jupyter_disttrain",
+    f"""%%distrain --nodes 1 --nproc 2 --name sidestep
+import time
+import torch.distributed as dist
+
+rank = dist.get_rank()
+for step in range({STEPS}):
+    report(step=step, loss=1.0 / (step + 1) + 0.01 * rank)
+    time.sleep(0.25)""",
+]
+#: How far the panel may be behind the dashboard, in seconds, by design: the job's follower
+#: writes its record every second (service/recorded.py), the panel polls every 1.5 s, and
+#: one poll's request and render take well under 1.5 s even on a loaded machine.
+PANEL_BUDGET = 1.0 + 1.5 + 1.5
 
 CELLS = [
     "%load_ext jupyter_disttrain\n%distrain_config live=none",
@@ -37,6 +60,54 @@ for step in range(3000):
     report(step=step, total=3000, loss=1.0 / (step + 1))
     time.sleep(0.1)""",
 ]
+
+
+def job_logs(lab: Lab, name: str) -> str:
+    """``disttrain logs NAME`` of the lab's jobs (for assertion messages)."""
+    env = dict(os.environ, DISTRAIN_HOME=str(lab.root.parent / "distrain-home"))
+    cli = [sys.executable, "-m", "jupyter_disttrain.cli", "logs", name]
+    done = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60)
+    return f"{done.stdout}{done.stderr}\nserver log:\n{Path(lab.log).read_text()[-3000:]}"
+
+
+def behind_checks(samples: list[list[Any]]) -> list[tuple[float, int, int, int]]:
+    """Each sample read at least PANEL_BUDGET s after the dashboard's first step, as
+    (seconds, dashboard step, panel step, steps allowed behind): the steps the job made on
+    the dashboard over the PANEL_BUDGET seconds before, plus one (a step in flight)."""
+    running = [(t / 1000, d, s) for t, d, s, state in samples if state == "Running"]
+    shown = [(t, d) for t, d, _ in running if d is not None]
+    checks = []
+    for t, dash, side in running:
+        before = [d for u, d in shown if u <= t - PANEL_BUDGET]
+        if dash is None or not before:
+            continue
+        checks.append((t, dash, -1 if side is None else side, dash - before[-1] + 1))
+    return checks
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_panels_step_follows_the_dashboards_while_a_job_runs(lab: Lab) -> None:
+    notebook = write_notebook(lab.root, "sidestep.ipynb", STEP_CELLS)
+    try:
+        result = run_harness("sidestep.mjs", lab, notebook, STEP_OUTPUT)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\njob logs:\n{job_logs(lab, 'sidestep')}") from None
+    samples = result["samples"]
+    checks = behind_checks(samples)
+    logs = job_logs(lab, "sidestep") if len(checks) < 10 else ""
+    assert len(checks) >= 10, (samples, logs)  # compared several times while it ran
+    late = [c for c in checks if c[1] - c[2] > c[3]]
+    if late:
+        logs = job_logs(lab, "sidestep")
+    assert not late, f"(s, dashboard, panel, allowed) {late}\nsamples {samples}\n{logs}"
+    end = result["end"]  # the ended job: chart, table, header and panel agree on its last step
+    last = STEPS - 1
+    agreed = end["chartLastX"] == last and end["rankSteps"] == [last, last]
+    agreed = agreed and end["headerStep"] == f"step {last}" and end["sideStep"] == str(last)
+    assert end["state"] == "Succeeded" and agreed, (end, job_logs(lab, "sidestep"))
+    errors = [e for e in result["console"] if e.startswith("pageerror")]
+    assert not errors, errors
 
 
 @pytest.mark.slow

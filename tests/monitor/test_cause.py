@@ -322,19 +322,27 @@ def test_a_rank_silent_longer_than_its_interval_reads_as_stalled() -> None:
 # --------------------------------------------------------------------------- sessions
 
 
-def session_cell(errors: dict[int, str]) -> JobMonitor:
-    """A session cell's monitor as sessions.py feeds it: hellos, the cell's lines, its end."""
+def session_cell(errors: dict[int, str], *, ends_first: bool = False) -> JobMonitor:
+    """A session cell's monitor as sessions.py feeds it: hellos, the cell's lines, its end.
+
+    ``ends_first``: the ranks' end lines arrive before their errors (sessions.py feeds the
+    errors from rank 0's reply, which may come after the end lines or before them).
+    """
     t0 = 1_800_000_000.0
     mon = JobMonitor("sess", "local", 4, nodes=2, nproc=2)
     mon.feed_many([Event("hello", r, t0, {"backend": "gloo"}) for r in range(4)])
     mon.feed(Event("job", None, t0, {"state": "Running", "reason": "Started"}))
     for rank in range(4):
         mon.feed(Event("cell", rank, t0 + 1, {"id": 3, "phase": "start"}))
-    for rank, message in errors.items():
-        mon.feed(Event("error", rank, t0 + 2, {"type": "ValueError", "message": message}))
+    ends = []
     for rank in range(4):
         status = "error" if rank in errors else "ok"
-        mon.feed(Event("cell", rank, t0 + 3, {"id": 3, "phase": "end", "status": status}))
+        ends.append(Event("cell", rank, t0 + 3, {"id": 3, "phase": "end", "status": status}))
+    raised = [
+        Event("error", rank, t0 + 2, {"type": "ValueError", "message": message})
+        for rank, message in errors.items()
+    ]
+    mon.feed_many(ends + raised if ends_first else raised + ends)
     state = "Failed" if errors else "Succeeded"
     mon.feed(Event("job", None, t0 + 4, {"state": state, "message": "rank 0 raised"}))
     return mon
@@ -345,19 +353,64 @@ def test_a_session_cells_ranks_read_ready_after_it() -> None:
     assert mon.state == "Succeeded" and [r.state for r in mon.ranks()] == ["Ready"] * 4
 
 
-def test_a_failing_session_cell_names_its_rank_and_leaves_the_others_ready() -> None:
-    mon = session_cell({2: "bad input"})
-    assert mon.state == "Failed"
-    assert [r.state for r in mon.ranks()] == ["Ready", "Ready", "Failed", "Ready"]
+@pytest.mark.parametrize("ends_first", [False, True])
+def test_a_failing_session_cell_names_its_rank_and_leaves_the_others_ready(
+    ends_first: bool,
+) -> None:
+    mon = session_cell({2: "bad input"}, ends_first=ends_first)
+    assert mon.state == "Failed" and mon.display_state == "Raised"  # the cell raised
+    # rank 2 raised and lives on (not Failed: nothing died), the others are ready
+    assert [r.state for r in mon.ranks()] == ["Ready", "Ready", "Raised", "Ready"]
+    assert mon.ranks()[2].reason == "ValueError: bad input"
     assert mon.reason == "rank 2: ValueError: bad input"  # no rank stopped: the group lives on
+    assert mon.diagnosis() == "the cell raised on rank 2; the session is ready for the next cell"
 
 
-def test_a_session_cell_that_raises_the_same_on_every_rank_says_it_once() -> None:
-    mon = session_cell(dict.fromkeys(range(4), "bad input"))
+@pytest.mark.parametrize("ends_first", [False, True])
+def test_a_session_cell_that_raises_the_same_on_every_rank_says_it_once(
+    ends_first: bool,
+) -> None:
+    mon = session_cell(dict.fromkeys(range(4), "bad input"), ends_first=ends_first)
     assert mon.reason == "all 4 ranks: ValueError: bad input"  # no rank stopped as a consequence
-    assert mon.diagnosis() == "all 4 ranks failed: ValueError: bad input"
-    some = session_cell({1: "bad input", 2: "bad input"})
+    assert [r.state for r in mon.ranks()] == ["Raised"] * 4
+    snap = mon.snapshot()
+    assert snap["state"] == "Raised" and snap["why"] == mon.reason
+    said = "the cell raised on all 4 ranks; the session is ready for the next cell"
+    assert snap["diagnosis"] == mon.diagnosis() == said
+    some = session_cell({1: "bad input", 2: "bad input"}, ends_first=ends_first)
     assert some.reason == "ranks 1-2: ValueError: bad input"  # 0 and 3 are ready
+    ready = "the cell raised on ranks 1-2; the session is ready for the next cell"
+    assert some.diagnosis() == ready
+
+
+def test_a_session_cell_whose_rank_died_reads_failed() -> None:
+    """Rank 3 never ended its cell (its process died): the cell's job is Failed, not Raised."""
+    t0 = 1_800_000_000.0
+    mon = JobMonitor("sess", "local", 4, nodes=2, nproc=2)
+    mon.feed_many([Event("hello", r, t0, {"backend": "gloo"}) for r in range(4)])
+    mon.feed(Event("job", None, t0, {"state": "Running", "reason": "Started"}))
+    mon.feed(Event("error", 1, t0 + 2, {"type": "ValueError", "message": "bad input"}))
+    for rank in range(3):
+        status = "error" if rank == 1 else "ok"
+        mon.feed(Event("cell", rank, t0 + 3, {"id": 3, "phase": "end", "status": status}))
+    mon.feed(Event("job", None, t0 + 4, {"state": "Failed", "message": "a rank died"}))
+    assert mon.display_state == "Failed" and mon.snapshot()["state"] == "Failed"
+    assert [r.state for r in mon.ranks()] == ["Ready", "Raised", "Ready", "Stopped"]
+    assert "session is ready" not in (mon.diagnosis() or "")
+
+
+def test_a_sessions_ranks_read_raised_after_a_raising_cell_and_ready_after_the_next() -> None:
+    """The session's own monitor (the sidebar's detail) sees only the cells' end lines."""
+    t0 = 1_800_000_000.0
+    mon = JobMonitor("sess", "local", 4, nodes=2, nproc=2)
+    mon.feed(Event("job", None, t0, {"state": "Running", "reason": "Started"}))
+    mon.feed_many([Event("hello", r, t0, {"backend": "gloo"}) for r in range(4)])
+    for cell, status, shown in ((1, "error", "Raised"), (2, "ok", "Ready")):
+        for rank in range(4):
+            end = {"id": cell, "phase": "end", "status": status}
+            mon.feed(Event("cell", rank, t0 + cell, end))
+        assert [r.state for r in mon.ranks()] == [shown] * 4, cell
+        assert mon.state == mon.display_state == "Running"  # the session lives throughout
 
 
 def test_every_rank_exiting_with_the_same_error_is_said_once() -> None:

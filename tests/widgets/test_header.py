@@ -122,3 +122,28 @@ def test_a_paused_rank_is_said_once_and_its_markup_is_not_escaped_twice() -> Non
     html = header_html(mon.snapshot(), note="")
     text = "".join(n.all_text() for n in parse(html).find_all("distrain-note"))
     assert text.count("rank 1 paused at cell:9 in <module>") == 1 and "&lt;" not in text, text
+
+
+def test_a_session_cell_that_raised_on_every_rank_reads_raised_and_ready_for_the_next() -> None:
+    """The cell's job failed, but every rank lives on: Raised, the cause, what comes next."""
+    mon = JobMonitor("sess", "local", 4, nodes=2, nproc=2)
+    mon.feed_many([job_event("Running", t=1.0), *[Event("hello", r, 1.0, {}) for r in range(4)]])
+    for rank in range(4):
+        mon.feed(Event("error", rank, 2.0, {"type": "ValueError", "message": "bad shape"}))
+        mon.feed(Event("cell", rank, 2.1, {"id": 1, "phase": "end", "status": "error"}))
+    mon.feed(job_event("Failed", "Failed", "rank 0 raised", t=3.0))
+    panel = HeaderPanel(lambda: None)
+    panel.render(mon.snapshot())
+    page = parse(panel.html.value)
+    [header] = page.find_all("distrain-header")
+    assert header.attrs["data-state"] == "Raised"
+    [badge] = [b for b in page.find_all("distrain-badge") if b.attrs.get("data-field") == "state"]
+    assert badge.all_text() == "Raised" and "distrain-state-raised" in badge.classes
+    [cause] = page.find_all("distrain-reason")
+    assert cause.all_text() == "all 4 ranks: ValueError: bad shape"
+    [ready] = page.find_all("distrain-diagnosis")
+    assert ready.all_text() == (
+        "the cell raised on all 4 ranks; the session is ready for the next cell"
+    )
+    assert "Failed" not in page.all_text()
+    assert panel.button.layout.display == "none"  # nothing runs: no Stop

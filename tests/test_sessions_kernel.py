@@ -101,13 +101,13 @@ def test_a_failing_cell_then_ctrl_c_of_a_stuck_cell_then_the_kernels_shutdown(
     assert lines[2].startswith('  File "<distrain-cell') and lines[-1] == "ValueError: bad input"
     assert "in check" in shown
     assert "jupyter_disttrain" not in shown and "interactiveshell" not in shown, shown
-    # between cells every rank reads ready, the group is not stopped
+    # between cells the group runs on: rank 1 reads Raised (its cell raised), rank 0 Ready
     states = kernel.run(
         "from jupyter_disttrain.service import default_service\n"
         "group = default_service().sessions.get('ks-fail').job\n"
         "print(group.monitor.display_state, [r.state for r in group.monitor.ranks()])"
     )
-    assert states.strip() == "Running ['Ready', 'Ready']", states
+    assert states.strip() == "Running ['Ready', 'Raised']", states
     kernel.execute("%%distrain --session ks-fail\nimport torch.distributed as dist\ndist.barrier()")
     kernel.run("%distrain_session stop ks-fail")
     # Ctrl-C of a stuck cell

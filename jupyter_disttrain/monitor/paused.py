@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..events import Event
+from ..events import RAISED, Event
 from .records import RankState, as_int, as_str
 
 #: The state of a rank stopped in the debugger (one of :data:`~.records.RANK_STATES`).
@@ -87,7 +87,7 @@ class PauseBook:
             as_str(ev.get("exception")),
             ev.get("reason") == "pause",
         )
-        if row.state in ("Running", "Pending", "Ready", PAUSED):
+        if row.state in ("Running", "Pending", "Ready", RAISED, PAUSED):  # Raised: --last
             row.state = PAUSED
             row.reason = self._paused[row.rank].sentence()
         for other in rows.values():

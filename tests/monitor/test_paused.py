@@ -63,3 +63,13 @@ def test_a_line_without_a_port_changes_nothing() -> None:
     mon = running()
     mon.feed(ev.Event("paused", 1, T0 + 1, {"file": "x.py", "line": 3}))
     assert mon.paused() == [] and mon.display_state == "Running"
+
+
+def test_a_session_rank_whose_cell_raised_pauses_in_its_post_mortem() -> None:
+    """``%distrain_debug --last``: the rank reads Raised from the cell before; it pauses."""
+    mon = running(2)
+    mon.feed(ev.Event("cell", 1, T0 + 1, {"phase": "end", "status": "error"}))
+    assert {r.rank: r.state for r in mon.ranks()}[1] == "Raised"
+    mon.feed(paused(1, T0 + 2, exception="KeyError: 'nope'"))
+    assert [p.rank for p in mon.paused()] == [1]
+    assert {r.rank: r.state for r in mon.ranks()}[1] == "Paused"

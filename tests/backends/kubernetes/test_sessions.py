@@ -20,7 +20,7 @@ from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.server.views import job_json
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.sessions import Session, SessionError, SessionLost, session_spec
-from jupyter_disttrain.spec import JobSpec
+from jupyter_disttrain.spec import JobSpec, job_source
 from tests.backends.kubernetes.test_backend import wait_for
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.emulator import Emulator
@@ -68,23 +68,25 @@ def test_a_session_is_labelled_and_its_payload_is_a_secret(api: str) -> None:
     payload_obj, job, *_ = KubernetesBackend().objects(session, payload)
     assert payload_obj["kind"] == "Secret" and "binaryData" not in payload_obj
     assert job["kind"] == (TRAINJOB if api == "trainjob" else PYTORCHJOB).kind
-    assert job["metadata"]["labels"][PREFIX + "kind"] == "session"
+    assert job["metadata"]["labels"][PREFIX + "source"] == "session"
     validate_manifest(job)
     mounted = repr(job["spec"])
     assert "'secretName': 'sess-objects-payload'" in mounted and "configMap" not in mounted
     kind = TRAINJOB if api == "trainjob" else PYTORCHJOB
-    assert record_from_object(job, kind).extra["kind"] == "session"
-    assert ("kind", "session") in spec_from_object(job, kind).labels
+    assert job_source(record_from_object(job, kind).extra) == "session"
+    assert ("source", "session") in spec_from_object(job, kind).labels
+    job["metadata"]["labels"] = {PREFIX + "kind": "session"}  # a session labelled before the rename
+    assert job_source(record_from_object(job, kind).extra) == "session"
     plain = KubernetesBackend().objects(spec("sess-objects", api), payload)
     assert plain[0]["kind"] == "Secret"  # every payload carries the job key: always a Secret
 
 
 def test_a_label_value_no_label_can_hold_travels_as_an_annotation() -> None:
-    labels, annotations = job_labels([("kind", "session"), ("note", "two words")])
-    assert labels == {PREFIX + "kind": "session"}
+    labels, annotations = job_labels([("source", "session"), ("note", "two words")])
+    assert labels == {PREFIX + "source": "session"}
     assert annotations == {PREFIX + "note": "two words"}
     meta = {"labels": {**labels, "other": "x"}, "annotations": annotations}
-    assert read_labels(meta) == {"kind": "session", "note": "two words"}
+    assert read_labels(meta) == {"source": "session", "note": "two words"}
     with pytest.raises(ValueError, match="not a label name"):
         job_labels([("a b", "x")])
 
@@ -139,7 +141,7 @@ def test_a_session_runs_cells_over_port_forward_and_stop_deletes_it(
             warm.append(time.monotonic() - t0)
         print(f"{api}: session start {took:.2f} s, warm cell {sorted(warm)[2]:.3f} s (median)")
         row = listed(service, name)
-        assert (row["kind"], row["state"]) == ("session", "Running"), row
+        assert (row["source"], row["state"]) == ("session", "Running"), row
     finally:
         final = service.stop_session(name)
     assert final in ("Succeeded", "Stopped"), logs(session)
@@ -214,7 +216,7 @@ def test_kernel_exit_leaves_a_kubernetes_session_running_until_stopped(
         assert session.run("x = 5\nx") == 5, logs(session)
         service.stop_all(timeout=10)  # what the kernel's exit runs
         kernel_gone = JobService()  # the next kernel: lists the session, still running
-        assert listed(kernel_gone, "ks-kernel")["kind"] == "session"
+        assert listed(kernel_gone, "ks-kernel")["source"] == "session"
         assert listed(kernel_gone, "ks-kernel")["state"] == "Running"
         assert emulator.processes()
         assert kernel_gone.backend("kubernetes").stop("ks-kernel")

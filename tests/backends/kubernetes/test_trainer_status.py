@@ -185,7 +185,7 @@ def test_the_sidebar_opens_a_foreign_trainjob_with_its_logs_and_metrics(foreign:
     manager = JobManager(backends=lambda: [KubernetesBackend()])
     try:
         row = next(j for j in manager.namespace()["jobs"] if j["name"] == FOREIGN)
-        assert (row["kind"], row["progress"], row["foreign"]) == ("TrainJob", 100, True)
+        assert (row["workload"], row["progress"], row["foreign"]) == ("TrainJob", 100, True)
         detail = manager.job("kubernetes", FOREIGN)  # over: shown from its object
         assert detail["state"] == "Succeeded" and detail["metrics"]["loss"] == pytest.approx(0.3333)
         assert detail["progress"] is not None and detail["progress"]["fraction"] == 1.0

@@ -49,11 +49,21 @@ from jupyter_client.manager import start_new_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from newkernel import KERNEL_CPU, NEW_BREAKDOWNS, breakdown, new_kernel_runs  # noqa: E402
+from newkernel import (  # noqa: E402
+    ALONE_BREAKDOWNS,
+    KERNEL_CPU,
+    NEW_BREAKDOWNS,
+    breakdown,
+    new_kernel_runs,
+)
 from results import write_section  # noqa: E402
 
 #: Seconds one run may take before it counts as hung (set by ``--limit``).
 LIMIT = 180.0
+#: A row starts once the 1-minute load average is below this (``--quiet-load``)...
+QUIET_LOAD = 0.9
+#: ...or after this many seconds of waiting for it (``--settle``; 0: start at once).
+SETTLE = 150.0
 
 TRAIN = textwrap.dedent(
     """
@@ -111,6 +121,7 @@ def run_torchrun(mark: Path) -> tuple[float, float]:
     script.write_text(TRAIN)
     port = free_port()
     env = {**os.environ, "BENCH_MARK_FILE": str(mark), "GLOO_SOCKET_IFNAME": "lo"}
+    logs = [mark.with_suffix(f".node{node}.log") for node in range(2)]
     t0 = time.time()
     procs = [
         subprocess.Popen(
@@ -136,7 +147,7 @@ def run_torchrun(mark: Path) -> tuple[float, float]:
             ],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=logs[node].open("wb"),
             start_new_session=True,  # its workers too are stopped with the agent's group
         )
         for node in range(2)
@@ -152,8 +163,16 @@ def run_torchrun(mark: Path) -> tuple[float, float]:
             p.wait()
     total = time.time() - t0
     if codes != [0, 0]:
-        raise RunFailed(f"torchrun agents exited with {codes}")
+        said = "; ".join(f"node {n}: {last_error(log)}" for n, log in enumerate(logs))
+        raise RunFailed(f"torchrun agents exited with {codes} ({said})")
     return first_mark(mark) - t0, total
+
+
+def last_error(log: Path) -> str:
+    """The last line of a torchrun agent's stderr that names an error ("" none)."""
+    lines = log.read_text(errors="replace").splitlines()
+    errors = [line.strip() for line in lines if "Error" in line or "error" in line]
+    return (errors or lines or [""])[-1][:300]
 
 
 ACCELERATE_HOST = textwrap.dedent(
@@ -273,6 +292,7 @@ def measure(
     """Medians of the runs that finished; ``hung`` counts those past the time limit,
     ``failed`` those that ended with an error; ``load`` is the 1-minute load average when
     the row started."""
+    settle(QUIET_LOAD, SETTLE)
     load = os.getloadavg()[0]
     print(f"  {name}: {load_now()}", flush=True)
     firsts, totals, hung, failed = [], [], 0, 0
@@ -304,6 +324,7 @@ def measure(
 def measure_new(name: str, run: Callable[[int], dict[str, float]], reps: int) -> dict[str, float]:
     """Medians of a brand-new kernel's parts (``load_ext``, ``cell``) and their sum;
     ``load`` is the 1-minute load average when the row started."""
+    settle(QUIET_LOAD, SETTLE)
     load = os.getloadavg()[0]
     print(f"  {name}: {load_now()}", flush=True)
     got: list[dict[str, float]] = []
@@ -334,6 +355,15 @@ def _hung(r: dict[str, float]) -> str:
     return f" ({', '.join(said)})" if said else ""
 
 
+def settle(quiet: float, longest: float) -> None:
+    """Wait until the 1-minute load average is below ``quiet`` (at most ``longest`` s), so a
+    row does not start under the load the previous row left; says how long it waited."""
+    t0 = time.monotonic()
+    while os.getloadavg()[0] >= quiet and time.monotonic() - t0 < longest:
+        time.sleep(2.0)
+    print(f"  settled {time.monotonic() - t0:.0f} s: {load_now()}", flush=True)
+
+
 def load_now() -> str:
     """The machine's load averages and the busiest other processes, for the record."""
     one, five, _ = os.getloadavg()
@@ -341,15 +371,21 @@ def load_now() -> str:
 
 
 def main() -> int:
-    global LIMIT
+    global LIMIT, QUIET_LOAD, SETTLE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--new-reps", type=int, default=4, help="runs of each new-kernel row")
     parser.add_argument("--limit", type=float, default=LIMIT, help="seconds before a run is hung")
     parser.add_argument("--only", default="abcdefg", help="rows to run, e.g. 'bc' or 'efg'")
     parser.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
+    parser.add_argument(
+        "--quiet-load", type=float, default=QUIET_LOAD, help="start a row below this load"
+    )
+    parser.add_argument(
+        "--settle", type=float, default=SETTLE, help="most seconds to wait for --quiet-load"
+    )
     args = parser.parse_args()
-    LIMIT = args.limit
+    LIMIT, QUIET_LOAD, SETTLE = args.limit, args.quiet_load, args.settle
     work = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
     loads = [load_now()]
     results: dict[str, dict[str, float]] = {}
@@ -393,6 +429,7 @@ def main() -> int:
         kernel_cpu_table(KERNEL_CPU),
         parts_table("(c) warm 2x2", BREAKDOWNS),
         parts_table("(f) brand-new kernel of a Jupyter server", NEW_BREAKDOWNS),
+        parts_table("(g) brand-new kernel without a server", ALONE_BREAKDOWNS),
     ]
     text = "\n\n".join(t for t in tables if t)
     print("\n" + text)
@@ -404,7 +441,10 @@ def main() -> int:
             "(start, after the warm rows, end). 4 ranks, 20 DDP steps of a 64-128-10 MLP, "
             "gloo on CPU. Warm rows: (b) and (c)/(d) are timed from a process that has already "
             "imported torch (a notebook kernel); (a) pays everything. A run that takes longer "
-            f"than {LIMIT:.0f} s is stopped and counted as hung, not in the medians.\n\n" + text
+            f"than {LIMIT:.0f} s is stopped and counted as hung, not in the medians; an agent "
+            "that exits with an error is counted failed. Each row starts once the 1-minute "
+            f"load average is below {QUIET_LOAD:g} (waiting at most {SETTLE:.0f} s): its "
+            "load at start is in its row.\n\n" + text
         )
         write_section(ROOT / "BENCHMARKS.md", "Launch", body)
     return 0

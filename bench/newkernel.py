@@ -178,6 +178,8 @@ Runner = Callable[[int], dict[str, float]]
 
 #: Where the time of each (f) run went (:func:`breakdown` plus ``%load_ext`` and the end).
 NEW_BREAKDOWNS: list[dict[str, float]] = []
+#: The same for each (g) run (its "cell to submit" includes starting the kernel's launcher).
+ALONE_BREAKDOWNS: list[dict[str, float]] = []
 
 #: The kernel's own CPU seconds in each (f)/(g) run: ``%load_ext``, the first cell, and
 #: whether the kernel imported torch by the cell's end, per row label letter.
@@ -212,17 +214,24 @@ def new_kernel_runs(
     def standalone(distrain: bool) -> Runner:
         def run(i: int) -> dict[str, float]:
             mark = work / f"new-{'g' if distrain else 'e'}-{i}.mark"
+            home = tempfile.mkdtemp(prefix="bench-home-")
             kenv = {
                 **plain,
                 "BENCH_MARK_FILE": str(mark),
                 "BENCH_TRAIN": str(script),
                 "BENCH_PORT": str(free_port()),
                 "GLOO_SOCKET_IFNAME": "lo",
-                "DISTRAIN_HOME": tempfile.mkdtemp(prefix="bench-home-"),
+                "DISTRAIN_HOME": home,
             }
             km, kc = start_new_kernel(kernel_name="python3", env=kenv)
             try:
-                return in_kernel(kc, distrain, "g" if distrain else "e")
+                if not distrain:
+                    return in_kernel(kc, False, "e")
+                started = time.time()
+                parts = in_kernel(kc, True, "g", name=f"bench-g-{i}")
+                job = Path(home) / "jobs" / f"bench-g-{i}"
+                ALONE_BREAKDOWNS.append(new_kernel_breakdown(job, started, parts, mark))
+                return parts
             finally:
                 kc.stop_channels()
                 km.shutdown_kernel(now=True)

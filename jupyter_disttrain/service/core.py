@@ -383,7 +383,8 @@ class JobService:
             listing.add(backend, found.records)
             if follow is not None:
                 for pending in self.followers.enqueue(backend, newest_first(found.records)):
-                    pending.done.wait(max(0.0, deadline - time.monotonic()))
+                    left = max(0.0, deadline - time.monotonic())
+                    pending.done.wait(left if pending.wait is None else pending.wait)
         listing.records = newest_first(listing.records)
         if diagnose:
             for record in listing.records:

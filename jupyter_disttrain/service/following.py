@@ -34,6 +34,11 @@ from .recorded import JobView, RecordedView, record_at_end, view_place
 
 #: Jobs of local workers followed at once (the newest); older ones show without progress.
 MAX_FOLLOWED = 64
+#: Failed jobs of remote workers read once for their cause (the newest), so that the first
+#: listing showing one failed names the rank's error, not only the orchestrator's message.
+MAX_FAILED_READ = 8
+#: Seconds a listing waits for such a read (reading a remote job's logs takes requests).
+FAILED_READ_WAIT = 8.0
 #: Seconds the background opener gives one finished job's replay before opening the next.
 REPLAY_TURN = 10.0
 #: Log lines a followed job keeps in memory (logs are read from the backend).
@@ -119,6 +124,8 @@ class Pending:
     backend: Backend
     record: JobRecord
     done: threading.Event = field(default_factory=threading.Event)
+    #: Seconds a listing may wait for it (None: the listing's own ``follow`` time).
+    wait: float | None = None
 
 
 class Followers:
@@ -130,6 +137,8 @@ class Followers:
         self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
         self._queued: dict[tuple[str, str], Pending] = {}
         self._opener: threading.Thread | None = None
+        #: Failed remote jobs already read (name, created): read once, whatever came of it.
+        self._read_failed: set[tuple[str, str, float]] = set()
 
     def monitor(self, backend: str, name: str) -> JobView | None:
         """What shows job ``name`` of ``backend``: its record or the monitor following it
@@ -141,19 +150,27 @@ class Followers:
     def enqueue(self, backend: Backend, records: list[JobRecord]) -> list[Pending]:
         """Hand the listed jobs worth following, not followed yet, to the background opener.
 
-        ``records`` newest first. Returns the ones queued by this call (a later
-        listing does not wait for them again).
+        Local workers' jobs: the newest :data:`MAX_FOLLOWED` (following reads files:
+        cheap). Remote workers' jobs are followed on request while they run, and a
+        failed one among the newest is read once for its cause (:data:`MAX_FAILED_READ`;
+        its :attr:`Pending.wait` is :data:`FAILED_READ_WAIT`). ``records`` newest first.
+        Returns the ones queued by this call (a later listing does not wait for them again).
         """
-        if backend.capabilities.remote_workers:  # followed on request only
-            return []
+        remote = backend.capabilities.remote_workers
+        newest = records[:MAX_FOLLOWED]
+        wanted = [r for r in newest if r.state == "Failed"][:MAX_FAILED_READ] if remote else newest
         out = []
         with self._lock:
-            for record in records[:MAX_FOLLOWED]:  # following reads files: cheap
+            for record in wanted:
                 key = (backend.name, record.name)
-                if key in self._followed:
+                once = (backend.name, record.name, record.created)
+                if key in self._followed or (remote and once in self._read_failed):
                     continue
                 if key not in self._queued:
-                    pending = self._queued[key] = Pending(backend, record)
+                    pending = Pending(backend, record, wait=FAILED_READ_WAIT if remote else None)
+                    self._queued[key] = pending
+                    if remote:
+                        self._read_failed.add(once)
                     self._queue.put(pending)
                     out.append(pending)
             if out and (self._opener is None or not self._opener.is_alive()):

@@ -83,7 +83,10 @@ def test_show_logs_of_a_failed_kubernetes_job_shows_the_failing_ranks_traceback(
     finally:
         end_sessions(cluster_lab)  # the next page would ask which kernel to take
 
-    assert result["toast"].startswith(f"Training job {name} failed: "), result
+    # the failing rank's error, as the dashboard says it; not the operator's backoff message
+    assert result["toast"].startswith(
+        f"Training job {name} failed: rank 1: ValueError: bad shard on rank 1"
+    ), result
     assert result["visible"], result
     logs = result["logs"]
     assert "no output yet" not in logs, result

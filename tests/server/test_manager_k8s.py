@@ -79,3 +79,40 @@ def test_kubernetes_jobs_are_listed_followed_and_stopped(cluster: Emulator, tmp_
         manager.close()
         if not job.done:
             job.stop()
+
+
+#: Rank 1 raises; rank 0 would sleep on (the operator then fails the job).
+FAILING = (
+    "import time, torch.distributed as dist\n"
+    "if dist.get_rank() == 1:\n    raise ValueError('bad shard on rank 1')\n"
+    "time.sleep(300)"
+)
+
+
+@pytest.mark.slow
+def test_a_failed_kubernetes_job_is_listed_with_its_failing_ranks_error(
+    cluster: Emulator, tmp_path: Path
+) -> None:
+    """The first listing that shows the job Failed names rank 1's error, not the operator's
+    condition message: that listing is what the sidebar's failure notification says."""
+    spec = JobSpec(name="k8s-fails", nodes=2, nproc=1, backend="kubernetes", timeout=240)
+    job = jobs.submit(spec, build_payload(FAILING, {}, job="k8s-fails"), KubernetesBackend())
+    manager = JobManager(root_dir=str(tmp_path), cache_seconds={})
+    try:
+
+        def row() -> dict[str, Any]:
+            return next(j for j in manager.list_jobs()["jobs"] if j["name"] == "k8s-fails")
+
+        failed = wait_for(row, lambda j: j["state"] == "Failed")
+        said = "rank 1: ValueError: bad shard on rank 1; 1 rank stopped as a consequence"
+        assert failed["reason"] == said, (
+            failed,
+            job.logs(),
+        )
+        assert failed["cause_rank"] == 1, failed
+        again = row()  # read once: the next listing shows the same without reading again
+        assert again["reason"] == failed["reason"], again
+    finally:
+        manager.close()
+        if not job.done:
+            job.stop()

@@ -19,6 +19,7 @@ from ...spec import JobSpec
 from ..base import EventSink, Submission
 from ..streams import line_event
 from . import phases as kp
+from . import podlogs
 from .client import Connection, api_error
 from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
@@ -89,6 +90,7 @@ class KubernetesRun(Submission):
         self._pods: dict[str, tuple[str, int, str]] = {}  # pod -> (state, restarts, reason)
         self._followed: dict[str, threading.Thread] = {}
         self._read_once: set[tuple[str, int]] = set()
+        self._replayed = False  # a failed job's logs were read whole: no pod's log again
         # pods waiting in an init container for a name: pod -> (container, name)
         self._name_waits: dict[str, tuple[str, str]] = {}
         self._name_poller: threading.Thread | None = None
@@ -225,11 +227,14 @@ class KubernetesRun(Submission):
                 self._phase(kp.Fact("queued", "waiting", current[2], None), None, time.time())
             if current is None or current == last:
                 continue
+            ended_before = last is None and current[0] == "Failed"  # a replay of a failed job
             last = current
             self._state = current[0]
             if current[0] == "Pending" and self._pending_why:  # keep the known cause
                 current = ("Pending", *self._pending_why)
             if current[0] in ev.TERMINAL_STATES:
+                if ended_before:
+                    self._read_ended()
                 self._finish(current)
                 return
             self.sink(ev.job_event(*current))
@@ -347,7 +352,7 @@ class KubernetesRun(Submission):
     def _follow(self, pod: str, restarts: int, container: str | None = None) -> None:
         key = f"{pod}#{restarts}" + (f"/{container}" if container else "")
         with self._lock:
-            if key in self._followed:
+            if key in self._followed or self._replayed:
                 return
             thread = threading.Thread(
                 target=self._guard(lambda: self._pump(pod, True, container)),
@@ -393,8 +398,31 @@ class KubernetesRun(Submission):
                     )
                     return
 
+    def _read_ended(self) -> None:
+        """A job that had failed before this follower first saw it: read once what its pods
+        said, from the logs kept when it failed (its pods may be gone), else from its failed
+        pods and node 0's still there; its pods' watch reads no log after this."""
+        with self._lock:
+            self._replayed = True
+        texts = podlogs.kept_logs(self.conn, self.name)
+        if texts is None:
+            pods = [
+                pod
+                for pod in podlogs.job_pods(self.conn, self.name)
+                if (pod.status is not None and pod.status.phase == "Failed")
+                or self.kubeflow.node_index(self.conn.plain(pod), self._has_leader) == 0
+            ]
+            texts = podlogs.pod_texts(self.conn, pods)
+            if not any(texts.values()):  # the pods went meanwhile, their logs kept first
+                texts = podlogs.kept_logs(self.conn, self.name) or texts
+        for pod, text in sorted(texts.items()):
+            for line in text.splitlines():
+                self.sink(line_event(line, None, self.trust, source=pod, prefixed=True))
+
     def _read_log_once(self, pod: str, restarts: int) -> None:
         with self._lock:
+            if self._replayed:
+                return
             if (pod, restarts) in self._read_once or any(
                 k.startswith(pod + "#") for k in self._followed
             ):

@@ -5,7 +5,9 @@ A :class:`~jupyter_disttrain.monitor.JobMonitor` is fed by the backend's own
 then followed while the job runs). Jobs of backends with local workers are followed
 as soon as they are listed (reading files is cheap), the newest
 :data:`MAX_FOLLOWED`; jobs of remote workers only once their detail is asked for while
-they run (following costs watches on the API server).
+they run (following costs watches on the API server), and once when they failed (the
+newest :data:`MAX_FAILED_READ`: their logs name the failing rank, which the
+orchestrator's message does not).
 
 Listed jobs are opened one at a time by one background thread (a finished
 job's replay reads all its logs), newest first; a detail request opens its

@@ -1,7 +1,7 @@
 """A job's own labels (``JobSpec.labels``) on its Kubeflow object, and back (pure).
 
 Each ``(key, value)`` becomes the label ``label.disttrain.jupyter.org/KEY``
-(so ``kubectl get pytorchjobs -l label.disttrain.jupyter.org/kind=session``
+(so ``kubectl get pytorchjobs -l label.disttrain.jupyter.org/source=session``
 finds sessions); a value a label cannot hold goes to an annotation of the
 same key instead. Listings and attach read both back.
 """

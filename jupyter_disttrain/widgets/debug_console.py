@@ -35,6 +35,8 @@ _STYLE = """<style>
 .distrain-debug .dd-source {background: var(--jp-layout-color2, #f5f5f5); padding: 4px 6px}
 .distrain-debug .dd-current {background: #fff3b0; color: #000; display: inline-block;
   width: 100%}
+body[data-jp-theme-light="false"] .distrain-debug .dd-current {background: #4d3f00;
+  color: #fff3b0}
 .distrain-debug .dd-answer {border-left: 3px solid #3b82f6; padding-left: 6px; margin: 4px 0}
 .distrain-debug .dd-error {border-left-color: #dc2626}
 </style>"""

@@ -25,18 +25,59 @@ def test_forged_requests_are_refused_and_signed_ones_are_served(
     tcp_store: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     other = watch(tcp_store, 1)
+    assert other.store is not None
     tcp_store.set(round_key("where", "asked"), b"3")
     tcp_store.set(round_key("where", "hang"), json.dumps({"n": 1, "quiet": 1.0}).encode())
     tcp_store.add(round_key("where", "hangs"), 5)  # the old counter means nothing now
-    assert other._requests() == []
+    tcp_store.add(round_key("where", "changed"), 1)  # anyone may move it: it only says "read"
+    assert other._read_store(other.store) == []
     assert "refused distrain/where/0/asked" in capsys.readouterr().err
     signer = SignedStore(tcp_store, KEY)
     signer.set(round_key("where", "asked"), "3")
     signer.set(round_key("where", "hang"), json.dumps({"n": 1, "quiet": 12.5}))
-    assert other._requests() == [
+    assert other._read_store(other.store) == []  # not read again until the counter moves
+    signer.add(round_key("where", "changed"), 1)
+    assert other._read_store(other.store) == [
         ("a3", {"reason": "asked"}),
         ("h1", {"reason": "hang", "quiet": 12.5}),
     ]
+
+
+class CountingStore:
+    """A store that counts the round trips asked of it."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.calls = store, 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def test_a_quiet_tick_of_a_rank_reads_one_counter_and_a_request_reaches_it(
+    tcp_store: Any, tmp_path: Any
+) -> None:
+    """Rank 0 passes a stacks request from its file on; rank 1's ticks read the change
+    counter alone until then, and the request once it moved."""
+    counted = CountingStore(tcp_store)
+    other = watch(counted, 1)
+    assert other.store is not None
+    assert other._read_store(other.store) == []  # the first tick reads everything
+    counted.calls = 0
+    for _ in range(5):
+        assert other._read_store(other.store) == []
+    assert counted.calls == 5  # one round trip a tick: the counter
+    zero = watch(tcp_store, 0)
+    assert zero.store is not None
+    zero.file = str(tmp_path / hangwatch.REQUEST_FILE)
+    (tmp_path / hangwatch.REQUEST_FILE).write_text("2")
+    zero._pass_on(zero.store)
+    assert other._read_store(other.store) == [("a2", {"reason": "asked"})]
 
 
 def test_rank_zero_gathers_only_signed_stacks(

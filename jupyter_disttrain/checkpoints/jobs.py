@@ -75,7 +75,7 @@ def store_for(target: str | None, jobs: Mapping[str, Job]) -> tuple[CheckpointSt
     )
 
 
-def job_source(job: Job) -> str | None:
+def cell_source(job: Job) -> str | None:
     """The cell a job ran: from its plan, else from a payload file it left, if readable."""
     if job.plan is not None:
         return job.plan.payload.source
@@ -102,7 +102,7 @@ def resume_cell(uri: str, step: int, job: Job | None = None) -> str:
         if spec.max_restarts:
             flags.append(f"--max-restarts {spec.max_restarts}")
     flags += [f"--checkpoint-dir {uri}", f"--resume {step}"]
-    body = job_source(job) if job is not None else None
+    body = cell_source(job) if job is not None else None
     if body is None:
         body = (
             f"state = load_checkpoint()  # step {step} of {uri}\n"

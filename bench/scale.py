@@ -1,14 +1,14 @@
 """Following 64 to 1,024 nodes x 8 ranks from the notebook: cost and speed of reading.
 
-``python bench/scale.py --nodes 64,256,1024`` runs, for each size, a TrainJob of
-stand-in ranks (tests/scale_harness.py: every rank's signed lines, the real relay
-over a real c10d store, rank 0's real hang watch; one process plays every node,
-the emulator serves every pod) and follows it from a separate process as a
-notebook kernel does (``service.attach``), while another process plays the
-jupyter_server sidebar (``JobManager.job`` every 2 s). Each rank reports one
-metric a second; 3 ranks straggle; one rank raises at step ``--fail-step``. A
-second run per size hangs one node (``--hang``). Printed with the machine's load;
-``--write`` rewrites the "Scale" section of BENCHMARKS.md.
+``python bench/scale.py --nodes 64,256,1024 [--kinds trainjob,pytorchjob]`` runs, for
+each size, a TrainJob (and/or a PyTorchJob) of stand-in ranks (tests/scale_harness.py:
+every rank's signed lines, the real relay over a real c10d store, rank 0's real hang
+watch; one process plays every node, the emulator serves every pod) and follows it from
+a separate process as a notebook kernel does (``service.attach``), while another process
+plays the jupyter_server sidebar (``JobManager.job`` every 2 s). Each rank reports one
+metric a second; 3 ranks straggle; one rank raises at step ``--fail-step``. A second run
+per size hangs one node (``--hang``). Printed with the machine's load; ``--write``
+rewrites the "Scale" section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -133,7 +133,11 @@ def child(role: str, kubeconfig: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
 
 
-def measure(nodes: int, hang: bool, fail_step: int) -> dict[str, Any]:
+#: The emulator's APIs each job kind needs.
+APIS: dict[str, tuple[str, ...]] = {"trainjob": ("trainer",), "pytorchjob": ("kubeflow-v1",)}
+
+
+def measure(nodes: int, hang: bool, fail_step: int, kind: str = "trainjob") -> dict[str, Any]:
     from tests.k8s_emulator.emulator import Emulator
     from tests.scale_harness import create_standin_job
 
@@ -143,13 +147,13 @@ def measure(nodes: int, hang: bool, fail_step: int) -> dict[str, Any]:
         script |= {"hang_node": nodes // 2, "hang_step": fail_step, "steps": 10_000}
     else:
         script |= {"fail_rank": world // 2 + 3, "fail_step": fail_step, "steps": fail_step + 10}
-    with tempfile.TemporaryDirectory() as tmp, Emulator(apis=("trainer",)) as emulator:
+    with tempfile.TemporaryDirectory() as tmp, Emulator(apis=APIS[kind]) as emulator:
         kubeconfig = str(emulator.write_kubeconfig(Path(tmp) / "kubeconfig"))
         t0 = time.monotonic()
         create_standin_job(
             emulator,
             NAME,
-            "trainjob",
+            kind,
             nodes,
             8,
             hang_after=10.0,
@@ -165,7 +169,8 @@ def measure(nodes: int, hang: bool, fail_step: int) -> dict[str, Any]:
         written = tally.tally()
         side, _ = sidebar.communicate(timeout=3600)
         stats = emulator.stats()
-        row = {"nodes": nodes, "ranks": world, "hang": hang, **json.loads(out.splitlines()[-1])}
+        row = {"nodes": nodes, "ranks": world, "hang": hang, "kind": kind}
+        row |= json.loads(out.splitlines()[-1])
         row |= written
         row |= json.loads(side.splitlines()[-1])
         row |= {
@@ -244,7 +249,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         missed = f"not in {NAMED_WITHIN:.0f}"
         named = f"{r['fail_named_s']:.1f}" if "fail_named_s" in r else "-" if r["hang"] else missed
         hung = f"{r['hang_named_s']:.1f}" if "hang_named_s" in r else missed if r["hang"] else "-"
-        label = f"{r['nodes']}, node {r['nodes'] // 2} hung" if r["hang"] else f"{r['nodes']}"
+        shown = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}[r.get("kind", "trainjob")]
+        label = f"{r['nodes']} {shown}" + (f", node {r['nodes'] // 2} hung" if r["hang"] else "")
         lines.append(
             f"| {label} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | "
             f"{r['requests']} | "
@@ -263,6 +269,9 @@ def main() -> int:
     parser.add_argument("--fail-step", type=int, default=60)
     parser.add_argument("--hang", action="store_true", help="also a run hanging one node")
     parser.add_argument("--hang-only", action="store_true", help="only the run hanging one node")
+    parser.add_argument(
+        "--kinds", default="trainjob", help="job kinds to run, e.g. trainjob,pytorchjob"
+    )
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--role", default="")
     args, rest = parser.parse_known_args()
@@ -273,11 +282,15 @@ def main() -> int:
         print(json.dumps(server(float(rest[0]))))
         return 0
     rows = []
-    for nodes in [int(n) for n in args.nodes.split(",")]:
-        runs = (True,) if args.hang_only else (False, True) if args.hang else (False,)
-        for hang in runs:
-            rows.append(measure(nodes, hang, args.fail_step))
-            print(json.dumps(rows[-1]), flush=True)
+    kinds = args.kinds.split(",")
+    if unknown := sorted(set(kinds) - set(APIS)):
+        parser.error(f"--kinds: {', '.join(unknown)} not one of {', '.join(APIS)}")
+    for kind in kinds:
+        for nodes in [int(n) for n in args.nodes.split(",")]:
+            runs = (True,) if args.hang_only else (False, True) if args.hang else (False,)
+            for hang in runs:
+                rows.append(measure(nodes, hang, args.fail_step, kind))
+                print(json.dumps(rows[-1]), flush=True)
     text = table(rows)
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()}")
     print(text)
@@ -285,7 +298,8 @@ def main() -> int:
         from results import write_section
 
         body = (
-            f"`python bench/scale.py --nodes {args.nodes}{' --hang' if args.hang else ''}`, "
+            f"`python bench/scale.py --nodes {args.nodes}{' --hang' if args.hang else ''} "
+            f"--kinds {args.kinds}`, "
             f"{time.strftime('%Y-%m-%d')}, on a 2-core machine shared with other engineers' "
             "test runs (the load column is the 1-minute load average at the end of each run: "
             "the machine was loaded). " + DESCRIPTION + "\n\n" + text
@@ -295,12 +309,12 @@ def main() -> int:
 
 
 DESCRIPTION = (
-    "A TrainJob of N nodes x 8 stand-in ranks (tests/scale_harness.py: every rank's lines "
-    "signed with the job key, nodes other than 0 relaying through the real relay over a real "
-    "c10d TCPStore, rank 0's real relay reader and hang watch; one process plays every "
-    "node's ranks and the emulator serves one pod per node). Each rank reports one metric "
-    "a second; ranks 517, 2051, 4000 (modulo the world) take 1.8x longer a step; one rank "
-    "raises at the failing step. The kernel is a separate process following the job "
+    "A TrainJob (or PyTorchJob) of N nodes x 8 stand-in ranks (tests/scale_harness.py: every "
+    "rank's lines signed with the job key, nodes other than 0 relaying through the real relay"
+    " over a real c10d TCPStore, rank 0's real relay reader and hang watch; one process plays"
+    " every node's ranks and the emulator serves one pod per node). Each rank reports one "
+    "metric a second; ranks 517, 2051, 4000 (modulo the world) take 1.8x longer a step; one "
+    "rank raises at the failing step. The kernel is a separate process following the job "
     "(`service.attach`); its CPU is measured over 10 s once every rank has reported. The "
     "server is another process asking `JobManager.job` (the sidebar's job JSON) every 2 s. "
     "Metric to monitor: the time from a rank's `t` to the kernel's listener, which includes "

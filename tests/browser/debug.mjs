@@ -5,7 +5,7 @@
 // The notebook (written by test_debug_browser.py) has three code cells: load
 // the extension, a 2x2 job whose rank 1 stops at breakpoint() ("browser-debug"),
 // and %distrain_debug for it. The script waits for the dashboard to say Paused,
-// opens the console, sends `p step` from its input line, screenshots it, clicks
+// opens the console, sends `p step` then `p rank` from its input line, screenshots it, clicks
 // Continue and waits for the job to succeed. Prints one JSON object of what it saw.
 
 import fs from "node:fs";
@@ -84,6 +84,11 @@ await runScenario({ page, result, close }, outDir, async () => {
   await input.press("Enter");
   await panel.locator(".dd-answer").first().waitFor({ timeout: 60_000 });
   result.answer = await panel.locator(".dd-answer").first().textContent();
+  // a second command: the history reads oldest first, as a terminal does
+  await input.fill("p rank");
+  await input.press("Enter");
+  await panel.locator(".dd-answer").nth(1).waitFor({ timeout: 60_000 });
+  result.history = await panel.locator(".dd-answer").allTextContents();
   await panel.scrollIntoViewIfNeeded();
   await panel.screenshot({ path: path.join(outDir, "debug-console.png") });
   // the same paused console in the dark theme (Settings > Theme), then back to the light one

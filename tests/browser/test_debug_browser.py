@@ -2,9 +2,10 @@
 
 A notebook runs a 2x2 local job whose rank 1 stops at ``breakpoint()``: the
 dashboard says Paused and where; ``%distrain_debug`` opens the console, which
-shows the frame's source with the current line, answers ``p step`` typed in its
-input line, and Continue lets the job finish. The console's screenshots, in the light and
-the dark theme, land in ``test-output/debug/`` (the README's pictures,
+shows the frame's source with the current line, answers ``p step`` then
+``p rank`` typed in its input line (the oldest answer first), and Continue
+lets the job finish. The console's screenshots, in the light and the dark
+theme, land in ``test-output/debug/`` (the README's pictures,
 ``docs/debug-console.png`` and ``docs/debug-console-dark.png``).
 """
 
@@ -48,6 +49,10 @@ def test_debug_console_in_jupyterlab(lab: Lab) -> None:
     assert result["where"] == "rank 1 at cell:9 in <module>"
     assert result["current"].strip() == "9 ->     t = torch.tensor([float(step)])"
     assert "(Pdb) p step" in result["answer"] and result["answer"].rstrip().endswith("1")
+    history = result["history"]  # oldest first: the first command's answer stays on top
+    assert len(history) == 2, history
+    assert "(Pdb) p step" in history[0] and "(Pdb) p rank" in history[1], history
+    assert history[1].rstrip().endswith("1"), history  # rank 1 answered with its own rank
     assert result["final"] == "Succeeded"
     assert result["afterStatus"] == 1
     # the pause said once, its markup not escaped; no rank paused: nothing can be sent

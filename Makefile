@@ -55,12 +55,11 @@ binder-check:
 # and emulators; one file's tests -- a notebook's cells -- run in one worker, in order,
 # sharing its module fixtures and kernel; the longest files first, tests/schedule.py),
 # then, alone, the tests marked serial (they measure time or resources).
-# Both always run; either failing fails. Each prints its 20 slowest tests. Three workers on
-# two cores: with two, a fifth of the CPU time went idle (tests waiting on processes and
-# sockets). The package's bytecode is written first: the kernels, agents and CLI processes
-# the tests start would otherwise each compile it again where bytecode is not written
-# (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
-TEST_WORKERS ?= 3
+# Both always run; either failing fails. Each prints its 20 slowest tests. The package's
+# bytecode is written first: the kernels, agents and CLI processes the tests start would
+# otherwise each compile it again where bytecode is not written (PYTHONDONTWRITEBYTECODE),
+# ~0.25 s a process.
+TEST_WORKERS ?= 2
 PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=20
 test: venv lint typecheck importlint browser-deps labextension-test
 	$(PY) -m compileall -q jupyter_disttrain > /dev/null

@@ -132,7 +132,21 @@ export function isQuiet(end: IJobEnd): boolean {
 }
 
 function jobKey(end: IJobEnd): string {
-  return `${end.job.id}@${end.job.created}`;
+  return runKey(end.job);
+}
+
+/** One run of a job: a new job under an old name is another run. */
+export function runKey(job: IJob): string {
+  return `${job.id}@${job.created}`;
+}
+
+/**
+ * The hang notices to take down: those of runs (keys of `notices`, see {@link runKey}) that
+ * the listing `jobs` no longer shows Hung (stopped, ended, running again, or gone).
+ */
+export function overHangs(notices: ReadonlyMap<string, string>, jobs: IJob[]): string[] {
+  const hung = new Set(jobs.filter(j => j.state === 'Hung').map(runKey));
+  return [...notices.keys()].filter(key => !hung.has(key));
 }
 
 /**

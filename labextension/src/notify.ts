@@ -10,7 +10,9 @@ import {
   groupKind,
   groupMessage,
   isQuiet,
-  joinGroup
+  joinGroup,
+  overHangs,
+  runKey
 } from './ends';
 import { JobsModel } from './model';
 import { IJob } from './types';
@@ -73,17 +75,23 @@ function announceGroup(id: string, group: IEndGroup, actions: INotifyActions): b
  * Announce each job end the model's listings show, once; returns a function that stops it.
  *
  * Quiet ends that follow each other (several cells of one Run All) share one notice that
- * names each job; a failure or a hang always has a notice of its own.
+ * names each job; a failure or a hang always has a notice of its own. A hang's notice (kept
+ * until dismissed) is taken down once a listing no longer shows its job Hung.
  */
 export function notifyJobEnds(model: JobsModel, actions: INotifyActions): () => void {
   const watcher = new JobEndWatcher();
   let listed: IJob[] | null = null;
   let shared: { id: string; group: IEndGroup } | null = null;
+  const hangs = new Map<string, string>(); // run -> its hang notice
   return model.subscribe(() => {
     if (!model.loaded || model.jobs === listed) {
       return; // no new listing (an expanded row or a failed poll)
     }
     listed = model.jobs;
+    for (const key of overHangs(hangs, model.jobs)) {
+      Notification.dismiss(hangs.get(key));
+      hangs.delete(key);
+    }
     for (const end of watcher.update(model.jobs, model.now)) {
       const now = Date.now();
       const joined = joinGroup(shared?.group ?? null, end, now);
@@ -92,6 +100,9 @@ export function notifyJobEnds(model: JobsModel, actions: INotifyActions): () => 
         continue;
       }
       const id = announce(end, actions);
+      if (end.event === 'hung') {
+        hangs.set(runKey(end.job), id);
+      }
       shared = isQuiet(end) ? { id, group: { ends: [end], at: now } } : shared;
     }
   });

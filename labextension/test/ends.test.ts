@@ -7,7 +7,9 @@ import {
   groupKind,
   groupMessage,
   isQuiet,
-  joinGroup
+  joinGroup,
+  overHangs,
+  runKey
 } from '../src/ends';
 import { IJob } from '../src/types';
 
@@ -129,5 +131,19 @@ describe('notices several quiet ends share', () => {
   it('clips a long shared notice to what Lab shows', () => {
     const ends = Array.from({ length: 12 }, (_, i) => end(`notebook-c${i}-abcd`, 'Succeeded'));
     expect(groupMessage(ends).length).toBe(MAX_MESSAGE);
+  });
+});
+
+describe('hang notices', () => {
+  it('are taken down once their run no longer reads Hung, and only then', () => {
+    const hung = job('h', 'Hung');
+    const notices = new Map([[runKey(hung), 'notice-1']]);
+    expect(overHangs(notices, [hung])).toEqual([]);
+    expect(overHangs(notices, [job('h', 'Stopped')])).toEqual([runKey(hung)]);
+    expect(overHangs(notices, [job('h', 'Running')])).toEqual([runKey(hung)]);
+    expect(overHangs(notices, [])).toEqual([runKey(hung)]);
+    // the same name run again and hung: the old run's notice goes, the new one's stays
+    const again = job('h', 'Hung', { created: 200 });
+    expect(overHangs(notices, [again])).toEqual([runKey(hung)]);
   });
 });

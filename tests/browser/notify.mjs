@@ -43,6 +43,14 @@ async function settled(text) {
   );
 }
 
+const row = '.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/notify-hang"]';
+const detail = '.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/notify-hang"]';
+
+// The notes the jobs panel shows in the hanging job's open details ("stop requested", ...).
+async function notes() {
+  return page.locator(`${detail} .jp-Disttrain-note`).allTextContents();
+}
+
 async function currentTab() {
   return page
     .locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel")
@@ -103,6 +111,42 @@ await runScenario({ page, result, close }, outDir, async () => {
   // a few more polls: no job end is announced twice
   await page.waitForTimeout(12_000);
   result.toasts = await page.evaluate(() => window.__distrainToasts);
+
+  // a job that hangs: its "hung" notice, then Stop from the jobs panel; the notice goes
+  await page.locator(".jp-Disttrain-status").click();
+  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
+  await runCell(3);
+  await toast("Training job notify-hang hung").waitFor({ timeout: JOB_TIMEOUT });
+  result.hungToast = await describe("Training job notify-hang hung");
+  await page.locator(row).click();
+  const stop = page.locator(`${detail} button[data-action="stop"]`);
+  await stop.waitFor({ timeout: 30_000 });
+  result.hangStopEnabled = await stop.isEnabled();
+  await stop.click();
+  await page.locator(`${row}[data-state="Stopped"]`).waitFor({ timeout: 60_000 });
+  const stoppedToast = page.locator(".Toastify__toast").filter({ hasText: /notify-hang (stopped|.*Stopped)/ });
+  await stoppedToast.first().waitFor({ timeout: 30_000 });
+  await page.waitForTimeout(3_000); // two more polls of the panel
+  result.afterStop = {
+    hungToasts: await toast("Training job notify-hang hung").count(),
+    notes: await notes(),
+  };
+  await page.screenshot({ path: path.join(outDir, "notify-hang-stopped.png") });
+
+  // the same --name again: the new run says nothing of the old run's stop
+  await runCell(4);
+  await page.locator(`${row}[data-state="Running"]`).waitFor({ timeout: JOB_TIMEOUT });
+  await page.locator(`${detail} button[data-action="stop"]`).waitFor({ timeout: 30_000 });
+  await page.waitForTimeout(2_000); // the detail read again for the new run
+  result.rerun = {
+    state: await page.locator(row).getAttribute("data-state"),
+    notes: await notes(),
+    text: await page.locator(detail).innerText(),
+    hungToasts: await toast("Training job notify-hang hung").count(),
+  };
+  await page.screenshot({ path: path.join(outDir, "notify-hang-rerun.png") });
+  await page.locator(`${row}[data-state="Succeeded"]`).waitFor({ timeout: JOB_TIMEOUT });
+  result.rerunEnded = { notes: await notes(), text: await page.locator(detail).innerText() };
 }, async () => {
   result.toasts = await page.evaluate(() => window.__distrainToasts);
 });

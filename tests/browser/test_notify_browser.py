@@ -4,7 +4,9 @@ With the jobs sidebar closed, a notebook runs a short local job: a success
 notification shows with "Open notebook" and "Show logs", and "Show logs"
 opens the job's logs. A second job, whose rank 1 raises, shows an error
 notification with the reason, which stays until used; its "Open notebook"
-brings the notebook back to the front. Each end is announced once.
+brings the notebook back to the front. Each end is announced once. A job that
+hangs shows a "hung" warning and is stopped from the jobs panel; the same
+``--name`` run again says nothing of the old run's stop.
 Screenshots land in ``test-output/notify/``.
 """
 
@@ -30,6 +32,23 @@ import torch.distributed as dist
 
 if dist.get_rank() == 1:
     raise ValueError("bad batch on purpose")""",
+    """%%distrain --nodes 1 --nproc 2 --name notify-hang --hang-after 2
+import time
+import torch
+import torch.distributed as dist
+
+for step in range(400):
+    dist.all_reduce(torch.ones(4))  # rank 0 waits here for rank 1, asleep
+    report(step=step, total=400, loss=1.0 / (step + 1))
+    if dist.get_rank() == 1 and step == 3:
+        time.sleep(3600)
+    time.sleep(0.05)""",
+    """%%distrain --nodes 1 --nproc 2 --name notify-hang
+import time
+
+for step in range(60):
+    report(step=step, total=60, loss=1.0 / (step + 1))
+    time.sleep(0.1)""",
 ]
 
 
@@ -57,6 +76,18 @@ def test_job_end_notifications(lab: Lab) -> None:
     toasts = result["toasts"]
     for name in ("notify-ok", "notify-fail"):
         assert sum(f"Training job {name} " in t for t in toasts) == 1, toasts
+
+    # a hang: its notice, then Stop from the jobs panel (whether the "hung" notice is still
+    # shown after the stop is in result["afterStop"]["hungToasts"])
+    assert result["hungToast"]["text"].startswith("Training job notify-hang hung"), result
+    assert "Toastify__toast--warning" in result["hungToast"]["classes"], result["hungToast"]
+    assert result["hangStopEnabled"], result
+    # the same --name again: nothing of the old run's stop on the new run, nor a hang
+    rerun = result["rerun"]
+    assert rerun["state"] == "Running", rerun
+    assert "stop requested" not in rerun["text"] and "stopping" not in rerun["text"], rerun
+    assert not any("stop" in note for note in rerun["notes"]), rerun
+    assert "stop requested" not in result["rerunEnded"]["text"], result["rerunEnded"]
 
     errors = [e for e in result["console"] if e.startswith("pageerror")]
     assert not errors, errors

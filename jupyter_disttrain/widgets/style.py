@@ -43,6 +43,8 @@ body[data-jp-theme-light="false"] { --distrain-ok: #81c995; --distrain-error: #f
 .distrain-reason, .distrain-diagnosis, .distrain-note, .distrain-warning {
   overflow-wrap: anywhere; }
 .distrain-actions { gap: 4px; }
+/* a disabled action (Stop once clicked) looks it: faded, no pointer (as in the jobs panel) */
+.distrain-actions button.jupyter-button:disabled { cursor: not-allowed; opacity: 0.45; }
 .distrain-cause-traceback pre { margin: 2px 0 4px 0; max-height: 220px; overflow: auto;
   font-size: 11.5px; }
 table.distrain-ranks { border-collapse: collapse; font-variant-numeric: tabular-nums; }

@@ -146,6 +146,22 @@ async function sidebarErrors() {
   }, `local/${JOBS.fail}`);
 }
 
+// The open details' Stop of ended job `name` (disabled) and its Show logs (enabled), as drawn.
+async function detailActions(name) {
+  const detail = `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${name}"]`;
+  return page.evaluate((detail) => {
+    const look = (b) => {
+      const style = getComputedStyle(b);
+      return { disabled: b.disabled, opacity: Number(style.opacity), cursor: style.cursor, color: style.color };
+    };
+    const root = document.querySelector(detail);
+    return {
+      stop: look(root.querySelector('button[data-action="stop"]')),
+      logs: look(root.querySelector('button[data-action="logs"]')),
+    };
+  }, detail);
+}
+
 async function seenAll() {
   const out = {};
   for (const key of ["fail", "recover", "session", "sessionNext", "hang"]) out[key] = await seen(key);
@@ -266,6 +282,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.waitForTimeout(1500); // the last renders
   // its ranks' errors: the failing rank's own, the others "lost its peer" (raw text folded)
   result.sidebarErrors = await sidebarErrors();
+  result.labDisabledStop = await detailActions(JOBS.fail);
   result.light = await seenAll();
   result.rows = {
     fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"),
@@ -287,6 +304,9 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.waitForTimeout(1500); // the charts restyle on the theme change
   result.dark = await seenAll();
   result.sidebarErrorsDark = await sidebarErrors();
+  result.darkDisabledStop = await detailActions(JOBS.fail);
+  // Resume in the dark theme too: the new cell right below the browser (above the first), selected
+  result.resumeDark = await resumeBelow(page, ".distrain-ckpt-browser", 20);
   await shots("dark");
   await page.evaluate(() => window.jupyterapp.commands.execute("apputils:change-theme", { theme: "JupyterLab Light" }));
   await page.keyboard.press("Control+s");

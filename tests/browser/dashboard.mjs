@@ -113,6 +113,18 @@ await runScenario({ page, result, close }, outDir, async () => {
   };
   const stop = page.locator(`${dash("browser-stop")} button.distrain-stop`);
   result.stopEnabled = await stop.isEnabled();
+  // how Stop looks enabled, and at once when the click disables it ("Stopping…", still shown)
+  result.stopLooks = await stop.evaluate((b) => {
+    const look = () => {
+      const style = getComputedStyle(b);
+      return { disabled: b.disabled, text: b.textContent.trim(), opacity: Number(style.opacity), cursor: style.cursor };
+    };
+    window.distrainStopLooks = [];
+    new MutationObserver(() => {
+      if (b.disabled && b.offsetParent !== null) window.distrainStopLooks.push(look());
+    }).observe(b, { attributes: true, childList: true, subtree: true });
+    return look();
+  });
   const clicked = Date.now();
   await stop.click();
   await page
@@ -120,6 +132,7 @@ await runScenario({ page, result, close }, outDir, async () => {
     .waitFor({ timeout: 60_000 });
   result.stopSeconds = (Date.now() - clicked) / 1000;
   await page.waitForTimeout(1000);
+  result.stoppingLooks = await page.evaluate(() => window.distrainStopLooks);
   result.stopped = {
     state: await headerState("browser-stop"),
     rows: await rows("browser-stop"),
@@ -127,4 +140,80 @@ await runScenario({ page, result, close }, outDir, async () => {
   };
   await page.locator(dash("browser-stop")).screenshot({ path: path.join(outDir, "dashboard-stopped.png") });
   await page.screenshot({ path: path.join(outDir, "jupyterlab.png") });
+
+  // 4: a --wait job whose rank 1 raises before any report(): watched every 100 ms while it
+  // runs (the kernel is busy: no Stop nor Where? may show beside the note saying so)
+  await page.evaluate((sel) => {
+    const watch = { noted: 0, buttons: [] };
+    window.distrainWaitWatch = watch;
+    const shown = (el) => Boolean(el && el.offsetParent !== null);
+    const timer = setInterval(() => {
+      const root = document.querySelector(sel);
+      const header = root?.querySelector(".distrain-header");
+      if (!header) return;
+      if (["Failed", "Succeeded", "Stopped"].includes(header.dataset.state)) clearInterval(timer);
+      const note = [...header.parentElement.querySelectorAll(".distrain-note")].map((el) => el.textContent).join(" ");
+      if (note.includes("(--wait)") && !header.dataset.state.match(/Failed|Succeeded|Stopped/)) watch.noted += 1;
+      const stop = root.querySelector("button.distrain-stop");
+      const where = root.querySelector("button.distrain-where");
+      if (shown(stop) || shown(where)) {
+        watch.buttons.push({ state: header.dataset.state, stop: shown(stop), where: shown(where) });
+      }
+    }, 100);
+  }, dash("browser-wait"));
+  const waitCell = await runCell(3);
+  await page.locator(`${dash("browser-wait")} .distrain-header[data-state="Failed"]`).waitFor({ timeout: JOB_TIMEOUT });
+  await waitForPrompt(waitCell);
+  await page.waitForTimeout(1000); // the final render
+  result.waited = {
+    watch: await page.evaluate(() => window.distrainWaitWatch),
+    ...(await page.locator(dash("browser-wait")).evaluate((root) => ({
+      phases: [...root.querySelectorAll(".distrain-phase")].map((el) => ({
+        phase: el.dataset.phase,
+        state: el.dataset.state,
+        text: el.textContent,
+        weight: getComputedStyle(el).fontWeight,
+      })),
+      firstStep: root.querySelector(".distrain-first-step")?.textContent ?? null,
+      notes: [...root.querySelectorAll(".distrain-note")].map((el) => el.textContent),
+    }))),
+  };
+  await page.locator(dash("browser-wait")).screenshot({ path: path.join(outDir, "dashboard-wait-failed.png") });
+
+  // 5: a JAX job whose rank 1 raises: no NCCL reading on its dashboard
+  await runCell(4);
+  await page.locator(`${dash("browser-jax")} .distrain-header[data-state="Failed"]`).waitFor({ timeout: JOB_TIMEOUT });
+  await page.waitForTimeout(1000);
+  result.jax = await page.locator(dash("browser-jax")).evaluate((root) => ({
+    cause: root.querySelector('.distrain-reason[data-field="cause"]')?.textContent ?? null,
+    comms: root.querySelector(".distrain-comms")?.textContent ?? null,
+    backend: root.querySelector(".distrain-comms")?.dataset.backend ?? null,
+    commsTables: root.querySelectorAll(".distrain-comms table").length,
+    text: root.innerText,
+  }));
+  await page.locator(dash("browser-jax")).screenshot({ path: path.join(outDir, "dashboard-jax-failed.png") });
+  // and its details in the jobs panel
+  await page.locator(".jp-Disttrain-status").click();
+  const jaxRow = page.locator('.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/browser-jax"][data-state="Failed"]');
+  await jaxRow.waitFor({ timeout: 30_000 });
+  await jaxRow.click();
+  const jaxDetail = page.locator('.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/browser-jax"]');
+  await jaxDetail.locator(".jp-Disttrain-reason").first().waitFor({ timeout: 30_000 });
+  await page.waitForTimeout(1000); // the details' last render
+  result.jax.panel = await jaxDetail.innerText();
+  // the --wait job's details: its first step never finished, so no "first step" is highlighted
+  await page.locator('.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/browser-wait"]').click();
+  const waitDetail = page.locator('.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/browser-wait"]');
+  await waitDetail.locator(".jp-Disttrain-phase-item").first().waitFor({ timeout: 30_000 });
+  await page.waitForTimeout(1000);
+  result.waited.panel = await waitDetail.evaluate((el) => ({
+    phases: [...el.querySelectorAll(".jp-Disttrain-phase-item")].map((li) => ({
+      phase: li.dataset.phase,
+      state: li.dataset.state,
+      text: li.textContent,
+      weight: getComputedStyle(li).fontWeight,
+    })),
+    text: el.innerText,
+  }));
+  await page.locator(".jp-DisttrainPanel").screenshot({ path: path.join(outDir, "panel-wait-jax.png") });
 });

@@ -12,9 +12,10 @@ export async function resumeBelow(page, browser, step) {
   await page.locator(`${browser} .distrain-ckpt-table tbody tr[data-step="${step}"]`).click();
   await page.locator(`${browser} .distrain-ckpt-detail`).filter({ hasText: `step ${step}` }).waitFor({ timeout: 30_000 });
   await page.locator(`${browser} button`, { hasText: "Resume a job from here" }).click();
-  await page.locator(browser).filter({ hasText: "resumes from step" }).waitFor({ timeout: 30_000 });
+  // said once the front end answered that it inserted the cell (an earlier resume said another step)
+  await page.locator(browser).filter({ hasText: `resumes from step ${step}:` }).waitFor({ timeout: 30_000 });
   return page.evaluate(
-    ({ browser, index, before }) => {
+    ({ browser, index, before, step }) => {
       const cells = [...document.querySelectorAll(".jp-Notebook .jp-Cell")];
       const below = cells[index + 1];
       const lines = [...(below?.querySelectorAll(".cm-line") ?? [])].map((l) => l.textContent);
@@ -32,9 +33,9 @@ export async function resumeBelow(page, browser, step) {
         activeCells: cells.filter((c) => c.classList.contains("jp-mod-active")).length,
         said: [...document.querySelector(browser).querySelectorAll(".widget-html-content")]
           .map((el) => el.textContent)
-          .find((t) => t.includes("resumes from step")) ?? null,
+          .find((t) => t.includes(`resumes from step ${step}:`)) ?? null,
       };
     },
-    { browser, index, before },
+    { browser, index, before, step },
   );
 }

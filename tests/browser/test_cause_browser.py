@@ -8,7 +8,9 @@ Restarting), a 2x2 session whose cell raises on every rank (it reads Raised,
 its ranks alive, and the session's row in the jobs panel never reads Failed)
 and whose next cell succeeds, and a job whose rank 1 sleeps in its loop
 (``--hang-after 3``). Every dashboard is read in the light theme, then in the
-dark one; the saved notebook is opened in Notebook 7 (same server and
+dark one (in each, "Resume a job from here" puts its cell right below the
+checkpoint browser, selected, and the ended job's Stop in the jobs panel looks
+disabled); the saved notebook is opened in Notebook 7 (same server and
 kernel), where the dashboards are read again, the jobs panel opens from the
 View menu, logs open below the notebook sized to their content, and the hung
 job is stopped from its dashboard. Each view asserts the cause text, the
@@ -190,6 +192,16 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
     assert "--resume 30" in resume["source"].splitlines()[0], resume
     assert resume["active"] and resume["activeCells"] == 1 and resume["commandMode"] == "command"
     assert resume["said"] == "the cell below resumes from step 30: run it to start the job"
+    dark = result["resumeDark"]  # again in the dark theme: right below, above the first one
+    assert dark["after"] == dark["before"] + 1 and dark["index"] == 6, dark
+    assert "--resume 20" in dark["source"].splitlines()[0], dark
+    assert dark["active"] and dark["activeCells"] == 1 and dark["commandMode"] == "command"
+    assert dark["said"] == "the cell below resumes from step 20: run it to start the job"
+    for key in ("labDisabledStop", "darkDisabledStop"):  # an ended job's Stop looks disabled
+        stop, logs = result[key]["stop"], result[key]["logs"]
+        assert stop["disabled"] and stop["opacity"] <= 0.5, (key, stop)
+        assert stop["cursor"] == "not-allowed", (key, stop)
+        assert not logs["disabled"] and logs["opacity"] == 1 and logs["cursor"] != "not-allowed"
     watch = result["restartWatch"]  # Stop and Where? never gone while it restarts, runs on
     assert watch["restarting"] > 0 and not watch["hidden"], watch
     error = result["sessionError"].splitlines()

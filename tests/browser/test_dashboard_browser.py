@@ -3,7 +3,13 @@
 A notebook runs a 2x2 local job; from the DOM, its worker table reaches 4
 Succeeded rows, its plot has lines with points and its log panel shows
 rank-attributed lines. A second, long job is stopped with its dashboard's
-Stop button and shows Stopped. Screenshots land in ``test-output/browser/``.
+Stop button and shows Stopped; the Stop the click disabled looks disabled.
+A ``--wait`` job whose rank 1 raises before its first step shows no Stop nor
+Where? beside the note saying the busy kernel answers no button, and its
+first step reads unfinished, not "first step 0s". A JAX job whose rank 1
+raises shows no NCCL reading (no NCCL_DEBUG advice, no table of "unknown"
+facts), on its dashboard and in the jobs panel's details. Screenshots land in
+``test-output/browser/``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,22 @@ for step in range(3000):
     report(step=step, loss=1.0 / (step + 1))
     print(f"step {step}")
     time.sleep(0.1)""",
+    """%%distrain --nodes 1 --nproc 2 --name browser-wait --wait
+import time
+import torch.distributed as dist
+
+time.sleep(4)
+if dist.get_rank() == 1:
+    raise ValueError("no first step")""",
+    """%%distrain --nodes 1 --nproc 2 --framework jax --name browser-jax
+import jax
+
+for step in range(3):
+    report(step=step, loss=1.0 / (step + 1))
+if jax.process_index() == 1:
+    raise ValueError("bad batch in a JAX job")""",
 ]
+NO_NCCL = ("NCCL_DEBUG", "unknown", "failure", "Raw NCCL lines")
 
 
 @pytest.mark.slow
@@ -61,13 +82,41 @@ def test_dashboard_in_jupyterlab(lab: Lab) -> None:
     # the running job's points reached the browser as appends, not as whole traces
     assert int(before["plot"]["distrainAppends"]) >= 1
     assert int(before["plot"]["distrainAppendedPoints"]) >= 3
+    # the light theme's Stop: enabled it looks it; disabled by the click ("Stopping…") it looks
+    # disabled (faded, no pointer), caught as the click disables it, before it goes
+    looks = result["stopLooks"]
+    assert not looks["disabled"] and looks["opacity"] == 1, looks
+    assert looks["cursor"] != "not-allowed", looks
+    stopping = result["stoppingLooks"]
+    assert stopping, "the click never showed a disabled Stop"
+    for seen in stopping:
+        assert seen["opacity"] <= 0.5 and seen["cursor"] == "not-allowed", stopping
     stopped = result["stopped"]
     assert stopped["state"] == "Stopped"
     assert {r["state"] for r in stopped["rows"]} == {"Stopped"}
     assert not stopped["stopEnabled"]
     assert result["stopSeconds"] < 30
 
+    waited = result["waited"]  # --wait: the note while it runs, never a Stop beside it
+    assert waited["watch"]["noted"] > 0 and not waited["watch"]["buttons"], waited
+    first = [p for p in waited["phases"] if p["phase"] == "first_step"]
+    assert first and first[0]["state"] == "unfinished", waited  # not current, not done
+    assert first[0]["text"].endswith("(not finished)"), waited
+    assert waited["firstStep"] is None, waited  # no "(0s to first step)"
+    assert not any(p["state"] == "current" for p in waited["phases"]), waited
+    assert not any("(--wait)" in note for note in waited["notes"]), waited  # ended: no note
+
+    jax = result["jax"]  # JAX's own collectives: nothing of NCCL on its dashboard
+    assert jax["cause"].startswith("rank 1: ValueError: bad batch in a JAX job"), jax
+    assert jax["backend"] == "jax-gloo" and jax["commsTables"] == 0, jax
+    assert "the NCCL and c10d reading does not apply to this job" in jax["comms"], jax
+    for words in NO_NCCL:  # neither on the dashboard nor in the jobs panel's details
+        assert words not in jax["text"], (words, jax["text"])
+        assert words not in jax["panel"], (words, jax["panel"])
+    assert "bad batch in a JAX job" in jax["panel"], jax["panel"]
+
     errors = [e for e in result["console"] if e.startswith("pageerror")]
     assert not errors, errors
-    for name in ("dashboard-succeeded.png", "dashboard-stopped.png", "jupyterlab.png"):
+    shots = ("dashboard-succeeded.png", "dashboard-stopped.png", "jupyterlab.png")
+    for name in (*shots, "dashboard-wait-failed.png", "dashboard-jax-failed.png"):
         assert (OUTPUT / name).stat().st_size > 10_000

@@ -44,11 +44,15 @@ class MetricStore:
         with self._lock:
             names: list[str] = []
             if isinstance(values, dict):
+                by_name = self._points
                 for name, value in values.items():
                     if isinstance(name, str) and is_number(value):
-                        points = self._points.setdefault(name, {}).get(rank)
+                        by_rank = by_name.get(name)
+                        if by_rank is None:
+                            by_rank = by_name[name] = {}
+                        points = by_rank.get(rank)
                         if points is None:
-                            points = self._points[name][rank] = PointColumns()
+                            points = by_rank[rank] = PointColumns()
                         points.steps.append(step)
                         points.times.append(t)
                         points.values.append(float(value))

@@ -142,10 +142,26 @@ export function firstStepText(job: Pick<IJob, 'first_step_s'>): string {
   return seconds === null ? '' : `after ${formatDuration(seconds)}`;
 }
 
-/** One line of the phase timeline: "rendezvous 3s" (pending phases: label only). */
+/**
+ * A phase's state as drawn: "unfinished" for the phase a job ended in (listed "active" with an
+ * end), else the listed "done", "active" or "pending".
+ */
+export function phaseState(phase: IPhase): string {
+  return phase.state === 'active' && phase.ended !== null ? 'unfinished' : phase.state;
+}
+
+/**
+ * One line of the phase timeline: "rendezvous 3s", "first step 4s (not finished)" for the
+ * phase a job ended in (pending phases: label only).
+ */
 export function phaseLine(phase: IPhase): string {
   const seconds = finite(phase.duration_s);
-  return seconds === null || phase.state === 'pending' ? phase.label || phase.name : `${phase.label || phase.name} ${formatDuration(seconds)}`;
+  const label = phase.label || phase.name;
+  if (seconds === null || phase.state === 'pending') {
+    return label;
+  }
+  const unfinished = phaseState(phase) === 'unfinished' ? ' (not finished)' : '';
+  return `${label} ${formatDuration(seconds)}${unfinished}`;
 }
 
 /** A rank's resource figures ("CPU 95%, memory 1.2 GB of 4.0 GB, GPU 80%"); absent ones left out. */

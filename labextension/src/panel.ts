@@ -16,6 +16,7 @@ import {
   firstStepText,
   isActive,
   phaseLine,
+  phaseState,
   phaseText,
   progressView,
   usageText
@@ -313,7 +314,7 @@ export class JobsPanel extends Widget {
     return list;
   }
 
-  /** The start phases and their durations (the active one marked). */
+  /** The start phases and their durations (the active one marked, the one it ended in said so). */
   private phases(job: IJob): HTMLElement | null {
     const phases = job.phases ?? [];
     if (phases.length === 0) {
@@ -321,9 +322,10 @@ export class JobsPanel extends Widget {
     }
     const list = el('ol', 'jp-Disttrain-phases');
     for (const phase of phases) {
-      const item = list.appendChild(el('li', `jp-Disttrain-phase-item jp-mod-${phase.state}`, phaseLine(phase)));
+      const state = phaseState(phase);
+      const item = list.appendChild(el('li', `jp-Disttrain-phase-item jp-mod-${state}`, phaseLine(phase)));
       item.dataset.phase = phase.name;
-      item.dataset.state = phase.state;
+      item.dataset.state = state;
     }
     return list;
   }

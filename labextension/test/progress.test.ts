@@ -1,6 +1,6 @@
 // The optional fields of a job (progress, phases, first_step_s): sample JSON as the server sends it.
 
-import { firstStepText, formatRate, phaseLine, phaseText, progressView, usageText } from '../src/model';
+import { firstStepText, formatRate, phaseLine, phaseState, phaseText, progressView, usageText } from '../src/model';
 import { IJob } from '../src/types';
 
 const RUNNING: IJob = JSON.parse(`{
@@ -73,6 +73,14 @@ describe('phases', () => {
       'queued 3s', 'scheduled 7s', 'pulling image 2m 00s', 'containers started'
     ]);
     expect(firstStepText(WAITING)).toBe('');
+  });
+
+  it('says the phase a job ended in is unfinished, not current', () => {
+    const ended = { ...WAITING.phases![2], ended: 1130.0 };
+    expect(phaseState(ended)).toBe('unfinished');
+    expect(phaseLine(ended)).toBe('pulling image 2m 00s (not finished)');
+    expect(WAITING.phases!.map(phaseState)).toEqual(['done', 'done', 'active', 'pending']);
+    expect(phaseLine(WAITING.phases![2])).toBe('pulling image 2m 00s');
   });
 
   it('says nothing of a phase once running past them or ended', () => {

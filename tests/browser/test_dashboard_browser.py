@@ -6,7 +6,8 @@ rank-attributed lines. A second, long job is stopped with its dashboard's
 Stop button and shows Stopped; the Stop the click disabled looks disabled.
 A ``--wait`` job whose rank 1 raises before its first step shows no Stop nor
 Where? beside the note saying the busy kernel answers no button, and its
-first step reads unfinished, not "first step 0s". A JAX job whose rank 1
+first step reads unfinished, not "first step 0s", on its dashboard and in the
+jobs panel. A JAX job whose rank 1
 raises shows no NCCL reading (no NCCL_DEBUG advice, no table of "unknown"
 facts), on its dashboard and in the jobs panel's details. Screenshots land in
 ``test-output/browser/``.
@@ -105,6 +106,12 @@ def test_dashboard_in_jupyterlab(lab: Lab) -> None:
     assert waited["firstStep"] is None, waited  # no "(0s to first step)"
     assert not any(p["state"] == "current" for p in waited["phases"]), waited
     assert not any("(--wait)" in note for note in waited["notes"]), waited  # ended: no note
+    # the jobs panel says the same: the phase it ended in unfinished, not bold as the current one
+    panel = [p for p in waited["panel"]["phases"] if p["phase"] == "first_step"]
+    assert panel and panel[0]["state"] == "unfinished", waited["panel"]
+    assert panel[0]["text"].endswith("(not finished)"), waited["panel"]
+    assert int(panel[0]["weight"]) < 600, waited["panel"]
+    assert not any(p["state"] == "active" for p in waited["panel"]["phases"]), waited["panel"]
 
     jax = result["jax"]  # JAX's own collectives: nothing of NCCL on its dashboard
     assert jax["cause"].startswith("rank 1: ValueError: bad batch in a JAX job"), jax

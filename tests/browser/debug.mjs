@@ -1,12 +1,14 @@
-// Drives JupyterLab in Debian's Chromium through the debugger console of a paused rank.
+// Drives JupyterLab (or Notebook 7, DEBUG_APP=notebook) in Debian's Chromium through the
+// debugger console of a paused rank.
 //
 //   node debug.mjs BASE_URL NOTEBOOK OUT_DIR
 //
 // The notebook (written by test_debug_browser.py) has three code cells: load
 // the extension, a 2x2 job whose rank 1 stops at breakpoint() ("browser-debug"),
 // and %distrain_debug for it. The script waits for the dashboard to say Paused,
-// opens the console, sends `p step` then `p rank` from its input line, screenshots it, clicks
-// Continue and waits for the job to succeed. Prints one JSON object of what it saw.
+// opens the console, sends `p step` then `p rank` from its input line, screenshots it, sends
+// `p total` in the dark theme, clicks Continue and waits for the job to succeed. Prints one JSON
+// object of what it saw.
 
 import fs from "node:fs";
 import path from "node:path";
@@ -15,6 +17,7 @@ import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from ".
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
+const NOTEBOOK7 = process.env.DEBUG_APP === "notebook"; // Notebook 7 instead of JupyterLab
 
 fs.mkdirSync(outDir, { recursive: true });
 const { page, result, close } = await openBrowser({ width: 1300, height: 1600 });
@@ -30,9 +33,12 @@ async function setTheme(theme) {
 }
 
 await runScenario({ page, result, close }, outDir, async () => {
-  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
+  const url = NOTEBOOK7 ? `${baseUrl}/notebooks/${notebook}` : `${baseUrl}/lab/tree/${notebook}`;
+  await page.goto(url, { waitUntil: "domcontentloaded" });
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  if (!NOTEBOOK7) {
+    await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  }
 
   // every text a toast ever shows, in order (a shared toast's text changes as jobs join it)
   await page.evaluate(() => {
@@ -97,6 +103,12 @@ await runScenario({ page, result, close }, outDir, async () => {
   await setTheme("JupyterLab Dark");
   result.darkInk = await panel.evaluate((el) => getComputedStyle(el).color);
   result.darkContrast = await page.evaluate(lowContrast, { sel: ".distrain-debug" });
+  // the history in the dark theme too: a third answer below the first two
+  await input.fill("p total");
+  await input.press("Enter");
+  await panel.locator(".dd-answer").nth(2).waitFor({ timeout: 60_000 });
+  result.darkHistory = await panel.locator(".dd-answer").allTextContents();
+  result.darkHistoryContrast = await page.evaluate(lowContrast, { sel: ".distrain-debug" });
   await panel.screenshot({ path: path.join(outDir, "debug-console-dark.png") });
   await setTheme("JupyterLab Light");
 

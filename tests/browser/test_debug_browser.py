@@ -1,12 +1,16 @@
-"""The debugger console in a real browser (JupyterLab on 127.0.0.1, Debian's Chromium).
+"""The debugger console in a real browser (JupyterLab, then Notebook 7, on 127.0.0.1,
+Debian's Chromium).
 
 A notebook runs a 2x2 local job whose rank 1 stops at ``breakpoint()``: the
-dashboard says Paused and where; ``%distrain_debug`` opens the console, which
-shows the frame's source with the current line, answers ``p step`` then
-``p rank`` typed in its input line (the oldest answer first), and Continue
-lets the job finish. The console's screenshots, in the light and the dark
+dashboard says Paused and where, once; ``%distrain_debug`` opens the console,
+which shows the frame's source with the current line, answers ``p step`` then
+``p rank`` typed in its input line (the oldest answer first) and, in the dark
+theme, ``p total`` below them; Continue lets the job finish, announced as an
+end apart from the pause's notice, and the console's controls go disabled with
+no rank left paused. The console's screenshots, in the light and the dark
 theme, land in ``test-output/debug/`` (the README's pictures,
-``docs/debug-console.png`` and ``docs/debug-console-dark.png``).
+``docs/debug-console.png`` and ``docs/debug-console-dark.png``) and
+``test-output/debug-notebook7/``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from .conftest import REPO, Lab
-from .harness import run_harness, write_notebook
+from .harness import page_errors, run_harness, write_notebook
 
 OUTPUT = REPO / "test-output" / "debug"
 
@@ -39,9 +43,15 @@ total""",
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_debug_console_in_jupyterlab(lab: Lab) -> None:
-    notebook = write_notebook(lab.root, "debug.ipynb", CELLS)
-    result = run_harness("debug.mjs", lab, notebook, OUTPUT)
+@pytest.mark.parametrize("app", ["lab", "notebook7"])
+def test_debug_console(
+    app: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server: Lab = request.getfixturevalue(app)
+    monkeypatch.setenv("DEBUG_APP", "notebook" if app == "notebook7" else "lab")
+    output = OUTPUT if app == "lab" else OUTPUT.with_name("debug-notebook7")
+    notebook = write_notebook(server.root, "debug.ipynb", CELLS)
+    result = run_harness("debug.mjs", server, notebook, output)
 
     assert result["paused"]["note"] == "rank 1 paused at cell:9 in <module>"
     states = {row["rank"]: row["state"] for row in result["paused"]["rows"]}
@@ -53,6 +63,10 @@ def test_debug_console_in_jupyterlab(lab: Lab) -> None:
     assert len(history) == 2, history
     assert "(Pdb) p step" in history[0] and "(Pdb) p rank" in history[1], history
     assert history[1].rstrip().endswith("1"), history  # rank 1 answered with its own rank
+    dark = result["darkHistory"]  # in the dark theme, the third answer below the first two
+    assert len(dark) == 3 and dark[:2] == history and "(Pdb) p total" in dark[2], dark
+    read = result["darkHistoryContrast"]
+    assert read["checked"] > 5 and not read["found"], read
     assert result["final"] == "Succeeded"
     assert result["afterStatus"] == 1
     # the pause said once, its markup not escaped; no rank paused: nothing can be sent
@@ -67,11 +81,11 @@ def test_debug_console_in_jupyterlab(lab: Lab) -> None:
     controls = result["afterControls"]
     assert controls == {"options": 0, "send": True, "continue": True, "input": True}, controls
 
-    errors = [e for e in result["console"] if e.startswith("pageerror")]
+    errors = page_errors(result)
     assert not errors, errors
     assert result["lightInk"] != result["darkInk"], result  # the console follows the theme
     for theme in ("lightContrast", "darkContrast"):  # its text at least 4.5:1 on its background
         read = result[theme]
         assert read["checked"] > 5 and not read["found"], (theme, read)
     for name in ("debug-console.png", "debug-console-dark.png"):
-        assert (OUTPUT / name).stat().st_size > 10_000
+        assert (output / name).stat().st_size > 10_000

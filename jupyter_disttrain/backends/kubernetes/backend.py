@@ -438,12 +438,9 @@ class KubernetesBackend(Backend):
         signed error shows as its traceback (:func:`.podlogs.rank_lines`).
         """
         conn = self.connection()
-        texts = podlogs.kept_logs(conn, name)
+        texts = podlogs.job_texts(conn, name)
         if texts is None:
-            pods = podlogs.job_pods(conn, name)
-            if not pods:
-                raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
-            texts = podlogs.pod_texts(conn, pods)
+            raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
         # no object left to read the shape from: control lines still go, rank 0's error shows
         key, shape = self.job_key(conn, name), podlogs.job_shape(conn, name) or (1, 1)
         trust = None if key is None else ev.Trust.of(key, *shape)

@@ -10,7 +10,7 @@ signed control lines left out but for a rank's error, shown as its traceback.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ... import events as ev
@@ -93,6 +93,25 @@ def pod_texts(conn: Connection, pods: list[Any]) -> dict[str, str]:
         container = (ours or names)[0]
         lines = stream_log(conn, pod.metadata.name, container, follow=False)
         texts[str(pod.metadata.name)] = "\n".join(lines)
+    return texts
+
+
+def job_texts(
+    conn: Connection, name: str, pick: Callable[[Any], bool] | None = None
+) -> dict[str, str] | None:
+    """What job ``name``'s pods said (pod name -> text): the logs kept when it failed, else
+    the logs of its pods still there (those ``pick`` takes; all by default), else the kept
+    logs again when the pods went meanwhile (they are kept before the pods are deleted).
+    None when the job has neither kept logs nor pods."""
+    texts = kept_logs(conn, name)
+    if texts is not None:
+        return texts
+    pods = job_pods(conn, name)
+    if not pods:
+        return kept_logs(conn, name)
+    texts = pod_texts(conn, [pod for pod in pods if pick is None or pick(pod)])
+    if not any(texts.values()):
+        texts = kept_logs(conn, name) or texts
     return texts
 
 

@@ -404,20 +404,16 @@ class KubernetesRun(Submission):
         pods and node 0's still there; its pods' watch reads no log after this."""
         with self._lock:
             self._replayed = True
-        texts = podlogs.kept_logs(self.conn, self.name)
-        if texts is None:
-            pods = [
-                pod
-                for pod in podlogs.job_pods(self.conn, self.name)
-                if (pod.status is not None and pod.status.phase == "Failed")
-                or self.kubeflow.node_index(self.conn.plain(pod), self._has_leader) == 0
-            ]
-            texts = podlogs.pod_texts(self.conn, pods)
-            if not any(texts.values()):  # the pods went meanwhile, their logs kept first
-                texts = podlogs.kept_logs(self.conn, self.name) or texts
+        texts = podlogs.job_texts(self.conn, self.name, self._failed_or_leader) or {}
         for pod, text in sorted(texts.items()):
             for line in text.splitlines():
                 self.sink(line_event(line, None, self.trust, source=pod, prefixed=True))
+
+    def _failed_or_leader(self, pod: Any) -> bool:
+        """Whether ``pod`` failed or runs node 0 (the pods a failed job's reading needs)."""
+        if pod.status is not None and pod.status.phase == "Failed":
+            return True
+        return self.kubeflow.node_index(self.conn.plain(pod), self._has_leader) == 0
 
     def _read_log_once(self, pod: str, restarts: int) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from ..events import TERMINAL_STATES
+from ..events import RAISED, TERMINAL_STATES
 from ..monitor import JobMonitor, Where
 from . import gc_freeze
 from .checkpoint_marks import CheckpointMarks
@@ -162,7 +162,7 @@ class Dashboard:
 
     def _render(self) -> None:
         snap = self.monitor.snapshot()
-        self.header.render(snap)
+        self.header.render(snap, over=self.monitor.ended or snap["state"] == RAISED)
         self.picker.render(snap)
         self.plot.picked = self.picker.opened[:MAX_DRAWN]
         self.table.value = rank_table_html(snap, max_rows=self.max_rows, opened=self.picker.opened)

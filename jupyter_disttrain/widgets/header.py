@@ -265,9 +265,15 @@ class HeaderPanel:
         """True once Stop was clicked (until the stop call failed)."""
         return self._stopping
 
-    def render(self, snap: Snapshot) -> None:
-        """Refresh from ``snap`` (render thread)."""
-        ended = snap["state"] in ENDED_STATES
+    def render(self, snap: Snapshot, *, over: bool | None = None) -> None:
+        """Refresh from ``snap`` (render thread).
+
+        ``over``: whether nothing of the job is left to stop (its backend reported its end, or
+        a session cell raised); Stop and Where? go only then. A Failed read from the ranks
+        alone is not over: torchrun may restart them, and its processes still run until it
+        ends them. None: read from ``snap``'s state.
+        """
+        ended = snap["state"] in ENDED_STATES if over is None else over
         note = self._error
         if not note and self.blocking and not ended:
             note = BLOCKING_NOTE

@@ -212,11 +212,16 @@ export class JobsPanel extends Widget {
     }
     table.appendChild(el('thead')).appendChild(head);
     const body = table.appendChild(el('tbody'));
-    for (const job of this.shown()) {
-      body.appendChild(this.row(job));
-      if (this.model.expanded.has(job.id)) {
-        body.appendChild(this.detailRow(this.model.job(job.id) ?? job, job));
+    for (const listed of this.shown()) {
+      if (!this.model.expanded.has(listed.id)) {
+        body.appendChild(this.row(listed));
+        continue;
       }
+      // an open row shows its detail's reading: read after the listing, never older, so the
+      // row cannot say "Pending" above ranks its details show ended
+      const job = this.model.job(listed.id) ?? listed;
+      body.appendChild(this.row(job));
+      body.appendChild(this.detailRow(job, job));
     }
     return table;
   }
@@ -235,9 +240,10 @@ export class JobsPanel extends Widget {
     // a long name is cut in its middle: its end (a cell's count, random digits) tells rows apart
     const [head, tail] = splitName(job.name);
     const text = name.appendChild(el('span', 'jp-Disttrain-name-text'));
-    text.appendChild(el('span', 'jp-Disttrain-name-head', head));
+    const line = text.appendChild(el('span', 'jp-Disttrain-name-line'));
+    line.appendChild(el('span', 'jp-Disttrain-name-head', head));
     if (tail) {
-      text.appendChild(el('span', 'jp-Disttrain-name-tail', tail));
+      line.appendChild(el('span', 'jp-Disttrain-name-tail', tail));
     }
     name.title = job.name;
     if (job.source === 'session') {

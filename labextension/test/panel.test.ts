@@ -65,7 +65,28 @@ async function panel(): Promise<JobsPanel> {
 const row = (p: JobsPanel, id: string): HTMLElement =>
   p.node.querySelector(`tr.jp-Disttrain-job[data-job-id="${id}"]`) as HTMLElement;
 
+/** A listing one poll old: the job's details, read later, already show it running. */
+class LaggingAPI extends API {
+  async list(): Promise<IJobList> {
+    const pending = { ...JOBS[0], state: 'Pending', phase: 'started', step: null, progress: null };
+    return { jobs: [pending, ...JOBS.slice(1)], backends: [], running: 2, now: 1100 };
+  }
+}
+
 describe('JobsPanel', () => {
+  it('shows an open row from its details, read after the listing', async () => {
+    const model = new JobsModel(new LaggingAPI());
+    const p = new JobsPanel(model, { showLogs: () => undefined, openNotebook: () => undefined });
+    await model.refresh();
+    expect(row(p, 'local/train').dataset.state).toBe('Pending');
+    await model.toggle('local/train');
+    expect(row(p, 'local/train').dataset.state).toBe('Running');
+    expect(row(p, 'kubernetes/big').dataset.state).toBe('Pending'); // closed rows: the listing
+    await model.toggle('local/train');
+    expect(row(p, 'local/train').dataset.state).toBe('Pending');
+  });
+
+
   it('has three columns; the others are in the row title', async () => {
     const p = await panel();
     expect(Array.from(p.node.querySelectorAll('thead th')).map(th => th.textContent)).toEqual(['Name', 'State', 'Step']);

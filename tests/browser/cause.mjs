@@ -8,7 +8,7 @@
 // SIGKILLed once and torchrun restarts from checkpoint 30 (a long name, --max-restarts 1,
 // watched for Stop and Where? while its ranks read Restarting); a 2x2 session, its cell that
 // raises on every rank and its next cell, which succeeds ("cause-sess"); a job whose rank 1 sleeps inside the loop ("cause-hang",
-// --hang-after 3). One kernel runs them all in JupyterLab; every dashboard is read in the
+// --hang-after 3) and a JAX job whose rank 1 raises ("cause-jax"). One kernel runs them all in JupyterLab; every dashboard is read in the
 // light theme and again in the dark one; the notebook is saved and opened in Notebook 7 (same
 // server, same kernel), where the dashboards are read a third time, the jobs panel is opened
 // from the View menu and from the toolbar, logs open below the notebook, and the hung job is
@@ -23,10 +23,10 @@ import { resumeBelow } from "./resume.mjs";
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
 const VIEW = { width: 1440, height: 900 };
-export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5, checkpoints: 6, sessionNext: 7 };
+export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5, checkpoints: 6, sessionNext: 7, jax: 8 };
 // the session's next cell is found by its source wherever cells were inserted above it
 const NEXT_CELL = "# the session's next cell";
-const JOBS = { fail: "cause-fail", recover: "cause-recovered-after-a-kill-c3-7f2a", hang: "cause-hang" };
+const JOBS = { fail: "cause-fail", recover: "cause-recovered-after-a-kill-c3-7f2a", hang: "cause-hang", jax: "cause-jax" };
 
 for (const theme of ["light", "dark", "notebook7"]) fs.mkdirSync(path.join(outDir, theme), { recursive: true });
 const { page: lab, result, close } = await openBrowser(VIEW);
@@ -91,6 +91,10 @@ async function seen(key) {
         note: text('.distrain-note[data-field="cause"]'),
         recovered: text('[data-field="recovered"]'),
         diagnosis: text(".distrain-diagnosis"),
+        comms: text(".distrain-comms"),
+        commsBackend: root?.querySelector(".distrain-comms")?.dataset.backend ?? null,
+        commsTables: root?.querySelectorAll(".distrain-comms table").length ?? 0,
+        text: root?.innerText ?? "",
         traceback: text(".distrain-cause-traceback pre"),
         rate: text('[data-field="rate"]'),
         progress: text(".distrain-progress-text"),
@@ -146,6 +150,19 @@ async function sidebarErrors() {
   }, `local/${JOBS.fail}`);
 }
 
+// The jobs panel's details of job `key` as a user reads them, opened if they are not.
+async function panelDetail(key) {
+  const id = `local/${JOBS[key]}`;
+  const detail = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`);
+  if (!(await detail.count())) await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"]`).click();
+  await detail.locator('button[data-action="logs"]').waitFor({ timeout: 30_000 });
+  await page.waitForTimeout(1000); // the details' last render
+  return detail.innerText();
+}
+
+// The "hung" notifications on the page (a hang's notice is kept until the hang is over).
+const hungToasts = () => page.locator(".Toastify__toast").filter({ hasText: `Training job ${JOBS.hang} hung` }).count();
+
 // The open details' Stop of ended job `name` (disabled) and its Show logs (enabled), as drawn.
 async function detailActions(name) {
   const detail = `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${name}"]`;
@@ -164,7 +181,7 @@ async function detailActions(name) {
 
 async function seenAll() {
   const out = {};
-  for (const key of ["fail", "recover", "session", "sessionNext", "hang"]) out[key] = await seen(key);
+  for (const key of ["fail", "recover", "session", "sessionNext", "hang", "jax"]) out[key] = await seen(key);
   // text against its background: every dashboard (charts are checked by their ink), the panel
   out.contrast = {
     dashboards: await page.evaluate(lowContrast, { sel: ".distrain-dashboard", skip: ".js-plotly-plot" }),
@@ -189,6 +206,12 @@ async function sidebarRow(id, state) {
       tail: name.querySelector(".jp-Disttrain-name-tail")?.textContent ?? null,
       tailWhole: whole(name.querySelector(".jp-Disttrain-name-tail")),
       badgeWhole: whole(name.querySelector(".jp-Disttrain-session")),
+      // the name's shown part: cut (an ellipsis) or whole
+      headCut: (() => {
+        const head = name.querySelector(".jp-Disttrain-name-head");
+        return head.scrollWidth > head.clientWidth + 1;
+      })(),
+      head: name.querySelector(".jp-Disttrain-name-head").getBoundingClientRect().width,
     };
   });
 }
@@ -245,24 +268,42 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
 
   await waitForPrompt(await runCellOn(page, CELL.load));
   await runCellOn(page, CELL.fail);
-  // every 100 ms until it ends: whether the recovering job's Stop and Where? show while a rank
-  // of it reads Restarting or it runs on after its restart (its last 24 steps take seconds)
-  await page.evaluate((sel) => {
-    const watch = { restarting: 0, hidden: [] };
+  // every 100 ms until it ends: whether the recovering job's Stop and Where? show at every
+  // moment once first drawn (the kill, the moment it reads Failed, the restart, the run on).
+  // Its cell is kept in view: the notebook draws only the cells near the viewport.
+  await page.evaluate(({ sel, index }) => {
+    const watch = { restarting: 0, samples: 0, missing: 0, states: [], hidden: [], changes: [] };
+    const t0 = Date.now();
     window.distrainRestartWatch = watch;
     const shown = (el) => Boolean(el && el.offsetParent !== null);
+    let drawn = false;
     const timer = setInterval(() => {
       const root = document.querySelector(sel);
       const header = root?.querySelector(".distrain-header");
-      if (header?.dataset.state === "Succeeded") clearInterval(timer);
-      const rows = [...(root?.querySelectorAll("tr.distrain-rank-row") ?? [])].map((tr) => tr.dataset.state);
-      const goesOn = ["Running", "Restarting"].includes(header?.dataset.state) && root.querySelector('[data-field="restarts"]');
-      if (!rows.includes("Restarting") && !goesOn) return;
-      watch.restarting += 1;
+      if (!header) {
+        watch.missing += 1;
+        window.jupyterapp.shell.currentWidget?.content?.scrollToItem?.(index, "start");
+        return;
+      }
+      header.scrollIntoView({ block: "nearest" });
+      const seenNow = `${header.dataset.state} ${[...root.querySelectorAll("tr.distrain-rank-row")].map((tr) => tr.dataset.state).join(",")}`;
+      if (watch.changes.at(-1)?.[1] !== seenNow) watch.changes.push([Date.now() - t0, seenNow]);
+      if (header.dataset.state === "Succeeded") {
+        clearInterval(timer);
+        return;
+      }
+      const rows = [...root.querySelectorAll("tr.distrain-rank-row")].map((tr) => tr.dataset.state);
       const buttons = [root.querySelector("button.distrain-stop"), root.querySelector("button.distrain-where")];
-      if (!buttons.every(shown)) watch.hidden.push({ state: header?.dataset.state, rows, stop: shown(buttons[0]), where: shown(buttons[1]) });
+      drawn ||= buttons.every(shown);
+      if (!drawn) return;
+      // the steps its ranks had reached when first seen (before the kill at step 35 or not)
+      watch.firstSteps ??= [...root.querySelectorAll("tr.distrain-rank-row")].map((tr) => Number(tr.dataset.step));
+      watch.samples += 1;
+      if (!watch.states.includes(header.dataset.state)) watch.states.push(header.dataset.state);
+      if (rows.includes("Restarting")) watch.restarting += 1;
+      if (!buttons.every(shown)) watch.hidden.push({ state: header.dataset.state, rows, stop: shown(buttons[0]), where: shown(buttons[1]) });
     }, 100);
-  }, dash("recover"));
+  }, { sel: dash("recover"), index: CELL.recover });
   await runCellOn(page, CELL.recover); // queued behind the first: runs once it returned
   await header("fail", "Failed").waitFor({ timeout: JOB_TIMEOUT });
   await header("recover", "Succeeded").waitFor({ timeout: JOB_TIMEOUT });
@@ -274,6 +315,8 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await waitForPrompt(await runCellOn(page, CELL.sessionNext));
   await header("sessionNext", "Succeeded").waitFor({ timeout: JOB_TIMEOUT });
   result.sessionReady = await sessionInPanel("Ready");
+  await runCellOn(page, CELL.jax); // JAX's own collectives: no NCCL reading anywhere
+  await header("jax", "Failed").waitFor({ timeout: JOB_TIMEOUT });
   await runCellOn(page, CELL.hang);
   await header("hang", "Hung").waitFor({ timeout: JOB_TIMEOUT });
   // the failed job's details open in the panel (its cause and the ranks' errors)
@@ -283,6 +326,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   // its ranks' errors: the failing rank's own, the others "lost its peer" (raw text folded)
   result.sidebarErrors = await sidebarErrors();
   result.labDisabledStop = await detailActions(JOBS.fail);
+  result.jaxPanel = await panelDetail("jax");
   result.light = await seenAll();
   result.rows = {
     fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"),
@@ -291,6 +335,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
     session: await sidebarRow("local/cause-sess", "Running"),
   };
   result.status = await page.locator(".jp-Disttrain-status").textContent();
+  result.hungToastsLab = await hungToasts();
   result.labMenuEntry = await menuEntry();
   result.labToolbar = await page.locator('.jp-NotebookPanel-toolbar [data-jp-item-name="disttrain-jobs"]').count();
   await shots("light");
@@ -305,6 +350,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.dark = await seenAll();
   result.sidebarErrorsDark = await sidebarErrors();
   result.darkDisabledStop = await detailActions(JOBS.fail);
+  result.jaxPanelDark = await panelDetail("jax");
   // Resume in the dark theme too: the new cell right below the browser (above the first), selected
   result.resumeDark = await resumeBelow(page, ".distrain-ckpt-browser", 20);
   await shots("dark");
@@ -329,6 +375,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.notebook7 = await seenAll();
   result.nb7Rows = {
     fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"),
+    recover: await sidebarRow(`local/${JOBS.recover}`, "Succeeded"),
     hang: await sidebarRow(`local/${JOBS.hang}`, "Hung"),
     session: await sidebarRow("local/cause-sess", "Running"),
   };
@@ -338,6 +385,9 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/${JOBS.fail}"]`).click();
   const detail = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"]`);
   await detail.locator('button[data-action="logs"]').waitFor({ timeout: 30_000 });
+  await page.waitForTimeout(1500); // the last renders
+  result.sidebarErrorsNb7 = await sidebarErrors();
+  result.nb7JaxPanel = await panelDetail("jax");
   result.nb7DetailCauseSaid = await detail.evaluate((el) => (el.textContent.match(/ranks? stopped as a consequence/g) ?? []).length);
   // the ended job's Stop: disabled, and looks it
   result.nb7DisabledStop = await detail.locator('button[data-action="stop"]').evaluate((b) => ({
@@ -368,11 +418,15 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await stop.scrollIntoViewIfNeeded();
   await stop.click();
   await header("hang", "Stopped").waitFor({ timeout: 60_000 });
-  await page.waitForTimeout(1500);
+  await page.waitForTimeout(3_000); // two more polls of the jobs panel
   result.stopped = await seen("hang");
+  result.nb7HangPanel = await panelDetail("hang");
+  result.nb7HungToasts = await hungToasts();
   await page.locator(dash("hang")).screenshot({ path: path.join(outDir, "notebook7", "stopped-job.png") });
   await page.close();
   page = lab;
   await header("hang", "Stopped").waitFor({ timeout: 60_000 });
+  await page.waitForTimeout(3_000); // two more polls of this page's jobs panel
   result.stoppedLab = await seen("hang");
+  result.hungToastsLabAfter = await hungToasts(); // the Lab page's "hung" notice is gone too
 });

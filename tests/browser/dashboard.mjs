@@ -2,12 +2,14 @@
 //
 //   node dashboard.mjs BASE_URL NOTEBOOK OUT_DIR
 //
-// The notebook (written by test_dashboard_browser.py) has three code cells:
+// The notebook (written by test_dashboard_browser.py) has four code cells:
 // load the extension, a short 2x2 job ("browser-ok"), a long job
-// ("browser-stop"). Cells run one at a time; the script reads the dashboards'
+// ("browser-stop") and a --wait job whose rank 1 raises before its first step
+// ("browser-wait"). Cells run one at a time; the script reads the dashboards'
 // DOM (class names and data-* attributes), clicks the second job's Stop
-// button, saves screenshots in OUT_DIR and prints one JSON object of what it
-// saw. Exit code 1 (with {"error": ...}) when a step times out.
+// button, reads the --wait job's details in the jobs panel, saves screenshots
+// in OUT_DIR and prints one JSON object of what it saw. Exit code 1 (with
+// {"error": ...}) when a step times out.
 
 import fs from "node:fs";
 import path from "node:path";
@@ -180,28 +182,9 @@ await runScenario({ page, result, close }, outDir, async () => {
   };
   await page.locator(dash("browser-wait")).screenshot({ path: path.join(outDir, "dashboard-wait-failed.png") });
 
-  // 5: a JAX job whose rank 1 raises: no NCCL reading on its dashboard
-  await runCell(4);
-  await page.locator(`${dash("browser-jax")} .distrain-header[data-state="Failed"]`).waitFor({ timeout: JOB_TIMEOUT });
-  await page.waitForTimeout(1000);
-  result.jax = await page.locator(dash("browser-jax")).evaluate((root) => ({
-    cause: root.querySelector('.distrain-reason[data-field="cause"]')?.textContent ?? null,
-    comms: root.querySelector(".distrain-comms")?.textContent ?? null,
-    backend: root.querySelector(".distrain-comms")?.dataset.backend ?? null,
-    commsTables: root.querySelectorAll(".distrain-comms table").length,
-    text: root.innerText,
-  }));
-  await page.locator(dash("browser-jax")).screenshot({ path: path.join(outDir, "dashboard-jax-failed.png") });
-  // and its details in the jobs panel
+  // the --wait job's details in the jobs panel
   await page.locator(".jp-Disttrain-status").click();
-  const jaxRow = page.locator('.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/browser-jax"][data-state="Failed"]');
-  await jaxRow.waitFor({ timeout: 30_000 });
-  await jaxRow.click();
-  const jaxDetail = page.locator('.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/browser-jax"]');
-  await jaxDetail.locator(".jp-Disttrain-reason").first().waitFor({ timeout: 30_000 });
-  await page.waitForTimeout(1000); // the details' last render
-  result.jax.panel = await jaxDetail.innerText();
-  // the --wait job's details: its first step never finished, so no "first step" is highlighted
+  // its first step never finished, so no "first step" is highlighted
   await page.locator('.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/browser-wait"]').click();
   const waitDetail = page.locator('.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/browser-wait"]');
   await waitDetail.locator(".jp-Disttrain-phase-item").first().waitFor({ timeout: 30_000 });
@@ -215,5 +198,5 @@ await runScenario({ page, result, close }, outDir, async () => {
     })),
     text: el.innerText,
   }));
-  await page.locator(".jp-DisttrainPanel").screenshot({ path: path.join(outDir, "panel-wait-jax.png") });
+  await page.locator(".jp-DisttrainPanel").screenshot({ path: path.join(outDir, "panel-wait.png") });
 });

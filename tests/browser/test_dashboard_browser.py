@@ -7,10 +7,7 @@ Stop button and shows Stopped; the Stop the click disabled looks disabled.
 A ``--wait`` job whose rank 1 raises before its first step shows no Stop nor
 Where? beside the note saying the busy kernel answers no button, and its
 first step reads unfinished, not "first step 0s", on its dashboard and in the
-jobs panel. A JAX job whose rank 1
-raises shows no NCCL reading (no NCCL_DEBUG advice, no table of "unknown"
-facts), on its dashboard and in the jobs panel's details. Screenshots land in
-``test-output/browser/``.
+jobs panel. Screenshots land in ``test-output/browser/``.
 """
 
 from __future__ import annotations
@@ -47,15 +44,7 @@ import torch.distributed as dist
 time.sleep(4)
 if dist.get_rank() == 1:
     raise ValueError("no first step")""",
-    """%%distrain --nodes 1 --nproc 2 --framework jax --name browser-jax
-import jax
-
-for step in range(3):
-    report(step=step, loss=1.0 / (step + 1))
-if jax.process_index() == 1:
-    raise ValueError("bad batch in a JAX job")""",
 ]
-NO_NCCL = ("NCCL_DEBUG", "unknown", "failure", "Raw NCCL lines")
 
 
 @pytest.mark.slow
@@ -113,17 +102,8 @@ def test_dashboard_in_jupyterlab(lab: Lab) -> None:
     assert int(panel[0]["weight"]) < 600, waited["panel"]
     assert not any(p["state"] == "active" for p in waited["panel"]["phases"]), waited["panel"]
 
-    jax = result["jax"]  # JAX's own collectives: nothing of NCCL on its dashboard
-    assert jax["cause"].startswith("rank 1: ValueError: bad batch in a JAX job"), jax
-    assert jax["backend"] == "jax-gloo" and jax["commsTables"] == 0, jax
-    assert "the NCCL and c10d reading does not apply to this job" in jax["comms"], jax
-    for words in NO_NCCL:  # neither on the dashboard nor in the jobs panel's details
-        assert words not in jax["text"], (words, jax["text"])
-        assert words not in jax["panel"], (words, jax["panel"])
-    assert "bad batch in a JAX job" in jax["panel"], jax["panel"]
-
     errors = [e for e in result["console"] if e.startswith("pageerror")]
     assert not errors, errors
     shots = ("dashboard-succeeded.png", "dashboard-stopped.png", "jupyterlab.png")
-    for name in (*shots, "dashboard-wait-failed.png", "dashboard-jax-failed.png"):
+    for name in (*shots, "dashboard-wait-failed.png", "panel-wait.png"):
         assert (OUTPUT / name).stat().st_size > 10_000

@@ -6,6 +6,7 @@ from jupyter_disttrain import events as ev
 from jupyter_disttrain.events import Event, job_event, restart_event
 from jupyter_disttrain.monitor import JobMonitor
 from jupyter_disttrain.monitor.where import Where
+from jupyter_disttrain.widgets.dashboard import Dashboard
 from jupyter_disttrain.widgets.header import HeaderPanel, header_html
 from tests.monitor.test_cause import GLOO_CLOSED
 from tests.monitor.test_phases import T0, k8s_job
@@ -86,23 +87,23 @@ def test_stop_and_where_stay_while_a_killed_rank_restarts_and_the_header_names_t
     events += [Event("hello", r, 5.0, {"pid": 200 + r, "restart": 1}) for r in range(4)]
     events.append(Event("loaded", 0, 5.5, {"step": 30, "uri": "/ckpt/step-30.pt"}))
     mon = JobMonitor("ckpt", "local", 4, nodes=2, nproc=2)
-    panel = HeaderPanel(lambda: None, where=where)
-    seen_restarting = False
-    for event in events:
+    dash = Dashboard(mon, stop=lambda: None, where=where)
+    panel = dash.header
+    seen = set()
+    for event in events:  # the moment it reads Failed before the restart too: torchrun runs
         mon.feed(event)
+        dash.render()
         snap = mon.snapshot()
-        panel.render(snap)
-        restarting = any(r["state"] == "Restarting" for r in snap["ranks"])
-        seen_restarting = seen_restarting or restarting
-        if restarting or snap["state"] in ("Running", "Restarting"):
-            shown = (panel.button.layout.display, panel.where_button.layout.display)
-            assert "none" not in shown and not panel.button.disabled, (event, snap["state"])
-    assert seen_restarting
+        seen |= {snap["state"], *(r["state"] for r in snap["ranks"])}
+        shown = (panel.button.layout.display, panel.where_button.layout.display)
+        assert "none" not in shown and not panel.button.disabled, (event, snap["state"])
+    assert {"Failed", "Restarting"} <= seen, seen
     for r in range(4):
         mon.feed(Event("done", r, 9.0, {}))
     snap = mon.snapshot()
     assert snap["state"] == "Succeeded" and [r["restarts"] for r in snap["ranks"]] == [1] * 4
-    panel.render(snap)
+    mon.feed(job_event("Succeeded", t=9.5))  # the backend's end: nothing left to stop
+    dash.render()
     [note] = parse(panel.html.value).find_all("distrain-note")
     assert note.all_text() == (
         "recovered from 1 failure (rank 2 was killed (SIGKILL)); resumed from checkpoint 30"

@@ -21,6 +21,7 @@ import {
   progressView,
   usageText
 } from './model';
+import { ownErrors } from './errors';
 import { IJob, INamespaceJob } from './types';
 
 export interface IPanelActions {
@@ -429,17 +430,19 @@ export class JobsPanel extends Widget {
       // many metrics: the rank table scrolls in its box, the sidebar does not
       cell.appendChild(el('div', 'jp-Disttrain-ranksbox')).appendChild(this.ranks(job, Object.keys(detail.metrics)));
     }
-    for (const error of detail.errors.slice(0, 3)) {
+    // each rank's own error once (the same error of many ranks on one line, none the reason
+    // above already says), then the ranks that only lost their peer
+    for (const error of ownErrors(detail.errors, listed.reason, listed.world_size).slice(0, 3)) {
+      const line = cell.appendChild(el('pre', 'jp-Disttrain-rank-error', `${error.where}: ${error.text}`));
+      line.dataset.ranks = error.ranks.join(',');
+    }
+    for (const error of detail.errors.filter(e => e.peer).slice(0, 3)) {
+      // a consequence: said plainly, the library's own words behind a disclosure
       const where = error.rank === null ? 'job' : `rank ${error.rank}`;
-      if (error.peer) {
-        // a consequence: said plainly, the library's own words behind a disclosure
-        const peer = cell.appendChild(el('details', 'jp-Disttrain-rank-peer'));
-        peer.dataset.rank = String(error.rank);
-        peer.appendChild(el('summary', '', `${where}: ${error.peer}`));
-        peer.appendChild(el('pre', '', `${error.type}: ${error.message}`));
-        continue;
-      }
-      cell.appendChild(el('pre', 'jp-Disttrain-rank-error', `${where}: ${error.type}: ${error.message}`));
+      const peer = cell.appendChild(el('details', 'jp-Disttrain-rank-peer'));
+      peer.dataset.rank = String(error.rank);
+      peer.appendChild(el('summary', '', `${where}: ${error.peer}`));
+      peer.appendChild(el('pre', '', `${error.type}: ${error.message}`));
     }
     return row;
   }

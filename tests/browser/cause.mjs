@@ -23,10 +23,10 @@ import { resumeBelow } from "./resume.mjs";
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
 const VIEW = { width: 1440, height: 900 };
-export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5, checkpoints: 6, sessionNext: 7, jax: 8 };
+export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5, checkpoints: 6, sessionNext: 7, jax: 8, args: 9 };
 // the session's next cell is found by its source wherever cells were inserted above it
 const NEXT_CELL = "# the session's next cell";
-const JOBS = { fail: "cause-fail", recover: "cause-recovered-after-a-kill-c3-7f2a", hang: "cause-hang", jax: "cause-jax" };
+const JOBS = { fail: "cause-fail", recover: "cause-recovered-after-a-kill-c3-7f2a", hang: "cause-hang", jax: "cause-jax", args: "cause-args" };
 
 for (const theme of ["light", "dark", "notebook7"]) fs.mkdirSync(path.join(outDir, theme), { recursive: true });
 const { page: lab, result, close } = await openBrowser(VIEW);
@@ -158,6 +158,13 @@ async function panelDetail(key) {
   await detail.locator('button[data-action="logs"]').waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1000); // the details' last render
   return detail.innerText();
+}
+
+// The jobs panel's row of the script job whose argparse exited on every rank: its title and
+// its details as read.
+async function argsInPanel() {
+  const title = await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/${JOBS.args}"]`).getAttribute("title");
+  return { title, text: await panelDetail("args") };
 }
 
 // The "hung" notifications on the page (a hang's notice is kept until the hang is over).
@@ -317,6 +324,9 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.sessionReady = await sessionInPanel("Ready");
   await runCellOn(page, CELL.jax); // JAX's own collectives: no NCCL reading anywhere
   await header("jax", "Failed").waitFor({ timeout: JOB_TIMEOUT });
+  const argsCell = await runCellOn(page, CELL.args); // `disttrain run` of a script, from the notebook
+  await waitForPrompt(argsCell);
+  result.argsOutput = await argsCell.locator(".jp-OutputArea").innerText();
   await runCellOn(page, CELL.hang);
   await header("hang", "Hung").waitFor({ timeout: JOB_TIMEOUT });
   // the failed job's details open in the panel (its cause and the ranks' errors)
@@ -327,6 +337,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.sidebarErrors = await sidebarErrors();
   result.labDisabledStop = await detailActions(JOBS.fail);
   result.jaxPanel = await panelDetail("jax");
+  result.argsPanel = await argsInPanel();
   result.light = await seenAll();
   result.rows = {
     fail: await sidebarRow(`local/${JOBS.fail}`, "Failed"),
@@ -351,6 +362,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.sidebarErrorsDark = await sidebarErrors();
   result.darkDisabledStop = await detailActions(JOBS.fail);
   result.jaxPanelDark = await panelDetail("jax");
+  result.argsPanelDark = await argsInPanel();
   // Resume in the dark theme too: the new cell right below the browser (above the first), selected
   result.resumeDark = await resumeBelow(page, ".distrain-ckpt-browser", 20);
   await shots("dark");
@@ -388,6 +400,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.waitForTimeout(1500); // the last renders
   result.sidebarErrorsNb7 = await sidebarErrors();
   result.nb7JaxPanel = await panelDetail("jax");
+  result.nb7ArgsPanel = await argsInPanel();
   result.nb7DetailCauseSaid = await detail.evaluate((el) => (el.textContent.match(/ranks? stopped as a consequence/g) ?? []).length);
   // the ended job's Stop: disabled, and looks it
   result.nb7DisabledStop = await detail.locator('button[data-action="stop"]').evaluate((b) => ({

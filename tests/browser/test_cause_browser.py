@@ -59,9 +59,10 @@ for step in range(0 if state is None else state["step"] + 1, 60):
     report(step=step, total=60, loss=1.0 / (step + 1))
     if step % 10 == 0:
         save_checkpoint({"step": step}, step)
-    if rank == 2 and step == 35 and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+    if rank == 2 and step == 35 and first:
         os.kill(os.getpid(), signal.SIGKILL)  # 02-checkpoints: a worker killed mid-run
-    time.sleep(0.05)"""
+    time.sleep(0.2 if first else 0.05)  # its dashboard is drawn and watched before the kill"""
 CELLS = [
     "%load_ext jupyter_disttrain\nimport os\nCKPT = os.path.abspath('cause-checkpoints')",
     "%%distrain --nodes 2 --nproc 2 --name cause-fail"
@@ -84,7 +85,21 @@ CELLS = [
     "%%distrain --nodes 1 --nproc 2 --framework jax --name cause-jax\nimport jax\n"
     "for step in range(3):\n    report(step=step, loss=1.0 / (step + 1))\n"
     "if jax.process_index() == 1:\n    raise ValueError('bad batch in a JAX job')",
+    # a script whose arguments are missing: its argparse exits 2 on every rank
+    "import sys\n!{sys.executable} -m jupyter_disttrain.cli run --nodes 2 --nproc 2 "
+    "--name cause-args train.py",
 ]
+#: The script of the last cell (written next to the notebook).
+TRAIN_PY = """import argparse
+
+parser = argparse.ArgumentParser()
+parser.add_argument("total_epochs", type=int)
+parser.add_argument("save_every", type=int)
+args = parser.parse_args()
+"""
+ARGS_CAUSE = (
+    "all 4 ranks: train.py: error: the following arguments are required: total_epochs, save_every"
+)
 CAUSE = "rank 1: ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
 RECOVERED = "recovered from 1 failure (rank 2 was killed (SIGKILL)); resumed from checkpoint 30"
 SESSION_CAUSE = "all 4 ranks: ValueError: bad shape"
@@ -186,6 +201,7 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
 @pytest.mark.timeout(900)
 def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab) -> None:
     notebook = write_notebook(lab_app.root, "cause.ipynb", CELLS)
+    (lab_app.root / "train.py").write_text(TRAIN_PY)
     result = run_harness("cause.mjs", lab_app, notebook, SHOTS)
 
     for name in ("light", "dark", "notebook7"):
@@ -196,6 +212,14 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
         assert JAX_CAUSE in result[key], (key, result[key])
         for words in NO_NCCL:
             assert words not in result[key], (key, words, result[key])
+    # every rank's argparse exited 2: said once, for all ranks, with the script's frames only
+    assert ARGS_CAUSE in result["argsOutput"], result["argsOutput"]
+    for key in ("argsPanel", "argsPanelDark", "nb7ArgsPanel"):
+        said = result[key]
+        assert said["title"].startswith(f"Failed: {ARGS_CAUSE}"), (key, said)
+        assert said["text"].count("the following arguments are required") == 1, (key, said)
+        assert "stopped as a consequence" not in said["text"], (key, said)
+        assert "argparse.py" not in said["text"] and "SystemExit: 2" not in said["text"], said
     # the panel's details of the failed job (JupyterLab light, dark, Notebook 7)
     for key in ("sidebarErrors", "sidebarErrorsDark", "sidebarErrorsNb7"):
         said = result[key]

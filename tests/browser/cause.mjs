@@ -8,7 +8,8 @@
 // SIGKILLed once and torchrun restarts from checkpoint 30 (a long name, --max-restarts 1,
 // watched for Stop and Where? while its ranks read Restarting); a 2x2 session, its cell that
 // raises on every rank and its next cell, which succeeds ("cause-sess"); a job whose rank 1 sleeps inside the loop ("cause-hang",
-// --hang-after 3) and a JAX job whose rank 1 raises ("cause-jax"). One kernel runs them all in JupyterLab; every dashboard is read in the
+// --hang-after 3), a JAX job whose rank 1 raises ("cause-jax"), a script run with `disttrain run`
+// whose argparse exits on every rank ("cause-args") and a --wait job ("cause-wait"). One kernel runs them all in JupyterLab; every dashboard is read in the
 // light theme and again in the dark one; the notebook is saved and opened in Notebook 7 (same
 // server, same kernel), where the dashboards are read a third time, the jobs panel is opened
 // from the View menu and from the toolbar, logs open below the notebook, and the hung job is
@@ -23,10 +24,10 @@ import { resumeBelow } from "./resume.mjs";
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
 const VIEW = { width: 1440, height: 900 };
-export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5, checkpoints: 6, sessionNext: 7, jax: 8, args: 9 };
+export const CELL = { load: 0, fail: 1, recover: 2, session: 3, sessionCell: 4, hang: 5, checkpoints: 6, sessionNext: 7, jax: 8, args: 9, wait: 10 };
 // the session's next cell is found by its source wherever cells were inserted above it
 const NEXT_CELL = "# the session's next cell";
-const JOBS = { fail: "cause-fail", recover: "cause-recovered-after-a-kill-c3-7f2a", hang: "cause-hang", jax: "cause-jax", args: "cause-args" };
+const JOBS = { fail: "cause-fail", recover: "cause-recovered-after-a-kill-c3-7f2a", hang: "cause-hang", jax: "cause-jax", args: "cause-args", wait: "cause-wait" };
 
 for (const theme of ["light", "dark", "notebook7"]) fs.mkdirSync(path.join(outDir, theme), { recursive: true });
 const { page: lab, result, close } = await openBrowser(VIEW);
@@ -95,6 +96,11 @@ async function seen(key) {
         commsBackend: root?.querySelector(".distrain-comms")?.dataset.backend ?? null,
         commsTables: root?.querySelectorAll(".distrain-comms table").length ?? 0,
         text: root?.innerText ?? "",
+        phases: [...(root?.querySelectorAll(".distrain-phase") ?? [])].map((el) => ({
+          phase: el.dataset.phase, state: el.dataset.state, text: el.textContent,
+        })),
+        firstStep: text(".distrain-first-step"),
+        whereVisible: Boolean(root?.querySelector("button.distrain-where")?.offsetParent),
         traceback: text(".distrain-cause-traceback pre"),
         rate: text('[data-field="rate"]'),
         progress: text(".distrain-progress-text"),
@@ -188,7 +194,7 @@ async function detailActions(name) {
 
 async function seenAll() {
   const out = {};
-  for (const key of ["fail", "recover", "session", "sessionNext", "hang", "jax"]) out[key] = await seen(key);
+  for (const key of ["fail", "recover", "session", "sessionNext", "hang", "jax", "wait"]) out[key] = await seen(key);
   // text against its background: every dashboard (charts are checked by their ink), the panel
   out.contrast = {
     dashboards: await page.evaluate(lowContrast, { sel: ".distrain-dashboard", skip: ".js-plotly-plot" }),
@@ -213,6 +219,7 @@ async function sidebarRow(id, state) {
       tail: name.querySelector(".jp-Disttrain-name-tail")?.textContent ?? null,
       tailWhole: whole(name.querySelector(".jp-Disttrain-name-tail")),
       badgeWhole: whole(name.querySelector(".jp-Disttrain-session")),
+      step: tr.querySelector("td.jp-Disttrain-step")?.textContent ?? null,
       // the name's shown part: cut (an ellipsis) or whole
       headCut: (() => {
         const head = name.querySelector(".jp-Disttrain-name-head");
@@ -327,6 +334,9 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   const argsCell = await runCellOn(page, CELL.args); // `disttrain run` of a script, from the notebook
   await waitForPrompt(argsCell);
   result.argsOutput = await argsCell.locator(".jp-OutputArea").innerText();
+  // --wait: the kernel is busy until it ends (its rank 1 raises before a first step)
+  await waitForPrompt(await runCellOn(page, CELL.wait));
+  await header("wait", "Failed").waitFor({ timeout: JOB_TIMEOUT });
   await runCellOn(page, CELL.hang);
   await header("hang", "Hung").waitFor({ timeout: JOB_TIMEOUT });
   // the failed job's details open in the panel (its cause and the ranks' errors)
@@ -366,6 +376,18 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   // Resume in the dark theme too: the new cell right below the browser (above the first), selected
   result.resumeDark = await resumeBelow(page, ".distrain-ckpt-browser", 20);
   await shots("dark");
+  // the failed job's logs from the jobs panel, in the dark theme: its lines, readable
+  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] button[data-action="logs"]`).click();
+  const darkLogs = page.locator(`.jp-DisttrainLogs[data-job-id="local/${JOBS.fail}"][data-rank="all"]`);
+  await darkLogs.waitFor({ timeout: 30_000 });
+  await page.waitForFunction((el) => el.textContent.trim() !== "", await darkLogs.locator(".jp-DisttrainLogs-text").elementHandle(), { timeout: 60_000 });
+  result.darkLogs = {
+    text: await darkLogs.locator(".jp-DisttrainLogs-text").textContent(),
+    contrast: await page.evaluate(lowContrast, { sel: `.jp-DisttrainLogs[data-job-id="local/${JOBS.fail}"]` }),
+  };
+  await page.screenshot({ path: path.join(outDir, "dark", "logs.png") });
+  // the notebook active again (its Ctrl+S saves it for Notebook 7 below)
+  await page.locator("#jp-main-dock-panel .lm-TabBar-tab", { hasText: notebook.split("/").pop() }).first().click();
   await page.evaluate(() => window.jupyterapp.commands.execute("apputils:change-theme", { theme: "JupyterLab Light" }));
   await page.keyboard.press("Control+s");
   await page.locator(".jp-mod-dirty").waitFor({ state: "detached", timeout: 30_000 }).catch(() => {});

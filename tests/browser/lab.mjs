@@ -85,6 +85,7 @@ export async function runScenario({ page, result, close }, outDir, steps, onErro
   } finally {
     await close();
   }
-  process.stdout.write(JSON.stringify(result) + "\n");
-  process.exit(result.error ? 1 : 0);
+  // exit once the whole line is written: a pipe takes 64 KiB at a time, and an exit right
+  // after write() would cut a longer result
+  process.stdout.write(JSON.stringify(result) + "\n", () => process.exit(result.error ? 1 : 0));
 }

@@ -8,11 +8,14 @@ succeeded, the one it reads Failed before torchrun restarts its ranks
 included); a 2x2 session whose cell raises on every rank (it reads Raised, its
 ranks alive, and the session's row in the jobs panel never reads Failed) and
 whose next cell succeeds; a JAX job whose rank 1 raises (no NCCL advice on its
-dashboard nor in the jobs panel); and a job whose rank 1 sleeps in its loop
-(``--hang-after 3``). Every dashboard is read in the light theme, then in the
+dashboard nor in the jobs panel); a script run with ``disttrain run`` whose
+argparse exits 2 on every rank (said once, for all ranks, without argparse's
+frames); a ``--wait`` job whose rank 1 raises before a first step (no Stop nor
+Where?, its first step unfinished); and a job whose rank 1 sleeps in its loop
+(``--hang-after 3``; the panel's step is the dashboard's). Every dashboard is read in the light theme, then in the
 dark one (in each, "Resume a job from here" puts its cell right below the
 checkpoint browser, selected, and the ended job's Stop in the jobs panel looks
-disabled); the saved notebook is opened in Notebook 7 (same server and
+disabled; in the dark one the failed job's logs open from the panel, readable); the saved notebook is opened in Notebook 7 (same server and
 kernel), where the dashboards are read again, the jobs panel opens from the
 View menu (its rows' names, badges and the failed job's ranks read as in
 Lab), logs open below the notebook sized to their content, and the hung job is
@@ -88,6 +91,9 @@ CELLS = [
     # a script whose arguments are missing: its argparse exits 2 on every rank
     "import sys\n!{sys.executable} -m jupyter_disttrain.cli run --nodes 2 --nproc 2 "
     "--name cause-args train.py",
+    "%%distrain --nodes 1 --nproc 2 --name cause-wait --wait\nimport time\n"
+    "import torch.distributed as dist\ntime.sleep(2)\nif dist.get_rank() == 1:\n"
+    "    raise ValueError('no first step')",
 ]
 #: The script of the last cell (written next to the notebook).
 TRAIN_PY = """import argparse
@@ -146,7 +152,8 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
         assert not seen["hscroll"], (name, key)
         assert seen["tableInside"], (name, key, "rank table past its output's edge")
         assert not seen["echoes"], (name, key, "the launch state echoed under the dashboard")
-        if key not in ("session", "sessionNext"):  # charts: the page's background, theme's ink
+        # charts (of the jobs that report metrics): the page's background, the theme's ink
+        if key not in ("session", "sessionNext", "wait"):
             assert seen["plotBackground"] in TRANSPARENT, (name, key, seen["plotBackground"])
             assert rgb(seen["plotInk"]) == rgb(seen["themeInk"]), (name, key, seen)
     failed = views["fail"]
@@ -188,6 +195,14 @@ def check_view(name: str, views: dict[str, dict[str, Any]]) -> None:
     assert "rank 1 is in time.sleep" in (hung["diagnosis"] or ""), (name, hung)
     assert hung["chartLastX"] == max(hung["rankSteps"]), (name, hung)  # also in a later page
     in_view(hung)
+
+    waited = views["wait"]  # --wait, ended before a first step: no Stop, the step unfinished
+    assert waited["state"] == "Failed" and not waited["stopVisible"], (name, waited)
+    assert not waited["whereVisible"] and waited["firstStep"] is None, (name, waited)
+    first = [p for p in waited["phases"] if p["phase"] == "first_step"]
+    assert first and first[0]["state"] == "unfinished", (name, waited["phases"])
+    assert first[0]["text"].endswith("(not finished)"), (name, waited["phases"])
+    assert not any(p["state"] == "current" for p in waited["phases"]), (name, waited["phases"])
 
     jax = views["jax"]  # JAX's own collectives: nothing of NCCL on its dashboard
     assert jax["state"] == "Failed" and (jax["cause"] or "").startswith(JAX_CAUSE), (name, jax)
@@ -257,9 +272,17 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
     assert error[:2] == ["rank 0 raised ValueError:", "Traceback (most recent call last):"], error
     assert error[2].startswith('  File "<distrain-cell') and "jupyter_disttrain" not in str(error)
 
+    logs = result["darkLogs"]  # Show logs in the dark theme: the lines, readable
+    assert "[rank 1] ValueError: bad batch at step 5" in logs["text"], logs
+    assert "no output yet" not in logs["text"], logs
+    assert logs["contrast"]["checked"] > 3 and not logs["contrast"]["found"], logs["contrast"]
+
     rows = result["rows"]
     assert rows["fail"]["title"].startswith(f"Failed: {CAUSE}"), rows
     assert rows["hang"]["state"] == "Hung" and rows["session"]["state"] == "Running", rows
+    # the panel's step is the dashboard's (the hung job stays at step 6 of 400)
+    for panel in (rows["hang"], result["nb7Rows"]["hang"]):
+        assert (panel["step"] or "").startswith("6/400"), panel
     # the session's row while its ranks read Raised, then Ready after the next cell: it runs
     for seen in (result["sessionRaised"], result["sessionReady"]):
         assert seen["state"] == "Running" and "Failed" not in seen["text"], seen

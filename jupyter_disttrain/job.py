@@ -102,6 +102,7 @@ class Job:
             nodes=spec.nodes,
             nproc=spec.nproc,
             phases=backend.capabilities.phases,
+            max_restarts=spec.max_restarts,
         )
         self.submission: Submission | None = None
         self._listeners: list[Listener] = []

@@ -127,6 +127,8 @@ class JobMonitor(MonitorState):
         said = self._message or self._reason
         if self._state == "Failed":
             return self._cause_line(cause) if cause is not None else said
+        if self._restart_due and self._state == "Restarting" and cause is not None:
+            return f"restarting after {self._cause_line(cause)}"  # the launcher restarts
         recovered = self._faults.recovered() if self._state == "Restarting" else []
         if recovered:
             return f"restarting after {self._cause_line(recovered[-1])}"

@@ -73,6 +73,7 @@ class MonitorState:
         straggler_fraction: float = 0.2,
         rate_window: float = 30.0,
         phases: Sequence[str] = (),
+        max_restarts: int = 0,
     ) -> None:
         if world_size < 1 or nodes < 1 or nproc < 1:
             raise ValueError("world_size, nodes and nproc must be positive")
@@ -89,6 +90,10 @@ class MonitorState:
             self._row(rank)
         self._state: JobState = "Pending"
         self._explicit_terminal = False
+        # restarts the launcher makes after a failure (torchrun's --max-restarts): a failure
+        # while some are left reads Restarting, not Failed, until the restart (or the end)
+        self._max_restarts = max_restarts
+        self._restart_due = False
         self._reason = ""
         self._message = ""
         self._dist_backend: str | None = None
@@ -171,6 +176,7 @@ class MonitorState:
             return
         state = cast(JobState, reported)
         self._reported = state
+        self._restart_due = self._restart_due and state not in TERMINAL_STATES
         self._held = state in _HOLDS
         self._explicit_terminal = False
         self._set_state(state, ev.t)
@@ -187,7 +193,8 @@ class MonitorState:
     def _on_restart(self, ev: Event, row: RankState | None) -> None:
         f = ev.restart()
         attempt = as_int(f.get("attempt"))
-        self._faults.restart(self._rank_states(), self._attempt, self._state == "Failed")
+        self._faults.restart(self._rank_states(), self._attempt, self._attempt_failed)
+        self._restart_due = False
         self._attempt = max(self._attempt + 1, attempt or 0)
         reason = as_str(f.get("reason"))
         if not self._explicit_terminal:
@@ -375,8 +382,18 @@ class MonitorState:
             row.state = "Stopped"  # ended by what the backend does while it holds the job
             return
         self._faults.fail(Failure(t, row.rank, reason, self._attempt, kind))
-        self._derive("Failed", t)
+        if self._attempt < self._max_restarts and not self._explicit_terminal and not self._held:
+            self._restart_due = True  # the launcher restarts the ranks: the job goes on
+            self._derive("Restarting", t)
+        else:
+            self._derive("Failed", t)
         self._settle()
+
+    @property
+    def _attempt_failed(self) -> bool:
+        """Whether the current attempt failed: the job Failed, or it fails over to a restart
+        (see :meth:`_fail`); its cause then weighs the launcher's exits."""
+        return self._state == "Failed" or (self._restart_due and self._state == "Restarting")
 
     def _rank_states(self) -> dict[int, str]:
         return {r: row.state for r, row in self._rows.items()}
@@ -388,7 +405,7 @@ class MonitorState:
         failed (it did not recover): chosen over every attempt, so a last
         attempt of signals and lost peers is explained by the rank that raised.
         """
-        return self._faults.cause(self._rank_states(), self._attempt, self._state == "Failed")
+        return self._faults.cause(self._rank_states(), self._attempt, self._attempt_failed)
 
     def _settle(self) -> None:
         """Failed: the ranks whose failure is as bad as the cause's; Stopped: its consequences.
@@ -400,9 +417,9 @@ class MonitorState:
         if cause is None:
             return
         worst = CLASSES.index(cause.category)
-        if self._state != "Failed":
+        if not self._attempt_failed:
             worst = min(worst, CLASSES.index("exited"))
-        best = self._faults.worst(self._attempt, self._state == "Failed")
+        best = self._faults.worst(self._attempt, self._attempt_failed)
         for rank, kind in best.items():
             row = self._rows.get(rank)
             if row is not None and row.state in ("Failed", "Stopped"):

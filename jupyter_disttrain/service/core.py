@@ -274,6 +274,7 @@ class JobService:
                 nproc=spec.nproc,
                 log_limit=log_limit,
                 phases=chosen.capabilities.phases,
+                max_restarts=spec.max_restarts,
             )
         job = Job(spec, chosen, monitor)
         for listener in listeners:

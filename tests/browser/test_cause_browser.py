@@ -3,28 +3,29 @@
 One JupyterLab server and one kernel run, at 1440x900 with the jobs panel
 open: a 2x2 job where rank 1 raises among lost gloo connections; a 2x2 job
 whose rank 2 is SIGKILLed once and torchrun restarts from checkpoint 30 (it
-recovers, as in 02-checkpoints; Stop and Where? stay at every moment until it
-succeeded, the one it reads Failed before torchrun restarts its ranks
-included); a 2x2 session whose cell raises on every rank (it reads Raised, its
-ranks alive, and the session's row in the jobs panel never reads Failed) and
-whose next cell succeeds; a JAX job whose rank 1 raises (no NCCL advice on its
-dashboard nor in the jobs panel); a script run with ``disttrain run`` whose
-argparse exits 2 on every rank (said once, for all ranks, without argparse's
-frames); a ``--wait`` job whose rank 1 raises before a first step (no Stop nor
-Where?, its first step unfinished); and a job whose rank 1 sleeps in its loop
-(``--hang-after 3``; the panel's step is the dashboard's). Every dashboard is read in the light theme, then in the
-dark one (in each, "Resume a job from here" puts its cell right below the
+recovers, as in 02-checkpoints; it never reads Failed, and Stop and Where?
+stay at every moment until it succeeded); a 2x2 session whose cell raises on
+every rank (it reads Raised, its ranks alive, and the session's row in the
+jobs panel never reads Failed) and whose next cell succeeds; a JAX job whose
+rank 1 raises (no NCCL advice on its dashboard nor in the jobs panel); a
+script run with ``disttrain run`` whose argparse exits 2 on every rank (said
+once, for all ranks, without argparse's frames); a ``--wait`` job whose rank 1
+raises before a first step (no Stop nor Where?, its first step unfinished);
+and a job whose rank 1 sleeps in its loop (``--hang-after 3``; the panel's
+step is the dashboard's). Every dashboard is read in the light theme, then in
+the dark one (in each, "Resume a job from here" puts its cell right below the
 checkpoint browser, selected, and the ended job's Stop in the jobs panel looks
-disabled; in the dark one the failed job's logs open from the panel, readable); the saved notebook is opened in Notebook 7 (same server and
+disabled; in the dark one the failed job's logs open from the panel,
+readable); the saved notebook is opened in Notebook 7 (same server and
 kernel), where the dashboards are read again, the jobs panel opens from the
-View menu (its rows' names, badges and the failed job's ranks read as in
-Lab), logs open below the notebook sized to their content, and the hung job is
+View menu (its rows' names, badges and the failed job's ranks read as in Lab),
+logs open below the notebook sized to their content, and the hung job is
 stopped from its dashboard: its "hung" notice is gone on both pages and the
 panel says "stopped by user". Each view asserts the cause text, the state
 badge, Stop inside the viewport (or hidden once the job ended), no horizontal
-scroll and the chart in the theme's colours. Screenshots land in
-``test-output/browser-cause/`` (``make readme-pictures`` copies two of them
-into ``docs/``).
+scroll and the chart in the theme's colours. Screenshots land in ``test-
+output/browser-cause/`` (``make readme-pictures`` copies two of them into
+``docs/``).
 """
 
 from __future__ import annotations
@@ -267,6 +268,7 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
     # the restart, so it is not always seen)
     watch = result["restartWatch"]
     assert watch["samples"] > 10 and not watch["hidden"], str(watch)
+    assert "Failed" not in watch["states"], str(watch)  # --max-restarts 1: it restarts
     assert max(watch["firstSteps"]) < 35, str(watch)
     error = result["sessionError"].splitlines()
     assert error[:2] == ["rank 0 raised ValueError:", "Traceback (most recent call last):"], error

@@ -77,6 +77,43 @@ def test_restart_stream_crash_fails_then_restarts(restart_events: list[Event]) -
     assert [f.rank for f in mon.failures()] == [2, 2]
 
 
+def test_a_failure_with_a_restart_left_reads_restarting_until_the_ranks_run_again(
+    restart_events: list[Event],
+) -> None:
+    """--max-restarts 1: torchrun restarts the ranks after the crash, so the job never reads
+    Failed; its reason names what it restarts after; it ends as without the budget."""
+    mon = JobMonitor("job", "local", 4, nodes=2, nproc=2, max_restarts=1)
+    before = upto(restart_events, "restart")
+    seen = set()
+    for event in before:
+        mon.feed(event)
+        seen.add(state_of(mon))
+    assert seen == {"Pending", "Running", "Restarting"}, seen  # never Failed
+    assert mon.reason == (
+        "restarting after rank 2: RuntimeError: CUDA error: an illegal memory access; "
+        "3 ranks stopped as a consequence"
+    )
+    assert mon.ended is False
+    mon.feed_many(restart_events[len(before) :])
+    assert state_of(mon) == "Succeeded" and mon.restarts == 1
+    plain = JobMonitor("job", "local", 4, nodes=2, nproc=2)
+    plain.feed_many(restart_events)
+    assert [c.line() for c in mon.recovered()] == [c.line() for c in plain.recovered()]
+    assert [(r.state, r.restarts) for r in mon.ranks()] == [("Succeeded", 1)] * 4
+
+
+def test_a_failure_with_no_restart_left_fails(restart_events: list[Event]) -> None:
+    """The budget spent (a second failure after one restart of one): Failed, as without one."""
+    mon = JobMonitor("job", "local", 4, nodes=2, nproc=2, max_restarts=1)
+    rest = restart_events[len(upto(restart_events, "restart")) :]
+    mon.feed_many(upto(restart_events, "restart"))
+    mon.feed_many(rest[:2])  # the restart, the first hello of the new attempt
+    assert state_of(mon) == "Running"
+    mon.feed(Event("error", 1, T0 + 9.0, {"type": "ValueError", "message": "bad again"}))
+    assert state_of(mon) == "Failed"
+    assert mon.reason.startswith("rank 1: ValueError: bad again"), mon.reason
+
+
 def test_restart_stream_final_state(restart_events: list[Event]) -> None:
     mon = JobMonitor("job", "local", 4, nodes=2, nproc=2)
     mon.feed_many(restart_events)

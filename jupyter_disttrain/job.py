@@ -18,7 +18,7 @@ from .backends import optional
 from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
 from .checkpoints.store import CheckpointError, CheckpointStore, reported_dir
 from .debugging import COMMAND_WAIT, Answer, RankDebugger, cast
-from .monitor import JobMonitor, Where, user_traceback
+from .monitor import LOG_LIMIT, JobMonitor, Where, user_traceback
 from .monitor.paused import PausedRank
 from .results import JobFailed, JobStopped, decode_result, recreate_exception
 from .runtime.control import BREAKS, PAUSE, breaks_body, ranks_body
@@ -90,6 +90,7 @@ class Job:
         monitor: JobMonitor | None = None,
         *,
         plan: Plan | None = None,
+        log_limit: int = LOG_LIMIT,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -103,6 +104,7 @@ class Job:
             nproc=spec.nproc,
             phases=backend.capabilities.phases,
             max_restarts=spec.max_restarts,
+            log_limit=log_limit,
         )
         self.submission: Submission | None = None
         self._listeners: list[Listener] = []

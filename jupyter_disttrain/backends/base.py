@@ -141,7 +141,9 @@ class JobRecord:
     """A job as a listing shows it (possibly from another process or kernel).
 
     ``facts``: what a scope's listing says of it (:class:`ScopeFacts`); ``extra``:
-    what its backend keeps to find it again (labels, a cluster's context).
+    what its backend keeps to find it again (labels, a cluster's context);
+    ``max_restarts``: the restarts its launcher makes after a failure (``--max-restarts``),
+    0 when its backend does not record them.
     """
 
     name: str
@@ -156,6 +158,7 @@ class JobRecord:
     owner: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     facts: ScopeFacts = field(default_factory=ScopeFacts)
+    max_restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -297,4 +300,5 @@ class Backend(abc.ABC):
             spec.nproc,
             0.0,
             extra=dict(spec.labels),
+            max_restarts=spec.max_restarts,
         )

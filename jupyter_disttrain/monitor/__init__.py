@@ -36,11 +36,13 @@ from .records import (
     mean_by_step,
     rank_json,
 )
+from .state import LOG_LIMIT
 from .text import format_text
 from .usage import resource_outliers
 from .where import StackGroup, Where, where_from
 
 __all__ = [
+    "LOG_LIMIT",
     "RANK_STATES",
     "Cause",
     "CauseRow",

@@ -332,7 +332,8 @@ class JobMonitor(MonitorState):
     def steps_per_second(self) -> float | None:
         """Overall rate: (highest step - first step) / time between those metrics.
 
-        Restart downtime counts as time; ``None`` before two distinct steps.
+        Restart downtime counts as time; ``None`` before two distinct steps half a second
+        apart (:data:`~.pace.MIN_RATE_SPAN_S`).
         """
         with self._lock:
             return self._pace.overall()

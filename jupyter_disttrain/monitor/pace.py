@@ -15,6 +15,9 @@ from collections import deque
 #: STALL_MIN_S seconds) reads as stalled: its steps/s is not shown as current.
 STALL_INTERVALS = 3.0
 STALL_MIN_S = 2.0
+#: A rate is measured over at least this many seconds: steps a few milliseconds apart (a
+#: short job's whole run) give a number that says nothing of its speed.
+MIN_RATE_SPAN_S = 0.5
 #: Recent points kept per rank.
 _KEPT = 1024
 
@@ -29,7 +32,8 @@ class Pace:
         self._frontier: tuple[float, int] | None = None
 
     def track(self, rank: int, step: int, t: float) -> float | None:
-        """Note ``rank`` at ``step`` at ``t``; its steps/s over the window (None without two)."""
+        """Note ``rank`` at ``step`` at ``t``; its steps/s over the window (None without two
+        points :data:`MIN_RATE_SPAN_S` apart)."""
         recent = self._recent.get(rank)
         if recent is None or (recent and step < recent[-1][1]):
             recent = self._recent[rank] = deque(maxlen=_KEPT)
@@ -41,7 +45,7 @@ class Pace:
         if self._frontier is None or step > self._frontier[1]:
             self._frontier = (t, step)
         t0, s0 = recent[0]
-        return (step - s0) / (t - t0) if t > t0 and step >= s0 else None
+        return (step - s0) / (t - t0) if t - t0 >= MIN_RATE_SPAN_S and step >= s0 else None
 
     def forget(self, rank: int) -> None:
         """``rank`` started again (a new process): its rate starts afresh."""
@@ -57,11 +61,12 @@ class Pace:
         return None if self._frontier is None else self._frontier[1]
 
     def overall(self) -> float | None:
-        """(highest step - first step) / time between those metrics; None before two steps."""
+        """(highest step - first step) / time between those metrics; None before two steps
+        :data:`MIN_RATE_SPAN_S` apart."""
         if self._first is None or self._frontier is None:
             return None
         (t0, s0), (t1, s1) = self._first, self._frontier
-        return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else None
+        return (s1 - s0) / (t1 - t0) if t1 - t0 >= MIN_RATE_SPAN_S and s1 > s0 else None
 
     def stalled(self, rank: int, now: float) -> bool:
         """No metric from ``rank`` for longer than :data:`STALL_INTERVALS` of its intervals."""

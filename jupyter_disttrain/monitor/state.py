@@ -57,6 +57,10 @@ from .usage import ProgressTracker, apply_resources, clear_resources
 # --------------------------------------------------------------------------- the monitor
 
 
+#: Log lines a monitor keeps per rank by default.
+LOG_LIMIT = 2000
+
+
 class MonitorState:
     """The fields of one job's state and the handlers that update them from events."""
 
@@ -68,7 +72,7 @@ class MonitorState:
         nodes: int = 1,
         nproc: int = 1,
         *,
-        log_limit: int = 2000,
+        log_limit: int = LOG_LIMIT,
         straggler_steps: int = 10,
         straggler_fraction: float = 0.2,
         rate_window: float = 30.0,

@@ -22,7 +22,7 @@ from ..backends.base import (
 from ..backends.registry import backend_class, get_backend, names
 from ..checkpoints.jobs import preflight
 from ..job import Job
-from ..monitor import JobMonitor, Where
+from ..monitor import LOG_LIMIT, Where
 from ..options import spec_from_args
 from ..payload import Payload, Script, build_payload, build_script_payload
 from ..runtime.session import DEFAULT_GRACE
@@ -264,19 +264,7 @@ class JobService:
             holder[0].feed(event)
 
         spec, submission = optional.ATTACH.of(chosen).attach(name, sink)
-        monitor = None
-        if log_limit is not None:
-            monitor = JobMonitor(
-                spec.name,
-                chosen.name,
-                spec.world_size,
-                nodes=spec.nodes,
-                nproc=spec.nproc,
-                log_limit=log_limit,
-                phases=chosen.capabilities.phases,
-                max_restarts=spec.max_restarts,
-            )
-        job = Job(spec, chosen, monitor)
+        job = Job(spec, chosen, log_limit=LOG_LIMIT if log_limit is None else log_limit)
         for listener in listeners:
             job.add_listener(listener)
         job.submission = submission

@@ -67,6 +67,7 @@ def open_monitor(
         nproc=max(1, record.nproc),
         log_limit=log_limit,
         phases=backend.capabilities.phases,
+        max_restarts=record.max_restarts,
     )
     sink: EventSink = monitor.feed
     place = view_place(backend, record.name) if record_end else None

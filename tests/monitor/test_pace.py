@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_disttrain.monitor.pace import STALL_MIN_S, Pace
+from jupyter_disttrain.monitor.pace import MIN_RATE_SPAN_S, STALL_MIN_S, Pace
 
 
 def test_a_ranks_rate_is_over_its_window_and_starts_again_when_steps_go_back() -> None:
@@ -48,3 +48,13 @@ def test_a_fast_rank_stalls_only_after_the_minimum() -> None:
     pace.track(0, 1, 100.1)
     assert not pace.stalled(0, 100.1 + STALL_MIN_S)
     assert pace.stalled(0, 100.1 + STALL_MIN_S + 0.01)
+
+
+def test_steps_a_few_milliseconds_apart_give_no_rate() -> None:
+    """A 3-step job that ran in 0.2 ms has no meaningful steps/s; half a second of steps has."""
+    pace = Pace()
+    assert pace.track(0, 0, 100.0) is None
+    assert pace.track(0, 2, 100.0002) is None  # was 10,000 steps/s
+    assert pace.overall() is None
+    assert pace.track(0, 3, 100.0 + MIN_RATE_SPAN_S) == pytest.approx(3 / MIN_RATE_SPAN_S)
+    assert pace.overall() == pytest.approx(3 / MIN_RATE_SPAN_S)

@@ -225,6 +225,7 @@ class LocalBackend(Backend):
             nproc=int(state.get("nproc", 1)),
             framework=state.get("framework", DEFAULT_FRAMEWORK),
             labels=tuple(dict(state.get("labels") or {}).items()),
+            max_restarts=int(state.get("max_restarts", 0)),
         )
         replay = LocalReplay(directory, sink)
         replay.start()

@@ -113,6 +113,7 @@ class LocalRun(Submission):
                 "launcher_pid": self.launcher.pid if self.launcher else None,
                 "rdzv_endpoint": self.plan.rdzv_endpoint,
                 "timeout": spec.timeout,
+                "max_restarts": spec.max_restarts,
                 "notebook": self.notebook,
                 "labels": dict(spec.labels),
                 "checkpoint_dir": spec.checkpoint_dir,
@@ -408,6 +409,7 @@ def state_record(state: dict[str, Any]) -> JobRecord:
         ended=state.get("ended"),
         reason=reason,
         owner=str(state.get("owner_pid", "")),
+        max_restarts=int(state.get("max_restarts", 0)),
         extra={
             **({"notebook": state["notebook"]} if state.get("notebook") else {}),
             **dict(state.get("labels") or {}),

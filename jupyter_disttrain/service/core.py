@@ -243,7 +243,7 @@ class JobService:
         backend: str | Backend | None = None,
         listeners: Iterable[Listener] = (),
         *,
-        log_limit: int | None = None,
+        log_limit: int = LOG_LIMIT,
         keep: bool = True,
     ) -> Job:
         """Follow an existing job from the start of its event stream.
@@ -264,7 +264,7 @@ class JobService:
             holder[0].feed(event)
 
         spec, submission = optional.ATTACH.of(chosen).attach(name, sink)
-        job = Job(spec, chosen, log_limit=LOG_LIMIT if log_limit is None else log_limit)
+        job = Job(spec, chosen, log_limit=log_limit)
         for listener in listeners:
             job.add_listener(listener)
         job.submission = submission

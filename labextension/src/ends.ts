@@ -131,10 +131,6 @@ export function isQuiet(end: IJobEnd): boolean {
   return ended && (end.kind === 'success' || end.kind === 'info');
 }
 
-function jobKey(end: IJobEnd): string {
-  return runKey(end.job);
-}
-
 /** One run of a job: a new job under an old name is another run. */
 export function runKey(job: IJob): string {
   return `${job.id}@${job.created}`;
@@ -157,7 +153,7 @@ export function joinGroup(group: IEndGroup | null, end: IJobEnd, now: number): I
   if (!group || !isQuiet(end) || !group.ends.every(isQuiet) || now - group.at > GROUP_MS) {
     return null;
   }
-  const others = group.ends.filter(e => jobKey(e) !== jobKey(end)); // a job is counted once
+  const others = group.ends.filter(e => runKey(e.job) !== runKey(end.job)); // a job is counted once
   return { ends: [...others, end], at: now };
 }
 

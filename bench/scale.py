@@ -28,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from jupyter_disttrain.runtime.protocol import PREFIX  # noqa: E402
 
 NAME = "scale"
 #: Seconds the kernel waits for the failing rank or the hung node to be named (else "not named").
@@ -209,15 +210,32 @@ class NodeZeroLog(threading.Thread):
             new = hosted.logs[0].read(self.read)[0]
             self.read += len(new)
             for stamp, line in new:
-                if b'"kind":"metric"' in line:
-                    self.metrics += 1
-                    self.ranks.add(line.split(b'"rank":', 1)[1].split(b",", 1)[0])
-                    sent = float(line.split(b'"t":', 1)[1].split(b",", 1)[0])
-                    self.lags.append(stamp - sent)
-                elif b'"kind":"error"' in line:
-                    self.errors += 1
-                elif line.startswith(b"distrain: refused"):
+                if line.startswith(b"distrain: refused"):
                     self.refused.append(line.decode(errors="replace").strip())
+                    continue
+                for item in self.carried(line):
+                    if item.get("kind") == "metric":
+                        self.metrics += 1
+                        self.ranks.add(item.get("rank"))
+                        self.lags.append(stamp - float(item.get("t", stamp)))
+                    elif item.get("kind") == "error":
+                        self.errors += 1
+
+    @staticmethod
+    def carried(line: bytes) -> list[dict[str, Any]]:
+        """The protocol lines ``line`` of node 0's log holds: itself, or each line rank 0's
+        ``relayed`` line carries (signatures are not checked: this only counts)."""
+        start = line.find(PREFIX.encode())
+        if start == -1:
+            return []
+        body = line[start + len(PREFIX) : line.rfind(b" ")]
+        try:
+            fields = json.loads(body)
+        except ValueError:
+            return []
+        if not isinstance(fields, dict):
+            return []
+        return list(fields.get("lines", [])) if fields.get("kind") == "relayed" else [fields]
 
     def tally(self) -> dict[str, Any]:
         self.stop.set()

@@ -17,8 +17,8 @@ from typing import Any, Final, Literal, TypedDict, cast
 
 from .linecheck import JOB_WIDE, MAX_LINE, Shape, problem
 from .runtime import jobkey
+from .runtime.protocol import BATCHED_KINDS, PREFIX, VERSION, decode, signed_body
 from .runtime.protocol import KINDS as PROTOCOL_KINDS
-from .runtime.protocol import PREFIX, VERSION, decode, signed_body
 
 #: Kinds that come from workers (the line protocol) and plain log lines.
 WORKER_KINDS: Final = (*PROTOCOL_KINDS, "log")
@@ -215,6 +215,13 @@ class ProgressFields(TypedDict, total=False):
     total: int
 
 
+class RelayedFields(TypedDict, total=False):
+    """``relayed``: lines rank 0 relayed for other ranks, many in one line
+    (:func:`.runtime.protocol.relayed`), each checked as a line of its own (:func:`unpacked`)."""
+
+    events: list[Event]
+
+
 @dataclass(frozen=True)
 class Event:
     """One fact about a job.
@@ -298,6 +305,10 @@ class Event:
         """The fields of a ``progress`` event."""
         return cast(ProgressFields, self.fields)
 
+    def relayed(self) -> RelayedFields:
+        """The fields of a ``relayed`` event."""
+        return cast(RelayedFields, self.fields)
+
 
 @dataclass(frozen=True)
 class Trust:
@@ -347,22 +358,63 @@ def parse_line(
     return Event("log", rank, stamp, {"text": text, "rejected": why})
 
 
+#: The fields every protocol line has; an event keeps the others.
+_ENVELOPE: Final = ("v", "kind", "rank", "t")
+
+
 def _checked(body: str, stream: int | None, stamp: float, shape: Shape) -> tuple[Event | None, str]:
     fields, why = decode(body)
     if fields is None:
         return None, why
+    event, why = _believed(fields, stream, shape, PROTOCOL_KINDS)
+    if event is None or event.kind != "relayed":
+        return event, why
+    if stream != 0 or event.rank != 0:
+        return None, "only rank 0's stream relays lines for other ranks"
+    lines = event.fields.pop("lines", [])
+    event.fields["events"] = [_relayed_line(item, stamp, shape) for item in lines]
+    return event, ""
+
+
+def _believed(
+    fields: Any, stream: int | None, shape: Shape, kinds: tuple[str, ...]
+) -> tuple[Event | None, str]:
+    """The event of a line's decoded ``fields`` read from ``stream``, when it is of one of
+    ``kinds`` and fits the job (``fields`` then become its fields); else None and why not
+    (``fields`` unchanged)."""
+    if not isinstance(fields, dict):
+        return None, "the line's body is not a JSON object"
     if fields.get("v") != VERSION:
         return None, "the line is not of this protocol version"
-    kind, src, t = fields.pop("kind", None), fields.pop("rank", None), fields.pop("t", None)
-    fields.pop("v")
-    if not isinstance(kind, str) or kind not in PROTOCOL_KINDS:
+    kind, src = fields.get("kind"), fields.get("rank")
+    t: Any = fields.get("t")  # a finite number once problem() found none
+    if not isinstance(kind, str) or kind not in kinds:
         return None, f"unknown kind {kind!r}"
     wrong = problem(kind, src, t, fields, shape)
     if wrong is not None:
         return None, wrong
     if src != stream and stream != 0 and not (stream is None and kind in JOB_WIDE):
         return None, f"rank {stream}'s stream cannot speak for rank {src}"
+    for name in _ENVELOPE:
+        fields.pop(name, None)
     return Event(kind, src, float(t), fields), ""
+
+
+def _relayed_line(item: Any, stamp: float, shape: Shape) -> Event:
+    """One line a ``relayed`` line carries, believed as a line of rank 0's stream would be
+    but only of :data:`~.runtime.protocol.BATCHED_KINDS`; else a rejected log line there."""
+    event, why = _believed(item, 0, shape, BATCHED_KINDS)
+    if event is not None:
+        return event
+    text = PREFIX + json.dumps(item, separators=(",", ":"))
+    return Event("log", 0, stamp, {"text": text, "rejected": why})
+
+
+def unpacked(event: Event) -> list[Event]:
+    """The events ``event`` stands for: each line a ``relayed`` event carries; else itself."""
+    if event.kind == "relayed":
+        return list(event.relayed().get("events", []))
+    return [event]
 
 
 def job_event(

@@ -21,6 +21,8 @@ TEXT: Final = 4096
 LONG_TEXT: Final = 2**20
 MAX_NAMES: Final = 1024
 MAX_STEP: Final = 2**53
+#: Most lines one ``relayed`` line may carry.
+MAX_RELAYED: Final = 4096
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,10 @@ FIELDS: Final[dict[str, _Fields]] = {
         "exception": _text,
     },
     "resumed": {},
+    "relayed": {
+        "quiet": lambda v: isinstance(v, bool),
+        "lines": lambda v: isinstance(v, list) and len(v) <= MAX_RELAYED,
+    },
 }
 #: Kinds that speak for the whole job (no rank).
 JOB_WIDE: Final = frozenset({"staging"})

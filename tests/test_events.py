@@ -144,3 +144,43 @@ def test_first_copies_drops_a_relayed_repeat_and_forgets_the_oldest() -> None:
     assert copies.first(Event("log", 1, 10.0, {"text": "x"}))
     assert copies.first(Event("metric", 1, 11.0, {"step": 4}))  # the third: line is forgotten
     assert copies.first(first)
+
+
+# --- rank 0's relayed lines -----------------------------------------------------------
+
+
+def relayed_line(items: list[object], rank: int = 0) -> str:
+    """A ``relayed`` line of ``rank`` carrying ``items`` as its lines, signed with the key."""
+    body = json.dumps(
+        {"v": 1, "kind": "relayed", "quiet": False, "rank": rank, "t": 1.0e9, "lines": items},
+        separators=(",", ":"),
+    )
+    return f"{PREFIX}{body} {jobkey.sign(KEY, body.encode())}"
+
+
+def body_of(text: str) -> object:
+    return json.loads(text[len(PREFIX) : text.rfind(" ")])
+
+
+def test_a_relayed_line_is_believed_only_from_rank_zeros_stream() -> None:
+    carried = [body_of(line("metric", 3, step=1, values={"loss": 1.0}))]
+    assert parse(relayed_line(carried), 0, nodes=2, nproc=2).kind == "relayed"
+    from_rank_1 = parse(relayed_line(carried, rank=1), 1, nodes=2, nproc=2)
+    assert from_rank_1.kind == "log" and "rank 0" in from_rank_1.get("rejected")
+    assert parse(relayed_line(carried), None, nodes=2, nproc=2).kind == "log"
+    unsigned = relayed_line(carried).rsplit(" ", 1)[0]
+    assert parse(unsigned, 0, nodes=2, nproc=2).kind == "log"
+
+
+def test_each_carried_line_is_checked_as_its_own_line_would_be() -> None:
+    good = body_of(line("metric", 3, step=1, values={"loss": 1.0}))
+    outside = body_of(line("metric", 9, step=1, values={"loss": 1.0}))
+    error = body_of(line("error", 2, type="ValueError", message="x"))
+    nested = json.loads(relayed_line([good]).rsplit(" ", 1)[0][len(PREFIX) :])
+    events = ev.unpacked(parse(relayed_line([good, outside, error, nested, "text"]), 0, 2, 2))
+    assert [(e.kind, e.rank) for e in events] == [("metric", 3)] + [("log", 0)] * 4
+    rejected = [e.get("rejected") for e in events[1:]]
+    assert "not a rank of this job" in rejected[0]
+    assert rejected[1:3] == ["unknown kind 'error'", "unknown kind 'relayed'"]
+    assert rejected[3] == "the line's body is not a JSON object"
+    assert '"rank":9' in events[1].get("text"), events[1]

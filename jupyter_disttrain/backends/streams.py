@@ -3,7 +3,8 @@
 A backend reads its workers' output wherever it lands (a local log file, a
 pod's log, a subprocess's pipe) and hands each line here. Control lines
 become events only when signed with the job's key and fitting the job
-(:func:`..events.parse_line`); anything else is ``log`` text of the stream.
+(:func:`..events.parse_line`); anything else is ``log`` text of the stream. A line
+rank 0 wrote for many other ranks' lines becomes their events.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 from .. import events as ev
 from ..runtime import rankprefix
 
-__all__ = ["line_event"]
+__all__ = ["line_events"]
 
 
-def line_event(
+def line_events(
     line: str | bytes,
     rank: int | None,
     trust: ev.Trust | None,
@@ -22,8 +23,9 @@ def line_event(
     source: str = "",
     prefixed: bool = False,
     now: float | None = None,
-) -> ev.Event:
-    """The event of one ``line`` read from ``rank``'s stream (None: a stream of no rank).
+) -> list[ev.Event]:
+    """The events of one ``line`` read from ``rank``'s stream (None: a stream of no rank):
+    one, or each line a ``relayed`` line of rank 0 carries (:func:`..events.unpacked`).
 
     ``prefixed``: several ranks share the stream and each line starts with its
     rank's ``[rank R]`` prefix (:mod:`..runtime.rankprefix`), which then names
@@ -37,4 +39,4 @@ def line_event(
     event = ev.parse_line(text, rank, now, trust=trust)
     if rank is None and source and event.kind == "log":
         event.fields["source"] = source
-    return event
+    return ev.unpacked(event)

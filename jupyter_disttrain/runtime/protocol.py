@@ -35,18 +35,32 @@ KINDS = (
     "paused",
     "resumed",
     "loaded",
+    "relayed",
 )
 #: Kinds a rank sends on a clock of its own: no sign of activity (hang detection, "heard").
 QUIET_KINDS = ("resources",)
-#: How a quiet kind's line starts (:func:`encode` writes ``v`` and ``kind`` first).
-QUIET_MARKERS = tuple(f'{PREFIX}{{"v":{VERSION},"kind":"{k}"'.encode() for k in QUIET_KINDS)
+#: Kinds rank 0 writes many of in one ``relayed`` line when it relays them for other ranks
+#: (the frequent ones); a line of any other kind is relayed as it was signed.
+BATCHED_KINDS = ("metric", "progress", "resources")
+#: Longest body of a ``relayed`` line, in characters: well below the 16 KiB at which
+#: container runtimes split a log line.
+RELAYED_CHARS = 12 * 1024
+#: How a line of ``kind`` starts (:func:`encode` writes ``v`` and ``kind`` first).
+_STARTS = {kind: f'{PREFIX}{{"v":{VERSION},"kind":"{kind}"' for kind in KINDS}
+#: How a quiet line starts: a quiet kind's, or a ``relayed`` line of quiet lines only.
+QUIET_MARKERS = (
+    *(_STARTS[kind].encode() for kind in QUIET_KINDS),
+    (_STARTS["relayed"] + ',"quiet":true').encode(),
+)
 #: Length of a line's signature (hex SHA-256).
 SIGNATURE_CHARS = jobkey.SIGNATURE_CHARS
 #: Deepest nesting of arrays and objects a line's body may have (the protocol's own lines
 #: nest four deep; JSON's decoder recurses once per level).
 MAX_DEPTH = 32
-#: A JSON string (skipped whole) or one bracket.
-_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+#: A JSON string (skipped whole), what is not a bracket, and an innermost pair of brackets.
+_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_PAIRS = re.compile(r"\[\]|\{\}")
 
 
 def encode(
@@ -67,6 +81,62 @@ def encode(
     if isinstance(sign_with, bytes):
         sign_with = jobkey.Signer(sign_with)
     return f"{PREFIX}{text} {sign_with.sign(text.encode())}"
+
+
+def relayed(lines: list[str], signer: jobkey.Signer, t: float | None = None) -> list[str]:
+    """``lines`` (protocol lines other ranks signed, in order) as rank 0 writes them.
+
+    Each run of lines of :data:`BATCHED_KINDS` becomes ``relayed`` lines of rank 0
+    (``{"v":1,"kind":"relayed","quiet":Q,"rank":0,"t":T,"lines":[BODY, ...]}``, signed
+    with ``signer``): their bodies, unchanged, up to :data:`RELAYED_CHARS` a line, so the
+    notebook checks one signature and decodes one document for many lines. ``quiet`` is
+    true for a run of quiet lines only (a quiet line and a loud one are never in one run).
+    Any other line, and a body too long to share a line, is written as it was signed.
+    """
+    out: list[str] = []
+    run: list[str] = []
+    run_quiet = False
+    size = 0
+    stamp = round(time.time() if t is None else t, 6)
+
+    def close_run() -> None:
+        nonlocal size
+        if run:
+            body = (
+                f'{{"v":{VERSION},"kind":"relayed","quiet":{"true" if run_quiet else "false"},'
+                f'"rank":0,"t":{stamp},"lines":[{",".join(run)}]}}'
+            )
+            out.append(f"{PREFIX}{body} {signer.sign(body.encode())}")
+            run.clear()
+        size = 0
+
+    for line in lines:
+        kind = _batched_kind(line)
+        body = line[len(PREFIX) : line.rfind(" ")] if kind else ""
+        if not kind or len(body) > RELAYED_CHARS // 2:
+            close_run()
+            out.append(line)
+            continue
+        quiet = kind in QUIET_KINDS
+        if quiet != run_quiet or size + len(body) + 1 > RELAYED_CHARS:
+            close_run()
+        run_quiet = quiet
+        run.append(body)
+        size += len(body) + 1
+    close_run()
+    return out
+
+
+def _batched_kind(line: str) -> str:
+    """The kind of ``line`` when it is a signed protocol line of :data:`BATCHED_KINDS`
+    as :func:`encode` writes it (a JSON object body, then a signature); else ""."""
+    for kind in BATCHED_KINDS:
+        if line.startswith(_STARTS[kind]):
+            cut = line.rfind(" ")
+            if line[cut - 1] == "}" and len(line) - cut - 1 == SIGNATURE_CHARS:
+                return kind
+            return ""
+    return ""
 
 
 def signed_body(text: str, key: bytes | jobkey.Signer) -> str | None:
@@ -94,20 +164,24 @@ def signed_body(text: str, key: bytes | jobkey.Signer) -> str | None:
 
 
 def too_deep(body: str, limit: int = MAX_DEPTH) -> bool:
-    """True when ``body`` nests arrays and objects deeper than ``limit`` (read in linear time,
-    strings skipped, before a decoder could recurse on it)."""
+    """True when ``body`` nests arrays and objects deeper than ``limit`` (read before a decoder
+    could recurse on it, strings skipped): more than ``limit`` brackets opened in a row
+    are; else each pass takes out the innermost pairs, and what pass ``limit`` leaves
+    still holds a pair only when deeper."""
     if body.count("[") + body.count("{") <= limit:
         return False
-    depth = 0
-    for token in _TOKENS.finditer(body):
-        char = token.group()
-        if char in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif char in "]}":
-            depth -= 1
-    return False
+    in_a_row = re.compile(rf"[\[{{]{{{limit + 1}}}")
+    unquoted = _STRINGS.sub("", body)
+    if in_a_row.search(unquoted):
+        return True  # so many opened in a row
+    brackets = _NOT_BRACKETS.sub("", unquoted)
+    if in_a_row.search(brackets):
+        return True
+    for _ in range(limit):
+        brackets, taken = _PAIRS.subn("", brackets)
+        if not brackets or not taken:
+            return False  # read through, or unbalanced (not JSON: the decoder says so)
+    return _PAIRS.search(brackets) is not None
 
 
 def decode(body: str) -> tuple[dict[str, Any] | None, str]:

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from . import jobkey
 from .observed import Observed, from_line, observed
-from .protocol import QUIET_KINDS, encode, is_quiet
+from .protocol import QUIET_KINDS, encode, is_quiet, relayed
 
 _lock = threading.Lock()
 #: Held while a protocol line is written (the hang watch reads the log's size under it).
@@ -83,24 +83,25 @@ def add_observer(observer: Callable[[Observed], None]) -> None:
 
 
 def write_lines(lines: list[str], *, echo: bool = True) -> None:
-    """Write lines other ranks sent (already protocol lines) to this process's stdout.
+    """Write lines other ranks sent (already protocol lines) to this process's stdout, the
+    frequent kinds many to a line (:func:`~.protocol.relayed`).
 
     ``echo`` False: only observe them (their own rank wrote them to this log already).
     A batch of quiet lines only (other ranks' resource samples) is no activity.
     """
     global emitted, quiet_bytes
+    signer = jobkey.signer()
     with _lock:
         kept = [line for line in lines if line]
-        quiet = [is_quiet(line.encode()) for line in kept]
-        if not all(quiet):
+        if not all(is_quiet(line.encode()) for line in kept):
             emitted += 1
         if echo:
-            quiet_bytes += sum(len(line) + 1 for line, q in zip(kept, quiet, strict=True) if q)
-            sys.stdout.write("".join(f"{line}\n" for line in kept))
+            written = kept if signer is None else relayed(kept, signer)
+            quiet_bytes += sum(len(line) + 1 for line in written if is_quiet(line.encode()))
+            sys.stdout.write("".join(f"{line}\n" for line in written))
             sys.stdout.flush()
         if not _observers:
             return
-        signer = jobkey.signer()
         for line in kept:
             seen = from_line(line, signer)
             if seen is not None:

@@ -36,7 +36,7 @@ from jupyter_disttrain.backends.base import (
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.backends.local.plan import free_port
-from jupyter_disttrain.backends.streams import line_event
+from jupyter_disttrain.backends.streams import line_events
 from jupyter_disttrain.payload import Payload
 from jupyter_disttrain.runtime import jobkey
 from jupyter_disttrain.service import JobService
@@ -108,7 +108,8 @@ class ProcRun(Submission):
             for raw in proc.stdout:
                 log.write(raw)
                 log.flush()
-                self.sink(line_event(raw, rank, trust))  # the path every backend shares
+                for event in line_events(raw, rank, trust):  # the path every backend shares
+                    self.sink(event)
 
     def _wait(self) -> None:
         codes = [proc.wait() for proc in self.procs]

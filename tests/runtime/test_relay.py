@@ -4,12 +4,15 @@ counters (another local user can reach the job's store)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jupyter_disttrain.runtime import relay
+from jupyter_disttrain.backends.streams import line_events
+from jupyter_disttrain.runtime import jobkey, relay
 from jupyter_disttrain.runtime.jobstore import SignedStore, round_key
+from tests import signing
 
 pytestmark = pytest.mark.usefixtures("fresh_refusals")
 
@@ -26,6 +29,28 @@ def test_a_batch_is_sealed_and_reaches_rank_zeros_log(
     assert b"s3cr3t-token" not in tcp_store.get(round_key("relay", "m1"))
     reader.drain()
     assert '"secret": "s3cr3t-token"' in capsys.readouterr().out
+
+
+def test_rank_zero_writes_the_relayed_metrics_of_a_batch_in_one_line_that_reads_back_whole(
+    tcp_store: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv(jobkey.ENV_KEY_FILE, str(signing.key_file(tmp_path)))
+    sender = relay._Relay(SignedStore(tcp_store, KEY), rank=5, senders=1)
+    reader = relay._Relay(SignedStore(tcp_store, KEY), rank=0, senders=1)
+    sent = [signing.line("metric", 5, step=s, values={"loss": 1 / (s + 1)}) for s in range(20)]
+    for text in sent:
+        sender.tap(text + "\n")
+    sender.flush()
+    reader.drain()
+    [written] = capsys.readouterr().out.splitlines()
+    events = line_events(written, 0, signing.trust(2, 4))
+    expected = [line_events(text, 5, signing.trust(2, 4))[0] for text in sent]
+    assert [(e.kind, e.rank, e.t, e.fields) for e in events] == [
+        (e.kind, e.rank, e.t, e.fields) for e in expected
+    ], written
 
 
 def test_a_forged_batch_is_never_written_and_the_real_one_after_it_is(

@@ -134,7 +134,9 @@ def test_resources_line_parses_and_is_quiet(capsys: pytest.CaptureFixture[str]) 
     assert report.emitted == emitted + 1
     report.write_lines([line.strip(), metric.strip()])
     assert report.emitted == emitted + 2
-    assert report.quiet_bytes == quiet + 3 * len(line)
+    written = capsys.readouterr().out.splitlines()  # each as rank 0 writes it: "relayed"
+    assert [is_quiet(text.encode()) for text in written] == [True, True, False], written
+    assert report.quiet_bytes == quiet + len(line) + len(written[0]) + len(written[1]) + 2
 
 
 def test_env_seconds_floor_and_fallback(monkeypatch: pytest.MonkeyPatch) -> None:

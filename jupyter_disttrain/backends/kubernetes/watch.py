@@ -17,7 +17,7 @@ import urllib3
 from ... import events as ev
 from ...spec import JobSpec
 from ..base import EventSink, Submission
-from ..streams import line_event
+from ..streams import line_events
 from . import phases as kp
 from . import podlogs
 from .client import Connection, api_error
@@ -407,7 +407,8 @@ class KubernetesRun(Submission):
         texts = podlogs.job_texts(self.conn, self.name, self._failed_or_leader) or {}
         for pod, text in sorted(texts.items()):
             for line in text.splitlines():
-                self.sink(line_event(line, None, self.trust, source=pod, prefixed=True))
+                for event in line_events(line, None, self.trust, source=pod, prefixed=True):
+                    self.sink(event)
 
     def _failed_or_leader(self, pod: Any) -> bool:
         """Whether ``pod`` failed or runs node 0 (the pods a failed job's reading needs)."""
@@ -430,10 +431,10 @@ class KubernetesRun(Submission):
         for line in self.backend.stream_log(
             self.conn, pod, container or self.container, follow=follow
         ):
-            event = line_event(line, None, self.trust, source=pod, prefixed=True)
-            self.sink(event)
-            if event.kind == "result":  # set once delivered: _finish then need not read again
-                self._got_result = True
+            for event in line_events(line, None, self.trust, source=pod, prefixed=True):
+                self.sink(event)
+                if event.kind == "result":  # set once delivered: _finish need not read again
+                    self._got_result = True
 
     def _fail(self, outcome: tuple[ev.JobState, str, str]) -> None:
         """End the job now with ``outcome``: delete it (its pods would retry forever)."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ... import events as ev
 from ...runtime import jobkey
-from ..streams import line_event
+from ..streams import line_events
 from . import jobdir
 
 
@@ -80,5 +80,6 @@ class LogTailer:
                     self.partial[name] = rest
             now = time.time()
             source = "" if rank is not None else name[: -len(".log")]
-            out.extend(line_event(raw, rank, self.trust, source=source, now=now) for raw in lines)
+            for raw in lines:
+                out.extend(line_events(raw, rank, self.trust, source=source, now=now))
         return out

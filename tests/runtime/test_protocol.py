@@ -1,0 +1,99 @@
+"""Rank 0's ``relayed`` lines: many other ranks' frequent lines in one signed line."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from jupyter_disttrain.runtime import jobkey
+from jupyter_disttrain.runtime.protocol import (
+    PREFIX,
+    RELAYED_CHARS,
+    is_quiet,
+    relayed,
+    signed_body,
+    too_deep,
+)
+from tests.signing import KEY, line
+
+SIGNER = jobkey.Signer(KEY)
+
+
+def bodies(written: str) -> list[dict[str, object]]:
+    body = signed_body(written, SIGNER)
+    assert body is not None, written
+    return list(json.loads(body)["lines"])
+
+
+def test_a_run_of_metrics_is_one_signed_line_holding_each_body_unchanged() -> None:
+    sent = [line("metric", rank, step=4, values={"loss": 0.25}) for rank in range(1, 9)]
+    [written] = relayed(sent, SIGNER, t=1.0e9)
+    outer = json.loads(signed_body(written, SIGNER) or "null")
+    assert (outer["kind"], outer["rank"], outer["t"], outer["quiet"]) == ("relayed", 0, 1e9, False)
+    assert [json.dumps(b, separators=(",", ":")) for b in outer["lines"]] == [
+        s[len(PREFIX) : s.rfind(" ")] for s in sent
+    ]
+
+
+def test_other_kinds_stay_their_own_lines_and_the_order_is_kept() -> None:
+    metric = [line("metric", r, step=1, values={"loss": 1.0}) for r in (1, 2)]
+    error = line("error", 3, type="ValueError", message="bad row", traceback="")
+    hello = line("hello", 4, world_size=8, local_rank=0, node_rank=1)
+    later = line("progress", 1, step=1, total=10)
+    written = relayed([*metric, error, hello, later], SIGNER)
+    assert written[1:3] == [error, hello]
+    assert [b["rank"] for b in bodies(written[0])] == [1, 2]
+    assert [b["kind"] for b in bodies(written[3])] == ["progress"]
+    assert len(written) == 4
+
+
+def test_quiet_lines_share_a_line_marked_quiet_never_one_with_loud_lines() -> None:
+    quiet = [line("resources", r, cpu_pct=50.0, rss_bytes=1 << 20) for r in (1, 2)]
+    loud = line("metric", 3, step=1, values={"loss": 1.0})
+    written = relayed([*quiet, loud, quiet[0]], SIGNER)
+    assert [is_quiet(w.encode()) for w in written] == [True, False, True]
+    assert [len(bodies(w)) for w in written] == [2, 1, 1]
+
+
+def test_lines_are_cut_below_the_container_runtimes_split() -> None:
+    sent = [line("metric", r % 8, step=r, values={"loss": 0.5, "lr": 1e-3}) for r in range(900)]
+    written = relayed(sent, SIGNER)
+    assert len(written) > 1
+    assert all(len(w) < 16 * 1024 for w in written)
+    assert all(len(signed_body(w, SIGNER) or "") <= RELAYED_CHARS + 200 for w in written)
+    assert sum(len(bodies(w)) for w in written) == 900
+
+
+def test_a_long_or_unsigned_line_is_written_as_it_came() -> None:
+    long = line("metric", 1, step=1, values={f"m{i}": 1.0 for i in range(600)})
+    unsigned = line("metric", 2, step=1, values={"loss": 1.0}).rsplit(" ", 1)[0]
+    printed = "plain text"
+    assert relayed([long, unsigned, printed], SIGNER) == [long, unsigned, printed]
+
+
+def depth(value: object) -> int:
+    """How deep ``value`` nests arrays and objects (0 for a scalar)."""
+    if isinstance(value, dict):
+        return 1 + max(map(depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(depth, value), default=0)
+    return 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_too_deep_says_what_a_decoder_would_find(seed: int) -> None:
+    rng = random.Random(seed)
+
+    def build(level: int) -> object:
+        if level == 0 or rng.random() < 0.15:
+            return rng.choice([1, 'a]}[{\\"', None, 2.5])
+        items = [build(level - 1)] + [build(rng.randint(0, 2)) for _ in range(rng.randint(0, 2))]
+        return items if rng.random() < 0.5 else {f"k{i}": item for i, item in enumerate(items)}
+
+    value = build(rng.randint(1, 45))
+    text = json.dumps(value)
+    assert too_deep(text, 32) == (depth(value) > 32), (depth(value), text[:200])
+    assert too_deep("[" * 33 + "]" * 33) and not too_deep("[" * 32 + "]" * 32)
+    assert not too_deep("{]" * 40)  # unbalanced: not JSON, which the decoder says

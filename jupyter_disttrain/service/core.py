@@ -249,7 +249,8 @@ class JobService:
         """Follow an existing job from the start of its event stream.
 
         ``backend`` None: this process's job of that name, else the first
-        configured backend that has it.
+        configured backend that has it. A kept job's view is recorded for other
+        processes as a submitted one's is (:func:`.recorded.record_view`).
         """
         chosen = self._backend_of(name, backend)
         holder: list[Job] = []
@@ -273,6 +274,9 @@ class JobService:
                 job.feed(event)
             holder.append(job)
         if keep:
+            retire(self._recorders.pop(job.name, None))
+            if (recorder := record_view(job)) is not None:
+                self._recorders[job.name] = recorder
             self._keep(job)
         return job
 

@@ -32,7 +32,7 @@ from ..backends import optional
 from ..backends.base import Backend, BackendError, EventSink, JobRecord, Submission
 from ..events import TERMINAL_STATES
 from ..monitor import JobMonitor
-from .recorded import JobView, RecordedView, record_at_end, view_place
+from .recorded import JobView, RecordedView, record_at_end, view_path, view_place
 
 #: Jobs of local workers followed at once (the newest); older ones show without progress.
 MAX_FOLLOWED = 64
@@ -118,6 +118,8 @@ class _Followed:
     created: float
     monitor: JobView | None
     submission: Submission | None
+    #: The modification time of the job's record when last looked at (see _take_record).
+    record_seen: int | None = None
 
 
 @dataclass
@@ -195,19 +197,59 @@ class Followers:
         with self._lock:
             followed = self._followed.get(key)
         if followed is not None:
-            return followed.submission
+            self._take_record(backend, record, followed)
+            return self._submission(key)
         if backend.capabilities.remote_workers:
             follow = record.state not in TERMINAL_STATES
         else:
             follow = any(r.name == record.name for r in listed[:MAX_FOLLOWED])
         return self.follow(backend, record) if follow else None
 
+    def _submission(self, key: tuple[str, str]) -> Submission | None:
+        """The handle of the follower here of job ``key`` (None: none, or shown recorded)."""
+        with self._lock:
+            followed = self._followed.get(key)
+        return None if followed is None else followed.submission
+
+    def _take_record(self, backend: Backend, record: JobRecord, followed: _Followed) -> None:
+        """Show a job followed here from its follower's record instead, once a current one
+        appeared (the kernel that submitted it started recording after this process began
+        following it). Looked at again only when the record's file changed."""
+        if followed.submission is None:
+            return
+        path = view_path(backend, record.name)
+        try:
+            seen = None if path is None else path.stat().st_mtime_ns
+        except OSError:
+            seen = None
+        if seen is None or seen == followed.record_seen:
+            return
+        followed.record_seen = seen
+        view = RecordedView.open(backend, record.name)
+        if view is None or not view.current(record.state):
+            return
+        key = (backend.name, record.name)
+        with self._lock:
+            if self._followed.get(key) is not followed:
+                return
+            self._followed[key] = _Followed(record.created, view, None)
+        followed.submission.detach()
+
     def prune(self, backend: Backend, records: list[JobRecord]) -> None:
-        """Forget followers of jobs gone or re-created, and of local-worker jobs past the newest.
+        """Forget followers of jobs gone or re-created, and of local-worker jobs past the newest;
+        show a job from its follower's record once one appeared.
 
         ``records``: the backend's whole listing, newest first.
         """
         current = {r.name: r for r in records}
+        with self._lock:
+            followed_here = [
+                (current[k[1]], f)
+                for k, f in self._followed.items()
+                if k[0] == backend.name and k[1] in current
+            ]
+        for listed, followed in followed_here:
+            self._take_record(backend, listed, followed)
         with self._lock:
             for key in [k for k in self._followed if k[0] == backend.name]:
                 record = current.get(key[1])

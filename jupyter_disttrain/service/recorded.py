@@ -4,10 +4,12 @@ without reading its lines again.
 The process that follows a job (the kernel or ``disttrain run`` that submitted
 it) parses and verifies every line once; its :class:`Recorder` writes the
 monitor's :class:`~jupyter_disttrain.monitor.Snapshot` to ``view.json`` in the
-job's directory at most every :data:`RECORD_SECONDS` while the job runs, and
-once more at its end. The sidebar's server reads that record
-(:class:`RecordedView`) instead of following the job's logs with a monitor of
-its own.
+job's view directory (a local job's own directory; for a job of remote workers a
+directory here, :class:`KeepsViews`) at most every :data:`RECORD_SECONDS` while the
+job runs, and once more at its end. A running job's record older than
+:data:`STALE_SECONDS` is not believed current: its follower is gone. The
+sidebar's server reads that record (:class:`RecordedView`) instead of following
+the job's logs with a monitor of its own.
 
 Trust: the record changes what the sidebar shows of a job, so it is read only
 when the file and its directory belong to this user and are writable by nobody
@@ -40,14 +42,20 @@ from ..job import Job
 from ..monitor import JobMonitor, Snapshot
 from ..monitor.checked import ShapeError, checked_snapshot
 from ..runtime import jobkey
+from ..runtime.checkpoint.storage import makedirs_private
 from ..runtime.files import replace_file
+from ..spec import JobSpec
 
 #: The record's file name in a job directory.
 VIEW_FILE = "view.json"
 #: Seconds between writes while a job runs (longer when a write takes long: see Recorder).
 RECORD_SECONDS = 1.0
-#: A write takes at most this share of the recorder's time.
-WRITE_SHARE = 0.05
+#: A write takes at most this share of the recorder's time (a record of 8,192 ranks, ~3 MB,
+#: takes ~0.17 s to make and write: one every ~8 s, 2 % of a core of the kernel).
+WRITE_SHARE = 0.02
+#: Seconds after which a running job's record is no longer believed current (its
+#: follower writes it every :data:`RECORD_SECONDS`, or seldomer when a write is slow).
+STALE_SECONDS = 30.0
 
 
 class RecordError(ValueError):
@@ -63,11 +71,13 @@ class JobView(Protocol):
 
 
 @runtime_checkable
-class KeepsDirectories(Protocol):
-    """A backend whose jobs each have a directory on this machine (the local backend)."""
+class KeepsViews(Protocol):
+    """A backend whose followed jobs' views can be recorded on this machine: a local job's
+    directory, or a directory here for a job of remote workers."""
 
-    def job_directory(self, name: str) -> str:
-        """The directory where job ``name`` keeps its payload, logs and state."""
+    def view_directory(self, name: str, spec: JobSpec | None = None) -> str:
+        """The directory for job ``name``'s record (``spec``: the job as submitted, when
+        its options choose where it runs); it may not exist yet."""
         ...
 
     def stored_key(self, name: str) -> bytes | None:
@@ -75,21 +85,24 @@ class KeepsDirectories(Protocol):
         ...
 
 
-def view_path(backend: object, name: str) -> Path | None:
-    """Where job ``name`` of ``backend`` keeps its record; None for a backend without job
-    directories here."""
-    if not isinstance(backend, KeepsDirectories):
+def view_path(backend: object, name: str, spec: JobSpec | None = None) -> Path | None:
+    """Where job ``name`` of ``backend`` keeps its record; None for a backend that records
+    no views here."""
+    if not isinstance(backend, KeepsViews):
         return None
-    return Path(backend.job_directory(name)) / VIEW_FILE
+    return Path(backend.view_directory(name, spec)) / VIEW_FILE
 
 
-def view_place(backend: object, name: str) -> tuple[Path, bytes] | None:
+def view_place(backend: object, name: str, *, existing: bool = False) -> tuple[Path, bytes] | None:
     """Where job ``name`` keeps its record and the key that signs it; None for a backend
-    without job directories here or a job without a stored key (asked for only then)."""
-    if not isinstance(backend, KeepsDirectories):
+    that records no views here, a job without a stored key, or (``existing``) a record not
+    written yet. The key is asked for only then (a remote job's key takes a request)."""
+    path = view_path(backend, name)
+    if path is None or (existing and not path.exists()):
         return None
+    assert isinstance(backend, KeepsViews)
     key = backend.stored_key(name)
-    return None if key is None else (Path(backend.job_directory(name)) / VIEW_FILE, key)
+    return None if key is None else (path, key)
 
 
 def _mac(key: bytes, body: bytes) -> str:
@@ -143,9 +156,9 @@ class RecordedView:
 
     @classmethod
     def open(cls, backend: Backend, name: str) -> RecordedView | None:
-        """The view of job ``name``'s record; None when its backend keeps no job directories
-        here or the job has no key (the key is asked for only then)."""
-        place = view_place(backend, name)
+        """The view of job ``name``'s record; None when there is no record here or the job
+        has no key (the key is asked for only then)."""
+        place = view_place(backend, name, existing=True)
         return None if place is None else cls(*place)
 
     def snapshot(self, now: float | None = None) -> Snapshot:
@@ -166,14 +179,20 @@ class RecordedView:
                 self._snapshot, self._seen = found, seen
             return self._snapshot
 
-    def current(self, state: str) -> bool:
+    def current(self, state: str, now: float | None = None) -> bool:
         """Whether the record shows a job listed in ``state``: it ended, or the job runs on
-        (its follower keeps the record fresh). False when unreadable or not to be believed."""
+        and its follower wrote the record within :data:`STALE_SECONDS` (a follower that
+        died, a kernel restarted, leaves a record that is no longer). False when unreadable
+        or not to be believed."""
         try:
             recorded = self.snapshot()["state"]
-        except RecordError:
+            written = os.stat(self.path).st_mtime
+        except (RecordError, OSError):
             return False
-        return recorded in TERMINAL_STATES or state not in TERMINAL_STATES
+        if recorded in TERMINAL_STATES:
+            return True
+        fresh = (time.time() if now is None else now) - written <= STALE_SECONDS
+        return state not in TERMINAL_STATES and fresh
 
 
 class Recorder:
@@ -240,12 +259,21 @@ def retire(recorder: Recorder | None) -> None:
 
 
 def record_view(job: Job) -> Recorder | None:
-    """Record the view of ``job``, submitted by this process, where other processes read it
-    (backends that keep job directories here); its closer waits for the final record."""
-    path = view_path(job.backend, job.name)
-    if path is None or job.plan is None:
+    """Record the view of ``job``, submitted or attached by this process, where other
+    processes read it (backends that record views here, a job whose key is known here);
+    its closer waits for the final record."""
+    path = view_path(job.backend, job.name, job.spec)
+    if path is None:
         return None
-    recorder = Recorder(job.monitor, path, job.plan.payload.key)
+    assert isinstance(job.backend, KeepsViews)
+    key = job.plan.payload.key if job.plan is not None else job.backend.stored_key(job.name)
+    if key is None:
+        return None
+    try:
+        makedirs_private(str(path.parent))
+    except OSError:  # not ours to write: readers follow the job's lines
+        return None
+    recorder = Recorder(job.monitor, path, key)
     job.add_listener(recorder.on_event)
     job.add_closer(recorder.close)
     recorder.start()

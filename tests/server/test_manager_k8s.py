@@ -44,12 +44,16 @@ def wait_for(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float 
 
 
 @pytest.mark.slow
-def test_kubernetes_jobs_are_listed_followed_and_stopped(cluster: Emulator, tmp_path: Path) -> None:
+def test_kubernetes_jobs_are_listed_followed_and_stopped(
+    cluster: Emulator, tmp_path: Path, job_home: Path
+) -> None:
     write_job("local-one")
     submitter = KubernetesBackend()
     submitter.notebook = str(tmp_path / "nb" / "k8s.ipynb")
     spec = JobSpec(name="k8s-side", nodes=2, nproc=1, backend="kubernetes", timeout=240)
     job = jobs.submit(spec, build_payload(CELL, {}, job="k8s-side"), submitter)
+    wait_for(lambda: job.monitor.snapshot()["step"] or 0, lambda step: step >= 1)
+    kernels_streams = cluster.stats().streams.current  # the submitting kernel's follower
     # the configured backends (a kubeconfig exists); no listing cache, to see faults at once
     manager = JobManager(root_dir=str(tmp_path), cache_seconds={})
     try:
@@ -61,7 +65,10 @@ def test_kubernetes_jobs_are_listed_followed_and_stopped(cluster: Emulator, tmp_
             lambda j: j["state"] == "Running" and (j["step"] or 0) >= 2,
         )
         assert found["notebook"] == "nb/k8s.ipynb" and found["world_size"] == 2
-        assert found["detail"]["followed"]  # the detail started following its event stream
+        assert found["detail"]["followed"]  # shown from the kernel's record of the job
+        # ... which the server reads instead of following the job itself: no stream of its own
+        assert cluster.stats().streams.current == kernels_streams, cluster.stats()
+        assert list(job_home.glob("views/kubernetes/*/default/k8s-side/view.json"))
         assert {r["state"] for r in found["detail"]["ranks"]} == {"Running"}
         logs = manager.logs("kubernetes", "k8s-side", rank=None, tail=5)
         assert logs["ranks"] == [0, 1] and logs["message"] in ("", "no output yet")

@@ -198,3 +198,41 @@ def test_the_recorder_keeps_the_record_fresh_while_the_job_runs(tmp_path: Path) 
     assert recorder.close(30), "the final record was not written"
     assert view.snapshot()["state"] == "Succeeded" and view.current("Succeeded")
     assert not recorder.error
+
+
+def test_a_running_jobs_record_is_current_only_while_its_follower_writes_it(
+    tmp_path: Path,
+) -> None:
+    path = private_dir(tmp_path) / recorded.VIEW_FILE
+    running = JobMonitor("live", "kubernetes", 2, nodes=2, nproc=1)
+    running.feed(ev.job_event("Running", "Started", "ok", t=10.0))
+    recorded.write_record(path, KEY, running.snapshot(11.0))
+    view = recorded.RecordedView(path, KEY)
+    later = time.time() + recorded.STALE_SECONDS + 1  # its kernel died, the job runs on
+    assert view.current("Running") and not view.current("Running", now=later)
+    assert not view.current("Succeeded")  # listed as ended: the record is behind
+    recorded.write_record(path, KEY, finished_monitor("live").snapshot(20.0))
+    assert view.current("Succeeded", now=later) and view.current("Running", now=later)
+
+
+def test_a_job_followed_here_is_shown_from_its_record_once_its_follower_writes_one(
+    job_home: Path,
+) -> None:
+    directory = write_job("racing", state="Running", steps=3, owner_pid=os.getpid())
+    backend = LocalBackend()
+    (record,) = backend.list_jobs()
+    assert record.state == "Running"
+    followers = Followers()  # the server began following before the kernel recorded
+    try:
+        replay = followers.follow(backend, record)
+        assert replay is not None
+        assert isinstance(followers.monitor("local", "racing"), JobMonitor)
+        running = JobMonitor("racing", "local", 4, nodes=2, nproc=2)
+        running.feed(ev.job_event("Running", "Started", "ok", t=time.time()))
+        recorded.write_record(directory / recorded.VIEW_FILE, KEY, running.snapshot())
+        followers.prune(backend, backend.list_jobs())
+        view = followers.monitor("local", "racing")
+        assert isinstance(view, recorded.RecordedView), view
+        assert replay.join(10), "the follower here was not detached"
+    finally:
+        followers.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import os
 import socket
 import time
@@ -38,6 +39,7 @@ from ..base import (
     Plan,
     RuntimeRecord,
 )
+from ..home import views_root
 from . import access, kinds, podlogs
 from .attached import create_owned
 from .client import Connection, api_error, connect, explain
@@ -534,6 +536,13 @@ class KubernetesBackend(Backend):
     def stored_key(self, name: str) -> bytes | None:
         """Job ``name``'s key from its payload Secret (None when unreadable)."""
         return self.job_key(self.connection(), name)
+
+    def view_directory(self, name: str, spec: JobSpec | None = None) -> str:
+        """Where the view record of job ``name`` followed here goes: a directory of this
+        user's, one per API server and namespace (``spec``'s options may choose them)."""
+        conn = self.connection(self.settings(spec) if spec is not None else None)
+        server = hashlib.sha256(str(conn.api.configuration.host).encode()).hexdigest()[:16]
+        return str(views_root(self.name) / server / conn.namespace / name)
 
     def stop(self, name: str) -> bool:
         """Delete job ``name`` (of whichever kind it is)."""

@@ -151,6 +151,10 @@ class LocalBackend(Backend):
         """The directory where job ``name`` keeps its payload, logs and state."""
         return str(jobdir.job_dir(name))
 
+    def view_directory(self, name: str, spec: JobSpec | None = None) -> str:
+        """Where job ``name``'s view record goes: its own directory."""
+        return self.job_directory(name)
+
     def launch_mode(self, spec: JobSpec) -> str:
         """``fork`` or ``exec``: ``exec`` for a framework that is not fork-safe (TensorFlow) or
         whose launcher does not fork (one that starts its own ranks)."""

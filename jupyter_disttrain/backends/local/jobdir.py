@@ -1,6 +1,6 @@
 """Where local jobs keep their payload, logs and state, so they outlive a kernel.
 
-Layout under :func:`home` (``$DISTRAIN_HOME``, else
+Layout under :func:`..home.home` (``$DISTRAIN_HOME``, else
 ``$XDG_DATA_HOME/jupyter_disttrain``, else ``~/.local/share/jupyter_disttrain``)::
 
     jobs/<name>/payload.pkl      what the workers run
@@ -34,19 +34,11 @@ from typing import Any
 from ...runtime.checkpoint.format import ENTRIES_DIR, META_DIR
 from ...runtime.checkpoint.storage import makedirs_private
 from ...runtime.files import replace_file
+from ..home import home
 
 RANK_LOG_RE = re.compile(r"^rank-(\d+)\.log$")
 #: Run K of a job name: ``NAME.K``.
 RUN_RE = re.compile(r"^(?P<name>[a-z][-a-z0-9]*)\.(?P<run>[1-9][0-9]*)$")
-
-
-def home() -> Path:
-    """The root of local job state."""
-    explicit = os.environ.get("DISTRAIN_HOME")
-    if explicit:
-        return Path(explicit)
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local/share")
-    return Path(data) / "jupyter_disttrain"
 
 
 def jobs_root() -> Path:

@@ -4,7 +4,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTHON  ?= python3
 
-.PHONY: venv demo test lint typecheck importlint unit notebooks bench clean browser-deps labextension-test binder-check readme-pictures
+.PHONY: venv demo test checks lint typecheck importlint unit notebooks bench clean browser-deps labextension-test binder-check readme-pictures
 
 # The editable install also builds the lab extension (labextension/ -> jupyter_disttrain/labextension).
 $(STAMP): pyproject.toml constraints.txt labextension/package.json $(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*)
@@ -50,22 +50,30 @@ readme-pictures: venv
 binder-check:
 	bash scripts/binder_check.sh
 
+# The static checks: lint, types, layers and the lab extension's own tests.
+checks: lint typecheck importlint labextension-test
+
 # The whole suite in two pytest runs: the independent tests and the notebooks in parallel
 # (pytest-xdist, TEST_WORKERS processes, each with its own job home, temporary directory
 # and emulators; one file's tests -- a notebook's cells -- run in one worker, in order,
 # sharing its module fixtures and kernel; the longest files first, tests/schedule.py),
-# then, alone, the tests marked serial (they measure time or resources).
-# Both always run; either failing fails. Each prints its 20 slowest tests. The package's
-# bytecode is written first: the kernels, agents and CLI processes the tests start would
-# otherwise each compile it again where bytecode is not written (PYTHONDONTWRITEBYTECODE),
-# ~0.25 s a process.
+# then, alone, the tests marked serial (they measure time or resources). The static
+# checks run beside the parallel run (its workers leave about a quarter of the CPUs idle
+# waiting on the processes they start) and print when it ends.
+# All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
+# package's bytecode is written first: the kernels, agents and CLI processes the tests
+# start would otherwise each compile it again where bytecode is not written
+# (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
 TEST_WORKERS ?= 2
 PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=20
-test: venv lint typecheck importlint browser-deps labextension-test
+test: venv browser-deps
 	$(PY) -m compileall -q jupyter_disttrain > /dev/null
-	status=0; \
+	status=0; checked=$$(mktemp); \
+	$(MAKE) --no-print-directory checks > $$checked 2>&1 & checks=$$!; \
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" tests notebooks \
 		|| status=$$?; \
+	wait $$checks || { status=1; echo "make checks failed:"; }; \
+	cat $$checked; rm -f $$checked; \
 	$(PYTEST) -m serial tests || status=$$?; \
 	exit $$status
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
 from typing import Any, Literal, Union, cast, get_args, get_origin
 
@@ -82,11 +82,7 @@ def _list(item: Checker) -> Checker:
     def check_list(value: object) -> str | None:
         if not isinstance(value, list):
             return f": {_shown(value)} is not a list"
-        for i, element in enumerate(value):
-            wrong = item(element)
-            if wrong is not None:
-                return f"[{i}]{wrong}"
-        return None
+        return _first_wrong(enumerate(value), item, lambda i: f"[{i}]")
 
     return check_list
 
@@ -95,15 +91,24 @@ def _dict(item: Checker) -> Checker:
     def check_dict(value: object) -> str | None:
         if not isinstance(value, dict):
             return f": {_shown(value)} is not an object"
-        for key, element in value.items():
+        for key in value:
             if not isinstance(key, str):
                 return f": key {key!r} is not a string"
-            wrong = item(element)
-            if wrong is not None:
-                return f".{key}{wrong}"
-        return None
+        return _first_wrong(value.items(), item, lambda key: f".{key}")
 
     return check_dict
+
+
+def _first_wrong(
+    elements: Iterable[tuple[Any, object]], item: Checker, where: Callable[[Any], str]
+) -> str | None:
+    """Where the first of ``elements`` (position, value) that ``item`` finds wrong is, and
+    what is wrong with it; None when all fit (the place is spelled only then)."""
+    for at, element in elements:
+        wrong = item(element)
+        if wrong is not None:
+            return where(at) + wrong
+    return None
 
 
 def _fields(shape: Any) -> Checker:

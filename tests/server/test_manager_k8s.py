@@ -69,6 +69,12 @@ def test_kubernetes_jobs_are_listed_followed_and_stopped(
         # ... which the server reads instead of following the job itself: no stream of its own
         assert cluster.stats().streams.current == kernels_streams, cluster.stats()
         assert list(job_home.glob("views/kubernetes/*/default/k8s-side/view.json"))
+        # a follower detached (as the server's own is once a record appears) ends its log
+        # stream at the next line, not when the container ends
+        _, extra = submitter.attach("k8s-side", lambda event: None)
+        wait_for(lambda: cluster.stats().log_follows.current, lambda n: n == 2, 60)
+        extra.detach()
+        wait_for(lambda: cluster.stats().log_follows.current, lambda n: n == 1, 10)
         assert {r["state"] for r in found["detail"]["ranks"]} == {"Running"}
         logs = manager.logs("kubernetes", "k8s-side", rank=None, tail=5)
         assert logs["ranks"] == [0, 1] and logs["message"] in ("", "no output yet")

@@ -59,7 +59,8 @@ def stream_log(
                 yield raw.decode("utf-8", "replace")
         if pending:
             yield pending.decode("utf-8", "replace")
-    finally:
+    finally:  # read to its end, or given up: either way the connection is not reused
+        resp.close()
         resp.release_conn()
 
 

@@ -84,6 +84,7 @@ class KubernetesRun(Submission):
         self.plural, self.kind = self.kubeflow.plural, self.kubeflow.kind
         self.container = self.kubeflow.container
         self._done = threading.Event()
+        self._detached = threading.Event()  # set by detach(): log streams end at their next line
         self._stopping = threading.Event()
         self._stop_reason = ""
         self._lock = threading.Lock()
@@ -135,7 +136,9 @@ class KubernetesRun(Submission):
         self.backend.delete(self.conn, self.kubeflow, self.name)
 
     def detach(self) -> None:
-        """Close the watches and log streams; the job runs on."""
+        """Stop following; the job runs on. A log stream is closed at its next line; a watch
+        at its next event, or when the API server ends it (:data:`WATCH_SECONDS`)."""
+        self._detached.set()
         self._done.set()
         for w in list(self._watches):
             w.stop()
@@ -428,13 +431,19 @@ class KubernetesRun(Submission):
         threading.Thread(target=self._guard(lambda: self._pump(pod, False)), daemon=True).start()
 
     def _pump(self, pod: str, follow: bool, container: str | None = None) -> None:
-        for line in self.backend.stream_log(
-            self.conn, pod, container or self.container, follow=follow
-        ):
-            for event in line_events(line, None, self.trust, source=pod, prefixed=True):
-                self.sink(event)
-                if event.kind == "result":  # set once delivered: _finish need not read again
-                    self._got_result = True
+        lines = self.backend.stream_log(self.conn, pod, container or self.container, follow=follow)
+        try:
+            for line in lines:
+                if self._detached.is_set():
+                    return
+                for event in line_events(line, None, self.trust, source=pod, prefixed=True):
+                    self.sink(event)
+                    if event.kind == "result":  # delivered: _finish need not read again
+                        self._got_result = True
+        finally:
+            close = getattr(lines, "close", None)
+            if callable(close):
+                close()  # the response is closed, not left to the garbage collector
 
     def _fail(self, outcome: tuple[ev.JobState, str, str]) -> None:
         """End the job now with ``outcome``: delete it (its pods would retry forever)."""

@@ -111,8 +111,7 @@ def relayed(lines: list[str], signer: jobkey.Signer, t: float | None = None) -> 
         size = 0
 
     for line in lines:
-        kind = _batched_kind(line)
-        body = line[len(PREFIX) : line.rfind(" ")] if kind else ""
+        kind, body = _batched(line)
         if not kind or len(body) > RELAYED_CHARS // 2:
             close_run()
             out.append(line)
@@ -127,16 +126,17 @@ def relayed(lines: list[str], signer: jobkey.Signer, t: float | None = None) -> 
     return out
 
 
-def _batched_kind(line: str) -> str:
-    """The kind of ``line`` when it is a signed protocol line of :data:`BATCHED_KINDS`
-    as :func:`encode` writes it (a JSON object body, then a signature); else ""."""
+def _batched(line: str) -> tuple[str, str]:
+    """The kind and JSON body of ``line`` when it is a signed protocol line of
+    :data:`BATCHED_KINDS` as :func:`encode` writes it (a JSON object body, then a
+    signature); else ``("", "")``."""
     for kind in BATCHED_KINDS:
         if line.startswith(_STARTS[kind]):
             cut = line.rfind(" ")
             if line[cut - 1] == "}" and len(line) - cut - 1 == SIGNATURE_CHARS:
-                return kind
-            return ""
-    return ""
+                return kind, line[len(PREFIX) : cut]
+            return "", ""
+    return "", ""
 
 
 def signed_body(text: str, key: bytes | jobkey.Signer) -> str | None:

@@ -208,8 +208,7 @@ class JobService:
             for sink in sinks:
                 sink.cancel()
             raise
-        if (recorder := record_view(job)) is not None:
-            self._recorders[job.name] = recorder
+        self._record(job)
         self._keep(job)
         return job
 
@@ -275,12 +274,17 @@ class JobService:
             holder.append(job)
         if keep:
             retire(self._recorders.pop(job.name, None))
-            if (recorder := record_view(job)) is not None:
-                self._recorders[job.name] = recorder
+            self._record(job)
             self._keep(job)
         return job
 
     # ------------------------------------------------------------------ this process's jobs
+
+    def _record(self, job: Job) -> None:
+        """Record ``job``'s view for other processes (:func:`.recorded.record_view`), if its
+        backend records views here; an earlier run's recorder was retired before."""
+        if (recorder := record_view(job)) is not None:
+            self._recorders[job.name] = recorder
 
     def registered(self) -> dict[str, Job]:
         """Jobs submitted or attached from this process, by name (oldest first)."""

@@ -186,13 +186,21 @@ class RecordedView:
         or not to be believed."""
         try:
             recorded = self.snapshot()["state"]
-            written = os.stat(self.path).st_mtime
-        except (RecordError, OSError):
+        except RecordError:
             return False
         if recorded in TERMINAL_STATES:
             return True
+        with self._lock:  # the file's (mtime, size) the snapshot was read or checked at
+            written = self._seen[0] / 1e9 if self._seen is not None else 0.0
         fresh = (time.time() if now is None else now) - written <= STALE_SECONDS
         return state not in TERMINAL_STATES and fresh
+
+
+def write_pause(took: float) -> float:
+    """Seconds to wait after a write that took ``took`` s: :data:`RECORD_SECONDS`, longer so
+    writes take at most :data:`WRITE_SHARE` of the time, but never so long that readers
+    would take the record for a dead follower's (a third of :data:`STALE_SECONDS`)."""
+    return min(max(RECORD_SECONDS, took / WRITE_SHARE), STALE_SECONDS / 3)
 
 
 class Recorder:
@@ -240,7 +248,7 @@ class Recorder:
                 ended = self.monitor.ended
                 started = time.monotonic()
                 write_record(self.path, self.key, self.monitor.snapshot())
-                pause = max(RECORD_SECONDS, (time.monotonic() - started) / WRITE_SHARE)
+                pause = write_pause(time.monotonic() - started)
                 if ended:
                     return
                 self._wake.wait(pause)

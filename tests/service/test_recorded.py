@@ -236,3 +236,10 @@ def test_a_job_followed_here_is_shown_from_its_record_once_its_follower_writes_o
         assert replay.join(10), "the follower here was not detached"
     finally:
         followers.close()
+
+
+def test_a_slow_write_spaces_the_next_one_but_never_past_what_readers_believe() -> None:
+    assert recorded.write_pause(0.001) == recorded.RECORD_SECONDS
+    assert recorded.write_pause(0.1) == pytest.approx(0.1 / recorded.WRITE_SHARE)
+    # a record of many ranks on a loaded machine: still rewritten well before it goes stale
+    assert recorded.write_pause(5.0) == recorded.STALE_SECONDS / 3

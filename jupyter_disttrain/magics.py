@@ -252,22 +252,18 @@ class DistrainMagics(Magics):
             _check_cell(transform_cell(cell))
         except CaptureError:
             pass  # reported when the session builds the cell's payload
+        service = self.service
         try:
-            session = self.service.session(args.session)
+            session = service.session(args.session)
         except SessionError as exc:
             raise UsageError(str(exc)) from None
-        view = LiveView(self._live_mode(), blocking=True)
-
-        def show(cell_job: Job) -> None:
-            cell_job.add_listener(view.on_event)
-            view.attach(cell_job)
-
         try:
-            return session.run(
+            return service.run_cell_and_follow(
+                session,
                 cell,
+                LiveView(self._live_mode(), blocking=True),
                 self.shell.user_ns if self.shell else {},
                 max_capture_bytes=int(self.max_capture_mb * 1024 * 1024),
-                on_cell=show,
                 breakpoints=cell_breakpoints(self.shell, session.name, cell),
             )
         except (CaptureError, SessionError) as exc:
@@ -275,8 +271,6 @@ class DistrainMagics(Magics):
         except SessionLost as exc:
             print(f"{session.name}: {exc}")
             raise
-        finally:
-            view.close()
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(

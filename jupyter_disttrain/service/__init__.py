@@ -8,10 +8,12 @@ or picks backend classes itself. A job's life here:
     plan = service.plan(spec, source, namespace)   # payload + backend.plan: printable
     job = service.run(plan, listeners)             # submits exactly that plan
     service.run_and_follow(plan, view, wait=True)  # or: run, show, wait, Ctrl-C stops
+    service.run_cell_and_follow(session, source, view)  # a cell on a session's ranks, shown
 
 Listing goes through :mod:`.listing` (time limits and a cache per
 :class:`~.listing.ListPolicy`), following listed jobs without a dashboard
-through :mod:`.following`, the run flow of the doors through :mod:`.running`,
+and attaching to a job through :mod:`.following`, the run flow of the doors
+(plans and session cells) through :mod:`.running`,
 default job names through :mod:`.naming`. Backends are told apart by their
 declared :class:`~jupyter_disttrain.backends.base.Capabilities`, never by name.
 """

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,16 +27,16 @@ from ..payload import Payload, Script, build_payload, build_script_payload
 from ..runtime.session import DEFAULT_GRACE
 from ..session_list import Sessions
 from ..sessions import Session
-from ..spec import JobSpec, SpecError
+from ..spec import JobSpec
 from ..tracking import check as check_tracking
 from ..tracking import sinks_for
 from . import namespace
-from .following import Followers, catch_up, open_monitor, recorded_diagnosis
+from .following import Followers, attached_job, catch_up, open_monitor, recorded_diagnosis
 from .listing import ONE_SHOT, BackendListing, Lister, Listing, ListPolicy, newest_first
 from .logtext import BoundedLogs, bounded_logs
 from .naming import readable_name
 from .recorded import JobView, Recorder, record_view, retire
-from .running import RunOutcome, RunView, run_and_follow
+from .running import RunOutcome, RunView, export_plan, run_and_follow, run_cell_and_follow
 
 Listener = Callable[[ev.Event], None]
 
@@ -167,21 +166,7 @@ class JobService:
 
     def export(self, plan: Plan, path: str) -> str:
         """Write the plan's manifests to ``path``; returns what to run next."""
-        backend = self.backend(plan.spec.backend)
-        text = plan.export()
-        if text is None or not backend.capabilities.exports_plans:
-            raise SpecError(
-                f"--export writes manifests to apply elsewhere; the {backend.name} backend has "
-                "none: use --dry-run to see its plan"
-            )
-        try:  # the file holds the job key: the owner's only, like the job's own files
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise SpecError(f"--export: cannot write {path}: {exc.strerror}") from None
-        return f"kubectl create -f {path}"
+        return export_plan(self.backend(plan.spec.backend), plan, path)
 
     def run(self, plan: Plan, listeners: Iterable[Listener] = ()) -> Job:
         """Submit ``plan`` and return its :class:`Job` (kept by name).
@@ -251,27 +236,7 @@ class JobService:
         configured backend that has it. A kept job's view is recorded for other
         processes as a submitted one's is (:func:`.recorded.record_view`).
         """
-        chosen = self._backend_of(name, backend)
-        holder: list[Job] = []
-        pending: list[ev.Event] = []
-        lock = threading.Lock()
-
-        def sink(event: ev.Event) -> None:  # events may arrive before the Job exists
-            with lock:
-                if not holder:
-                    pending.append(event)
-                    return
-            holder[0].feed(event)
-
-        spec, submission = optional.ATTACH.of(chosen).attach(name, sink)
-        job = Job(spec, chosen, log_limit=log_limit)
-        for listener in listeners:
-            job.add_listener(listener)
-        job.submission = submission
-        with lock:
-            for event in pending:
-                job.feed(event)
-            holder.append(job)
+        job = attached_job(self._backend_of(name, backend), name, listeners, log_limit=log_limit)
         if keep:
             retire(self._recorders.pop(job.name, None))
             self._record(job)
@@ -338,6 +303,27 @@ class JobService:
             spec, backend, self.run, idle_timeout=idle_timeout, grace=grace, listeners=listeners
         )
         return self.sessions.start(session)
+
+    def run_cell_and_follow(
+        self,
+        session: Session,
+        source: str,
+        view: RunView,
+        namespace: Mapping[str, Any] | None = None,
+        *,
+        max_capture_bytes: int | None = None,
+        breakpoints: list[dict[str, Any]] | None = None,
+    ) -> Any:
+        """The doors' flow for a session cell (see :func:`~.running.run_cell_and_follow`):
+        ``view`` follows the cell on every rank; returns rank 0's value."""
+        return run_cell_and_follow(
+            session,
+            source,
+            view,
+            namespace,
+            max_capture_bytes=max_capture_bytes,
+            breakpoints=breakpoints,
+        )
 
     def session(self, name: str) -> Session:
         """This process's session ``name`` (:class:`~.sessions.SessionError` if none)."""

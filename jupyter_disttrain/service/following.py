@@ -19,6 +19,9 @@ A job whose follower records its view (:mod:`.recorded`: a local job's kernel or
 parsed and verified once, by the process that follows it. A job without a
 believable record is followed here; once that replay reaches the job's end, this
 process writes the record for the next reader.
+
+:func:`attached_job` is the other way to follow an existing job: a whole
+:class:`~jupyter_disttrain.job.Job` over the backend's attach (``JobService.attach``).
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..backends import optional
 from ..backends.base import Backend, BackendError, EventSink, JobRecord, Submission
-from ..events import TERMINAL_STATES
-from ..monitor import JobMonitor
+from ..events import TERMINAL_STATES, Event
+from ..job import Job
+from ..monitor import LOG_LIMIT, JobMonitor
 from .recorded import JobView, RecordedView, record_at_end, view_path, view_place
 
 #: Jobs of local workers followed at once (the newest); older ones show without progress.
@@ -78,6 +83,38 @@ def open_monitor(
     except BackendError:
         return None, None
     return monitor, submission
+
+
+def attached_job(
+    backend: Backend,
+    name: str,
+    listeners: Iterable[Callable[[Event], None]] = (),
+    *,
+    log_limit: int = LOG_LIMIT,
+) -> Job:
+    """A :class:`Job` over ``backend``'s attach to job ``name``, its ``listeners`` added;
+    they and the job see every event, also those that arrived before the job existed."""
+    holder: list[Job] = []
+    pending: list[Event] = []
+    lock = threading.Lock()
+
+    def sink(event: Event) -> None:
+        with lock:
+            if not holder:
+                pending.append(event)
+                return
+        holder[0].feed(event)
+
+    spec, submission = optional.ATTACH.of(backend).attach(name, sink)
+    job = Job(spec, backend, log_limit=log_limit)
+    for listener in listeners:
+        job.add_listener(listener)
+    job.submission = submission
+    with lock:
+        for event in pending:
+            job.feed(event)
+        holder.append(job)
+    return job
 
 
 def catch_up(monitor: JobMonitor, submission: Submission, state: str) -> None:

@@ -2,20 +2,24 @@
 
 The door (a cell magic, the ``disttrain run`` command) builds the spec and
 the plan, then hands the plan and a :class:`RunView` to :func:`run_and_follow`
-and shows the :class:`RunOutcome` its own way. The view is anything with the
-three calls below (the dashboard and text views of ``progress.LiveView``);
-this module knows no widget.
+and shows the :class:`RunOutcome` its own way; a session cell goes to
+:func:`run_cell_and_follow` with the same kind of view. The view is anything
+with the three calls below (the dashboard and text views of
+``textview.LiveView``); this module knows no widget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .. import events as ev
-from ..backends.base import Plan
+from ..backends.base import Backend, Plan
 from ..job import Job
+from ..sessions import Session
+from ..spec import SpecError
 
 
 class RunView(Protocol):
@@ -94,3 +98,59 @@ def run_and_follow(
         return RunOutcome("interrupted", plan, job)
     view.close()
     return RunOutcome("ended", plan, job)
+
+
+def run_cell_and_follow(
+    session: Session,
+    source: str,
+    view: RunView,
+    namespace: Mapping[str, Any] | None = None,
+    *,
+    max_capture_bytes: int | None = None,
+    breakpoints: list[dict[str, Any]] | None = None,
+) -> Any:
+    """Run the cell ``source`` on every rank of ``session`` with ``view`` following it.
+
+    The cell's :class:`Job` gets ``view.on_event`` as a listener and is
+    attached to ``view`` before the cell is sent; the view is closed however
+    the cell ends. Returns rank 0's value of the cell and raises what
+    :meth:`~jupyter_disttrain.sessions.Session.run` raises. Ctrl-C is the
+    session's: the cell is interrupted on every rank and the ranks keep their
+    state (``KeyboardInterrupt``), or the group is restarted when a rank does
+    not come back (:class:`~jupyter_disttrain.sessions.SessionLost`).
+    """
+
+    def follow(job: Job) -> None:
+        job.add_listener(view.on_event)
+        view.attach(job)
+
+    try:
+        return session.run(
+            source,
+            namespace,
+            max_capture_bytes=max_capture_bytes,
+            on_cell=follow,
+            breakpoints=breakpoints,
+        )
+    finally:
+        view.close()
+
+
+def export_plan(backend: Backend, plan: Plan, path: str) -> str:
+    """Write ``plan``'s manifests to ``path`` (the owner's only: they hold the job key);
+    returns the command that submits them. :class:`SpecError` when ``backend`` has none
+    or the file cannot be written."""
+    text = plan.export()
+    if text is None or not backend.capabilities.exports_plans:
+        raise SpecError(
+            f"--export writes manifests to apply elsewhere; the {backend.name} backend has "
+            "none: use --dry-run to see its plan"
+        )
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise SpecError(f"--export: cannot write {path}: {exc.strerror}") from None
+    return f"kubectl create -f {path}"

@@ -58,7 +58,7 @@ def make_listing(directory: Path, n: int) -> dict[str, fmt.Entry]:
         entry = fmt.make_entry(
             step=step,
             token=token,
-            kind=fmt.FULL,
+            layout=fmt.FULL,
             time=1.7e9 + step,
             nbytes=16,
             sha256=secrets.token_hex(32),

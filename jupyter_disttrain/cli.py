@@ -239,7 +239,11 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
         print(f"disttrain: cannot read {args.uri}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        rows = [{k: v for k, v in asdict(c).items() if k != "record"} for c in infos]
+        # each row's "kind" repeats "layout", its former name, for scripts that read it
+        rows = [
+            {**{k: v for k, v in asdict(c).items() if k != "record"}, "kind": c.layout}
+            for c in infos
+        ]
         print(json.dumps(rows, indent=1))
     else:
         print(f"{store.uri}: {len(infos)} checkpoint(s)")

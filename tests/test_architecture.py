@@ -344,16 +344,16 @@ FRAMEWORK_WORDS_ALLOWED = {
 
 def framework_words(fw: frameworks.Framework) -> tuple[set[str], set[str]]:
     """A framework's text words (name, package, distributions) and the names the checkpoint
-    format module binds to its checkpoint kinds and formats (``TF``, ``TF_FORMAT``)."""
+    format module binds to its checkpoint layouts and formats (``TF``, ``TF_FORMAT``)."""
     texts = {fw.name, fw.package, *fw.distributions}
-    kinds = set(fw.checkpoint_kinds)
+    layouts = set(fw.checkpoint_layouts)
     constants = {
         name
         for name, value in vars(ckformat).items()
         if name.isupper()
         and (
-            (isinstance(value, str) and value in kinds)
-            or (isinstance(value, ckformat.CheckpointFormat) and value.kind in kinds)
+            (isinstance(value, str) and value in layouts)
+            or (isinstance(value, ckformat.CheckpointFormat) and value.layout in layouts)
         )
     }
     return texts, constants

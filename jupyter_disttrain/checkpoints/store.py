@@ -41,7 +41,8 @@ Step = int | str
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """One listed checkpoint. ``status``: ``ok``, ``incomplete`` or ``corrupt`` (``reason``)."""
+    """One listed checkpoint. ``status``: ``ok``, ``incomplete`` or ``corrupt`` (``reason``);
+    ``layout``: how its data is stored (``full``, ``sharded``, ``tf``, ``jax``, ``hf``, ...)."""
 
     step: int
     time: float
@@ -51,7 +52,7 @@ class CheckpointInfo:
     status: str
     reason: str
     uri: str
-    kind: str
+    layout: str
     sha256: str
     versions: dict[str, str]
     job: str
@@ -63,6 +64,11 @@ class CheckpointInfo:
     def ok(self) -> bool:
         """True when the checkpoint is complete (as far as checked)."""
         return self.status == fmt.OK
+
+    @property
+    def kind(self) -> str:
+        """The former name of :attr:`layout` (read-only)."""
+        return self.layout
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> CheckpointInfo:
@@ -76,7 +82,7 @@ class CheckpointInfo:
             status=str(entry.get("status", fmt.OK)),
             reason=str(entry.get("reason", "")),
             uri=str(entry.get("uri", "")),
-            kind=str(entry.get("kind", fmt.FULL)),
+            layout=fmt.layout_of(entry) or fmt.FULL,
             sha256=str(entry.get("sha256", "")),
             versions=entry.get("versions") or {},
             job=str(entry.get("job", "")),
@@ -230,7 +236,8 @@ class CheckpointStore:
         hint = fmt.not_torch_state(entry, self.dir.payload_uri(entry))
         if hint is not None:
             raise CheckpointError(hint)
-        own = fmt.format_of(str(entry.get("kind")))
+        layout = fmt.layout_of(entry)
+        own = fmt.format_of(layout)
         if own is not None and own.reader:  # e.g. TensorFlow's variables as numpy arrays
             return fmt.function_of(own.reader)(self.dir, entry)
         import torch
@@ -239,7 +246,7 @@ class CheckpointStore:
             raise CorruptCheckpoint(
                 f"checkpoint step {entry['step']} is {entry['status']}: {entry.get('reason')}"
             )
-        if entry.get("kind") == fmt.SHARDED:
+        if layout == fmt.SHARDED:
             status, reason = self._verify(entry)
             if status != fmt.OK:
                 raise CorruptCheckpoint(f"checkpoint step {entry['step']} is {status}: {reason}")
@@ -255,9 +262,10 @@ class CheckpointStore:
     def describe(self, step: Step = "latest") -> CheckpointDetails:
         """Keys, tensor shapes and dtypes of a checkpoint (sharded: from its metadata only)."""
         entry = self._entry(step)
-        if entry.get("kind") == fmt.SHARDED:
+        layout = fmt.layout_of(entry)
+        if layout == fmt.SHARDED:
             return self._describe_sharded(entry)
-        if entry.get("kind") == fmt.TF:
+        if layout == fmt.TF:
             saved = checkpoint_tf.describe(self.dir, entry)
             found = [TensorInfo(key, shape, dtype, _numel(shape)) for key, shape, dtype in saved]
             keys = list(dict.fromkeys(t.name.split("/", 1)[0] for t in found))

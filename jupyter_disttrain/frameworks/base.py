@@ -92,9 +92,14 @@ class Framework:
         }
 
     @property
+    def checkpoint_layouts(self) -> tuple[str, ...]:
+        """The layouts of :attr:`checkpoint_formats`."""
+        return tuple(f.layout for f in self.checkpoint_formats)
+
+    @property
     def checkpoint_kinds(self) -> tuple[str, ...]:
-        """The kinds of :attr:`checkpoint_formats`."""
-        return tuple(f.kind for f in self.checkpoint_formats)
+        """The former name of :attr:`checkpoint_layouts`."""
+        return self.checkpoint_layouts
 
     def notebook_version(self) -> str | None:
         """The version of ``package`` installed here, ``None`` if it is not."""

@@ -182,7 +182,7 @@ def static_html(infos: list[CheckpointInfo], uri: str) -> str:
 def details_html(info: CheckpointInfo, details: CheckpointDetails | None, error: str = "") -> str:
     """The detail view of one checkpoint."""
     parts = [
-        f"<b>step {info.step}</b> &middot; {esc(info.kind)} &middot; "
+        f"<b>step {info.step}</b> &middot; {esc(info.layout)} &middot; "
         f"{esc(format_bytes(info.bytes))} &middot; saved {esc(format_time(info.time))} by "
         f"{info.world_size} rank(s){' of job ' + esc(info.job) if info.job else ''}",
         f"<div>{esc(info.uri)}</div>",

@@ -140,7 +140,7 @@ def test_list_of_ten_thousand_is_fast(tmp_path: Path) -> None:
         entry = fmt.make_entry(
             step=step,
             token=token,
-            kind=fmt.FULL,
+            layout=fmt.FULL,
             time=1.7e9 + step,
             nbytes=8,
             sha256="0" * 64,
@@ -228,6 +228,7 @@ def test_checkpoints_magic_and_cli_list_a_directory(
 
     rows = json.loads(capsys.readouterr().out)
     assert [r["step"] for r in rows] == [10, 20, 30, 40] and rows[0]["status"] == "ok"
+    assert (rows[0]["layout"], rows[0]["kind"]) == ("full", "full")  # and its former name
     assert cli.main(["checkpoints", "gs://b/x"]) == 2
     assert "gcsfs" in capsys.readouterr().err
 

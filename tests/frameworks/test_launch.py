@@ -71,7 +71,7 @@ TOY_FRAMEWORK = textwrap.dedent(
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
             fh.write(f"toy state {state}")
         try:
-            return library.record(fh.name, step, TOY_STATE.kind, {"loss": 0.25})
+            return library.record(fh.name, step, TOY_STATE.layout, {"loss": 0.25})
         finally:
             os.unlink(fh.name)
 

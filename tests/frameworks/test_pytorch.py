@@ -20,7 +20,7 @@ def test_the_registry_gives_the_builtin() -> None:
 def test_what_pytorch_decides() -> None:
     assert PYTORCH.launch == AGENTS and PYTORCH.fork_safe and PYTORCH.restarts
     assert PYTORCH.sessions and PYTORCH.elastic
-    assert PYTORCH.checkpoint_kinds == (fmt.FULL, fmt.SHARDED)
+    assert PYTORCH.checkpoint_layouts == PYTORCH.checkpoint_kinds == (fmt.FULL, fmt.SHARDED)
     assert PYTORCH.describe_cluster("127.0.0.1:29500") == (
         "rendezvous: c10d at 127.0.0.1:29500 (node 0 hosts the store)"
     )

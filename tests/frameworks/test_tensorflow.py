@@ -21,7 +21,7 @@ def test_the_registry_gives_the_builtin() -> None:
 def test_what_tensorflow_decides() -> None:
     assert TENSORFLOW.launch == WORKERS and not TENSORFLOW.fork_safe
     assert not (TENSORFLOW.restarts or TENSORFLOW.sessions or TENSORFLOW.elastic)
-    assert TENSORFLOW.checkpoint_kinds == (fmt.TF,)
+    assert TENSORFLOW.checkpoint_layouts == (fmt.TF,)
     assert TENSORFLOW.package == "tensorflow"
 
 

@@ -145,7 +145,7 @@ def _write_full_unguarded(
     entry = fmt.make_entry(
         step=step,
         token=token,
-        kind=fmt.FULL,
+        layout=fmt.FULL,
         time=time.time(),
         nbytes=writer.bytes,
         sha256=digest,
@@ -228,7 +228,7 @@ def _write_sharded(
         entry = folder_entry(
             step=step,
             token=token,
-            kind=fmt.SHARDED,
+            layout=fmt.SHARDED,
             files=files,
             metrics=metrics,
             tensors=tensors,
@@ -451,7 +451,8 @@ def _load(
     hint = fmt.not_torch_state(entry, cdir.payload_uri(entry))
     if hint is not None:
         raise CheckpointError(hint)
-    own = fmt.format_of(str(entry.get("kind")))
+    layout = fmt.layout_of(entry)
+    own = fmt.format_of(layout)
     if own is not None and own.loader:  # a framework's own format (TensorFlow, JAX, ...)
         return fmt.function_of(own.loader)(cdir, entry, into)
     import torch
@@ -460,7 +461,7 @@ def _load(
         raise CorruptCheckpoint(
             f"checkpoint step {entry['step']} is {entry['status']}: {entry.get('reason')}"
         )
-    if entry.get("kind") != fmt.SHARDED:
+    if layout != fmt.SHARDED:
         data = cdir.read_verified(entry)
         return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
     status, reason = cdir.verify(entry)

@@ -73,7 +73,7 @@ def folder_entry(
     *,
     step: int,
     token: str,
-    kind: str,
+    layout: str,
     files: Mapping[str, tuple[int, str]],
     metrics: Mapping[str, float],
     tensors: int,
@@ -87,7 +87,7 @@ def folder_entry(
     return fmt.make_entry(
         step=step,
         token=token,
-        kind=kind,
+        layout=layout,
         time=time.time(),
         nbytes=sum(n for n, _ in files.values()),
         sha256=combined.hexdigest(),

@@ -12,6 +12,16 @@ A checkpoint directory ``ROOT`` holds::
     .distrain/entries/000000000040-1a2b3c.json   one record per committed checkpoint
     .distrain/manifest.json           compacted copy of the records (a cache)
 
+A record (:func:`make_entry`) is one JSON object: ``format`` (the record's
+version, :data:`FORMAT`), ``step``, ``id``, ``layout`` (how the data is
+stored: a registered :class:`CheckpointFormat`'s name such as ``full``,
+``sharded``, ``tf``), ``path``, ``time``, ``bytes``, ``sha256``, ``metrics``,
+``world_size``, ``versions``, ``job``, ``run``; for folders ``files``
+(size and sha256 by relative path), ``tensors`` and ``parameters`` when
+counted, ``source`` for a library's checkpoint. Records of format 1 name the
+layout ``kind``: :func:`layout_of` reads either, so they list, load and
+resume as before.
+
 A checkpoint exists once its record exists: the payload is written (to a
 temporary name, flushed, fsynced and renamed, or as one object on an object
 store) before its record is written, atomically, under a name of its own.
@@ -32,7 +42,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-FORMAT = 1
+#: The record's version: 2 names the data's layout ``layout`` (1 named it ``kind``).
+FORMAT = 2
+#: The record's key of the data's layout, and the key records of format 1 used.
+LAYOUT_KEY, FORMER_LAYOUT_KEY = "layout", "kind"
 META_DIR = ".distrain"
 ENTRIES_DIR = f"{META_DIR}/entries"
 MANIFEST = f"{META_DIR}/manifest.json"
@@ -55,7 +68,7 @@ Entry = dict[str, Any]
 
 @dataclass(frozen=True)
 class CheckpointFormat:
-    """A kind of checkpoint: the record's ``kind``, its data's ``suffix`` and whether the
+    """A checkpoint layout: the record's ``layout``, its data's ``suffix`` and whether the
     data is a ``folder`` of files (the record then lists each file's size and sha256).
 
     ``loader`` and ``reader`` are ``"module:function"`` (imported when called):
@@ -64,11 +77,16 @@ class CheckpointFormat:
     notebook (plain values, no framework needed). Empty: PyTorch's ``torch.load``.
     """
 
-    kind: str
+    layout: str
     suffix: str
     folder: bool = False
     loader: str = ""
     reader: str = ""
+
+    @property
+    def kind(self) -> str:
+        """The former name of :attr:`layout` (read-only)."""
+        return self.layout
 
 
 _FORMATS: dict[str, CheckpointFormat] = {}
@@ -76,27 +94,33 @@ _FORMATS: dict[str, CheckpointFormat] = {}
 
 def register_format(found: CheckpointFormat) -> CheckpointFormat:
     """Make ``found`` known here (a framework declares its formats; registering twice is
-    harmless); ``ValueError`` for a bad suffix or one another kind uses."""
+    harmless); ``ValueError`` for a bad suffix or one another layout uses."""
     if not _SUFFIX_RE.match(found.suffix):
         raise ValueError(f"checkpoint suffix {found.suffix!r}: use 1-16 of a-z and 0-9")
     for other in _FORMATS.values():
-        if other.suffix == found.suffix and other.kind != found.kind:
+        if other.suffix == found.suffix and other.layout != found.layout:
             raise ValueError(
-                f"checkpoint suffix {found.suffix!r} of kind {found.kind!r} is kind "
-                f"{other.kind!r}'s already; choose another suffix"
+                f"checkpoint suffix {found.suffix!r} of layout {found.layout!r} is layout "
+                f"{other.layout!r}'s already; choose another suffix"
             )
-    _FORMATS[found.kind] = found
+    _FORMATS[found.layout] = found
     return found
 
 
-def unregister_format(kind: str) -> None:
-    """Forget ``kind``'s format (a framework that was registered in-process only)."""
-    _FORMATS.pop(kind, None)
+def unregister_format(layout: str) -> None:
+    """Forget ``layout``'s format (a framework that was registered in-process only)."""
+    _FORMATS.pop(layout, None)
 
 
-def format_of(kind: str) -> CheckpointFormat | None:
-    """The registered format of ``kind``, ``None`` if there is none here."""
-    return _FORMATS.get(kind)
+def format_of(layout: str) -> CheckpointFormat | None:
+    """The registered format of ``layout``, ``None`` if there is none here."""
+    return _FORMATS.get(layout)
+
+
+def layout_of(entry: Mapping[str, Any]) -> str:
+    """A record's layout: its ``layout``, else its ``kind`` (a record of format 1), else ""."""
+    value = entry.get(LAYOUT_KEY, entry.get(FORMER_LAYOUT_KEY))
+    return value if isinstance(value, str) else ""
 
 
 def function_of(target: str) -> Callable[..., Any]:
@@ -109,9 +133,9 @@ def function_of(target: str) -> Callable[..., Any]:
 
 
 def is_folder(entry: Entry) -> bool:
-    """Whether a record's data is a folder: as its kind's format says, else as the record
-    says (a folder's record lists ``files``), so a reader lists kinds it does not know."""
-    found = _FORMATS.get(str(entry.get("kind")))
+    """Whether a record's data is a folder: as its layout's format says, else as the record
+    says (a folder's record lists ``files``), so a reader lists layouts it does not know."""
+    found = _FORMATS.get(layout_of(entry))
     return found.folder if found is not None else isinstance(entry.get("files"), dict)
 
 
@@ -147,28 +171,28 @@ class CorruptCheckpoint(CheckpointError):
     """A listed checkpoint cannot be loaded: a file is missing or its checksum is wrong."""
 
 
-def payload_name(step: int, token: str, kind: str) -> str:
-    """File or folder name of a checkpoint's data; ``CheckpointError`` for a kind whose
+def payload_name(step: int, token: str, layout: str) -> str:
+    """File or folder name of a checkpoint's data; ``CheckpointError`` for a layout whose
     format is not registered here."""
-    found = _FORMATS.get(kind)
+    found = _FORMATS.get(layout)
     if found is None:
         raise CheckpointError(
-            f"checkpoint kind {kind!r} has no registered format; its framework declares it "
-            "(register_format(CheckpointFormat(kind, suffix)))"
+            f"checkpoint layout {layout!r} has no registered format; its framework declares it "
+            "(register_format(CheckpointFormat(layout, suffix)))"
         )
     return f"step-{step:09d}-{token}.{found.suffix}"
 
 
 def not_torch_state(entry: Entry, where: str) -> str | None:
     """Why a library's checkpoint (``hf``, ``keras``) is no state to load here, with the fix."""
-    kind = entry.get("kind")
-    if kind == HF:
+    layout = layout_of(entry)
+    if layout == HF:
         return (
             f"checkpoint step {entry['step']} is a Hugging Face Trainer folder ({where}): resume "
             f"it with --resume {entry['step']} (Trainer.train() picks it up), or load it with "
             "from_pretrained(...) on that folder"
         )
-    if kind == KERAS:
+    if layout == KERAS:
         return (
             f"checkpoint step {entry['step']} is a Keras file ({where}, written as "
             f"{entry.get('source', 'a .keras or .weights.h5 file')}): copy it to that name and "
@@ -196,7 +220,7 @@ def make_entry(
     *,
     step: int,
     token: str,
-    kind: str,
+    layout: str,
     time: float,
     nbytes: int,
     sha256: str,
@@ -214,8 +238,8 @@ def make_entry(
         "format": FORMAT,
         "step": step,
         "id": token,
-        "kind": kind,
-        "path": payload_name(step, token, kind),
+        LAYOUT_KEY: layout,
+        "path": payload_name(step, token, layout),
         "time": round(time, 6),
         "bytes": int(nbytes),
         "sha256": sha256,
@@ -251,7 +275,7 @@ def decode_entry(data: bytes, name: str) -> Entry:
     except (ValueError, UnicodeDecodeError) as exc:
         step = int(match.group(1)) if match else -1
         token = match.group(2) if match else name
-        stub = make_entry(step=step, token=token, kind=FULL, time=0.0, nbytes=0, sha256="")
+        stub = make_entry(step=step, token=token, layout=FULL, time=0.0, nbytes=0, sha256="")
         return dict(stub, path="", status=CORRUPT, reason=f"unreadable record {name}: {exc}")
     return entry
 
@@ -327,7 +351,7 @@ def status_of(entry: Entry, sizes: Mapping[str, int | None]) -> tuple[str, str]:
     if path not in sizes:
         return INCOMPLETE, f"{path or 'data'} is missing"
     size = sizes[path]
-    if entry.get("kind") == FULL and size is not None and size != entry.get("bytes"):
+    if layout_of(entry) == FULL and size is not None and size != entry.get("bytes"):
         return CORRUPT, f"{path} has {size} bytes, the record says {entry.get('bytes')}"
     return OK, ""
 

@@ -161,7 +161,7 @@ def save(
     entry = ck.folder_entry(
         step=step,
         token=token,
-        kind=fmt.JAX,
+        layout=fmt.JAX,
         files=files,
         metrics=metrics,
         tensors=len(arrays),
@@ -218,7 +218,7 @@ def _save_orbax(
     entry = ck.folder_entry(
         step=step,
         token=token,
-        kind=fmt.JAX,
+        layout=fmt.JAX,
         files=files,
         metrics=metrics,
         tensors=len(leaves),

@@ -44,8 +44,9 @@ def enabled() -> bool:
     return bool(env_text(ENV_DIR))
 
 
-def record(source: str, step: int, kind: str, metrics: Mapping[str, float]) -> str | None:
-    """Copy the finished checkpoint at ``source`` (a file or a folder) in as ``step``.
+def record(source: str, step: int, layout: str, metrics: Mapping[str, float]) -> str | None:
+    """Copy the finished checkpoint at ``source`` (a file or a folder) in as ``step``, of
+    ``layout`` (``hf``, ``lightning``, ``keras`` or a registered format's).
 
     Call it on one rank, after the library's save returned. Returns the
     checkpoint's URI, or ``None`` when the job has no checkpoint directory or
@@ -58,16 +59,16 @@ def record(source: str, step: int, kind: str, metrics: Mapping[str, float]) -> s
     token = secrets.token_hex(3)
     values = {str(k): float(v) for k, v in metrics.items()}
     if os.path.isdir(source):
-        entry = _copy_folder(cdir, source, step, token, kind, values)
+        entry = _copy_folder(cdir, source, step, token, layout, values)
     else:
-        entry = _copy_file(cdir, source, step, token, kind, values)
+        entry = _copy_file(cdir, source, step, token, layout, values)
     return finish_commit(cdir, entry, None, None)
 
 
 def _copy_file(
-    cdir: CheckpointDir, source: str, step: int, token: str, kind: str, metrics: dict[str, float]
+    cdir: CheckpointDir, source: str, step: int, token: str, layout: str, metrics: dict[str, float]
 ) -> fmt.Entry:
-    path = cdir.fs.join(cdir.root, fmt.payload_name(step, token, kind))
+    path = cdir.fs.join(cdir.root, fmt.payload_name(step, token, layout))
     with open(source, "rb") as src, cdir.fs.atomic_write(path, fsync=fsync_enabled()) as fh:
         writer = HashingWriter(fh)
         while chunk := src.read(CHUNK):
@@ -75,7 +76,7 @@ def _copy_file(
     entry = fmt.make_entry(
         step=step,
         token=token,
-        kind=kind,
+        layout=layout,
         time=time.time(),
         nbytes=writer.bytes,
         sha256=writer.hexdigest(),
@@ -90,9 +91,9 @@ def _copy_file(
 
 
 def _copy_folder(
-    cdir: CheckpointDir, source: str, step: int, token: str, kind: str, metrics: dict[str, float]
+    cdir: CheckpointDir, source: str, step: int, token: str, layout: str, metrics: dict[str, float]
 ) -> fmt.Entry:
-    name = fmt.payload_name(step, token, kind)
+    name = fmt.payload_name(step, token, layout)
     tmp = cdir.fs.temp_dir(cdir.root, name)
     files: dict[str, tuple[int, str]] = {}
     try:
@@ -112,30 +113,30 @@ def _copy_folder(
         cdir.fs.remove(tmp)
         raise
     entry = folder_entry(
-        step=step, token=token, kind=kind, files=files, metrics=metrics, tensors=0, parameters=0
+        step=step, token=token, layout=layout, files=files, metrics=metrics, tensors=0, parameters=0
     )
     entry["source"] = os.path.basename(source.rstrip(os.sep))
     return entry
 
 
-def resume_path(kind: str) -> str | None:
-    """The local path of the ``kind`` checkpoint this run resumes from, if it has one.
+def resume_path(layout: str) -> str | None:
+    """The local path of the ``layout`` checkpoint this run resumes from, if it has one.
 
     As ``load_checkpoint()`` decides: after a restart the job's own latest,
-    else ``--resume``. A checkpoint of another kind, or none, gives ``None``.
+    else ``--resume``. A checkpoint of another layout, or none, gives ``None``.
     A checkpoint on an object store is first copied to a local folder.
     """
-    found = resume_checkpoint(kind)
+    found = resume_checkpoint(layout)
     return None if found is None else found[0]
 
 
-def resume_checkpoint(kind: str) -> tuple[str, fmt.Entry] | None:
+def resume_checkpoint(layout: str) -> tuple[str, fmt.Entry] | None:
     """:func:`resume_path` and the checkpoint's record (its ``source``, step and metrics)."""
     try:
         found = resume_target(checkpoint_dir() if enabled() else None)
     except fmt.CheckpointError:
         return None
-    if found is None or found[1].get("kind") != kind:
+    if found is None or fmt.layout_of(found[1]) != layout:
         return None
     cdir, entry = found
     status, reason = cdir.verify(entry)

@@ -86,7 +86,7 @@ def save(
     entry = ck.folder_entry(
         step=step,
         token=token,
-        kind=fmt.TF,
+        layout=fmt.TF,
         files=files,
         metrics=metrics,
         tensors=len(shapes),

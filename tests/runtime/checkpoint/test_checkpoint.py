@@ -36,7 +36,7 @@ from tests.signing import parse
 
 def entry(step: int, token: str = "aaaaaa", t: float = 1.0, **metrics: float) -> fmt.Entry:
     return fmt.make_entry(
-        step=step, token=token, kind=fmt.FULL, time=t, nbytes=10, sha256="0" * 64, metrics=metrics
+        step=step, token=token, layout=fmt.FULL, time=t, nbytes=10, sha256="0" * 64, metrics=metrics
     )
 
 

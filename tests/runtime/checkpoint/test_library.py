@@ -38,7 +38,7 @@ def test_a_trainer_folder_is_copied_listed_and_handed_back(
     (source / "trainer_state.json").write_text("rewritten by the library")  # the copy stays
     store = CheckpointStore(str(job_dir))
     [info] = store.list()
-    assert (info.step, info.kind, info.metrics) == (10, "hf", {"loss": 0.5})
+    assert (info.step, info.layout, info.metrics) == (10, "hf", {"loss": 0.5})
     assert store.verify() == {10: "ok"} and info.record["source"] == "checkpoint-10"
     with pytest.raises(fmt.CheckpointError, match=r"Hugging Face Trainer folder .*--resume 10"):
         store.load(10)
@@ -67,7 +67,7 @@ def test_a_lightning_file_loads_as_the_torch_state_it_is(job_dir: Path, tmp_path
     assert library.record(str(source), 4, fmt.LIGHTNING, {}) is not None
     assert library.record(str(tmp_path / "gone.ckpt"), 5, fmt.LIGHTNING, {}) is None
     store = CheckpointStore(str(job_dir))
-    assert [(i.step, i.kind) for i in store.list()] == [(4, "lightning")]
+    assert [(i.step, i.layout) for i in store.list()] == [(4, "lightning")]
     assert store.load(4)["state_dict"]["w"].tolist() == [1.0, 1.0]
 
 

@@ -94,7 +94,7 @@ def test_trainer_logs_checkpoints_and_resume_reach_the_job(home: Path, tmp_path:
     assert progress is not None and (progress["step"], progress["total"]) == (20, 20), progress
     store = CheckpointStore(str(ckpts))
     infos = store.list()
-    assert [(i.step, i.kind) for i in infos] == [(10, "hf"), (20, "hf")], job.logs()
+    assert [(i.step, i.layout) for i in infos] == [(10, "hf"), (20, "hf")], job.logs()
     assert infos[-1].metrics["loss"] == pytest.approx(values(job, 0, "loss")[20])
     assert store.verify() == {10: "ok", 20: "ok"}
     folder = Path(store.dir.payload_path(store._entry(20)))

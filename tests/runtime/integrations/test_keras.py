@@ -58,7 +58,7 @@ def test_fit_reports_loss_per_epoch_progress_checkpoints_and_resumes(tmp_path: P
     assert progress is not None and (progress["step"], progress["total"]) == (12, 12), progress
     store = CheckpointStore(str(ckpts))
     infos = store.list()
-    assert [(i.step, i.kind) for i in infos] == [(4, "keras"), (8, "keras"), (12, "keras")]
+    assert [(i.step, i.layout) for i in infos] == [(4, "keras"), (8, "keras"), (12, "keras")]
     assert all(i.ok for i in infos) and infos[-1].metrics["loss"] == pytest.approx(losses[-1])
     assert infos[-1].metrics["epoch"] == 3.0
     # --resume latest: every worker loads the listed step-12 weights, fit goes on at epoch 4
@@ -78,7 +78,7 @@ def test_fit_reports_loss_per_epoch_progress_checkpoints_and_resumes(tmp_path: P
         assert values(again, rank, "epoch") == {16: 4.0, 20: 5.0}, (rank, again.logs())
     progress = again.monitor.snapshot()["progress"]
     assert progress is not None and (progress["step"], progress["total"]) == (20, 20), progress
-    assert [(i.step, i.kind) for i in store.list()][-2:] == [(16, "keras"), (20, "keras")]
+    assert [(i.step, i.layout) for i in store.list()][-2:] == [(16, "keras"), (20, "keras")]
     # it went on from the first job's weights: one SGD epoch from them, not from a fresh start
     assert second["losses"][0] < losses[0] / 2, (losses, second["losses"])
 

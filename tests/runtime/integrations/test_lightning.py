@@ -151,7 +151,7 @@ def test_logged_values_progress_checkpoints_and_resume(home: Path, tmp_path: Pat
     progress = job.monitor.snapshot()["progress"]
     assert progress is not None and (progress["step"], progress["total"]) == (8, 8), progress
     store = CheckpointStore(str(ckpts))
-    assert [(i.step, i.kind) for i in store.list()] == [(4, "lightning"), (8, "lightning")]
+    assert [(i.step, i.layout) for i in store.list()] == [(4, "lightning"), (8, "lightning")]
     assert store.verify() == {4: "ok", 8: "ok"}
     losses = values(job, 0, "train_loss")
     for info in store.list():  # the epoch ends' values, sent exact

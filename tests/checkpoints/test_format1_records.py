@@ -48,7 +48,12 @@ def test_a_record_names_its_layout_layout() -> None:
     entry = fmt.make_entry(
         step=1, token="abcdef", layout=fmt.SHARDED, time=1.0, nbytes=1, sha256=""
     )
-    assert (entry["format"], entry["layout"], "kind" in entry) == (fmt.FORMAT, fmt.SHARDED, False)
+    # a reader of format 1 (an earlier version) still finds the layout under its former key
+    assert (entry["format"], entry["layout"], entry["kind"]) == (
+        fmt.FORMAT,
+        fmt.SHARDED,
+        fmt.SHARDED,
+    )
     assert fmt.layout_of(entry) == fmt.SHARDED
     assert fmt.layout_of({"kind": fmt.TF}) == fmt.TF  # a record of format 1
     assert fmt.layout_of({"layout": fmt.JAX, "kind": fmt.TF}) == fmt.JAX

@@ -136,8 +136,14 @@ class KubernetesBackend(Backend):
         self.notebook = notebook
         self._conn: Connection | None = None
         self._namespace: NamespaceWatch | None = None  # see watch_namespace()
+        self._job_conns: dict[str, Connection] = {}  # see job_connection()
 
     # -- helpers -----------------------------------------------------------------
+    def job_connection(self, name: str) -> Connection:
+        """The connection of job ``name`` as this backend submitted it (its spec may choose
+        another context or namespace), else the default one: what by-name calls use."""
+        return self._job_conns.get(name) or self.connection()
+
     def settings(self, spec: JobSpec) -> K8sOptions:
         """The spec's Kubernetes options, validated; the payload (with the job key) in a Secret."""
         opts = parse_options(spec.options)
@@ -355,6 +361,7 @@ class KubernetesBackend(Backend):
                     {"text": f"warning: {warning}", "source": "kubernetes"},
                 )
             )
+        self._job_conns[spec.name] = conn
         run = KubernetesRun(self, conn, spec, sink, plan.payload.key)
         run.start()
         return run
@@ -430,7 +437,7 @@ class KubernetesBackend(Backend):
 
     def may_stop(self, name: str) -> bool | None:
         """Whether RBAC lets this user delete job ``name`` (a SelfSubjectAccessReview)."""
-        return access.may_delete(self.connection(), name)
+        return access.may_delete(self.job_connection(name), name)
 
     def logs(self, name: str, rank: int | None = None, tail: int | None = None) -> str:
         """Pod logs of the job (one rank's lines, or all with their rank), control lines left out.
@@ -439,7 +446,7 @@ class KubernetesBackend(Backend):
         :meth:`~.watch.KubernetesRun`): those are read from its record. A rank's
         signed error shows as its traceback (:func:`.podlogs.rank_lines`).
         """
-        conn = self.connection()
+        conn = self.job_connection(name)
         texts = podlogs.job_texts(conn, name)
         if texts is None:
             raise JobNotFound(f"job {name!r} has no pods in namespace {conn.namespace!r}")
@@ -460,7 +467,7 @@ class KubernetesBackend(Backend):
     def send_control(self, name: str, control: str, body: str) -> int:
         """Annotate the pod of node 0 with the next request of ``control`` (read as for
         :meth:`request_stacks`)."""
-        key = self.job_key(self.connection(), name)
+        key = self.job_key(self.job_connection(name), name)
         if key is None:
             raise BackendError(f"job {name!r}: its job key is not readable to sign a request with")
         return self._annotate_leader(
@@ -470,7 +477,7 @@ class KubernetesBackend(Backend):
     def _annotate_leader(self, name: str, key: str, render: Callable[[int], str]) -> int:
         """Set annotation ``key`` of job ``name``'s node-0 pod to ``render(N)``, N one more
         than the number it holds; return N."""
-        conn = self.connection()
+        conn = self.job_connection(name)
         first = leader_pod([conn.plain(p) for p in podlogs.job_pods(conn, name)])
         if first is None:
             raise JobNotFound(f"job {name!r} has no pod of node 0 in namespace {conn.namespace!r}")
@@ -535,7 +542,7 @@ class KubernetesBackend(Backend):
 
     def stored_key(self, name: str) -> bytes | None:
         """Job ``name``'s key from its payload Secret (None when unreadable)."""
-        return self.job_key(self.connection(), name)
+        return self.job_key(self.job_connection(name), name)
 
     def view_directory(self, name: str, spec: JobSpec | None = None) -> str:
         """Where the view record of job ``name`` followed here goes: a directory of this
@@ -546,7 +553,7 @@ class KubernetesBackend(Backend):
 
     def stop(self, name: str) -> bool:
         """Delete job ``name`` (of whichever kind it is)."""
-        conn = self.connection()
+        conn = self.job_connection(name)
         return any(self.delete(conn, kubeflow, name) for kubeflow in kinds.KINDS)
 
 

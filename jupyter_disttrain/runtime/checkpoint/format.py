@@ -19,8 +19,9 @@ stored: a registered :class:`CheckpointFormat`'s name such as ``full``,
 ``world_size``, ``versions``, ``job``, ``run``; for folders ``files``
 (size and sha256 by relative path), ``tensors`` and ``parameters`` when
 counted, ``source`` for a library's checkpoint. Records of format 1 name the
-layout ``kind``: :func:`layout_of` reads either, so they list, load and
-resume as before.
+layout ``kind`` only: :func:`layout_of` reads either, so they list, load and
+resume as before; a record of format 2 repeats its layout as ``kind`` for the
+readers of format 1 (an earlier version listing the same directory).
 
 A checkpoint exists once its record exists: the payload is written (to a
 temporary name, flushed, fsynced and renamed, or as one object on an object
@@ -239,6 +240,7 @@ def make_entry(
         "step": step,
         "id": token,
         LAYOUT_KEY: layout,
+        FORMER_LAYOUT_KEY: layout,  # for readers of format 1 (earlier versions of this package)
         "path": payload_name(step, token, layout),
         "time": round(time, 6),
         "bytes": int(nbytes),

@@ -151,56 +151,45 @@ def test_a_session_runs_cells_over_port_forward_and_stop_deletes_it(
 
 
 @pytest.mark.slow
-def test_a_session_in_another_namespace_is_reached_and_deleted_there(
+def test_a_session_in_another_namespace_ends_when_idle_and_restarts_there(
     cluster: tuple[Emulator, str],
 ) -> None:
-    emulator, api = cluster
-    name = f"ks-ns-{api}"
-    service = JobService()
-    options = (("kubeflow_api", api), ("namespace", "team-b"))  # not the kubeconfig's default
-    session = service.start_session(
-        JobSpec(name, backend="kubernetes", nodes=1, nproc=1, options=options)
-    )
-    try:
-        assert session.run("x = 41") is None, logs(session)
-        assert session.run("x + 1") == 42, logs(session)
-        kind = TRAINJOB if api == "trainjob" else PYTORCHJOB
-        backend = session.backend
-        assert isinstance(backend, KubernetesBackend)
-        custom = k8s.CustomObjectsApi(backend.connection().api)
-        found = custom.list_namespaced_custom_object(
-            kind.group, kind.version, "team-b", kind.plural
-        )
-        assert [o["metadata"]["name"] for o in found["items"]] == [name]
-    finally:
-        service.stop_session(name)
-    wait_for(
-        lambda: (
-            not custom.list_namespaced_custom_object(
-                kind.group, kind.version, "team-b", kind.plural
-            )["items"]
-        ),
-        60,
-        lambda: "the session's job is still in team-b",
-    )
-    wait_for(lambda: not emulator.processes(), 60, emulator.processes)
-
-
-@pytest.mark.slow
-def test_idle_timeout_ends_the_job_and_its_pods(cluster: tuple[Emulator, str]) -> None:
+    """A session in a namespace other than the kubeconfig's is reached there, its logs read
+    there by name; its idle timeout ends the job and its pods, the name is free again for a
+    restart, and stop deletes it there."""
     emulator, api = cluster
     name = f"ks-idle-{api}"
     service = JobService()
-    session = service.start_session(spec(name, api), idle_timeout=3.0)
-    assert session.run("1") == 1, logs(session)
+    options = (("kubeflow_api", api), ("namespace", "team-b"))
+    session = service.start_session(
+        JobSpec(name, backend="kubernetes", nodes=2, nproc=1, options=options), idle_timeout=3.0
+    )
+    kind = TRAINJOB if api == "trainjob" else PYTORCHJOB
+    backend = session.backend
+    assert isinstance(backend, KubernetesBackend)
+    custom = k8s.CustomObjectsApi(backend.connection().api)
+
+    def in_team_b() -> list[str]:
+        found = custom.list_namespaced_custom_object(
+            kind.group, kind.version, "team-b", kind.plural
+        )
+        return [o["metadata"]["name"] for o in found["items"]]
+
     assert session.job is not None
-    assert session.job.wait(120) == "Succeeded", logs(session)
+    assert session.run("x = 41") is None, session.job.logs()
+    assert session.run("x + 1") == 42, session.job.logs()
+    assert in_team_b() == [name]
+    assert session.job.wait(120) == "Succeeded", session.job.logs()
     wait_for(lambda: not emulator.processes(), 60, emulator.processes)
-    assert "no cell for 3 s (--idle-timeout)" in logs(session)
+    # read by name by the backend that submitted it: in the job's namespace, not the default
+    assert "no cell for 3 s (--idle-timeout)" in session.job.logs()
     with pytest.raises(SessionError, match=f"restart {name}"):
         session.run("1")
-    assert service.restart_session(name).run("2") == 2, logs(session)  # the name is free again
+    again = service.restart_session(name)
+    assert again.run("2") == 2, again.job and again.job.logs()  # the name is free again
+    assert in_team_b() == [name]
     service.stop_session(name)
+    wait_for(lambda: not in_team_b(), 60, lambda: "the session's job is still in team-b")
     wait_for(lambda: not emulator.processes(), 60, emulator.processes)
     assert all(r.name != name for r in service.backend("kubernetes").list_jobs())
 

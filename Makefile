@@ -4,7 +4,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTHON  ?= python3
 
-.PHONY: venv demo test checks lint typecheck importlint unit notebooks bench clean browser-deps labextension-test binder-check readme-pictures
+.PHONY: venv setup demo test checks lint typecheck importlint unit notebooks bench clean browser-deps labextension-test binder-check readme-pictures
 
 # The editable install also builds the lab extension (labextension/ -> jupyter_disttrain/labextension).
 $(STAMP): pyproject.toml constraints.txt labextension/package.json $(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*)
@@ -66,7 +66,12 @@ checks: lint typecheck importlint labextension-test
 # (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
 TEST_WORKERS ?= 2
 PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=20
-test: venv browser-deps
+# The venv (pip) and the browser's packages (apt, npm) do not depend on each other: made
+# side by side.
+setup:
+	@$(MAKE) --no-print-directory -j2 venv browser-deps
+
+test: setup
 	$(PY) -m compileall -q jupyter_disttrain > /dev/null
 	status=0; checked=$$(mktemp); \
 	$(MAKE) --no-print-directory checks > $$checked 2>&1 & checks=$$!; \

@@ -31,6 +31,16 @@ export async function openBrowser(viewport) {
     ],
   });
   const page = context.pages()[0] ?? (await context.newPage());
+  // JupyterLab asks which kernel to start when it opens a notebook before it has the server's
+  // kernel specs (seen once on a loaded machine, the notebook's kernelspec set): the
+  // notebook's own kernel is preselected; accept it as a user would, and count it.
+  await page.addLocatorHandler(
+    page.locator(".jp-Dialog").filter({ hasText: "Select Kernel" }),
+    async (dialog) => {
+      result.kernelDialogs = (result.kernelDialogs ?? 0) + 1;
+      await dialog.locator("button.jp-mod-accept").click();
+    },
+  );
   page.on("console", (msg) => {
     if (msg.type() === "error" && result.console.length < 50) result.console.push(msg.text());
   });

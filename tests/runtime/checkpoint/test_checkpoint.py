@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,19 +84,6 @@ def test_status_which_and_unreadable_records() -> None:
 
 
 # -- save and load in one process ---------------------------------------------------------
-
-
-@pytest.fixture
-def ckenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A checkpoint dir in the environment, as a job's worker sees it (rank 0)."""
-    directory = tmp_path / "ckpt"
-    for key in ("RANK", "WORLD_SIZE", "DISTRAIN_RESUME"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("DISTRAIN_CHECKPOINT_DIR", str(directory))
-    monkeypatch.setenv("DISTRAIN_JOB_ID", "job-a")
-    monkeypatch.setenv("DISTRAIN_RUN_ID", "run-1")
-    yield directory
-    ck.wait_for_saves(raise_errors=False)
 
 
 def model_state(step: int) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,17 +13,6 @@ from jupyter_disttrain.runtime.checkpoint import api as ck
 from jupyter_disttrain.runtime.checkpoint import format as fmt
 from jupyter_disttrain.runtime.checkpoint import library
 from jupyter_disttrain.runtime.checkpoint.directory import CheckpointDir
-
-
-@pytest.fixture
-def job_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A checkpoint directory in the environment, as a job's rank 0 sees it."""
-    directory = tmp_path / "ckpt"
-    for key in ("RANK", "WORLD_SIZE", "DISTRAIN_RESUME", "DISTRAIN_JOB_ID", "DISTRAIN_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("DISTRAIN_CHECKPOINT_DIR", str(directory))
-    yield directory
-    ck.wait_for_saves(raise_errors=False)
 
 
 def to_format1(directory: Path) -> None:
@@ -63,16 +51,16 @@ def test_a_record_names_its_layout_layout() -> None:
 
 @pytest.mark.parametrize("cached", [False, True], ids=["records", "manifest"])
 def test_format1_records_list_load_and_resume(
-    job_dir: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+    ckenv: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
 ) -> None:
     full = {"w": torch.ones(2), "step": 10}
     sharded = {"model": {"w": torch.arange(6.0).reshape(2, 3)}, "step": 20}
     ck.save_checkpoint(full, 10, {"loss": 0.5})
     ck.save_checkpoint(sharded, 20, {"loss": 0.25}, sharded=True)
-    to_format1(job_dir)
+    to_format1(ckenv)
     if cached:
-        format1_manifest(job_dir)
-    store = CheckpointStore(str(job_dir))
+        format1_manifest(ckenv)
+    store = CheckpointStore(str(ckenv))
     infos = store.list()
     assert [(c.step, c.layout, c.status) for c in infos] == [
         (10, "full", "ok"),
@@ -92,14 +80,14 @@ def test_format1_records_list_load_and_resume(
 
 
 def test_a_format1_library_checkpoint_is_handed_back(
-    job_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ckenv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source = tmp_path / "out" / "checkpoint-10"
     source.mkdir(parents=True)
     (source / "trainer_state.json").write_text('{"global_step": 10}')
     assert library.record(str(source), 10, fmt.HF, {"loss": 0.5}) is not None
-    to_format1(job_dir)
-    store = CheckpointStore(str(job_dir))
+    to_format1(ckenv)
+    store = CheckpointStore(str(ckenv))
     assert [(c.step, c.layout) for c in store.list()] == [(10, "hf")]
     assert store.verify() == {10: "ok"}
     with pytest.raises(fmt.CheckpointError, match="Hugging Face Trainer folder"):

@@ -470,6 +470,19 @@ class Emulator:
         """
         self.faults.refuse(403, count, verbs, resources, user)
 
+    def slow_down(
+        self,
+        seconds: float,
+        *,
+        verbs: Iterable[str] | None = None,
+        resources: Iterable[str] | None = None,
+        names: str = "*",
+    ) -> None:
+        """Answer matching requests ``seconds`` late (a loaded API server), until
+        :meth:`clear_faults`. ``verbs``/``resources`` narrow them as for :meth:`deny`;
+        ``names`` is a glob of the object a request names (``"*-master-0"``)."""
+        self.faults.slow(seconds, verbs, resources, names)
+
     def unauthorized(self, count: int | None = None) -> None:
         """Answer 401 Unauthorized to the next ``count`` requests (None: until cleared)."""
         self.faults.refuse(401, count, None, None, DEFAULT_USER)
@@ -528,7 +541,7 @@ class Emulator:
         self.store.compact()
 
     def clear_faults(self) -> None:
-        """Disarm every fault (refusals, scheduling, image pulls) and restore removed CRDs."""
+        """Disarm every fault (refusals, slowness, scheduling, pulls); restore removed CRDs."""
         self.faults.clear()
         for group in list(self.registry.hidden_groups):
             self.restore_crds(group)

@@ -1,4 +1,4 @@
-"""Faults on demand: refused requests, unschedulable pods, images that cannot be pulled."""
+"""Faults on demand: refused or slow requests, unschedulable pods, images that cannot be pulled."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ class _Refusal:
     verbs: frozenset[str] | None
     resources: frozenset[str] | None
     user: str
+
+
+@dataclass(frozen=True)
+class _Slowness:
+    seconds: float
+    verbs: frozenset[str] | None
+    resources: frozenset[str] | None
+    names: str  # a glob of the named object ("*": any, and requests naming none)
 
 
 @dataclass(frozen=True)
@@ -71,10 +79,12 @@ class Faults:
         self._unschedulable: list[tuple[str, str | None, str]] = []
         self._pullable: Callable[[str], bool] | None = None
         self._pull_delays: list[tuple[str, float]] = []
+        self._slowness: list[_Slowness] = []
 
     def clear(self) -> None:
         with self._lock:
             self._refusals.clear()
+            self._slowness.clear()
             self._unschedulable.clear()
             self._pullable = None
             self._pull_delays = []
@@ -116,6 +126,34 @@ class Faults:
                         self._refusals.remove(refusal)
                 return unauthorized() if refusal.code == 401 else forbidden(info, refusal.user)
         return None
+
+    def slow(
+        self,
+        seconds: float,
+        verbs: Iterable[str] | None,
+        resources: Iterable[str] | None,
+        names: str,
+    ) -> None:
+        with self._lock:
+            self._slowness.append(
+                _Slowness(
+                    seconds,
+                    frozenset(verbs) if verbs else None,
+                    frozenset(resources) if resources else None,
+                    names,
+                )
+            )
+
+    def delay(self, info: RequestInfo) -> float:
+        """Seconds the server waits before it answers the request described by ``info``."""
+        with self._lock:
+            return sum(
+                s.seconds
+                for s in self._slowness
+                if (s.verbs is None or info.verb in s.verbs)
+                and (s.resources is None or info.resource in s.resources)
+                and (s.names == "*" or fnmatch.fnmatchcase(info.name or "", s.names))
+            )
 
     def review(self, body: Obj) -> Obj:
         """A SelfSubjectAccessReview answered (``kubectl auth can-i``): denied when an armed

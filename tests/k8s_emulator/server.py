@@ -201,6 +201,8 @@ class ApiHandler(tornado.web.RequestHandler):
             refusal = emulator.faults.check(info)
             if refusal is not None:
                 raise refusal
+            if (delay := emulator.faults.delay(info)) > 0:
+                await asyncio.sleep(delay)
             if route is None:
                 raise not_served()
             if route.kind == "version":

@@ -468,15 +468,16 @@ class KubernetesRun(Submission):
             if self._terminal is not None:
                 return
             self._terminal = outcome
-            followers = list(self._followed.values())
         deadline = time.monotonic() + DRAIN_SECONDS
-        for thread in followers:  # let rank 0's log deliver its last lines (the result)
-            thread.join(max(0.0, deadline - time.monotonic()))
+        self._join_followers(deadline)  # rank 0's log delivers its last lines (the result)
         if outcome[0] == "Failed" and outcome[1] not in ("Deleted", "Timeout", "DataStagingFailed"):
             self._keep_logs_and_end_pods()
         if outcome[0] == "Succeeded":  # and the other pods report how they ended
             while time.monotonic() < deadline and not self._pods_ended():
                 time.sleep(0.05)
+            # A follower that saw the job end before its pods (a re-attach) starts reading
+            # node 0's log only once the pods' watch reports that pod: wait for it too.
+            self._join_followers(deadline)
             if not self._got_result:  # an elastic restart moved rank 0 to another pod
                 with self._lock:
                     followed = {key.split("#")[0] for key in self._followed}
@@ -487,6 +488,13 @@ class KubernetesRun(Submission):
         self._done.set()
         for w in list(self._watches):
             w.stop()
+
+    def _join_followers(self, deadline: float) -> None:
+        """Wait until ``deadline`` (monotonic) for every log follower started so far."""
+        with self._lock:
+            followers = list(self._followed.values())
+        for thread in followers:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _keep_logs_and_end_pods(self) -> None:
         """A failed job: keep failing pods' logs in full and others' tails, then end its pods.
@@ -549,9 +557,14 @@ class KubernetesRun(Submission):
             )
 
     def _pods_ended(self) -> bool:
+        """Whether every pod reported how it ended and node 0's log is being read."""
         with self._lock:
             states = [state for state, _, _ in self._pods.values()]
-        return len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
+            leaders = {pod for pod, node in self._nodes.items() if node == 0}
+            followed = {key.split("#")[0] for key in self._followed}
+            reading = self._replayed or bool(leaders & followed)
+        ended = len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
+        return ended and reading
 
 
 def plain_watch() -> watch.Watch:

@@ -130,6 +130,15 @@ def test_job_runs_end_to_end_and_stop_cleans_up(cluster: Emulator, tmp_path: Pat
         raise AssertionError(f"re-attach did not end: {again.monitor.snapshot()}\n{seen}") from None
     assert again.result(timeout=60) == {"world": 2, "rank": 0}
     assert len(again.metrics()) >= 4
+    # On a loaded API server the re-attach sees the job end before its pods, and node 0's
+    # log comes late: the result still arrives before the job reads Succeeded.
+    cluster.slow_down(1.0, verbs=["watch"], resources=["pods"])
+    cluster.slow_down(3.0, resources=["pods/log"], names="k8s-e2e-master-0")
+    late = jobs.attach("k8s-e2e", KubernetesBackend())
+    assert late.wait(60) == "Succeeded"
+    assert late.monitor.result() is not None, late.monitor.snapshot()
+    assert late.result(timeout=60) == {"world": 2, "rank": 0}
+    cluster.clear_faults()
     # kubectl, an independent client, sees the job and its logs.
     kubeconfig = os.environ["KUBECONFIG"]
     got = subprocess.run(

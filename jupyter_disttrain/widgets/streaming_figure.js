@@ -10,7 +10,11 @@
 // append naming a trace the model does not hold (traces plotly added while its
 // module loaded) asks for the full state again. A view waits for the model's
 // set-up before it renders.
-// Each view's element carries data-distrain-appends and
+// ipywidgets applies a state update once it is deserialized (later) but hands
+// a custom message over at once: each message names the count of the synced
+// `_updates` it follows ("after"), and waits here until the model got there
+// (an append to traces a rebuild is still bringing, a redraw before the resync's
+// data). Each view's element carries data-distrain-appends and
 // data-distrain-appended-points: what arrived as appends so far (for tests).
 
 const loaded = (globalThis.__distrainPlotlyWidget ??= new Map());
@@ -197,7 +201,25 @@ export default () => {
     }
   }
 
+  // Messages waiting for the state update they follow, in arrival order.
+  const held = [];
+
   function onMessage(model, msg, buffers) {
+    if (held.length > 0 || (msg?.after ?? 0) > model.get("_updates")) {
+      held.push([msg, buffers]);
+      return;
+    }
+    handle(model, msg, buffers);
+  }
+
+  function release(model) {
+    while (held.length > 0 && (held[0][0]?.after ?? 0) <= model.get("_updates")) {
+      const [msg, buffers] = held.shift();
+      handle(model, msg, buffers);
+    }
+  }
+
+  function handle(model, msg, buffers) {
     if (msg?.type === "append") {
       append(model, msg, buffers ?? []);
     } else if (msg?.type === "redraw") {
@@ -215,6 +237,7 @@ export default () => {
       inner = module.default();
       inner.initialize({ model });
       model.on("msg:custom", (msg, buffers) => onMessage(model, msg, buffers));
+      model.on("change:_updates", () => release(model));
       resolveSetUp();
       model.send({ type: "ready" });
     },

@@ -11,6 +11,14 @@ Appends are sent only after the front end said it is listening (its
 *ready* message); the answer to *ready* is the full state, so a figure
 built before the browser loaded it, or a reloaded page, shows the same data.
 Everything the widget sends is counted in :attr:`StreamingFigure.stats`.
+
+Order: ipywidgets applies a state update only after deserializing it
+(asynchronously) but hands a custom message to the widget at once, so an
+*append* or *redraw* can overtake the update sent before it (the full state
+of a resync, the traces of a rebuild). Each such update is followed by one of
+``_updates`` (a synced counter), and each custom message names the count it
+follows (``after``); the front end holds a message back until its model has
+reached that count.
 """
 
 from __future__ import annotations
@@ -68,6 +76,8 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
     _esm = _JS
     _plotly_esm = traitlets.Unicode("").tag(sync=True)
     _plotly_version = traitlets.Unicode(plotly.__version__).tag(sync=True)
+    #: State updates that custom messages depend on, sent so far (see the module docstring).
+    _updates = traitlets.Int(0).tag(sync=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._lock = threading.RLock()
@@ -105,6 +115,7 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
             self.data = ()
             if traces:
                 self.add_traces(list(traces))
+            self._updates += 1  # appends to the new traces wait for them
 
     def append(self, updates: Sequence[tuple[int, Update]]) -> None:
         """Apply :class:`Update` s to traces by index; sends only the new points."""
@@ -130,6 +141,7 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
                     "type": "append",
                     "traces": [i for i, _ in todo],
                     "keep": [u.keep for _, u in todo],
+                    "after": self._updates,
                 },
                 buffers,
             )
@@ -155,7 +167,8 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
             # sent even when the kernel's copy did not change: the front end may have missed
             # the trace messages sent before its module loaded (a figure drawn before display)
             self.send_state(["_widget_layout", "_widget_data"])
-            self.send({"type": "redraw"})
+            self._updates += 1
+            self.send({"type": "redraw", "after": self._updates})
 
     def _send(self, msg: dict[str, Any], buffers: list[Any] | None = None) -> None:
         """Count, then send (every message of this widget goes through here)."""

@@ -193,6 +193,20 @@ async function detailActions(name) {
 }
 
 async function seenAll() {
+  // A page opened later draws a chart from what its model held when the page loaded, then
+  // from the kernel's answer to its "ready" (the full figure): read once the charts hold the
+  // steps their rank tables say (up to 30 s; then as they are, for the checks to judge).
+  await page.waitForFunction(
+    (sels) => sels.every((sel) => {
+      const root = document.querySelector(sel);
+      const plot = root?.querySelector(".js-plotly-plot");
+      const xs = (plot?.data ?? []).flatMap((t) => Array.from(t.x ?? []).map(Number));
+      const steps = [...(root?.querySelectorAll("tr.distrain-rank-row") ?? [])].map((tr) => Number(tr.dataset.step));
+      return xs.length > 0 && steps.length > 0 && Math.max(...xs) === Math.max(...steps);
+    }),
+    [dash("recover"), dash("hang")],
+    { timeout: 30_000 },
+  ).catch(() => {});
   const out = {};
   for (const key of ["fail", "recover", "session", "sessionNext", "hang", "jax", "wait"]) out[key] = await seen(key);
   // text against its background: every dashboard (charts are checked by their ink), the panel

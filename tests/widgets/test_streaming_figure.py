@@ -7,12 +7,17 @@ delivered the way ipywidgets delivers custom messages.
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 import pytest
 
+from jupyter_disttrain.widgets import streaming_figure
 from jupyter_disttrain.widgets.streaming_figure import StreamingFigure
 from jupyter_disttrain.widgets.trace_feed import Update
 
@@ -66,7 +71,9 @@ def test_ready_resyncs_then_appends_carry_only_new_points(fig: StreamingFigure) 
     assert fig.frontend_ready
     state = [m for m, _ in wire.messages if m.get("method") == "update"]
     assert state and "_widget_data" in state[0]["state"]
-    assert wire.custom()[-1][0] == {"type": "redraw"}
+    # the redraw names the count the front end's model reaches once the full state is in
+    assert state[-1]["state"] == {"_updates": fig._updates}
+    assert wire.custom()[-1][0] == {"type": "redraw", "after": fig._updates}
     resync_bytes = wire.bytes()
     assert resync_bytes >= 1003 * 16  # the full data, once
 
@@ -78,7 +85,7 @@ def test_ready_resyncs_then_appends_carry_only_new_points(fig: StreamingFigure) 
         ]
     )
     [(content, buffers)] = wire.custom()
-    assert content == {"type": "append", "traces": [0, 1], "keep": [3, 999]}
+    assert content == {"type": "append", "traces": [0, 1], "keep": [3, 999], "after": fig._updates}
     assert [np.frombuffer(b, dtype=np.float64).tolist() for b in buffers] == [
         [3.0],
         [5.0],
@@ -88,6 +95,20 @@ def test_ready_resyncs_then_appends_carry_only_new_points(fig: StreamingFigure) 
     assert wire.bytes() == 6 * 8
     assert len(fig.data[1].x) == 1001 and fig.data[1].x[-1] == 1001.0
     assert fig.stats.appends == 1 and fig.shown_points() == 4 + 1001
+
+
+def test_appends_after_a_rebuild_wait_for_its_traces(fig: StreamingFigure) -> None:
+    """The new traces go as state updates, then the count they end with; an append to them
+    names that count (its front end holds it until the traces are in)."""
+    ready(fig)
+    wire = Wire(fig)
+    fig.replace_traces([go.Scatter(x=[0.0], y=[1.0])])
+    updates = [m["state"] for m, _ in wire.messages if m.get("method") == "update"]
+    assert updates[-1] == {"_updates": fig._updates}
+    wire.messages.clear()
+    fig.append([(0, Update(1, np.array([1.0]), np.array([2.0])))])
+    [(content, _)] = wire.custom()
+    assert content["after"] == fig._updates
 
 
 def test_appends_to_missing_traces_are_ignored(fig: StreamingFigure) -> None:
@@ -104,3 +125,24 @@ def test_every_message_is_counted(fig: StreamingFigure) -> None:
     fig.append([(0, Update(0, np.arange(10.0), np.arange(10.0)))])
     fig.update_layout(yaxis_type="log")
     assert fig.stats.messages - before == len(wire.messages)
+
+
+def test_the_front_end_applies_messages_after_the_state_they_follow() -> None:
+    """streaming_figure.js in Node, fed as ipywidgets feeds it (a state update lands after
+    its deserialization, a custom message at once): a redraw shows the resync's full data,
+    and an append extends the traces of the rebuild it follows."""
+    node = shutil.which("node")
+    assert node is not None, "node runs the front end's module"
+    here = Path(__file__).parent
+    module = Path(streaming_figure.__file__).with_suffix(".js")
+    proc = subprocess.run(
+        [node, str(here / "streaming_figure_order.mjs"), str(module)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["resync"]["drawn"] == [[0, 1, 2, 3, 4, 5]], seen
+    assert seen["rebuild"]["model"] == [10, 11, 12], seen
+    assert seen["rebuild"]["drawn"] == [[10, 11, 12]], seen

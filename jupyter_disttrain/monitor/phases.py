@@ -78,15 +78,17 @@ class Timeline(NamedTuple):
 class PhaseLog:
     """The events a timeline needs, kept as they arrive (not thread-safe: the monitor locks).
 
-    ``job`` and ``phase`` events, each rank's first ``hello`` and the first
-    ``metric``; everything else is dropped.
+    ``job`` and ``phase`` events, each rank's first ``hello`` and the earliest
+    ``metric`` (by its time, whatever order the ranks' lines arrive in: a job
+    followed live and the same job replayed from its records read the same
+    first step); everything else is dropped.
     """
 
     def __init__(self) -> None:
         self.events: list[Event] = []
         self._hello: set[int] = set()
-        self._metric = False
-        self._cached: tuple[tuple[int, tuple[str, ...], int], Timeline] | None = None
+        self._first_metric: Event | None = None
+        self._cached: tuple[tuple[int, float, tuple[str, ...], int], Timeline] | None = None
 
     def add(self, event: Event) -> None:
         """Keep ``event`` if the timeline needs it."""
@@ -95,18 +97,21 @@ class PhaseLog:
                 return
             self._hello.add(event.rank)
         elif event.kind == "metric":
-            if self._metric:
-                return
-            self._metric = True
+            if self._first_metric is None or event.t < self._first_metric.t:
+                self._first_metric = event
+            return
         elif event.kind not in ("job", "phase") or len(self.events) >= MAX_KEPT:
             return
         self.events.append(event)
 
     def timeline(self, observable: Sequence[str], world_size: int, now: float) -> Timeline:
         """:func:`timeline` of the kept events (reused while nothing in it depends on ``now``)."""
-        key = (len(self.events), tuple(observable), world_size)
+        first = self._first_metric
+        metric_t = float("-inf") if first is None else first.t
+        key = (len(self.events), metric_t, tuple(observable), world_size)
         if self._cached is None or self._cached[0] != key:
-            line = timeline(self.events, observable, world_size, now)
+            kept = self.events if first is None else [*self.events, first]
+            line = timeline(kept, observable, world_size, now)
             if any(row["state"] == "active" and row["ended"] is None for row in line.rows):
                 return line
             self._cached = (key, line)

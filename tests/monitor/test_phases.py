@@ -152,8 +152,30 @@ def test_the_monitor_snapshot_carries_the_timeline_and_keeps_few_events() -> Non
     log = PhaseLog()
     for event in mon_events(k8s_job()):
         log.add(event)
-    assert len(log.events) == len(k8s_job()) - 3  # one metric kept of the four
+    assert len(log.events) == len(k8s_job()) - 4  # the metrics are not kept: only the first
     assert JobMonitor("j", "local", 1).snapshot()["phases"] == []
+
+
+def test_the_first_step_is_the_earliest_report_whatever_order_the_ranks_lines_arrive_in() -> None:
+    """A job followed live and the same job replayed from its records (the ranks' lines read
+    in another order) read the same first step."""
+    early = ev.Event("metric", 3, T0 + 42.5, {"step": 0, "values": {"loss": 1.0}})
+    arrivals = [k8s_job(), [*k8s_job(), early], [*k8s_job()[:-4], early, *k8s_job()[-4:]]]
+    lines = []
+    for events in arrivals[1:]:
+        log = PhaseLog()
+        for event in events:
+            log.add(event)
+        lines.append(log.timeline(ALL, 4, T0 + 60))
+    assert lines[0] == lines[1]
+    assert lines[0].first_step_s == pytest.approx(42.5)
+    assert lines[0].rows[-1]["ended"] == pytest.approx(T0 + 42.5)
+    log = PhaseLog()
+    for event in arrivals[0]:
+        log.add(event)
+    before = log.timeline(ALL, 4, T0 + 60)
+    log.add(early)  # a finished timeline is not reused once an earlier report arrived
+    assert log.timeline(ALL, 4, T0 + 60) == lines[0] != before
 
 
 def mon_events(events: list[ev.Event]) -> list[ev.Event]:

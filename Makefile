@@ -7,9 +7,17 @@ PYTHON  ?= python3
 .PHONY: venv setup demo test checks lint typecheck importlint unit notebooks bench clean browser-deps labextension-test binder-check readme-pictures
 
 # The editable install also builds the lab extension (labextension/ -> jupyter_disttrain/labextension).
+# uv installs the packages (downloads side by side, bytecode compiled on every core: about
+# 1 minute on a fresh machine, where pip took about 4.5); pip installs only uv. uv reads
+# none of pip's settings: pip's find-links (a local wheel of torch's CPU build, where the
+# machine has one) is passed on, and TLS trusts the system's certificates as pip does.
+UV_VERSION ?= 0.13.9
+FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 $(STAMP): pyproject.toml constraints.txt labextension/package.json $(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,tensorflow,jax]'
+	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip install --python $(PY) --quiet --system-certs --compile-bytecode \
+		$(if $(FIND_LINKS),--find-links $(FIND_LINKS)) -c constraints.txt -e '.[test,bench,tensorflow,jax]'
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -439,9 +439,13 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.nb7ArgsPanel = await argsInPanel();
   result.nb7DetailCauseSaid = await detail.evaluate((el) => (el.textContent.match(/ranks? stopped as a consequence/g) ?? []).length);
   // the ended job's Stop: disabled, and looks it
-  result.nb7DisabledStop = await detail.locator('button[data-action="stop"]').evaluate((b) => ({
-    disabled: b.disabled, opacity: Number(getComputedStyle(b).opacity), cursor: getComputedStyle(b).cursor,
-  }));
+  // read in the page at once: the panel re-renders its rows as it polls, and a button it
+  // replaced while a handle to it was held has no computed style (opacity "", cursor "")
+  result.nb7DisabledStop = await page.evaluate((sel) => {
+    const b = document.querySelector(sel);
+    const style = b && getComputedStyle(b);
+    return b && { disabled: b.disabled, opacity: Number(style.opacity), cursor: style.cursor };
+  }, `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] button[data-action="stop"]`);
   await detail.locator('button[data-action="logs"]').click();
   const logs = page.locator(`.jp-DisttrainLogs[data-job-id="local/${JOBS.fail}"][data-rank="all"]`);
   await logs.waitFor({ timeout: 30_000 });

@@ -30,6 +30,18 @@ class _Slowness:
     names: str  # a glob of the named object ("*": any, and requests naming none)
 
 
+def _armed_for(values: Iterable[str] | None) -> frozenset[str] | None:
+    """The verbs or resources a fault is armed for (None: any)."""
+    return frozenset(values) if values else None
+
+
+def _covers(
+    verbs: frozenset[str] | None, resources: frozenset[str] | None, verb: str, resource: str
+) -> bool:
+    """Whether a fault armed for ``verbs`` and ``resources`` covers ``verb`` on ``resource``."""
+    return (verbs is None or verb in verbs) and (resources is None or resource in resources)
+
+
 @dataclass(frozen=True)
 class RequestInfo:
     """What a request is about, as RBAC sees it."""
@@ -101,13 +113,7 @@ class Faults:
     ) -> None:
         with self._lock:
             self._refusals.append(
-                _Refusal(
-                    code,
-                    count,
-                    frozenset(verbs) if verbs else None,
-                    frozenset(resources) if resources else None,
-                    user,
-                )
+                _Refusal(code, count, _armed_for(verbs), _armed_for(resources), user)
             )
 
     def check(self, info: RequestInfo) -> ApiError | None:
@@ -116,9 +122,7 @@ class Faults:
             for refusal in self._refusals:
                 if refusal.code == 403 and not info.resource:
                     continue  # discovery stays open to every authenticated user
-                if refusal.verbs is not None and info.verb not in refusal.verbs:
-                    continue
-                if refusal.resources is not None and info.resource not in refusal.resources:
+                if not _covers(refusal.verbs, refusal.resources, info.verb, info.resource):
                     continue
                 if refusal.remaining is not None:
                     refusal.remaining -= 1
@@ -136,12 +140,7 @@ class Faults:
     ) -> None:
         with self._lock:
             self._slowness.append(
-                _Slowness(
-                    seconds,
-                    frozenset(verbs) if verbs else None,
-                    frozenset(resources) if resources else None,
-                    names,
-                )
+                _Slowness(seconds, _armed_for(verbs), _armed_for(resources), names)
             )
 
     def delay(self, info: RequestInfo) -> float:
@@ -150,8 +149,7 @@ class Faults:
             return sum(
                 s.seconds
                 for s in self._slowness
-                if (s.verbs is None or info.verb in s.verbs)
-                and (s.resources is None or info.resource in s.resources)
+                if _covers(s.verbs, s.resources, info.verb, info.resource)
                 and (s.names == "*" or fnmatch.fnmatchcase(info.name or "", s.names))
             )
 
@@ -165,9 +163,7 @@ class Faults:
         verb = str(attrs.get("verb") or "")
         with self._lock:
             denied = any(
-                r.code == 403
-                and (r.verbs is None or verb in r.verbs)
-                and (r.resources is None or resource in r.resources)
+                r.code == 403 and _covers(r.verbs, r.resources, verb, resource)
                 for r in self._refusals
             )
         status: Obj = {"allowed": not denied}

@@ -152,7 +152,7 @@ def test_the_monitor_snapshot_carries_the_timeline_and_keeps_few_events() -> Non
     log = PhaseLog()
     for event in mon_events(k8s_job()):
         log.add(event)
-    assert len(log.events) == len(k8s_job()) - 4  # the metrics are not kept: only the first
+    assert len(log.events) == len(k8s_job()) - 4  # metrics apart: only the earliest is kept
     assert JobMonitor("j", "local", 1).snapshot()["phases"] == []
 
 

@@ -480,8 +480,7 @@ class KubernetesRun(Submission):
             self._join_followers(deadline)
             if not self._got_result:  # an elastic restart moved rank 0 to another pod
                 with self._lock:
-                    followed = {key.split("#")[0] for key in self._followed}
-                    others = sorted(set(self._pods) - followed)
+                    others = sorted(set(self._pods) - self._followed_pods())
                 for pod in others:
                     self._pump(pod, follow=False)
         self.sink(ev.job_event(*outcome))
@@ -556,13 +555,16 @@ class KubernetesRun(Submission):
                 )
             )
 
+    def _followed_pods(self) -> set[str]:
+        """The pods whose log a follower reads (or read); the caller holds the lock."""
+        return {key.split("#")[0] for key in self._followed}
+
     def _pods_ended(self) -> bool:
         """Whether every pod reported how it ended and node 0's log is being read."""
         with self._lock:
             states = [state for state, _, _ in self._pods.values()]
             leaders = {pod for pod, node in self._nodes.items() if node == 0}
-            followed = {key.split("#")[0] for key in self._followed}
-            reading = self._replayed or bool(leaders & followed)
+            reading = self._replayed or bool(leaders & self._followed_pods())
         ended = len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
         return ended and reading
 

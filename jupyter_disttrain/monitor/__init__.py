@@ -1,8 +1,11 @@
 """The state of one job, built from its event stream: :class:`JobMonitor` and its records.
 
-``core`` holds the monitor (job and rank state, result, errors, logs,
-communication diagnosis), ``metrics`` the metric store, ``records`` the
-records and JSON-able snapshot shapes, ``text`` the plain-text view, ``where``
+``core`` holds the monitor (one lock over a job's facts, shared between
+threads), ``state`` the book of those facts (job and rank state, result,
+errors, logs, communication) and how each event changes them, ``readings``
+what they read as (diagnosis, hang, snapshot), ``metrics`` the metric store,
+``records`` the records and JSON-able snapshot shapes, ``text`` the
+plain-text view, ``where``
 the ranks' stacks grouped, ``cause`` the root cause of a failure, ``phases``
 the time-to-first-step timeline.
 """

@@ -1,7 +1,7 @@
 """Ranks stopped in the debugger: where each is and how to reach it (from ``paused`` lines).
 
-Pure: :class:`PauseBook` is kept by :class:`~.state.MonitorState` under its
-lock. A ``paused`` line makes its rank ``Paused`` and the other running ranks
+Pure: :class:`PauseBook` is kept by :class:`~.state.JobBook`, under the
+monitor's lock. A ``paused`` line makes its rank ``Paused`` and the other running ranks
 read "waiting for rank R (paused)" (in a collective they wait for it); a
 ``resumed`` line, or the rank's end, undoes that.
 """

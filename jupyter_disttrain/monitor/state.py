@@ -1,10 +1,10 @@
-"""MonitorState: a job's state, updated event by event (the writing half of the monitor).
+"""JobBook: the facts of one job and how each event changes them (pure, no lock).
 
-Every event goes through :meth:`MonitorState.feed` under one lock and is
-handed to the part that owns its fact. This class itself owns the job and
-rank state machines: the rank rows, the job state and what the backend
-reported, attempts, times, the version, the first copies seen, staging,
-checkpoints, result. The parts, each with its own fields, asked through methods:
+:meth:`JobBook.apply` hands every event to the part that owns its fact. The
+book itself owns the job and rank state machines: the rank rows, the job
+state and what the backend reported, attempts, times, the version, the first
+copies seen, staging, checkpoints, result. The parts, each with its own
+fields, asked through methods:
 
 - :class:`~.failures.FailureBook`: failures, errors, the agents' logged exits,
   workers' pids, recovered causes (it reads rank states the rows own, passed in);
@@ -16,13 +16,15 @@ checkpoints, result. The parts, each with its own fields, asked through methods:
   :class:`~.usage.ProgressTracker` (rank 0's progress bar), :class:`~.paused.PauseBook`
   (debugger pauses), :class:`~.notices.Notices` (warnings).
 
-:class:`~.core.JobMonitor` adds the readers, which combine the parts' answers.
+What the views read from a book (the diagnosis, the hang, the snapshot) is
+derived in :mod:`.readings`; :class:`~.core.JobMonitor` shares one book
+between the thread that feeds it and the threads that read it.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Final, cast
 
 from ..events import (
@@ -40,7 +42,7 @@ from .failures import FailureBook
 from .metrics import MetricStore
 from .notices import Notices
 from .pace import Pace
-from .paused import PauseBook, PausedRank
+from .paused import PauseBook
 from .phases import PhaseLog
 from .records import (
     RANK_STATES,
@@ -54,15 +56,21 @@ from .records import (
 from .stacks import StackBook
 from .usage import ProgressTracker, apply_resources, clear_resources
 
-# --------------------------------------------------------------------------- the monitor
+# --------------------------------------------------------------------------- the book
 
 
 #: Log lines a monitor keeps per rank by default.
 LOG_LIMIT = 2000
 
 
-class MonitorState:
-    """The fields of one job's state and the handlers that update them from events."""
+class JobBook:
+    """The facts of one job and the handlers that update them from events.
+
+    Not thread-safe: its owner serialises :meth:`apply` and every read (the
+    :class:`~.core.JobMonitor` holds ``lock``, which the metric store shares).
+    Fields without a leading underscore are read by :mod:`.readings`; only the
+    handlers here write them.
+    """
 
     def __init__(
         self,
@@ -78,6 +86,7 @@ class MonitorState:
         rate_window: float = 30.0,
         phases: Sequence[str] = (),
         max_restarts: int = 0,
+        lock: threading.RLock | None = None,
     ) -> None:
         if world_size < 1 or nodes < 1 or nproc < 1:
             raise ValueError("world_size, nodes and nproc must be positive")
@@ -87,76 +96,63 @@ class MonitorState:
         self.nproc = nproc
         self.straggler_steps = straggler_steps
         self.straggler_fraction = straggler_fraction
-        self._lock = threading.RLock()
-        self._world_size = world_size
-        self._rows: dict[int, RankState] = {}
+        self.lock = lock if lock is not None else threading.RLock()
+        self.world_size = world_size
+        self.rows: dict[int, RankState] = {}
         for rank in range(world_size):
             self._row(rank)
-        self._state: JobState = "Pending"
-        self._explicit_terminal = False
+        self.state: JobState = "Pending"
+        self.explicit_terminal = False
         # restarts the launcher makes after a failure (torchrun's --max-restarts): a failure
         # while some are left reads Restarting, not Failed, until the restart (or the end)
-        self._max_restarts = max_restarts
-        self._restart_due = False
-        self._reason = ""
-        self._message = ""
-        self._dist_backend: str | None = None
-        self._attempt = 0
-        self._first_t: float | None = None
-        self._started_t: float | None = None
-        self._end_t: float | None = None
-        self._version = 0
+        self.max_restarts = max_restarts
+        self.restart_due = False
+        self.reason = ""
+        self.message = ""
+        self.dist_backend: str | None = None
+        self.attempt = 0
+        self.first_t: float | None = None
+        self.started_t: float | None = None
+        self.end_t: float | None = None
+        self.version = 0
         # per rank: attempt of the last hello; the ranks' steps and rates
         self._hello_attempt: dict[int, int] = {}
         self._restart_counted: set[int] = set()
-        self._pace = Pace(rate_window)
-        self._faults = FailureBook()  # failures, errors, logged exits, recovered causes
-        self._checkpoints: list[Checkpoint] = []
-        self._loaded: int | None = None  # the step of the checkpoint rank 0 last loaded
-        self._result: Event | None = None
-        self._logs = LogBuffer(log_limit)
-        self._metrics = MetricStore(self._lock)
+        self.pace = Pace(rate_window)
+        self.faults = FailureBook()  # failures, errors, logged exits, recovered causes
+        self.checkpoints: list[Checkpoint] = []
+        self.loaded: int | None = None  # the step of the checkpoint rank 0 last loaded
+        self.result: Event | None = None
+        self.logs = LogBuffer(log_limit)
+        self.metrics = MetricStore(self.lock)
         # what the backend itself last said (the end is final only once it says so), and
         # whether it holds the job (waiting or restarting, not yet run since): see _derive
-        self._reported: JobState = "Pending"
-        self._held = False
-        self._changed = threading.Condition(self._lock)
+        self.reported: JobState = "Pending"
+        self.held = False
         # every log line goes through the NCCL / c10d / gloo parser as it arrives
-        self._comms = CommsReader()
+        self.comms = CommsReader()
         # stacks by request (newest last), and when a rank last wrote anything
-        self._stacks = StackBook()
+        self.stacks = StackBook()
         self._copies = FirstCopies(_DEDUPED, MAX_SEEN)
         # --data sources by (source, pod), and warnings the workers or the backend printed
-        self._staging: dict[tuple[str, str], StagingFields] = {}
-        self._notices = Notices()
+        self.staging: dict[tuple[str, str], StagingFields] = {}
+        self.notices = Notices()
         # the start-up phases the backend observes, and the events their timeline needs
         self.phases = tuple(phases)
-        self._phase_log = PhaseLog()
-        self._progress = ProgressTracker()  # rank 0's steps of a known total
-        self._pauses = PauseBook()  # ranks stopped in the debugger
+        self.phase_log = PhaseLog()
+        self.progress = ProgressTracker()  # rank 0's steps of a known total
+        self.pauses = PauseBook()  # ranks stopped in the debugger
 
-    # ------------------------------------------------------------------ feeding
+    # ------------------------------------------------------------------ applying
 
-    def feed(self, event: Event) -> None:
+    def apply(self, ev: Event) -> None:
         """Apply one event (any kind; unknown kinds only count as activity)."""
-        with self._lock:
-            self._apply(event)
-            self._changed.notify_all()
-
-    def feed_many(self, events: Iterable[Event]) -> None:
-        """Apply events in order under one lock acquisition."""
-        with self._lock:
-            for event in events:
-                self._apply(event)
-            self._changed.notify_all()
-
-    def _apply(self, ev: Event) -> None:
         if not self._copies.first(ev):  # one copy of a worker's line (rank 0 relays others')
             return
-        self._version += 1
-        self._phase_log.add(ev)
-        if self._first_t is None:
-            self._first_t = ev.t
+        self.version += 1
+        self.phase_log.add(ev)
+        if self.first_t is None:
+            self.first_t = ev.t
         rank = ev.rank
         row = self._row(rank) if rank is not None and rank >= 0 else None
         if row is not None and ev.kind in _WORKER_SPEAKS:
@@ -164,31 +160,31 @@ class MonitorState:
         handler = _HANDLERS.get(ev.kind)
         if handler is not None:
             handler(self, ev, row)
-        if row is not None and self._pauses.active:
-            self._pauses.note(row)
+        if row is not None and self.pauses.active:
+            self.pauses.note(row)
 
     def _on_job(self, ev: Event, row: RankState | None) -> None:
         f = ev.job()
-        self._reason = as_str(f.get("reason"))
-        self._message = as_str(f.get("message"))
+        self.reason = as_str(f.get("reason"))
+        self.message = as_str(f.get("message"))
         reported = f.get("state")
-        if reported == "Running" and self._state == "Restarting" and self._held:
+        if reported == "Running" and self.state == "Restarting" and self.held:
             # its pods run again (restarted in place) before a rank of the new attempt did
-            self._reported = "Running"
+            self.reported = "Running"
             return
         if reported not in JOB_STATES:
             return
         state = cast(JobState, reported)
-        self._reported = state
-        self._restart_due = self._restart_due and state not in TERMINAL_STATES
-        self._held = state in _HOLDS
-        self._explicit_terminal = False
+        self.reported = state
+        self.restart_due = self.restart_due and state not in TERMINAL_STATES
+        self.held = state in _HOLDS
+        self.explicit_terminal = False
         self._set_state(state, ev.t)
-        self._explicit_terminal = state in TERMINAL_STATES
+        self.explicit_terminal = state in TERMINAL_STATES
         if state == "Stopped":
             self._forget_consequences()
         if state in ("Stopped", "Failed"):
-            for other in self._rows.values():
+            for other in self.rows.values():
                 if other.state in ("Pending", "Running", "Restarting"):
                     other.state = "Stopped"
         if state == "Failed":
@@ -197,35 +193,35 @@ class MonitorState:
     def _on_restart(self, ev: Event, row: RankState | None) -> None:
         f = ev.restart()
         attempt = as_int(f.get("attempt"))
-        self._faults.restart(self._rank_states(), self._attempt, self._attempt_failed)
-        self._restart_due = False
-        self._attempt = max(self._attempt + 1, attempt or 0)
+        self.faults.restart(self.rank_states(), self.attempt, self._attempt_failed)
+        self.restart_due = False
+        self.attempt = max(self.attempt + 1, attempt or 0)
         reason = as_str(f.get("reason"))
-        if not self._explicit_terminal:
-            self._reason = reason
-            self._message = ""
-            self._held = True  # the backend's own report: its ranks start again
+        if not self.explicit_terminal:
+            self.reason = reason
+            self.message = ""
+            self.held = True  # the backend's own report: its ranks start again
             self._set_state("Restarting", ev.t)
-        for other in self._rows.values():
+        for other in self.rows.values():
             other.restarts += 1
             other.state = "Restarting"
             other.step = other.step_rate = None  # the new processes report afresh
             clear_resources(other)
-        self._pace.restart()
+        self.pace.restart()
         self._restart_counted.clear()
-        self._progress.clear()
+        self.progress.clear()
 
     def _on_hello(self, ev: Event, row: RankState | None) -> None:
         f = ev.hello()
         if row is None:
             return
-        if self._hello_attempt.get(row.rank) == self._attempt:
+        if self._hello_attempt.get(row.rank) == self.attempt:
             # A second hello in the same attempt: this rank was restarted on its own.
             if row.rank not in self._restart_counted:
                 row.restarts += 1
             row.step = row.step_rate = None
         self._restart_counted.discard(row.rank)
-        self._hello_attempt[row.rank] = self._attempt
+        self._hello_attempt[row.rank] = self.attempt
         local_rank = as_int(f.get("local_rank"))
         node = as_int(f.get("node_rank"))
         pid = as_int(f.get("pid"))
@@ -235,51 +231,51 @@ class MonitorState:
             row.node = node
         if pid is not None:
             row.pid = pid
-            self._faults.pid(pid, row.rank, self._attempt)
+            self.faults.pid(pid, row.rank, self.attempt)
         launched = as_int(f.get("launched_pid"))
         if launched is not None:
-            self._faults.pid(launched, row.rank, self._attempt)
+            self.faults.pid(launched, row.rank, self.attempt)
         row.host = as_str(f.get("host")) or row.host
         versions = f.get("versions")
         if isinstance(versions, dict):
             row.versions = dict(versions)
         backend = f.get("backend")
         if isinstance(backend, str) and backend:
-            self._dist_backend = backend
+            self.dist_backend = backend
         world = as_int(f.get("world_size"))
-        if world is not None and world > 0 and world != self._world_size:
+        if world is not None and world > 0 and world != self.world_size:
             self._resize(world)
-        self._pace.forget(row.rank)
-        if self._explicit_terminal:
+        self.pace.forget(row.rank)
+        if self.explicit_terminal:
             return  # the backend said the job is over; keep its verdict on the rows
-        self._held = False  # a rank of the current attempt runs: the wait is over
+        self.held = False  # a rank of the current attempt runs: the wait is over
         row.state = "Running"
         row.exit_code = None
         row.reason = ""
         # A late hello from a healthy rank does not hide another rank's failure.
-        if self._state != "Failed" or all(r.state != "Failed" for r in self._rows.values()):
+        if self.state != "Failed" or all(r.state != "Failed" for r in self.rows.values()):
             self._derive("Running", ev.t)
 
     def _on_metric(self, ev: Event, row: RankState | None) -> None:
         f = ev.metric()
-        self._stacks.wrote(ev.t)
+        self.stacks.wrote(ev.t)
         step = as_int(f.get("step"))
         values = f.get("values")
         if row is None or step is None:
             return
         if row.state == "Pending":
             row.state = "Running"
-            self._held = False  # the first sign of this rank: it runs
-            if self._state == "Pending":
+            self.held = False  # the first sign of this rank: it runs
+            if self.state == "Pending":
                 self._derive("Running", ev.t)
-        row.step_rate = self._pace.track(row.rank, step, ev.t)
+        row.step_rate = self.pace.track(row.rank, step, ev.t)
         row.step = step
-        self._metrics.add(row.rank, step, ev.t, values)
+        self.metrics.add(row.rank, step, ev.t, values)
 
     def _on_checkpoint(self, ev: Event, row: RankState | None) -> None:
         f = ev.checkpoint()
         step = as_int(f.get("step"))
-        self._checkpoints.append(
+        self.checkpoints.append(
             Checkpoint(
                 step if step is not None else -1,
                 as_str(f.get("uri")),
@@ -290,11 +286,11 @@ class MonitorState:
         )
 
     def _on_loaded(self, ev: Event, row: RankState | None) -> None:
-        self._loaded = as_int(ev.get("step"))
+        self.loaded = as_int(ev.get("step"))
 
     def _on_result(self, ev: Event, row: RankState | None) -> None:
-        if self._result is None or ev.rank == 0 or self._result.rank != 0:
-            self._result = Event(ev.kind, ev.rank, ev.t, dict(ev.fields))
+        if self.result is None or ev.rank == 0 or self.result.rank != 0:
+            self.result = Event(ev.kind, ev.rank, ev.t, dict(ev.fields))
 
     def _on_error(self, ev: Event, row: RankState | None) -> None:
         f = ev.error()
@@ -304,13 +300,13 @@ class MonitorState:
             as_str(f.get("type")) or "Error",
             as_str(f.get("message")),
             as_str(f.get("traceback")),
-            self._attempt,
+            self.attempt,
         )
-        self._faults.error(info, ev)
+        self.faults.error(info, ev)
         if row is None:
             return
         reason = error_reason(info.type, info.message)
-        if self._explicit_terminal and row.state == "Stopped":
+        if self.explicit_terminal and row.state == "Stopped":
             return
         # a session's rank whose cell raised lives on (its cell already ended): Raised
         row.state = "Raised" if row.state == "Raised" else "Failed"
@@ -321,8 +317,8 @@ class MonitorState:
         if row is None:
             return
         row.state = "Succeeded"
-        world = range(self._world_size)
-        if all(r in self._rows and self._rows[r].state == "Succeeded" for r in world):
+        world = range(self.world_size)
+        if all(r in self.rows and self.rows[r].state == "Succeeded" for r in world):
             self._derive("Succeeded", ev.t)
 
     def _on_rank(self, ev: Event, row: RankState | None) -> None:
@@ -339,17 +335,17 @@ class MonitorState:
         row.pod = as_str(f.get("pod")) or row.pod
         if code is not None:
             row.exit_code = code
-        if self._explicit_terminal and row.state == "Stopped":
+        if self.explicit_terminal and row.state == "Stopped":
             return  # teardown of a job that is already over: not a failure
         if state == "Failed" or (code is not None and code != 0):
             why = reason or "failed"
             if code is not None:
                 why = f"{reason} (exit code {code})" if reason else f"exit code {code}"
-            kind = classify_exit(code, reason)
+            category = classify_exit(code, reason)
             if row.state not in ("Failed", "Stopped") or not row.reason:
                 row.reason = why
             row.state = "Failed"
-            self._fail(row, ev.t, why, kind)
+            self._fail(row, ev.t, why, category)
             return
         if state not in RANK_STATES:
             row.reason = reason or state
@@ -367,27 +363,27 @@ class MonitorState:
     # ------------------------------------------------------------------ state helpers
 
     def _row(self, rank: int) -> RankState:
-        row = self._rows.get(rank)
+        row = self.rows.get(rank)
         if row is None:
-            row = self._rows[rank] = RankState(rank, rank // self.nproc, rank % self.nproc)
+            row = self.rows[rank] = RankState(rank, rank // self.nproc, rank % self.nproc)
         return row
 
     def _resize(self, world: int) -> None:
-        self._world_size = world
+        self.world_size = world
         for rank in range(world):
             self._row(rank)
-        for rank in [r for r, row in self._rows.items() if r >= world]:
-            row = self._rows[rank]
+        for rank in [r for r, row in self.rows.items() if r >= world]:
+            row = self.rows[rank]
             if row.state == "Pending" and row.last_heard is None:
-                del self._rows[rank]
+                del self.rows[rank]
 
-    def _fail(self, row: RankState, t: float, reason: str, kind: str) -> None:
-        if self._held and kind in _NOT_OWN:
+    def _fail(self, row: RankState, t: float, reason: str, category: str) -> None:
+        if self.held and category in _NOT_OWN:
             row.state = "Stopped"  # ended by what the backend does while it holds the job
             return
-        self._faults.fail(Failure(t, row.rank, reason, self._attempt, kind))
-        if self._attempt < self._max_restarts and not self._explicit_terminal and not self._held:
-            self._restart_due = True  # the launcher restarts the ranks: the job goes on
+        self.faults.fail(Failure(t, row.rank, reason, self.attempt, category))
+        if self.attempt < self.max_restarts and not self.explicit_terminal and not self.held:
+            self.restart_due = True  # the launcher restarts the ranks: the job goes on
             self._derive("Restarting", t)
         else:
             self._derive("Failed", t)
@@ -397,19 +393,19 @@ class MonitorState:
     def _attempt_failed(self) -> bool:
         """Whether the current attempt failed: the job Failed, or it fails over to a restart
         (see :meth:`_fail`); its cause then weighs the launcher's exits."""
-        return self._state == "Failed" or (self._restart_due and self._state == "Restarting")
+        return self.state == "Failed" or (self.restart_due and self.state == "Restarting")
 
-    def _rank_states(self) -> dict[int, str]:
-        return {r: row.state for r, row in self._rows.items()}
+    def rank_states(self) -> dict[int, str]:
+        return {r: row.state for r, row in self.rows.items()}
 
-    def _cause(self) -> Cause | None:
+    def cause(self) -> Cause | None:
         """The root cause of the job's failures (see :mod:`.cause`).
 
         While the job runs, waits or restarts: the current attempt's. Once it
         failed (it did not recover): chosen over every attempt, so a last
         attempt of signals and lost peers is explained by the rank that raised.
         """
-        return self._faults.cause(self._rank_states(), self._attempt, self._attempt_failed)
+        return self.faults.cause(self.rank_states(), self.attempt, self._attempt_failed)
 
     def _settle(self) -> None:
         """Failed: the ranks whose failure is as bad as the cause's; Stopped: its consequences.
@@ -417,18 +413,18 @@ class MonitorState:
         A job that has not failed (the backend holds it) fails no rank for what
         was done to it: a rank ended by a signal or a lost peer reads Stopped.
         """
-        cause = self._cause()
+        cause = self.cause()
         if cause is None:
             return
         worst = CLASSES.index(cause.category)
         if not self._attempt_failed:
             worst = min(worst, CLASSES.index("exited"))
-        best = self._faults.worst(self._attempt, self._attempt_failed)
-        for rank, kind in best.items():
-            row = self._rows.get(rank)
+        best = self.faults.worst(self.attempt, self._attempt_failed)
+        for rank, worst_of_rank in best.items():
+            row = self.rows.get(rank)
             if row is not None and row.state in ("Failed", "Stopped"):
-                row.state = "Failed" if kind <= worst else "Stopped"
-        row = self._rows.get(cause.rank)
+                row.state = "Failed" if worst_of_rank <= worst else "Stopped"
+        row = self.rows.get(cause.rank)
         own = CLASSES.index(cause.category) <= worst
         if row is not None and row.state in ("Failed", "Stopped") and own:
             row.state = "Failed"
@@ -436,8 +432,8 @@ class MonitorState:
 
     def _forget_consequences(self) -> None:
         """A stop: what the stop itself caused (signals, lost peers) is not a failure."""
-        failed = self._faults.stopped(self._attempt)
-        for row in self._rows.values():
+        failed = self.faults.stopped(self.attempt)
+        for row in self.rows.values():
             if row.state == "Failed" and row.rank not in failed:
                 row.state = "Stopped"
 
@@ -449,29 +445,29 @@ class MonitorState:
         since: what ends a rank then (a preemption's SIGTERM, a restart's
         teardown) is the backend's doing, and the backend says what follows.
         """
-        if not self._explicit_terminal and not self._held and state != self._state:
+        if not self.explicit_terminal and not self.held and state != self.state:
             self._set_state(state, t)
 
     def _set_state(self, state: JobState, t: float) -> None:
-        self._state = state
+        self.state = state
         if state in TERMINAL_STATES:
-            self._end_t = t
+            self.end_t = t
         else:
-            self._end_t = None
-        if state == "Running" and self._started_t is None:
-            self._started_t = t
+            self.end_t = None
+        if state == "Running" and self.started_t is None:
+            self.started_t = t
 
     def _on_stacks(self, ev: Event, row: RankState | None) -> None:
         f = ev.stacks()
         request = as_str(f.get("request"))
         if row is None or not request:
             return
-        self._stacks.add(request, row.rank, f, ev.t)
+        self.stacks.add(request, row.rank, f, ev.t)
 
     def _on_staging(self, ev: Event, row: RankState | None) -> None:
         f = ev.staging()
         key = (as_str(f.get("src")), as_str(f.get("host")))
-        self._staging[key] = f
+        self.staging[key] = f
 
     def _on_resources(self, ev: Event, row: RankState | None) -> None:
         if row is not None:  # quiet: neither "heard" nor output (hang reading)
@@ -479,8 +475,8 @@ class MonitorState:
 
     def _on_progress(self, ev: Event, row: RankState | None) -> None:
         f = ev.progress()
-        self._stacks.wrote(ev.t)
-        self._progress.add(ev.t, f.get("step"), f.get("total"))
+        self.stacks.wrote(ev.t)
+        self.progress.add(ev.t, f.get("step"), f.get("total"))
 
     def _on_cell(self, ev: Event, row: RankState | None) -> None:
         """A session cell's end on a rank: the rank lives on, ready for the next cell.
@@ -497,57 +493,52 @@ class MonitorState:
             row.state, row.reason = "Ready", ""
 
     def _on_paused(self, ev: Event, row: RankState | None) -> None:
-        self._stacks.wrote(ev.t)
+        self.stacks.wrote(ev.t)
         if row is not None:
-            self._pauses.pause(ev, row, self._rows)
+            self.pauses.pause(ev, row, self.rows)
 
     def _on_resumed(self, ev: Event, row: RankState | None) -> None:
-        self._stacks.wrote(ev.t)
+        self.stacks.wrote(ev.t)
         if row is not None:
-            self._pauses.resume(row, self._rows)
-
-    def paused(self) -> list[PausedRank]:
-        """The ranks stopped in the debugger now, in rank order."""
-        with self._lock:
-            return self._pauses.ranks(self._rows)
+            self.pauses.resume(row, self.rows)
 
     def _on_log(self, ev: Event, row: RankState | None) -> None:
         f = ev.log()
         if ev.rank is not None and ev.rank >= 0:
-            self._stacks.wrote(ev.t)
+            self.stacks.wrote(ev.t)
         rank = ev.rank if ev.rank is not None and ev.rank >= 0 else JOB_RANK
         text = as_str(f.get("text"))
-        self._notices.feed(ev.rank, text, f.get("rejected"))
+        self.notices.feed(ev.rank, text, f.get("rejected"))
         source = as_str(f.get("source"))
         if rank == JOB_RANK and source.startswith("agent-"):
-            if self._faults.agent_line(source, text, ev.t, self._attempt):
+            if self.faults.agent_line(source, text, ev.t, self.attempt):
                 self._settle()
-        self._logs.append(rank, ev.t, text)
-        self._comms.feed(text, rank if rank >= 0 else None)
+        self.logs.append(rank, ev.t, text)
+        self.comms.feed(text, rank if rank >= 0 else None)
 
 
 _WORKER_SPEAKS: Final = frozenset(
     {"hello", "metric", "checkpoint", "result", "error", "done", "log", "progress"}
 ) | {"paused", "resumed"}
 _HANDLERS: Final = {
-    "job": MonitorState._on_job,
-    "restart": MonitorState._on_restart,
-    "rank": MonitorState._on_rank,
-    "hello": MonitorState._on_hello,
-    "metric": MonitorState._on_metric,
-    "checkpoint": MonitorState._on_checkpoint,
-    "loaded": MonitorState._on_loaded,
-    "result": MonitorState._on_result,
-    "error": MonitorState._on_error,
-    "done": MonitorState._on_done,
-    "log": MonitorState._on_log,
-    "stacks": MonitorState._on_stacks,
-    "staging": MonitorState._on_staging,
-    "resources": MonitorState._on_resources,
-    "progress": MonitorState._on_progress,
-    "cell": MonitorState._on_cell,
-    "paused": MonitorState._on_paused,
-    "resumed": MonitorState._on_resumed,
+    "job": JobBook._on_job,
+    "restart": JobBook._on_restart,
+    "rank": JobBook._on_rank,
+    "hello": JobBook._on_hello,
+    "metric": JobBook._on_metric,
+    "checkpoint": JobBook._on_checkpoint,
+    "loaded": JobBook._on_loaded,
+    "result": JobBook._on_result,
+    "error": JobBook._on_error,
+    "done": JobBook._on_done,
+    "log": JobBook._on_log,
+    "stacks": JobBook._on_stacks,
+    "staging": JobBook._on_staging,
+    "resources": JobBook._on_resources,
+    "progress": JobBook._on_progress,
+    "cell": JobBook._on_cell,
+    "paused": JobBook._on_paused,
+    "resumed": JobBook._on_resumed,
 }
 #: The backend's reports that hold the job: no worker fact changes its state until a rank runs.
 _HOLDS: Final = frozenset({"Pending", "Restarting"})

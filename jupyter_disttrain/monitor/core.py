@@ -20,9 +20,9 @@ current time take ``now`` (default: :func:`time.time`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,7 +43,7 @@ from .records import (
     Snapshot,
     now_or_clock,
 )
-from .state import LOG_LIMIT, JobBook
+from .state import BookSettings, JobBook
 from .where import Where
 
 
@@ -62,8 +62,8 @@ class JobMonitor:
     ``max(straggler_steps, straggler_fraction * median)`` (defaults 10 steps
     and 20%).
 
-    ``phases`` (constructor): the start-up phases the backend observes (its
-    ``Capabilities.phases``); the snapshot's timeline has a row for each.
+    ``settings`` (constructor): see :class:`~.state.BookSettings`; ``phases``, the
+    start-up phases the backend observes, each get a row of the snapshot's timeline.
     """
 
     def __init__(
@@ -73,30 +73,11 @@ class JobMonitor:
         world_size: int,
         nodes: int = 1,
         nproc: int = 1,
-        *,
-        log_limit: int = LOG_LIMIT,
-        straggler_steps: int = 10,
-        straggler_fraction: float = 0.2,
-        rate_window: float = 30.0,
-        phases: Sequence[str] = (),
-        max_restarts: int = 0,
+        **settings: Unpack[BookSettings],
     ) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._book = JobBook(
-            name,
-            backend,
-            world_size,
-            nodes,
-            nproc,
-            log_limit=log_limit,
-            straggler_steps=straggler_steps,
-            straggler_fraction=straggler_fraction,
-            rate_window=rate_window,
-            phases=phases,
-            max_restarts=max_restarts,
-            lock=self._lock,
-        )
+        self._book = JobBook(name, backend, world_size, nodes, nproc, lock=self._lock, **settings)
 
     # ------------------------------------------------------------------ feeding
 

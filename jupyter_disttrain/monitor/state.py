@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Final, cast
+from typing import Final, TypedDict, Unpack, cast
 
 from ..events import (
     JOB_STATES,
@@ -63,6 +63,25 @@ from .usage import ProgressTracker, apply_resources, clear_resources
 LOG_LIMIT = 2000
 
 
+class BookSettings(TypedDict, total=False):
+    """How a book reads its job (every key optional, defaults in brackets).
+
+    ``log_limit``: log lines kept per rank [:data:`LOG_LIMIT`];
+    ``straggler_steps`` / ``straggler_fraction``: how far behind the median step a
+    straggler is [10 steps, 20 %]; ``rate_window``: seconds of metrics a rank's
+    steps/s is measured over [30]; ``phases``: the start-up phases the backend
+    observes (its ``Capabilities.phases``) [none]; ``max_restarts``: the launcher's
+    restarts after a failure [0].
+    """
+
+    log_limit: int
+    straggler_steps: int
+    straggler_fraction: float
+    rate_window: float
+    phases: Sequence[str]
+    max_restarts: int
+
+
 class JobBook:
     """The facts of one job and the handlers that update them from events.
 
@@ -80,13 +99,8 @@ class JobBook:
         nodes: int = 1,
         nproc: int = 1,
         *,
-        log_limit: int = LOG_LIMIT,
-        straggler_steps: int = 10,
-        straggler_fraction: float = 0.2,
-        rate_window: float = 30.0,
-        phases: Sequence[str] = (),
-        max_restarts: int = 0,
         lock: threading.RLock | None = None,
+        **settings: Unpack[BookSettings],
     ) -> None:
         if world_size < 1 or nodes < 1 or nproc < 1:
             raise ValueError("world_size, nodes and nproc must be positive")
@@ -94,8 +108,8 @@ class JobBook:
         self.backend = backend
         self.nodes = nodes
         self.nproc = nproc
-        self.straggler_steps = straggler_steps
-        self.straggler_fraction = straggler_fraction
+        self.straggler_steps = settings.get("straggler_steps", 10)
+        self.straggler_fraction = settings.get("straggler_fraction", 0.2)
         self.lock = lock if lock is not None else threading.RLock()
         self.world_size = world_size
         self.rows: dict[int, RankState] = {}
@@ -105,7 +119,7 @@ class JobBook:
         self.explicit_terminal = False
         # restarts the launcher makes after a failure (torchrun's --max-restarts): a failure
         # while some are left reads Restarting, not Failed, until the restart (or the end)
-        self.max_restarts = max_restarts
+        self.max_restarts = settings.get("max_restarts", 0)
         self.restart_due = False
         self.reason = ""
         self.message = ""
@@ -118,12 +132,12 @@ class JobBook:
         # per rank: attempt of the last hello; the ranks' steps and rates
         self._hello_attempt: dict[int, int] = {}
         self._restart_counted: set[int] = set()
-        self.pace = Pace(rate_window)
+        self.pace = Pace(settings.get("rate_window", 30.0))
         self.faults = FailureBook()  # failures, errors, logged exits, recovered causes
         self.checkpoints: list[Checkpoint] = []
         self.loaded: int | None = None  # the step of the checkpoint rank 0 last loaded
         self.result: Event | None = None
-        self.logs = LogBuffer(log_limit)
+        self.logs = LogBuffer(settings.get("log_limit", LOG_LIMIT))
         self.metrics = MetricStore(self.lock)
         # what the backend itself last said (the end is final only once it says so), and
         # whether it holds the job (waiting or restarting, not yet run since): see _derive
@@ -138,7 +152,7 @@ class JobBook:
         self.staging: dict[tuple[str, str], StagingFields] = {}
         self.notices = Notices()
         # the start-up phases the backend observes, and the events their timeline needs
-        self.phases = tuple(phases)
+        self.phases = tuple(settings.get("phases", ()))
         self.phase_log = PhaseLog()
         self.progress = ProgressTracker()  # rank 0's steps of a known total
         self.pauses = PauseBook()  # ranks stopped in the debugger

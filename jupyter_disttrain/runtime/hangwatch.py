@@ -98,16 +98,18 @@ def _key(what: str) -> str:
 
 def requests_in(store: SignedStore) -> list[tuple[str, dict[str, Any]]]:
     """The stacks requests rank 0 passed on through ``store``: ``(request, why)`` each."""
-    out: list[tuple[str, dict[str, Any]]] = []
     value = store.get_if(_key("asked"))
-    asked = int(value) if value is not None else 0
-    if asked:
-        out.append((f"a{asked}", {"reason": "asked"}))
+    out = asked_request(int(value) if value is not None else 0)
     hang = store.get_if(_key("hang"))
     if hang is not None:
         fields = json.loads(hang)
         out.append((f"h{fields['n']}", {"reason": "hang", "quiet": fields["quiet"]}))
     return out
+
+
+def asked_request(asked: int) -> list[tuple[str, dict[str, Any]]]:
+    """The stacks request of the user's ``asked``-th ask (none before the first): ``a{N}``."""
+    return [(f"a{asked}", {"reason": "asked"})] if asked else []
 
 
 def leave_stacks(store: SignedStore, request: str, rank: int, fields: dict[str, Any]) -> None:
@@ -296,8 +298,7 @@ class _Watch:
 
     def _requests_from_files(self) -> list[tuple[str, dict[str, Any]]]:
         """Without a store: the stacks request in this rank's files (none: [])."""
-        asked = self._asked()
-        return [(f"a{asked}", {"reason": "asked"})] if asked else []
+        return asked_request(self._asked())
 
     def _take(self, name: str, number: int, body: str) -> None:
         """Act on request ``number`` of control ``name`` if it is newer than the last taken."""

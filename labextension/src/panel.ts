@@ -140,7 +140,11 @@ export class JobsPanel extends Widget {
       root.appendChild(el('p', 'jp-Disttrain-empty', 'The finished jobs were cleared from this list.'));
     }
     root.appendChild(this.namespaceSection());
-    this.node.replaceChildren(root);
+    // The model changes at every poll; the panel's nodes are replaced only when what it shows
+    // changed, so a reader's selection, an open row and a hovered button survive a poll.
+    if (!this.node.firstElementChild?.isEqualNode(root)) {
+      this.node.replaceChildren(root);
+    }
   }
 
   /** Every job of the namespace, whoever started it; a row expands to the same detail. */

@@ -87,6 +87,21 @@ describe('JobsPanel', () => {
   });
 
 
+  it('keeps its nodes across a poll that changes nothing, and redraws when one does', async () => {
+    const api = new API();
+    const model = new JobsModel(api);
+    const p = new JobsPanel(model, { showLogs: () => undefined, openNotebook: () => undefined });
+    await model.refresh();
+    const before = row(p, 'local/train');
+    await model.refresh(); // the same listing: a reader's selection or hover is not lost
+    expect(row(p, 'local/train')).toBe(before);
+    const progress = { ...JOBS[0].progress!, step: 40 };
+    api.list = async () => ({ jobs: [{ ...JOBS[0], progress }, ...JOBS.slice(1)], backends: [], running: 2, now: 1100 });
+    await model.refresh();
+    expect(row(p, 'local/train')).not.toBe(before);
+    expect(row(p, 'local/train').querySelector('td.jp-Disttrain-step')!.textContent).toContain('40/100');
+  });
+
   it('has three columns; the others are in the row title', async () => {
     const p = await panel();
     expect(Array.from(p.node.querySelectorAll('thead th')).map(th => th.textContent)).toEqual(['Name', 'State', 'Step']);

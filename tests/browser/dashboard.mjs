@@ -189,14 +189,19 @@ await runScenario({ page, result, close }, outDir, async () => {
   const waitDetail = page.locator('.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/browser-wait"]');
   await waitDetail.locator(".jp-Disttrain-phase-item").first().waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1000);
-  result.waited.panel = await waitDetail.evaluate((el) => ({
-    phases: [...el.querySelectorAll(".jp-Disttrain-phase-item")].map((li) => ({
-      phase: li.dataset.phase,
-      state: li.dataset.state,
-      text: li.textContent,
-      weight: getComputedStyle(li).fontWeight,
-    })),
-    text: el.innerText,
-  }));
+  // read in the page in one step: through a handle, a row the panel had replaced reads as
+  // detached (no computed style, innerText without line breaks)
+  result.waited.panel = await page.evaluate((sel) => {
+    const el = document.querySelector(sel);
+    return {
+      phases: [...el.querySelectorAll(".jp-Disttrain-phase-item")].map((li) => ({
+        phase: li.dataset.phase,
+        state: li.dataset.state,
+        text: li.textContent,
+        weight: getComputedStyle(li).fontWeight,
+      })),
+      text: el.innerText,
+    };
+  }, '.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/browser-wait"]');
   await page.locator(".jp-DisttrainPanel").screenshot({ path: path.join(outDir, "panel-wait.png") });
 });

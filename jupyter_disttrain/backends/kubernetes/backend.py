@@ -290,18 +290,8 @@ class KubernetesBackend(Backend):
                 return
             time.sleep(0.2)
 
-    def stream_log(
-        self,
-        conn: Connection,
-        pod: str,
-        container: str,
-        *,
-        follow: bool,
-        tail: int | None = None,
-        previous: bool = False,
-    ) -> Iterator[str]:
-        """Lines of a pod's log: :func:`.podlogs.stream_log`."""
-        return podlogs.stream_log(conn, pod, container, follow=follow, tail=tail, previous=previous)
+    #: Lines of a pod's log (:func:`.podlogs.stream_log`), for the follower (``watch.Cluster``).
+    stream_log = staticmethod(podlogs.stream_log)
 
     # -- Backend -----------------------------------------------------------------
     def plan(self, spec: JobSpec, payload: Payload) -> KubernetesPlan:

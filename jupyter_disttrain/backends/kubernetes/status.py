@@ -101,17 +101,39 @@ def init_state(pod: dict[str, Any], name: str) -> tuple[str, str]:
     The message is the copier's own ``distrain: ...`` line when the termination
     message (its log's last lines) holds one, else that message's last line.
     """
-    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
-    found = next((c for c in statuses if c.get("name") == name), None)
+    found = _init_status(pod, name)
     if found is None:
         return "", ""
-    state, last = found.get("state") or {}, found.get("lastState") or {}
-    for term in (state.get("terminated"), last.get("terminated")):
-        if term and int(term.get("exitCode", 0)) != 0:
-            return "failed", _last_word(str(term.get("message") or term.get("reason") or ""))
+    failed = _failed_run(found)
+    if failed is not None:
+        return "failed", _last_word(str(failed.get("message") or failed.get("reason") or ""))
+    state = found.get("state") or {}
     if state.get("terminated"):
         return "done", ""
     return ("running", "") if state.get("running") else ("", "")
+
+
+def init_output(pod: dict[str, Any], name: str) -> str:
+    """What init container ``name``'s failed run left as its termination message (its log's
+    last lines: the copier's own signed lines among them); "" when it has not failed."""
+    found = _init_status(pod, name)
+    failed = None if found is None else _failed_run(found)
+    return "" if failed is None else str(failed.get("message") or "")
+
+
+def _init_status(pod: dict[str, Any], name: str) -> dict[str, Any] | None:
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    return next((c for c in statuses if c.get("name") == name), None)
+
+
+def _failed_run(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``terminated`` record of the container's current or last run when it exited
+    non-zero; else None."""
+    state, last = status.get("state") or {}, status.get("lastState") or {}
+    for term in (state.get("terminated"), last.get("terminated")):
+        if term and int(term.get("exitCode", 0)) != 0:
+            return dict(term)
+    return None
 
 
 def _last_word(message: str) -> str:

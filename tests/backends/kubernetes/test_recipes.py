@@ -152,9 +152,15 @@ def test_a_failed_copy_fails_the_job_with_the_copiers_error(
         options=options,
         env=pod_env(s3, cluster),
     )
-    job = jobs.submit(spec, build_payload("1", {}, job="stage-bad"), KubernetesBackend())
-    assert job.wait(120) == "Failed", job.logs()
-    snap = job.monitor.snapshot()
+    # node 0's copier log, followed, answers late: the failure must read as staging's from
+    # the failed pod's own status (its termination message), whichever pod failed first
+    cluster.slow_down(5.0, resources=["pods/log"], names="stage-bad-master-0")
+    try:
+        job = jobs.submit(spec, build_payload("1", {}, job="stage-bad"), KubernetesBackend())
+        assert job.wait(120) == "Failed", job.logs()
+        snap = job.monitor.snapshot()
+    finally:
+        cluster.clear_faults()
     assert snap["reason"] == "DataStagingFailed", (snap["message"], job.logs())
     assert "s3://recipes/absent: nothing there" in snap["message"], snap["message"]
     assert "--data staging failed on pod stage-bad-" in snap["message"]

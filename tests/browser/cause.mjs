@@ -17,7 +17,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 import { lowContrast } from "./contrast.mjs";
 import { resumeBelow } from "./resume.mjs";
 
@@ -219,9 +219,9 @@ async function seenAll() {
 
 // The jobs panel's row of job `id` once it shows `state`.
 async function sidebarRow(id, state) {
-  const row = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"][data-state="${state}"]`);
-  await row.waitFor({ timeout: 30_000 });
-  return row.evaluate((tr) => {
+  const selector = `.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"][data-state="${state}"]`;
+  await page.locator(selector).waitFor({ timeout: 30_000 });
+  return readNow(page, selector, (tr) => {
     const name = tr.querySelector("td.jp-Disttrain-name");
     const box = name.getBoundingClientRect();
     // inside the name's cell, whole: what tells a cut name apart, and the session badge
@@ -441,11 +441,14 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   // the ended job's Stop: disabled, and looks it
   // read in the page at once: the panel re-renders its rows as it polls, and a button it
   // replaced while a handle to it was held has no computed style (opacity "", cursor "")
-  result.nb7DisabledStop = await page.evaluate((sel) => {
-    const b = document.querySelector(sel);
-    const style = b && getComputedStyle(b);
-    return b && { disabled: b.disabled, opacity: Number(style.opacity), cursor: style.cursor };
-  }, `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] button[data-action="stop"]`);
+  result.nb7DisabledStop = await readNow(
+    page,
+    `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] button[data-action="stop"]`,
+    (b) => {
+      const style = getComputedStyle(b);
+      return { disabled: b.disabled, opacity: Number(style.opacity), cursor: style.cursor };
+    },
+  );
   await detail.locator('button[data-action="logs"]').click();
   const logs = page.locator(`.jp-DisttrainLogs[data-job-id="local/${JOBS.fail}"][data-rank="all"]`);
   await logs.waitFor({ timeout: 30_000 });

@@ -13,7 +13,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
@@ -189,11 +189,10 @@ await runScenario({ page, result, close }, outDir, async () => {
   const waitDetail = page.locator('.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/browser-wait"]');
   await waitDetail.locator(".jp-Disttrain-phase-item").first().waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1000);
-  // read in the page in one step: through a handle, a row the panel had replaced reads as
-  // detached (no computed style, innerText without line breaks)
-  result.waited.panel = await page.evaluate((sel) => {
-    const el = document.querySelector(sel);
-    return {
+  result.waited.panel = await readNow(
+    page,
+    '.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/browser-wait"]',
+    (el) => ({
       phases: [...el.querySelectorAll(".jp-Disttrain-phase-item")].map((li) => ({
         phase: li.dataset.phase,
         state: li.dataset.state,
@@ -201,7 +200,7 @@ await runScenario({ page, result, close }, outDir, async () => {
         weight: getComputedStyle(li).fontWeight,
       })),
       text: el.innerText,
-    };
-  }, '.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/browser-wait"]');
+    }),
+  );
   await page.locator(".jp-DisttrainPanel").screenshot({ path: path.join(outDir, "panel-wait.png") });
 });

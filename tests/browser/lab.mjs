@@ -77,6 +77,17 @@ export async function runCell(page, index) {
   throw new Error(`cell ${index} did not start`);
 }
 
+// Runs `read(element)` in the page on the element `selector` finds now, in one step (null when
+// none). Through a locator the element is found first and read after, so a node the page
+// replaced in between (the jobs panel after a poll, a widget after a render) reads as detached:
+// no computed style, no size, innerText without line breaks.
+export function readNow(page, selector, read) {
+  return page.evaluate(`(() => {
+    const el = document.querySelector(${JSON.stringify(selector)});
+    return el === null ? null : (${read})(el);
+  })()`);
+}
+
 // Waits until a cell has run: its prompt reads "[3]:" (while running it shows "[*]:").
 export async function waitForPrompt(cell) {
   await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: 60_000 });

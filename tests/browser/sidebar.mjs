@@ -13,7 +13,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
@@ -53,7 +53,7 @@ async function watchStates(id, final, timeout) {
 }
 
 async function cells(id) {
-  return page.locator(row(id)).evaluate((tr) => ({
+  return readNow(page, row(id), (tr) => ({
     columns: tr.querySelectorAll("td").length,
     name: tr.querySelector("td.jp-Disttrain-name")?.textContent,
     state: tr.querySelector("td.jp-Disttrain-state .jp-Disttrain-state-text")?.textContent,
@@ -180,7 +180,7 @@ await runScenario({ page, result, close }, outDir, async () => {
     row("local/sidebar-stop"),
     { timeout: 60_000 },
   );
-  result.progress = await page.locator(`${row("local/sidebar-stop")} td.jp-Disttrain-step`).evaluate((td) => ({
+  result.progress = await readNow(page, `${row("local/sidebar-stop")} td.jp-Disttrain-step`, (td) => ({
     percent: td.dataset.percent,
     text: td.querySelector(".jp-Disttrain-progress-text")?.textContent ?? "",
     title: td.title,

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import events as ev
+from ..streams import line_events
+from .staging import INIT_NAME
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,18 @@ def init_output(pod: dict[str, Any], name: str) -> str:
     found = _init_status(pod, name)
     failed = None if found is None else _failed_run(found)
     return "" if failed is None else str(failed.get("message") or "")
+
+
+def copier_events(pod: dict[str, Any], trust: ev.Trust | None, source: str) -> list[ev.Event]:
+    """The ``staging`` events of the signed lines a failed ``--data`` copier left in pod
+    ``source``'s termination message, believed as its followed log's would be (``trust``):
+    what it said of the failure, whichever pod failed first (node 0's log may say it later)."""
+    return [
+        event
+        for line in init_output(pod, INIT_NAME).splitlines()
+        for event in line_events(line, None, trust, source=source, prefixed=True)
+        if event.kind == "staging"
+    ]
 
 
 def _init_status(pod: dict[str, Any], name: str) -> dict[str, Any] | None:

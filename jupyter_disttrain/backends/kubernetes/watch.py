@@ -25,7 +25,7 @@ from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
 from .reported import Reported
 from .staging import INIT_NAME
-from .status import init_output, init_state, pod_facts, rank_events, warning_message
+from .status import copier_events, init_state, pod_facts, rank_events, warning_message
 
 if TYPE_CHECKING:
     from kubernetes import watch
@@ -117,7 +117,7 @@ class KubernetesRun(Submission):
                 target=self._guard(target), daemon=True, name=f"distrain-k8s-{target.__name__}"
             ).start()
         if self.spec.timeout:
-            threading.Thread(target=self._deadline, daemon=True).start()
+            threading.Thread(target=self._guard(self._deadline), daemon=True).start()
 
     def stop(self, reason: str = "stopped by user") -> None:
         """Delete the job (foreground propagation): its pods and payload go with it."""
@@ -287,7 +287,8 @@ class KubernetesRun(Submission):
                     self.sink(event)
             staging, why = init_state(item["object"], INIT_NAME)
             if staging == "failed":
-                self._staging_said(facts.name, init_output(item["object"], INIT_NAME))
+                for event in copier_events(item["object"], self.trust, facts.name):
+                    self.sink(event)  # the failure reads as staging's whichever pod failed
                 self._fail(
                     (
                         "Failed",
@@ -445,15 +446,6 @@ class KubernetesRun(Submission):
             close = getattr(lines, "close", None)
             if callable(close):
                 close()  # the response is closed, not left to the garbage collector
-
-    def _staging_said(self, pod: str, output: str) -> None:
-        """The signed ``staging`` lines of ``pod``'s failed copier (its termination message):
-        the failure reads as staging's whichever pod failed first, not only once node 0's
-        copier log, followed, has said it."""
-        for line in output.splitlines():
-            for event in line_events(line, None, self.trust, source=pod, prefixed=True):
-                if event.kind == "staging":
-                    self.sink(event)
 
     def _fail(self, outcome: tuple[ev.JobState, str, str]) -> None:
         """End the job now with ``outcome``: delete it (its pods would retry forever)."""

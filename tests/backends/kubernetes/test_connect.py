@@ -89,7 +89,11 @@ def test_connect_reaches_rank_0_of_a_running_job(cluster: tuple[Emulator, str]) 
     spec = JobSpec(name, backend="kubernetes", nodes=2, nproc=1, timeout=240, options=options)
     job = jobs.submit(spec, build_payload(ECHO_CELL, {"PORT": port}, job=name), backend)
     wait_for(lambda: any(r.name == name for r in backend.list_jobs()), 60, job.logs)
-    sock = backend.connect(record(backend, name), port, timeout=180)  # waits for rank 0 to serve
+    # As a session does, connect once rank 0 said it serves. Whether a port that does not accept
+    # yet refuses is read from the forward's error within a settle time, which a loaded machine
+    # can outlast; the refused port has a test of its own below.
+    wait_for(lambda: "serving" in job.logs(), 120, job.logs)
+    sock = backend.connect(record(backend, name), port, timeout=180)
     try:
         assert isinstance(sock, socket.socket)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted, as on TCP

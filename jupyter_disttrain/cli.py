@@ -16,6 +16,7 @@ import os
 import sys
 
 from .backends.base import BackendError
+from .backends.local import lingering
 from .options import add_job_options, count, seconds
 from .payload import CaptureError, Script
 from .results import JobFailed, JobStopped
@@ -79,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("uri", help="checkpoint directory: a path or fsspec URL (s3://...)")
     ckpt.add_argument("--verify", action="store_true", help="check every checkpoint's sha256")
     ckpt.add_argument("--json", action="store_true", help="print the records as JSON")
+    launchers = sub.add_parser(
+        "launchers", help="list this user's lingering local launchers (warm, awaiting a job)"
+    )
+    launchers.add_argument("--stop", action="store_true", help="end them (and their jobs)")
     serve = sub.add_parser(
         "mcp", help="serve the jobs to an agent over MCP (stdio); read-only unless widened"
     )
@@ -251,6 +256,17 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     return 0 if all(c.ok for c in infos) else 1
 
 
+def cmd_launchers(stop: bool) -> int:
+    """Print this user's lingering launchers (pid, linger, socket); end them with ``stop``."""
+    if stop:
+        for pid in lingering.stop_lingering():
+            print(f"stopped the lingering launcher {pid}")
+        return 0
+    for found in lingering.lingering():
+        print(f"{found['pid']}  lingers {found.get('linger')} s idle  {found['socket']}")
+    return 0
+
+
 def cmd_jobs(service: JobService) -> int:
     """Every job of the backends that need no set-up, with running jobs' diagnoses."""
     listing = service.list_jobs(diagnose=True)
@@ -282,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_checkpoints(args)
     if args.command == "mcp":
         return cmd_mcp(args)
+    if args.command == "launchers":
+        return cmd_launchers(args.stop)
     service = JobService()
     try:
         if args.command == "jobs" and args.all:

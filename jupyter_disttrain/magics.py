@@ -21,6 +21,7 @@ from IPython.display import display
 from traitlets import Bool, Enum, Float, Int, Unicode
 
 from .backends.base import BackendError
+from .backends.local.lingering import default_linger
 from .cellcheck import main_guard_note, spawn_problem
 from .checkpoints.jobs import store_for
 from .dap import cell_breakpoints
@@ -109,6 +110,12 @@ class DistrainMagics(Magics):
     prewarm = Bool(
         True, help="Start the local launcher when the extension loads, so the first job is fast."
     ).tag(config=True)
+    linger = Float(
+        default_linger(),
+        min=0.0,
+        help="Local backend: seconds a launcher waits, idle, for this user's next kernel after "
+        "the last one using it ended (0: this kernel's launcher ends with it).",
+    ).tag(config=True)
     tensorboard = Unicode(
         "",
         help="Default --tensorboard DIR (event files under DIR/NAME/rank-R); '' for the job "
@@ -142,6 +149,7 @@ class DistrainMagics(Magics):
         "max_capture_mb",
         "launch_mode",
         "prewarm",
+        "linger",
         "live",
         "tensorboard",
         "mlflow",
@@ -507,6 +515,7 @@ class DistrainMagics(Magics):
         """The kernel's job service, set up with this kernel's launch mode and notebook."""
         service = default_service()
         service.launch_mode = self.launch_mode
+        service.linger = self.linger
         service.notebook = notebook_path(self.shell)
         return service
 

@@ -13,6 +13,8 @@ from typing import Any
 import psutil
 import pytest
 
+from jupyter_disttrain.backends.local.lingering import ENV_LINGER
+
 #: Shared fixtures: ``s3`` (moto's S3 server on 127.0.0.1).
 #: ``tests.schedule`` orders the parallel run: the longest test files first.
 pytest_plugins = ["tests.s3_server", "tests.k8s_emulator.fixtures", "tests.schedule"]
@@ -30,6 +32,10 @@ if _WORKER or "DISTRAIN_HOME" not in os.environ:
 os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="dt-tmp-")
 _MADE.append(os.environ["TMPDIR"])
 tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+# A launcher lingering after its kernel would be shared by every later test's kernels
+# and outlive the run: tests start launchers that end with their owner, unless they
+# test lingering (tests/backends/local/test_lingering.py), in a runtime folder of their own.
+os.environ[ENV_LINGER] = "0"
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -19,6 +19,8 @@ Requests, one JSON object per connection:
   requesting connection closes (its client died).
 * ``{"op": "ping"}``: the launcher's pid, thread count, identity and the
   files of the modules it imported (:mod:`.launcher_identity`: who may share it).
+* ``{"op": "hold"}`` (lingering launchers): the ping answer, and the connection
+  stays open for as long as the requesting process uses the launcher.
 
 Every forked process gets the request's environment and working directory,
 and its ``sys.path`` from ``DISTRAIN_SYS_PATH`` in that environment when set
@@ -34,13 +36,23 @@ Each answer is ``{"pid": P, "pgid": G, "forked": bool}`` (or ``{"error": ...}``)
 and, when the process ends, ``{"exit": CODE}`` or ``{"signal": N}``. When the
 owner closes the launcher's stdin (or dies), every process group it started is
 terminated and the launcher exits: a job never outlives its owner.
+
+``zygote SOCKET --linger SECONDS`` starts a lingering launcher instead: it has
+no owner, serves every process of this user and environment that holds it
+(``hold``), and exits once it has had no holder and no child for ``SECONDS``.
+It exits under an exclusive ``flock`` of ``SOCKET.lock`` after unlinking its
+socket, and only when no connection waits in its backlog; a process that
+connects under the same lock is therefore either served or finds no socket.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import fcntl
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -126,8 +138,14 @@ def read_request(conn: socket.socket, limit: int = 1 << 22) -> dict[str, Any]:
 class Launcher:
     """The fork server's state: its socket, its owner pipe and its children."""
 
-    def __init__(self, path: str, ident: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, path: str, ident: dict[str, str] | None = None, linger: float | None = None
+    ) -> None:
         self.path = path
+        #: Lingering: seconds without a holder or child before it exits (None: owned).
+        self.linger = linger
+        self.holders: set[socket.socket] = set()
+        self.busy_at = time.monotonic()
         self.identity = ident or identity()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
@@ -143,7 +161,8 @@ class Launcher:
         os.set_blocking(self.wake_w, False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
-        self.selector.register(sys.stdin, selectors.EVENT_READ, "owner")
+        if linger is None:
+            self.selector.register(sys.stdin, selectors.EVENT_READ, "owner")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.running = True
 
@@ -158,14 +177,17 @@ class Launcher:
     def serve(self) -> None:
         """Answer requests until the owner goes away."""
         while self.running:
-            timeout = None
-            if self.doomed:
-                timeout = max(0.0, min(self.doomed.values()) - time.monotonic())
+            timeouts = list(self.doomed.values())
+            if self.linger is not None and not (self.holders or self.children):
+                timeouts.append(self.busy_at + self.linger)
+            timeout = max(0.0, min(timeouts) - time.monotonic()) if timeouts else None
             for key, _ in self.selector.select(timeout):
                 if key.data == "accept":
                     self.accept()
                 elif key.data == "owner" and not os.read(sys.stdin.fileno(), 4096):
                     self.running = False
+                elif key.data == "holder":
+                    self.release(key.fileobj)  # type: ignore[arg-type]
                 elif key.data == "wake":
                     with contextlib.suppress(OSError):
                         while os.read(self.wake_r, 4096):
@@ -174,7 +196,29 @@ class Launcher:
                     self.lifeline(key.data, key.fileobj)  # type: ignore[arg-type]
             self.reap()
             self.kill_doomed()
+            self.retire_when_idle()
         self.shutdown()
+
+    def release(self, conn: socket.socket) -> None:
+        """A holder's connection is readable: on its end, forget the holder."""
+        try:
+            data = conn.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            self._unwatch(conn)
+            self.holders.discard(conn)
+            conn.close()
+
+    def retire_when_idle(self) -> None:
+        """Lingering: exit (socket unlinked first, under its lock) once idle for ``linger``."""
+        if self.linger is None:
+            return
+        now = time.monotonic()
+        if self.holders or self.children:
+            self.busy_at = now
+        elif now >= self.busy_at + self.linger and _retire(self.listener, self.path):
+            self.running = False
 
     def lifeline(self, pid: int, conn: socket.socket) -> None:
         """The connection that asked for agent ``pid`` is readable: on its end, end the agent."""
@@ -222,7 +266,7 @@ class Launcher:
                 self.start_agent(conn, request)
             elif op == "worker":
                 self.start_worker(conn, request)
-            elif op == "ping":
+            elif op in ("ping", "hold"):
                 send(
                     conn,
                     {
@@ -230,9 +274,14 @@ class Launcher:
                         "threads": thread_count(),
                         "identity": self.identity,
                         "modules": imported_from(),
+                        "linger": self.linger,
                     },
                 )
-                conn.close()
+                if op == "hold" and self.linger is not None:
+                    self.holders.add(conn)
+                    self.selector.register(conn, selectors.EVENT_READ, "holder")
+                else:
+                    conn.close()
             else:
                 raise ValueError(f"unknown op {op!r}")
         except Exception as exc:
@@ -312,7 +361,7 @@ class Launcher:
         self.listener.close()
         os.close(self.wake_r)
         os.close(self.wake_w)
-        for conn in self.children.values():
+        for conn in [*self.children.values(), *self.holders]:
             if conn is not keep:
                 conn.close()
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -371,6 +420,27 @@ class Launcher:
             os.unlink(self.path)
         except OSError:
             pass
+
+
+def _retire(listener: socket.socket, path: str) -> bool:
+    """Unlink ``path`` under its lock unless a connection waits; True when unlinked.
+
+    The lock stays held (its descriptor open) until this process exits, so a
+    process that takes it next finds no socket and starts a new launcher.
+    """
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False  # someone is connecting: serve them first
+    waiting, _, _ = select.select([listener], [], [], 0)
+    if waiting:
+        os.close(fd)
+        return False
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return True
 
 
 def _apply_sys_path(raw: str | None) -> None:
@@ -459,17 +529,21 @@ def _run_worker(argv: list[str], env: dict[str, str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``zygote SOCKET``; prints ``ready`` once it serves."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m jupyter_disttrain.runtime.zygote SOCKET", file=sys.stderr)
-        return 2
+    """Entry point: ``zygote SOCKET [--linger SECONDS]``; prints ``ready`` once it serves."""
+    parser = argparse.ArgumentParser(prog="python -m jupyter_disttrain.runtime.zygote")
+    parser.add_argument("socket", help="the Unix socket to serve on (in a 0700 directory)")
+    parser.add_argument(
+        "--linger", type=float, help="no owner: exit after SECONDS without a holder or child"
+    )
+    args = parser.parse_args(argv)
     ident = identity()  # before the defaults below and the imports
     # No thread pools in the launcher (a fork after threads start can deadlock);
     # each worker sets its own thread count from the job's environment.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    launcher = Launcher(args[0], ident)  # bound now: early requests wait for the imports
+    launcher = Launcher(
+        args.socket, ident, args.linger
+    )  # bound now: early requests wait for the imports
     launcher.install_signals()
     missing = preload()
     print(json.dumps({"ready": True, "pid": os.getpid(), "missing": missing}), flush=True)

@@ -44,7 +44,7 @@ Listener = Callable[[ev.Event], None]
 class JobService:
     """Every job operation, for one process (a kernel, a command, a server).
 
-    ``launch_mode`` and ``notebook`` configure the backends it creates (one
+    ``launch_mode``, ``linger`` and ``notebook`` configure the backends it creates (one
     per call, see :meth:`backend`). Jobs this process submitted or attached
     to are kept by name (:meth:`registered`). ``listing`` says how backends
     are listed (a kernel or command waits for each; a polled server sets time
@@ -63,6 +63,7 @@ class JobService:
         backends: Callable[[], Sequence[Backend]] | None = None,
     ) -> None:
         self.launch_mode = launch_mode
+        self.linger: float | None = None  # the local launcher's; None: its default
         self.notebook = notebook
         self._jobs: dict[str, Job] = {}
         self._recorders: dict[str, Recorder] = {}  # by job name: the record being written
@@ -82,7 +83,7 @@ class JobService:
         kubeconfig, the launch mode) when it is made, so a changed
         configuration is picked up by the next job; a job keeps its own.
         """
-        found = get_backend(name, launch_mode=self.launch_mode)
+        found = get_backend(name, launch_mode=self.launch_mode, linger=self.linger)
         found.notebook = self.notebook
         return found
 

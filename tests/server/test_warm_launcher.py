@@ -214,7 +214,7 @@ def test_two_kernels_share_the_servers_launcher(
     launchers = server.launchers()
     assert len(launchers) == 1, launchers
     a, b = (_pid_and_kind(k) for k in pair)
-    assert a == b == (launchers[0].pid, "ServerLauncher")
+    assert a == b == (launchers[0].pid, "SharedLauncher")
 
 
 @pytest.mark.parametrize("spec", ["otherpy", "otherenv"])
@@ -258,7 +258,7 @@ def test_a_kernel_whose_sys_path_imports_other_files_gets_its_own_for_that_time(
     own_pid, own_kind, back_pid, back_kind = first.split()
     assert own_kind == "Launcher" and int(own_pid) != shared, first
     assert psutil.Process(int(own_pid)).ppid() == server.kernel_pids[-1]  # the kernel's own
-    assert (int(back_pid), back_kind) == (shared, "ServerLauncher"), first
+    assert (int(back_pid), back_kind) == (shared, "SharedLauncher"), first
     assert "imports cloudpickle from /tmp/" in note and "launcher of this kernel's own" in note
     kernel.kc.shutdown()
 

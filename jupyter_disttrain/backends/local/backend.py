@@ -89,22 +89,28 @@ class LocalBackend(Backend):
         ),
     )
 
-    def __init__(self, mode: str = "fork") -> None:
+    def __init__(self, mode: str = "fork", linger: float | None = None) -> None:
         if mode not in ("fork", "exec"):
             raise ValueError(f"launch mode must be 'fork' or 'exec', got {mode!r}")
         self.mode = mode
+        #: Seconds a launcher this process starts lingers for the next (None: its default).
+        self.linger = linger
 
     @classmethod
     def create(cls, **config: Any) -> LocalBackend:
-        """``launch_mode``: ``fork`` (warm launcher, the default) or ``exec``."""
-        return cls(mode=str(config.get("launch_mode") or "fork"))
+        """``launch_mode``: ``fork`` (warm launcher, the default) or ``exec``; ``linger``:
+        seconds a launcher started here waits, idle, for this user's next process."""
+        linger = config.get("linger")
+        return cls(
+            str(config.get("launch_mode") or "fork"), None if linger is None else float(linger)
+        )
 
     def prewarm(self) -> None:
         """Start the warm launcher now (fork mode), so the first job starts fast."""
         if self.mode == "fork":
             from .launcher import prewarm
 
-            prewarm()
+            prewarm(self.linger)
 
     def checkpoint_dir(self, record: JobRecord) -> str | None:
         """The job's ``--checkpoint-dir`` as recorded at submission, else its ``checkpoints``."""
@@ -171,7 +177,7 @@ class LocalBackend(Backend):
         mode = "exec" if network else self.launch_mode(spec)
         if mode == "fork":
             try:
-                shared_launcher().wait_ready()
+                shared_launcher(self.linger).wait_ready()
             except LauncherError:
                 mode = "exec"
         run_id = os.urandom(6).hex()  # tells restarts from new submissions
@@ -202,7 +208,7 @@ class LocalBackend(Backend):
         launcher: AnyLauncher | None = None
         if plan.mode == "fork":
             try:
-                launcher = shared_launcher()
+                launcher = shared_launcher(self.linger)
                 launcher.wait_ready()
             except LauncherError as exc:
                 raise BackendError(

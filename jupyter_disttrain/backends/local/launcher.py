@@ -8,13 +8,15 @@ it exits, the launcher terminates every job it started.
 A Jupyter server with this package's extension starts one launcher when it
 starts (:mod:`jupyter_disttrain.server.warm`) and names its socket to the
 kernels it starts in ``DISTRAIN_WARM_LAUNCHER``. A kernel uses that
-launcher (a :class:`ServerLauncher`) when the socket is private (this user's,
+launcher (a :class:`SharedLauncher`) when the socket is private (this user's,
 0600 in a 0700 directory, the peer of this user id) and the launcher's
 identity (:mod:`jupyter_disttrain.runtime.launcher_identity`: interpreter
-environment and the variables read at import) is the kernel's own; otherwise
-it starts its own :class:`Launcher`. The jobs a kernel runs in the server's
-launcher end with the kernel all the same: each agent's request connection
-is its lifeline.
+environment and the variables read at import) is the kernel's own. Without
+one, it holds this user's lingering launcher (:mod:`.lingering`), started by
+whichever process needed it first, unless its ``linger`` is 0; otherwise it
+starts its own :class:`Launcher`. The jobs a kernel runs in a shared launcher
+end with the kernel all the same: each agent's request connection is its
+lifeline.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ...runtime.launcher_identity import check_private, differing_modules, identity, peer_uid
+from . import lingering
 
 READY_TIMEOUT = 120.0
 #: Names the socket of the Jupyter server's warm launcher to the kernels it starts.
@@ -205,14 +208,24 @@ def ping(path: str, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
     return answer
 
 
-class ServerLauncher:
-    """The Jupyter server's warm launcher, used by this kernel (it does not own it)."""
+class SharedLauncher:
+    """A launcher this process uses but does not own: the Jupyter server's, or a lingering one."""
 
-    def __init__(self, socket_path: str, pid: int, modules: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        socket_path: str,
+        pid: int,
+        modules: dict[str, str] | None = None,
+        whose: str = "the Jupyter server's warm launcher",
+        held: lingering.Held | None = None,
+    ) -> None:
         self.socket_path = socket_path
         self._pid = pid
         #: The modules it imported: name -> file (see ``launcher_identity.imported_from``).
         self.modules = modules or {}
+        #: Names it in what is said to the user.
+        self.whose = whose
+        self._held = held
 
     @property
     def pid(self) -> int:
@@ -222,10 +235,13 @@ class ServerLauncher:
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         """It answered a ping already: ready."""
         if not self.alive():
-            raise LauncherError("the Jupyter server's launcher has ended")
+            raise LauncherError(f"{self.whose} has ended")
 
     def alive(self) -> bool:
         """True while the launcher process runs and its socket is there."""
+        started = self._held.proc if self._held is not None else None
+        if started is not None and started.poll() is not None:
+            return False  # this process started it and has reaped it
         return _alive(self._pid) and os.path.exists(self.socket_path)
 
     def request(self, message: dict[str, Any]) -> ProcessHandle:
@@ -233,10 +249,12 @@ class ServerLauncher:
         return request(self.socket_path, message)
 
     def close(self) -> None:
-        """Nothing to end: the server owns the launcher (this kernel's jobs end with it)."""
+        """Let go of it (it is not this process's to end; this process's jobs end with it)."""
+        if self._held is not None:
+            self._held.conn.close()
 
 
-def server_launcher(env: dict[str, str] | None = None) -> ServerLauncher | None:
+def server_launcher(env: dict[str, str] | None = None) -> SharedLauncher | None:
     """The Jupyter server's launcher when this process may share it, else None."""
     path = (os.environ if env is None else env).get(ENV_WARM)
     if not path:
@@ -251,58 +269,88 @@ def server_launcher(env: dict[str, str] | None = None) -> ServerLauncher | None:
     modules = answer.get("modules")
     if not isinstance(modules, dict):
         return None  # a launcher that does not say what it imported cannot be checked
-    return ServerLauncher(path, int(answer["pid"]), {str(k): str(v) for k, v in modules.items()})
+    return SharedLauncher(path, int(answer["pid"]), _modules(modules))
 
 
-AnyLauncher = Launcher | ServerLauncher
+def lingering_launcher(linger: float) -> SharedLauncher | None:
+    """This user's lingering launcher, held (started if needed); None when ``linger`` is 0
+    or none can be held (the reason goes to stderr)."""
+    if linger <= 0:
+        return None
+    try:
+        held = lingering.hold(linger)
+    except (OSError, ValueError) as exc:
+        print(
+            f"distrain: no lingering launcher ({exc}); starting this process's own", file=sys.stderr
+        )
+        return None
+    modules = held.answer.get("modules")
+    if held.answer.get("identity") != identity() or not isinstance(modules, dict):
+        held.conn.close()
+        return None
+    whose = "the lingering launcher"
+    return SharedLauncher(held.path, int(held.answer["pid"]), _modules(modules), whose, held)
+
+
+def _modules(answer: dict[Any, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in answer.items()}
+
+
+AnyLauncher = Launcher | SharedLauncher
 _shared: AnyLauncher | None = None
 _own: Launcher | None = None  # when this kernel's sys.path stopped matching the server's
 _told: set[str] = set()
 _lock = threading.Lock()
 
 
-def shared_launcher() -> AnyLauncher:
-    """This process's launcher for its next job: the server's when it may share it, else its own.
+def shared_launcher(linger: float | None = None) -> AnyLauncher:
+    """This process's launcher for its next job: the server's when it may share it, else
+    the lingering one (``linger`` seconds, default :func:`lingering.default_linger`; 0:
+    none), else its own.
 
-    Chosen on first use (again if the chosen one died). The server's is checked
+    Chosen on first use (again if the chosen one died). A shared one is checked
     again at every job against this process's ``sys.path`` as it is now: when
-    that would import another file for a module the server's launcher has
+    that would import another file for a module the shared launcher has
     imported (a folder put first on ``sys.path`` since), the job runs in a
     launcher of this process's own, and the difference is said once.
     """
     global _shared, _own
+    if linger is None:
+        linger = lingering.default_linger()
     with _lock:
         if _shared is None or not _shared.alive():
             if _shared is not None:
                 _shared.close()
-            _shared = server_launcher() or Launcher()
-        if not isinstance(_shared, ServerLauncher):
+            _shared = server_launcher() or lingering_launcher(linger) or Launcher()
+        if not isinstance(_shared, SharedLauncher):
             return _shared
         differing = differing_modules(_shared.modules, list(sys.path))
         if not differing:
             return _shared
-        _say_once(differing, _shared.modules)
+        _say_once(differing, _shared)
         if _own is None or not _own.alive():
             _own = Launcher()
         return _own
 
 
-def _say_once(differing: dict[str, str], theirs: dict[str, str]) -> None:
+def _say_once(differing: dict[str, str], theirs: SharedLauncher) -> None:
     name = next(iter(differing))
     if name in _told:
         return
     _told.update(differing)
     print(
         f"distrain: this kernel's sys.path imports {name} from {differing[name]}, not "
-        f"{theirs[name]} as the Jupyter server's warm launcher did: its jobs start in a "
+        f"{theirs.modules[name]} as {theirs.whose} did: its jobs start in a "
         "launcher of this kernel's own (the first one takes a few seconds longer)",
         file=sys.stderr,
     )
 
 
-def prewarm() -> None:
+def prewarm(linger: float | None = None) -> None:
     """Choose (or start) the launcher now, in the background, so the first job is fast."""
-    threading.Thread(target=shared_launcher, name="distrain-prewarm", daemon=True).start()
+    threading.Thread(
+        target=shared_launcher, args=(linger,), name="distrain-prewarm", daemon=True
+    ).start()
 
 
 @atexit.register

@@ -1,0 +1,182 @@
+"""A launcher that lingers after the kernel that started it, for this user's next kernels.
+
+Real kernels and processes, each test in a runtime folder of its own: the next
+kernel forks its job from the launcher an ended kernel started; a killed
+kernel's job ends while the launcher stays; an idle launcher ends after its
+linger; two processes starting at once share one; a killed launcher's socket
+is replaced; ``linger`` 0 and a folder others can read give the process its
+own launcher; ``disttrain launchers --stop`` ends them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jupyter_disttrain.backends.local import jobdir, lingering
+from tests.backends.local.test_owner_kill import SLEEPER, job_tree, running
+from tests.kernel_harness import kernel as start_kernel
+from tests.test_kernel import wait_for_hello
+
+pytestmark = pytest.mark.slow
+
+CHOOSE = (
+    "import json\n"
+    "from jupyter_disttrain.backends.local.launcher import shared_launcher\n"
+    "chosen = shared_launcher()\n"
+    "print(json.dumps({'pid': chosen.pid, 'kind': type(chosen).__name__}))\n"
+)
+
+
+@pytest.fixture
+def runtime() -> Iterator[Path]:
+    """A Jupyter runtime directory of the test's own, short enough for a socket's path
+    (the test's temporary directory is not); its launchers are ended after it."""
+    folder = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
+    try:
+        yield folder
+        assert_gone(lingering.stop_lingering(folder / "distrain"), 15.0)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def env_for(runtime: Path, linger: float) -> dict[str, str]:
+    """The environment of a process that lingers ``linger`` seconds in ``runtime``."""
+    return {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), lingering.ENV_LINGER: str(linger)}
+
+
+def choose(env: dict[str, str]) -> tuple[dict[str, object], str]:
+    """In a new process: the launcher it chooses (pid, class) and what it said on stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHOOSE], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1]), done.stderr
+
+
+def assert_gone(pids: list[int], wait: float) -> None:
+    """Fail unless every process in ``pids`` has ended (or is a zombie) within ``wait`` s."""
+    deadline = time.monotonic() + wait
+    left = pids
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in pids if _running(p)]
+    assert not left, f"still running after {wait} s: {left}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_the_next_kernel_forks_from_the_launcher_an_ended_kernel_started(
+    runtime: Path, tmp_path: Path
+) -> None:
+    """Kernel A starts the launcher and is killed: its job ends, the launcher stays.
+    Kernel B, started after, forks its job's workers from that launcher."""
+    env = env_for(runtime, 60)
+    home = str(tmp_path / "home")
+    with start_kernel(home, env) as first:
+        first.execute("%load_ext jupyter_disttrain\n%distrain_config live=none")
+        first.execute(f"%%distrain --nodes 1 --nproc 2 --name linger-a\n{SLEEPER}")
+        os.environ["DISTRAIN_HOME"], saved = home, os.environ["DISTRAIN_HOME"]
+        try:
+            ranks = wait_for_hello("linger-a", 2)
+            tree = job_tree(jobdir.job_dir("linger-a"))
+        finally:
+            os.environ["DISTRAIN_HOME"] = saved
+        [launcher] = lingering.lingering(runtime / "distrain")
+        assert all(psutil.Process(r).ppid() == launcher["pid"] for r in ranks), (ranks, launcher)
+        assert first.km.provisioner is not None and first.km.provisioner.pid is not None
+        os.kill(first.km.provisioner.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while running(tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not running(tree), f"the killed kernel's job still runs: {running(tree)}"
+    assert _running(int(launcher["pid"])), "the launcher ended with the kernel that started it"
+    with start_kernel(home, env) as second:
+        second.execute("%load_ext jupyter_disttrain\n%distrain_config live=none")
+        marks = tmp_path / "parents"
+        marks.mkdir()
+        second.execute(
+            "%%distrain --nodes 1 --nproc 2 --wait --name linger-b\n"
+            f"import os\nopen({str(marks)!r} + '/' + os.environ['RANK'], 'w')"
+            ".write(str(os.getppid()))\n",
+            timeout=180,
+        )
+    parents = {path.read_text() for path in marks.iterdir()}
+    assert parents == {str(launcher["pid"])}, parents
+    assert [f["pid"] for f in lingering.lingering(runtime / "distrain")] == [launcher["pid"]]
+
+
+def test_an_idle_launcher_ends_after_its_linger(runtime: Path) -> None:
+    chosen, _ = choose(env_for(runtime, 1))
+    assert chosen["kind"] == "SharedLauncher", chosen
+    assert_gone([int(str(chosen["pid"]))], 30.0)
+    assert not list((runtime / "distrain").glob("*.sock"))
+
+
+def test_two_processes_starting_at_once_share_one(runtime: Path) -> None:
+    env = env_for(runtime, 60)
+    started = [
+        subprocess.Popen([sys.executable, "-c", CHOOSE], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    chosen = [json.loads(p.communicate(timeout=180)[0].splitlines()[-1]) for p in started]
+    assert len({c["pid"] for c in chosen}) == 1, chosen
+    assert {c["kind"] for c in chosen} == {"SharedLauncher"}
+
+
+def test_a_killed_launchers_socket_is_replaced(runtime: Path) -> None:
+    env = env_for(runtime, 60)
+    first, _ = choose(env)
+    os.kill(int(str(first["pid"])), signal.SIGKILL)
+    assert_gone([int(str(first["pid"]))], 10.0)
+    second, said = choose(env)
+    assert second["kind"] == "SharedLauncher" and second["pid"] != first["pid"], (second, said)
+
+
+def test_linger_zero_gives_the_process_its_own(runtime: Path) -> None:
+    chosen, _ = choose(env_for(runtime, 0))
+    assert chosen["kind"] == "Launcher", chosen
+    assert not (runtime / "distrain").exists()
+
+
+def test_a_folder_others_can_read_is_refused(runtime: Path) -> None:
+    (runtime / "distrain").mkdir(parents=True, mode=0o755)
+    os.chmod(runtime / "distrain", 0o755)
+    chosen, said = choose(env_for(runtime, 60))
+    assert chosen["kind"] == "Launcher", chosen
+    assert "is not a directory of this user with mode 0700" in said, said
+    assert not list((runtime / "distrain").iterdir())
+
+
+def test_disttrain_launchers_lists_and_stops_them(runtime: Path) -> None:
+    env = env_for(runtime, 60)
+    chosen, _ = choose(env)
+    command = [sys.executable, "-m", "jupyter_disttrain.cli", "launchers"]
+    listed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert listed.stdout.startswith(f"{chosen['pid']}  lingers 60.0 s idle"), listed
+    stopped = subprocess.run([*command, "--stop"], env=env, capture_output=True, text=True)
+    assert stopped.stdout.strip() == f"stopped the lingering launcher {chosen['pid']}", stopped
+    assert_gone([int(str(chosen["pid"]))], 15.0)
+
+
+def test_a_runtime_folder_too_long_for_a_socket_gives_the_process_its_own(tmp_path: Path) -> None:
+    folder = tmp_path / ("long-" * 12)
+    chosen, said = choose(env_for(folder, 60))
+    assert chosen["kind"] == "Launcher", chosen
+    assert "too long a path for a Unix socket; set JUPYTER_RUNTIME_DIR" in said, said

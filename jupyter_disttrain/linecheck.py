@@ -9,6 +9,7 @@ monitor allocates per rank is bounded by the spec, never by what a line says.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -35,10 +36,14 @@ class Shape:
 
 
 def _int(value: Any, low: int = -MAX_STEP, high: int = MAX_STEP) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)):
+        return False  # (an exact int, what JSON decodes, is the fast path)
+    return low <= value <= high
 
 
 def _num(value: Any, *, finite: bool = True) -> bool:
+    if type(value) is float:  # what JSON decodes for a time: the fast path
+        return not finite or math.isfinite(value)
     return is_finite(value) if finite else is_number(value)
 
 

@@ -11,7 +11,6 @@ prints is a plain log line. The notebook side parses these lines in
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
@@ -58,9 +57,6 @@ SIGNATURE_CHARS = jobkey.SIGNATURE_CHARS
 #: nest four deep; JSON's decoder recurses once per level).
 MAX_DEPTH = 32
 #: A JSON string (skipped whole), what is not a bracket, and an innermost pair of brackets.
-_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
-_PAIRS = re.compile(r"\[\]|\{\}")
 
 
 def encode(
@@ -163,35 +159,35 @@ def signed_body(text: str, key: bytes | jobkey.Signer) -> str | None:
     return body
 
 
-def too_deep(body: str, limit: int = MAX_DEPTH) -> bool:
-    """True when ``body`` nests arrays and objects deeper than ``limit`` (read before a decoder
-    could recurse on it, strings skipped): more than ``limit`` brackets opened in a row
-    are; else each pass takes out the innermost pairs, and what pass ``limit`` leaves
-    still holds a pair only when deeper."""
-    if body.count("[") + body.count("{") <= limit:
-        return False
-    in_a_row = re.compile(rf"[\[{{]{{{limit + 1}}}")
-    unquoted = _STRINGS.sub("", body)
-    if in_a_row.search(unquoted):
-        return True  # so many opened in a row
-    brackets = _NOT_BRACKETS.sub("", unquoted)
-    if in_a_row.search(brackets):
-        return True
-    for _ in range(limit):
-        brackets, taken = _PAIRS.subn("", brackets)
-        if not brackets or not taken:
-            return False  # read through, or unbalanced (not JSON: the decoder says so)
-    return _PAIRS.search(brackets) is not None
+def nests_deeper(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when decoded JSON ``value`` nests arrays and objects deeper than ``limit``
+    (a scalar nests 0 deep). Level by level, never recursing: a line's body is decoded
+    first (the decoder stops at the interpreter's recursion limit), then checked here,
+    before anything that recurses reads it."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        inner: list[Any] = []
+        for container in level:
+            items = container.values() if type(container) is dict else container
+            inner += [item for item in items if type(item) is dict or type(item) is list]
+        level = inner
+    return False
 
 
 def decode(body: str) -> tuple[dict[str, Any] | None, str]:
     """The fields of a line's JSON body, or None and why it cannot be read (never raises)."""
-    if too_deep(body):
-        return None, f"the line's body nests deeper than {MAX_DEPTH} levels"
     try:
         fields = json.loads(body)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        fields = None  # deeper than the interpreter's recursion limit
+    except ValueError:
         return None, "the line's body is not JSON"
+    if fields is None or nests_deeper(fields):
+        return None, f"the line's body nests deeper than {MAX_DEPTH} levels"
     if not isinstance(fields, dict):
         return None, "the line's body is not a JSON object"
     return fields, ""

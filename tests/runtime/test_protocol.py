@@ -11,10 +11,11 @@ from jupyter_disttrain.runtime import jobkey
 from jupyter_disttrain.runtime.protocol import (
     PREFIX,
     RELAYED_CHARS,
+    decode,
     is_quiet,
+    nests_deeper,
     relayed,
     signed_body,
-    too_deep,
 )
 from tests.signing import KEY, line
 
@@ -83,7 +84,7 @@ def depth(value: object) -> int:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_too_deep_says_what_a_decoder_would_find(seed: int) -> None:
+def test_nests_deeper_says_what_the_depth_is(seed: int) -> None:
     rng = random.Random(seed)
 
     def build(level: int) -> object:
@@ -93,7 +94,15 @@ def test_too_deep_says_what_a_decoder_would_find(seed: int) -> None:
         return items if rng.random() < 0.5 else {f"k{i}": item for i, item in enumerate(items)}
 
     value = build(rng.randint(1, 45))
-    text = json.dumps(value)
-    assert too_deep(text, 32) == (depth(value) > 32), (depth(value), text[:200])
-    assert too_deep("[" * 33 + "]" * 33) and not too_deep("[" * 32 + "]" * 32)
-    assert not too_deep("{]" * 40)  # unbalanced: not JSON, which the decoder says
+    assert nests_deeper(value, 32) == (depth(value) > 32), depth(value)
+    assert nests_deeper(json.loads("[" * 33 + "]" * 33)) and not nests_deeper([] * 32)
+    assert nests_deeper([[[]]], 2) and not nests_deeper([[], {"a": 1}], 2)
+    assert not nests_deeper(7, 0) and nests_deeper({}, 0)
+
+
+@pytest.mark.parametrize("levels", [33, 900, 100_000])
+def test_a_body_nested_too_deep_is_refused_with_its_reason(levels: int) -> None:
+    """Deeper than the limit, or than the decoder can go: the same reason, never a raise."""
+    fields, why = decode('{"v":1,"x":' + "[" * levels + "]" * levels + "}")
+    assert fields is None and why == "the line's body nests deeper than 32 levels"
+    assert decode('{"v":1,"x":' + "[" * 31 + "]" * 31 + "}")[0] is not None

@@ -13,7 +13,10 @@ Brand-new kernel, until the first training cell is done (``bench/newkernel.py``)
 (e) Accelerate: ``import torch, accelerate`` and ``notebook_launcher(train, 4)``;
 (f) ``%load_ext jupyter_disttrain`` and the 2x2 cell, in a kernel of a running
     Jupyter server (the server's warm launcher);
-(g) the same in a kernel without a server (the kernel starts its launcher).
+(g) the same in a kernel without a server, no launcher running (the kernel
+    starts one);
+(h) the same in a kernel without a server, after an earlier kernel ended
+    (its launcher lingers, ``DistrainMagics.linger``).
 
 Each job trains a small MLP for 20 DDP steps on 4 ranks (gloo, CPU). Time to
 first step is when rank 0 finishes its first optimizer step (written to a
@@ -52,6 +55,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from newkernel import (  # noqa: E402
     ALONE_BREAKDOWNS,
     KERNEL_CPU,
+    LINGER_BREAKDOWNS,
     NEW_BREAKDOWNS,
     breakdown,
     new_kernel_runs,
@@ -376,7 +380,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--new-reps", type=int, default=4, help="runs of each new-kernel row")
     parser.add_argument("--limit", type=float, default=LIMIT, help="seconds before a run is hung")
-    parser.add_argument("--only", default="abcdefg", help="rows to run, e.g. 'bc' or 'efg'")
+    parser.add_argument("--only", default="abcdefgh", help="rows to run, e.g. 'bc' or 'efgh'")
     parser.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     parser.add_argument(
         "--quiet-load", type=float, default=QUIET_LOAD, help="start a row below this load"
@@ -413,7 +417,7 @@ def main() -> int:
             kernel.close()
     loads.append(load_now())
     new: dict[str, dict[str, float]] = {}
-    if set("efg") & set(args.only):
+    if set("efgh") & set(args.only):
         runs, close = new_kernel_runs(TRAIN, dict(os.environ), work, LIMIT)
         try:
             for label, run in runs.items():
@@ -429,7 +433,8 @@ def main() -> int:
         kernel_cpu_table(KERNEL_CPU),
         parts_table("(c) warm 2x2", BREAKDOWNS),
         parts_table("(f) brand-new kernel of a Jupyter server", NEW_BREAKDOWNS),
-        parts_table("(g) brand-new kernel without a server", ALONE_BREAKDOWNS),
+        parts_table("(g) brand-new kernel without a server, no launcher", ALONE_BREAKDOWNS),
+        parts_table("(h) brand-new kernel without a server, launcher lingering", LINGER_BREAKDOWNS),
     ]
     text = "\n\n".join(t for t in tables if t)
     print("\n" + text)

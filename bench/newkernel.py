@@ -3,8 +3,12 @@
 A brand-new kernel runs its first training cell: Accelerate (``import torch,
 accelerate``; ``notebook_launcher(train, 4)``) or ``%load_ext
 jupyter_disttrain`` and the 2x2 ``%%distrain`` cell, the latter in a kernel of
-a running Jupyter server (whose warm launcher the kernel shares) and in a
-kernel started without a server. Timed from the kernel's ``kernel_info``
+a running Jupyter server (whose warm launcher the kernel shares), in a kernel
+started without a server on a machine where no launcher runs (it starts one),
+and in a kernel started without a server after an earlier kernel ended (whose
+launcher lingers). Each kernel without a server has a Jupyter runtime folder
+of its own row, and the launchers they leave are ended after each run of (g)
+and after the rows. Timed from the kernel's ``kernel_info``
 reply to the cell's ``execute_reply``. Every cell has a time limit; a hung
 one raises :class:`TimeoutError` and its kernel is killed.
 """
@@ -12,7 +16,9 @@ one raises :class:`TimeoutError` and its kernel is killed.
 from __future__ import annotations
 
 import json
+import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +32,8 @@ from typing import Any
 
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.manager import start_new_kernel
+
+from jupyter_disttrain.backends.local import lingering
 
 ENV_WARM = "DISTRAIN_WARM_LAUNCHER"
 
@@ -180,8 +188,10 @@ Runner = Callable[[int], dict[str, float]]
 NEW_BREAKDOWNS: list[dict[str, float]] = []
 #: The same for each (g) run (its "cell to submit" includes starting the kernel's launcher).
 ALONE_BREAKDOWNS: list[dict[str, float]] = []
+#: (h)'s: a kernel without a server, the launcher an earlier kernel left lingering.
+LINGER_BREAKDOWNS: list[dict[str, float]] = []
 
-#: The kernel's own CPU seconds in each (f)/(g) run: ``%load_ext``, the first cell, and
+#: The kernel's own CPU seconds in each (f)/(g)/(h) run: ``%load_ext``, the first cell, and
 #: whether the kernel imported torch by the cell's end, per row label letter.
 KERNEL_CPU: dict[str, list[dict[str, float]]] = {}
 
@@ -189,7 +199,8 @@ KERNEL_CPU: dict[str, list[dict[str, float]]] = {}
 def new_kernel_runs(
     train: str, env: dict[str, str], work: Path, limit: float
 ) -> tuple[dict[str, Runner], Callable[[], None]]:
-    """The brand-new-kernel runners (e) Accelerate, (f) in a server, (g) without one; a closer."""
+    """The brand-new-kernel runners (e) Accelerate, (f) in a server, (g) without one and no
+    launcher, (h) without one after an earlier kernel; a closer."""
     script = work / "train.py"
     script.write_text(train)
     plain = {k: v for k, v in env.items() if k != ENV_WARM}
@@ -211,30 +222,62 @@ def new_kernel_runs(
         )
         return {"load_ext": load, "cell": seconds}
 
-    def standalone(distrain: bool) -> Runner:
+    runtimes: list[Path] = []
+
+    def runtime_folder() -> Path:
+        """A Jupyter runtime folder short enough for a socket's path (``work`` may not be)."""
+        runtimes.append(Path(tempfile.mkdtemp(prefix="bench-rt-", dir="/tmp")))
+        return runtimes[-1]
+
+    lingering_runtime = runtime_folder()
+
+    def kernel_env(mark: Path, home: str, runtime: Path) -> dict[str, str]:
+        return {
+            **plain,
+            "BENCH_MARK_FILE": str(mark),
+            "BENCH_TRAIN": str(script),
+            "BENCH_PORT": str(free_port()),
+            "GLOO_SOCKET_IFNAME": "lo",
+            "DISTRAIN_HOME": home,
+            "JUPYTER_RUNTIME_DIR": str(runtime),
+            lingering.ENV_LINGER: str(lingering.DEFAULT_LINGER),
+        }
+
+    def leave_launcher() -> None:
+        """An earlier kernel: it loads the extension, waits for its launcher, and ends."""
+        home = tempfile.mkdtemp(prefix="bench-home-")
+        km, kc = start_new_kernel(
+            kernel_name="python3", env=kernel_env(work / "leave.mark", home, lingering_runtime)
+        )
+        try:
+            execute(kc, "%load_ext jupyter_disttrain", limit)
+            execute(kc, WAIT_LAUNCHER, limit)
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
+
+    def standalone(row: str) -> Runner:
         def run(i: int) -> dict[str, float]:
-            mark = work / f"new-{'g' if distrain else 'e'}-{i}.mark"
+            mark = work / f"new-{row}-{i}.mark"
             home = tempfile.mkdtemp(prefix="bench-home-")
-            kenv = {
-                **plain,
-                "BENCH_MARK_FILE": str(mark),
-                "BENCH_TRAIN": str(script),
-                "BENCH_PORT": str(free_port()),
-                "GLOO_SOCKET_IFNAME": "lo",
-                "DISTRAIN_HOME": home,
-            }
-            km, kc = start_new_kernel(kernel_name="python3", env=kenv)
+            if row == "h" and not lingering.lingering(lingering_runtime / "distrain"):
+                leave_launcher()
+            runtime = lingering_runtime if row == "h" else runtime_folder()
+            km, kc = start_new_kernel(kernel_name="python3", env=kernel_env(mark, home, runtime))
             try:
-                if not distrain:
+                if row == "e":
                     return in_kernel(kc, False, "e")
                 started = time.time()
-                parts = in_kernel(kc, True, "g", name=f"bench-g-{i}")
-                job = Path(home) / "jobs" / f"bench-g-{i}"
-                ALONE_BREAKDOWNS.append(new_kernel_breakdown(job, started, parts, mark))
+                parts = in_kernel(kc, True, row, name=f"bench-{row}-{i}")
+                job = Path(home) / "jobs" / f"bench-{row}-{i}"
+                found = LINGER_BREAKDOWNS if row == "h" else ALONE_BREAKDOWNS
+                found.append(new_kernel_breakdown(job, started, parts, mark))
                 return parts
             finally:
                 kc.stop_channels()
                 km.shutdown_kernel(now=True)
+                if row == "g":
+                    end_launchers(runtime)
 
         return run
 
@@ -264,13 +307,41 @@ def new_kernel_runs(
     def close() -> None:
         for server in server_box:
             server.close()
+        for runtime in runtimes:
+            end_launchers(runtime)
 
     runs: dict[str, Runner] = {
-        "(e) Accelerate notebook_launcher(4)": standalone(False),
+        "(e) Accelerate notebook_launcher(4)": standalone("e"),
         "(f) %%distrain 2x2, kernel of a Jupyter server": in_server,
-        "(g) %%distrain 2x2, kernel without a server": standalone(True),
+        "(g) %%distrain 2x2, kernel without a server, no launcher running": standalone("g"),
+        "(h) %%distrain 2x2, kernel without a server, an earlier kernel's launcher lingering": (
+            standalone("h")
+        ),
     }
     return runs, close
+
+
+WAIT_LAUNCHER = (
+    "from jupyter_disttrain.backends.local.launcher import shared_launcher\n"
+    "shared_launcher().wait_ready()"
+)
+
+
+def end_launchers(runtime: Path) -> None:
+    """End the lingering launchers of ``runtime`` and wait until they have; remove it."""
+    pids = lingering.stop_lingering(runtime / "distrain")
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
 
 
 def new_kernel_breakdown(

@@ -89,6 +89,22 @@ def imported_from() -> dict[str, str]:
     return out
 
 
+def changed_since(started: float) -> str | None:
+    """A file of a module this process imported that was modified after ``started`` (a
+    package upgraded or edited since: forking would run the old code); None when none.
+    A file that cannot be read (gone, inside an archive) is passed over."""
+    for module in list(sys.modules.values()):
+        origin = getattr(module, "__file__", None)
+        if not isinstance(origin, str):
+            continue
+        try:
+            if os.stat(origin).st_mtime > started:
+                return origin
+        except OSError:
+            continue
+    return None
+
+
 def differing_modules(imported: Mapping[str, str], path: list[str]) -> dict[str, str]:
     """Of a launcher's ``imported`` modules (:func:`imported_from`), those that ``path`` (a
     ``sys.path``) would import from another file: name -> the file ``path`` finds."""

@@ -17,8 +17,10 @@ Requests, one JSON object per connection:
 * ``{"op": "worker", "argv": [PAYLOAD], "env": {...}, "cwd": D, "pgid": G}``: run
   the worker runtime on ``PAYLOAD`` in group ``G``. The worker dies when the
   requesting connection closes (its client died).
-* ``{"op": "ping"}``: the launcher's pid, thread count, identity and the
-  files of the modules it imported (:mod:`.launcher_identity`: who may share it).
+* ``{"op": "ping"}``: the launcher's pid, thread count, identity, the files of
+  the modules it imported (:mod:`.launcher_identity`: who may share it) and
+  ``changed``, one of those files modified since it started importing (None
+  when none: a requester must not fork old code from a changed one).
 * ``{"op": "hold"}`` (lingering launchers): the ping answer, and the connection
   stays open for as long as the requesting process uses the launcher.
 
@@ -43,6 +45,8 @@ no owner, serves every process of this user and environment that holds it
 It exits under an exclusive ``flock`` of ``SOCKET.lock`` after unlinking its
 socket, and only when no connection waits in its backlog; a process that
 connects under the same lock is therefore either served or finds no socket.
+Once it finds one of its modules' files changed, it unlinks its socket, so the
+next process starts a new launcher, and ends when its holders and jobs have.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .launcher_identity import ENV_SYS_PATH, identity, imported_from, peer_uid
+from .launcher_identity import ENV_SYS_PATH, changed_since, identity, imported_from, peer_uid
 
 PRELOAD = (
     "numpy",
@@ -146,6 +150,8 @@ class Launcher:
         self.linger = linger
         self.holders: set[socket.socket] = set()
         self.busy_at = time.monotonic()
+        self.started = time.time()  # before the imports: a file changed during them counts
+        self.withdrawn = False  # its socket is unlinked: the path may be another's now
         self.identity = ident or identity()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
@@ -217,8 +223,16 @@ class Launcher:
         now = time.monotonic()
         if self.holders or self.children:
             self.busy_at = now
-        elif now >= self.busy_at + self.linger and _retire(self.listener, self.path):
+        elif self.withdrawn or (
+            now >= self.busy_at + self.linger and _retire(self.listener, self.path)
+        ):
             self.running = False
+
+    def withdraw(self) -> None:
+        """Unlink the socket now: no one new finds this launcher; it ends once idle."""
+        self.withdrawn = True
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
 
     def lifeline(self, pid: int, conn: socket.socket) -> None:
         """The connection that asked for agent ``pid`` is readable: on its end, end the agent."""
@@ -267,6 +281,9 @@ class Launcher:
             elif op == "worker":
                 self.start_worker(conn, request)
             elif op in ("ping", "hold"):
+                changed = changed_since(self.started)
+                if changed and self.linger is not None and not self.withdrawn:
+                    self.withdraw()  # outdated: found by no one new (before it says so)
                 send(
                     conn,
                     {
@@ -275,6 +292,7 @@ class Launcher:
                         "identity": self.identity,
                         "modules": imported_from(),
                         "linger": self.linger,
+                        "changed": changed,
                     },
                 )
                 if op == "hold" and self.linger is not None:
@@ -416,10 +434,9 @@ class Launcher:
                 self.reap()
                 time.sleep(0.05)
         self.reap()
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        if not self.withdrawn:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
 
 
 def _retire(listener: socket.socket, path: str) -> bool:

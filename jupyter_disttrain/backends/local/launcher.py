@@ -266,6 +266,8 @@ def server_launcher(env: dict[str, str] | None = None) -> SharedLauncher | None:
         return None
     if answer.get("identity") != identity() or not isinstance(answer.get("pid"), int):
         return None
+    if _outdated(answer, "the Jupyter server's warm launcher"):
+        return None
     modules = answer.get("modules")
     if not isinstance(modules, dict):
         return None  # a launcher that does not say what it imported cannot be checked
@@ -279,6 +281,9 @@ def lingering_launcher(linger: float) -> SharedLauncher | None:
         return None
     try:
         held = lingering.hold(linger)
+        if _outdated(held.answer, "the lingering launcher"):
+            held.conn.close()  # it has unlinked its socket: the next one starts afresh
+            held = lingering.hold(linger)
     except (OSError, ValueError) as exc:
         print(
             f"distrain: no lingering launcher ({exc}); starting this process's own", file=sys.stderr
@@ -290,6 +295,22 @@ def lingering_launcher(linger: float) -> SharedLauncher | None:
         return None
     whose = "the lingering launcher"
     return SharedLauncher(held.path, int(held.answer["pid"]), _modules(modules), whose, held)
+
+
+def _outdated(answer: dict[str, Any], whose: str) -> bool:
+    """True (and said once) when the launcher that gave ``answer`` imported a file that
+    changed since: forking from it would run the old code."""
+    changed = answer.get("changed")
+    if not changed:
+        return False
+    if str(changed) not in _told:
+        _told.add(str(changed))
+        print(
+            f"distrain: {changed} changed after {whose} imported it: this kernel's jobs "
+            "start in a new launcher (the first one takes a few seconds longer)",
+            file=sys.stderr,
+        )
+    return True
 
 
 def _modules(answer: dict[Any, Any]) -> dict[str, str]:

@@ -5,7 +5,8 @@ kernel forks its job from the launcher an ended kernel started; a killed
 kernel's job ends while the launcher stays; an idle launcher ends after its
 linger; two processes starting at once share one; a killed launcher's socket
 is replaced; ``linger`` 0 and a folder others can read give the process its
-own launcher; ``disttrain launchers --stop`` ends them.
+own launcher; a launcher whose code changed since is replaced; ``disttrain launchers
+--stop`` ends them.
 """
 
 from __future__ import annotations
@@ -180,3 +181,20 @@ def test_a_runtime_folder_too_long_for_a_socket_gives_the_process_its_own(tmp_pa
     chosen, said = choose(env_for(folder, 60))
     assert chosen["kind"] == "Launcher", chosen
     assert "too long a path for a Unix socket; set JUPYTER_RUNTIME_DIR" in said, said
+
+
+def test_a_launcher_whose_code_changed_since_is_replaced(runtime: Path, tmp_path: Path) -> None:
+    """A file it imported changed (an upgrade, an edit): the next process starts a new
+    launcher and says why, and the outdated one ends once no one holds it."""
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "sitecustomize.py").write_text("")  # imported by every process started with it
+    env = {**env_for(runtime, 60), "PYTHONPATH": str(extra)}
+    first, _ = choose(env)
+    os.utime(extra / "sitecustomize.py")  # now: after the launcher started, before the next
+    second, said = choose(env)
+    assert second["kind"] == "SharedLauncher" and second["pid"] != first["pid"], (second, said)
+    assert f"{extra}/sitecustomize.py changed after the lingering launcher imported it" in said
+    assert_gone([int(str(first["pid"]))], 15.0)
+    third, said = choose(env)
+    assert third["pid"] == second["pid"] and not said, (third, said)

@@ -16,7 +16,6 @@ one raises :class:`TimeoutError` and its kernel is killed.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import shutil
 import signal
@@ -30,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.manager import start_new_kernel
 
@@ -331,17 +331,9 @@ def end_launchers(runtime: Path) -> None:
     """End the lingering launchers of ``runtime`` and wait until they have; remove it."""
     pids = lingering.stop_lingering(runtime / "distrain")
     deadline = time.monotonic() + 30
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(psutil.pid_exists(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     shutil.rmtree(runtime, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
 
 
 def new_kernel_breakdown(

@@ -29,6 +29,7 @@ from jupyter_disttrain.backends.local import jobdir, lingering
 from tests.backends.local.test_owner_kill import SLEEPER, job_tree, running
 from tests.kernel_harness import kernel as start_kernel
 from tests.test_kernel import wait_for_hello
+from tests.test_sessions_kernel import assert_gone
 
 pytestmark = pytest.mark.slow
 
@@ -66,23 +67,6 @@ def choose(env: dict[str, str]) -> tuple[dict[str, object], str]:
     return json.loads(done.stdout.splitlines()[-1]), done.stderr
 
 
-def assert_gone(pids: list[int], wait: float) -> None:
-    """Fail unless every process in ``pids`` has ended (or is a zombie) within ``wait`` s."""
-    deadline = time.monotonic() + wait
-    left = pids
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = [p for p in pids if _running(p)]
-    assert not left, f"still running after {wait} s: {left}"
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def test_the_next_kernel_forks_from_the_launcher_an_ended_kernel_started(
     runtime: Path, tmp_path: Path
 ) -> None:
@@ -107,7 +91,8 @@ def test_the_next_kernel_forks_from_the_launcher_an_ended_kernel_started(
         while running(tree) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not running(tree), f"the killed kernel's job still runs: {running(tree)}"
-    assert _running(int(launcher["pid"])), "the launcher ended with the kernel that started it"
+    survivor = psutil.Process(int(launcher["pid"]))
+    assert survivor.status() != psutil.STATUS_ZOMBIE, "the launcher ended with its first kernel"
     with start_kernel(home, env) as second:
         second.execute("%load_ext jupyter_disttrain\n%distrain_config live=none")
         marks = tmp_path / "parents"

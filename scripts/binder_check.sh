@@ -35,7 +35,8 @@ echo "$serverext" | grep -E 'jupyter_disttrain.server enabled' \
   || { echo "server extension not enabled:"; echo "$serverext"; exit 1; }
 
 step "run notebooks/01-quickstart.ipynb"
-DISTRAIN_HOME="$work/home" python scripts/demo.py notebooks/01-quickstart.ipynb > "$work/demo.log" 2>&1 \
+# Its launcher ends with it (no linger): the venv it runs from is removed at the end.
+DISTRAIN_HOME="$work/home" DISTRAIN_LINGER=0 python scripts/demo.py notebooks/01-quickstart.ipynb > "$work/demo.log" 2>&1 \
   || { cat "$work/demo.log"; exit 1; }
 tail -n 3 "$work/demo.log"
 step "binder recipe OK"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import secrets
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,7 +130,9 @@ def test_delete_and_prune(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None
     )
 
 
-def test_list_of_ten_thousand_is_fast(tmp_path: Path) -> None:
+def test_a_list_of_ten_thousand_from_the_manifest_has_every_one_in_order(tmp_path: Path) -> None:
+    """How fast it is is measured in ``bench/checkpoints.py`` (BENCHMARKS.md "Checkpoints"),
+    not asserted here: a time limit in a test fails on a loaded machine, not on a slow list."""
     directory = tmp_path / "many"
     (directory / fmt.ENTRIES_DIR).mkdir(parents=True)
     records = {}
@@ -153,13 +154,9 @@ def test_list_of_ten_thousand_is_fast(tmp_path: Path) -> None:
         (directory / fmt.ENTRIES_DIR / name).write_bytes(fmt.encode_entry(entry))
         records[name] = entry
     CheckpointDir(str(directory)).compact(records)
-    took = []
-    for _ in range(3):  # the best of three, on a shared machine
-        started = time.perf_counter()
-        infos = CheckpointStore(str(directory)).list()
-        took.append(time.perf_counter() - started)
-    assert min(took) < 1.0, took
-    assert len(infos) == 10_000 and infos[-1].step == 9_999 and all(c.ok for c in infos)
+    infos = CheckpointStore(str(directory)).list()
+    assert [c.step for c in infos] == list(range(10_000)), [c.step for c in infos][:5]
+    assert all(c.ok for c in infos) and infos[-1].metrics == {"loss": 1 / 10_000}
 
 
 # -- options, magic, CLI, jobs ------------------------------------------------------------

@@ -56,7 +56,6 @@ SIGNATURE_CHARS = jobkey.SIGNATURE_CHARS
 #: Deepest nesting of arrays and objects a line's body may have (the protocol's own lines
 #: nest four deep; JSON's decoder recurses once per level).
 MAX_DEPTH = 32
-#: A JSON string (skipped whole), what is not a bracket, and an innermost pair of brackets.
 
 
 def encode(

@@ -12,7 +12,9 @@ process whose ``sys.path`` would import another file for one of them
 (:func:`differing_modules`) must not use the launcher for that job.
 
 A private socket: :func:`check_private` refuses a socket another user could
-have made or can reach, :func:`peer_uid` tells who is at the other end.
+have made or can reach, :func:`peer_uid` tells who is at the other end,
+:func:`connect_own` connects only to a launcher of this user and :func:`ask`
+puts one request to it.
 Standard library only.
 """
 
@@ -27,6 +29,7 @@ import stat
 import struct
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 #: Variables whose names start with one of these are read while Python, torch and the
 #: libraries they load import (search paths, preloads, thread pools, devices, allocators).
@@ -125,6 +128,38 @@ def peer_uid(conn: socket.socket) -> int:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
     return int(uid)
+
+
+def connect_own(path: str, timeout: float | None = None) -> socket.socket:
+    """A blocking connection to the Unix socket at ``path`` served by a process of this user.
+
+    Raises ``PermissionError`` when another user serves it, and the ``OSError`` of the
+    connection otherwise (refused, missing, timed out); the socket is closed on any failure.
+    """
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(timeout)
+        conn.connect(path)
+        if peer_uid(conn) != os.getuid():
+            raise PermissionError(f"the launcher at {path} is run by another user")
+        conn.settimeout(None)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def ask(conn: socket.socket, op: str, timeout: float | None) -> dict[str, Any]:
+    """Send ``{"op": op}`` on ``conn`` and read its one-line JSON answer; ``{}`` for none.
+
+    Raises ``OSError`` when the answer does not come within ``timeout`` and ``ValueError``
+    when it is not JSON (a JSON value that is not an object is returned as ``{}``).
+    """
+    conn.settimeout(timeout)
+    conn.sendall((json.dumps({"op": op}) + "\n").encode())
+    answer = json.loads(conn.makefile("rb").readline() or b"{}")
+    conn.settimeout(None)
+    return answer if isinstance(answer, dict) else {}
 
 
 def check_private(path: str) -> None:

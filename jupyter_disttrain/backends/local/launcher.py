@@ -34,7 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...runtime.launcher_identity import check_private, differing_modules, identity, peer_uid
+from ...runtime.launcher_identity import (
+    ask,
+    check_private,
+    connect_own,
+    differing_modules,
+    identity,
+)
 from . import lingering
 
 READY_TIMEOUT = 120.0
@@ -152,25 +158,10 @@ class Launcher:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def _connect(path: str, timeout: float | None = None) -> socket.socket:
-    """A connection to the launcher at ``path``, refused unless its peer is this user."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.settimeout(timeout)
-        conn.connect(path)
-        if peer_uid(conn) != os.getuid():
-            raise LauncherError(f"the launcher at {path} is run by another user")
-        conn.settimeout(None)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
 def request(path: str, message: dict[str, Any]) -> ProcessHandle:
     """Send a fork request to the launcher at ``path``; the handle reports the ending."""
     try:
-        conn = _connect(path)
+        conn = connect_own(path)
     except OSError as exc:
         raise LauncherError(f"cannot reach the launcher: {exc}") from exc
     try:
@@ -198,14 +189,8 @@ def request(path: str, message: dict[str, Any]) -> ProcessHandle:
 
 def ping(path: str, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
     """The launcher's answer to ``ping`` (pid, threads, identity); waits while it imports."""
-    conn = _connect(path, timeout)
-    try:
-        conn.settimeout(timeout)
-        conn.sendall(b'{"op": "ping"}\n')
-        answer: dict[str, Any] = json.loads(conn.makefile("rb").readline() or b"{}")
-    finally:
-        conn.close()
-    return answer
+    with connect_own(path, timeout) as conn:
+        return ask(conn, "ping", timeout)
 
 
 class SharedLauncher:
@@ -243,6 +228,11 @@ class SharedLauncher:
         if started is not None and started.poll() is not None:
             return False  # this process started it and has reaped it
         return _alive(self._pid) and os.path.exists(self.socket_path)
+
+    @property
+    def held(self) -> bool:
+        """True for the lingering launcher, which this process holds until :meth:`close`."""
+        return self._held is not None
 
     def request(self, message: dict[str, Any]) -> ProcessHandle:
         """Send a fork request; the handle reports the process's ending."""
@@ -329,7 +319,8 @@ def shared_launcher(linger: float | None = None) -> AnyLauncher:
     the lingering one (``linger`` seconds, default :func:`lingering.default_linger`; 0:
     none), else its own.
 
-    Chosen on first use (again if the chosen one died). A shared one is checked
+    Chosen on first use (again if the chosen one died, and when ``linger`` is 0
+    while it holds the lingering one: that lets go of it). A shared one is checked
     again at every job against this process's ``sys.path`` as it is now: when
     that would import another file for a module the shared launcher has
     imported (a folder put first on ``sys.path`` since), the job runs in a
@@ -339,7 +330,8 @@ def shared_launcher(linger: float | None = None) -> AnyLauncher:
     if linger is None:
         linger = lingering.default_linger()
     with _lock:
-        if _shared is None or not _shared.alive():
+        let_go = linger <= 0 and isinstance(_shared, SharedLauncher) and _shared.held
+        if _shared is None or let_go or not _shared.alive():
             if _shared is not None:
                 _shared.close()
             _shared = server_launcher() or lingering_launcher(linger) or Launcher()

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...runtime.launcher_identity import check_private, identity, peer_uid
+from ...runtime.launcher_identity import ask, check_private, connect_own, identity
 
 #: Seconds a lingering launcher waits, idle, for another kernel (``DistrainMagics.linger``).
 DEFAULT_LINGER = 600.0
@@ -146,18 +146,12 @@ def _connect(path: str, remove_stale: bool = True) -> socket.socket | None:
     if not os.path.lexists(path):
         return None
     check_private(path)
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(path)
+        return connect_own(path)
     except (ConnectionRefusedError, FileNotFoundError):
-        conn.close()
         if remove_stale:
             os.unlink(path)  # its launcher was killed before it could remove it
         return None
-    if peer_uid(conn) != os.getuid():
-        conn.close()
-        raise PermissionError(f"the launcher at {path} is run by another user")
-    return conn
 
 
 def _start(path: str, linger: float) -> subprocess.Popen[bytes]:
@@ -206,12 +200,10 @@ def lingering(folder: Path | None = None) -> list[dict[str, Any]]:
             if conn is None:
                 continue
             with conn:
-                conn.settimeout(10.0)
-                conn.sendall(b'{"op": "ping"}\n')
-                answer = json.loads(conn.makefile("rb").readline() or b"{}")
+                answer = ask(conn, "ping", 10.0)
         except (OSError, ValueError):
             continue
-        if isinstance(answer, dict) and isinstance(answer.get("pid"), int):
+        if isinstance(answer.get("pid"), int):
             found.append({**answer, "socket": str(path)})
     return found
 

@@ -5,8 +5,8 @@ kernel forks its job from the launcher an ended kernel started; a killed
 kernel's job ends while the launcher stays; an idle launcher ends after its
 linger; two processes starting at once share one; a killed launcher's socket
 is replaced; ``linger`` 0 and a folder others can read give the process its
-own launcher; a launcher whose code changed since is replaced; ``disttrain launchers
---stop`` ends them.
+own launcher, and ``linger`` 0 set later lets go of the one held; a launcher
+whose code changed since is replaced; ``disttrain launchers --stop`` ends them.
 """
 
 from __future__ import annotations
@@ -139,6 +139,31 @@ def test_linger_zero_gives_the_process_its_own(runtime: Path) -> None:
     chosen, _ = choose(env_for(runtime, 0))
     assert chosen["kind"] == "Launcher", chosen
     assert not (runtime / "distrain").exists()
+
+
+LET_GO = (
+    "import json, time\n"
+    "from jupyter_disttrain.backends.local.launcher import shared_launcher\n"
+    "held = shared_launcher()\n"
+    "own = shared_launcher(0)\n"
+    "deadline = time.monotonic() + 30\n"
+    "while held.alive() and time.monotonic() < deadline:\n"
+    "    time.sleep(0.1)\n"
+    "print(json.dumps({'held': type(held).__name__, 'then': type(own).__name__,\n"
+    "                  'gone': not held.alive()}))\n"
+)
+
+
+def test_linger_zero_lets_go_of_the_held_launcher(runtime: Path) -> None:
+    """``%distrain_config linger=0`` after the kernel chose the lingering launcher: the
+    next job's launcher is the kernel's own, and the lingering one, no longer held, ends
+    after its linger while the kernel still runs."""
+    done = subprocess.run(
+        [sys.executable, "-c", LET_GO], env=env_for(runtime, 1), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert said == {"held": "SharedLauncher", "then": "Launcher", "gone": True}, done
 
 
 def test_a_folder_others_can_read_is_refused(runtime: Path) -> None:

@@ -7,7 +7,9 @@
     second, memory growth (``tests/widgets/kernel_flood.py`` drives it);
 (c) downsampling 1,000,000 points (``downsample.lttb`` / ``minmax`` and the
     plot's incremental min/max buckets), and what the plot sends to the
-    browser while a series grows to 1,000,000 points.
+    browser while a series grows to 1,000,000 points;
+(d) what a rank's resource sample costs it (``runtime.resources.Sampler``,
+    one every second by default, sampled and encoded as its line).
 
 ``python bench/monitor.py [--flood-seconds 10]`` prints the figures and
 rewrites the "Monitor" section of ``BENCHMARKS.md``.
@@ -204,6 +206,20 @@ def downsampling(n: int = 1_000_000, n_out: int = 2000) -> dict[str, float]:
     }
 
 
+def resource_sample_cost(n: int = 2000) -> float:
+    """Microseconds a rank spends on one resource sample and its line (median of 5 runs)."""
+    from jupyter_disttrain.runtime.resources import Sampler
+
+    sampler = Sampler()
+    runs = []
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(n):
+            encode("resources", 0, **sampler.sample())
+        runs.append((time.perf_counter() - started) / n * 1e6)
+    return statistics.median(runs)
+
+
 def plot_traffic(n: int = 1_000_000, chunk: int = 10_000, budget: int = 4000) -> dict[str, float]:
     """A series growing to ``n`` points in ``chunk`` s, a render after each: what is sent."""
     from jupyter_disttrain.widgets.plot import MetricPlot
@@ -286,6 +302,8 @@ def main(argv: list[str]) -> int:
         print(f"1,000,000 -> 2,000 points, {name}: {ms:.1f} ms")
     traffic = plot_traffic()
     print(f"plot traffic: {traffic}")
+    sample_us = resource_sample_cost()
+    print(f"resource sample and its line: {sample_us:.0f} us")
     flood = kernel_flood(args.flood_seconds)
     print(f"kernel flood: {flood}")
     print(f"load average {load()}")
@@ -339,6 +357,9 @@ the client runs `1 + 1` every 0.2 s and times it to its reply.
         f"{traffic['points sent']:,.0f} points ({traffic['bytes sent'] / 1024:,.0f} KiB); "
         f"shown at the end: {traffic['shown']:,.0f} points; {traffic['render ms']:.1f} ms "
         "per render.\n"
+        f"\n**A rank's resource sample** (`runtime.resources.Sampler`, CPU, RSS and GPU "
+        f"memory, encoded as its line; one a second by default): {sample_us:.0f} µs each, "
+        "the median of 5 runs of 2,000.\n"
     )
     if not args.no_write:
         write_section(ROOT / "BENCHMARKS.md", "Monitor", body)

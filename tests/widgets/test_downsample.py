@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -137,20 +136,13 @@ def test_minmax_keeps_extremes_of_every_bucket() -> None:
             assert len(kept & set(seg_x.tolist())) <= 2
 
 
-def test_million_points_fast() -> None:
+def test_a_million_epoch_seconds_keep_both_ends() -> None:
+    """A million points at epoch-second abscissae (floats near 1.7e9): at most the budget,
+    the first and last kept. Their speed is measured in ``bench/monitor.py``."""
     rng = np.random.default_rng(0)
     n = 1_000_000
     x = np.arange(n, dtype=float) + 1.7e9
     y = np.cumsum(rng.normal(size=n))
     for fn in (lttb, minmax):
-        best = min(_timed(fn, x, y, 2000) for _ in range(3))
-        # typically 20-30 ms here; the bound leaves room for a loaded machine
-        assert best < 0.5, f"{fn.__name__} took {best:.3f} s"
         gx, _ = fn(x, y, 2000)
         assert len(gx) <= 2000 and gx[0] == x[0] and gx[-1] == x[-1]
-
-
-def _timed(fn: DownsampleFn, x: Floats, y: Floats, n_out: int) -> float:
-    start = time.perf_counter()
-    fn(x, y, n_out)
-    return time.perf_counter() - start

@@ -70,11 +70,14 @@ def test_kubernetes_jobs_are_listed_followed_and_stopped(
         assert cluster.stats().streams.current == kernels_streams, cluster.stats()
         assert list(job_home.glob("views/kubernetes/*/default/k8s-side/view.json"))
         # a follower detached (as the server's own is once a record appears) ends its log
-        # stream at the next line, not when the container ends
+        # stream at the next line, not when the container ends, and its watches at once,
+        # not at their next event or when the API server ends them (a minute)
         _, extra = submitter.attach("k8s-side", lambda event: None)
         wait_for(lambda: cluster.stats().log_follows.current, lambda n: n == 2, 60)
+        wait_for(lambda: cluster.stats().streams.current, lambda n: n > kernels_streams, 60)
         extra.detach()
         wait_for(lambda: cluster.stats().log_follows.current, lambda n: n == 1, 10)
+        wait_for(lambda: cluster.stats().streams.current, lambda n: n == kernels_streams, 5)
         assert {r["state"] for r in found["detail"]["ranks"]} == {"Running"}
         logs = manager.logs("kubernetes", "k8s-side", rank=None, tail=5)
         assert logs["ranks"] == [0, 1] and logs["message"] in ("", "no output yet")

@@ -6,6 +6,7 @@ whatever the worker count and turns what it sees into job events.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -136,8 +137,8 @@ class KubernetesRun(Submission):
         self.backend.delete(self.conn, self.kubeflow, self.name)
 
     def detach(self) -> None:
-        """Stop following; the job runs on. A log stream is closed at its next line; a watch
-        at its next event, or when the API server ends it (:data:`WATCH_SECONDS`)."""
+        """Stop following; the job runs on. The watches end at once; a log stream is closed
+        at its next line."""
         self._detached.set()
         self._done.set()
         for w in list(self._watches):
@@ -587,7 +588,29 @@ def _plain_watch_class() -> type[watch.Watch]:
     from kubernetes import watch
 
     class PlainWatch(watch.Watch):  # type: ignore[misc]
+        """Also ends at once when stopped from another thread: :meth:`stop` shuts the
+        response's socket down instead of waiting for the stream's next event."""
+
+        _response: Any = None
+
         def unmarshal_event(self, data: str, return_type: Any) -> Any:
             return super().unmarshal_event(data, None)
+
+        def stream(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
+            @functools.wraps(func)  # the client reads the call's docstring
+            def opened(*call_args: Any, **call_kwargs: Any) -> Any:
+                self._response = func(*call_args, **call_kwargs)
+                return self._response
+
+            return super().stream(opened, *args, **kwargs)  # type: ignore[no-any-return]
+
+        def stop(self) -> None:
+            super().stop()
+            response = self._response
+            if response is not None:
+                # a read blocked in the watch's thread ends now; a response the watch has
+                # closed meanwhile refuses (ValueError, RuntimeError) and needs nothing
+                with contextlib.suppress(ValueError, RuntimeError, OSError):
+                    response.shutdown()
 
     return PlainWatch

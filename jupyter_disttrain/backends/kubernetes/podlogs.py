@@ -86,15 +86,24 @@ def kept_logs(conn: Connection, name: str) -> dict[str, str] | None:
 
 
 def pod_texts(conn: Connection, pods: list[Any]) -> dict[str, str]:
-    """Each pod's whole log (pod name -> text), read from its training container."""
+    """Each pod's whole log (pod name -> text), read from its training container: of a
+    container that restarted, its previous run's (the one that failed), then its own."""
     texts = {}
     for pod in sorted(pods, key=lambda p: str(p.metadata.name)):
         names = [c.name for c in pod.spec.containers]
         ours = [k.container for k in kinds.KINDS if k.container in names]
         container = (ours or names)[0]
-        lines = stream_log(conn, pod.metadata.name, container, follow=False)
+        lines = list(stream_log(conn, pod.metadata.name, container, follow=False))
+        if _restarts(pod, container):
+            lines[:0] = stream_log(conn, pod.metadata.name, container, follow=False, previous=True)
         texts[str(pod.metadata.name)] = "\n".join(lines)
     return texts
+
+
+def _restarts(pod: Any, container: str) -> int:
+    """How often ``container`` of ``pod`` (a client model object) restarted."""
+    statuses = (pod.status.container_statuses if pod.status is not None else None) or []
+    return sum(int(s.restart_count or 0) for s in statuses if s.name == container)
 
 
 def job_texts(

@@ -6,8 +6,6 @@ whatever the worker count and turns what it sees into job events.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +22,7 @@ from . import podlogs
 from .client import Connection, api_error
 from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
+from .plainwatch import plain_watch
 from .reported import Reported
 from .staging import INIT_NAME
 from .status import copier_events, init_state, pod_facts, rank_events, warning_message
@@ -506,7 +505,9 @@ class KubernetesRun(Submission):
         running are deleted: nothing keeps computing for a job that failed.
         """
         with self._lock:
-            pods = sorted(self._pods.items(), key=lambda kv: (kv[1][0] != "Failed", kv[0]))
+            seen = dict(self._pods)
+        seen.update(self._pods_now())  # a restart the pod watch has not shown yet counts
+        pods = sorted(seen.items(), key=lambda kv: (kv[1][0] != "Failed", kv[0]))
         texts: dict[str, str] = {}
         for pod, (state, restarts, _) in pods:
             failing = state == "Failed" or restarts > 0
@@ -558,6 +559,21 @@ class KubernetesRun(Submission):
                 )
             )
 
+    def _pods_now(self) -> dict[str, tuple[str, int, str]]:
+        """The job's pods as the API server has them now: pod -> (state, restarts, reason);
+        empty when they cannot be listed (what the pod watch saw stands then)."""
+        try:
+            listed: Any = self.conn.core.list_namespaced_pod(
+                self.conn.namespace, label_selector=self.kubeflow.pod_selector(self.name)
+            )
+        except (api_error(), urllib3.exceptions.HTTPError, OSError):
+            return {}
+        now = {}
+        for pod in listed.items:
+            facts = pod_facts(self.conn.plain(pod), self.container, 0)
+            now[facts.name] = (facts.state, facts.restarts, facts.reason)
+        return now
+
     def _followed_pods(self) -> set[str]:
         """The pods whose log a follower reads (or read); the caller holds the lock."""
         return {key.split("#")[0] for key in self._followed}
@@ -570,47 +586,3 @@ class KubernetesRun(Submission):
             reading = self._replayed or bool(leaders & self._followed_pods())
         ended = len(states) >= self.spec.nodes and all(s in ("Succeeded", "Failed") for s in states)
         return ended and reading
-
-
-def plain_watch() -> watch.Watch:
-    """A watch whose events carry the objects as the JSON dicts the server sent.
-
-    The client's own watch builds a model object per event (a pod's is hundreds of
-    objects, each making a client ``Configuration``): with a thousand pods starting,
-    that was most of a following kernel's CPU, only for :meth:`.Connection.plain` to
-    turn it back into the dict.
-    """
-    return _plain_watch_class()()
-
-
-@functools.cache
-def _plain_watch_class() -> type[watch.Watch]:
-    from kubernetes import watch
-
-    class PlainWatch(watch.Watch):  # type: ignore[misc]
-        """Also ends at once when stopped from another thread: :meth:`stop` shuts the
-        response's socket down instead of waiting for the stream's next event."""
-
-        _response: Any = None
-
-        def unmarshal_event(self, data: str, return_type: Any) -> Any:
-            return super().unmarshal_event(data, None)
-
-        def stream(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
-            @functools.wraps(func)  # the client reads the call's docstring
-            def opened(*call_args: Any, **call_kwargs: Any) -> Any:
-                self._response = func(*call_args, **call_kwargs)
-                return self._response
-
-            return super().stream(opened, *args, **kwargs)  # type: ignore[no-any-return]
-
-        def stop(self) -> None:
-            super().stop()
-            response = self._response
-            if response is not None:
-                # a read blocked in the watch's thread ends now; a response the watch has
-                # closed meanwhile refuses (ValueError, RuntimeError) and needs nothing
-                with contextlib.suppress(ValueError, RuntimeError, OSError):
-                    response.shutdown()
-
-    return PlainWatch

@@ -199,6 +199,9 @@ class LocalRun(Submission):
         done: set[int] = set()  # ranks that finished cleanly in the current attempt
         outcome: tuple[ev.JobState, str, str] | None = None
         while outcome is None:
+            # the agents' exits first, then the logs: every line a rank wrote before its
+            # agent exited is read before that exit is judged (a done line, say)
+            codes = [a.poll() for a in self.agents]
             polled = tailer.poll()
             for rank, t in tailer.new_ranks():  # a worker creates its rank log as it starts
                 self._emit(ev.phase_event("started", "done", [rank], f"rank {rank} started", t))
@@ -219,7 +222,6 @@ class LocalRun(Submission):
                     if self.spec.max_restarts == 0:
                         failed_at = time.monotonic()
                 self.sink(event)
-            codes = [a.poll() for a in self.agents]
             if (self.dir / "stop").exists() and self._stop_reason is None:
                 self._stop_reason = "stopped by user"  # the stop file: a door's Stop
             if self._stop_reason is not None:

@@ -257,6 +257,7 @@ def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator, tmp_p
     cell = textwrap.dedent(
         """
         import os, time, torch.distributed as dist
+        print("up", flush=True)
         i = 0
         while not os.path.exists(FINISH) and i < 3000:
             report(step=i, x=float(i))
@@ -281,6 +282,14 @@ def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator, tmp_p
 
     wait_for(kill_worker, 60, job.logs)
     wait_for(lambda: job.monitor.restarts >= 1, 120, job.logs)
+
+    def ups() -> int:  # the job's logs as any kernel or the server reads them
+        logs = KubernetesBackend().logs("k8s-kill")
+        return sum(line.endswith("] up") for line in logs.splitlines())
+
+    # both ranks' first run, and again after the restart: the killed container's lines are
+    # its previous run's log, read with the restarted one's
+    wait_for(lambda: ups() == 4, 60, lambda: KubernetesBackend().logs("k8s-kill"))
     finish.touch()
     assert job.result(timeout=240) == "finished", job.logs()
     assert job.monitor.restarts >= 1

@@ -185,7 +185,10 @@ def decode(body: str) -> tuple[dict[str, Any] | None, str]:
         fields = None  # deeper than the interpreter's recursion limit
     except ValueError:
         return None, "the line's body is not JSON"
-    if fields is None or nests_deeper(fields):
+    # as many containers as opening brackets at most: a body with few (a single metric line)
+    # cannot nest too deep, and is not walked
+    few = body.count("{") + body.count("[") <= MAX_DEPTH
+    if fields is None or (not few and nests_deeper(fields)):
         return None, f"the line's body nests deeper than {MAX_DEPTH} levels"
     if not isinstance(fields, dict):
         return None, "the line's body is not a JSON object"

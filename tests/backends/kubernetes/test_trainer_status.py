@@ -73,7 +73,10 @@ def follow(emu: Emulator, name: str, seen: list[dict[str, Any]], stop: threading
         api.close()
 
 
-def test_a_distrain_trainjob_writes_its_progress_into_trainer_status(cluster: Emulator) -> None:
+@pytest.fixture(scope="module")
+def progress_job(cluster: Emulator) -> tuple[Any, list[dict[str, Any]]]:
+    """The ``%%distrain`` TrainJob ``tj-progress`` run to its end, and every
+    ``trainerStatus`` a watch saw of it meanwhile."""
     seen: list[dict[str, Any]] = []
     stop = threading.Event()
     follower = threading.Thread(
@@ -87,6 +90,13 @@ def test_a_distrain_trainjob_writes_its_progress_into_trainer_status(cluster: Em
         assert job.result(timeout=240) == "trained", job.logs()
     finally:
         stop.set()
+    return job, seen
+
+
+def test_a_distrain_trainjob_writes_its_progress_into_trainer_status(
+    cluster: Emulator, progress_job: tuple[Any, list[dict[str, Any]]]
+) -> None:
+    job, seen = progress_job
     # the object as `kubectl get trainjob tj-progress -o yaml` shows it
     with cluster.api_client() as api:
         obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
@@ -154,8 +164,9 @@ def foreign(cluster: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def test_a_foreign_trainjob_is_listed_with_its_progress(
-    foreign: Any, capsys: pytest.CaptureFixture[str]
+    foreign: Any, progress_job: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Listed beside this tool's own TrainJob (``progress_job``), told apart from it."""
     assert cli.main(["jobs", "--all"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split()[:4] == ["NAME", "KIND", "STATE", "PROGRESS"]

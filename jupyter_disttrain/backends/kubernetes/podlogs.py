@@ -20,6 +20,7 @@ from ..loglines import relayed_error, shown_lines
 from . import kinds
 from .client import Connection, api_error, explain
 from .logs import logs_name
+from .status import pod_facts
 
 
 def stream_log(
@@ -94,16 +95,10 @@ def pod_texts(conn: Connection, pods: list[Any]) -> dict[str, str]:
         ours = [k.container for k in kinds.KINDS if k.container in names]
         container = (ours or names)[0]
         lines = list(stream_log(conn, pod.metadata.name, container, follow=False))
-        if _restarts(pod, container):
+        if pod_facts(conn.plain(pod), container, 0).restarts:
             lines[:0] = stream_log(conn, pod.metadata.name, container, follow=False, previous=True)
         texts[str(pod.metadata.name)] = "\n".join(lines)
     return texts
-
-
-def _restarts(pod: Any, container: str) -> int:
-    """How often ``container`` of ``pod`` (a client model object) restarted."""
-    statuses = (pod.status.container_statuses if pod.status is not None else None) or []
-    return sum(int(s.restart_count or 0) for s in statuses if s.name == container)
 
 
 def job_texts(

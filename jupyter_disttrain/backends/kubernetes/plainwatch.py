@@ -48,7 +48,8 @@ def _plain_watch_class() -> type[watch.Watch]:
             response = self._response
             if response is not None:
                 # a read blocked in the watch's thread ends now; a response the watch has
-                # closed meanwhile refuses (ValueError, RuntimeError) and needs nothing
+                # closed or released meanwhile refuses (ValueError, RuntimeError, or the
+                # socket's OSError) and needs nothing
                 with contextlib.suppress(ValueError, RuntimeError, OSError):
                     response.shutdown()
 

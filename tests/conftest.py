@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from jupyter_disttrain.backends.local.lingering import ENV_LINGER
+from jupyter_disttrain.backends.local.lingering import ENV_LINGER, stop_lingering
 
 #: Shared fixtures: ``s3`` (moto's S3 server on 127.0.0.1).
 #: ``tests.schedule`` orders the parallel run: the longest test files first.
@@ -32,10 +32,12 @@ if _WORKER or "DISTRAIN_HOME" not in os.environ:
 os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="dt-tmp-")
 _MADE.append(os.environ["TMPDIR"])
 tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-# A launcher lingering after its kernel would be shared by every later test's kernels
-# and outlive the run: tests start launchers that end with their owner, unless they
-# test lingering (tests/backends/local/test_lingering.py), in a runtime folder of their own.
-os.environ[ENV_LINGER] = "0"
+# This test process, its kernels and its `disttrain run`s share one lingering launcher, as
+# one user's processes do, instead of each importing torch into a launcher of its own
+# (3.5 s of CPU each). It lives in this process's own runtime folder and ends with it
+# (:func:`pytest_unconfigure`); tests of lingering itself choose their own folders.
+os.environ["JUPYTER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rt-")
+os.environ[ENV_LINGER] = "60"
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -79,7 +81,9 @@ def assert_no_processes(job_dir: Path, pids: Sequence[int] = (), wait: float = 5
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the job home and temporary directory this test process made for itself."""
+    """End the lingering launchers of this test process's runtime folder; remove the job
+    home and temporary directory it made for itself."""
+    stop_lingering(Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "distrain")
     for directory in _MADE:
         shutil.rmtree(directory, ignore_errors=True)
 

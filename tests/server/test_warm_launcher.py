@@ -31,6 +31,7 @@ import pytest
 from jupyter_client.blocking import BlockingKernelClient
 
 from jupyter_disttrain.backends.local import jobdir
+from jupyter_disttrain.backends.local.lingering import ENV_LINGER
 from tests.backends.local.test_owner_kill import job_tree, running
 from tests.kernel_harness import Kernel
 from tests.test_kernel import wait_for_hello
@@ -134,6 +135,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "JUPYTER_RUNTIME_DIR": str(runtime),
         "JUPYTER_PATH": str(specs),
         "KUBECONFIG": str(tmp / "no-kubeconfig"),
+        # a kernel the server's launcher cannot serve starts one of its own, not a lingering one
+        ENV_LINGER: "0",
     }
     env.pop("DISTRAIN_WARM_LAUNCHER", None)
     port = _free_port()

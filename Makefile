@@ -65,7 +65,9 @@ checks: lint typecheck importlint labextension-test
 # (pytest-xdist, TEST_WORKERS processes, each with its own job home, temporary directory
 # and emulators; one file's tests -- a notebook's cells -- run in one worker, in order,
 # sharing its module fixtures and kernel; the longest files first, tests/schedule.py),
-# then, alone, the tests marked serial (they measure time or resources). The static
+# then, alone, the tests marked serial (they measure time or resources), collected from the
+# files that say `mark.serial` only (collecting every file costs ~20 s; tests/schedule.py
+# refuses a serial mark set anywhere else). The static
 # checks run beside the parallel run (its workers leave about a quarter of the CPUs idle
 # waiting on the processes they start) and print when it ends.
 # All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
@@ -87,7 +89,7 @@ test: setup
 		|| status=$$?; \
 	wait $$checks || { status=1; echo "make checks failed:"; }; \
 	cat $$checked; rm -f $$checked; \
-	$(PYTEST) -m serial tests || status=$$?; \
+	$(PYTEST) -m serial $$(grep -rlE --include='test_*.py' 'mark\.serial' tests) || status=$$?; \
 	exit $$status
 
 bench: venv

@@ -308,6 +308,7 @@ def main() -> int:
     if args.role == "server":
         print(json.dumps(server(float(rest[0]))))
         return 0
+    load_at_start = os.getloadavg()[0]
     rows = []
     kinds = args.kinds.split(",")
     if unknown := sorted(set(kinds) - set(APIS)):
@@ -322,14 +323,18 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()}")
     print(text)
     if args.write:
-        from results import write_section
+        from results import machine, write_section
 
         body = (
             f"`python bench/scale.py --nodes {args.nodes}{' --hang' if args.hang else ''} "
             f"--kinds {args.kinds}`, "
-            f"{time.strftime('%Y-%m-%d')}, on a 2-core machine shared with other engineers' "
-            "test runs (the load column is the 1-minute load average at the end of each run: "
-            "the machine was loaded). " + DESCRIPTION + "\n\n" + text
+            f"{time.strftime('%Y-%m-%d')}, {machine()}, 1-minute load average "
+            f"{load_at_start:.1f} at the start; the stand-in plays every rank in one process "
+            "beside the emulator, the kernel and the server, so each run loads the machine "
+            "itself (the load column is the 1-minute load average at the end of each run). "
+            + DESCRIPTION
+            + "\n\n"
+            + text
         )
         write_section(ROOT / "BENCHMARKS.md", "Scale", body)
     return 0

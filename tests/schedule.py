@@ -14,6 +14,7 @@ distribution: a parallel run that would split them is refused.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -54,13 +55,43 @@ def pytest_configure(config: pytest.Config) -> None:
 WHOLE_FILES = ("no", "loadfile", "loadscope")
 
 
+#: What marks a test file as holding serial tests: `make test`'s serial run collects only
+#: the files whose text says it.
+SERIAL_MARK = "mark.serial"
+
+
+def refuse_unsaid_serial(items: list[pytest.Item]) -> None:
+    """Refuse a serial test whose own file does not say ``mark.serial``: `make test`'s
+    serial run would never collect it (and the parallel run leaves it out)."""
+    for item in items:
+        if item.get_closest_marker("serial") is None or item.path.suffix != ".py":
+            continue
+        if SERIAL_MARK not in _text(item.path):
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked serial from outside its file; mark it with "
+                f"pytest.{SERIAL_MARK} in the file (make test's serial run finds it there)"
+            )
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """The tests ``-m`` left out are checked too (the parallel run leaves serial ones out)."""
+    refuse_unsaid_serial(items)
+
+
+@functools.cache
+def _text(path: Path) -> str:
+    return path.read_text()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest files first; notebooks only with a whole-file distribution (module docstring)."""
+    """Longest files first; notebooks only with a whole-file distribution (module docstring);
+    serial tests only where their file says so."""
     dist = str(getattr(config.option, "dist", "no"))
     if dist not in WHOLE_FILES and any(item.path.suffix == ".ipynb" for item in items):
         raise pytest.UsageError(
             f"--dist {dist} would hand one notebook's cells to different workers; "
             "run notebooks with --dist loadfile (as `make test` does)"
         )
+    refuse_unsaid_serial(items)
     items[:] = longest_files_first(items, file_seconds())

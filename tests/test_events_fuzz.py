@@ -118,18 +118,24 @@ def test_the_reported_look_alike_is_log_text() -> None:
 
 
 def _seconds(text: str) -> float:
+    """The least CPU time this thread took to read ``text``, of five readings: time the
+    thread spent preempted, or other threads spent working, does not count."""
     job = trust()
-    started = time.perf_counter()
-    for _ in range(3):
+    least = float("inf")
+    for _ in range(5):
+        started = time.thread_time()
         ev.parse_line(text, 0, trust=job)
-    return (time.perf_counter() - started) / 3
+        least = min(least, time.thread_time() - started)
+    return least
 
 
 def test_time_grows_linearly_with_the_line_and_memory_stays_flat() -> None:
     body = '{"v":1,"kind":"metric","rank":0,"t":1,"step":1,"values":'
-    small, large = signed(body + "[]," * 100_000), signed(body + "[]," * 400_000)
+    small, large = signed(body + "[]," * 20_000), signed(body + "[]," * 320_000)
     ratio = _seconds(large) / max(_seconds(small), 1e-6)
-    assert ratio < 12, ratio  # four times the line: about four times the time, never squared
+    # sixteen times the line: 16-35 times the time (the larger one outgrows the CPU's
+    # caches), never squared (256 times)
+    assert ratio < 100, ratio
     lines = [small, look_alike(random.Random(1)) * 20_000, deep(random.Random(2))]
     job = trust()
     tracemalloc.start()

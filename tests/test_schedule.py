@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,40 @@ def test_the_table_is_written_from_a_junit_report(tmp_path: Path) -> None:
         "tests/test_schedule.py": 7.5,
         "notebooks/01-quickstart.ipynb": 6.0,
     }
+
+
+def test_a_serial_mark_set_outside_the_tests_file_is_refused(tmp_path: Path) -> None:
+    """`make test`'s serial run collects the files that say ``mark.serial``: a serial mark
+    set from anywhere else (a conftest) stops the run, in the parallel run too."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    serial: alone\n")
+    (tmp_path / "test_said.py").write_text(
+        "import pytest\n\npytestmark = pytest.mark.serial\n\n\ndef test_a():\n    pass\n"
+    )
+    (tmp_path / "test_unsaid.py").write_text("def test_b():\n    pass\n")
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
+        "    for item in items:\n"
+        "        if item.name == 'test_b':\n"
+        "            item.add_marker(pytest.mark.serial)\n"
+    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "tests.schedule", "-p", "no:cacheprovider"]
+            + [*args, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+
+    for marks in ("serial", "not serial"):
+        done = run("-m", marks)
+        assert done.returncode != 0, done.stdout
+        assert "test_unsaid.py::test_b is marked serial from outside its file" in (
+            done.stdout + done.stderr
+        ), done.stdout + done.stderr
+    (tmp_path / "conftest.py").unlink()
+    done = run("-m", "serial")
+    assert done.returncode == 0 and "1 passed, 1 deselected" in done.stdout, done.stdout

@@ -27,15 +27,16 @@ def write_notebook(root: Path, name: str, cells: list[str]) -> str:
     return name
 
 
-def run_harness(script: str, lab: Lab, notebook: str, output: Path) -> dict[str, Any]:
-    """Run ``node script URL NOTEBOOK OUTPUT``; the JSON it printed (failing on its error)."""
+def run_harness(script: str, lab: Lab, notebook: str, output: Path, *args: str) -> dict[str, Any]:
+    """Run ``node script URL NOTEBOOK OUTPUT [ARGS]``; the JSON it printed (failing on its
+    error)."""
     if output.exists():
         shutil.rmtree(output)
     output.mkdir(parents=True)
     node = shutil.which("node")
     assert node is not None, "node is needed for the browser test"
     proc = subprocess.run(
-        [node, str(HERE / script), lab.url, notebook, str(output)],
+        [node, str(HERE / script), lab.url, notebook, str(output), *args],
         cwd=HERE,
         capture_output=True,
         text=True,

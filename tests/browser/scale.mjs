@@ -1,18 +1,21 @@
 // Drives JupyterLab in Debian's Chromium over a 1,024-node dashboard (8,192 ranks).
 //
-//   node scale.mjs BASE_URL NOTEBOOK OUT_DIR
+//   node scale.mjs BASE_URL NOTEBOOK OUT_DIR [PICKS]
 //
 // Cell 1 builds the job's monitor in the kernel and shows its dashboard; the
 // script reads the summarised rank table, types ranks into the picker, then
 // runs cell 2 (reports for 25 s) while timing each chart redraw from
-// plotly's own events (plotly_beforeplot to plotly_afterplot). Prints one
-// JSON object; saves scale-dashboard.png in OUT_DIR.
+// plotly's own events (plotly_beforeplot to plotly_afterplot). PICKS are the
+// ranks typed into the picker ("42, 4100-4101" unless given: a rank, then a
+// range of two). Prints one JSON object; saves scale-dashboard.png in OUT_DIR.
 
 import fs from "node:fs";
 import path from "node:path";
 import { openBrowser, runCell, waitForPrompt, runScenario } from "./lab.mjs";
 
-const [baseUrl, notebook, outDir] = process.argv.slice(2);
+const [baseUrl, notebook, outDir, picks = "42, 4100-4101"] = process.argv.slice(2);
+// the range's two ranks: the last opens as a row, the first as a line in the legend
+const [rangeFirst, rangeLast] = picks.split(",")[1].trim().split("-");
 const dash = ".distrain-job-scale";
 
 fs.mkdirSync(outDir, { recursive: true });
@@ -29,12 +32,12 @@ await runScenario({ page, result, close }, outDir, async () => {
 
   // open ranks on demand
   const box = page.locator(`${dash} .distrain-rank-picker input`);
-  await box.fill("42, 4100-4101");
+  await box.fill(picks);
   await box.press("Enter");
-  await page.locator(`${dash} tr.distrain-opened[data-rank="4101"]`).waitFor({ timeout: 60_000 });
+  await page.locator(`${dash} tr.distrain-opened[data-rank="${rangeLast}"]`).waitFor({ timeout: 60_000 });
   await page.waitForFunction(
-    (sel) => [...document.querySelectorAll(`${sel} .legendtext`)].some((t) => t.textContent === "rank 4100"),
-    dash,
+    ([sel, name]) => [...document.querySelectorAll(`${sel} .legendtext`)].some((t) => t.textContent === name),
+    [dash, `rank ${rangeFirst}`],
     { timeout: 60_000 },
   );
   result.picked = await page

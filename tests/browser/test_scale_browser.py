@@ -20,24 +20,24 @@ import pytest
 from .conftest import OUTPUT, Lab
 from .harness import run_harness, write_notebook
 
-SETUP = """
+SETUP_TEMPLATE = """
 import time
 from jupyter_disttrain.events import Event
 from jupyter_disttrain.monitor import JobMonitor
 from jupyter_disttrain.widgets.dashboard import Dashboard
 
-NODES, NPROC = 1024, 8
+NODES, NPROC = {nodes}, 8
 WORLD = NODES * NPROC
-SLOW = {517: 1.8, 2051: 1.8}
-QUIET_NODE = 700  # its ranks never say hello
+SLOW = {{517 % WORLD: 1.8, 2051 % WORLD: 1.8}}
+QUIET_NODE = 700 % NODES  # its ranks never say hello
 mon = JobMonitor("scale", "local", WORLD, nodes=NODES, nproc=NPROC)
 T0 = time.time() - 240  # 30 steps of 8 s: reports stay current on a loaded machine
 for r in range(WORLD):
     if r // NPROC != QUIET_NODE:
-        mon.feed(Event("hello", r, T0, {"local_rank": r % NPROC, "world_size": WORLD,
-                                         "node_rank": r // NPROC, "host": f"node{r // NPROC}",
-                                         "backend": "nccl"}))
-steps = {r: 0 for r in range(WORLD) if r // NPROC != QUIET_NODE}
+        mon.feed(Event("hello", r, T0, {{"local_rank": r % NPROC, "world_size": WORLD,
+                                         "node_rank": r // NPROC, "host": f"node{{r // NPROC}}",
+                                         "backend": "nccl"}}))
+steps = {{r: 0 for r in range(WORLD) if r // NPROC != QUIET_NODE}}
 
 def report_until(now):
     events = []
@@ -45,7 +45,7 @@ def report_until(now):
         every = 8.0 * SLOW.get(r, 1.0)
         while T0 + step * every <= now:
             loss = (3.0 / (step + 1) + 0.002 * (r % 11)) * (2.5 if r == 300 else 1.0)
-            fields = {"step": step, "values": {"loss": loss}}
+            fields = {{"step": step, "values": {{"loss": loss}}}}
             events.append(Event("metric", r, T0 + step * every, fields))
             step += 1
         steps[r] = step
@@ -55,6 +55,19 @@ dash = Dashboard(mon)  # shown as a job's dashboard is: before its first report
 dash.show()
 report_until(time.time())
 """
+
+
+def setup_cell(nodes: int) -> str:
+    """The first cell: a monitor of ``nodes`` x 8 ranks (slow ranks 517 and 2051, node 700
+    quiet, each modulo the size) and its dashboard, fed the reports due by now."""
+    return SETUP_TEMPLATE.format(nodes=nodes)
+
+
+def picks(nodes: int) -> str:
+    """The ranks the harness types into the picker: 42 and two past the middle."""
+    middle = nodes * 8 // 2
+    return f"42, {middle + 4}-{middle + 5}"
+
 
 FEED = """
 end = time.time() + 25
@@ -68,8 +81,8 @@ print("fed")
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_1024_node_dashboard_reads_as_a_summary_and_redraws_fast(lab: Lab) -> None:
-    notebook = write_notebook(lab.root, "scale.ipynb", [SETUP, FEED])
-    result = run_harness("scale.mjs", lab, notebook, OUTPUT / "scale")
+    notebook = write_notebook(lab.root, "scale.ipynb", [setup_cell(1024), FEED])
+    result = run_harness("scale.mjs", lab, notebook, OUTPUT / "scale", picks(1024))
 
     counts = {c["state"]: c["count"] for c in result["counts"]}
     assert counts == {"Running": "8184", "Pending": "8"}, result["counts"]

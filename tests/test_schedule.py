@@ -79,9 +79,9 @@ def test_a_serial_mark_set_outside_the_tests_file_is_refused(tmp_path: Path) -> 
     )
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
+        plugins = ["-p", "tests.schedule", "-p", "no:cacheprovider"]
         return subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "tests.schedule", "-p", "no:cacheprovider"]
-            + [*args, str(tmp_path)],
+            [sys.executable, "-m", "pytest", *plugins, *args, str(tmp_path)],
             capture_output=True,
             text=True,
             timeout=120,

@@ -271,7 +271,9 @@ def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator, tmp_p
     spec = k8s_spec("k8s-kill", nodes=2, max_restarts=3, options=(("elastic", "2:2"),))
     payload = build_payload(cell, {"FINISH": str(finish)}, job="k8s-kill")
     job = jobs.submit(spec, payload, KubernetesBackend())
-    wait_for(lambda: len(job.metrics()) >= 3, 120, job.logs)
+    # every rank has reported, so each printed its first "up" before the kill (rank 0 alone
+    # can report three steps before rank 1 reaches its cell's first line)
+    wait_for(lambda: {row["rank"] for row in job.metrics()} == {0, 1}, 120, job.logs)
 
     def kill_worker() -> bool:  # its agent restarts and re-joins the rendezvous
         try:

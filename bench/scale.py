@@ -279,7 +279,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {label} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | "
             f"{r['requests']} | "
-            f"{r['streams_following']} ({r['streams_peak']}) / {r['connections_peak']} | "
+            f"{r['streams_following']:g} ({r['streams_peak']}) / {r['connections_peak']} | "
             f"{r['log_follows_peak']} | "
             f"{r['cpu_pct']:.0f} / {r['server_cpu_pct']:.0f} | "
             f"{r['kernel_rss_mib']:.0f} | {r['server_rss_mib']:.0f} | "

@@ -31,3 +31,14 @@ def machine() -> str:
         f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (shared), "
         f"Python {platform.python_version()}"
     )
+
+
+def publish(text: str, section: str | None, intro: str) -> None:
+    """Print ``text`` (a table) after the machine's load; with ``section``, make ``intro``
+    then ``text`` that section of BENCHMARKS.md (:func:`write_section`)."""
+    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()}")
+    print(text)
+    if section is not None:
+        write_section(
+            Path(__file__).resolve().parents[1] / "BENCHMARKS.md", section, intro + "\n\n" + text
+        )

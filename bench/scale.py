@@ -319,24 +319,18 @@ def main() -> int:
             for hang in runs:
                 rows.append(measure(nodes, hang, args.fail_step, kind))
                 print(json.dumps(rows[-1]), flush=True)
-    text = table(rows)
-    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()}")
-    print(text)
-    if args.write:
-        from results import machine, write_section
+    from results import machine, publish
 
-        body = (
-            f"`python bench/scale.py --nodes {args.nodes}{' --hang' if args.hang else ''} "
-            f"--kinds {args.kinds}`, "
-            f"{time.strftime('%Y-%m-%d')}, {machine()}, 1-minute load average "
-            f"{load_at_start:.1f} at the start; the stand-in plays every rank in one process "
-            "beside the emulator, the kernel and the server, so each run loads the machine "
-            "itself (the load column is the 1-minute load average at the end of each run). "
-            + DESCRIPTION
-            + "\n\n"
-            + text
-        )
-        write_section(ROOT / "BENCHMARKS.md", "Scale", body)
+    intro = (
+        f"`python bench/scale.py --nodes {args.nodes}{' --hang' if args.hang else ''} "
+        f"--kinds {args.kinds}`, "
+        f"{time.strftime('%Y-%m-%d')}, {machine()}, 1-minute load average "
+        f"{load_at_start:.1f} at the start; the stand-in plays every rank in one process "
+        "beside the emulator, the kernel and the server, so each run loads the machine "
+        "itself (the load column is the 1-minute load average at the end of each run). "
+        + DESCRIPTION
+    )
+    publish(table(rows), "Scale" if args.write else None, intro)
     return 0
 
 

@@ -91,19 +91,15 @@ def main() -> int:
     for nodes in [int(n) for n in args.nodes.split(",")]:
         rows.append(measure(nodes, output))
         print(json.dumps(rows[-1]), flush=True)
-    text = table(rows)
-    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()}")
-    print(text)
-    if args.write:
-        from results import machine, write_section
+    from results import machine, publish
 
-        body = (
-            f"`python bench/scale_browser.py --nodes {args.nodes}`, "
-            f"{time.strftime('%Y-%m-%d')}, {machine()}, JupyterLab and Debian's Chromium "
-            "(headless) on the same machine; the load columns are the 1-minute load average "
-            "before and after each size's run. " + DESCRIPTION + "\n\n" + text
-        )
-        write_section(ROOT / "BENCHMARKS.md", SECTION, body)
+    intro = (
+        f"`python bench/scale_browser.py --nodes {args.nodes}`, "
+        f"{time.strftime('%Y-%m-%d')}, {machine()}, JupyterLab and Debian's Chromium "
+        "(headless) on the same machine; the load columns are the 1-minute load average "
+        "before and after each size's run. " + DESCRIPTION
+    )
+    publish(table(rows), SECTION if args.write else None, intro)
     return 0
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,22 @@ def rss_mib() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's live threads, by name (``/proc``; threads no
+    Python code started, a C library's, are "native")."""
+    names = {t.native_id: re.sub(r"-\d+", "", t.name) for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        name = names.get(int(tid), "native")
+        seconds[name] = seconds.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return seconds
 
 
 def kernel(world: int, hang: bool) -> dict[str, Any]:
@@ -76,9 +93,12 @@ def kernel(world: int, hang: bool) -> dict[str, Any]:
         time.sleep(0.2)
     out["ranks_heard"] = len(monitor.metric_ranks("loss"))
     out["heard_s"] = time.monotonic() - started
-    cpu0, wall0 = time.process_time(), time.monotonic()
+    cpu0, wall0, threads0 = time.process_time(), time.monotonic(), thread_cpu()
     time.sleep(10)  # every rank reporting once a second
-    out["cpu_pct"] = 100 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
+    wall = time.monotonic() - wall0
+    out["cpu_pct"] = 100 * (time.process_time() - cpu0) / wall
+    used = {name: cpu - threads0.get(name, 0.0) for name, cpu in thread_cpu().items()}
+    out["threads_pct"] = {n: round(100 * c / wall, 1) for n, c in used.items() if c > 0}
     out["lag_p50"] = statistics.median(lags)
     out["lag_p99"] = statistics.quantiles(lags, n=100)[98]
     deadline = time.monotonic() + NAMED_WITHIN

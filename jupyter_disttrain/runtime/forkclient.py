@@ -7,7 +7,9 @@ process's environment, then stands in for it: signals it receives are
 forwarded, and it exits the way the worker exited, so torchrun's agent
 supervises it exactly like a worker it started itself. If the launcher cannot
 fork (not running, no longer single-threaded, or run by another user: the
-peer's user id is checked), it becomes the worker with ``exec`` instead.
+peer's user id is checked), it becomes the worker with ``exec`` instead: the
+module in ``DISTRAIN_FALLBACK_WORKER`` (a pod's launcher sets the plain worker
+runtime, see :mod:`.podlaunch`), else the local one.
 Standard library only; imports no torch.
 """
 
@@ -23,6 +25,11 @@ import sys
 from types import FrameType
 from typing import Any
 
+#: The launcher's socket, set by whoever started it for this process's agent.
+ENV_LAUNCHER = "DISTRAIN_LAUNCHER"
+#: The module to exec when no worker can be forked (default: :data:`LOCAL_WORKER`).
+ENV_FALLBACK = "DISTRAIN_FALLBACK_WORKER"
+LOCAL_WORKER = "jupyter_disttrain.runtime.localworker"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
 
@@ -106,15 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python forkclient.py PAYLOAD", file=sys.stderr)
         return 2
     die_with_parent()
-    path = os.environ.get("DISTRAIN_LAUNCHER")
+    path = os.environ.get(ENV_LAUNCHER)
     got = request_fork(path, args[0]) if path else None
     if got is not None:
         return supervise(got[0], int(got[1]["pid"]))
     sys.stdout.flush()
-    os.execv(
-        sys.executable,
-        [sys.executable, "-u", "-m", "jupyter_disttrain.runtime.localworker", args[0]],
-    )
+    module = os.environ.get(ENV_FALLBACK) or LOCAL_WORKER
+    os.execv(sys.executable, [sys.executable, "-u", "-m", module, args[0]])
     return 2  # not reached
 
 

@@ -142,6 +142,11 @@ def read_request(conn: socket.socket, limit: int = 1 << 22) -> dict[str, Any]:
 class Launcher:
     """The fork server's state: its socket, its owner pipe and its children."""
 
+    #: Without ``linger``: it serves until its owner closes its stdin (or dies).
+    owned = True
+    #: Stores its workers host listen on loopback only (see :mod:`.localworker`).
+    loopback_stores = True
+
     def __init__(
         self, path: str, ident: dict[str, str] | None = None, linger: float | None = None
     ) -> None:
@@ -167,7 +172,7 @@ class Launcher:
         os.set_blocking(self.wake_w, False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
-        if linger is None:
+        if linger is None and self.owned:
             self.selector.register(sys.stdin, selectors.EVENT_READ, "owner")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.running = True
@@ -361,7 +366,7 @@ class Launcher:
         if pid == 0:
             self._become_child(pgid, env, req.get("cwd"), keep=conn)
             _watch_lifeline(conn)
-            os._exit(_run_worker([str(a) for a in req["argv"]], env))
+            os._exit(_run_worker([str(a) for a in req["argv"]], env, self.loopback_stores))
         self._register(conn, pid, pgid, forked=True)
 
     def _become_child(
@@ -487,7 +492,7 @@ def _redirect(log: str) -> None:
     os.close(fd)
 
 
-def _exit_status(run: Callable[[], int | None]) -> int:
+def exit_status_of(run: Callable[[], int | None]) -> int:
     """Call ``run`` in a forked child; its exit status (tracebacks go to the log)."""
     try:
         code = run() or 0
@@ -509,7 +514,7 @@ def _run_agent(argv: list[str]) -> int:
 
         agent.main(argv)
 
-    return _exit_status(agent)
+    return exit_status_of(agent)
 
 
 def _watch_lifeline(conn: socket.socket) -> None:
@@ -526,8 +531,11 @@ def _watch_lifeline(conn: socket.socket) -> None:
     threading.Thread(target=watch, name="distrain-lifeline", daemon=True).start()
 
 
-def _run_worker(argv: list[str], env: dict[str, str]) -> int:
-    """Run the worker runtime in this (forked) process; return its exit status."""
+def _run_worker(argv: list[str], env: dict[str, str], loopback: bool) -> int:
+    """Run the worker runtime in this (forked) process; return its exit status.
+
+    ``loopback``: a store it hosts listens on 127.0.0.1 (see :mod:`.localworker`).
+    """
 
     def work() -> int:
         import torch
@@ -537,12 +545,12 @@ def _run_worker(argv: list[str], env: dict[str, str]) -> int:
         from . import worker
         from .agent import bind_stores_to_loopback
 
-        # A store rank 0 hosts listens on 127.0.0.1 (see .localworker).
-        bind_stores_to_loopback(agent=False)
+        if loopback:
+            bind_stores_to_loopback(agent=False)
 
         return worker.main(argv)
 
-    return _exit_status(work)
+    return exit_status_of(work)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,9 +8,6 @@ from ...payload import Payload
 from ...runtime import jobkey
 from .template import PAYLOAD_FILE
 
-#: The local launcher's modules: never shipped to pods.
-LOCAL_LAUNCHER_FILES = ("zygote.py", "launcher_identity.py")
-
 
 def payload_files(payload: Payload) -> dict[str, bytes]:
     """What the pods need beside the image: payload, job key, worker runtime, cloudpickle."""
@@ -22,8 +19,7 @@ def payload_files(payload: Payload) -> dict[str, bytes]:
     package = Path(runtime.__file__).parent.parent
     files["jupyter_disttrain/__init__.py"] = (package / "__init__.py").read_bytes()
     for path in sorted((package / "runtime").rglob("*.py")):
-        if path.name not in LOCAL_LAUNCHER_FILES:  # pods run torchrun's own
-            files[path.relative_to(package.parent).as_posix()] = path.read_bytes()
+        files[path.relative_to(package.parent).as_posix()] = path.read_bytes()
     for path in sorted(Path(cloudpickle.__file__).parent.glob("*.py")):
         files[f"cloudpickle/{path.name}"] = path.read_bytes()
     return files

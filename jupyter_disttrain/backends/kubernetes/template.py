@@ -12,10 +12,11 @@ Every pod sees the same layout::
     /dev/shm                 memory-backed shared memory (unless --shm none)
 
 and runs an exec-form command, never a shell: the kind's launcher, then
-``jupyter_disttrain.runtime.worker /opt/disttrain/payload/payload.pkl``
-(torchrun for a PyTorchJob, which takes nodes, rank, rendezvous and
-processes per node from the ``PET_*`` environment the training operator
-sets; plain ``python -m`` for a TFJob, with the operator's ``TF_CONFIG``).
+``/opt/disttrain/payload/payload.pkl`` (for a PyTorchJob or TrainJob, torchrun
+with warm workers, :mod:`jupyter_disttrain.runtime.podlaunch`, which takes
+nodes, rank, rendezvous and processes per node from the ``PET_*`` environment
+the training operator sets; for a TFJob ``python -m
+jupyter_disttrain.runtime.worker``, with the operator's ``TF_CONFIG``).
 User text (cell, globals) only travels inside the
 payload file; ``--pip`` requirements are separate argv items after ``--``.
 """
@@ -62,10 +63,12 @@ PIP_DIR: Final = f"{RUNTIME_ROOT}/pip"
 PODINFO_DIR: Final = f"{RUNTIME_ROOT}/podinfo"
 PAYLOAD_FILE: Final = "payload.pkl"
 WORKER_MODULE: Final = "jupyter_disttrain.runtime.worker"
-#: Launchers a kind may declare: torchrun (nodes, rank, rendezvous and processes per node
-#: from the ``PET_*`` environment its controller sets), or the module run by plain Python.
-TORCHRUN: Final = ("python", "-m", "torch.distributed.run", "--module")
-PYTHON_MODULE: Final = ("python", "-m")
+#: Launchers a kind may declare, each the command before the payload file: torchrun (nodes,
+#: rank, rendezvous and processes per node from the ``PET_*`` environment its controller
+#: sets) whose workers fork from one process that imported torch once per pod
+#: (:mod:`jupyter_disttrain.runtime.podlaunch`), or the worker module run by plain Python.
+TORCHRUN: Final = ("python", "-u", "-m", "jupyter_disttrain.runtime.podlaunch")
+PYTHON_MODULE: Final = ("python", "-m", WORKER_MODULE)
 #: What the API server accepts in one ConfigMap or Secret (keys plus data).
 MAX_PAYLOAD_BYTES: Final = 1024 * 1024
 
@@ -476,7 +479,7 @@ def job_metadata(
 
 def launch_command(kind: KubeflowKind, framework: str = "") -> list[str]:
     """The exec-form command of every training container of ``kind``: its launcher (for
-    ``framework``, see :meth:`~.kinds.base.KubeflowKind.launcher_of`), then the worker
-    module with the payload file."""
+    ``framework``, see :meth:`~.kinds.base.KubeflowKind.launcher_of`), then the payload
+    file."""
     launcher = kind.launcher_of(framework) if framework else kind.launcher
-    return [*launcher, WORKER_MODULE, posixpath.join(PAYLOAD_DIR, PAYLOAD_FILE)]
+    return [*launcher, posixpath.join(PAYLOAD_DIR, PAYLOAD_FILE)]

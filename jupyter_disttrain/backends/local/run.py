@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from ... import events as ev
+from ...runtime import forkclient
 from ...runtime.agent import ENV_OWNER
 from ...runtime.launcher_identity import ENV_SYS_PATH
 from ..base import (
@@ -131,7 +132,7 @@ class LocalRun(Submission):
                 node_env["DISTRAIN_PGID"] = str(self.pgid)
             handle: ProcessHandle | Any
             if self.launcher is not None:
-                node_env["DISTRAIN_LAUNCHER"] = self.launcher.socket_path
+                node_env[forkclient.ENV_LAUNCHER] = self.launcher.socket_path
                 node_env.setdefault(ENV_SYS_PATH, json.dumps(sys.path))  # the owner's
                 handle = self.launcher.request(
                     {

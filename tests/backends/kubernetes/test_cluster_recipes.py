@@ -166,10 +166,9 @@ def test_every_recipe_a_trainjob_can_carry_copies_in_the_training_container() ->
         "/vocab",
         "--then",
         "python",
+        "-u",
         "-m",
-        "torch.distributed.run",
-        "--module",
-        "jupyter_disttrain.runtime.worker",
+        "jupyter_disttrain.runtime.podlaunch",
         "/opt/disttrain/payload/payload.pkl",
     ]
     assert {e["name"] for e in trainer["env"]} >= {"DISTRAIN_METRICS_PORT", "DISTRAIN_METRICS_ADDR"}

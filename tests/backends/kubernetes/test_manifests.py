@@ -47,10 +47,9 @@ FILES: dict[str, bytes] = {
 VERSIONS = {"python": "3.11.7", "torch": "2.13.0+cpu", "cloudpickle": "3.1.1"}
 TORCHRUN = [
     "python",
+    "-u",
     "-m",
-    "torch.distributed.run",
-    "--module",
-    "jupyter_disttrain.runtime.worker",
+    "jupyter_disttrain.runtime.podlaunch",
     "/opt/disttrain/payload/payload.pkl",
 ]
 EVERY_OPTION = (

@@ -95,7 +95,7 @@ class KubeflowKind(ABC):
     ``frameworks`` the ``--framework`` values it runs; ``default`` whether it is
     what they run as when ``--kubeflow-api`` names no other kind (the first
     default kind of the table wins); ``launcher`` the command that runs the
-    worker module in its training container; ``limits`` what it refuses;
+    payload file in its training container; ``limits`` what it refuses;
     ``install`` how an admin installs the controller that serves it ("" if not told).
     ``launchers`` are ``(framework, launcher)`` pairs replacing ``launcher`` for those
     frameworks; ``framework_runtimes`` ``(framework, name)`` pairs, the training runtime a job of
@@ -136,7 +136,7 @@ class KubeflowKind(ABC):
         return f"the cluster has no {self.api_version} {self.kind} resource (404): {self.install}"
 
     def launcher_of(self, framework: str) -> tuple[str, ...]:
-        """The command that runs the worker module for ``framework`` (see ``launchers``)."""
+        """The command that runs the payload file for ``framework`` (see ``launchers``)."""
         return dict(self.launchers).get(framework, self.launcher)
 
     def default_runtime(self, framework: str) -> str | None:

@@ -25,6 +25,7 @@ Standard library and torch only.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -131,8 +132,6 @@ def socket_path() -> str | None:
 
 
 def _json(line: str) -> dict[str, Any] | None:
-    import json
-
     try:
         value = json.loads(line)
     except ValueError:

@@ -20,6 +20,7 @@ from tests.k8s_emulator_test.clusters import (
     VERSION,
     Cluster,
     error_body,
+    finished_pods,
     pytorchjob,
     wait_for,
 )
@@ -173,6 +174,9 @@ def test_kubectl_get_and_logs(
 ) -> None:
     cluster.create(pytorchjob("kc", ["python", "-c", "print('hello from kubectl')"], workers=1))
     cluster.wait_state("kc", "Succeeded")
+    # The operator calls the job Succeeded once its master has; the worker may still be
+    # initialising then (its init container waits for the master's name).
+    wait_for(lambda: finished_pods(cluster, "kc", 2), 60, "both pods to complete")
     got = kubectl(k8s_kubeconfig, "get", "pytorchjobs")
     assert got.returncode == 0, got.stderr
     header, row = got.stdout.splitlines()

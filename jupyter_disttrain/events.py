@@ -238,7 +238,7 @@ class Event:
     kind: str
     rank: int | None
     t: float
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any]  # {} when not given (see __init__)
 
     def __init__(
         self, kind: str, rank: int | None, t: float, fields: dict[str, Any] | None = None

@@ -46,8 +46,7 @@ class MetricStore:
             if isinstance(values, dict):
                 by_name = self._points
                 for name, value in values.items():
-                    kind = type(value)  # float or int: what JSON decodes, checked inline
-                    if (kind is float or kind is int or is_number(value)) and isinstance(name, str):
+                    if isinstance(name, str) and is_number(value):
                         by_rank = by_name.get(name)
                         if by_rank is None:
                             by_rank = by_name[name] = {}

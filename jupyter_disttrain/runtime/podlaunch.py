@@ -36,10 +36,9 @@ from types import FrameType
 from typing import Any
 
 from . import forkclient
-from .zygote import Launcher, exit_status_of, preload, thread_count
+from .localworker import WORKER as WORKER_MODULE
+from .zygote import Launcher, exit_status_of, preload, single_threaded_pools, thread_count
 
-#: What each worker torchrun starts execs when no warm worker can be forked.
-WORKER_MODULE = "jupyter_disttrain.runtime.worker"
 SOCKET_NAME = "launcher.sock"
 #: Bytes a Unix socket's path may hold (``sun_path``, with its terminating zero).
 MAX_SOCKET_PATH = 108
@@ -156,10 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         torchrun = ["-m", "torch.distributed.run", "--module", WORKER_MODULE, args[0]]
         os.execv(sys.executable, [sys.executable, "-u", *torchrun])
     env = {**os.environ, forkclient.ENV_LAUNCHER: path, forkclient.ENV_FALLBACK: WORKER_MODULE}
-    # No thread pools in the launcher (a fork after threads start can deadlock); each
-    # worker sets its own thread count from the job's environment (torchrun's).
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    single_threaded_pools()  # this process only: the agent and its workers get `env`
     launcher = PodLauncher(path)
     launcher.install_signals()
     preload()

@@ -68,7 +68,14 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .launcher_identity import ENV_SYS_PATH, changed_since, identity, imported_from, peer_uid
+from .launcher_identity import (
+    ENV_SYS_PATH,
+    LAUNCHER_DEFAULTS,
+    changed_since,
+    identity,
+    imported_from,
+    peer_uid,
+)
 
 PRELOAD = (
     "numpy",
@@ -103,6 +110,13 @@ def preload() -> list[str]:
 
     integrations.targets()  # the entry-point scan, once, before the forks
     return missing
+
+
+def single_threaded_pools() -> None:
+    """No thread pools in a launcher (a fork after threads start can deadlock); each worker
+    sets its own thread count from the job's environment. Call before importing torch."""
+    for var in LAUNCHER_DEFAULTS:
+        os.environ.setdefault(var, "1")
 
 
 def thread_count() -> int:
@@ -562,10 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     ident = identity()  # before the defaults below and the imports
-    # No thread pools in the launcher (a fork after threads start can deadlock);
-    # each worker sets its own thread count from the job's environment.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    single_threaded_pools()
     launcher = Launcher(
         args.socket, ident, args.linger
     )  # bound now: early requests wait for the imports

@@ -55,7 +55,10 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext jupyter_disttrain``: register the magics."""
+    """``%load_ext jupyter_disttrain``: warm the default backend, register the magics."""
+    from .magic_config import prewarm_configured
+
+    prewarm_configured(getattr(ipython, "config", None))
     from .magics import load
 
     load(ipython)

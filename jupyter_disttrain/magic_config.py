@@ -1,4 +1,5 @@
-"""``%distrain_config KEY=VALUE ...`` read against the magics' traits (pure but for traits).
+"""``%distrain_config KEY=VALUE ...`` read against the magics' traits (pure but for traits),
+and the configured default backend warmed before the magics load.
 
 Every mistake raises :class:`~IPython.core.error.UsageError` naming the key, what is
 wrong and what to give instead; nothing is changed unless every item is valid.
@@ -14,7 +15,12 @@ from typing import Any
 from IPython.core.error import UsageError
 from traitlets import HasTraits
 
+from .backends.base import BackendError
+from .backends.registry import get_backend, names
 from .spec import autolog_value
+
+#: The magics' section of an IPython configuration (``c.DistrainMagics.prewarm = False``).
+SECTION = "DistrainMagics"
 
 
 def config_changes(owner: HasTraits, keys: Sequence[str], line: str) -> dict[str, Any]:
@@ -61,3 +67,27 @@ def config_value(owner: HasTraits, key: str, value: str) -> Any:
     except Exception as exc:
         raise UsageError(f"%distrain_config {key}: {value!r} is not valid ({exc})") from None
     return converted
+
+
+def prewarm_configured(config: Any) -> bool:
+    """Start the configured default backend's :meth:`~.backends.base.Backend.prewarm` from
+    ``config``'s :data:`SECTION` (``prewarm``, ``backend``, ``launch_mode``, ``linger``,
+    the magics' own defaults where unset), before the magics are imported: the local
+    launcher starts importing torch while the kernel imports the extension. Whether a
+    warm-up was started; False when ``prewarm`` is off or a value is not one the magics
+    accept (they say so when they load)."""
+    section = config.get(SECTION, {}) if hasattr(config, "get") else {}
+    if not hasattr(section, "get") or not section.get("prewarm", True):
+        return False
+    name = section.get("backend", None) or names()[0]
+    linger = section.get("linger", None)
+    try:
+        backend = get_backend(
+            str(name),
+            launch_mode=str(section.get("launch_mode", "fork")),
+            linger=None if linger is None else float(linger),
+        )
+    except (BackendError, TypeError, ValueError):
+        return False
+    backend.prewarm()
+    return True

@@ -577,7 +577,8 @@ def notebook_path(shell: Any) -> str | None:
 
 
 def load(ipython: Any) -> None:
-    """Register the magics and start the launcher in the background."""
+    """Register the magics (the package's ``load_ipython_extension`` has warmed the
+    configured backend before importing them)."""
     magics = DistrainMagics(ipython)
     ipython.register_magics(magics)
     import atexit
@@ -587,5 +588,3 @@ def load(ipython: Any) -> None:
         from .widgets import prewarm as prewarm_widgets
 
         prewarm_widgets(ipython)
-    if magics.prewarm:
-        magics.service.backend(magics.backend).prewarm()

@@ -34,6 +34,14 @@ def api_error() -> type[ApiException]:
     return error
 
 
+def transport_error() -> type[Exception]:
+    """urllib3's ``HTTPError`` (a cut stream, a refused connection), imported on first use."""
+    from urllib3 import exceptions
+
+    error: type[Exception] = exceptions.HTTPError
+    return error
+
+
 @dataclass
 class Connection:
     """An API client and the namespace jobs go to."""

@@ -14,11 +14,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import urllib3
-
 from ..base import JobRecord
 from . import kinds
-from .client import Connection, api_error
+from .client import Connection, api_error, transport_error
 from .kinds import KubeflowKind
 from .records import namespace_record
 
@@ -95,7 +93,7 @@ class NamespaceWatch:
                         return  # not served here
                 version = self._watch(kubeflow, version)
                 failures = 0
-            except (api_error(), urllib3.exceptions.HTTPError, OSError, ValueError):
+            except (api_error(), transport_error(), OSError, ValueError):
                 if self._stopped.is_set():
                     return
                 failures += 1
@@ -140,7 +138,7 @@ class NamespaceWatch:
                         objects.pop(name, None)
                     else:
                         objects[name] = obj
-        except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError):
+        except (transport_error(), OSError, ValueError, AttributeError):
             if self._stopped.is_set():
                 return version
             raise

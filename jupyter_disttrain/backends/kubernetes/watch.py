@@ -11,15 +11,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-import urllib3
-
 from ... import events as ev
 from ...spec import JobSpec
 from ..base import EventSink, Submission
 from ..streams import line_events
 from . import phases as kp
 from . import podlogs
-from .client import Connection, api_error
+from .client import Connection, api_error, transport_error
 from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
 from .plainwatch import plain_watch
@@ -185,7 +183,7 @@ class KubernetesRun(Submission):
                     version = None
                     continue
                 raise
-            except urllib3.exceptions.HTTPError:  # the stream was cut: watch again from here
+            except transport_error():  # the stream was cut: watch again from here
                 dropped += 1
                 if dropped > MAX_DROPPED_WATCHES:
                     raise
@@ -566,7 +564,7 @@ class KubernetesRun(Submission):
             listed: Any = self.conn.core.list_namespaced_pod(
                 self.conn.namespace, label_selector=self.kubeflow.pod_selector(self.name)
             )
-        except (api_error(), urllib3.exceptions.HTTPError, OSError):
+        except (api_error(), transport_error(), OSError):
             return {}
         now = {}
         for pod in listed.items:

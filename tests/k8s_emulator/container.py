@@ -300,13 +300,18 @@ class ContainerRunner:
             os.kill(proc.pid, sig)
 
     def terminate(self, grace: float) -> None:
-        """Stop the running process: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        """Stop the running process as a container runtime does: SIGTERM to the container's
+        first process only (what it started hears of it from it), then SIGKILL to every
+        process of the container after ``grace`` seconds."""
         with self.worker.lock:
             proc, marker = self._proc, self._marker
         if proc is None:
             return
         self.worker.event("Normal", "Killing", f"Stopping container {self.name}", self.name)
-        procs.signal_all(marker, proc.pid, signal.SIGTERM)
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:

@@ -69,15 +69,22 @@ def config_value(owner: HasTraits, key: str, value: str) -> Any:
     return converted
 
 
-def prewarm_configured(config: Any) -> bool:
-    """Start the configured default backend's :meth:`~.backends.base.Backend.prewarm` from
-    ``config``'s :data:`SECTION` (``prewarm``, ``backend``, ``launch_mode``, ``linger``,
-    the magics' own defaults where unset), before the magics are imported: the local
-    launcher starts importing torch while the kernel imports the extension. Whether a
-    warm-up was started; False when ``prewarm`` is off or a value is not one the magics
-    accept (they say so when they load)."""
+def section_of(config: Any) -> Any:
+    """The magics' :data:`SECTION` of an IPython or Jupyter configuration (anything with
+    ``get``); an empty dict for a missing or malformed one."""
     section = config.get(SECTION, {}) if hasattr(config, "get") else {}
-    if not hasattr(section, "get") or not section.get("prewarm", True):
+    return section if hasattr(section, "get") else {}
+
+
+def prewarm_configured(config: Any) -> bool:
+    """Ask the configured default backend to :meth:`~.backends.base.Backend.prewarm`, from
+    ``config``'s :data:`SECTION` (``prewarm``, ``backend``, ``launch_mode``, ``linger``;
+    the magics' own defaults where unset), before the magics are imported: the local
+    launcher starts importing torch while the kernel imports the extension. Whether the
+    backend was asked; False when ``prewarm`` is off or a value is not one the magics
+    accept (they say so when they load)."""
+    section = section_of(config)
+    if not section.get("prewarm", True):
         return False
     name = section.get("backend", None) or names()[0]
     linger = section.get("linger", None)

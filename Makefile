@@ -67,15 +67,16 @@ checks: lint typecheck importlint labextension-test
 # sharing its module fixtures and kernel; the longest files first, tests/schedule.py),
 # then, alone, the tests marked serial (they measure time or resources), collected from the
 # files that say `mark.serial` only (collecting every file costs ~20 s; tests/schedule.py
-# refuses a serial mark set anywhere else). One worker more than the machine has cores
-# (at most 8): each waits much of its time on the processes its tests start (on 2 cores,
-# 2 workers left the CPUs 16 % idle and took 25:44; 3 took 24:10 at 93 % busy). The static
-# checks run beside the parallel run and print when it ends.
+# refuses a serial mark set anywhere else). The static
+# checks run beside the parallel run (its workers leave about a sixth of the CPUs idle
+# waiting on the processes they start) and print when it ends. Two workers on 2 cores: a
+# third took the parallel part from 25:44 to 24:10, but under its load a browser page
+# could take over 10 s to act on a key (tests/browser/lab.mjs waits a minute now).
 # All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
 # package's bytecode is written first: the kernels, agents and CLI processes the tests
 # start would otherwise each compile it again where bytecode is not written
 # (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
-TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 8 ? n + 1 : 8 )))
+TEST_WORKERS ?= 2
 PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=20
 # The venv (pip) and the browser's packages (apt, npm) do not depend on each other: made
 # side by side.

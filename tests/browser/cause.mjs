@@ -291,7 +291,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
   await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
   await page.locator(".jp-Disttrain-status").click(); // the panel stays open throughout
-  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
+  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 30_000 });
   await markSessionCells();
 
   await waitForPrompt(await runCellOn(page, CELL.load));
@@ -417,7 +417,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await page.locator(".jp-DisttrainPanel").waitFor({ state: "hidden", timeout: 10_000 }).catch(() => {});
   result.nb7PanelBefore = await page.locator(".jp-DisttrainPanel").isVisible();
   result.nb7MenuEntry = await menuEntry(true);
-  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
+  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 30_000 });
   result.nb7Toolbar = await page.locator('.jp-NotebookPanel-toolbar [data-jp-item-name="disttrain-jobs"]').count();
   await page.waitForTimeout(1500);
   result.notebook7 = await seenAll();

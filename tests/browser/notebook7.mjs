@@ -98,8 +98,9 @@ await runScenario({ page, result, close }, outDir, async () => {
   result.checkpointsMidRun = await checkpointRows();
   result.stateMidRun = await headerState();
   // the table still grows while the job runs (a new checkpoint every few steps): an element
-  // screenshot would wait for it to stand still, so the page is shot where it is now
-  await page.locator(BROWSER).scrollIntoViewIfNeeded();
+  // screenshot, or Playwright's own scrolling, would wait for it to stand still (on a loaded
+  // machine it may not for seconds), so it is scrolled to in the page and shot where it is now
+  await page.locator(BROWSER).evaluate((el) => el.scrollIntoView({ block: "nearest" }));
   const midRunBox = await page.locator(BROWSER).boundingBox();
   await page.screenshot({
     path: path.join(outDir, "notebook7-checkpoints-midrun.png"),

@@ -86,7 +86,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   await settled("Training job notify-ok");
   await page.screenshot({ path: path.join(outDir, "notify-succeeded.png") });
   await toast("Training job notify-ok").getByRole("button", { name: "Show logs" }).click();
-  await page.locator('.jp-DisttrainLogs[data-job-id="local/notify-ok"]').waitFor({ timeout: 15_000 });
+  await page.locator('.jp-DisttrainLogs[data-job-id="local/notify-ok"]').waitFor({ timeout: 30_000 });
   result.afterShowLogs = await currentTab();
 
   // a job that fails, started from the notebook again: an error toast that stays
@@ -104,7 +104,7 @@ await runScenario({ page, result, close }, outDir, async () => {
     (name) =>
       document.querySelector("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel")?.textContent === name,
     notebook,
-    { timeout: 15_000 },
+    { timeout: 30_000 },
   );
   result.afterOpenNotebook = await currentTab();
 
@@ -114,7 +114,7 @@ await runScenario({ page, result, close }, outDir, async () => {
 
   // a job that hangs: its "hung" notice, then Stop from the jobs panel; the notice goes
   await page.locator(".jp-Disttrain-status").click();
-  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
+  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 30_000 });
   await runCell(3);
   await toast("Training job notify-hang hung").waitFor({ timeout: JOB_TIMEOUT });
   result.hungToast = await describe("Training job notify-hang hung");

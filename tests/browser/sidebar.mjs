@@ -98,8 +98,8 @@ await runScenario({ page, result, close }, outDir, async () => {
   await status.waitFor({ timeout: 30_000 });
   result.statusBefore = await status.textContent();
   await status.click();
-  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
-  await page.locator(".jp-DisttrainPanel .jp-Disttrain-empty").waitFor({ timeout: 10_000 });
+  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 30_000 });
+  await page.locator(".jp-DisttrainPanel .jp-Disttrain-empty").waitFor({ timeout: 30_000 });
   // the sidebar keeps JupyterLab's default width
   result.widths = [];
   result.panelWidth = await page.locator(".jp-DisttrainPanel").evaluate((el) => el.getBoundingClientRect().width);
@@ -140,7 +140,7 @@ await runScenario({ page, result, close }, outDir, async () => {
     notebookFile: await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-notebook-file`).textContent(),
   };
   await page.locator(`${detail("local/sidebar-ok")} button[data-action="checkpoints"]`).click();
-  await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-checkpoints`).waitFor({ timeout: 10_000 });
+  await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-checkpoints`).waitFor({ timeout: 30_000 });
   result.ok.checkpoints = await page.locator(`${detail("local/sidebar-ok")} .jp-Disttrain-checkpoints`).textContent();
   await fits("expanded");
   await page.locator(".jp-DisttrainPanel").screenshot({ path: path.join(outDir, "sidebar-default-width.png") });
@@ -156,14 +156,14 @@ await runScenario({ page, result, close }, outDir, async () => {
   );
   result.logsAll = (await text.textContent()).split("\n");
   await viewer.locator("select.jp-DisttrainLogs-rank").selectOption("2");
-  await page.locator('.jp-DisttrainLogs[data-job-id="local/sidebar-ok"][data-rank="2"]').waitFor({ timeout: 15_000 });
+  await page.locator('.jp-DisttrainLogs[data-job-id="local/sidebar-ok"][data-rank="2"]').waitFor({ timeout: 30_000 });
   result.logsRank2 = (await text.textContent()).split("\n");
   result.logTab = await page.locator(".jp-MainAreaWidget.jp-DisttrainLogsPanel").count();
   await page.screenshot({ path: path.join(outDir, "sidebar-logs.png") });
 
   // Open notebook: brings the notebook that started the job back to the front.
   await page.locator(`${detail("local/sidebar-ok")} button[data-action="notebook"]`).click();
-  await page.locator(".jp-NotebookPanel:visible").first().waitFor({ timeout: 15_000 });
+  await page.locator(".jp-NotebookPanel:visible").first().waitFor({ timeout: 30_000 });
   result.afterOpenNotebook = await page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").first().textContent();
   await page.locator(row("local/sidebar-ok")).click(); // collapse
 
@@ -188,7 +188,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   result.statusRunning = await status.getAttribute("data-running");
   await page.locator(row("local/sidebar-stop")).click();
   const stop = page.locator(`${detail("local/sidebar-stop")} button[data-action="stop"]`);
-  await stop.waitFor({ timeout: 10_000 });
+  await stop.waitFor({ timeout: 30_000 });
   result.beforeStop = { cells: await cells("local/sidebar-stop"), stopEnabled: await stop.isEnabled() };
   await fits("running expanded");
   const clicked = Date.now();

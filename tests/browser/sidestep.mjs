@@ -25,7 +25,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
   await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
   await page.locator(".jp-Disttrain-status").click(); // the panel stays open throughout
-  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 10_000 });
+  await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 30_000 });
   await waitForPrompt(await runCell(page, 0));
   await runCell(page, 1);
   // [ms since the first sample, dashboard step, panel step, dashboard state] every 250 ms

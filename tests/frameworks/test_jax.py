@@ -21,8 +21,9 @@ from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec, SpecError
 from tests.backends.local.test_backend import Collector
 from tests.conftest import assert_no_processes
+from tests.optional import requires
 
-jax = pytest.importorskip("jax", reason="JAX is an optional extra: pip install '.[jax]'")
+pytestmark = requires("jax", "JAX is an optional extra: pip install '.[jax]'")
 
 
 def orbax_installed() -> bool:

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from jupyter_disttrain import events as ev
 from jupyter_disttrain.monitor import format_text
@@ -54,6 +53,8 @@ def run_job(
 
 
 def the_run(server: MlflowServer, name: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(tracking_uri=server.uri)
     runs = client.search_runs(["0"], filter_string=f"tags.`disttrain.job` = '{name}'")
     assert len(runs) == 1, (runs, server.output())
@@ -77,6 +78,8 @@ def test_a_job_is_a_run_with_params_every_ranks_metrics_checkpoints_and_status(
     assert state == "Succeeded", logs
     assert not job.monitor.snapshot()["warnings"], logs
     run = the_run(mlflow_server, "mlf-ok")
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(tracking_uri=mlflow_server.uri)
     assert run.info.status == "FINISHED" and run.info.run_name == "mlf-ok"
     got = run.data.params

@@ -19,8 +19,9 @@ from tests.backends.kubernetes.test_backend import wait_for
 from tests.crd_schema import validate_manifest
 from tests.frameworks.test_jax import TRAIN
 from tests.k8s_emulator.emulator import Emulator
+from tests.optional import requires
 
-jax = pytest.importorskip("jax", reason="JAX is an optional extra: pip install '.[jax]'")
+pytestmark = requires("jax", "JAX is an optional extra: pip install '.[jax]'")
 
 
 def spec(name: str, *options: tuple[str, str], **kw: Any) -> JobSpec:

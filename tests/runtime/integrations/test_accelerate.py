@@ -14,9 +14,10 @@ from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (a fixture)
+from tests.optional import requires
 from tests.runtime.integrations.jobs import run_cell, values
 
-pytest.importorskip("accelerate")
+pytestmark = requires("accelerate")
 
 ACCELERATE_CELL = textwrap.dedent(
     """

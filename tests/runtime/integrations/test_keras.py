@@ -13,9 +13,10 @@ from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.checkpoints.store import CheckpointStore
 from tests.backends.kubernetes.test_tf import cluster  # noqa: F401 (a fixture)
 from tests.backends.local.test_tf import tf_payload, tf_spec
+from tests.optional import requires
 from tests.runtime.integrations.jobs import values
 
-pytest.importorskip("tensorflow")
+pytestmark = requires("tensorflow")
 
 FIT = textwrap.dedent(
     """

@@ -30,9 +30,10 @@ from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend_trainjob import trainer  # noqa: F401 (a fixture)
 from tests.backends.local.test_backend import Collector
 from tests.conftest import submit_now
+from tests.optional import requires
 from tests.runtime.integrations.jobs import run_cell, save_step_bounds, values
 
-pytest.importorskip("lightning")
+pytestmark = requires("lightning")
 
 LIGHTNING_CELL = textwrap.dedent(
     """

@@ -55,9 +55,6 @@ export async function openBrowser(viewport) {
 }
 
 // Runs notebook cell `index`; retries when JupyterLab dropped the request (kernel not connected yet).
-// A cell that started shows "[*]" (or its count) at once on an idle machine; on a loaded one the
-// page may take many seconds to handle the key, and pressing again would run the cell twice:
-// a retry waits a minute first.
 export async function runCell(page, index) {
   const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
   const prompt = cell.locator(".jp-InputPrompt").filter({ hasText: /\[(\*|\d+)\]/ });
@@ -71,7 +68,7 @@ export async function runCell(page, index) {
     }
     await page.keyboard.press("Shift+Enter");
     try {
-      await prompt.waitFor({ timeout: 60_000 });
+      await prompt.waitFor({ timeout: 10_000 });
       return cell;
     } catch {
       // not started: try again

@@ -84,7 +84,10 @@ def test_the_next_kernel_forks_from_the_launcher_an_ended_kernel_started(
         finally:
             os.environ["DISTRAIN_HOME"] = saved
         [launcher] = lingering.lingering(runtime / "distrain")
-        assert all(psutil.Process(r).ppid() == launcher["pid"] for r in ranks), (ranks, launcher)
+        assert all(psutil.Process(r).ppid() == launcher["pid"] for r in ranks), (
+            parents_of(ranks),
+            launcher,
+        )
         assert first.km.provisioner is not None and first.km.provisioner.pid is not None
         os.kill(first.km.provisioner.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
@@ -208,3 +211,15 @@ def test_a_launcher_whose_code_changed_since_is_replaced(runtime: Path, tmp_path
     assert_gone([int(str(first["pid"]))], 15.0)
     third, said = choose(env)
     assert third["pid"] == second["pid"] and not said, (third, said)
+
+
+def parents_of(pids: list[int]) -> dict[int, str]:
+    """Each process's parent, its pid and command line (for a failing assertion)."""
+    out = {}
+    for pid in pids:
+        try:
+            parent = psutil.Process(pid).parent()
+            out[pid] = "none" if parent is None else f"{parent.pid}: {' '.join(parent.cmdline())}"
+        except psutil.Error as exc:
+            out[pid] = repr(exc)
+    return out

@@ -71,7 +71,8 @@ checks: lint typecheck importlint labextension-test
 # checks run beside the parallel run (its workers leave about a sixth of the CPUs idle
 # waiting on the processes they start) and print when it ends. Two workers on 2 cores: a
 # third took the parallel part from 25:44 to 24:10, but under its load a browser page
-# could take over 10 s to act on a key (tests/browser/lab.mjs waits a minute now).
+# could take over 10 s to act on a key, and tests/browser/lab.mjs presses again after 10 s
+# (Notebook 7 drops a first Shift+Enter now and then), so a cell could run twice.
 # All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
 # package's bytecode is written first: the kernels, agents and CLI processes the tests
 # start would otherwise each compile it again where bytecode is not written

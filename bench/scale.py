@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from jupyter_disttrain.runtime.protocol import PREFIX  # noqa: E402
+from jupyter_disttrain.runtime.standin_store import MARK as STORE_MARK  # noqa: E402
 
 NAME = "scale"
 #: Seconds the kernel waits for the failing rank or the hung node to be named (else "not named").
@@ -224,6 +225,7 @@ class NodeZeroLog(threading.Thread):
         self.ranks: set[bytes] = set()
         self.lags: list[float] = []
         self.refused: list[str] = []  # what rank 0's relay said it skipped
+        self.store: list[dict[str, Any]] = []  # the stand-in's store requests per second
         self.streams: list[int] = []  # long-lived API connections open, each second
 
     def run(self) -> None:
@@ -237,6 +239,9 @@ class NodeZeroLog(threading.Thread):
             for stamp, line in new:
                 if line.startswith(b"distrain: refused"):
                     self.refused.append(line.decode(errors="replace").strip())
+                    continue
+                if line.startswith(STORE_MARK.encode()):
+                    self.store.append(json.loads(line[len(STORE_MARK) :]))
                     continue
                 for item in self.carried(line):
                     if item.get("kind") == "metric":
@@ -276,6 +281,21 @@ class NodeZeroLog(threading.Thread):
             "streams_following": statistics.median(self.streams or [0]),
             "relay_p50": statistics.median(lags),
             "relay_p99": statistics.quantiles(lags, n=100)[98],
+            **self.store_rates(),
+        }
+
+    def store_rates(self) -> dict[str, Any]:
+        """The stand-in's store requests per second over the run: the median and peak of its
+        5-second samples, rank 0's by operation in the median sample."""
+        if not self.store:
+            return {}
+        samples = sorted(self.store, key=lambda s: s["rank0_per_s"])
+        middle = samples[len(samples) // 2]
+        return {
+            "store_rank0_per_s": middle["rank0_per_s"],
+            "store_rank0_peak": samples[-1]["rank0_per_s"],
+            "store_rank0_by_op": middle["rank0_by_op"],
+            "store_senders_per_s": statistics.median(s["senders_per_s"] for s in self.store),
         }
 
 
@@ -286,8 +306,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "log follows | kernel / server CPU % of a core | kernel RSS MiB | server RSS MiB | "
         "metric to monitor p50 / p99 s | sidebar JSON KiB (build ms) | failing rank named s | "
         "hung node named s | metric lines in node 0's log / heard by the kernel | "
-        "metric to node 0's log p50 / p99 s |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "metric to node 0's log p50 / p99 s | store requests/s: rank 0 median (peak) / senders |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
@@ -305,9 +325,16 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['kernel_rss_mib']:.0f} | {r['server_rss_mib']:.0f} | "
             f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} | {r['json_kib']:.0f} ({r['json_ms']:.0f}) | "
             f"{named} | {hung} | {r['log_metrics']} / {r['metrics_heard']} | "
-            f"{r['relay_p50']:.2f} / {r['relay_p99']:.2f} |"
+            f"{r['relay_p50']:.2f} / {r['relay_p99']:.2f} | {store_cell(r)} |"
         )
     return "\n".join(lines)
+
+
+def store_cell(row: dict[str, Any]) -> str:
+    if "store_rank0_per_s" not in row:
+        return "-"
+    rank0, peak = row["store_rank0_per_s"], row["store_rank0_peak"]
+    return f"{rank0:.0f} ({peak:.0f}) / {row['store_senders_per_s']:.0f}"
 
 
 def main() -> int:

@@ -48,14 +48,14 @@ def die_with_parent() -> None:
         pass
 
 
-def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]] | None:
-    """Ask the launcher for a worker; ``None`` when it cannot give one."""
+def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]] | str:
+    """Ask the launcher for a worker: its connection and answer, or why it cannot give one."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
         if peer_uid(conn) != os.getuid():  # not our launcher: start the worker ourselves
             conn.close()
-            return None
+            return "its socket is another user's"
         request = {
             "op": "worker",
             "argv": [payload],
@@ -66,12 +66,13 @@ def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]
         }
         conn.sendall((json.dumps(request) + "\n").encode())
         reply = json.loads(conn.makefile("r").readline() or "{}")
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
         conn.close()
-        return None
-    if "pid" not in reply:
+        return f"{type(exc).__name__}: {exc}"
+    if not isinstance(reply, dict) or "pid" not in reply:
         conn.close()
-        return None
+        error = reply.get("error") if isinstance(reply, dict) else None
+        return str(error or "it did not answer")
     return conn, reply
 
 
@@ -114,9 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     die_with_parent()
     path = os.environ.get(ENV_LAUNCHER)
-    got = request_fork(path, args[0]) if path else None
-    if got is not None:
+    got = request_fork(path, args[0]) if path else "no launcher was named"
+    if not isinstance(got, str):
         return supervise(got[0], int(got[1]["pid"]))
+    if path:  # the agent was forked from a warm launcher: say why this worker starts cold
+        print(
+            f"distrain: the warm launcher could not fork this worker ({got}); starting a "
+            "fresh interpreter instead (it imports torch itself: a slower start)",
+            file=sys.stderr,
+            flush=True,
+        )
     sys.stdout.flush()
     module = os.environ.get(ENV_FALLBACK) or LOCAL_WORKER
     os.execv(sys.executable, [sys.executable, "-u", "-m", module, args[0]])

@@ -15,6 +15,8 @@ counts every rank, so rank 0's drain ends as with one sender per rank). The cloc
 thread flushes each sender on its tick, nodes spread over the tick: in a real job
 each node's sender is a thread of its own process, and a thousand sender threads
 in this one process compete with rank 0's reader for the interpreter lock.
+Every store request of rank 0 and of the senders is counted, and the rates are
+written to node 0's log every few seconds (:mod:`.standin_store`).
 
 Output is framed for the host that shows each node as a pod
 (``tests/k8s_emulator/standin.py``): ``@NODE TEXT`` is a line of node
@@ -49,6 +51,7 @@ from . import hangwatch, jobkey, relay
 from .jobstore import SignedStore, use_store
 from .protocol import encode
 from .standin_script import Script, stacks_for
+from .standin_store import StoreTally
 
 __all__ = ["ENV_RENDEZVOUS", "Frames", "Script", "main"]
 
@@ -327,12 +330,14 @@ def run(script: Script) -> int:
     os.environ.update(RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(script.nproc))
     os.environ[relay.ENV_RELAY] = "1"
     dist.init_process_group("fake", store=server, rank=0, world_size=world)
-    use_store(server)  # the runtime's keys unprefixed, as the nodes' clients see them
+    tally = StoreTally()  # every request rank 0 and the senders make, counted
+    use_store(tally.rank0_store(server))  # the runtime's keys unprefixed, as the nodes' see them
     host = Host(script, key, frames)
     for node in host.nodes[1:]:
         client = store_class("127.0.0.1", server.port, is_master=False, use_libuv=False)
         senders = world - script.nproc
-        node.sender = relay._Relay(SignedStore(client, key), node.ranks.start, senders)
+        store = SignedStore(tally.sender_store(client), key)
+        node.sender = relay._Relay(store, node.ranks.start, senders)
     if os.environ.get(ENV_RENDEZVOUS) == "1":
         sys.stdin.readline()  # every node is up (or the host is gone: start anyway)
     for node in host.nodes:
@@ -340,6 +345,8 @@ def run(script: Script) -> int:
     hangwatch.start(0, world, own=lambda: stacks_for(script, 0))
     relay.start(0, world, script.nproc, 0)
     store = SignedStore(server, key)
+    counting = threading.Event()
+    tally.every(lambda text: frames.lines(0, [text]), counting)
     host.start_clock(time.monotonic())  # once every node is connected
     while host.turn(time.monotonic()):
         host.serve_stacks(store)
@@ -351,6 +358,7 @@ def run(script: Script) -> int:
     host.join()
     relay.stop(wait=True)
     hangwatch.stop()
+    counting.set()
     return 0 if host.nodes[0].verdict == "step" else 1
 
 

@@ -80,13 +80,15 @@ def test_the_next_kernel_forks_from_the_launcher_an_ended_kernel_started(
         os.environ["DISTRAIN_HOME"], saved = home, os.environ["DISTRAIN_HOME"]
         try:
             ranks = wait_for_hello("linger-a", 2)
-            tree = job_tree(jobdir.job_dir("linger-a"))
+            directory = jobdir.job_dir("linger-a")
+            tree = job_tree(directory)
         finally:
             os.environ["DISTRAIN_HOME"] = saved
         [launcher] = lingering.lingering(runtime / "distrain")
         assert all(psutil.Process(r).ppid() == launcher["pid"] for r in ranks), (
             parents_of(ranks),
             launcher,
+            said_in_logs(directory),
         )
         assert first.km.provisioner is not None and first.km.provisioner.pid is not None
         os.kill(first.km.provisioner.pid, signal.SIGKILL)
@@ -211,6 +213,17 @@ def test_a_launcher_whose_code_changed_since_is_replaced(runtime: Path, tmp_path
     assert_gone([int(str(first["pid"]))], 15.0)
     third, said = choose(env)
     assert third["pid"] == second["pid"] and not said, (third, said)
+
+
+def said_in_logs(directory: Path) -> list[str]:
+    """What the job's processes said of themselves: the ``distrain:`` lines of its logs (a
+    worker the launcher could not fork says why)."""
+    return [
+        f"{path.name}: {line}"
+        for path in sorted(jobdir.logs_dir(directory).glob("*.log"))
+        for line in path.read_text(errors="replace").splitlines()
+        if "distrain:" in line
+    ]
 
 
 def parents_of(pids: list[int]) -> dict[int, str]:

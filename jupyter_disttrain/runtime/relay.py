@@ -36,11 +36,22 @@ Skipped lines are still in their rank's own log.
 With rank 0's metrics endpoint on (``DISTRAIN_METRICS_PORT``), the other
 ranks of node 0 send too, in batches marked for observing only: rank 0's
 endpoint sees them, its log does not repeat what their own lines said.
+
+The relay carries at most :data:`JOB_METRICS_PER_SECOND` metric lines a second
+for the whole job: each sending rank's share of it over each batch's time
+(:func:`metric_budget`). A rank that reports faster has its metric lines thinned
+to the steps that are multiples of a power-of-two stride, and its latest
+(:func:`thinned`): ranks reporting alike keep the same steps, so the notebook's
+per-step band across ranks stays exact at those steps, and every rank's pace
+and last step stay current. The lines left out are in the rank's own log; no
+other kind is ever thinned.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import threading
 import time
 from typing import Final
@@ -48,6 +59,7 @@ from typing import Final
 from . import report
 from .jobkey import BadSignature
 from .jobstore import SignedStore, refuse, round_key, signed_default_store
+from .protocol import PREFIX, VERSION
 
 ENV_RELAY = "DISTRAIN_RELAY"
 ENV_METRICS_PORT = "DISTRAIN_METRICS_PORT"
@@ -65,6 +77,17 @@ MAX_TICK: Final = 2.0
 #: Batch numbers rank 0 looks at in one drain at most (more: the counter was forged).
 MAX_GAP: Final = 10_000
 
+#: Metric lines a second the relay carries for the whole job at most (8,192 ranks reporting
+#: once a second fit; see :func:`thinned`).
+JOB_METRICS_PER_SECOND: Final = 8192
+#: A metric line as :func:`.protocol.encode` writes it: its rank and step.
+_METRIC = re.compile(
+    re.escape(PREFIX)
+    + r'\{"v":'
+    + str(VERSION)
+    + r',"kind":"metric","rank":(-?\d+),"t":[^,]*,"step":(-?\d+)[,}]'
+)
+
 _relay: _Relay | None = None
 
 
@@ -72,6 +95,42 @@ def sender_tick(senders: int) -> float:
     """Seconds between a sender's batches when there are ``senders`` (see
     :data:`SENDERS_PER_TICK`)."""
     return min(MAX_TICK, TICK * max(1.0, senders / SENDERS_PER_TICK))
+
+
+def metric_budget(senders: int, seconds: float) -> int:
+    """Metric lines one rank of ``senders`` may send in a batch covering ``seconds``."""
+    return max(1, math.ceil(JOB_METRICS_PER_SECOND / max(1, senders) * seconds))
+
+
+def thinned(lines: list[str], budget: int) -> list[str]:
+    """``lines`` (a batch, oldest first) with each rank's metric lines cut to ``budget`` or
+    so: when a rank has more, those at steps that are multiples of the smallest power-of-two
+    stride that fits, and its last one. Any other line is kept, in order."""
+    steps: dict[str, list[int]] = {}
+    found: list[tuple[str, int] | None] = []
+    for line in lines:
+        match = _METRIC.match(line)
+        if match is None:
+            found.append(None)
+            continue
+        rank, step = match.group(1), int(match.group(2))
+        steps.setdefault(rank, []).append(step)
+        found.append((rank, step))
+    strides: dict[str, tuple[int, int]] = {}
+    for rank, seen in steps.items():
+        if len(seen) > budget:
+            stride = 2 ** math.ceil(math.log2(len(seen) / budget))
+            strides[rank] = (stride, seen[-1])
+    if not strides:
+        return lines
+    kept: list[str] = []
+    for line, mark in zip(lines, found, strict=True):
+        if mark is not None and mark[0] in strides:
+            stride, last = strides[mark[0]]
+            if mark[1] % stride and mark[1] != last:
+                continue
+        kept.append(line)
+    return kept
 
 
 def drain_seconds(world: int) -> float:
@@ -93,6 +152,7 @@ class _Relay:
         self.lock = threading.Lock()
         self.io = threading.Lock()  # one sender or reader on the store at a time (see sync)
         self.queue: list[str] = []
+        self.flushed = time.monotonic()  # the last batch's time (a sender's metric budget)
         self.stop = threading.Event()
         self.next = 1  # the reader's next batch number
         self.seen = 0  # the highest batch number the reader has seen taken
@@ -109,6 +169,10 @@ class _Relay:
         with self.io:
             with self.lock:
                 lines, self.queue = self.queue, []
+            now = time.monotonic()
+            seconds, self.flushed = max(now - self.flushed, sender_tick(self.senders)), now
+            if lines and self.echo:
+                lines = thinned(lines, metric_budget(self.senders, seconds))
             if lines:
                 if not self.echo:
                     lines.insert(0, OBSERVE_ONLY)

@@ -15,7 +15,11 @@ every rank writes one ``resources`` line:
   the process, as in a container), when CUDA and NVML are there.
 
 A field that cannot be read is left out (never sent as 0). Resource lines
-are quiet: they are no sign of activity to the hang watch. Processes the
+are quiet: they are no sign of activity to the hang watch. In a job of more
+than :data:`LINES_PER_SECOND` ranks the default interval grows with the world
+size, so the whole job sends about that many a second (8,192 ranks: one sample
+per rank every 16 s) and the relay and the notebook carry metrics first; an
+interval set in ``DISTRAIN_RESOURCES_INTERVAL`` is kept as set. Processes the
 rank starts itself (data loader workers) are not counted.
 """
 
@@ -37,9 +41,16 @@ V1_UNLIMITED: Final = 1 << 60
 _sampler: _Sampler | None = None
 
 
-def interval() -> float:
-    """Seconds between two samples (0: no sampling)."""
-    return env.seconds(ENV_INTERVAL, DEFAULT_INTERVAL)
+#: Resource lines a second the whole job sends at most, with the default interval.
+LINES_PER_SECOND: Final = 512
+
+
+def interval(world: int = 1) -> float:
+    """Seconds between two samples of a rank of a job of ``world`` ranks (0: no sampling):
+    ``DISTRAIN_RESOURCES_INTERVAL`` when set, else :data:`DEFAULT_INTERVAL`, longer in a job
+    of more than :data:`LINES_PER_SECOND` ranks."""
+    default = DEFAULT_INTERVAL * max(1.0, world / LINES_PER_SECOND)
+    return env.seconds(ENV_INTERVAL, default) if ENV_INTERVAL in os.environ else default
 
 
 def rss_bytes(statm: str = "/proc/self/statm") -> int | None:
@@ -183,10 +194,10 @@ class _Sampler:
                 return
 
 
-def start(rank: int, local_rank: int = 0) -> None:
+def start(rank: int, local_rank: int = 0, world: int = 1) -> None:
     """Start this rank's sampler thread (idempotent; off when the interval is 0)."""
     global _sampler
-    every = interval()
+    every = interval(world)
     if _sampler is not None or not every:
         return
     _sampler = _Sampler(rank, local_rank, every)

@@ -8,7 +8,8 @@ real relay (:class:`.relay._Relay`) over a real c10d ``TCPStore`` (one client
 connection per node, as each node's agent has), and rank 0 runs the real relay
 reader and hang watch (:mod:`.hangwatch`) on a fake process group (torch's
 ``fake`` backend) whose store is that ``TCPStore``. Only the training is made up:
-a rank's step is a clock, its stacks are scripted.
+a rank's step is a clock, its stacks are scripted, its resource samples (sent as
+often as a real rank's sampler sends them, :func:`.resources.interval`) fixed.
 
 One node's ranks share one relay sender (the node's ``closed`` count still
 counts every rank, so rank 0's drain ends as with one sender per rank). The clock
@@ -47,7 +48,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
-from . import hangwatch, jobkey, relay
+from . import hangwatch, jobkey, relay, resources
 from .jobstore import SignedStore, use_store
 from .protocol import encode
 from .standin_script import Script, stacks_for
@@ -112,6 +113,7 @@ class Node:
     next_step: dict[int, int] = field(default_factory=dict)
     stopped: bool = False
     next_flush: float = 0.0
+    next_sample: float = 0.0
     verdict: str = "step"
     ending: bool = False
 
@@ -130,6 +132,7 @@ class Host:
         ]
         self.started = time.monotonic()
         self.tick = relay.sender_tick(self.world - script.nproc)
+        self.sample_every = resources.interval(self.world)  # as each rank's sampler would
         self.served: set[str] = set()
         self.enders: list[threading.Thread] = []
         self.ends: list[tuple[Node, int, float]] = []
@@ -176,6 +179,8 @@ class Host:
                 continue
             busy = True
             lines = self.step_node(node, elapsed)
+            if not node.stopped:
+                lines += self.samples_due(node, elapsed)
             if lines:
                 self.say(node, lines)
             self.start_ends()  # after its last lines are in the relay's queue
@@ -187,6 +192,7 @@ class Host:
         self.started = now
         for node in self.nodes:
             node.next_flush = now + self.tick * node.index / len(self.nodes)
+            node.next_sample = self.sample_every * (1 + node.index / len(self.nodes))
 
     def flush_due(self, now: float) -> None:
         """Send the batch of each node whose sender's tick has come (as its thread would)."""
@@ -218,6 +224,17 @@ class Host:
             node.stopped = True
             self.end_later(node, 0, 0.0)
         return out
+
+    def samples_due(self, node: Node, elapsed: float) -> list[str]:
+        """Each rank's ``resources`` line once its sampling interval has come (none when
+        sampling is off): as many a second as a real job's samplers send."""
+        if not self.sample_every or elapsed < node.next_sample:
+            return []
+        node.next_sample += self.sample_every
+        return [
+            self.line(rank, "resources", cpu_pct=100.0 + rank % 13, rss_bytes=2 << 30)
+            for rank in node.ranks
+        ]
 
     def metric(self, rank: int, step: int) -> str:
         return self.line(rank, "metric", step=step, values=self.script.values(rank, step))

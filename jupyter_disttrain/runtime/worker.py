@@ -432,7 +432,7 @@ def run(payload_path: str) -> int:
     )
     world = int(os.environ.get("WORLD_SIZE", "1"))
     hangwatch.start(rank, world)
-    resources.start(rank, int(os.environ.get("LOCAL_RANK", "0")))
+    resources.start(rank, int(os.environ.get("LOCAL_RANK", "0")), world)
     metrics_server.start(rank)
     trainer_status.start(rank)  # Kubeflow Trainer's own progress, when its endpoint is here
     relay.start(

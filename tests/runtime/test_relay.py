@@ -88,3 +88,59 @@ def test_a_forged_counter_jump_costs_one_bounded_wait_and_skips(
     assert "DISTRAIN after the jump" in captured.out
     assert "the batch counter jumped" in captured.err
     assert reader.next == 10**12 + 2
+
+
+# --- the job-wide metric budget --------------------------------------------------------------
+def metric_steps(lines: list[str], rank: int, trust_world: tuple[int, int] = (2, 4)) -> list[int]:
+    events = [line_events(text, rank, signing.trust(*trust_world))[0] for text in lines]
+    return [int(e.fields["step"]) for e in events if e.kind == "metric"]
+
+
+def test_the_budget_is_each_senders_share_of_the_job_wide_rate() -> None:
+    assert relay.metric_budget(8184, 2.0) == 3  # 8,192 ranks: one a second each (ceil 2.002)
+    assert relay.metric_budget(1, 0.3) == 2458
+    assert relay.metric_budget(100_000, 0.1) == 1  # never none
+
+
+def test_a_rank_over_its_budget_keeps_power_of_two_steps_and_its_last_others_untouched() -> None:
+    fast = [signing.line("metric", 5, step=s, values={"loss": 1.0}) for s in range(40)]
+    slow = [signing.line("metric", 6, step=s, values={"loss": 1.0}) for s in range(3)]
+    other = [signing.line("progress", 5, done=1, total=9), "plain text"]
+    lines = fast[:20] + other[:1] + slow + fast[20:] + other[1:]
+    kept = relay.thinned(lines, budget=4)
+    assert metric_steps([k for k in kept if '"rank":5' in k], 5) == [0, 16, 32, 39]  # stride 16
+    assert [k for k in kept if '"rank":6' in k] == slow  # within its budget: all of them
+    assert [k for k in kept if k in other] == other  # in order, never thinned
+    assert relay.thinned(lines, budget=40) == lines
+
+
+def test_ranks_reporting_alike_keep_the_same_steps() -> None:
+    """So the notebook's per-step band across ranks stays exact at the steps kept."""
+    batch = [
+        signing.line("metric", rank, step=s, values={"loss": 1.0})
+        for s in range(100, 130)
+        for rank in (3, 4, 7)
+    ]
+    kept = relay.thinned(batch, budget=3)
+    by_rank = {r: metric_steps([k for k in kept if f'"rank":{r},' in k], r) for r in (3, 4, 7)}
+    assert by_rank[3] == by_rank[4] == by_rank[7] == [112, 128, 129], by_rank  # stride 16
+
+
+def test_a_large_jobs_fast_rank_is_thinned_on_its_way_to_rank_zero(
+    tcp_store: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """8,192 senders: a rank reporting 40 times in one batch (a 2 s tick) sends ~3 of them,
+    its last among them; rank 0 writes what came, and the rank's own log keeps the rest."""
+    monkeypatch.setenv(jobkey.ENV_KEY_FILE, str(signing.key_file(tmp_path)))
+    sender = relay._Relay(SignedStore(tcp_store, KEY), rank=9, senders=8184)
+    reader = relay._Relay(SignedStore(tcp_store, KEY), rank=0, senders=8184)
+    for s in range(40):
+        sender.tap(signing.line("metric", 9, step=s, values={"loss": 1 / (s + 1)}) + "\n")
+    sender.flush()
+    reader.drain()
+    [written] = capsys.readouterr().out.splitlines()
+    events = line_events(written, 0, signing.trust(1024, 8))
+    assert [int(e.fields["step"]) for e in events] == [0, 16, 32, 39], written

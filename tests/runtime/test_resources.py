@@ -106,6 +106,19 @@ def test_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     assert resources.interval() == 1.0
 
 
+def test_a_large_job_samples_less_often_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default the whole job sends at most LINES_PER_SECOND resource lines a second; an
+    interval set in the environment is kept whatever the size."""
+    monkeypatch.delenv(resources.ENV_INTERVAL, raising=False)
+    assert resources.interval(1) == resources.interval(512) == 1.0
+    assert resources.interval(8192) == 16.0  # 8,192 ranks: 512 lines a second in all
+    assert 8192 / resources.interval(8192) == resources.LINES_PER_SECOND
+    monkeypatch.setenv(resources.ENV_INTERVAL, "0.25")
+    assert resources.interval(8192) == 0.25
+    monkeypatch.setenv(resources.ENV_INTERVAL, "often")
+    assert resources.interval(8192) == 16.0
+
+
 def test_resources_line_parses_and_is_quiet(capsys: pytest.CaptureFixture[str]) -> None:
     emitted, quiet = report.emitted, report.quiet_bytes
     report.emit_as(3, "resources", cpu_pct=97.5, rss_bytes=1 << 30)

@@ -35,7 +35,6 @@ from jupyter_disttrain.runtime.standin_store import MARK as STORE_MARK  # noqa: 
 NAME = "scale"
 #: Seconds the kernel waits for the failing rank or the hung node to be named (else "not named").
 NAMED_WITHIN = 120.0
-STEP_SECONDS = 1.0
 
 
 def rss_mib() -> float:
@@ -162,16 +161,21 @@ def child(role: str, kubeconfig: str, *args: str) -> subprocess.Popen[str]:
 APIS: dict[str, tuple[str, ...]] = {"trainjob": ("trainer",), "pytorchjob": ("kubeflow-v1",)}
 
 
-def measure(nodes: int, hang: bool, fail_step: int, kind: str = "trainjob") -> dict[str, Any]:
+def measure(
+    nodes: int, hang: bool, fail_step: int, kind: str = "trainjob", step_seconds: float = 1.0
+) -> dict[str, Any]:
+    """One run; ``fail_step`` counts steps of 1 s: with shorter steps the failure (or hang)
+    comes at the same time, at a later step."""
     from tests.k8s_emulator.emulator import Emulator
     from tests.scale_harness import create_standin_job
 
     world = nodes * 8
+    at = round(fail_step / step_seconds)
     script: dict[str, Any] = {"stragglers": (517 % world, 2051 % world, 4000 % world)}
     if hang:
-        script |= {"hang_node": nodes // 2, "hang_step": fail_step, "steps": 10_000}
+        script |= {"hang_node": nodes // 2, "hang_step": at, "steps": 1_000_000}
     else:
-        script |= {"fail_rank": world // 2 + 3, "fail_step": fail_step, "steps": fail_step + 10}
+        script |= {"fail_rank": world // 2 + 3, "fail_step": at, "steps": at + 10}
     with tempfile.TemporaryDirectory() as tmp, Emulator(apis=APIS[kind]) as emulator:
         kubeconfig = str(emulator.write_kubeconfig(Path(tmp) / "kubeconfig"))
         t0 = time.monotonic()
@@ -182,7 +186,7 @@ def measure(nodes: int, hang: bool, fail_step: int, kind: str = "trainjob") -> d
             nodes,
             8,
             hang_after=10.0,
-            step_seconds=STEP_SECONDS,
+            step_seconds=step_seconds,
             **script,
         )
         emulator.reset_stats()
@@ -195,6 +199,7 @@ def measure(nodes: int, hang: bool, fail_step: int, kind: str = "trainjob") -> d
         side, _ = sidebar.communicate(timeout=3600)
         stats = emulator.stats()
         row = {"nodes": nodes, "ranks": world, "hang": hang, "kind": kind}
+        row["step_seconds"] = step_seconds
         row |= json.loads(out.splitlines()[-1])
         row |= written
         row |= json.loads(side.splitlines()[-1])
@@ -316,6 +321,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         hung = f"{r['hang_named_s']:.1f}" if "hang_named_s" in r else missed if r["hang"] else "-"
         shown = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}[r.get("kind", "trainjob")]
         label = f"{r['nodes']} {shown}" + (f", node {r['nodes'] // 2} hung" if r["hang"] else "")
+        if r.get("step_seconds", 1.0) != 1.0:
+            label += f", {1 / r['step_seconds']:g} metrics/s a rank"
         lines.append(
             f"| {label} | {r['ranks_heard_end']} of {r['ranks']} | {r['load']:.1f} | "
             f"{r['requests']} | "
@@ -342,6 +349,9 @@ def main() -> int:
     parser.add_argument("--nodes", default="64,256,1024")
     parser.add_argument("--fail-step", type=int, default=60)
     parser.add_argument("--hang", action="store_true", help="also a run hanging one node")
+    parser.add_argument(
+        "--step-seconds", type=float, default=1.0, help="each rank's seconds a step (a metric)"
+    )
     parser.add_argument("--hang-only", action="store_true", help="only the run hanging one node")
     parser.add_argument(
         "--kinds", default="trainjob", help="job kinds to run, e.g. trainjob,pytorchjob"
@@ -364,13 +374,15 @@ def main() -> int:
         for nodes in [int(n) for n in args.nodes.split(",")]:
             runs = (True,) if args.hang_only else (False, True) if args.hang else (False,)
             for hang in runs:
-                rows.append(measure(nodes, hang, args.fail_step, kind))
+                rows.append(measure(nodes, hang, args.fail_step, kind, args.step_seconds))
                 print(json.dumps(rows[-1]), flush=True)
     from results import machine, publish
 
     intro = (
         f"`python bench/scale.py --nodes {args.nodes}{' --hang' if args.hang else ''} "
-        f"--kinds {args.kinds}`, "
+        f"--kinds {args.kinds}"
+        + (f" --step-seconds {args.step_seconds:g}" if args.step_seconds != 1.0 else "")
+        + "`, "
         f"{time.strftime('%Y-%m-%d')}, {machine()}, 1-minute load average "
         f"{load_at_start:.1f} at the start; the stand-in plays every rank in one process "
         "beside the emulator, the kernel and the server, so each run loads the machine "
@@ -397,7 +409,12 @@ DESCRIPTION = (
     "the relay's batching (0.3 s ticks) and the log stream. Failing rank named: from the "
     "rank's error line's `t` to `monitor.first_failure()` naming it; hung node named: from "
     "the last metric to `monitor.hang()` naming the node's ranks, with the hang watch set to "
-    "10 s of silence."
+    "10 s of silence. Every rank also sends resource samples as a real rank's sampler does "
+    "(once a second up to 512 ranks, then ~512 a second job-wide). Store requests: the "
+    "stand-in counts every request rank 0 (the relay's reader, the hang watch) and the "
+    "nodes' senders make to the job's c10d store, in 5-second samples (median and peak over "
+    "the run); its ranks share one sender per node, where a real job's ranks each send "
+    "their own (the same lines, in up to 8 times as many batches)."
 )
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ traces are left alone) at each checkpoint the job reported: x its step (or
 its time, when the plot is by wall time), y the mean over ranks of the
 plotted metric at that step; hovering shows the step and the value. It
 redraws only when the checkpoints or the plot's metric, x axis or y scale
-change.
+change. At most :data:`MAX_MARKS` are drawn, spread evenly over the run, the
+latest always among them: a browser redraws every annotation of a plot on each
+change, so a job that checkpoints every second would otherwise make each
+redraw longer until the page fell minutes behind the job (the checkpoint
+browser lists every checkpoint).
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ import numpy as np
 from ..monitor import JobMonitor
 from .plot import X_TIME, MetricPlot
 
-__all__ = ["CheckpointMarks", "checkpoint_points"]
+__all__ = ["MAX_MARKS", "CheckpointMarks", "checkpoint_points", "spread"]
 
 MARK = "\u25c6"  # a diamond
 COLOR = "#d93025"
+#: Markers drawn at most (see the module's docstring).
+MAX_MARKS = 40
 
 
 def checkpoint_points(
@@ -63,7 +69,7 @@ class CheckpointMarks:
         if opts.metric is None or (count == 0 and self._key is None):
             self._key = key
             return
-        points = checkpoint_points(plot.monitor, opts.metric, by_time=opts.x == X_TIME)
+        points = spread(checkpoint_points(plot.monitor, opts.metric, by_time=opts.x == X_TIME))
         annotations = [
             annotation(step, x, value, opts.metric, opts.log_y)
             for step, x, value in points
@@ -72,6 +78,15 @@ class CheckpointMarks:
         with plot.figure.lock, plot.figure.batch_update():
             plot.figure.layout.annotations = annotations
         self._key = key
+
+
+def spread(points: list[Any], most: int = MAX_MARKS) -> list[Any]:
+    """``points`` (in order) when there are at most ``most``; else ``most`` of them evenly
+    spaced by position, the first and the last among them."""
+    if len(points) <= most:
+        return points
+    chosen = np.unique(np.linspace(0, len(points) - 1, most).round().astype(int))
+    return [points[i] for i in chosen]
 
 
 def annotation(step: int, x: float, value: float, metric: str, log_y: bool) -> dict[str, Any]:

@@ -104,6 +104,7 @@ class Dashboard:
             self._finish,
             max_rate=max_rate,
             name=f"distrain-dashboard-{monitor.name}",
+            behind=self.plot.figure.behind,
         )
         self._loop.render_now()
 

@@ -7,6 +7,8 @@ elapsed time). Renders start at least ``1 / max_rate`` seconds apart, and
 further apart when rendering is slow: a render that took ``d`` seconds is
 followed by at least ``d / max_busy`` seconds, so the loop never keeps more
 than ``max_busy`` of the time (and of the GIL the kernel needs) to itself.
+And no render starts while ``behind()`` says the view's front end is still
+drawing earlier ones (the last render after the end does not wait).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class RenderLoop:
         max_busy: float = 0.2,
         tick: float = 1.0,
         name: str = "distrain-render",
+        behind: Callable[[], bool] | None = None,
     ) -> None:
         if max_rate <= 0 or not 0 < max_busy <= 1:
             raise ValueError("max_rate must be positive and max_busy in (0, 1]")
@@ -54,6 +57,7 @@ class RenderLoop:
         self._finished = finished
         self._on_finish = on_finish
         self._name = name
+        self._behind = behind
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -108,6 +112,7 @@ class RenderLoop:
             if not ended:
                 self._wake.wait(self.interval)
             self._pause_until(last_start + self._gap)
+            self._wait_for_view()
             woken = self._wake.is_set()
             self._wake.clear()
             ended = ended or self._stop.is_set()
@@ -125,6 +130,16 @@ class RenderLoop:
                 last_start = now
                 last_version = version
                 self.render_now()
+
+    def _wait_for_view(self) -> None:
+        """Wait while the front end is behind (its own answer bounds it), unless stopping."""
+        while self._behind is not None and not self._stop.is_set():
+            try:
+                if not self._behind():
+                    return
+            except Exception:
+                return
+            self._stop.wait(self.interval / 2)
 
     def _pause_until(self, when: float) -> None:
         delay = when - time.monotonic()

@@ -199,6 +199,8 @@ export default () => {
       const update = { x: xs, y: ys, _doNotReportToPy: true };
       window.Plotly.restyle(view.el, update, traces);
     }
+    // drawn: the kernel sends the next appends at this page's pace (see streaming_figure.py)
+    if (Number.isInteger(msg.seq)) model.send({ type: "drawn", seq: msg.seq });
   }
 
   // Messages waiting for the state update they follow, in arrival order.

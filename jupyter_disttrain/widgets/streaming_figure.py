@@ -12,6 +12,14 @@ Appends are sent only after the front end said it is listening (its
 built before the browser loaded it, or a reloaded page, shows the same data.
 Everything the widget sends is counted in :attr:`StreamingFigure.stats`.
 
+Pace: each append is numbered (``seq``) and the front end answers *drawn*
+with the number once it has drawn it. :meth:`StreamingFigure.behind` is true
+while a front end that answers is more than :data:`IN_FLIGHT` appends behind:
+the dashboard then waits before it renders again, so a browser short of CPU
+gets fewer, larger appends instead of a queue it falls minutes behind. A front
+end that never answered (none shown, an older page) or has not answered for
+:data:`ANSWER_SECONDS` (its page closed) holds nothing back.
+
 Order: ipywidgets applies a state update only after deserializing it
 (asynchronously) but hands a custom message to the widget at once, so an
 *append* or *redraw* can overtake the update sent before it (the full state
@@ -26,6 +34,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -39,9 +48,13 @@ import traitlets
 
 from .trace_feed import Update
 
-__all__ = ["SendStats", "StreamingFigure", "plotly_bundle"]
+__all__ = ["ANSWER_SECONDS", "IN_FLIGHT", "SendStats", "StreamingFigure", "plotly_bundle"]
 
 _JS = Path(__file__).with_name("streaming_figure.js")
+#: Appends a front end may have left undrawn before :meth:`StreamingFigure.behind` says so.
+IN_FLIGHT = 2
+#: Seconds after a front end's last *drawn* answer that it still holds appends back.
+ANSWER_SECONDS = 5.0
 
 
 @cache
@@ -83,6 +96,9 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
         self._lock = threading.RLock()
         self._stats = SendStats()
         self._frontend_ready = False
+        self._sent = 0  # appends numbered so far
+        self._drawn = 0  # the highest append number a front end said it drew
+        self._answered: float | None = None  # when a front end last said so (monotonic)
         super().__init__(*args, **kwargs)
         self.on_msg(self._on_frontend_msg)
 
@@ -136,15 +152,26 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
             self._stats.points += sum(u.x.size for _, u in todo)
             self._stats.appends += 1
             self._stats.resets += sum(1 for _, u in todo if u.keep == 0)
+            self._sent += 1
             self.send(
                 {
                     "type": "append",
                     "traces": [i for i, _ in todo],
                     "keep": [u.keep for _, u in todo],
                     "after": self._updates,
+                    "seq": self._sent,
                 },
                 buffers,
             )
+
+    def behind(self, now: float | None = None) -> bool:
+        """True while a front end that answers has more than :data:`IN_FLIGHT` appends left
+        to draw, and answered within :data:`ANSWER_SECONDS` (see the module docstring)."""
+        answered = self._answered
+        if answered is None:
+            return False
+        now = time.monotonic() if now is None else now
+        return self._sent - self._drawn > IN_FLIGHT and now - answered < ANSWER_SECONDS
 
     def shown_points(self) -> int:
         """Points the figure holds over all traces (what a browser shows)."""
@@ -154,8 +181,15 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
     # -- front end ----------------------------------------------------------------
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        if isinstance(content, dict) and content.get("type") == "ready":
+        if not isinstance(content, dict):
+            return
+        if content.get("type") == "ready":
             self.resync()
+        elif content.get("type") == "drawn":
+            seq = content.get("seq")
+            if isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self._sent:
+                self._drawn = max(self._drawn, seq)
+                self._answered = time.monotonic()
 
     def resync(self) -> None:
         """Send the full state and have every view redraw (answer to *ready*)."""

@@ -16,7 +16,7 @@ from jupyter_disttrain.job import Job
 from jupyter_disttrain.runtime.checkpoint import api as ck
 from jupyter_disttrain.spec import JobSpec
 from jupyter_disttrain.widgets import Dashboard
-from jupyter_disttrain.widgets.checkpoint_marks import checkpoint_points
+from jupyter_disttrain.widgets.checkpoint_marks import MAX_MARKS, checkpoint_points, spread
 from jupyter_disttrain.widgets.checkpoints import WIDGET_MIME, CheckpointBrowser
 
 from .dom import parse
@@ -138,3 +138,26 @@ def test_checkpoints_are_marked_on_the_loss_curve() -> None:
     dash.render()
     assert len(dash.plot.figure.layout.annotations) == 3
     dash.close()
+
+
+def test_a_job_that_checkpoints_often_gets_a_bounded_number_of_marks() -> None:
+    """Each change redraws every annotation in the browser: 300 checkpoints at 60 steps draw
+    MAX_MARKS, spread over the run, the first and the latest among them."""
+    mon = monitor_of("restart_recovery")
+    dash = Dashboard(mon)
+    last = max(int(a.name.split("-")[1]) for a in dash.plot.figure.layout.annotations)
+    for k in range(300):
+        step = last - 60 + k % 60  # steps that have a loss to sit on
+        mon.feed(Event("checkpoint", 0, 1700000100.0 + k, {"step": step, "uri": f"/c/{k}"}))
+    dash.render()
+    drawn = [int(a.name.split("-")[1]) for a in dash.plot.figure.layout.annotations]
+    steps = [step for step, _, _ in checkpoint_points(mon, "loss")]
+    assert len(drawn) == MAX_MARKS < len(steps), (len(drawn), len(steps))
+    assert drawn[0] == steps[0] and drawn[-1] == steps[-1] and drawn == sorted(set(drawn))
+    dash.close()
+
+
+def test_spread_keeps_order_ends_and_few_as_they_are() -> None:
+    assert spread(list(range(5)), most=10) == [0, 1, 2, 3, 4]
+    assert spread(list(range(100)), most=5) == [0, 25, 50, 74, 99]
+    assert spread(list(range(41)), most=40)[-1] == 40

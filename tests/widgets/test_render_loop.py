@@ -77,3 +77,28 @@ def test_a_failing_render_is_kept_and_the_loop_goes_on() -> None:
     loop.render_now()
     loop.render_now()
     assert loop.errors == ["ValueError: boom"] and loop.renders == 2
+
+
+def test_no_render_starts_while_the_view_is_behind_but_the_last_one_does() -> None:
+    version = [0]
+    renders: list[int] = []
+    behind = threading.Event()
+    loop = RenderLoop(
+        lambda: renders.append(version[0]), lambda: version[0], lambda: False, behind=behind.is_set
+    )
+    loop.start()
+    time.sleep(0.3)
+    behind.set()
+    time.sleep(0.2)  # a render already begun may finish
+    held = len(renders)
+    for _ in range(10):
+        version[0] += 1
+        time.sleep(0.05)
+    assert len(renders) == held  # the view is behind: nothing more is sent to it
+    behind.clear()
+    time.sleep(0.3)
+    assert renders[-1] == version[0]  # caught up: the latest state, once
+    behind.set()
+    version[0] += 1
+    loop.stop()
+    assert renders[-1] == version[0]  # the final render does not wait

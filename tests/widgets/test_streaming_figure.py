@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,13 @@ def test_ready_resyncs_then_appends_carry_only_new_points(fig: StreamingFigure) 
         ]
     )
     [(content, buffers)] = wire.custom()
-    assert content == {"type": "append", "traces": [0, 1], "keep": [3, 999], "after": fig._updates}
+    assert content == {
+        "type": "append",
+        "traces": [0, 1],
+        "keep": [3, 999],
+        "after": fig._updates,
+        "seq": 1,
+    }
     assert [np.frombuffer(b, dtype=np.float64).tolist() for b in buffers] == [
         [3.0],
         [5.0],
@@ -146,3 +153,28 @@ def test_the_front_end_applies_messages_after_the_state_they_follow() -> None:
     assert seen["resync"]["drawn"] == [[0, 1, 2, 3, 4, 5]], seen
     assert seen["rebuild"]["model"] == [10, 11, 12], seen
     assert seen["rebuild"]["drawn"] == [[10, 11, 12]], seen
+
+
+def drawn(fig: StreamingFigure, seq: object) -> None:
+    """What the front end sends once it has drawn append ``seq``."""
+    fig._handle_custom_msg({"type": "drawn", "seq": seq}, [])
+
+
+def test_a_front_end_that_answers_paces_the_appends(fig: StreamingFigure) -> None:
+    """More than IN_FLIGHT appends undrawn: behind, until it draws them or stops answering."""
+    ready(fig)
+    point = [(0, Update(3, np.array([3.0]), np.array([5.0])))]
+    for _ in range(5):
+        fig.append(point)
+    assert not fig.behind()  # no front end ever answered: nothing is held back
+    drawn(fig, 1)
+    assert fig.behind()  # 4 of 5 undrawn
+    for forged in (True, 99, "4", None):  # not an append number sent: ignored
+        drawn(fig, forged)
+        assert fig.behind(), forged
+    drawn(fig, 3)
+    assert not fig.behind()  # 2 undrawn: within IN_FLIGHT
+    fig.append(point)
+    assert fig.behind()
+    later = time.monotonic() + streaming_figure.ANSWER_SECONDS + 0.1
+    assert not fig.behind(now=later)  # silent for ANSWER_SECONDS: its page is gone

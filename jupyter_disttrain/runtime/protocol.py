@@ -81,43 +81,54 @@ def encode(
 def relayed(lines: list[str], signer: jobkey.Signer, t: float | None = None) -> list[str]:
     """``lines`` (protocol lines other ranks signed, in order) as rank 0 writes them.
 
-    Each run of lines of :data:`BATCHED_KINDS` becomes ``relayed`` lines of rank 0
+    Each stretch of lines of :data:`BATCHED_KINDS` becomes ``relayed`` lines of rank 0
     (``{"v":1,"kind":"relayed","quiet":Q,"rank":0,"t":T,"lines":[BODY, ...]}``, signed
     with ``signer``): their bodies, unchanged, up to :data:`RELAYED_CHARS` a line, so the
-    notebook checks one signature and decodes one document for many lines. ``quiet`` is
-    true for a run of quiet lines only (a quiet line and a loud one are never in one run).
-    Any other line, and a body too long to share a line, is written as it was signed.
+    notebook checks one signature and decodes one document for many lines. A quiet line
+    and a loud one never share a line (``quiet`` is true for quiet lines only): a stretch's
+    loud lines are written first, in order, then its quiet ones (ranks' resource samples
+    between their metrics would otherwise cut it into many short lines). Any other line,
+    and a body too long to share a line, is written as it was signed, where it came.
     """
     out: list[str] = []
-    run: list[str] = []
-    run_quiet = False
-    size = 0
+    loud: list[str] = []
+    quiet: list[str] = []
     stamp = round(time.time() if t is None else t, 6)
 
-    def close_run() -> None:
-        nonlocal size
-        if run:
-            body = (
-                f'{{"v":{VERSION},"kind":"relayed","quiet":{"true" if run_quiet else "false"},'
-                f'"rank":0,"t":{stamp},"lines":[{",".join(run)}]}}'
-            )
-            out.append(f"{PREFIX}{body} {signer.sign(body.encode())}")
-            run.clear()
-        size = 0
+    def close_stretch() -> None:
+        for bodies, is_quiet_run in ((loud, False), (quiet, True)):
+            out.extend(_relayed_lines(bodies, is_quiet_run, stamp, signer))
+            bodies.clear()
 
     for line in lines:
         kind, body = _batched(line)
         if not kind or len(body) > RELAYED_CHARS // 2:
-            close_run()
+            close_stretch()
             out.append(line)
-            continue
-        quiet = kind in QUIET_KINDS
-        if quiet != run_quiet or size + len(body) + 1 > RELAYED_CHARS:
-            close_run()
-        run_quiet = quiet
-        run.append(body)
-        size += len(body) + 1
-    close_run()
+        else:
+            (quiet if kind in QUIET_KINDS else loud).append(body)
+    close_stretch()
+    return out
+
+
+def _relayed_lines(
+    bodies: list[str], quiet: bool, stamp: float, signer: jobkey.Signer
+) -> list[str]:
+    """``bodies`` as signed ``relayed`` lines of at most :data:`RELAYED_CHARS` each."""
+    out: list[str] = []
+    run: list[str] = []
+    size = 0
+    for body in [*bodies, None]:
+        if run and (body is None or size + len(body) + 1 > RELAYED_CHARS):
+            text = (
+                f'{{"v":{VERSION},"kind":"relayed","quiet":{"true" if quiet else "false"},'
+                f'"rank":0,"t":{stamp},"lines":[{",".join(run)}]}}'
+            )
+            out.append(f"{PREFIX}{text} {signer.sign(text.encode())}")
+            run, size = [], 0
+        if body is not None:
+            run.append(body)
+            size += len(body) + 1
     return out
 
 

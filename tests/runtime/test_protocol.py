@@ -51,11 +51,18 @@ def test_other_kinds_stay_their_own_lines_and_the_order_is_kept() -> None:
 
 
 def test_quiet_lines_share_a_line_marked_quiet_never_one_with_loud_lines() -> None:
+    """Between two lines written as they came, the loud lines go first, then the quiet ones:
+    resource samples among the metrics do not cut them into many short lines."""
     quiet = [line("resources", r, cpu_pct=50.0, rss_bytes=1 << 20) for r in (1, 2)]
-    loud = line("metric", 3, step=1, values={"loss": 1.0})
-    written = relayed([*quiet, loud, quiet[0]], SIGNER)
-    assert [is_quiet(w.encode()) for w in written] == [True, False, True]
-    assert [len(bodies(w)) for w in written] == [2, 1, 1]
+    loud = [line("metric", r, step=1, values={"loss": 1.0}) for r in (3, 4)]
+    error = line("error", 5, type="ValueError", message="x", traceback="")
+    sent = [quiet[0], loud[0], quiet[1], loud[1], error, quiet[0], loud[0]]
+    written = relayed(sent, SIGNER)
+    assert [is_quiet(w.encode()) for w in written[:2]] == [False, True]
+    assert [len(bodies(w)) for w in written[:2]] == [2, 2]
+    assert written[2] == error  # written where it came
+    assert [is_quiet(w.encode()) for w in written[3:]] == [False, True]
+    assert [b["rank"] for w in written[:2] for b in bodies(w)] == [3, 4, 1, 2]
 
 
 def test_lines_are_cut_below_the_container_runtimes_split() -> None:

@@ -137,9 +137,10 @@ def test_resources_line_parses_and_is_quiet(capsys: pytest.CaptureFixture[str]) 
     assert report.emitted == emitted + 1
     report.write_lines([line.strip(), metric.strip()])
     assert report.emitted == emitted + 2
-    written = capsys.readouterr().out.splitlines()  # each as rank 0 writes it: "relayed"
-    assert [is_quiet(text.encode()) for text in written] == [True, True, False], written
-    assert report.quiet_bytes == quiet + len(line) + len(written[0]) + len(written[1]) + 2
+    # each as rank 0 writes it: "relayed", a batch's loud lines before its quiet ones
+    written = capsys.readouterr().out.splitlines()
+    assert [is_quiet(text.encode()) for text in written] == [True, False, True], written
+    assert report.quiet_bytes == quiet + len(line) + len(written[0]) + len(written[2]) + 2
 
 
 def test_env_seconds_floor_and_fallback(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
 """Reading a job's pods and their logs through the API server.
 
 :func:`stream_log` yields one container's lines (following it when asked);
+:func:`run_lines` reads one run of a container that may restart while it is read;
 :func:`job_pods` finds a job's pods whichever Kubeflow kind made them;
 :func:`kept_logs` reads the logs kept when a job failed (its pods may be gone);
 :func:`job_shape` reads a job's shape (what its lines are checked against);
@@ -63,6 +64,37 @@ def stream_log(
     finally:  # read to its end, or given up: either way the connection is not reused
         resp.close()
         resp.release_conn()
+
+
+def restart_count(conn: Connection, pod: str, container: str) -> int | None:
+    """The container's ``restartCount`` now; None when the pod is gone."""
+    try:
+        found: Any = conn.core.read_namespaced_pod(pod, conn.namespace)
+    except api_error() as exc:
+        if exc.status == 404:
+            return None
+        raise explain(exc, kind="Pod", name=pod, namespace=conn.namespace) from None
+    return pod_facts(conn.plain(found), container, 0).restarts
+
+
+def run_lines(
+    read: Callable[[bool], list[str]], restarts_now: Callable[[], int | None], run: int
+) -> list[str] | None:
+    """The log of a container's run ``run`` (its restart count while it ran), or None when
+    that run's log is gone (the container restarted twice since).
+
+    The log API names runs only as current and previous (``read(previous)``), and the
+    container may restart while it is read. Restart counts only grow, so the count read
+    after each read tells which run the read got. A pod gone meanwhile keeps what was read.
+    """
+    for previous in (False, True):
+        lines = read(previous)
+        now = restarts_now()
+        if now is None or now == run + int(previous):
+            return lines
+        if now > run + 1:
+            return None
+    return None
 
 
 def job_pods(conn: Connection, name: str) -> list[Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ... import events as ev
@@ -88,7 +88,7 @@ class KubernetesRun(Submission):
         self._lock = threading.Lock()
         self._pods: dict[str, tuple[str, int, str]] = {}  # pod -> (state, restarts, reason)
         self._followed: dict[str, threading.Thread] = {}
-        self._read_once: set[tuple[str, int]] = set()
+        self._read_once: dict[tuple[str, int], threading.Thread] = {}  # (pod, run) -> reader
         self._replayed = False  # a failed job's logs were read whole: no pod's log again
         # pods waiting in an init container for a name: pod -> (container, name)
         self._name_waits: dict[str, tuple[str, str]] = {}
@@ -306,6 +306,8 @@ class KubernetesRun(Submission):
                 self._follow(facts.name, facts.restarts)
             elif facts.state == "Failed":
                 self._read_log_once(facts.name, facts.restarts)
+            if facts.restarts > 0:  # the run that failed, had the watch not seen it end
+                self._read_log_once(facts.name, facts.restarts - 1)
 
     def _watch_events(self) -> None:
         """Warnings explain a job that does not start; Normal Events time its phases."""
@@ -419,31 +421,57 @@ class KubernetesRun(Submission):
             return True
         return self.kubeflow.node_index(self.conn.plain(pod), self._has_leader) == 0
 
-    def _read_log_once(self, pod: str, restarts: int) -> None:
+    def _read_log_once(self, pod: str, run: int) -> None:
+        """Read the log of the pod's run ``run`` (its restart count then) once, unless a
+        follower reads that pod."""
         with self._lock:
             if self._replayed:
                 return
-            if (pod, restarts) in self._read_once or any(
+            if (pod, run) in self._read_once or any(
                 k.startswith(pod + "#") for k in self._followed
             ):
                 return
-            self._read_once.add((pod, restarts))
-        threading.Thread(target=self._guard(lambda: self._pump(pod, False)), daemon=True).start()
+            thread = threading.Thread(
+                target=self._guard(lambda: self._read_run(pod, run)), daemon=True
+            )
+            thread.start()  # before it is seen: _finish joins it (its error is the cause)
+            self._read_once[(pod, run)] = thread
+
+    def _read_run(self, pod: str, run: int) -> None:
+        def read(previous: bool) -> list[str]:
+            return list(
+                self.backend.stream_log(
+                    self.conn, pod, self.container, follow=False, previous=previous
+                )
+            )
+
+        lines = podlogs.run_lines(
+            read, lambda: podlogs.restart_count(self.conn, pod, self.container), run
+        )
+        if lines is None:
+            text = f"{pod} restarted twice before the log of its run {run} could be read"
+            self.sink(ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"}))
+            return
+        self._deliver(pod, lines)
 
     def _pump(self, pod: str, follow: bool, container: str | None = None) -> None:
         lines = self.backend.stream_log(self.conn, pod, container or self.container, follow=follow)
         try:
-            for line in lines:
-                if self._detached.is_set():
-                    return
-                for event in line_events(line, None, self.trust, source=pod, prefixed=True):
-                    self.sink(event)
-                    if event.kind == "result":  # delivered: _finish need not read again
-                        self._got_result = True
+            self._deliver(pod, lines)
         finally:
             close = getattr(lines, "close", None)
             if callable(close):
                 close()  # the response is closed, not left to the garbage collector
+
+    def _deliver(self, pod: str, lines: Iterable[str]) -> None:
+        """Pod ``pod``'s log lines as events, until the follower is detached."""
+        for line in lines:
+            if self._detached.is_set():
+                return
+            for event in line_events(line, None, self.trust, source=pod, prefixed=True):
+                self.sink(event)
+                if event.kind == "result":  # delivered: _finish need not read again
+                    self._got_result = True
 
     def _fail(self, outcome: tuple[ev.JobState, str, str]) -> None:
         """End the job now with ``outcome``: delete it (its pods would retry forever)."""
@@ -489,9 +517,10 @@ class KubernetesRun(Submission):
             w.stop()
 
     def _join_followers(self, deadline: float) -> None:
-        """Wait until ``deadline`` (monotonic) for every log follower started so far."""
+        """Wait until ``deadline`` (monotonic) for every log follower and reader started so
+        far."""
         with self._lock:
-            followers = list(self._followed.values())
+            followers = [*self._followed.values(), *self._read_once.values()]
         for thread in followers:
             thread.join(max(0.0, deadline - time.monotonic()))
 

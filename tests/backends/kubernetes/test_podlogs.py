@@ -17,7 +17,7 @@ from jupyter_disttrain import cli
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
-from jupyter_disttrain.backends.kubernetes.podlogs import rank_lines
+from jupyter_disttrain.backends.kubernetes.podlogs import rank_lines, run_lines
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend import wait_for
@@ -32,6 +32,52 @@ def error(rank: int) -> str:
     return line(
         "error", rank, type="ValueError", module="builtins", message="bad batch", traceback=TRACE
     )
+
+
+class Container:
+    """A container's runs' logs as the log API serves them (current and previous), which
+    restarts at the reads named in ``restart_after`` (the read's number, from 0)."""
+
+    def __init__(self, runs: int, restart_after: tuple[int, ...] = (), gone: bool = False):
+        self.restarts = runs - 1
+        self.restart_after = restart_after
+        self.gone = gone
+        self.reads = 0
+
+    def read(self, previous: bool) -> list[str]:
+        run = self.restarts - int(previous)
+        if self.reads in self.restart_after:
+            self.restarts += 1
+        self.reads += 1
+        return [f"run {run}"]
+
+    def count(self) -> int | None:
+        return None if self.gone else self.restarts
+
+
+def test_a_run_is_read_from_the_current_log_while_the_container_has_not_restarted() -> None:
+    container = Container(runs=1)
+    assert run_lines(container.read, container.count, 0) == ["run 0"]
+    assert container.reads == 1
+
+
+def test_a_container_that_restarted_before_its_read_gives_its_previous_log() -> None:
+    container = Container(runs=2)  # the watch saw run 0 end; the kubelet restarted it since
+    assert run_lines(container.read, container.count, 0) == ["run 0"]
+    container = Container(runs=1, restart_after=(0,))  # it restarted while being read
+    assert run_lines(container.read, container.count, 0) == ["run 0"]
+    assert container.reads == 2
+
+
+def test_a_run_two_restarts_back_is_gone_and_said_so() -> None:
+    assert run_lines(Container(runs=3).read, Container(runs=3).count, 0) is None
+    container = Container(runs=2, restart_after=(1,))  # restarted again during the second read
+    assert run_lines(container.read, container.count, 0) is None
+
+
+def test_a_pod_gone_after_its_read_keeps_what_was_read() -> None:
+    container = Container(runs=1, gone=True)
+    assert run_lines(container.read, container.count, 0) == ["run 0"]
 
 
 def test_an_error_relayed_through_node_zero_shows_as_the_failing_ranks_traceback() -> None:

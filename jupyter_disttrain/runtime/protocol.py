@@ -11,6 +11,7 @@ prints is a plain log line. The notebook side parses these lines in
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -50,6 +51,10 @@ _STARTS = {kind: f'{PREFIX}{{"v":{VERSION},"kind":"{kind}"' for kind in KINDS}
 QUIET_MARKERS = (
     *(_STARTS[kind].encode() for kind in QUIET_KINDS),
     (_STARTS["relayed"] + ',"quiet":true').encode(),
+)
+#: A metric line as :func:`encode` writes it: its rank and step (read without decoding).
+_METRIC_STEP = re.compile(
+    re.escape(_STARTS["metric"]) + r',"rank":(-?\d+),"t":[^,]*,"step":(-?\d+)[,}]'
 )
 #: Length of a line's signature (hex SHA-256).
 SIGNATURE_CHARS = jobkey.SIGNATURE_CHARS
@@ -218,6 +223,13 @@ def signed_fields(line: str, signer: jobkey.Signer | None) -> dict[str, Any] | N
 def is_signed(text: str, signer: jobkey.Signer) -> bool:
     """True when ``text`` holds a protocol line ``signer``'s key signed (the job's own)."""
     return PREFIX in text and signed_body(text, signer) is not None
+
+
+def metric_step(line: str) -> tuple[int, int] | None:
+    """``(rank, step)`` of a metric line as :func:`encode` writes it (``step`` first of its
+    fields), read without decoding it or checking its signature; else None."""
+    match = _METRIC_STEP.match(line)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
 def is_quiet(line: bytes) -> bool:

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 import time
 from typing import Final
@@ -59,7 +58,7 @@ from typing import Final
 from . import report
 from .jobkey import BadSignature
 from .jobstore import SignedStore, refuse, round_key, signed_default_store
-from .protocol import PREFIX, VERSION
+from .protocol import metric_step
 
 ENV_RELAY = "DISTRAIN_RELAY"
 ENV_METRICS_PORT = "DISTRAIN_METRICS_PORT"
@@ -80,14 +79,6 @@ MAX_GAP: Final = 10_000
 #: Metric lines a second the relay carries for the whole job at most (8,192 ranks reporting
 #: once a second fit; see :func:`thinned`).
 JOB_METRICS_PER_SECOND: Final = 8192
-#: A metric line as :func:`.protocol.encode` writes it: its rank and step.
-_METRIC = re.compile(
-    re.escape(PREFIX)
-    + r'\{"v":'
-    + str(VERSION)
-    + r',"kind":"metric","rank":(-?\d+),"t":[^,]*,"step":(-?\d+)[,}]'
-)
-
 _relay: _Relay | None = None
 
 
@@ -106,17 +97,12 @@ def thinned(lines: list[str], budget: int) -> list[str]:
     """``lines`` (a batch, oldest first) with each rank's metric lines cut to ``budget`` or
     so: when a rank has more, those at steps that are multiples of the smallest power-of-two
     stride that fits, and its last one. Any other line is kept, in order."""
-    steps: dict[str, list[int]] = {}
-    found: list[tuple[str, int] | None] = []
-    for line in lines:
-        match = _METRIC.match(line)
-        if match is None:
-            found.append(None)
-            continue
-        rank, step = match.group(1), int(match.group(2))
-        steps.setdefault(rank, []).append(step)
-        found.append((rank, step))
-    strides: dict[str, tuple[int, int]] = {}
+    steps: dict[int, list[int]] = {}
+    found = [metric_step(line) for line in lines]
+    for mark in found:
+        if mark is not None:
+            steps.setdefault(mark[0], []).append(mark[1])
+    strides: dict[int, tuple[int, int]] = {}
     for rank, seen in steps.items():
         if len(seen) > budget:
             stride = 2 ** math.ceil(math.log2(len(seen) / budget))

@@ -12,7 +12,9 @@ from jupyter_disttrain.runtime.protocol import (
     PREFIX,
     RELAYED_CHARS,
     decode,
+    encode,
     is_quiet,
+    metric_step,
     nests_deeper,
     relayed,
     signed_body,
@@ -113,3 +115,11 @@ def test_a_body_nested_too_deep_is_refused_with_its_reason(levels: int) -> None:
     fields, why = decode('{"v":1,"x":' + "[" * levels + "]" * levels + "}")
     assert fields is None and why == "the line's body nests deeper than 32 levels"
     assert decode('{"v":1,"x":' + "[" * 31 + "]" * 31 + "}")[0] is not None
+
+
+def test_metric_step_reads_a_metric_lines_rank_and_step_without_decoding_it() -> None:
+    signed = encode("metric", 3, sign_with=KEY, step=7, values={"loss": 1.0})
+    assert metric_step(signed) == (3, 7)
+    assert metric_step(encode("metric", 0, step=-1, values={})) == (0, -1)
+    assert metric_step(encode("progress", 3, step=7, total=9)) is None
+    assert metric_step("[rank 3] " + signed) is None  # a line as rank 0 reads it

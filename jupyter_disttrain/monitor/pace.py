@@ -71,13 +71,21 @@ class Pace:
     def stalled(self, rank: int, now: float) -> bool:
         """No metric from ``rank`` for longer than :data:`STALL_INTERVALS` of its intervals."""
         recent = self._recent.get(rank)
-        if not recent or len(recent) < 2:
-            return False
-        (t0, _), (t1, _) = recent[0], recent[-1]
-        interval = (t1 - t0) / (len(recent) - 1)
-        return now - t1 > max(STALL_INTERVALS * interval, STALL_MIN_S)
+        return recent is not None and _stalled(recent, now)
+
+    def stalled_ranks(self, now: float) -> frozenset[int]:
+        """The ranks :meth:`stalled` at ``now`` (one pass, for a whole snapshot)."""
+        return frozenset(rank for rank, recent in self._recent.items() if _stalled(recent, now))
 
     def all_stalled(self, at: float) -> bool:
         """Some rank has a rate, and every rank with one had stalled by ``at``."""
         rated = [rank for rank, recent in self._recent.items() if len(recent) >= 2]
         return bool(rated) and all(self.stalled(rank, at) for rank in rated)
+
+
+def _stalled(recent: deque[tuple[float, int]], now: float) -> bool:
+    if len(recent) < 2:
+        return False
+    (t0, _), (t1, _) = recent[0], recent[-1]
+    interval = (t1 - t0) / (len(recent) - 1)
+    return now - t1 > max(STALL_INTERVALS * interval, STALL_MIN_S)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Collection
 
 from ..events import TERMINAL_STATES
 from ..runtime.numbers import finite_or_none
@@ -72,10 +73,13 @@ def cause_line(book: JobBook, cause: Cause) -> str:
     return cause.line()
 
 
-def diagnosis(book: JobBook, now: float | None = None) -> str | None:
+def diagnosis(
+    book: JobBook, now: float | None = None, slow: list[SlowRow] | None = None
+) -> str | None:
     """The job's one-sentence reading (communication, hang or failure), or None.
 
     A stop or a success has none; a rank's own error outranks what the logs say.
+    ``slow``: :func:`slow_rows` at ``now`` when the caller has them already.
     """
     if book.state in ("Stopped", "Succeeded"):
         return None
@@ -101,7 +105,7 @@ def diagnosis(book: JobBook, now: float | None = None) -> str | None:
         return failed_sentence(cause, cell_line(book.faults.errors(), cause), book.rows)
     if book.state == "Failed" and (book.message or book.reason):
         return f"the job failed: {book.message or book.reason}"
-    if book.state == "Running" and (slow := slow_rows(book, now)):
+    if book.state == "Running" and (slow := slow_rows(book, now) if slow is None else slow):
         return slow_sentence(slow, nodes=large(book))
     return None
 
@@ -128,14 +132,19 @@ def large(book: JobBook) -> bool:
     return summarised(book.world_size)
 
 
-def slow_rows(book: JobBook, now: float | None = None) -> list[SlowRow]:
+def slow_rows(
+    book: JobBook, now: float | None = None, stalled: Collection[int] | None = None
+) -> list[SlowRow]:
     """Running ranks whose own step time is far above the median: a rank's ``step_time``
-    metric where the ranks report one, else the interval between its steps."""
+    metric where the ranks report one, else the interval between its steps. ``stalled``:
+    the ranks stalled at ``now`` when the caller has them already."""
     at = now_or_clock(now)
+    if stalled is None:
+        stalled = book.pace.stalled_ranks(at)
     own = book.metrics.latest_of(STEP_TIME)
     times: dict[int, float] = {}
     for rank, row in book.rows.items():
-        if row.state != "Running" or book.pace.stalled(rank, at):
+        if row.state != "Running" or rank in stalled:
             continue
         if own:
             if rank in own and math.isfinite(own[rank]):
@@ -176,8 +185,9 @@ def snapshot(book: JobBook, now: float | None = None) -> Snapshot:
     frontier = book.pace.frontier
     phases = book.phase_log.timeline(book.phases, book.world_size, at)
     cause = book.cause()
+    stalled_ranks = book.pace.stalled_ranks(at)
     ranks = [
-        rank_row(row, at, row.state == "Running" and book.pace.stalled(row.rank, at), latest)
+        rank_row(row, at, row.state == "Running" and row.rank in stalled_ranks, latest)
         for _, row in sorted(book.rows.items())
     ]
     hang = hang_where(book, at) if display_state(book, at) == "Hung" else None
@@ -187,7 +197,7 @@ def snapshot(book: JobBook, now: float | None = None) -> Snapshot:
         display_state(book, at) == "Hung" or (bool(rated) and all(r["stalled"] for r in rated))
     )
     stalled = live or ended_stalled(book)
-    slow = slow_rows(book, at) if book.state == "Running" else []
+    slow = slow_rows(book, at, stalled_ranks) if book.state == "Running" else []
     errors = book.faults.current_errors(book.attempt, book.state == "Stopped")
     return Snapshot(
         name=book.name,
@@ -223,7 +233,7 @@ def snapshot(book: JobBook, now: float | None = None) -> Snapshot:
         has_result=book.result is not None,
         logs=LogSummary(kept=len(book.logs), total=book.logs.total, dropped=book.logs.dropped),
         version=book.version,
-        diagnosis=diagnosis(book, at),
+        diagnosis=diagnosis(book, at, slow),
         staging=[staging_row(f) for f in book.staging.values()],
         warnings=book.notices.listed(),
         phases=phases.rows,

@@ -58,3 +58,14 @@ def test_steps_a_few_milliseconds_apart_give_no_rate() -> None:
     assert pace.overall() is None
     assert pace.track(0, 3, 100.0 + MIN_RATE_SPAN_S) == pytest.approx(3 / MIN_RATE_SPAN_S)
     assert pace.overall() == pytest.approx(3 / MIN_RATE_SPAN_S)
+
+
+def test_the_stalled_ranks_are_those_each_reads_as_stalled() -> None:
+    pace = Pace()
+    for rank, (interval, last) in enumerate([(1.0, 10.0), (1.0, 2.0), (5.0, 0.0), (0.1, 9.0)]):
+        for k in range(3):
+            pace.track(rank, k, last - (2 - k) * interval)
+    pace.track(4, 0, 0.0)  # one point: no interval, never stalled
+    now = 10.5 + STALL_MIN_S
+    each = {rank for rank in range(5) if pace.stalled(rank, now)}
+    assert pace.stalled_ranks(now) == each == {1, 3}

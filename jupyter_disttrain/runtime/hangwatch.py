@@ -55,6 +55,9 @@ REQUEST_FILE: Final = "where"
 GATHER_SECONDS: Final = 5.0
 #: Ranks' stacks rank 0 reads with one request to the store.
 GATHER_CHUNK: Final = 256
+#: A part of a chunk of at most this many ranks that did not answer whole is read rank by
+#: rank.
+GATHER_FLOOR: Final = 8
 
 _watch: _Watch | None = None
 
@@ -119,19 +122,31 @@ def leave_stacks(store: SignedStore, request: str, rank: int, fields: dict[str, 
 
 def gather(store: SignedStore, request: str, pending: set[int]) -> list[tuple[int, bytes]]:
     """The answers to ``request`` of the ``pending`` ranks that left one, taken out of
-    ``pending``: :data:`GATHER_CHUNK` ranks a round trip when all of them answered."""
+    ``pending``: :data:`GATHER_CHUNK` ranks a round trip when all of them answered. A chunk
+    with ranks that did not is halved until each part answered whole or is one silent rank,
+    so the silent ranks of a hung node cost a few requests each, not one per rank read."""
     found: list[tuple[int, bytes]] = []
     ranks = sorted(pending)
     for start in range(0, len(ranks), GATHER_CHUNK):
-        chunk = ranks[start : start + GATHER_CHUNK]
-        names = [_key(f"{request}/{rank}") for rank in chunk]
-        values = store.get_many(names) if store.check(names) else None
-        for index, rank in enumerate(chunk):
-            value = values[index] if values is not None else None
-            value = value if value is not None else store.get_if(names[index])
-            if value is not None:
-                pending.discard(rank)
-                found.append((rank, value))
+        found += _answers(store, request, ranks[start : start + GATHER_CHUNK])
+    pending.difference_update(rank for rank, _ in found)
+    return found
+
+
+def _answers(store: SignedStore, request: str, ranks: list[int]) -> list[tuple[int, bytes]]:
+    names = [_key(f"{request}/{rank}") for rank in ranks]
+    if store.check(names):
+        values: list[bytes | None] = store.get_many(names)
+    elif len(ranks) > GATHER_FLOOR:
+        half = len(ranks) // 2
+        return _answers(store, request, ranks[:half]) + _answers(store, request, ranks[half:])
+    else:  # a few ranks, some silent: one by one (one request for each silent one)
+        values = [None] * len(ranks)
+    found: list[tuple[int, bytes]] = []
+    for rank, name, value in zip(ranks, names, values, strict=True):
+        value = value if value is not None else store.get_if(name)  # refused: said once
+        if value is not None:
+            found.append((rank, value))
     return found
 
 

@@ -93,3 +93,26 @@ def test_rank_zero_gathers_only_signed_stacks(
     zero._serve("a2", {"reason": "asked"})
     out = capsys.readouterr().out
     assert out.count('"kind":"stacks"') == 2 and '"rank":1' in out and '"request":"a2"' in out
+
+
+def test_the_silent_ranks_of_a_hung_node_cost_a_few_requests_not_one_per_rank(
+    tcp_store: Any,
+) -> None:
+    """Rank 0 gathers 1,024 ranks' stacks where node 5 (ranks 40-47) never answers and one
+    rank's answer is forged: every signed answer is read, in far fewer round trips than
+    one per rank, and the silent and forged ranks stay pending."""
+    signed = SignedStore(tcp_store, KEY)
+    silent = set(range(40, 48))
+    for rank in set(range(1024)) - silent - {700}:
+        signed.set(round_key("where", f"h1/{rank}"), json.dumps({"rank": rank}))
+    tcp_store.set(round_key("where", "h1/700"), b'{"forged": true}')
+    counted = CountingStore(tcp_store)
+    pending = set(range(1024))
+    found = hangwatch.gather(SignedStore(counted, KEY), "h1", pending)
+    assert sorted(rank for rank, _ in found) == sorted(set(range(1024)) - silent - {700})
+    assert all(json.loads(value) == {"rank": rank} for rank, value in found)
+    assert pending == silent | {700}
+    assert counted.calls <= 40, counted.calls  # 4 chunks; ~12 checks round the silent node
+    counted.calls = 0
+    assert hangwatch.gather(SignedStore(counted, KEY), "h1", pending) == []
+    assert counted.calls <= 2 * len(pending), counted.calls

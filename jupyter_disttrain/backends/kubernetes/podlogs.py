@@ -2,6 +2,7 @@
 
 :func:`stream_log` yields one container's lines (following it when asked);
 :func:`run_lines` reads one run of a container that may restart while it is read;
+:func:`failed_job_texts` reads what a failed job's pods said, to keep it;
 :func:`job_pods` finds a job's pods whichever Kubeflow kind made them;
 :func:`kept_logs` reads the logs kept when a job failed (its pods may be gone);
 :func:`job_shape` reads a job's shape (what its lines are checked against);
@@ -22,6 +23,9 @@ from . import kinds
 from .client import Connection, api_error, explain
 from .logs import logs_name
 from .status import pod_facts
+
+#: Lines kept of a pod that did not fail, when its job failed.
+KEPT_TAIL_LINES = 200
 
 
 def stream_log(
@@ -95,6 +99,28 @@ def run_lines(
         if now > run + 1:
             return None
     return None
+
+
+def failed_job_texts(
+    conn: Connection, container: str, pods: Mapping[str, tuple[str, int]]
+) -> dict[str, str]:
+    """What a failed job's ``pods`` (name -> (state, restarts)) said, failing pods first:
+    a failing pod's whole log (after its previous run's, when it restarted), the other
+    pods' last :data:`KEPT_TAIL_LINES` lines; a pod already gone says so."""
+    texts: dict[str, str] = {}
+    for pod, (state, restarts) in sorted(
+        pods.items(), key=lambda kv: (kv[1][0] != "Failed", kv[0])
+    ):
+        failing = state == "Failed" or restarts > 0
+        tail = None if failing else KEPT_TAIL_LINES
+        try:
+            lines = list(stream_log(conn, pod, container, follow=False, tail=tail))
+            if restarts > 0:  # the run that failed, then the one after it
+                lines[:0] = stream_log(conn, pod, container, follow=False, previous=True)
+            texts[pod] = "\n".join(lines)
+        except Exception as exc:  # a pod that is already gone: keep what can be kept
+            texts[pod] = f"(log not readable: {exc})"
+    return texts
 
 
 def job_pods(conn: Connection, name: str) -> list[Any]:

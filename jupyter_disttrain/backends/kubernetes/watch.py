@@ -32,8 +32,6 @@ WATCH_SECONDS = 60
 #: Consecutive watch streams cut by the connection before the follower gives up.
 MAX_DROPPED_WATCHES = 5
 DRAIN_SECONDS = 15.0
-#: Lines kept of a pod that did not fail, when its job failed.
-KEPT_TAIL_LINES = 200
 #: Events kept for pods the pod watch has not shown yet (their ranks are not known yet).
 MAX_EARLY = 1000
 #: Failed tries of an init container's name look-up that make the name unresolved.
@@ -148,16 +146,13 @@ class KubernetesRun(Submission):
                 target()
             except Exception as exc:  # report instead of dying silently
                 if not self._done.is_set():
-                    self.sink(
-                        ev.Event(
-                            "log",
-                            None,
-                            time.time(),
-                            {"text": f"watch error: {exc!r}", "source": "kubernetes"},
-                        )
-                    )
+                    self._say(f"watch error: {exc!r}")
 
         return run
+
+    def _say(self, text: str) -> None:
+        """Tell the user ``text``: a log line of no rank, from Kubernetes."""
+        self.sink(ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"}))
 
     def _stream(
         self, func: Callable[..., Any], *args: Any, **kwargs: Any
@@ -333,7 +328,7 @@ class KubernetesRun(Submission):
             if obj.get("type") != "Warning":
                 continue
             text = warning_message(obj)
-            self.sink(ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"}))
+            self._say(text)
             reason = str(obj.get("reason"))
             if reason in PENDING_REASONS and self._state in ("", "Pending"):
                 self._pending_why = (reason, text)
@@ -398,9 +393,7 @@ class KubernetesRun(Submission):
                         f"pod {pod} waits for the master address {name}: its {container} "
                         f"could not resolve it {tries} times"
                     )
-                    self.sink(
-                        ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"})
-                    )
+                    self._say(text)
                     return
 
     def _read_ended(self) -> None:
@@ -449,8 +442,7 @@ class KubernetesRun(Submission):
             read, lambda: podlogs.restart_count(self.conn, pod, self.container), run
         )
         if lines is None:
-            text = f"{pod} restarted twice before the log of its run {run} could be read"
-            self.sink(ev.Event("log", None, time.time(), {"text": text, "source": "kubernetes"}))
+            self._say(f"{pod} restarted twice before the log of its run {run} could be read")
             return
         self._deliver(pod, lines)
 
@@ -534,22 +526,9 @@ class KubernetesRun(Submission):
         with self._lock:
             seen = dict(self._pods)
         seen.update(self._pods_now())  # a restart the pod watch has not shown yet counts
-        pods = sorted(seen.items(), key=lambda kv: (kv[1][0] != "Failed", kv[0]))
-        texts: dict[str, str] = {}
-        for pod, (state, restarts, _) in pods:
-            failing = state == "Failed" or restarts > 0
-            tail = None if failing else KEPT_TAIL_LINES
-            try:
-                lines = list(
-                    self.backend.stream_log(self.conn, pod, self.container, follow=False, tail=tail)
-                )
-                if restarts > 0:  # the run that failed, then the one after it
-                    lines[:0] = self.backend.stream_log(
-                        self.conn, pod, self.container, follow=False, previous=True
-                    )
-                texts[pod] = "\n".join(lines)
-            except Exception as exc:  # a pod that is already gone: keep what can be kept
-                texts[pod] = f"(log not readable: {exc})"
+        texts = podlogs.failed_job_texts(
+            self.conn, self.container, {pod: (s, r) for pod, (s, r, _) in seen.items()}
+        )
         ns = self.conn.namespace
         try:
             owner: Any = self.conn.custom.get_namespaced_custom_object(
@@ -558,33 +537,13 @@ class KubernetesRun(Submission):
             record = kept_logs(self.name, texts, self.conn.plain(owner))
             self.conn.core.create_namespaced_config_map(ns, cast(Any, record))
         except api_error() as exc:
-            self.sink(
-                ev.Event(
-                    "log",
-                    None,
-                    time.time(),
-                    {
-                        "text": f"could not keep the job's logs ({exc.status} {exc.reason})",
-                        "source": "kubernetes",
-                    },
-                )
-            )
+            self._say(f"could not keep the job's logs ({exc.status} {exc.reason})")
         try:
             self.conn.core.delete_collection_namespaced_pod(
                 ns, label_selector=self.kubeflow.pod_selector(self.name), grace_period_seconds=0
             )
         except api_error() as exc:
-            self.sink(
-                ev.Event(
-                    "log",
-                    None,
-                    time.time(),
-                    {
-                        "text": f"could not end the job's pods ({exc.status} {exc.reason})",
-                        "source": "kubernetes",
-                    },
-                )
-            )
+            self._say(f"could not end the job's pods ({exc.status} {exc.reason})")
 
     def _pods_now(self) -> dict[str, tuple[str, int, str]]:
         """The job's pods as the API server has them now: pod -> (state, restarts, reason);

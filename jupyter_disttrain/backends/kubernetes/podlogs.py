@@ -20,7 +20,7 @@ from ...runtime import rankprefix
 from ...runtime.protocol import is_signed
 from ..loglines import relayed_error, shown_lines
 from . import kinds
-from .client import Connection, api_error, explain
+from .client import Connection, api_error, explain, transport_error
 from .logs import logs_name
 from .status import pod_facts
 
@@ -71,34 +71,31 @@ def stream_log(
 
 
 def restart_count(conn: Connection, pod: str, container: str) -> int | None:
-    """The container's ``restartCount`` now; None when the pod is gone."""
+    """The container's ``restartCount`` now; None when the pod is gone or cannot be read."""
     try:
         found: Any = conn.core.read_namespaced_pod(pod, conn.namespace)
-    except api_error() as exc:
-        if exc.status == 404:
-            return None
-        raise explain(exc, kind="Pod", name=pod, namespace=conn.namespace) from None
+    except (api_error(), transport_error(), OSError):
+        return None
     return pod_facts(conn.plain(found), container, 0).restarts
 
 
 def run_lines(
     read: Callable[[bool], list[str]], restarts_now: Callable[[], int | None], run: int
-) -> list[str] | None:
-    """The log of a container's run ``run`` (its restart count while it ran), or None when
-    that run's log is gone (the container restarted twice since).
+) -> list[str]:
+    """The log of a container's run ``run`` (its restart count while it ran), as far as it
+    can still be read, and perhaps lines of the run after it.
 
     The log API names runs only as current and previous (``read(previous)``), and the
-    container may restart while it is read. Restart counts only grow, so the count read
-    after each read tells which run the read got. A pod gone meanwhile keeps what was read.
+    container may restart while it is read. Restart counts only grow: when the count after
+    reading the current log is ``run + 1``, that read got ``run`` or the run after it, so
+    the previous run's log comes first, then what was read. Lines of a later run may come
+    twice (when that run's own log is read): the monitor keeps one copy of each protocol
+    line. A run two restarts back is gone; what was read is all there is.
     """
-    for previous in (False, True):
-        lines = read(previous)
-        now = restarts_now()
-        if now is None or now == run + int(previous):
-            return lines
-        if now > run + 1:
-            return None
-    return None
+    lines = read(False)
+    if restarts_now() == run + 1:
+        return read(True) + lines
+    return lines
 
 
 def failed_job_texts(

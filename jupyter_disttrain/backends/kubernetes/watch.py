@@ -441,9 +441,6 @@ class KubernetesRun(Submission):
         lines = podlogs.run_lines(
             read, lambda: podlogs.restart_count(self.conn, pod, self.container), run
         )
-        if lines is None:
-            self._say(f"{pod} restarted twice before the log of its run {run} could be read")
-            return
         self._deliver(pod, lines)
 
     def _pump(self, pod: str, follow: bool, container: str | None = None) -> None:

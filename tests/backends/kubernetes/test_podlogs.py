@@ -35,19 +35,20 @@ def error(rank: int) -> str:
 
 
 class Container:
-    """A container's runs' logs as the log API serves them (current and previous), which
-    restarts at the reads named in ``restart_after`` (the read's number, from 0)."""
+    """A container's runs' logs as the log API serves them (current and previous); after
+    read number N (from 0) it restarts ``restarts_after[N]`` times."""
 
-    def __init__(self, runs: int, restart_after: tuple[int, ...] = (), gone: bool = False):
+    def __init__(
+        self, runs: int, restarts_after: dict[int, int] | None = None, gone: bool = False
+    ) -> None:
         self.restarts = runs - 1
-        self.restart_after = restart_after
+        self.restarts_after = restarts_after or {}
         self.gone = gone
         self.reads = 0
 
     def read(self, previous: bool) -> list[str]:
         run = self.restarts - int(previous)
-        if self.reads in self.restart_after:
-            self.restarts += 1
+        self.restarts += self.restarts_after.get(self.reads, 0)
         self.reads += 1
         return [f"run {run}"]
 
@@ -61,18 +62,19 @@ def test_a_run_is_read_from_the_current_log_while_the_container_has_not_restarte
     assert container.reads == 1
 
 
-def test_a_container_that_restarted_before_its_read_gives_its_previous_log() -> None:
+def test_a_container_that_restarted_gives_its_previous_log_first() -> None:
     container = Container(runs=2)  # the watch saw run 0 end; the kubelet restarted it since
-    assert run_lines(container.read, container.count, 0) == ["run 0"]
-    container = Container(runs=1, restart_after=(0,))  # it restarted while being read
-    assert run_lines(container.read, container.count, 0) == ["run 0"]
+    assert run_lines(container.read, container.count, 0) == ["run 0", "run 1"]
+    container = Container(runs=1, restarts_after={0: 1})  # it restarted right after the read
+    assert run_lines(container.read, container.count, 0) == ["run 0", "run 0"]
     assert container.reads == 2
 
 
-def test_a_run_two_restarts_back_is_gone_and_said_so() -> None:
-    assert run_lines(Container(runs=3).read, Container(runs=3).count, 0) is None
-    container = Container(runs=2, restart_after=(1,))  # restarted again during the second read
-    assert run_lines(container.read, container.count, 0) is None
+def test_a_run_two_restarts_back_is_gone_and_what_was_read_is_kept() -> None:
+    container = Container(runs=3)
+    assert run_lines(container.read, container.count, 0) == ["run 2"]
+    container = Container(runs=1, restarts_after={0: 2})  # twice right after the read
+    assert run_lines(container.read, container.count, 0) == ["run 0"]
 
 
 def test_a_pod_gone_after_its_read_keeps_what_was_read() -> None:

@@ -166,9 +166,6 @@ def measure(
 ) -> dict[str, Any]:
     """One run; ``fail_step`` counts steps of 1 s: with shorter steps the failure (or hang)
     comes at the same time, at a later step."""
-    from tests.k8s_emulator.emulator import Emulator
-    from tests.scale_harness import create_standin_job
-
     world = nodes * 8
     at = round(fail_step / step_seconds)
     script: dict[str, Any] = {"stragglers": (517 % world, 2051 % world, 4000 % world)}
@@ -176,6 +173,30 @@ def measure(
         script |= {"hang_node": nodes // 2, "hang_step": at, "steps": 1_000_000}
     else:
         script |= {"fail_rank": world // 2 + 3, "fail_step": at, "steps": at + 10}
+    row: dict[str, Any] = {}
+    try:
+        return _measured(row, nodes, hang, kind, step_seconds, script, world, fail_step)
+    except TimeoutError:  # the emulator's HTTP shutdown outlasted its wait: the row stands
+        if "wall_s" not in row:
+            raise
+        row["emulator_stop"] = "timed out"
+        return row
+
+
+def _measured(
+    row: dict[str, Any],
+    nodes: int,
+    hang: bool,
+    kind: str,
+    step_seconds: float,
+    script: dict[str, Any],
+    world: int,
+    fail_step: int,
+) -> dict[str, Any]:
+    """:func:`measure`'s run, filling ``row`` as it goes."""
+    from tests.k8s_emulator.emulator import Emulator
+    from tests.scale_harness import create_standin_job
+
     with tempfile.TemporaryDirectory() as tmp, Emulator(apis=APIS[kind]) as emulator:
         kubeconfig = str(emulator.write_kubeconfig(Path(tmp) / "kubeconfig"))
         t0 = time.monotonic()
@@ -198,7 +219,7 @@ def measure(
         written = tally.tally()
         side, _ = sidebar.communicate(timeout=3600)
         stats = emulator.stats()
-        row = {"nodes": nodes, "ranks": world, "hang": hang, "kind": kind}
+        row |= {"nodes": nodes, "ranks": world, "hang": hang, "kind": kind}
         row["step_seconds"] = step_seconds
         row |= json.loads(out.splitlines()[-1])
         row |= written

@@ -518,14 +518,21 @@ class KubernetesRun(Submission):
 
         The logs go into a ConfigMap owned by the job (so ``logs()`` still
         works after the pods are gone, from any kernel); then the pods still
-        running are deleted: nothing keeps computing for a job that failed.
+        running are deleted: nothing keeps computing for a job that failed. A
+        failing pod whose log no reader took yet (the pod watch had not shown it
+        failing: it lags behind a large job) is read for its lines' events here,
+        before the job's end: its rank's error is the cause.
         """
         with self._lock:
             seen = dict(self._pods)
+            read = {pod for pod, _ in self._read_once} | self._followed_pods()
         seen.update(self._pods_now())  # a restart the pod watch has not shown yet counts
         texts = podlogs.failed_job_texts(
             self.conn, self.container, {pod: (s, r) for pod, (s, r, _) in seen.items()}
         )
+        for pod, (state, restarts, _) in sorted(seen.items()):
+            if (state == "Failed" or restarts > 0) and pod not in read:
+                self._deliver(pod, texts[pod].split("\n"))
         ns = self.conn.namespace
         try:
             owner: Any = self.conn.custom.get_namespaced_custom_object(

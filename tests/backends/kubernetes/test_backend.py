@@ -448,6 +448,33 @@ def test_a_failed_job_keeps_its_logs_and_ends_its_pods(cluster: Emulator) -> Non
     assert "[rank 0]" in job.logs() and "[rank 1]" in job.logs()
 
 
+@pytest.mark.slow
+def test_a_failing_ranks_error_is_read_from_its_pod_when_the_pod_watch_lags(
+    cluster: Emulator,
+) -> None:
+    """The follower's pod watch answers 120 s late (an API server behind a large job's pod
+    updates): no pod log is followed and no failing pod is seen, yet the job's end brings
+    the failing rank's own error, read from its pod's log while the logs are kept."""
+    cell = textwrap.dedent(
+        """
+        import time, torch.distributed as dist
+        if dist.get_rank() == 1:
+            raise ValueError("bad shard on rank 1")
+        time.sleep(300)
+        """
+    )
+    cluster.slow_down(120, verbs=["watch"], resources=["pods"])
+    try:
+        spec = k8s_spec("k8s-lag", nodes=2, timeout=240)
+        job = jobs.submit(spec, build_payload(cell, {}, job="k8s-lag"), KubernetesBackend())
+        assert job.wait(110) == "Failed", job.reason
+        with pytest.raises(ValueError, match="bad shard on rank 1"):
+            job.result()
+        assert {e["rank"] for e in job.errors()} == {1}, job.errors()
+    finally:
+        cluster.clear_faults()
+
+
 #: Jobs of the no-restarts test, and how many are submitted at once.
 SIDE_BY_SIDE_JOBS, SUBMITTED_AT_ONCE = 6, 3
 

@@ -526,12 +526,13 @@ class KubernetesRun(Submission):
         with self._lock:
             seen = dict(self._pods)
             read = {pod for pod, _ in self._read_once} | self._followed_pods()
+            replayed = self._replayed  # an attach to a job that had failed: logs were read
         seen.update(self._pods_now())  # a restart the pod watch has not shown yet counts
         texts = podlogs.failed_job_texts(
             self.conn, self.container, {pod: (s, r) for pod, (s, r, _) in seen.items()}
         )
         for pod, (state, restarts, _) in sorted(seen.items()):
-            if (state == "Failed" or restarts > 0) and pod not in read:
+            if (state == "Failed" or restarts > 0) and pod not in read and not replayed:
                 self._deliver(pod, texts[pod].split("\n"))
         ns = self.conn.namespace
         try:

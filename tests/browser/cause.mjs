@@ -327,6 +327,8 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
       // the steps its ranks had reached when first seen (before the kill at step 35 or not)
       watch.firstSteps ??= [...root.querySelectorAll("tr.distrain-rank-row")].map((tr) => Number(tr.dataset.step));
       watch.samples += 1;
+      watch.firstMs ??= Date.now() - t0;
+      watch.lastMs = Date.now() - t0;
       if (!watch.states.includes(header.dataset.state)) watch.states.push(header.dataset.state);
       if (rows.includes("Restarting")) watch.restarting += 1;
       if (!buttons.every(shown)) watch.hidden.push({ state: header.dataset.state, rows, stop: shown(buttons[0]), where: shown(buttons[1]) });

@@ -273,9 +273,11 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
         assert not logs["disabled"] and logs["opacity"] == 1 and logs["cursor"] != "not-allowed"
     # Stop and Where? never gone until it succeeded, sampled every 100 ms from before the kill
     # (a Restarting row lasts less than a sample when the new attempt's first hello comes with
-    # the restart, so it is not always seen)
+    # the restart, so it is not always seen). A page short of CPU runs its timers late (6
+    # samples in 4.6 s under a loaded CI run): the watch must cover at least 3 s of the run.
     watch = result["restartWatch"]
-    assert watch["samples"] > 10 and not watch["hidden"], str(watch)
+    assert watch["samples"] >= 3 and not watch["hidden"], str(watch)
+    assert watch["lastMs"] - watch["firstMs"] >= 3000, str(watch)
     assert "Failed" not in watch["states"], str(watch)  # --max-restarts 1: it restarts
     assert max(watch["firstSteps"]) < 35, str(watch)
     error = result["sessionError"].splitlines()

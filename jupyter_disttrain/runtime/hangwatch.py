@@ -123,8 +123,9 @@ def leave_stacks(store: SignedStore, request: str, rank: int, fields: dict[str, 
 def gather(store: SignedStore, request: str, pending: set[int]) -> list[tuple[int, bytes]]:
     """The answers to ``request`` of the ``pending`` ranks that left one, taken out of
     ``pending``: :data:`GATHER_CHUNK` ranks a round trip when all of them answered. A chunk
-    with ranks that did not is halved until each part answered whole or is one silent rank,
-    so the silent ranks of a hung node cost a few requests each, not one per rank read."""
+    with ranks that did not is halved until each part answered whole or holds at most
+    :data:`GATHER_FLOOR` ranks, read one by one, so the silent ranks of a hung node cost a
+    few requests each, not one or two per rank of their chunk."""
     found: list[tuple[int, bytes]] = []
     ranks = sorted(pending)
     for start in range(0, len(ranks), GATHER_CHUNK):

@@ -3,6 +3,7 @@
 :func:`stream_log` yields one container's lines (following it when asked);
 :func:`run_lines` reads one run of a container that may restart while it is read;
 :func:`failed_job_texts` reads what a failed job's pods said, to keep it;
+:func:`restarted_log` reads a container's log, its previous run's first when it restarted;
 :func:`job_pods` finds a job's pods whichever Kubeflow kind made them;
 :func:`kept_logs` reads the logs kept when a job failed (its pods may be gone);
 :func:`job_shape` reads a job's shape (what its lines are checked against);
@@ -70,6 +71,17 @@ def stream_log(
         resp.release_conn()
 
 
+def restarted_log(
+    conn: Connection, pod: str, container: str, restarts: int, tail: int | None = None
+) -> list[str]:
+    """A container's log lines (its last ``tail``, when given); of a container that
+    restarted, its previous run's (the one that failed) first."""
+    lines = list(stream_log(conn, pod, container, follow=False, tail=tail))
+    if restarts > 0:
+        lines[:0] = stream_log(conn, pod, container, follow=False, previous=True)
+    return lines
+
+
 def restart_count(conn: Connection, pod: str, container: str) -> int | None:
     """The container's ``restartCount`` now; None when the pod is gone or cannot be read."""
     try:
@@ -111,10 +123,7 @@ def failed_job_texts(
         failing = state == "Failed" or restarts > 0
         tail = None if failing else KEPT_TAIL_LINES
         try:
-            lines = list(stream_log(conn, pod, container, follow=False, tail=tail))
-            if restarts > 0:  # the run that failed, then the one after it
-                lines[:0] = stream_log(conn, pod, container, follow=False, previous=True)
-            texts[pod] = "\n".join(lines)
+            texts[pod] = "\n".join(restarted_log(conn, pod, container, restarts, tail))
         except Exception as exc:  # a pod that is already gone: keep what can be kept
             texts[pod] = f"(log not readable: {exc})"
     return texts
@@ -149,10 +158,10 @@ def pod_texts(conn: Connection, pods: list[Any]) -> dict[str, str]:
         names = [c.name for c in pod.spec.containers]
         ours = [k.container for k in kinds.KINDS if k.container in names]
         container = (ours or names)[0]
-        lines = list(stream_log(conn, pod.metadata.name, container, follow=False))
-        if pod_facts(conn.plain(pod), container, 0).restarts:
-            lines[:0] = stream_log(conn, pod.metadata.name, container, follow=False, previous=True)
-        texts[str(pod.metadata.name)] = "\n".join(lines)
+        restarts = pod_facts(conn.plain(pod), container, 0).restarts
+        texts[str(pod.metadata.name)] = "\n".join(
+            restarted_log(conn, pod.metadata.name, container, restarts)
+        )
     return texts
 
 

@@ -296,31 +296,37 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
 
   await waitForPrompt(await runCellOn(page, CELL.load));
   await runCellOn(page, CELL.fail);
-  // every 100 ms until it ends: whether the recovering job's Stop and Where? show at every
-  // moment once first drawn (the kill, the moment it reads Failed, the restart, the run on).
-  // Its cell is kept in view: the notebook draws only the cells near the viewport.
+  // at every change of the notebook's DOM until it ends: whether the recovering job's Stop and
+  // Where? show in every state drawn once they first are (the kill, the restart, the run on).
+  // A MutationObserver's callback runs before the page paints what changed, so a page short of
+  // CPU (whose timers fire late) still has each drawn state checked. Its cell is kept in view
+  // by a timer of its own: the notebook draws only the cells near the viewport.
   await page.evaluate(({ sel, index }) => {
     const watch = { restarting: 0, samples: 0, missing: 0, states: [], hidden: [], changes: [] };
     const t0 = Date.now();
     window.distrainRestartWatch = watch;
     const shown = (el) => Boolean(el && el.offsetParent !== null);
     let drawn = false;
-    const timer = setInterval(() => {
-      const root = document.querySelector(sel);
-      const header = root?.querySelector(".distrain-header");
-      if (!header) {
+    const keepInView = setInterval(() => {
+      const header = document.querySelector(sel)?.querySelector(".distrain-header");
+      if (header) header.scrollIntoView({ block: "nearest" });
+      else {
         watch.missing += 1;
         window.jupyterapp.shell.currentWidget?.content?.scrollToItem?.(index, "start");
-        return;
       }
-      header.scrollIntoView({ block: "nearest" });
-      const seenNow = `${header.dataset.state} ${[...root.querySelectorAll("tr.distrain-rank-row")].map((tr) => tr.dataset.state).join(",")}`;
+    }, 100);
+    const check = () => {
+      const root = document.querySelector(sel);
+      const header = root?.querySelector(".distrain-header");
+      if (!header) return;
+      const rows = [...root.querySelectorAll("tr.distrain-rank-row")].map((tr) => tr.dataset.state);
+      const seenNow = `${header.dataset.state} ${rows.join(",")}`;
       if (watch.changes.at(-1)?.[1] !== seenNow) watch.changes.push([Date.now() - t0, seenNow]);
       if (header.dataset.state === "Succeeded") {
-        clearInterval(timer);
+        observer.disconnect();
+        clearInterval(keepInView);
         return;
       }
-      const rows = [...root.querySelectorAll("tr.distrain-rank-row")].map((tr) => tr.dataset.state);
       const buttons = [root.querySelector("button.distrain-stop"), root.querySelector("button.distrain-where")];
       drawn ||= buttons.every(shown);
       if (!drawn) return;
@@ -332,7 +338,11 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
       if (!watch.states.includes(header.dataset.state)) watch.states.push(header.dataset.state);
       if (rows.includes("Restarting")) watch.restarting += 1;
       if (!buttons.every(shown)) watch.hidden.push({ state: header.dataset.state, rows, stop: shown(buttons[0]), where: shown(buttons[1]) });
-    }, 100);
+    };
+    const observer = new MutationObserver(check);
+    observer.observe(document.querySelector(".jp-Notebook") ?? document.body, {
+      subtree: true, childList: true, attributes: true, characterData: true,
+    });
   }, { sel: dash("recover"), index: CELL.recover });
   await runCellOn(page, CELL.recover); // queued behind the first: runs once it returned
   await header("fail", "Failed").waitFor({ timeout: JOB_TIMEOUT });

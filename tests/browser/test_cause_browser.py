@@ -66,7 +66,7 @@ for step in range(0 if state is None else state["step"] + 1, 60):
     first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
     if rank == 2 and step == 35 and first:
         os.kill(os.getpid(), signal.SIGKILL)  # 02-checkpoints: a worker killed mid-run
-    time.sleep(0.2 if first else 0.05)  # its dashboard is drawn and watched before the kill"""
+    time.sleep(0.3 if first else 0.05)  # its dashboard is drawn and watched before the kill"""
 CELLS = [
     "%load_ext jupyter_disttrain\nimport os\nCKPT = os.path.abspath('cause-checkpoints')",
     "%%distrain --nodes 2 --nproc 2 --name cause-fail"
@@ -271,13 +271,13 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
         assert stop["disabled"] and stop["opacity"] <= 0.5, (key, stop)
         assert stop["cursor"] == "not-allowed", (key, stop)
         assert not logs["disabled"] and logs["opacity"] == 1 and logs["cursor"] != "not-allowed"
-    # Stop and Where? never gone until it succeeded, sampled every 100 ms from before the kill
-    # (a Restarting row lasts less than a sample when the new attempt's first hello comes with
-    # the restart, so it is not always seen). A page short of CPU runs its timers late (6
-    # samples in 4.6 s under a loaded CI run): the watch must cover at least 3 s of the run.
+    # Stop and Where? never gone until it succeeded, checked at every change of the notebook's DOM
+    # from before the kill (a MutationObserver: a page short of CPU runs its timers late, 6 ticks
+    # in 4.6 s under a loaded CI run, but each state it draws is still checked). A Restarting row
+    # lasts less than a draw when the new attempt's first hello comes with the restart, so it is
+    # not always seen.
     watch = result["restartWatch"]
     assert watch["samples"] >= 3 and not watch["hidden"], str(watch)
-    assert watch["lastMs"] - watch["firstMs"] >= 3000, str(watch)
     assert "Failed" not in watch["states"], str(watch)  # --max-restarts 1: it restarts
     assert max(watch["firstSteps"]) < 35, str(watch)
     error = result["sessionError"].splitlines()

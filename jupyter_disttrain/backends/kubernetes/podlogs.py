@@ -1,7 +1,7 @@
 """Reading a job's pods and their logs through the API server.
 
 :func:`stream_log` yields one container's lines (following it when asked);
-:func:`run_lines` reads one run of a container that may restart while it is read;
+:func:`run_lines` reads runs of a container that may restart while it is read;
 :func:`failed_job_texts` reads what a failed job's pods said, to keep it;
 :func:`restarted_log` reads a container's log, its previous run's first when it restarted;
 :func:`job_pods` finds a job's pods whichever Kubeflow kind made them;
@@ -92,22 +92,31 @@ def restart_count(conn: Connection, pod: str, container: str) -> int | None:
 
 
 def run_lines(
-    read: Callable[[bool], list[str]], restarts_now: Callable[[], int | None], run: int
+    read: Callable[[bool], list[str]],
+    restarts_now: Callable[[], int | None],
+    first: int,
+    last: int | None = None,
 ) -> list[str]:
-    """The log of a container's run ``run`` (its restart count while it ran), as far as it
-    can still be read, and perhaps lines of the run after it.
+    """The log of a container's runs ``first`` to ``last`` (their restart counts; ``last``
+    is ``first`` unless given), as far as they can still be read, and perhaps lines of the
+    run after them.
 
     The log API names runs only as current and previous (``read(previous)``), and the
     container may restart while it is read. Restart counts only grow: when the count after
-    reading the current log is ``run + 1``, that read got ``run`` or the run after it, so
-    the previous run's log comes first, then what was read. Lines of a later run may come
-    twice (when that run's own log is read): the monitor keeps one copy of each protocol
-    line. A run two restarts back is gone; what was read is all there is.
+    reading the current log is ``n + 1`` with ``n`` a wanted run, that read got ``n`` or the
+    run after it, so the previous run's log (``n``) comes first. A current read that the
+    previous log begins with was of that same run, and is not given twice. A run two
+    restarts back is gone; what was read is all there is.
     """
-    lines = read(False)
-    if restarts_now() == run + 1:
-        return read(True) + lines
-    return lines
+    last = first if last is None else last
+    current = read(False)
+    count = restarts_now()
+    if count is None or not first <= count - 1 <= last:
+        return current
+    previous = read(True)
+    if previous[: len(current)] == current:  # the same run, read again after it ended
+        return previous
+    return previous + current
 
 
 def failed_job_texts(

@@ -297,12 +297,15 @@ class KubernetesRun(Submission):
             else:
                 with self._lock:
                     self._name_waits.pop(facts.name, None)
+            # the run that failed before this one, had the watch not seen it end
+            first = max(facts.restarts - 1, 0)
             if facts.node == 0 and facts.started:
                 self._follow(facts.name, facts.restarts)
+                self._read_log_once(facts.name, range(first, facts.restarts))
             elif facts.state == "Failed":
-                self._read_log_once(facts.name, facts.restarts)
-            if facts.restarts > 0:  # the run that failed, had the watch not seen it end
-                self._read_log_once(facts.name, facts.restarts - 1)
+                self._read_log_once(facts.name, range(first, facts.restarts + 1))
+            else:
+                self._read_log_once(facts.name, range(first, facts.restarts))
 
     def _watch_events(self) -> None:
         """Warnings explain a job that does not start; Normal Events time its phases."""
@@ -414,23 +417,25 @@ class KubernetesRun(Submission):
             return True
         return self.kubeflow.node_index(self.conn.plain(pod), self._has_leader) == 0
 
-    def _read_log_once(self, pod: str, run: int) -> None:
-        """Read the log of the pod's run ``run`` (its restart count then) once, unless a
+    def _read_log_once(self, pod: str, runs: range) -> None:
+        """Read the logs of the pod's ``runs`` (restart counts) not read yet, once, in one
+        reader (two readers of neighbouring runs would both read the run between), unless a
         follower reads that pod."""
         with self._lock:
-            if self._replayed:
+            if self._replayed or any(k.startswith(pod + "#") for k in self._followed):
                 return
-            if (pod, run) in self._read_once or any(
-                k.startswith(pod + "#") for k in self._followed
-            ):
+            unread = [run for run in runs if (pod, run) not in self._read_once]
+            if not unread:
                 return
             thread = threading.Thread(
-                target=self._guard(lambda: self._read_run(pod, run)), daemon=True
+                target=self._guard(lambda: self._read_runs(pod, unread[0], unread[-1])),
+                daemon=True,
             )
             thread.start()  # before it is seen: _finish joins it (its error is the cause)
-            self._read_once[(pod, run)] = thread
+            for run in unread:
+                self._read_once[(pod, run)] = thread
 
-    def _read_run(self, pod: str, run: int) -> None:
+    def _read_runs(self, pod: str, first: int, last: int) -> None:
         def read(previous: bool) -> list[str]:
             return list(
                 self.backend.stream_log(
@@ -439,7 +444,7 @@ class KubernetesRun(Submission):
             )
 
         lines = podlogs.run_lines(
-            read, lambda: podlogs.restart_count(self.conn, pod, self.container), run
+            read, lambda: podlogs.restart_count(self.conn, pod, self.container), first, last
         )
         self._deliver(pod, lines)
 

@@ -66,8 +66,17 @@ def test_a_container_that_restarted_gives_its_previous_log_first() -> None:
     container = Container(runs=2)  # the watch saw run 0 end; the kubelet restarted it since
     assert run_lines(container.read, container.count, 0) == ["run 0", "run 1"]
     container = Container(runs=1, restarts_after={0: 1})  # it restarted right after the read
-    assert run_lines(container.read, container.count, 0) == ["run 0", "run 0"]
+    assert run_lines(container.read, container.count, 0) == ["run 0"]  # that run, once
     assert container.reads == 2
+
+
+def test_two_runs_are_read_in_one_go_each_once() -> None:
+    container = Container(runs=2)  # first seen failed with a restart: runs 0 and 1 failed
+    assert run_lines(container.read, container.count, 0, 1) == ["run 0", "run 1"]
+    container = Container(runs=2, restarts_after={0: 1})  # restarted again after the read
+    assert run_lines(container.read, container.count, 0, 1) == ["run 1"]  # run 0 is gone
+    container = Container(runs=3)  # restarted again before it: only the run after is read
+    assert run_lines(container.read, container.count, 0, 1) == ["run 1", "run 2"]
 
 
 def test_a_run_two_restarts_back_is_gone_and_what_was_read_is_kept() -> None:

@@ -80,7 +80,9 @@ class Emulator:
     (create a namespace on first use; False: 404 as a real cluster), ``network``
     (``"auto"``: each pod in its own network namespace on a pod network where this
     machine allows it, else on this host's loopback, see :mod:`podnet`; ``"pods"``
-    requires namespaces; ``"loopback"``).
+    requires namespaces; ``"loopback"``), ``http_stop_wait`` (seconds leaving the block
+    waits for the HTTP server to close its streams; past it the rest stops all the same,
+    and :attr:`http_stop_late` says so).
 
     ``apis`` says which Kubeflow APIs the cluster has: ``"kubeflow-v1"`` (the
     Training Operator's PyTorchJob and TFJob; the default) and/or ``"trainer"``
@@ -113,8 +115,10 @@ class Emulator:
         kueue: bool = True,
         trainer_status: bool = False,
         network: str = "auto",
+        http_stop_wait: float = 10.0,
     ) -> None:
         self.apis = frozenset(apis)
+        self.http_stop_wait = http_stop_wait
         unknown = self.apis - set(APIS)
         if unknown:
             raise ValueError(f"unknown APIs {sorted(unknown)}: choose from {', '.join(APIS)}")
@@ -171,6 +175,9 @@ class Emulator:
         self._reaper: procs.Reaper | None = None
         #: :meth:`describe` at the moment :meth:`stop` ran with an exception in flight.
         self.final_state: str | None = None
+        #: Whether :meth:`stop` gave up waiting for the HTTP server's shutdown and
+        #: stopped its loop all the same (its pods and controllers are stopped either way).
+        self.http_stop_late = False
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -270,7 +277,10 @@ class Emulator:
         if self._loop is not None and self._thread is not None:
             future = asyncio.run_coroutine_threadsafe(self._shutdown_http(), self._loop)
             try:
-                future.result(timeout=10)
+                future.result(timeout=self.http_stop_wait)
+            except TimeoutError:  # a loop busy with many pods' streams: stop it all the same
+                future.cancel()
+                self.http_stop_late = True
             finally:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join(timeout=10)

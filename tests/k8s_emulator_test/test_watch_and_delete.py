@@ -170,6 +170,20 @@ def test_delete_background_and_stop_leave_no_process() -> None:
     assert not emu.root.exists()
 
 
+def test_stop_kills_the_pods_when_the_http_shutdown_is_late() -> None:
+    # at 1,024 pods the server's loop can be too busy to close its streams within the wait
+    with Emulator(http_stop_wait=0.5) as emu, emu.api_client() as api:
+        Cluster(api).create(pytorchjob("late", ["python", "-c", SLEEP], workers=1))
+        procs = wait_for(lambda: emu.processes() if len(emu.processes()) == 2 else None)
+        pids = [p.pid for p in procs]
+        loop = emu._loop
+        assert loop is not None
+        loop.call_soon_threadsafe(time.sleep, 3)  # busy past the wait
+    assert emu.http_stop_late
+    assert alive(pids) == []  # stopped all the same
+    assert not emu.root.exists()
+
+
 KILLED_RUNNER = """
 import os, signal, sys, time
 sys.path.insert(0, sys.argv[1])

@@ -226,12 +226,12 @@ def test_a_wrong_token_is_refused_and_the_session_stays_usable(group: Session) -
 
 
 def test_idle_timeout_ends_the_session(service: JobService) -> None:
-    session = service.start_session(JobSpec("sess-idle", nodes=1, nproc=2), idle_timeout=2.0)
+    session = service.start_session(JobSpec("sess-idle", nodes=1, nproc=2), idle_timeout=4.0)
     try:
         assert session.run("1") == 1
         assert session.job is not None
         assert session.job.wait(30) == "Succeeded", logs(session)
-        assert "no cell for 2 s (--idle-timeout)" in logs(session)
+        assert "no cell for 4 s (--idle-timeout)" in logs(session)
         with pytest.raises(SessionError, match="restart sess-idle"):
             session.run("1")
         assert service.restart_session("sess-idle").run("2") == 2

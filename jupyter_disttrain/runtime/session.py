@@ -372,6 +372,7 @@ class _Server:
                 return
             if self.wake_r in ready:
                 conn = self._adopt(conn)
+                self.last_active = time.monotonic()  # a notebook that just said hello is active
                 continue
             assert conn is not None
             try:

@@ -157,13 +157,27 @@ async function sidebarErrors() {
 }
 
 // The jobs panel's details of job `key` as a user reads them, opened if they are not.
-async function panelDetail(key) {
+async function panelDetail(key, until = "") {
   const id = `local/${JOBS[key]}`;
-  const detail = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`);
+  const sel = `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`;
+  const detail = page.locator(sel);
   if (!(await detail.count())) await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"]`).click();
   await detail.locator('button[data-action="logs"]').waitFor({ timeout: 30_000 });
+  if (until) {
+    // a later poll says it (up to 30 s; then as it is, for the test to judge)
+    await page.waitForFunction(({ sel, until }) => document.querySelector(sel)?.innerText.includes(until), { sel, until }, { timeout: 30_000 }).catch(() => {});
+  }
   await page.waitForTimeout(1000); // the details' last render
   return detail.innerText();
+}
+
+// Until the hung job's "hung" notice is gone from this page (up to 30 s; then the test judges).
+async function hangNoticeGone() {
+  await page.waitForFunction(
+    (name) => ![...document.querySelectorAll(".Toastify__toast")].some((t) => t.textContent.includes(`Training job ${name} hung`)),
+    JOBS.hang,
+    { timeout: 30_000 },
+  ).catch(() => {});
 }
 
 // The jobs panel's row of the script job whose argparse exited on every rank: its title and
@@ -486,15 +500,15 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await stop.scrollIntoViewIfNeeded();
   await stop.click();
   await header("hang", "Stopped").waitFor({ timeout: 60_000 });
-  await page.waitForTimeout(3_000); // two more polls of the jobs panel
+  await hangNoticeGone(); // the jobs panel's next polls
   result.stopped = await seen("hang");
-  result.nb7HangPanel = await panelDetail("hang");
+  result.nb7HangPanel = await panelDetail("hang", "stopped by user");
   result.nb7HungToasts = await hungToasts();
   await page.locator(dash("hang")).screenshot({ path: path.join(outDir, "notebook7", "stopped-job.png") });
   await page.close();
   page = lab;
   await header("hang", "Stopped").waitFor({ timeout: 60_000 });
-  await page.waitForTimeout(3_000); // two more polls of this page's jobs panel
+  await hangNoticeGone(); // this page's jobs panel's next polls
   result.stoppedLab = await seen("hang");
   result.hungToastsLabAfter = await hungToasts(); // the Lab page's "hung" notice is gone too
 });

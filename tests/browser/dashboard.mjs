@@ -106,6 +106,13 @@ await runScenario({ page, result, close }, outDir, async () => {
     dash("browser-stop"),
     { timeout: 60_000 },
   );
+  // the points since the first render come as appends (a page that said ready late got its
+  // first steps as whole traces): wait for three (asserted by the test)
+  await page.waitForFunction(
+    (sel) => Number(document.querySelector(`${sel} .distrain-plot`)?.dataset.distrainAppendedPoints ?? 0) >= 3,
+    dash("browser-stop"),
+    { timeout: 60_000 },
+  ).catch(() => {});
   result.beforeStop = {
     state: await headerState("browser-stop"),
     rows: await rows("browser-stop"),
@@ -143,17 +150,19 @@ await runScenario({ page, result, close }, outDir, async () => {
   await page.locator(dash("browser-stop")).screenshot({ path: path.join(outDir, "dashboard-stopped.png") });
   await page.screenshot({ path: path.join(outDir, "jupyterlab.png") });
 
-  // 4: a --wait job whose rank 1 raises before any report(): watched every 100 ms while it
-  // runs (the kernel is busy: no Stop nor Where? may show beside the note saying so)
+  // 4: a --wait job whose rank 1 raises before any report(): checked at every change of the
+  // notebook's DOM while it runs (a MutationObserver: each state drawn is seen, however late a
+  // CPU-starved page runs its timers). The kernel is busy: no Stop nor Where? may show beside
+  // the note saying so.
   await page.evaluate((sel) => {
     const watch = { noted: 0, buttons: [] };
     window.distrainWaitWatch = watch;
     const shown = (el) => Boolean(el && el.offsetParent !== null);
-    const timer = setInterval(() => {
+    const check = () => {
       const root = document.querySelector(sel);
       const header = root?.querySelector(".distrain-header");
       if (!header) return;
-      if (["Failed", "Succeeded", "Stopped"].includes(header.dataset.state)) clearInterval(timer);
+      if (["Failed", "Succeeded", "Stopped"].includes(header.dataset.state)) observer.disconnect();
       const note = [...header.parentElement.querySelectorAll(".distrain-note")].map((el) => el.textContent).join(" ");
       if (note.includes("(--wait)") && !header.dataset.state.match(/Failed|Succeeded|Stopped/)) watch.noted += 1;
       const stop = root.querySelector("button.distrain-stop");
@@ -161,7 +170,11 @@ await runScenario({ page, result, close }, outDir, async () => {
       if (shown(stop) || shown(where)) {
         watch.buttons.push({ state: header.dataset.state, stop: shown(stop), where: shown(where) });
       }
-    }, 100);
+    };
+    const observer = new MutationObserver(check);
+    observer.observe(document.querySelector(".jp-Notebook") ?? document.body, {
+      subtree: true, childList: true, attributes: true, characterData: true,
+    });
   }, dash("browser-wait"));
   const waitCell = await runCell(3);
   await page.locator(`${dash("browser-wait")} .distrain-header[data-state="Failed"]`).waitFor({ timeout: JOB_TIMEOUT });

@@ -40,7 +40,7 @@ def run_harness(script: str, lab: Lab, notebook: str, output: Path, *args: str) 
         cwd=HERE,
         capture_output=True,
         text=True,
-        timeout=480,
+        timeout=840,  # under the longest test's own timeout (900 s), which then reports it
     )
     (output / "harness.log").write_text(proc.stdout + proc.stderr)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

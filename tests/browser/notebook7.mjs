@@ -111,7 +111,18 @@ await runScenario({ page, result, close }, outDir, async () => {
   await waitForStep(Math.max(...result.checkpointsMidRun.map((r) => r.step)) + 25);
   result.gate = await createFile("stop-training");
   await page.locator(`${JOB} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: 60_000 });
-  await page.waitForTimeout(1500); // the final render
+  // the final render: every trace holds as many points as its rank's steps (the mean as the
+  // furthest rank's), as the test asserts; what it holds after 30 s is asserted either way
+  await page.waitForFunction(
+    (sel) => {
+      const steps = [...document.querySelectorAll(`${sel} tr.distrain-rank-row`)].map((tr) => Number(tr.dataset.step));
+      const counts = (document.querySelector(`${sel} .js-plotly-plot`)?.data ?? []).map((t) => t.x?.length ?? 0);
+      const want = [...steps, Math.max(...steps)].map((step) => step + 1).sort((a, b) => a - b);
+      return steps.length > 0 && JSON.stringify([...counts].sort((a, b) => a - b)) === JSON.stringify(want);
+    },
+    JOB,
+    { timeout: 30_000 },
+  ).catch(() => {});
   result.final = {
     state: await headerState(),
     steps: await page.locator(`${JOB} tr.distrain-rank-row`).evaluateAll((trs) => trs.map((tr) => Number(tr.dataset.step))),

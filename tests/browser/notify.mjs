@@ -126,7 +126,8 @@ await runScenario({ page, result, close }, outDir, async () => {
   await page.locator(`${row}[data-state="Stopped"]`).waitFor({ timeout: 60_000 });
   const stoppedToast = page.locator(".Toastify__toast").filter({ hasText: /notify-hang (stopped|.*Stopped)/ });
   await stoppedToast.first().waitFor({ timeout: 30_000 });
-  await page.waitForTimeout(3_000); // two more polls of the panel
+  // the panel's next polls take the notice away (up to 30 s; then the test judges)
+  await toast("Training job notify-hang hung").first().waitFor({ state: "detached", timeout: 30_000 }).catch(() => {});
   result.afterStop = {
     hungToasts: await toast("Training job notify-hang hung").count(),
     notes: await notes(),

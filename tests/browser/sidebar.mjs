@@ -195,7 +195,18 @@ await runScenario({ page, result, close }, outDir, async () => {
   await stop.click();
   await page.locator(`${row("local/sidebar-stop")}[data-state="Stopped"]`).waitFor({ timeout: 60_000 });
   result.stopSeconds = (Date.now() - clicked) / 1000;
-  await page.waitForTimeout(2000); // the detail's next poll
+  // the detail's next polls: its ranks Stopped and the reason, the status bar's count back to
+  // 0 (what the test asserts; what shows after 30 s is asserted either way)
+  await page.waitForFunction(
+    (sel) => {
+      const ranks = [...document.querySelectorAll(`${sel} tr.jp-Disttrain-rank`)];
+      const reason = document.querySelector(`${sel} .jp-Disttrain-reason`)?.textContent;
+      const running = document.querySelector(".jp-Disttrain-status")?.getAttribute("data-running");
+      return ranks.length > 0 && ranks.every((tr) => tr.dataset.state === "Stopped") && reason === "stopped by user" && running === "0";
+    },
+    detail("local/sidebar-stop"),
+    { timeout: 30_000 },
+  ).catch(() => {});
   result.stopped = {
     cells: await cells("local/sidebar-stop"),
     ranks: await ranks("local/sidebar-stop"),

@@ -47,8 +47,8 @@ for step in range(400):
     """%%distrain --nodes 1 --nproc 2 --name notify-hang
 import time
 
-for step in range(60):
-    report(step=step, total=60, loss=1.0 / (step + 1))
+for step in range(150):  # still running when its detail is read, on a loaded machine too
+    report(step=step, total=150, loss=1.0 / (step + 1))
     time.sleep(0.1)""",
 ]
 

@@ -110,7 +110,8 @@ def test_a_crashing_node_under_on_failure_fails_after_six_restarts(cluster: Clus
 
 
 def test_active_deadline_fails_the_trainjob_and_deletes_its_jobset(cluster: Cluster) -> None:
-    cluster.create(trainjob("slow", ["python", "-c", SLEEP], activeDeadlineSeconds=2))
+    # the deadline counts from the whole-second creationTimestamp: room to reach Running first
+    cluster.create(trainjob("slow", ["python", "-c", SLEEP], activeDeadlineSeconds=6))
     cluster.running("slow", 1)
     failed = cluster.ended("slow", "Failed", timeout=30)
     assert (failed["reason"], failed["message"]) == (

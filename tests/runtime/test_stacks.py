@@ -24,8 +24,11 @@ def test_a_thread_blocked_in_c_is_named_by_the_call_at_its_cell_line() -> None:
     worker = threading.Thread(target=namespace["work"], args=(ready,), name="sleeper", daemon=True)
     worker.start()
     assert ready.wait(5)
-    time.sleep(0.1)
+    deadline = time.monotonic() + 30  # until it reached the sleep (a loaded machine is slow)
     found = {s["name"]: s for s in stacks.all_stacks(CELL)}
+    while found["sleeper"]["call"] != "time.sleep" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = {s["name"]: s for s in stacks.all_stacks(CELL)}
     sleeper = found["sleeper"]
     assert sleeper["call"] == "time.sleep" and sleeper["cell_line"] == 4, sleeper
     assert sleeper["frames"][-1] == [CELL, 4, "work"]

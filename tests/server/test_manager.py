@@ -145,7 +145,7 @@ def test_a_backend_that_does_not_answer_does_not_hold_the_list(job_home: Path) -
     try:
         started = time.monotonic()
         listing = manager.list_jobs()
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 2.5  # not the broken backend's 3 s
         assert [j["name"] for j in listing["jobs"]] == ["survivor"]
         assert listing["backends"][1]["error"] == "no answer within 0.3 s"
         listing = manager.list_jobs()  # the slow call is not started again while in flight

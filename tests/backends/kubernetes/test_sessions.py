@@ -162,7 +162,7 @@ def test_a_session_in_another_namespace_ends_when_idle_and_restarts_there(
     service = JobService()
     options = (("kubeflow_api", api), ("namespace", "team-b"))
     session = service.start_session(
-        JobSpec(name, backend="kubernetes", nodes=2, nproc=1, options=options), idle_timeout=3.0
+        JobSpec(name, backend="kubernetes", nodes=2, nproc=1, options=options), idle_timeout=6.0
     )
     kind = TRAINJOB if api == "trainjob" else PYTORCHJOB
     backend = session.backend
@@ -182,7 +182,7 @@ def test_a_session_in_another_namespace_ends_when_idle_and_restarts_there(
     assert session.job.wait(120) == "Succeeded", session.job.logs()
     wait_for(lambda: not emulator.processes(), 60, emulator.processes)
     # read by name by the backend that submitted it: in the job's namespace, not the default
-    assert "no cell for 3 s (--idle-timeout)" in session.job.logs()
+    assert "no cell for 6 s (--idle-timeout)" in session.job.logs()
     with pytest.raises(SessionError, match=f"restart {name}"):
         session.run("1")
     again = service.restart_session(name)

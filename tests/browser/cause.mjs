@@ -312,9 +312,10 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await runCellOn(page, CELL.fail);
   // at every change of the notebook's DOM until it ends: whether the recovering job's Stop and
   // Where? show in every state drawn once they first are (the kill, the restart, the run on).
-  // A MutationObserver's callback runs before the page paints what changed, so a page short of
-  // CPU (whose timers fire late) still has each drawn state checked. Its cell is kept in view
-  // by a timer of its own: the notebook draws only the cells near the viewport.
+  // A MutationObserver asks for a check in the next frame painted after a change, so every
+  // frame that shows a change is checked, however late a page short of CPU runs its timers.
+  // Its cell is kept in view by a timer of its own: the notebook draws only the cells near the
+  // viewport.
   await page.evaluate(({ sel, index }) => {
     const watch = { restarting: 0, samples: 0, missing: 0, states: [], hidden: [], changes: [] };
     const t0 = Date.now();
@@ -353,7 +354,17 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
       if (rows.includes("Restarting")) watch.restarting += 1;
       if (!buttons.every(shown)) watch.hidden.push({ state: header.dataset.state, rows, stop: shown(buttons[0]), where: shown(buttons[1]) });
     };
-    const observer = new MutationObserver(check);
+    // checked in the frame the change is painted in (a widget's layout is applied a moment
+    // after its element is added: a state no frame shows is not one a user sees)
+    let queued = false;
+    const observer = new MutationObserver(() => {
+      if (queued) return;
+      queued = true;
+      requestAnimationFrame(() => {
+        queued = false;
+        check();
+      });
+    });
     observer.observe(document.querySelector(".jp-Notebook") ?? document.body, {
       subtree: true, childList: true, attributes: true, characterData: true,
     });

@@ -150,10 +150,10 @@ await runScenario({ page, result, close }, outDir, async () => {
   await page.locator(dash("browser-stop")).screenshot({ path: path.join(outDir, "dashboard-stopped.png") });
   await page.screenshot({ path: path.join(outDir, "jupyterlab.png") });
 
-  // 4: a --wait job whose rank 1 raises before any report(): checked at every change of the
-  // notebook's DOM while it runs (a MutationObserver: each state drawn is seen, however late a
-  // CPU-starved page runs its timers). The kernel is busy: no Stop nor Where? may show beside
-  // the note saying so.
+  // 4: a --wait job whose rank 1 raises before any report(): checked in every frame painted
+  // after a change of the notebook's DOM while it runs (a MutationObserver: each state shown is
+  // seen, however late a CPU-starved page runs its timers). The kernel is busy: no Stop nor
+  // Where? may show beside the note saying so.
   await page.evaluate((sel) => {
     const watch = { noted: 0, buttons: [] };
     window.distrainWaitWatch = watch;
@@ -171,7 +171,17 @@ await runScenario({ page, result, close }, outDir, async () => {
         watch.buttons.push({ state: header.dataset.state, stop: shown(stop), where: shown(where) });
       }
     };
-    const observer = new MutationObserver(check);
+    // checked in the frame the change is painted in (a widget's layout is applied a moment
+    // after its element is added: a state no frame shows is not one a user sees)
+    let queued = false;
+    const observer = new MutationObserver(() => {
+      if (queued) return;
+      queued = true;
+      requestAnimationFrame(() => {
+        queued = false;
+        check();
+      });
+    });
     observer.observe(document.querySelector(".jp-Notebook") ?? document.body, {
       subtree: true, childList: true, attributes: true, characterData: true,
     });

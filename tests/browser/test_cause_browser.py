@@ -271,11 +271,11 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
         assert stop["disabled"] and stop["opacity"] <= 0.5, (key, stop)
         assert stop["cursor"] == "not-allowed", (key, stop)
         assert not logs["disabled"] and logs["opacity"] == 1 and logs["cursor"] != "not-allowed"
-    # Stop and Where? never gone until it succeeded, checked at every change of the notebook's DOM
-    # from before the kill (a MutationObserver: a page short of CPU runs its timers late, 6 ticks
-    # in 4.6 s under a loaded CI run, but each state it draws is still checked). A Restarting row
-    # lasts less than a draw when the new attempt's first hello comes with the restart, so it is
-    # not always seen.
+    # Stop and Where? never gone until it succeeded, checked in every frame painted after a
+    # change of the notebook's DOM from before the kill (a MutationObserver, then the next
+    # animation frame: a page short of CPU runs its timers late, 6 ticks in 4.6 s under a loaded
+    # CI run, but each state it shows is still checked). A Restarting row lasts less than a
+    # frame when the new attempt's first hello comes with the restart, so it is not always seen.
     watch = result["restartWatch"]
     assert watch["samples"] >= 3 and not watch["hidden"], str(watch)
     assert "Failed" not in watch["states"], str(watch)  # --max-restarts 1: it restarts

@@ -99,6 +99,7 @@ def behind_checks(samples: list[list[Any]]) -> list[tuple[float, int, int, int]]
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # it measures a lag: beside the parallel run the page starved for 7 s
 @pytest.mark.timeout(600)
 def test_the_panels_step_follows_the_dashboards_while_a_job_runs(lab: Lab) -> None:
     notebook = write_notebook(lab.root, "sidestep.ipynb", STEP_CELLS)

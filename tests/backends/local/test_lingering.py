@@ -27,6 +27,7 @@ import pytest
 
 from jupyter_disttrain.backends.local import jobdir, lingering
 from tests.backends.local.test_owner_kill import SLEEPER, job_tree, running
+from tests.kernel_harness import Kernel
 from tests.kernel_harness import kernel as start_kernel
 from tests.test_kernel import wait_for_hello
 from tests.test_sessions_kernel import assert_gone
@@ -89,6 +90,8 @@ def test_the_next_kernel_forks_from_the_launcher_an_ended_kernel_started(
             parents_of(ranks),
             launcher,
             said_in_logs(directory),
+            kernel_said(first),
+            launcher_logs(runtime / "distrain"),
         )
         assert first.km.provisioner is not None and first.km.provisioner.pid is not None
         os.kill(first.km.provisioner.pid, signal.SIGKILL)
@@ -224,6 +227,17 @@ def said_in_logs(directory: Path) -> list[str]:
         for line in path.read_text(errors="replace").splitlines()
         if "distrain:" in line
     ]
+
+
+def kernel_said(kernel: Kernel) -> str:
+    """What a kernel printed so far (a launcher it could not use says why on stderr)."""
+    kernel.drain(0.5)
+    return "".join(m["content"]["text"] for m in kernel.iopub if m["msg_type"] == "stream")
+
+
+def launcher_logs(folder: Path) -> dict[str, str]:
+    """The lingering launchers' own logs in ``folder`` (their last 2,000 characters)."""
+    return {path.name: path.read_text(errors="replace")[-2000:] for path in folder.glob("*.log")}
 
 
 def parents_of(pids: list[int]) -> dict[int, str]:

@@ -242,7 +242,7 @@ class NodeZeroLog(threading.Thread):
         self.read = 0
         self.metrics = 0
         self.errors = 0
-        self.ranks: set[bytes] = set()
+        self.ranks: set[int] = set()
         self.lags: list[float] = []
         self.refused: list[str] = []  # what rank 0's relay said it skipped
         self.store: list[dict[str, Any]] = []  # the stand-in's store requests per second
@@ -266,7 +266,7 @@ class NodeZeroLog(threading.Thread):
                 for item in self.carried(line):
                     if item.get("kind") == "metric":
                         self.metrics += 1
-                        self.ranks.add(item.get("rank"))
+                        self.ranks.add(int(item.get("rank", -1)))
                         self.lags.append(stamp - float(item.get("t", stamp)))
                     elif item.get("kind") == "error":
                         self.errors += 1

@@ -17,7 +17,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { definePaintedChanges, openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 import { lowContrast } from "./contrast.mjs";
 import { resumeBelow } from "./resume.mjs";
 
@@ -316,6 +316,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   // frame that shows a change is checked, however late a page short of CPU runs its timers.
   // Its cell is kept in view by a timer of its own: the notebook draws only the cells near the
   // viewport.
+  await definePaintedChanges(page);
   await page.evaluate(({ sel, index }) => {
     const watch = { restarting: 0, samples: 0, missing: 0, states: [], hidden: [], changes: [] };
     const t0 = Date.now();
@@ -338,7 +339,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
       const seenNow = `${header.dataset.state} ${rows.join(",")}`;
       if (watch.changes.at(-1)?.[1] !== seenNow) watch.changes.push([Date.now() - t0, seenNow]);
       if (header.dataset.state === "Succeeded") {
-        observer.disconnect();
+        stopChecks();
         clearInterval(keepInView);
         return;
       }
@@ -354,20 +355,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
       if (rows.includes("Restarting")) watch.restarting += 1;
       if (!buttons.every(shown)) watch.hidden.push({ state: header.dataset.state, rows, stop: shown(buttons[0]), where: shown(buttons[1]) });
     };
-    // checked in the frame the change is painted in (a widget's layout is applied a moment
-    // after its element is added: a state no frame shows is not one a user sees)
-    let queued = false;
-    const observer = new MutationObserver(() => {
-      if (queued) return;
-      queued = true;
-      requestAnimationFrame(() => {
-        queued = false;
-        check();
-      });
-    });
-    observer.observe(document.querySelector(".jp-Notebook") ?? document.body, {
-      subtree: true, childList: true, attributes: true, characterData: true,
-    });
+    const stopChecks = window.distrainOnPaintedChange(check);
   }, { sel: dash("recover"), index: CELL.recover });
   await runCellOn(page, CELL.recover); // queued behind the first: runs once it returned
   await header("fail", "Failed").waitFor({ timeout: JOB_TIMEOUT });

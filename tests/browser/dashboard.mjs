@@ -13,7 +13,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { definePaintedChanges, openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
@@ -154,6 +154,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   // after a change of the notebook's DOM while it runs (a MutationObserver: each state shown is
   // seen, however late a CPU-starved page runs its timers). The kernel is busy: no Stop nor
   // Where? may show beside the note saying so.
+  await definePaintedChanges(page);
   await page.evaluate((sel) => {
     const watch = { noted: 0, buttons: [] };
     window.distrainWaitWatch = watch;
@@ -162,7 +163,7 @@ await runScenario({ page, result, close }, outDir, async () => {
       const root = document.querySelector(sel);
       const header = root?.querySelector(".distrain-header");
       if (!header) return;
-      if (["Failed", "Succeeded", "Stopped"].includes(header.dataset.state)) observer.disconnect();
+      if (["Failed", "Succeeded", "Stopped"].includes(header.dataset.state)) stopChecks();
       const note = [...header.parentElement.querySelectorAll(".distrain-note")].map((el) => el.textContent).join(" ");
       if (note.includes("(--wait)") && !header.dataset.state.match(/Failed|Succeeded|Stopped/)) watch.noted += 1;
       const stop = root.querySelector("button.distrain-stop");
@@ -171,20 +172,7 @@ await runScenario({ page, result, close }, outDir, async () => {
         watch.buttons.push({ state: header.dataset.state, stop: shown(stop), where: shown(where) });
       }
     };
-    // checked in the frame the change is painted in (a widget's layout is applied a moment
-    // after its element is added: a state no frame shows is not one a user sees)
-    let queued = false;
-    const observer = new MutationObserver(() => {
-      if (queued) return;
-      queued = true;
-      requestAnimationFrame(() => {
-        queued = false;
-        check();
-      });
-    });
-    observer.observe(document.querySelector(".jp-Notebook") ?? document.body, {
-      subtree: true, childList: true, attributes: true, characterData: true,
-    });
+    const stopChecks = window.distrainOnPaintedChange(check);
   }, dash("browser-wait"));
   const waitCell = await runCell(3);
   await page.locator(`${dash("browser-wait")} .distrain-header[data-state="Failed"]`).waitFor({ timeout: JOB_TIMEOUT });

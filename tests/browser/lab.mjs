@@ -77,6 +77,31 @@ export async function runCell(page, index) {
   throw new Error(`cell ${index} did not start`);
 }
 
+// Defines `window.distrainOnPaintedChange(check)` in the page (again after each navigation):
+// `check()` runs in the next animation frame after any change of the notebook's DOM, so every
+// frame that shows a change is checked once, however late a page short of CPU runs its timers
+// (a state no frame paints, such as a widget's element before its layout applied, is not one a
+// user sees). It returns a function that stops the checks.
+export async function definePaintedChanges(page) {
+  await page.evaluate(() => {
+    window.distrainOnPaintedChange = (check) => {
+      let queued = false;
+      const observer = new MutationObserver(() => {
+        if (queued) return;
+        queued = true;
+        requestAnimationFrame(() => {
+          queued = false;
+          check();
+        });
+      });
+      observer.observe(document.querySelector(".jp-Notebook") ?? document.body, {
+        subtree: true, childList: true, attributes: true, characterData: true,
+      });
+      return () => observer.disconnect();
+    };
+  });
+}
+
 // Runs `read(element)` in the page on the element `selector` finds now, in one step (null when
 // none). Through a locator the element is found first and read after, so a node the page
 // replaced in between (the jobs panel after a poll, a widget after a render) reads as detached:

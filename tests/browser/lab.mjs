@@ -81,12 +81,14 @@ export async function runCell(page, index) {
 // `check()` runs in the next animation frame after any change of the notebook's DOM, so every
 // frame that shows a change is checked once, however late a page short of CPU runs its timers
 // (a state no frame paints, such as a widget's element before its layout applied, is not one a
-// user sees). It returns a function that stops the checks.
+// user sees). `perFrame: false` checks at every change instead. It returns a function that
+// stops the checks.
 export async function definePaintedChanges(page) {
   await page.evaluate(() => {
-    window.distrainOnPaintedChange = (check) => {
+    window.distrainOnPaintedChange = (check, { perFrame = true } = {}) => {
       let queued = false;
       const observer = new MutationObserver(() => {
+        if (!perFrame) return check(); // at each change, before the frame that paints it
         if (queued) return;
         queued = true;
         requestAnimationFrame(() => {

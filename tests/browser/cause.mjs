@@ -312,8 +312,8 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await runCellOn(page, CELL.fail);
   // at every change of the notebook's DOM until it ends: whether the recovering job's Stop and
   // Where? show in every state drawn once they first are (the kill, the restart, the run on).
-  // A MutationObserver asks for a check in the next frame painted after a change, so every
-  // frame that shows a change is checked, however late a page short of CPU runs its timers.
+  // A MutationObserver checks at every change, so each state drawn is checked, however late
+  // a page short of CPU runs its timers.
   // Its cell is kept in view by a timer of its own: the notebook draws only the cells near the
   // viewport.
   await definePaintedChanges(page);

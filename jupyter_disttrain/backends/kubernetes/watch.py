@@ -297,15 +297,11 @@ class KubernetesRun(Submission):
             else:
                 with self._lock:
                     self._name_waits.pop(facts.name, None)
-            # the run that failed before this one, had the watch not seen it end
-            first = max(facts.restarts - 1, 0)
             if facts.node == 0 and facts.started:
-                self._follow(facts.name, facts.restarts)
-                self._read_log_once(facts.name, range(first, facts.restarts))
-            elif facts.state == "Failed":
-                self._read_log_once(facts.name, range(first, facts.restarts + 1))
-            else:
-                self._read_log_once(facts.name, range(first, facts.restarts))
+                self._follow(facts.name, facts.restarts)  # (a followed pod is not read once)
+            else:  # the run before this one, had the watch not seen it end; this one if failed
+                last = facts.restarts + 1 if facts.state == "Failed" else facts.restarts
+                self._read_log_once(facts.name, range(max(facts.restarts - 1, 0), last))
 
     def _watch_events(self) -> None:
         """Warnings explain a job that does not start; Normal Events time its phases."""

@@ -17,7 +17,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { definePaintedChanges, openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { defineChangeWatch, openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 import { lowContrast } from "./contrast.mjs";
 import { resumeBelow } from "./resume.mjs";
 
@@ -313,10 +313,9 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   // at every change of the notebook's DOM until it ends: whether the recovering job's Stop and
   // Where? show in every state drawn once they first are (the kill, the restart, the run on).
   // A MutationObserver checks at every change, so each state drawn is checked, however late
-  // a page short of CPU runs its timers.
-  // Its cell is kept in view by a timer of its own: the notebook draws only the cells near the
-  // viewport.
-  await definePaintedChanges(page);
+  // a page short of CPU runs its timers. Its cell is kept in view by a timer of its own: the
+  // notebook draws only the cells near the viewport.
+  await defineChangeWatch(page);
   await page.evaluate(({ sel, index }) => {
     const watch = { restarting: 0, samples: 0, missing: 0, states: [], hidden: [], changes: [] };
     const t0 = Date.now();
@@ -357,7 +356,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
     };
     // at every change: in two of four CI-loaded runs checked per frame, every chart of the page
     // stayed empty (not understood); checked per change it passed each time
-    const stopChecks = window.distrainOnPaintedChange(check, { perFrame: false });
+    const stopChecks = window.distrainOnChange(check, { perFrame: false });
   }, { sel: dash("recover"), index: CELL.recover });
   await runCellOn(page, CELL.recover); // queued behind the first: runs once it returned
   await header("fail", "Failed").waitFor({ timeout: JOB_TIMEOUT });

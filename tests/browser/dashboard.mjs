@@ -13,7 +13,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { definePaintedChanges, openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { defineChangeWatch, openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
@@ -154,7 +154,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   // after a change of the notebook's DOM while it runs (a MutationObserver: each state shown is
   // seen, however late a CPU-starved page runs its timers). The kernel is busy: no Stop nor
   // Where? may show beside the note saying so.
-  await definePaintedChanges(page);
+  await defineChangeWatch(page);
   await page.evaluate((sel) => {
     const watch = { noted: 0, buttons: [] };
     window.distrainWaitWatch = watch;
@@ -172,7 +172,7 @@ await runScenario({ page, result, close }, outDir, async () => {
         watch.buttons.push({ state: header.dataset.state, stop: shown(stop), where: shown(where) });
       }
     };
-    const stopChecks = window.distrainOnPaintedChange(check);
+    const stopChecks = window.distrainOnChange(check);
   }, dash("browser-wait"));
   const waitCell = await runCell(3);
   await page.locator(`${dash("browser-wait")} .distrain-header[data-state="Failed"]`).waitFor({ timeout: JOB_TIMEOUT });

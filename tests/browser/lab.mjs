@@ -77,15 +77,15 @@ export async function runCell(page, index) {
   throw new Error(`cell ${index} did not start`);
 }
 
-// Defines `window.distrainOnPaintedChange(check)` in the page (again after each navigation):
-// `check()` runs in the next animation frame after any change of the notebook's DOM, so every
-// frame that shows a change is checked once, however late a page short of CPU runs its timers
-// (a state no frame paints, such as a widget's element before its layout applied, is not one a
-// user sees). `perFrame: false` checks at every change instead. It returns a function that
-// stops the checks.
-export async function definePaintedChanges(page) {
+// Defines `window.distrainOnChange(check, { perFrame })` in the page (again after each
+// navigation), which calls `check()` on changes of the notebook's DOM, however late a page
+// short of CPU runs its timers: by default in the next animation frame after a change, so every
+// frame that shows a change is checked once (a state no frame paints, such as a widget's
+// element before its layout applied, is not one a user sees); with `perFrame: false` at every
+// change. It returns a function that stops the checks.
+export async function defineChangeWatch(page) {
   await page.evaluate(() => {
-    window.distrainOnPaintedChange = (check, { perFrame = true } = {}) => {
+    window.distrainOnChange = (check, { perFrame = true } = {}) => {
       let queued = false;
       const observer = new MutationObserver(() => {
         if (!perFrame) return check(); // at each change, before the frame that paints it

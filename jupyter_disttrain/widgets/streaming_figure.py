@@ -27,6 +27,15 @@ of a resync, the traces of a rebuild). Each such update is followed by one of
 ``_updates`` (a synced counter), and each custom message names the count it
 follows (``after``); the front end holds a message back until its model has
 reached that count.
+
+Threads: the dashboard changes the figure on its render thread while the
+kernel thread applies the front end's state updates (plotly's views report
+their layout and traces). ipywidgets and traitlets queue the notifications of
+an update in per-widget state that is not safe across threads: a change made
+by another thread meanwhile can go unsent (a lost ``_updates`` holds every
+later message back in the browser, so the chart stops growing) or break the
+update. :meth:`StreamingFigure.set_state` therefore holds :attr:`StreamingFigure.lock`,
+as every change this class makes does.
 """
 
 from __future__ import annotations
@@ -179,6 +188,11 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
             return sum(_points(t) for t in self._data)
 
     # -- front end ----------------------------------------------------------------
+
+    def set_state(self, sync_data: dict[str, Any]) -> None:
+        """Apply a front end's state update, never beside a change from another thread."""
+        with self._lock:
+            super().set_state(sync_data)
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict):

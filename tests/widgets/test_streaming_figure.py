@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,30 @@ def test_a_front_end_that_answers_paces_the_appends(fig: StreamingFigure) -> Non
     assert fig.behind()
     later = time.monotonic() + streaming_figure.ANSWER_SECONDS + 0.1
     assert not fig.behind(now=later)  # silent for ANSWER_SECONDS: its page is gone
+
+
+def test_a_rebuild_on_another_thread_waits_for_the_front_ends_update(fig: StreamingFigure) -> None:
+    """A rebuild made while the kernel thread applies the front end's state update would
+    land in ipywidgets' per-widget queues mid-flush (its ``_updates`` unsent, or the update
+    broken): it waits until the update is applied, then its count goes out."""
+    ready(fig)
+    wire = Wire(fig)
+    started, rebuilt = threading.Event(), threading.Event()
+    during: list[bool] = []
+
+    def rebuild() -> None:
+        started.set()
+        fig.replace_traces([go.Scatter(x=[0.0], y=[1.0])])
+        rebuilt.set()
+
+    def on_update(_change: object) -> None:  # runs inside set_state, on the kernel thread
+        threading.Thread(target=rebuild, daemon=True).start()
+        started.wait(5)
+        during.append(rebuilt.wait(0.3))
+
+    fig.observe(on_update, "tooltip")
+    fig.set_state({"tooltip": "a view's update"})
+    assert rebuilt.wait(10), "the rebuild went on once the update was applied"
+    assert during == [False], "the rebuild ran while the front end's update was applied"
+    sent = [m["state"]["_updates"] for m, _ in wire.messages if "_updates" in m.get("state", {})]
+    assert sent[-1:] == [fig._updates], (sent, fig._updates)

@@ -15,7 +15,8 @@
 // `_updates` it follows ("after"), and waits here until the model got there
 // (an append to traces a rebuild is still bringing, a redraw before the resync's
 // data). Each view's element carries data-distrain-appends and
-// data-distrain-appended-points: what arrived as appends so far (for tests).
+// data-distrain-appended-points: what arrived as appends so far, and
+// data-distrain-held the messages waiting for their state update (for tests).
 
 const loaded = (globalThis.__distrainPlotlyWidget ??= new Map());
 
@@ -107,6 +108,7 @@ export default () => {
   function mark(el) {
     el.dataset.distrainAppends = String(received.appends);
     el.dataset.distrainAppendedPoints = String(received.points);
+    el.dataset.distrainHeld = String(held.length);
   }
 
   // The page's theme (JupyterLab's CSS variables): text and grid follow it, the
@@ -209,6 +211,7 @@ export default () => {
   function onMessage(model, msg, buffers) {
     if (held.length > 0 || (msg?.after ?? 0) > model.get("_updates")) {
       held.push([msg, buffers]);
+      for (const view of views) mark(view.el);
       return;
     }
     handle(model, msg, buffers);
@@ -219,6 +222,7 @@ export default () => {
       const [msg, buffers] = held.shift();
       handle(model, msg, buffers);
     }
+    for (const view of views) mark(view.el);
   }
 
   function handle(model, msg, buffers) {

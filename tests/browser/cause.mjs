@@ -110,6 +110,13 @@ async function seen(key) {
         restarts: rows.map((tr) => tr.querySelector('td[data-col="restarts"]')?.textContent ?? null),
         restartsSaid: text('[data-field="restarts"]'),
         chartLastX: xs.length ? Math.max(...xs) : null,
+        // what the chart's front end received (appends, points) and holds back for a state update
+        chartFeed: plot && {
+          traces: (plot.data ?? []).length,
+          appends: plot.dataset.distrainAppends ?? null,
+          points: plot.dataset.distrainAppendedPoints ?? null,
+          held: plot.dataset.distrainHeld ?? null,
+        },
         stop: box && { left: box.left, right: box.right, top: box.top, bottom: box.bottom },
         stopVisible: Boolean(box),
         plotBackground: bg ? getComputedStyle(bg).backgroundColor : null,

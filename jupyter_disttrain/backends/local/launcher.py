@@ -282,6 +282,11 @@ def lingering_launcher(linger: float) -> SharedLauncher | None:
     modules = held.answer.get("modules")
     if held.answer.get("identity") != identity() or not isinstance(modules, dict):
         held.conn.close()
+        print(
+            "distrain: the lingering launcher serves another environment or does not say what "
+            "it imported; starting this process's own",
+            file=sys.stderr,
+        )
         return None
     whose = "the lingering launcher"
     return SharedLauncher(held.path, int(held.answer["pid"]), _modules(modules), whose, held)

@@ -71,7 +71,9 @@ export async function runCell(page, index) {
       await prompt.waitFor({ timeout: 10_000 });
       return cell;
     } catch {
-      // not started: try again
+      // not started: try again (said in the harness's log: a page this late may yet run it twice)
+      const said = await cell.locator(".jp-InputPrompt").innerText().catch(() => "?");
+      console.error(`runCell(${index}): no run 10 s after Shift+Enter (prompt ${JSON.stringify(said)}); again`);
     }
   }
   throw new Error(`cell ${index} did not start`);

@@ -361,8 +361,8 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
       if (rows.includes("Restarting")) watch.restarting += 1;
       if (!buttons.every(shown)) watch.hidden.push({ state: header.dataset.state, rows, stop: shown(buttons[0]), where: shown(buttons[1]) });
     };
-    // at every change: in two of four CI-loaded runs checked per frame, every chart of the page
-    // stayed empty (not understood); checked per change it passed each time
+    // at every change, painted or not (stricter than per frame; the empty charts once blamed on
+    // the per-frame watch were a lost state update in StreamingFigure, since mended)
     const stopChecks = window.distrainOnChange(check, { perFrame: false });
   }, { sel: dash("recover"), index: CELL.recover });
   await runCellOn(page, CELL.recover); // queued behind the first: runs once it returned

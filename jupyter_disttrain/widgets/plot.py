@@ -163,6 +163,8 @@ class MetricPlot:
         self._stale = False
         self._rebuilt = -math.inf
         self.band = BandChart(monitor, self.figure)
+        # a figure on a new comm is a new model: the panel's view must make a view of it
+        self.figure.on_reopened(lambda: self.widget.send_state("children"))
         #: Ranks drawn individually on a large job's band chart (the dashboard's rank picker).
         self.picked: list[int] = []
 
@@ -194,8 +196,9 @@ class MetricPlot:
                     f'<div class="distrain-plot-waiting distrain-note">{NONE}</div>'
                 )
             return
-        if self.figure not in self.widget.children:
-            self.widget.children = (self.controls, self.figure)
+        with self.figure.lock:  # a new comm (see StreamingFigure) changes the figure's id
+            if self.figure not in self.widget.children:
+                self.widget.children = (self.controls, self.figure)
         ranks = self.monitor.metric_ranks(opts.metric)
         if summarised(max(len(ranks), snap["world_size"])):  # median, band, outliers
             for control in (self.x_axis, self.show_ranks, self.show_mean):

@@ -5,8 +5,8 @@
 //       (x, y) per trace: each trace keeps its first k points and gets the new
 //       ones, in the model (for views made later) and in every view;
 //   {type: "redraw"}: every view redraws from the model's data and layout.
-// Once the model is set up it sends {type: "ready"}; the kernel answers with
-// its full state, so nothing sent before this module listened is lost. An
+// Once plotly's module is set up it sends {type: "ready"}; the kernel answers
+// with its full state, so nothing sent before this module listened is lost. An
 // append naming a trace the model does not hold (traces plotly added while its
 // module loaded) asks for the full state again. A view waits for the model's
 // set-up before it renders.
@@ -17,8 +17,15 @@
 // data). Each view's element carries data-distrain-appends and
 // data-distrain-appended-points: what arrived as appends so far, and
 // data-distrain-held the messages waiting for their state update (for tests).
+// anywidget drops every message to a model whose initialize took longer than
+// its budget (2 s in anywidget 0.9.14 to 0.11: a page short of CPU loading
+// plotly's 5 MB module): initialize therefore returns at once and plotly's
+// module loads behind it, and a model that heard nothing at all
+// `_unheard_seconds` after its "ready" says {type: "unheard"} (again each
+// period, at most UNHEARD_ASKS times) so the kernel opens a new one.
 
 const loaded = (globalThis.__distrainPlotlyWidget ??= new Map());
+const UNHEARD_ASKS = 10;
 
 function plotlyWidget(model) {
   const key = model.get("_plotly_version");
@@ -101,6 +108,10 @@ export default () => {
   let inner = null;
   let resolveSetUp;
   const setUp = new Promise((resolve) => { resolveSetUp = resolve; });
+  let plotlyReady = false; // plotly's module loaded and its model set up
+  // a custom message arrived: the kernel's messages reach this model (the kernel answers
+  // every "ready" with one; anywidget may drop them all)
+  let heard = false;
   const views = new Set();
   const received = { appends: 0, points: 0 };
   let resyncAsked = false; // a "ready" sent for a missing trace, not yet answered
@@ -209,7 +220,8 @@ export default () => {
   const held = [];
 
   function onMessage(model, msg, buffers) {
-    if (held.length > 0 || (msg?.after ?? 0) > model.get("_updates")) {
+    heard = true;
+    if (!plotlyReady || held.length > 0 || (msg?.after ?? 0) > model.get("_updates")) {
       held.push([msg, buffers]);
       for (const view of views) mark(view.el);
       return;
@@ -218,6 +230,7 @@ export default () => {
   }
 
   function release(model) {
+    if (!plotlyReady) return;
     while (held.length > 0 && (held[0][0]?.after ?? 0) <= model.get("_updates")) {
       const [msg, buffers] = held.shift();
       handle(model, msg, buffers);
@@ -237,15 +250,35 @@ export default () => {
     }
   }
 
+  // "ready", then "unheard" each `_unheard_seconds` until any message arrives (see the top).
+  function listen(model) {
+    model.send({ type: "ready" });
+    const period = 1000 * (model.get("_unheard_seconds") || 10);
+    let asked = 0;
+    let closed = false; // the kernel closed this model's comm (it opened a new one)
+    model.on("destroy", () => { closed = true; });
+    const check = () => {
+      if (heard || closed || asked >= UNHEARD_ASKS) return;
+      asked += 1;
+      model.send({ type: "unheard" });
+      setTimeout(check, period);
+    };
+    setTimeout(check, period);
+  }
+
   return {
-    async initialize({ model }) {
-      const module = await plotlyWidget(model);
-      inner = module.default();
-      inner.initialize({ model });
+    initialize({ model }) {
       model.on("msg:custom", (msg, buffers) => onMessage(model, msg, buffers));
       model.on("change:_updates", () => release(model));
-      resolveSetUp();
-      model.send({ type: "ready" });
+      // not awaited: anywidget gives initialize a budget a page short of CPU can overrun
+      plotlyWidget(model).then((module) => {
+        inner = module.default();
+        inner.initialize({ model });
+        plotlyReady = true;
+        resolveSetUp();
+        release(model);
+        listen(model);
+      });
     },
     async render({ model, el }) {
       await setUp; // plotly's module loads in initialize: its views need it

@@ -28,6 +28,17 @@ of a resync, the traces of a rebuild). Each such update is followed by one of
 follows (``after``); the front end holds a message back until its model has
 reached that count.
 
+Deaf models: anywidget (0.9.14 to 0.11 at least) drops every message to a
+model whose front end took longer than its budget (2 s) to initialize, for
+the model's whole life; a page short of CPU can overrun it. Such a model
+shows the state it was opened with and nothing after. The front end says
+*unheard* when no message reached it :attr:`StreamingFigure._unheard_seconds`
+after its *ready*; unless the kernel answered a *ready* within half that
+time (a busy kernel answers its queue at once), the figure closes its comm
+and opens a new one carrying its whole state (at most :data:`REOPENS` times),
+and calls what :meth:`StreamingFigure.on_reopened` registered (a container
+resends its children: the new model has a new id).
+
 Threads: the dashboard changes the figure on its render thread while the
 kernel thread applies the front end's state updates (plotly's views report
 their layout and traces). ipywidgets and traitlets queue the notifications of
@@ -44,7 +55,7 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -57,13 +68,25 @@ import traitlets
 
 from .trace_feed import Update
 
-__all__ = ["ANSWER_SECONDS", "IN_FLIGHT", "SendStats", "StreamingFigure", "plotly_bundle"]
+__all__ = [
+    "ANSWER_SECONDS",
+    "IN_FLIGHT",
+    "REOPENS",
+    "UNHEARD_SECONDS",
+    "SendStats",
+    "StreamingFigure",
+    "plotly_bundle",
+]
 
 _JS = Path(__file__).with_name("streaming_figure.js")
 #: Appends a front end may have left undrawn before :meth:`StreamingFigure.behind` says so.
 IN_FLIGHT = 2
 #: Seconds after a front end's last *drawn* answer that it still holds appends back.
 ANSWER_SECONDS = 5.0
+#: Seconds a front end waits for any message after its *ready* before it says *unheard*.
+UNHEARD_SECONDS = 10.0
+#: New comms a figure opens at most for front ends that said *unheard*.
+REOPENS = 3
 
 
 @cache
@@ -100,6 +123,8 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
     _plotly_version = traitlets.Unicode(plotly.__version__).tag(sync=True)
     #: State updates that custom messages depend on, sent so far (see the module docstring).
     _updates = traitlets.Int(0).tag(sync=True)
+    #: How long the front end waits to hear from the kernel (see the module docstring).
+    _unheard_seconds = traitlets.Float(UNHEARD_SECONDS).tag(sync=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._lock = threading.RLock()
@@ -108,6 +133,9 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
         self._sent = 0  # appends numbered so far
         self._drawn = 0  # the highest append number a front end said it drew
         self._answered: float | None = None  # when a front end last said so (monotonic)
+        self._resynced: float | None = None  # when a *ready* was last answered (monotonic)
+        self._reopens = 0
+        self._reopened: list[Callable[[], None]] = []
         super().__init__(*args, **kwargs)
         self.on_msg(self._on_frontend_msg)
 
@@ -120,6 +148,15 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
     def lock(self) -> threading.RLock:
         """Held while the figure changes; hold it to change the layout from another thread."""
         return self._lock
+
+    @property
+    def reopens(self) -> int:
+        """New comms opened so far for front ends that heard nothing."""
+        return self._reopens
+
+    def on_reopened(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (holding :attr:`lock`) after each new comm (a new model id)."""
+        self._reopened.append(callback)
 
     @property
     def frontend_ready(self) -> bool:
@@ -199,6 +236,8 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
             return
         if content.get("type") == "ready":
             self.resync()
+        elif content.get("type") == "unheard":
+            self._reopen_if_unheard()
         elif content.get("type") == "drawn":
             seq = content.get("seq")
             if isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self._sent:
@@ -209,14 +248,37 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
         """Send the full state and have every view redraw (answer to *ready*)."""
         with self._lock:
             self._frontend_ready = True
+            self._resynced = time.monotonic()
             self._stats.points += self.shown_points()
-            self._widget_layout = copy.deepcopy(self._layout_obj._props)
-            self._widget_data = copy.deepcopy(self._data)
+            self._copy_state()
             # sent even when the kernel's copy did not change: the front end may have missed
             # the trace messages sent before its module loaded (a figure drawn before display)
             self.send_state(["_widget_layout", "_widget_data"])
             self._updates += 1
             self.send({"type": "redraw", "after": self._updates})
+
+    def _copy_state(self) -> None:
+        """The synced ``_widget_*`` traits take the figure's current data and layout."""
+        self._widget_layout = copy.deepcopy(self._layout_obj._props)
+        self._widget_data = copy.deepcopy(self._data)
+
+    def _reopen_if_unheard(self) -> None:
+        """A new comm for a front end that heard nothing (see the module docstring)."""
+        with self._lock:
+            answered = self._resynced
+            if answered is not None and time.monotonic() - answered < self._unheard_seconds / 2:
+                return  # a *ready* answered just now: a busy kernel's queue, not a deaf model
+            if self._reopens >= REOPENS or self.comm is None:
+                return
+            self._reopens += 1
+            self.close()
+            self.__dict__.pop("_repr_mimebundle_", None)  # close() hides the widget's repr
+            self._model_id = None  # a new id: the containers' views make new views of it
+            self._stats.points += self.shown_points()
+            self._copy_state()  # the new model opens with the whole figure
+            self.open()
+            for callback in self._reopened:
+                callback()
 
     def _send(self, msg: dict[str, Any], buffers: list[Any] | None = None) -> None:
         """Count, then send (every message of this widget goes through here)."""

@@ -1,9 +1,11 @@
 // streaming_figure.js's front end, in Node, fed the way ipywidgets feeds a widget: a
 // state update is applied only after its deserialization (asynchronous, later), a custom
-// message is handed over at once. Two scenarios of what the kernel sends:
+// message is handed over at once. Three scenarios:
 //   resync: the full data (steps 0..5; the model held 0..4), the _updates count, redraw;
-//   rebuild: new traces, the _updates count, then an append to the new trace.
-// Prints one JSON line: the x values each scenario left drawn and in the model.
+//   rebuild: new traces, the _updates count, then an append to the new trace;
+//   slow: plotly's module loads late and the kernel does not answer at first.
+// Prints one JSON line: the x values each scenario left drawn and in the model, and for
+// `slow` what the model sent when.
 // Usage: node streaming_figure_order.mjs PATH/TO/streaming_figure.js
 
 import fs from "node:fs";
@@ -45,22 +47,22 @@ globalThis.window = {
 };
 // plotly's own widget module (loaded from the model's _plotly_esm in a browser): its view
 // says it rendered, as plotly's does
+const plotlyModule = {
+  default: () => ({
+    initialize() {},
+    render({ el }) {
+      setTimeout(() => {
+        for (const fn of listeners.get("plotlywidget-after-render") ?? []) {
+          fn({ detail: { element: el } });
+        }
+      }, 0);
+    },
+  }),
+};
+let loadSlowPlotly;
 globalThis.__distrainPlotlyWidget = new Map([
-  [
-    "test",
-    Promise.resolve({
-      default: () => ({
-        initialize() {},
-        render({ el }) {
-          setTimeout(() => {
-            for (const fn of listeners.get("plotlywidget-after-render") ?? []) {
-              fn({ detail: { element: el } });
-            }
-          }, 0);
-        },
-      }),
-    }),
-  ],
+  ["test", Promise.resolve(plotlyModule)],
+  ["slow", new Promise((resolve) => { loadSlowPlotly = () => resolve(plotlyModule); })],
 ]);
 
 // --- the model, delivering messages as ipywidgets does ----------------------------------
@@ -69,6 +71,7 @@ class Model {
     this.state = { ...state };
     this.handlers = new Map();
     this.chain = Promise.resolve();
+    this.sent = [];
   }
   get(key) {
     return this.state[key];
@@ -78,7 +81,9 @@ class Model {
     this.handlers.get(name).push(fn);
   }
   off() {}
-  send() {}
+  send(msg) {
+    this.sent.push(msg.type);
+  }
   fire(name, ...args) {
     for (const fn of this.handlers.get(name) ?? []) fn(...args);
   }
@@ -143,5 +148,50 @@ out.rebuild = {
   drawn: drawn[drawn.length - 1],
   model: values(model.get("_widget_data")[0].x),
 };
+
+// plotly's module loads late (a page short of CPU): initialize returns at once, a message
+// that came before the module waits for it and is applied once it loaded, "ready" goes out
+// then; a model that heard a message never says "unheard".
+drawn.length = 0;
+const unheardAfter = 0.05; // seconds
+model = new Model({
+  _plotly_version: "slow",
+  _widget_layout: {},
+  _widget_data: [trace(range(3))],
+  _updates: 1,
+  _unheard_seconds: unheardAfter,
+});
+let widget = factory();
+const initialized = await Promise.race([
+  Promise.resolve(widget.initialize({ model })).then(() => "returned"),
+  settle().then(() => "waiting for plotly"),
+]);
+model.custom({ type: "append", traces: [0], keep: [3], after: 1 }, [floats([3]), floats([1])]);
+const el = () => ({ dataset: {}, classList: { add() {} }, isConnected: true });
+let rendering = widget.render({ model, el: el() });
+await settle();
+out.slow = { initialized, sentBeforeLoad: [...model.sent], modelBeforeLoad: values(model.get("_widget_data")[0].x) };
+loadSlowPlotly();
+await rendering;
+await new Promise((resolve) => setTimeout(resolve, 4 * 1000 * unheardAfter));
+out.slow.sent = [...model.sent];
+out.slow.model = values(model.get("_widget_data")[0].x);
+
+// No message reaches the model (anywidget dropped them): "unheard" each period after its
+// "ready", until the kernel's answer arrives.
+model = new Model({
+  _plotly_version: "test",
+  _widget_layout: {},
+  _widget_data: [trace(range(3))],
+  _updates: 1,
+  _unheard_seconds: unheardAfter,
+});
+widget = factory();
+await widget.initialize({ model });
+await new Promise((resolve) => setTimeout(resolve, 3.5 * 1000 * unheardAfter));
+out.deaf = { unanswered: [...model.sent] };
+model.custom({ type: "redraw", after: 1 }); // the kernel's answer
+await new Promise((resolve) => setTimeout(resolve, 4 * 1000 * unheardAfter));
+out.deaf.answered = [...model.sent];
 
 console.log(JSON.stringify(out));

@@ -137,8 +137,10 @@ def test_every_message_is_counted(fig: StreamingFigure) -> None:
 
 def test_the_front_end_applies_messages_after_the_state_they_follow() -> None:
     """streaming_figure.js in Node, fed as ipywidgets feeds it (a state update lands after
-    its deserialization, a custom message at once): a redraw shows the resync's full data,
-    and an append extends the traces of the rebuild it follows."""
+    its deserialization, a custom message at once): a redraw shows the resync's full data;
+    an append extends the traces of the rebuild it follows; initialize returns before
+    plotly's module loads (anywidget's budget), an append that came first is applied once
+    it loaded; a model that hears nothing says *unheard* each period until it does."""
     node = shutil.which("node")
     assert node is not None, "node runs the front end's module"
     here = Path(__file__).parent
@@ -154,6 +156,13 @@ def test_the_front_end_applies_messages_after_the_state_they_follow() -> None:
     assert seen["resync"]["drawn"] == [[0, 1, 2, 3, 4, 5]], seen
     assert seen["rebuild"]["model"] == [10, 11, 12], seen
     assert seen["rebuild"]["drawn"] == [[10, 11, 12]], seen
+    slow = seen["slow"]
+    assert slow["initialized"] == "returned" and slow["sentBeforeLoad"] == [], seen
+    assert slow["modelBeforeLoad"] == [0, 1, 2] and slow["model"] == [0, 1, 2, 3], seen
+    assert "ready" in slow["sent"] and "unheard" not in slow["sent"], seen
+    deaf = seen["deaf"]
+    assert deaf["unanswered"][0] == "ready" and deaf["unanswered"].count("unheard") >= 2, seen
+    assert deaf["answered"] == deaf["unanswered"], seen  # quiet once the answer came
 
 
 def drawn(fig: StreamingFigure, seq: object) -> None:
@@ -206,3 +215,46 @@ def test_a_rebuild_on_another_thread_waits_for_the_front_ends_update(fig: Stream
     assert during == [False], "the rebuild ran while the front end's update was applied"
     sent = [m["state"]["_updates"] for m, _ in wire.messages if "_updates" in m.get("state", {})]
     assert sent[-1:] == [fig._updates], (sent, fig._updates)
+
+
+def unheard(fig: StreamingFigure) -> None:
+    """What a front end that heard nothing since its *ready* sends."""
+    fig._handle_custom_msg({"type": "unheard"}, [])
+
+
+def test_unheard_right_after_an_answer_is_a_busy_kernels_queue(fig: StreamingFigure) -> None:
+    """A busy kernel reads the *ready* and the *unheard* behind it together: its answer
+    to the *ready* went out just now, so the model keeps its comm."""
+    model_id = fig.model_id
+    ready(fig)
+    unheard(fig)
+    assert (fig.model_id, fig.reopens) == (model_id, 0)
+
+
+def test_a_front_end_that_heard_nothing_gets_a_new_model_with_the_whole_figure(
+    fig: StreamingFigure,
+) -> None:
+    """No answer reached the front end in time (anywidget dropped it): the old comm
+    closes, a new one with a new id opens carrying every point, the container is told,
+    and appends go on over the new comm. At most REOPENS times."""
+    fig._unheard_seconds = 0.2
+    told: list[str] = []
+    fig.on_reopened(lambda: told.append(fig.model_id))
+    ready(fig)
+    old_comm, old_id = fig.comm, fig.model_id
+    time.sleep(0.15)  # more than half the front end's wait since the answer
+    unheard(fig)
+    assert fig.reopens == 1 and fig.comm is not old_comm and fig.model_id != old_id
+    assert old_comm._closed and not fig.comm._closed
+    assert told == [fig.model_id]
+    view = fig._repr_mimebundle_()["application/vnd.jupyter.widget-view+json"]
+    assert view["model_id"] == fig.model_id  # still displayable, as the new model
+    opened = [list(t.get("x", ())) for t in fig._widget_data]  # the new comm's open state
+    assert opened == [[0.0, 1.0, 2.0], []], opened
+    wire = Wire(fig)
+    fig.append([(1, Update(keep=0, x=np.array([5.0]), y=np.array([1.0])))])
+    assert [m["type"] for m, _ in wire.custom()] == ["append"]
+    for _ in range(streaming_figure.REOPENS + 2):
+        time.sleep(0.15)
+        unheard(fig)
+    assert fig.reopens == streaming_figure.REOPENS and len(told) == streaming_figure.REOPENS

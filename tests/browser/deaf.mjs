@@ -1,0 +1,68 @@
+// Drives JupyterLab in Debian's Chromium through a chart model whose front end overran
+// anywidget's initialization budget (a page short of CPU): anywidget then drops every message
+// to that model. The page cuts the first anywidget model's 2 s budget to 0 ms (before the page
+// loads), then runs the notebook's cells (load the extension, a 1x2 job reporting 60 steps),
+// waits for the dashboard's Succeeded and its chart's last step (up to 90 s after it), and
+// runs the last cell (it prints the charts' new comms).
+//
+//   node deaf.mjs BASE_URL NOTEBOOK OUT_DIR
+//
+// Prints one JSON object: the budgets cut, the chart's last x, its traces and held messages,
+// the last cell's output and the page's console errors; a screenshot in OUT_DIR.
+
+import fs from "node:fs";
+import path from "node:path";
+import { openBrowser, runCell, waitForPrompt, runScenario } from "./lab.mjs";
+
+const [baseUrl, notebook, outDir] = process.argv.slice(2);
+const CHART_WAIT = 90_000;
+
+fs.mkdirSync(outDir, { recursive: true });
+const { page, result, close } = await openBrowser({ width: 1440, height: 900 });
+
+await runScenario({ page, result, close }, outDir, async () => {
+  await page.addInitScript(() => {
+    const timeout = AbortSignal.timeout.bind(AbortSignal);
+    window.distrainBudgets = { cut: 0, kept: 0 };
+    AbortSignal.timeout = (ms) => {
+      const anywidget = ms === 2000 && (new Error().stack ?? "").includes("anywidget");
+      if (anywidget && window.distrainBudgets.cut === 0) {
+        window.distrainBudgets.cut += 1;
+        return timeout(0);
+      }
+      if (anywidget) window.distrainBudgets.kept += 1;
+      return timeout(ms);
+    };
+  });
+  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
+  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
+  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  await waitForPrompt(await runCell(page, 0));
+  await runCell(page, 1);
+  const header = page.locator('.distrain-header[data-state="Succeeded"]');
+  await header.waitFor({ timeout: 240_000 });
+  const started = Date.now();
+  const chart = () =>
+    page.evaluate(() => {
+      const plot = document.querySelector(".distrain-plot.js-plotly-plot");
+      const xs = (plot?.data ?? []).flatMap((t) => Array.from(t.x ?? []).map(Number));
+      return {
+        lastX: xs.length ? Math.max(...xs) : null,
+        traces: (plot?.data ?? []).length,
+        held: plot?.dataset.distrainHeld ?? null,
+        plots: document.querySelectorAll(".distrain-plot").length,
+      };
+    });
+  let seen = await chart();
+  while (seen.lastX !== 59 && Date.now() - started < CHART_WAIT) {
+    await page.waitForTimeout(500);
+    seen = await chart();
+  }
+  result.chart = seen;
+  result.chartWaited = (Date.now() - started) / 1000;
+  result.budgets = await page.evaluate(() => window.distrainBudgets);
+  await page.screenshot({ path: path.join(outDir, "recovered.png") });
+  const last = await runCell(page, 2);
+  await waitForPrompt(last);
+  result.reopens = (await last.locator(".jp-OutputArea-output").last().innerText()).trim();
+});

@@ -253,7 +253,7 @@ export default () => {
   // "ready", then "unheard" each `_unheard_seconds` until any message arrives (see the top).
   function listen(model) {
     model.send({ type: "ready" });
-    const period = 1000 * (model.get("_unheard_seconds") || 10);
+    const period = 1000 * (model.get("_unheard_seconds") || 5);
     let asked = 0;
     let closed = false; // the kernel closed this model's comm (it opened a new one)
     model.on("destroy", () => { closed = true; });

@@ -84,7 +84,7 @@ IN_FLIGHT = 2
 #: Seconds after a front end's last *drawn* answer that it still holds appends back.
 ANSWER_SECONDS = 5.0
 #: Seconds a front end waits for any message after its *ready* before it says *unheard*.
-UNHEARD_SECONDS = 10.0
+UNHEARD_SECONDS = 5.0
 #: New comms a figure opens at most for front ends that said *unheard*.
 REOPENS = 3
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from jupyter_disttrain.widgets.streaming_figure import REOPENS
+
 from .conftest import OUTPUT, Lab
 from .harness import page_errors, run_harness, write_notebook
 
@@ -41,7 +43,9 @@ def test_a_chart_whose_first_model_hears_nothing_still_draws_every_step(lab: Lab
 
     log = (SHOTS / "harness.log").read_text()
     assert result["budgets"]["cut"] == 1, (result, log)  # the chart's model overran it
-    assert result["reopens"] == "reopens [1]", (result, log)  # the kernel opened a new one
+    # the kernel opened a new one (another, should that one overrun its budget too)
+    reopens = result["reopens"]
+    assert reopens in [f"reopens [{n}]" for n in range(1, REOPENS + 1)], (result, log)
     chart = result["chart"]
     assert chart["lastX"] == 59 and chart["held"] == "0", (result, log)
     assert chart["traces"] >= 2 and chart["plots"] == 1, result  # ranks and mean, one chart

@@ -35,6 +35,7 @@ from ..checkpoints.store import (
 )
 from ..units import format_bytes
 from .cell_insert import insert_below
+from .reopen import Reopening
 from .text import esc
 
 if TYPE_CHECKING:
@@ -86,7 +87,22 @@ function render({ model, el }) {
   }
   draw();
 }
-export default { render };
+// "ready", then "unheard" each _unheard_seconds until a message arrives (widgets/reopen.py)
+function initialize({ model }) {
+  let heard = false, closed = false, asked = 0;
+  model.on("msg:custom", () => { heard = true; });
+  model.on("destroy", () => { closed = true; });
+  const period = 1000 * (model.get("_unheard_seconds") || 5);
+  const check = () => {
+    if (heard || closed || asked >= 10) return;
+    asked += 1;
+    model.send({ type: "unheard" });
+    setTimeout(check, period);
+  };
+  model.send({ type: "ready" });
+  setTimeout(check, period);
+}
+export default { initialize, render };
 """
 
 _CSS = """
@@ -103,8 +119,11 @@ _CSS = """
 """
 
 
-class CheckpointTable(anywidget.AnyWidget):
-    """The table view: renders ``rows`` under ``columns``; header and row clicks set traits."""
+class CheckpointTable(Reopening, anywidget.AnyWidget):
+    """The table view: renders ``rows`` under ``columns``; header and row clicks set traits.
+
+    A front end that never hears the kernel gets a new comm (:mod:`.reopen`).
+    """
 
     _esm = _ESM
     _css = _CSS
@@ -263,6 +282,8 @@ class CheckpointBrowser:
         self.title = w.HTML()
         self.widget = w.VBox([self.title, self.table, actions, self.status, self.detail])
         self.widget.add_class("distrain-ckpt-browser")
+        # a table on a new comm is a new model: the browser's view must make a view of it
+        self.table.on_reopened(lambda: self.widget.send_state("children"))
         self.anchor = secrets.token_hex(8)  # where the front end puts a resume cell (below)
         self.widget.add_class(f"distrain-ckpt-{self.anchor}")
         self.table.observe(lambda _c: self._render_rows(), names=["sort_by", "descending"])

@@ -28,16 +28,9 @@ of a resync, the traces of a rebuild). Each such update is followed by one of
 follows (``after``); the front end holds a message back until its model has
 reached that count.
 
-Deaf models: anywidget (0.9.14 to 0.11 at least) drops every message to a
-model whose front end took longer than its budget (2 s) to initialize, for
-the model's whole life; a page short of CPU can overrun it. Such a model
-shows the state it was opened with and nothing after. The front end says
-*unheard* when no message reached it :attr:`StreamingFigure._unheard_seconds`
-after its *ready*; unless the kernel answered a *ready* within half that
-time (a busy kernel answers its queue at once), the figure closes its comm
-and opens a new one carrying its whole state (at most :data:`REOPENS` times),
-and calls what :meth:`StreamingFigure.on_reopened` registered (a container
-resends its children: the new model has a new id).
+Deaf models: anywidget may stop delivering to a model whose front end was
+slow to initialize (:mod:`.reopen`); the figure then opens a new comm carrying
+its whole state. Its answer to *ready* is the resync above.
 
 Threads: the dashboard changes the figure on its render thread while the
 kernel thread applies the front end's state updates (plotly's views report
@@ -55,7 +48,7 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -66,27 +59,16 @@ import plotly
 import plotly.graph_objects as go
 import traitlets
 
+from .reopen import Reopening
 from .trace_feed import Update
 
-__all__ = [
-    "ANSWER_SECONDS",
-    "IN_FLIGHT",
-    "REOPENS",
-    "UNHEARD_SECONDS",
-    "SendStats",
-    "StreamingFigure",
-    "plotly_bundle",
-]
+__all__ = ["ANSWER_SECONDS", "IN_FLIGHT", "SendStats", "StreamingFigure", "plotly_bundle"]
 
 _JS = Path(__file__).with_name("streaming_figure.js")
 #: Appends a front end may have left undrawn before :meth:`StreamingFigure.behind` says so.
 IN_FLIGHT = 2
 #: Seconds after a front end's last *drawn* answer that it still holds appends back.
 ANSWER_SECONDS = 5.0
-#: Seconds a front end waits for any message after its *ready* before it says *unheard*.
-UNHEARD_SECONDS = 5.0
-#: New comms a figure opens at most for front ends that said *unheard*.
-REOPENS = 3
 
 
 @cache
@@ -111,11 +93,12 @@ class SendStats:
     resets: int = 0
 
 
-class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
+class StreamingFigure(Reopening, go.FigureWidget):  # type: ignore[misc]
     """``FigureWidget`` with incremental appends (see the module docstring).
 
     Thread-safe: a render thread may call :meth:`append` and
-    :meth:`replace_traces` while the kernel thread handles messages.
+    :meth:`replace_traces` while the kernel thread handles messages (callbacks
+    of :meth:`~.reopen.Reopening.on_reopened` run holding :attr:`lock`).
     """
 
     _esm = _JS
@@ -123,8 +106,6 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
     _plotly_version = traitlets.Unicode(plotly.__version__).tag(sync=True)
     #: State updates that custom messages depend on, sent so far (see the module docstring).
     _updates = traitlets.Int(0).tag(sync=True)
-    #: How long the front end waits to hear from the kernel (see the module docstring).
-    _unheard_seconds = traitlets.Float(UNHEARD_SECONDS).tag(sync=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._lock = threading.RLock()
@@ -133,9 +114,6 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
         self._sent = 0  # appends numbered so far
         self._drawn = 0  # the highest append number a front end said it drew
         self._answered: float | None = None  # when a front end last said so (monotonic)
-        self._resynced: float | None = None  # when a *ready* was last answered (monotonic)
-        self._reopens = 0
-        self._reopened: list[Callable[[], None]] = []
         super().__init__(*args, **kwargs)
         self.on_msg(self._on_frontend_msg)
 
@@ -148,15 +126,6 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
     def lock(self) -> threading.RLock:
         """Held while the figure changes; hold it to change the layout from another thread."""
         return self._lock
-
-    @property
-    def reopens(self) -> int:
-        """New comms opened so far for front ends that heard nothing."""
-        return self._reopens
-
-    def on_reopened(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (holding :attr:`lock`) after each new comm (a new model id)."""
-        self._reopened.append(callback)
 
     @property
     def frontend_ready(self) -> bool:
@@ -234,11 +203,7 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict):
             return
-        if content.get("type") == "ready":
-            self.resync()
-        elif content.get("type") == "unheard":
-            self._reopen_if_unheard()
-        elif content.get("type") == "drawn":
+        if content.get("type") == "drawn":
             seq = content.get("seq")
             if isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self._sent:
                 self._drawn = max(self._drawn, seq)
@@ -248,7 +213,6 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
         """Send the full state and have every view redraw (answer to *ready*)."""
         with self._lock:
             self._frontend_ready = True
-            self._resynced = time.monotonic()
             self._stats.points += self.shown_points()
             self._copy_state()
             # sent even when the kernel's copy did not change: the front end may have missed
@@ -262,23 +226,16 @@ class StreamingFigure(go.FigureWidget):  # type: ignore[misc]
         self._widget_layout = copy.deepcopy(self._layout_obj._props)
         self._widget_data = copy.deepcopy(self._data)
 
+    def _answer_ready(self) -> None:
+        self.resync()
+
+    def _before_reopen(self) -> None:
+        self._stats.points += self.shown_points()
+        self._copy_state()  # the new model opens with the whole figure
+
     def _reopen_if_unheard(self) -> None:
-        """A new comm for a front end that heard nothing (see the module docstring)."""
         with self._lock:
-            answered = self._resynced
-            if answered is not None and time.monotonic() - answered < self._unheard_seconds / 2:
-                return  # a *ready* answered just now: a busy kernel's queue, not a deaf model
-            if self._reopens >= REOPENS or self.comm is None:
-                return
-            self._reopens += 1
-            self.close()
-            self.__dict__.pop("_repr_mimebundle_", None)  # close() hides the widget's repr
-            self._model_id = None  # a new id: the containers' views make new views of it
-            self._stats.points += self.shown_points()
-            self._copy_state()  # the new model opens with the whole figure
-            self.open()
-            for callback in self._reopened:
-                callback()
+            super()._reopen_if_unheard()
 
     def _send(self, msg: dict[str, Any], buffers: list[Any] | None = None) -> None:
         """Count, then send (every message of this widget goes through here)."""

@@ -161,3 +161,16 @@ def test_spread_keeps_order_ends_and_few_as_they_are() -> None:
     assert spread(list(range(5)), most=10) == [0, 1, 2, 3, 4]
     assert spread(list(range(100)), most=5) == [0, 25, 50, 74, 99]
     assert spread(list(range(41)), most=40)[-1] == 40
+
+
+def test_a_table_that_heard_nothing_is_shown_anew_in_the_browser(store: CheckpointStore) -> None:
+    """The table's front end heard nothing (widgets/reopen.py): it gets a new model with
+    the current rows, and the browser's children name it."""
+    browser = CheckpointBrowser(store)
+    browser.table._unheard_seconds = 0.1
+    old_id = browser.table.model_id
+    browser.table._handle_custom_msg({"type": "unheard"}, [])
+    assert browser.table.reopens == 1 and browser.table.model_id != old_id
+    children = browser.widget.get_state()["children"]
+    assert f"IPY_MODEL_{browser.table.model_id}" in children
+    assert steps(browser) == [40, 30, 20, 10]

@@ -19,7 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from jupyter_disttrain.widgets import streaming_figure
+from jupyter_disttrain.widgets import reopen, streaming_figure
 from jupyter_disttrain.widgets.streaming_figure import StreamingFigure
 from jupyter_disttrain.widgets.trace_feed import Update
 
@@ -254,7 +254,7 @@ def test_a_front_end_that_heard_nothing_gets_a_new_model_with_the_whole_figure(
     wire = Wire(fig)
     fig.append([(1, Update(keep=0, x=np.array([5.0]), y=np.array([1.0])))])
     assert [m["type"] for m, _ in wire.custom()] == ["append"]
-    for _ in range(streaming_figure.REOPENS + 2):
+    for _ in range(reopen.REOPENS + 2):
         time.sleep(0.15)
         unheard(fig)
-    assert fig.reopens == streaming_figure.REOPENS and len(told) == streaming_figure.REOPENS
+    assert fig.reopens == reopen.REOPENS and len(told) == reopen.REOPENS

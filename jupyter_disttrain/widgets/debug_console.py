@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..events import Event
     from ..job import Job
 
-__all__ = ["DebugConsole"]
+__all__ = ["DebugConsole", "RankDropdown"]
 
 #: The selector's value for "every paused rank".
 ALL = -1
@@ -63,6 +63,25 @@ def where_line(answer: Answer) -> str:
     return text + (f" after {answer.exception}" if answer.exception else "")
 
 
+class RankDropdown(w.Dropdown):  # type: ignore[misc]
+    """The rank selector: a pick from the page never interleaves with a refresh.
+
+    A user's pick arrives as a state update on the kernel thread while a
+    pause or resume refreshes the options on another; ipywidgets' per-widget
+    queues are not safe across threads (see :mod:`.streaming_figure`), so
+    :meth:`set_state` holds :attr:`lock`, as :meth:`DebugConsole.refresh` does.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.lock = threading.RLock()
+        super().__init__(**kwargs)
+
+    def set_state(self, sync_data: dict[str, Any]) -> None:
+        """Apply a front end's state update, never beside a refresh."""
+        with self.lock:
+            super().set_state(sync_data)
+
+
 class DebugConsole:
     """The console of ``job``'s paused ranks (``widget`` is the root ipywidget)."""
 
@@ -70,7 +89,7 @@ class DebugConsole:
         self.job = job
         self._lock = threading.Lock()
         self._answers: list[str] = []
-        self.ranks = w.Dropdown(description="Rank", layout=w.Layout(width="220px"))
+        self.ranks = RankDropdown(description="Rank", layout=w.Layout(width="220px"))
         self.where = w.HTML()
         self.source = w.HTML()
         self.line = w.Text(
@@ -109,13 +128,14 @@ class DebugConsole:
         options: list[tuple[str, int]] = [(f"rank {p.rank}", p.rank) for p in paused]
         if len(paused) > 1:
             options.append(("all paused ranks", ALL))
-        current = rank if rank is not None else self.ranks.value
-        values = [v for _, v in options]
-        self.ranks.options = options
-        if current in values:
-            self.ranks.value = current
-        elif values:
-            self.ranks.value = values[0]
+        with self.ranks.lock:
+            current = rank if rank is not None else self.ranks.value
+            values = [v for _, v in options]
+            self.ranks.options = options
+            if current in values:
+                self.ranks.value = current
+            elif values:
+                self.ranks.value = values[0]
         for control in (self.line, self.send_button, self.continue_button):
             control.disabled = not paused  # nothing to send to while no rank is paused
         if not paused:

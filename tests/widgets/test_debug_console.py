@@ -1,6 +1,8 @@
-"""The debugger console without a paused rank, and its history's order."""
+"""The debugger console without a paused rank, its history's order, and its threads."""
 
 from __future__ import annotations
+
+import threading
 
 from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.job import Job
@@ -17,3 +19,26 @@ def test_with_no_rank_paused_nothing_can_be_sent_and_answers_read_oldest_first()
         console.submit(line).join(30)
     text = console.answers.value
     assert text.index("(Pdb) p first") < text.index("(Pdb) p second"), text
+
+
+def test_a_refresh_on_another_thread_waits_for_the_pages_pick() -> None:
+    """A pause or resume refreshes the rank selector on a thread of its own while the page's
+    pick is applied on the kernel thread: the refresh waits until the pick is applied."""
+    console = DebugConsole(Job(JobSpec("dbg", nodes=1, nproc=2), LocalBackend()))
+    started, refreshed = threading.Event(), threading.Event()
+    during: list[bool] = []
+
+    def refresh() -> None:
+        started.set()
+        console.refresh()
+        refreshed.set()
+
+    def on_pick(_change: object) -> None:  # runs inside set_state, on the kernel thread
+        threading.Thread(target=refresh, daemon=True).start()
+        started.wait(5)
+        during.append(refreshed.wait(0.3))
+
+    console.ranks.observe(on_pick, "tooltip")
+    console.ranks.set_state({"tooltip": "a pick"})
+    assert refreshed.wait(10), "the refresh went on once the pick was applied"
+    assert during == [False], "the refresh ran while the page's pick was applied"

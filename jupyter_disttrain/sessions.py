@@ -397,8 +397,13 @@ class Session:
             self._interrupted = False
             self._cell = (cell_id, cell_job)
         try:
-            send_message(sock, {"op": "run", "id": cell_id, "payload": payload.data}, self._key)
-            reply = self._wait_reply(sock, cell_id)
+            interrupted = False
+            try:
+                send_message(sock, {"op": "run", "id": cell_id, "payload": payload.data}, self._key)
+            except KeyboardInterrupt:  # the cell may have reached rank 0: stopped as in the wait
+                self.interrupt()
+                interrupted = True
+            reply = self._wait_reply(sock, cell_id, interrupted)
         except BaseException:
             self._end_cell(cell_job, "Stopped", "interrupted", wait=False)
             raise
@@ -419,9 +424,12 @@ class Session:
         cell_job.submission = _CellSubmission(self)
         return cell_job
 
-    def _wait_reply(self, sock: socket.socket, cell_id: int) -> dict[str, Any] | None:
-        """Rank 0's reply to cell ``cell_id``; None when the group died meanwhile."""
-        deadline: float | None = None
+    def _wait_reply(
+        self, sock: socket.socket, cell_id: int, interrupted: bool = False
+    ) -> dict[str, Any] | None:
+        """Rank 0's reply to cell ``cell_id``; None when the group died meanwhile, or did not
+        answer within the grace after an interrupt (``interrupted``: one came while sending)."""
+        deadline = time.monotonic() + self.grace + INTERRUPT_SLACK if interrupted else None
         while True:
             try:
                 ready, _, _ = select.select([sock], [], [], 0.2)

@@ -104,8 +104,12 @@ parser.add_argument("total_epochs", type=int)
 parser.add_argument("save_every", type=int)
 args = parser.parse_args()
 """
-ARGS_CAUSE = (
-    "all 4 ranks: train.py: error: the following arguments are required: total_epochs, save_every"
+ARGS_WORDS = "train.py: error: the following arguments are required: total_epochs, save_every"
+#: Said for all 4 ranks, or for those that got to their parser before torchrun stopped the
+#: others (a rank slow to start on a loaded machine is then said to have stopped as a consequence).
+ARGS_CAUSE = re.compile(
+    rf"all 4 ranks: {re.escape(ARGS_WORDS)}"
+    rf"|ranks? [0-9, -]+: {re.escape(ARGS_WORDS)}; [1-3] ranks? stopped as a consequence"
 )
 CAUSE = "rank 1: ValueError: bad batch at step 5; 3 ranks stopped as a consequence"
 RECOVERED = "recovered from 1 failure (rank 2 was killed (SIGKILL)); resumed from checkpoint 30"
@@ -237,12 +241,11 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
         for words in NO_NCCL:
             assert words not in result[key], (key, words, result[key])
     # every rank's argparse exited 2: said once, for all ranks, with the script's frames only
-    assert ARGS_CAUSE in result["argsOutput"], result["argsOutput"]
+    assert ARGS_CAUSE.search(result["argsOutput"]), result["argsOutput"]
     for key in ("argsPanel", "argsPanelDark", "nb7ArgsPanel"):
         said = result[key]
-        assert said["title"].startswith(f"Failed: {ARGS_CAUSE}"), (key, said)
+        assert ARGS_CAUSE.match(said["title"].removeprefix("Failed: ")), (key, said)
         assert said["text"].count("the following arguments are required") == 1, (key, said)
-        assert "stopped as a consequence" not in said["text"], (key, said)
         assert "argparse.py" not in said["text"] and "SystemExit: 2" not in said["text"], said
     # the panel's details of the failed job (JupyterLab light, dark, Notebook 7)
     for key in ("sidebarErrors", "sidebarErrorsDark", "sidebarErrorsNb7"):

@@ -274,7 +274,8 @@ class NodeZeroLog(threading.Thread):
     @staticmethod
     def carried(line: bytes) -> list[dict[str, Any]]:
         """The protocol lines ``line`` of node 0's log holds: itself, or each line rank 0's
-        ``relayed`` line carries (signatures are not checked: this only counts)."""
+        ``relayed`` line carries, its bodies and its metric columns (signatures are not
+        checked: this only counts)."""
         start = line.find(PREFIX.encode())
         if start == -1:
             return []
@@ -285,7 +286,14 @@ class NodeZeroLog(threading.Thread):
             return []
         if not isinstance(fields, dict):
             return []
-        return list(fields.get("lines", [])) if fields.get("kind") == "relayed" else [fields]
+        if fields.get("kind") != "relayed":
+            return [fields]
+        columns = fields.get("metrics") or {}
+        metrics = [
+            {"kind": "metric", "rank": rank, "t": t}
+            for rank, t in zip(columns.get("rank", []), columns.get("t", []), strict=False)
+        ]
+        return [*fields.get("lines", []), *metrics]
 
     def tally(self) -> dict[str, Any]:
         self.stop.set()

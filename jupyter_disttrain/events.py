@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypedDict, cast
 
-from .linecheck import JOB_WIDE, MAX_LINE, Shape, problem
+from .linecheck import JOB_WIDE, MAX_LINE, Shape, metric_columns_fit, problem
 from .runtime import jobkey
 from .runtime.protocol import BATCHED_KINDS, PREFIX, VERSION, decode, signed_body
 from .runtime.protocol import KINDS as PROTOCOL_KINDS
@@ -217,7 +217,8 @@ class ProgressFields(TypedDict, total=False):
 
 class RelayedFields(TypedDict, total=False):
     """``relayed``: lines rank 0 relayed for other ranks, many in one line
-    (:func:`.runtime.protocol.relayed`), each checked as a line of its own (:func:`unpacked`)."""
+    (:func:`.runtime.protocol.relayed`: bodies, and metrics as columns), each checked as a
+    line of its own (:func:`unpacked`)."""
 
     events: list[Event]
 
@@ -388,7 +389,11 @@ def _checked(body: str, stream: int | None, stamp: float, shape: Shape) -> tuple
     if stream != 0 or event.rank != 0:
         return None, "only rank 0's stream relays lines for other ranks"
     lines = event.fields.pop("lines", [])
-    event.fields["events"] = [_relayed_line(item, stamp, shape) for item in lines]
+    columns = event.fields.pop("metrics", None)
+    events = [_relayed_line(item, stamp, shape) for item in lines]
+    if columns is not None:
+        events += _column_metrics(columns, stamp, shape)
+    event.fields["events"] = events
     return event, ""
 
 
@@ -424,6 +429,25 @@ def _relayed_line(item: Any, stamp: float, shape: Shape) -> Event:
         return event
     text = PREFIX + json.dumps(item, separators=(",", ":"))
     return Event("log", 0, stamp, {"text": text, "rejected": why})
+
+
+def _column_metrics(columns: dict[str, list[Any]], stamp: float, shape: Shape) -> list[Event]:
+    """The metric events of a ``relayed`` line's columns (their lengths checked), each
+    believed as the metric line it stands for would be (:func:`_relayed_line`)."""
+    ranks, times, steps, values = (columns[name] for name in ("rank", "t", "step", "values"))
+    if metric_columns_fit(ranks, times, steps, values, shape):
+        return [
+            Event("metric", rank, t, {"step": step, "values": value})
+            for rank, t, step, value in zip(ranks, times, steps, values, strict=True)
+        ]
+    return [  # an entry does not fit: each read alone, to say which and why
+        _relayed_line(
+            {"v": VERSION, "kind": "metric", "rank": rank, "t": t, "step": step, "values": value},
+            stamp,
+            shape,
+        )
+        for rank, t, step, value in zip(ranks, times, steps, values, strict=True)
+    ]
 
 
 def unpacked(event: Event) -> list[Event]:

@@ -24,6 +24,8 @@ MAX_NAMES: Final = 1024
 MAX_STEP: Final = 2**53
 #: Most lines one ``relayed`` line may carry.
 MAX_RELAYED: Final = 4096
+#: A ``relayed`` line's metric columns, in order (:func:`.runtime.protocol.relayed`).
+_COLUMNS: Final = ("rank", "t", "step", "values")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,45 @@ def _values(value: Any) -> bool:
         if not is_number(number) or len(name) > 256:
             return False
     return True
+
+
+def _columns(value: Any) -> bool:
+    """A ``relayed`` line's metric columns: ``rank``, ``t``, ``step`` and ``values`` lists
+    of one length, at most :data:`MAX_RELAYED` (each entry is checked as a metric line's
+    would be: :func:`metric_columns_fit`, then one by one where one does not fit)."""
+    if type(value) is not dict or len(value) != len(_COLUMNS):
+        return False
+    columns: list[list[Any]] = []
+    for name in _COLUMNS:
+        column = value.get(name)
+        if type(column) is not list:
+            return False
+        columns.append(column)
+    length = len(columns[0])
+    return length <= MAX_RELAYED and all(len(column) == length for column in columns)
+
+
+def metric_columns_fit(
+    ranks: list[Any], times: list[Any], steps: list[Any], values: list[Any], shape: Shape
+) -> bool:
+    """True when every entry of a ``relayed`` line's metric columns (as :func:`_columns`
+    admits) fits a metric line of the job: a rank of the job, a finite time after 0, a
+    step, a ``{name: number}`` map. Column by column, for the common case; False says only
+    that some entry does not fit."""
+    if not ranks:
+        return True
+    if not all(type(rank) is int for rank in ranks) or min(ranks) < 0:
+        return False
+    if max(ranks) >= shape.world_size or not all(type(t) is float for t in times):
+        return False
+    try:
+        if min(times) <= 0 or not math.isfinite(math.fsum(times)):
+            return False
+    except OverflowError:
+        return False
+    if not all(type(step) is int for step in steps) or min(steps) < -MAX_STEP:
+        return False
+    return max(steps) <= MAX_STEP and all(_values(value) for value in values)
 
 
 def _opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
@@ -148,6 +189,7 @@ FIELDS: Final[dict[str, _Fields]] = {
     "relayed": {
         "quiet": lambda v: isinstance(v, bool),
         "lines": lambda v: isinstance(v, list) and len(v) <= MAX_RELAYED,
+        "metrics": _columns,
     },
 }
 #: Kinds that speak for the whole job (no rank).

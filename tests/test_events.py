@@ -184,3 +184,59 @@ def test_each_carried_line_is_checked_as_its_own_line_would_be() -> None:
     assert rejected[1:3] == ["unknown kind 'error'", "unknown kind 'relayed'"]
     assert rejected[3] == "the line's body is not a JSON object"
     assert '"rank":9' in events[1].get("text"), events[1]
+
+
+def columns_line(columns: dict[str, object]) -> str:
+    """A ``relayed`` line of rank 0 carrying ``columns`` as its metric columns, signed."""
+    outer = {"v": 1, "kind": "relayed", "quiet": False, "rank": 0, "t": 1.0e9, "metrics": columns}
+    body = json.dumps(outer, separators=(",", ":"))
+    return f"{PREFIX}{body} {jobkey.sign(KEY, body.encode())}"
+
+
+def test_metric_columns_are_the_metric_lines_they_stand_for() -> None:
+    columns = {
+        "rank": [1, 3],
+        "t": [1.0e9, 1.0e9 + 0.5],
+        "step": [5, 6],
+        "values": [{"loss": 1.5}, {"loss": float("nan"), "lr": 2}],
+    }
+    events = ev.unpacked(parse(columns_line(columns), 0, nodes=2, nproc=2))
+    as_lines = [
+        parse(line("metric", r, t=t, step=s, values=v), r, nodes=2, nproc=2)
+        for r, t, s, v in zip(*columns.values(), strict=True)
+    ]
+    assert [(e.kind, e.rank, e.t, e.get("step")) for e in events] == [
+        ("metric", 1, 1.0e9, 5),
+        ("metric", 3, 1.0e9 + 0.5, 6),
+    ]
+    assert repr([e.fields for e in events]) == repr([e.fields for e in as_lines])
+
+
+def test_an_entry_of_the_columns_that_does_not_fit_is_rejected_alone() -> None:
+    columns = {
+        "rank": [1, 9, 2, 3, 1, 2],
+        "t": [1.0e9, 1.0e9, -1.0, 1.0e9, 1.0e9, float("inf")],
+        "step": [1, 2, 3, 4.5, 5, 6],
+        "values": [{"loss": 1.0}, {}, {}, {}, {"loss": "low"}, {}],
+    }
+    events = ev.unpacked(parse(columns_line(columns), 0, nodes=2, nproc=2))
+    assert [(e.kind, e.rank) for e in events] == [("metric", 1)] + [("log", 0)] * 5
+    rejected = [e.get("rejected") for e in events[1:]]
+    assert "not a rank of this job" in rejected[0]
+    assert "not a finite time" in rejected[1] and "not a finite time" in rejected[4]
+    assert "'step'" in rejected[2] and "'values'" in rejected[3]
+    assert '"rank":9' in events[1].get("text"), events[1]
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"rank": [1, 2], "t": [1.0e9], "step": [1, 2], "values": [{}, {}]},
+        {"rank": [1], "t": [1.0e9], "step": [1]},
+        {"rank": 1, "t": [1.0e9], "step": [1], "values": [{}]},
+        [[1], [1.0e9], [1], [{}]],
+    ],
+)
+def test_metric_columns_of_another_shape_are_not_believed(columns: object) -> None:
+    event = parse(columns_line(columns), 0, nodes=2, nproc=2)  # type: ignore[arg-type]
+    assert event.kind == "log" and "'metrics'" in event.get("rejected"), event

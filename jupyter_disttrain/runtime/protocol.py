@@ -56,6 +56,12 @@ QUIET_MARKERS = (
 _METRIC_STEP = re.compile(
     re.escape(_STARTS["metric"]) + r',"rank":(-?\d+),"t":[^,]*,"step":(-?\d+)[,}]'
 )
+#: A metric line's body as :func:`encode` writes it when ``step`` and a flat ``values``
+#: are its only fields: its rank, time, step and values texts (read without decoding).
+_METRIC_BODY = re.compile(
+    re.escape(_STARTS["metric"][len(PREFIX) :])
+    + r',"rank":(\d+),"t":([-+.eE0-9]+),"step":(-?\d+),"values":(\{[^{}]*\})\}'
+)
 #: Length of a line's signature (hex SHA-256).
 SIGNATURE_CHARS = jobkey.SIGNATURE_CHARS
 #: Deepest nesting of arrays and objects a line's body may have (the protocol's own lines
@@ -86,14 +92,19 @@ def encode(
 def relayed(lines: list[str], signer: jobkey.Signer, t: float | None = None) -> list[str]:
     """``lines`` (protocol lines other ranks signed, in order) as rank 0 writes them.
 
-    Each stretch of lines of :data:`BATCHED_KINDS` becomes ``relayed`` lines of rank 0
-    (``{"v":1,"kind":"relayed","quiet":Q,"rank":0,"t":T,"lines":[BODY, ...]}``, signed
-    with ``signer``): their bodies, unchanged, up to :data:`RELAYED_CHARS` a line, so the
-    notebook checks one signature and decodes one document for many lines. A quiet line
-    and a loud one never share a line (``quiet`` is true for quiet lines only): a stretch's
-    loud lines are written first, in order, then its quiet ones (ranks' resource samples
-    between their metrics would otherwise cut it into many short lines). Any other line,
-    and a body too long to share a line, is written as it was signed, where it came.
+    Each stretch of lines of :data:`BATCHED_KINDS` becomes ``relayed`` lines of rank 0,
+    signed with ``signer``, up to :data:`RELAYED_CHARS` a line, so the notebook checks
+    one signature and decodes one document for many lines. A run of metric lines as
+    :func:`encode` writes them (``step`` and a flat ``values`` their only fields) is carried
+    as columns, their texts unchanged:
+    ``{"v":1,"kind":"relayed","quiet":false,"rank":0,"t":T,"metrics":{"rank":[R, ...],
+    "t":[T, ...],"step":[S, ...],"values":[VALUES, ...]}}``; any other line of the stretch
+    as its body, unchanged (``..."lines":[BODY, ...]}``). A line carries one or the other,
+    in the order they came. A quiet line and a loud one never share a line (``quiet`` is
+    true for quiet lines only): a stretch's loud lines are written first, in order, then
+    its quiet ones (ranks' resource samples between their metrics would otherwise cut it
+    into many short lines). Any other line, and a body too long to share a line, is
+    written as it was signed, where it came.
     """
     out: list[str] = []
     loud: list[str] = []
@@ -101,9 +112,10 @@ def relayed(lines: list[str], signer: jobkey.Signer, t: float | None = None) -> 
     stamp = round(time.time() if t is None else t, 6)
 
     def close_stretch() -> None:
-        for bodies, is_quiet_run in ((loud, False), (quiet, True)):
-            out.extend(_relayed_lines(bodies, is_quiet_run, stamp, signer))
-            bodies.clear()
+        out.extend(_loud_lines(loud, stamp, signer))
+        out.extend(_relayed_lines(quiet, True, stamp, signer))
+        loud.clear()
+        quiet.clear()
 
     for line in lines:
         kind, body = _batched(line)
@@ -113,6 +125,50 @@ def relayed(lines: list[str], signer: jobkey.Signer, t: float | None = None) -> 
         else:
             (quiet if kind in QUIET_KINDS else loud).append(body)
     close_stretch()
+    return out
+
+
+def _loud_lines(bodies: list[str], stamp: float, signer: jobkey.Signer) -> list[str]:
+    """``bodies`` (loud, in order) as signed ``relayed`` lines: each run of metric bodies
+    :data:`_METRIC_BODY` reads as columns, each run of other bodies as they are."""
+    out: list[str] = []
+    others: list[str] = []
+    metrics: list[tuple[str, ...]] = []
+    for body in bodies:
+        match = _METRIC_BODY.fullmatch(body)
+        if match is None:
+            out.extend(_metric_lines(metrics, stamp, signer))
+            metrics.clear()
+            others.append(body)
+        else:
+            out.extend(_relayed_lines(others, False, stamp, signer))
+            others.clear()
+            metrics.append(match.groups())
+    out.extend(_metric_lines(metrics, stamp, signer))
+    out.extend(_relayed_lines(others, False, stamp, signer))
+    return out
+
+
+def _metric_lines(metrics: list[tuple[str, ...]], stamp: float, signer: jobkey.Signer) -> list[str]:
+    """Metric lines' ``(rank, t, step, values)`` texts as signed ``relayed`` lines of
+    columns, at most :data:`RELAYED_CHARS` each."""
+    out: list[str] = []
+    run: list[tuple[str, ...]] = []
+    size = 0
+    for parts in [*metrics, None]:
+        weight = 0 if parts is None else sum(map(len, parts)) + 4
+        if run and (parts is None or size + weight > RELAYED_CHARS):
+            ranks, times, steps, values = (",".join(column) for column in zip(*run, strict=True))
+            text = (
+                f'{{"v":{VERSION},"kind":"relayed","quiet":false,"rank":0,"t":{stamp},'
+                f'"metrics":{{"rank":[{ranks}],"t":[{times}],"step":[{steps}],'
+                f'"values":[{values}]}}}}'
+            )
+            out.append(f"{PREFIX}{text} {signer.sign(text.encode())}")
+            run, size = [], 0
+        if parts is not None:
+            run.append(parts)
+            size += weight
     return out
 
 

@@ -25,19 +25,52 @@ SIGNER = jobkey.Signer(KEY)
 
 
 def bodies(written: str) -> list[dict[str, object]]:
+    """The lines a ``relayed`` line carries: its bodies, or its metric columns' entries as
+    the metric lines they stand for."""
     body = signed_body(written, SIGNER)
     assert body is not None, written
-    return list(json.loads(body)["lines"])
+    outer = json.loads(body)
+    assert ("lines" in outer) != ("metrics" in outer), outer  # one or the other
+    if "lines" in outer:
+        return list(outer["lines"])
+    columns = outer["metrics"]
+    assert list(columns) == ["rank", "t", "step", "values"], columns
+    return [
+        {"v": 1, "kind": "metric", "rank": rank, "t": t, "step": step, "values": values}
+        for rank, t, step, values in zip(*columns.values(), strict=True)
+    ]
 
 
-def test_a_run_of_metrics_is_one_signed_line_holding_each_body_unchanged() -> None:
+def body_text(sent: str) -> str:
+    return sent[len(PREFIX) : sent.rfind(" ")]
+
+
+def test_a_run_of_metrics_is_one_signed_line_of_columns_holding_each_lines_texts() -> None:
     sent = [line("metric", rank, step=4, values={"loss": 0.25}) for rank in range(1, 9)]
+    sent.append(line("metric", 2, step=-5, values={"loss": float("nan"), "lr": 1e-30}))
     [written] = relayed(sent, SIGNER, t=1.0e9)
     outer = json.loads(signed_body(written, SIGNER) or "null")
     assert (outer["kind"], outer["rank"], outer["t"], outer["quiet"]) == ("relayed", 0, 1e9, False)
-    assert [json.dumps(b, separators=(",", ":")) for b in outer["lines"]] == [
-        s[len(PREFIX) : s.rfind(" ")] for s in sent
+    assert [json.dumps(b, separators=(",", ":")) for b in bodies(written)] == [
+        body_text(s) for s in sent
     ]
+    assert len(written) < sum(len(s) for s in sent) / 2  # the envelope of each is not repeated
+
+
+def test_a_metric_line_of_another_shape_is_carried_as_its_body_in_its_place() -> None:
+    """A metric with fields besides ``step`` and ``values``, or nested values, cannot be
+    columns: it is carried as it was, and the order of the lines is kept."""
+    plain = [line("metric", r, step=1, values={"loss": 1.0}) for r in (1, 2, 3)]
+    extra = line("metric", 4, step=1, values={"loss": 1.0}, note="warm-up")
+    nested = line("metric", 5, step=1, values={"loss": {"a": 1.0}})
+    written = relayed([plain[0], extra, nested, plain[1], plain[2]], SIGNER)
+    assert [list(json.loads(signed_body(w, SIGNER) or ""))[-1] for w in written] == [
+        "metrics",
+        "lines",
+        "metrics",
+    ]
+    assert [b["rank"] for w in written for b in bodies(w)] == [1, 4, 5, 2, 3]
+    assert bodies(written[1]) == [json.loads(body_text(extra)), json.loads(body_text(nested))]
 
 
 def test_other_kinds_stay_their_own_lines_and_the_order_is_kept() -> None:
@@ -68,12 +101,16 @@ def test_quiet_lines_share_a_line_marked_quiet_never_one_with_loud_lines() -> No
 
 
 def test_lines_are_cut_below_the_container_runtimes_split() -> None:
-    sent = [line("metric", r % 8, step=r, values={"loss": 0.5, "lr": 1e-3}) for r in range(900)]
-    written = relayed(sent, SIGNER)
-    assert len(written) > 1
-    assert all(len(w) < 16 * 1024 for w in written)
-    assert all(len(signed_body(w, SIGNER) or "") <= RELAYED_CHARS + 200 for w in written)
-    assert sum(len(bodies(w)) for w in written) == 900
+    values = {"loss": 0.5, "lr": 1e-3}
+    for sent in (
+        [line("metric", r % 8, step=r, values=values) for r in range(2000)],
+        [line("progress", r % 8, step=r, total=4000) for r in range(900)],
+    ):
+        written = relayed(sent, SIGNER)
+        assert len(written) > 1
+        assert all(len(w) < 16 * 1024 for w in written)
+        assert all(len(signed_body(w, SIGNER) or "") <= RELAYED_CHARS + 200 for w in written)
+        assert [b["step"] for w in written for b in bodies(w)] == list(range(len(sent)))
 
 
 def test_a_long_or_unsigned_line_is_written_as_it_came() -> None:

@@ -33,6 +33,9 @@ from jupyter_disttrain.runtime.protocol import PREFIX  # noqa: E402
 from jupyter_disttrain.runtime.standin_store import MARK as STORE_MARK  # noqa: E402
 
 NAME = "scale"
+#: Seconds over which the kernel's CPU is measured, once every rank was heard (before the
+#: failing step or the hang: see ``--fail-step``).
+CPU_SECONDS = 20.0
 #: Seconds the kernel waits for the failing rank or the hung node to be named (else "not named").
 NAMED_WITHIN = 120.0
 
@@ -94,8 +97,12 @@ def kernel(world: int, hang: bool) -> dict[str, Any]:
     out["ranks_heard"] = len(monitor.metric_ranks("loss"))
     out["heard_s"] = time.monotonic() - started
     cpu0, wall0, threads0 = time.process_time(), time.monotonic(), thread_cpu()
-    time.sleep(10)  # every rank reporting once a second
+    heard0 = len(lags)
+    time.sleep(CPU_SECONDS)  # every rank reporting once a second
     wall = time.monotonic() - wall0
+    out["window_metrics_per_s"] = (len(lags) - heard0) / wall
+    # the measure is of steady training: a failure or hang inside the window is said
+    out["fault_in_window"] = monitor.first_failure() is not None or monitor.hang() is not None
     out["cpu_pct"] = 100 * (time.process_time() - cpu0) / wall
     used = {name: cpu - threads0.get(name, 0.0) for name, cpu in thread_cpu().items()}
     out["threads_pct"] = {n: round(100 * c / wall, 1) for n, c in used.items() if c > 0}
@@ -331,7 +338,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| nodes x 8 | ranks heard | load (1 min) | API requests | "
         "long-lived connections following (peak) / peak TCP | "
-        "log follows | kernel / server CPU % of a core | kernel RSS MiB | server RSS MiB | "
+        "log follows | kernel / server CPU % of a core (kernel's metrics/s) | "
+        "kernel RSS MiB | server RSS MiB | "
         "metric to monitor p50 / p99 s | sidebar JSON KiB (build ms) | failing rank named s | "
         "hung node named s | metric lines in node 0's log / heard by the kernel | "
         "metric to node 0's log p50 / p99 s | store requests/s: rank 0 median (peak) / senders |\n"
@@ -351,13 +359,21 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['requests']} | "
             f"{r['streams_following']:g} ({r['streams_peak']}) / {r['connections_peak']} | "
             f"{r['log_follows_peak']} | "
-            f"{r['cpu_pct']:.0f} / {r['server_cpu_pct']:.0f} | "
+            f"{cpu_cell(r)} | "
             f"{r['kernel_rss_mib']:.0f} | {r['server_rss_mib']:.0f} | "
             f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} | {r['json_kib']:.0f} ({r['json_ms']:.0f}) | "
             f"{named} | {hung} | {r['log_metrics']} / {r['metrics_heard']} | "
             f"{r['relay_p50']:.2f} / {r['relay_p99']:.2f} | {store_cell(r)} |"
         )
     return "\n".join(lines)
+
+
+def cpu_cell(row: dict[str, Any]) -> str:
+    """The kernel's and the server's CPU, the metrics a second the kernel heard meanwhile,
+    and a mark when a fault came inside the window (not steady training)."""
+    fault = ", fault inside" if row.get("fault_in_window") else ""
+    rate = f" ({row['window_metrics_per_s']:.0f}{fault})" if "window_metrics_per_s" in row else ""
+    return f"{row['cpu_pct']:.1f} / {row['server_cpu_pct']:.0f}{rate}"
 
 
 def store_cell(row: dict[str, Any]) -> str:
@@ -370,7 +386,7 @@ def store_cell(row: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", default="64,256,1024")
-    parser.add_argument("--fail-step", type=int, default=60)
+    parser.add_argument("--fail-step", type=int, default=120)
     parser.add_argument("--hang", action="store_true", help="also a run hanging one node")
     parser.add_argument(
         "--step-seconds", type=float, default=1.0, help="each rank's seconds a step (a metric)"
@@ -423,7 +439,9 @@ DESCRIPTION = (
     " every node's ranks and the emulator serves one pod per node). Each rank reports one "
     "metric a second; ranks 517, 2051, 4000 (modulo the world) take 1.8x longer a step; one "
     "rank raises at the failing step. The kernel is a separate process following the job "
-    "(`service.attach`); its CPU is measured over 10 s once every rank has reported. The "
+    "(`service.attach`); its CPU is measured over 20 s once every rank has reported, before "
+    "the failing step or the hang (120 s in; a fault inside the window is marked with its "
+    "row's CPU), with the metrics a second it heard in that window. The "
     "server is another process asking `JobManager.job` (the sidebar's job JSON) every 2 s "
     "(its CPU measured over those requests); it shows the job from the kernel's record once "
     "there is one. Long-lived connections: the median of per-second samples while both "

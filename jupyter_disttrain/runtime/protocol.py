@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from . import jobkey
+
+#: What :func:`_runs` cuts into runs.
+_Item = TypeVar("_Item")
 
 PREFIX = "##distrain "
 VERSION = 1
@@ -153,22 +157,10 @@ def _metric_lines(metrics: list[tuple[str, ...]], stamp: float, signer: jobkey.S
     """Metric lines' ``(rank, t, step, values)`` texts as signed ``relayed`` lines of
     columns, at most :data:`RELAYED_CHARS` each."""
     out: list[str] = []
-    run: list[tuple[str, ...]] = []
-    size = 0
-    for parts in [*metrics, None]:
-        weight = 0 if parts is None else sum(map(len, parts)) + 4
-        if run and (parts is None or size + weight > RELAYED_CHARS):
-            ranks, times, steps, values = (",".join(column) for column in zip(*run, strict=True))
-            text = (
-                f'{{"v":{VERSION},"kind":"relayed","quiet":false,"rank":0,"t":{stamp},'
-                f'"metrics":{{"rank":[{ranks}],"t":[{times}],"step":[{steps}],'
-                f'"values":[{values}]}}}}'
-            )
-            out.append(f"{PREFIX}{text} {signer.sign(text.encode())}")
-            run, size = [], 0
-        if parts is not None:
-            run.append(parts)
-            size += weight
+    for run in _runs(metrics, lambda parts: sum(map(len, parts)) + 4):
+        ranks, times, steps, values = (",".join(column) for column in zip(*run, strict=True))
+        columns = f'"rank":[{ranks}],"t":[{times}],"step":[{steps}],"values":[{values}]'
+        out.append(_signed_relayed(f'"metrics":{{{columns}}}', False, stamp, signer))
     return out
 
 
@@ -176,21 +168,36 @@ def _relayed_lines(
     bodies: list[str], quiet: bool, stamp: float, signer: jobkey.Signer
 ) -> list[str]:
     """``bodies`` as signed ``relayed`` lines of at most :data:`RELAYED_CHARS` each."""
-    out: list[str] = []
-    run: list[str] = []
+    return [
+        _signed_relayed(f'"lines":[{",".join(run)}]', quiet, stamp, signer)
+        for run in _runs(bodies, lambda body: len(body) + 1)
+    ]
+
+
+def _runs(items: list[_Item], weight: Callable[[_Item], int]) -> list[list[_Item]]:
+    """``items`` cut, in order, into runs whose weights add up to :data:`RELAYED_CHARS` at
+    most (an item heavier than that alone is a run of its own)."""
+    runs: list[list[_Item]] = []
     size = 0
-    for body in [*bodies, None]:
-        if run and (body is None or size + len(body) + 1 > RELAYED_CHARS):
-            text = (
-                f'{{"v":{VERSION},"kind":"relayed","quiet":{"true" if quiet else "false"},'
-                f'"rank":0,"t":{stamp},"lines":[{",".join(run)}]}}'
-            )
-            out.append(f"{PREFIX}{text} {signer.sign(text.encode())}")
-            run, size = [], 0
-        if body is not None:
-            run.append(body)
-            size += len(body) + 1
-    return out
+    for item in items:
+        heft = weight(item)
+        if runs and size + heft <= RELAYED_CHARS:
+            runs[-1].append(item)
+            size += heft
+        else:
+            runs.append([item])
+            size = heft
+    return runs
+
+
+def _signed_relayed(carried: str, quiet: bool, stamp: float, signer: jobkey.Signer) -> str:
+    """A ``relayed`` line of rank 0 at ``stamp`` carrying ``carried`` (its last field's
+    JSON text), signed."""
+    text = (
+        f'{{"v":{VERSION},"kind":"relayed","quiet":{"true" if quiet else "false"},'
+        f'"rank":0,"t":{stamp},{carried}}}'
+    )
+    return f"{PREFIX}{text} {signer.sign(text.encode())}"
 
 
 def _batched(line: str) -> tuple[str, str]:

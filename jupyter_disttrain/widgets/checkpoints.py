@@ -35,7 +35,7 @@ from ..checkpoints.store import (
 )
 from ..units import format_bytes
 from .cell_insert import insert_below
-from .reopen import Reopening
+from .reopen import Reopening, with_hearing
 from .text import esc
 
 if TYPE_CHECKING:
@@ -87,20 +87,11 @@ function render({ model, el }) {
   }
   draw();
 }
-// "ready", then "unheard" each _unheard_seconds until a message arrives (widgets/reopen.py)
+// "ready", then "unheard" until a message arrives (hearing.js, the text before this one)
 function initialize({ model }) {
-  let heard = false, closed = false, asked = 0;
+  let heard = false;
   model.on("msg:custom", () => { heard = true; });
-  model.on("destroy", () => { closed = true; });
-  const period = 1000 * (model.get("_unheard_seconds") || 5);
-  const check = () => {
-    if (heard || closed || asked >= 10) return;
-    asked += 1;
-    model.send({ type: "unheard" });
-    setTimeout(check, period);
-  };
-  model.send({ type: "ready" });
-  setTimeout(check, period);
+  listenForKernel(model, () => heard);
 }
 export default { initialize, render };
 """
@@ -125,7 +116,7 @@ class CheckpointTable(Reopening, anywidget.AnyWidget):
     A front end that never hears the kernel gets a new comm (:mod:`.reopen`).
     """
 
-    _esm = _ESM
+    _esm = with_hearing(_ESM)
     _css = _CSS
     columns = traitlets.List(traitlets.Unicode()).tag(sync=True)
     rows = traitlets.List(traitlets.Dict()).tag(sync=True)

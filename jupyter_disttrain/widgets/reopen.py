@@ -20,23 +20,36 @@ The exchange, for a widget that mixes in :class:`Reopening`:
   id carrying its whole state (at most :data:`REOPENS` times), then calls
   what :meth:`Reopening.on_reopened` registered: a container resends its
   children, so its views make a view of the new model.
+
+The front end's half is ``hearing.js`` (:data:`HEARING_JS`): each such widget's
+module starts with its text (:func:`with_hearing`) and calls its
+``listenForKernel(model, heard)`` once it listens.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import ipywidgets as w
 import traitlets
 
-__all__ = ["REOPENS", "UNHEARD_SECONDS", "Reopening"]
+__all__ = ["HEARING_JS", "REOPENS", "UNHEARD_SECONDS", "Reopening", "with_hearing"]
 
 #: Seconds a front end waits for any message after its *ready* before it says *unheard*.
 UNHEARD_SECONDS = 5.0
 #: New comms a widget opens at most for front ends that said *unheard*.
 REOPENS = 3
+#: The front end's half of the exchange (``hearing.js``): ``listenForKernel(model, heard)``.
+HEARING_JS: Final = Path(__file__).with_name("hearing.js").read_text("utf-8")
+
+
+def with_hearing(module: str) -> str:
+    """``module`` (a widget's front-end ES module text, which calls ``listenForKernel``)
+    after :data:`HEARING_JS`: the text of a :class:`Reopening` widget's ``_esm``."""
+    return f"{HEARING_JS}\n{module}"
 
 
 class Reopening(w.Widget):  # type: ignore[misc]

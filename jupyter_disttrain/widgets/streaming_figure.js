@@ -22,10 +22,10 @@
 // plotly's 5 MB module): initialize therefore returns at once and plotly's
 // module loads behind it, and a model that heard nothing at all
 // `_unheard_seconds` after its "ready" says {type: "unheard"} (again each
-// period, at most UNHEARD_ASKS times) so the kernel opens a new one.
+// period, at most UNHEARD_ASKS times) so the kernel opens a new one: hearing.js,
+// whose text comes first in this widget's module (streaming_figure.py).
 
 const loaded = (globalThis.__distrainPlotlyWidget ??= new Map());
-const UNHEARD_ASKS = 10;
 
 function plotlyWidget(model) {
   const key = model.get("_plotly_version");
@@ -250,22 +250,6 @@ export default () => {
     }
   }
 
-  // "ready", then "unheard" each `_unheard_seconds` until any message arrives (see the top).
-  function listen(model) {
-    model.send({ type: "ready" });
-    const period = 1000 * (model.get("_unheard_seconds") || 5);
-    let asked = 0;
-    let closed = false; // the kernel closed this model's comm (it opened a new one)
-    model.on("destroy", () => { closed = true; });
-    const check = () => {
-      if (heard || closed || asked >= UNHEARD_ASKS) return;
-      asked += 1;
-      model.send({ type: "unheard" });
-      setTimeout(check, period);
-    };
-    setTimeout(check, period);
-  }
-
   return {
     initialize({ model }) {
       model.on("msg:custom", (msg, buffers) => onMessage(model, msg, buffers));
@@ -277,7 +261,7 @@ export default () => {
         plotlyReady = true;
         resolveSetUp();
         release(model);
-        listen(model);
+        listenForKernel(model, () => heard); // hearing.js, which this module follows
       });
     },
     async render({ model, el }) {

@@ -59,12 +59,20 @@ import plotly
 import plotly.graph_objects as go
 import traitlets
 
-from .reopen import Reopening
+from .reopen import Reopening, with_hearing
 from .trace_feed import Update
 
-__all__ = ["ANSWER_SECONDS", "IN_FLIGHT", "SendStats", "StreamingFigure", "plotly_bundle"]
+__all__ = [
+    "ANSWER_SECONDS",
+    "IN_FLIGHT",
+    "MODULE",
+    "SendStats",
+    "StreamingFigure",
+    "plotly_bundle",
+]
 
-_JS = Path(__file__).with_name("streaming_figure.js")
+#: The front end's module: ``streaming_figure.js`` after the listening it calls.
+MODULE = with_hearing(Path(__file__).with_name("streaming_figure.js").read_text("utf-8"))
 #: Appends a front end may have left undrawn before :meth:`StreamingFigure.behind` says so.
 IN_FLIGHT = 2
 #: Seconds after a front end's last *drawn* answer that it still holds appends back.
@@ -101,7 +109,7 @@ class StreamingFigure(Reopening, go.FigureWidget):  # type: ignore[misc]
     of :meth:`~.reopen.Reopening.on_reopened` run holding :attr:`lock`).
     """
 
-    _esm = _JS
+    _esm = MODULE
     _plotly_esm = traitlets.Unicode("").tag(sync=True)
     _plotly_version = traitlets.Unicode(plotly.__version__).tag(sync=True)
     #: State updates that custom messages depend on, sent so far (see the module docstring).

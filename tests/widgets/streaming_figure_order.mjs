@@ -6,7 +6,8 @@
 //   slow: plotly's module loads late and the kernel does not answer at first.
 // Prints one JSON line: the x values each scenario left drawn and in the model, and for
 // `slow` what the model sent when.
-// Usage: node streaming_figure_order.mjs PATH/TO/streaming_figure.js
+// Usage: node streaming_figure_order.mjs PATH/TO/MODULE.js (the widget's `_esm`: hearing.js's
+// text, then streaming_figure.js's)
 
 import fs from "node:fs";
 

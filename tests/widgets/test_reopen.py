@@ -14,6 +14,7 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
+from jupyter_disttrain.widgets import reopen
 from jupyter_disttrain.widgets.reopen import REOPENS, Reopening
 
 
@@ -76,3 +77,17 @@ def test_an_unheard_front_end_gets_a_new_model_and_the_container_shows_it() -> N
         time.sleep(0.15)
         say(probe, "unheard")
     assert probe.reopens == REOPENS
+
+
+def test_each_reopening_widgets_module_starts_with_the_listening_it_calls() -> None:
+    """One listening loop (``hearing.js``) for every reopening widget's front end."""
+    from jupyter_disttrain.widgets.checkpoints import CheckpointTable
+    from jupyter_disttrain.widgets.streaming_figure import StreamingFigure
+
+    asking = 'model.send({ type: "unheard" })'
+    assert reopen.HEARING_JS.count(asking) == 1
+    for widget in (StreamingFigure, CheckpointTable):
+        module = widget._esm
+        assert module.startswith(reopen.HEARING_JS), widget
+        own = module[len(reopen.HEARING_JS) :]
+        assert own.count("listenForKernel(model, () => heard)") == 1 and asking not in own, widget

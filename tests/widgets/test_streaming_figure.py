@@ -135,7 +135,7 @@ def test_every_message_is_counted(fig: StreamingFigure) -> None:
     assert fig.stats.messages - before == len(wire.messages)
 
 
-def test_the_front_end_applies_messages_after_the_state_they_follow() -> None:
+def test_the_front_end_applies_messages_after_the_state_they_follow(tmp_path: Path) -> None:
     """streaming_figure.js in Node, fed as ipywidgets feeds it (a state update lands after
     its deserialization, a custom message at once): a redraw shows the resync's full data;
     an append extends the traces of the rebuild it follows; initialize returns before
@@ -144,7 +144,8 @@ def test_the_front_end_applies_messages_after_the_state_they_follow() -> None:
     node = shutil.which("node")
     assert node is not None, "node runs the front end's module"
     here = Path(__file__).parent
-    module = Path(streaming_figure.__file__).with_suffix(".js")
+    module = tmp_path / "streaming_figure.js"
+    module.write_text(streaming_figure.MODULE)  # the module the widget sends, listening first
     proc = subprocess.run(
         [node, str(here / "streaming_figure_order.mjs"), str(module)],
         capture_output=True,

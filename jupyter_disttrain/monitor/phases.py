@@ -90,11 +90,6 @@ class PhaseLog:
         self._first_metric: Event | None = None
         self._cached: tuple[tuple[int, float, tuple[str, ...], int], Timeline] | None = None
 
-    def metric(self, event: Event) -> None:
-        """Keep ``metric`` event ``event`` if it is the earliest."""
-        if self._first_metric is None or event.t < self._first_metric.t:
-            self._first_metric = event
-
     def add(self, event: Event) -> None:
         """Keep ``event`` if the timeline needs it."""
         if event.kind == "hello":
@@ -102,7 +97,8 @@ class PhaseLog:
                 return
             self._hello.add(event.rank)
         elif event.kind == "metric":
-            self.metric(event)
+            if self._first_metric is None or event.t < self._first_metric.t:
+                self._first_metric = event
             return
         elif event.kind not in ("job", "phase") or len(self.events) >= MAX_KEPT:
             return

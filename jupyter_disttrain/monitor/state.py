@@ -161,9 +161,6 @@ class JobBook:
 
     def apply(self, ev: Event) -> None:
         """Apply one event (any kind; unknown kinds only count as activity)."""
-        if ev.kind == "metric":
-            self._apply_metric(ev)
-            return
         if not self._copies.first(ev):  # one copy of a worker's line (rank 0 relays others')
             return
         self.version += 1
@@ -273,36 +270,21 @@ class JobBook:
         if self.state != "Failed" or all(r.state != "Failed" for r in self.rows.values()):
             self._derive("Running", ev.t)
 
-    def _apply_metric(self, ev: Event) -> None:
-        """:meth:`apply` for a ``metric`` event, the kind that comes thousands a second: the
-        same steps, one call deep."""
-        if not self._copies.first(ev):
+    def _on_metric(self, ev: Event, row: RankState | None) -> None:
+        f = ev.metric()
+        self.stacks.wrote(ev.t)
+        step = as_int(f.get("step"))
+        values = f.get("values")
+        if row is None or step is None:
             return
-        self.version += 1
-        t, rank = ev.t, ev.rank
-        self.phase_log.metric(ev)
-        if self.first_t is None:
-            self.first_t = t
-        self.stacks.wrote(t)
-        if rank is None or rank < 0:
-            return
-        row = self.rows.get(rank) or self._row(rank)
-        if row.last_heard is None or t > row.last_heard:
-            row.last_heard = t
-        step = ev.fields.get("step")
-        if type(step) is not int:
-            step = as_int(step)
-        if step is not None:
-            if row.state == "Pending":
-                row.state = "Running"
-                self.held = False  # the first sign of this rank: it runs
-                if self.state == "Pending":
-                    self._derive("Running", t)
-            row.step_rate = self.pace.track(rank, step, t)
-            row.step = step
-            self.metrics.add(rank, step, t, ev.fields.get("values"))
-        if self.pauses.active:
-            self.pauses.note(row)
+        if row.state == "Pending":
+            row.state = "Running"
+            self.held = False  # the first sign of this rank: it runs
+            if self.state == "Pending":
+                self._derive("Running", ev.t)
+        row.step_rate = self.pace.track(row.rank, step, ev.t)
+        row.step = step
+        self.metrics.add(row.rank, step, ev.t, values)
 
     def _on_checkpoint(self, ev: Event, row: RankState | None) -> None:
         f = ev.checkpoint()
@@ -557,6 +539,7 @@ _HANDLERS: Final = {
     "restart": JobBook._on_restart,
     "rank": JobBook._on_rank,
     "hello": JobBook._on_hello,
+    "metric": JobBook._on_metric,
     "checkpoint": JobBook._on_checkpoint,
     "loaded": JobBook._on_loaded,
     "result": JobBook._on_result,

@@ -67,16 +67,44 @@ def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def identity(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """What two processes must share to fork from one launcher (JSON-ready)."""
+def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What two processes must share to fork from one launcher (JSON-ready): the
+    interpreter and, for each variable of :func:`relevant_env`, a digest of its value
+    (names and digests only, so a difference can be named without showing a value)."""
     chosen = relevant_env(os.environ if env is None else env)
-    digest = hashlib.sha256(json.dumps(sorted(chosen.items())).encode()).hexdigest()
     return {
         "prefix": sys.prefix,
         "exec_prefix": sys.exec_prefix,
         "version": sys.version,
-        "env": digest,
+        "env": {name: _digest(value) for name, value in sorted(chosen.items())},
     }
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
+
+
+def difference(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> str:
+    """What differs between this process's :func:`identity` (``ours``) and a launcher's
+    (``theirs``), for a message: "" when nothing does."""
+    parts = [
+        f"its {key} is {theirs.get(key)!r}, not {ours.get(key)!r}"
+        for key in ("prefix", "exec_prefix", "version")
+        if theirs.get(key) != ours.get(key)
+    ]
+    mine, its = ours.get("env"), theirs.get("env")
+    if not isinstance(its, dict) or not isinstance(mine, dict):
+        return "; ".join([*parts, "it does not say which variables it was started with"])
+    only_its = sorted(set(its) - set(mine))
+    only_mine = sorted(set(mine) - set(its))
+    changed = sorted(name for name in set(its) & set(mine) if its[name] != mine[name])
+    if only_its:
+        parts.append("it was started with " + ", ".join(only_its) + " set (unset here)")
+    if only_mine:
+        parts.append("it was started without " + ", ".join(only_mine) + " (set here)")
+    if changed:
+        parts.append("it was started with other values of " + ", ".join(changed))
+    return "; ".join(parts)
 
 
 def imported_from() -> dict[str, str]:

@@ -38,6 +38,7 @@ from ...runtime.launcher_identity import (
     ask,
     check_private,
     connect_own,
+    difference,
     differing_modules,
     identity,
 )
@@ -269,22 +270,26 @@ def lingering_launcher(linger: float) -> SharedLauncher | None:
     or none can be held (the reason goes to stderr)."""
     if linger <= 0:
         return None
+    ours = identity()  # once: the socket chosen and the launcher checked against one value
     try:
-        held = lingering.hold(linger)
+        held = lingering.hold(linger, ident=ours)
         if _outdated(held.answer, "the lingering launcher"):
             held.conn.close()  # it has unlinked its socket: the next one starts afresh
-            held = lingering.hold(linger)
+            held = lingering.hold(linger, ident=ours)
     except (OSError, ValueError) as exc:
         print(
             f"distrain: no lingering launcher ({exc}); starting this process's own", file=sys.stderr
         )
         return None
     modules = held.answer.get("modules")
-    if held.answer.get("identity") != identity() or not isinstance(modules, dict):
+    theirs = held.answer.get("identity")
+    differs = difference(ours, theirs) if isinstance(theirs, dict) else "it has no identity"
+    if differs or not isinstance(modules, dict):
         held.conn.close()
+        why = differs or "it does not say what it imported"
         print(
-            "distrain: the lingering launcher serves another environment or does not say what "
-            "it imported; starting this process's own",
+            f"distrain: the lingering launcher at {held.path} cannot serve this process ({why}); "
+            "starting this process's own",
             file=sys.stderr,
         )
         return None

@@ -68,9 +68,11 @@ def runtime_dir() -> Path:
     return Path(jupyter_runtime_dir()) / "distrain"
 
 
-def socket_path(folder: Path | None = None) -> str | None:
-    """The lingering launcher's socket for this environment; None when too long to bind."""
-    digest = hashlib.sha256(json.dumps(identity(), sort_keys=True).encode()).hexdigest()
+def socket_path(folder: Path | None = None, ident: dict[str, Any] | None = None) -> str | None:
+    """The lingering launcher's socket for the environment of ``ident`` (this process's
+    :func:`identity` by default); None when too long to bind."""
+    chosen = identity() if ident is None else ident
+    digest = hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()
     path = str((folder or runtime_dir()) / f"{PREFIX}{digest[:16]}.sock")
     return path if len(os.fsencode(path)) <= MAX_SOCKET_PATH else None
 
@@ -85,14 +87,16 @@ class Held:
     proc: subprocess.Popen[bytes] | None  # set when this process started it
 
 
-def hold(linger: float, folder: Path | None = None) -> Held:
-    """Hold the lingering launcher of this environment, starting it when there is none.
+def hold(linger: float, folder: Path | None = None, ident: dict[str, Any] | None = None) -> Held:
+    """Hold the lingering launcher of the environment of ``ident`` (this process's
+    :func:`identity` by default), starting it when there is none: one started here gets
+    exactly this process's ``os.environ``.
 
     Blocks until it has imported (a launcher just started imports torch first).
     Raises ``OSError`` (``PermissionError`` for a socket or folder that is not
     this user's alone) or ``ValueError`` when no launcher can be held.
     """
-    path = socket_path(folder)
+    path = socket_path(folder, ident)
     if path is None:
         raise ValueError(
             f"{runtime_dir() if folder is None else folder} is too long a path for a Unix "
@@ -170,6 +174,7 @@ def _start(path: str, linger: float) -> subprocess.Popen[bytes]:
             stdout=subprocess.DEVNULL,
             stderr=log_fd,
             cwd=os.path.dirname(path),
+            env=dict(os.environ),  # what identity() read, not the C library's environ
             start_new_session=True,
         )
     finally:

@@ -59,10 +59,11 @@ def env_for(runtime: Path, linger: float) -> dict[str, str]:
     return {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), lingering.ENV_LINGER: str(linger)}
 
 
-def choose(env: dict[str, str]) -> tuple[dict[str, object], str]:
-    """In a new process: the launcher it chooses (pid, class) and what it said on stderr."""
+def choose(env: dict[str, str], script: str = CHOOSE) -> tuple[dict[str, object], str]:
+    """In a new process running ``script``: the launcher it chooses (pid, class) and what it
+    said on stderr."""
     done = subprocess.run(
-        [sys.executable, "-c", CHOOSE], env=env, capture_output=True, text=True, timeout=180
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1]), done.stderr
@@ -114,6 +115,16 @@ def test_the_next_kernel_forks_from_the_launcher_an_ended_kernel_started(
     parents = {path.read_text() for path in marks.iterdir()}
     assert parents == {str(launcher["pid"])}, parents
     assert [f["pid"] for f in lingering.lingering(runtime / "distrain")] == [launcher["pid"]]
+
+
+def test_a_launcher_started_here_has_this_processs_identity_whatever_the_c_environ_holds(
+    runtime: Path,
+) -> None:
+    """A library may set a variable with C's setenv, which os.environ does not show: the
+    launcher gets os.environ, the environment this process's identity was read from."""
+    script = "import ctypes\nctypes.CDLL(None).setenv(b'TORCH_SET_IN_C', b'1', 1)\n" + CHOOSE
+    chosen, said = choose(env_for(runtime, 5), script)
+    assert chosen["kind"] == "SharedLauncher", said
 
 
 def test_an_idle_launcher_ends_after_its_linger(runtime: Path) -> None:

@@ -106,6 +106,30 @@ export async function defineChangeWatch(page) {
   });
 }
 
+// A dashboard's display is replaced once after its job ends (the display's saved snapshot is
+// refreshed: the output re-renders the widget as a new element). `watchReplacement` counts,
+// from now on, the removals of the element of class `cls`; `replaced` waits until one
+// happened and the new element is in place: a screenshot begun on the old one would fail
+// ("not attached to the DOM"). Start watching before the job can end.
+export async function watchReplacement(page, cls) {
+  await page.evaluate((cls) => {
+    window.distrainReplaced = window.distrainReplaced ?? {};
+    window.distrainReplaced[cls] = 0;
+    const gone = (node) => node.nodeType === 1 && (node.classList.contains(cls) || node.querySelector(`.${cls}`) !== null);
+    new MutationObserver((records) => {
+      if (records.some((r) => [...r.removedNodes].some(gone))) window.distrainReplaced[cls] += 1;
+    }).observe(document.querySelector(".jp-Notebook") ?? document.body, { subtree: true, childList: true });
+  }, cls);
+}
+
+export async function replaced(page, cls, timeout = 60_000) {
+  await page.waitForFunction(
+    (cls) => window.distrainReplaced[cls] > 0 && document.querySelector(`.${cls}`)?.isConnected,
+    cls,
+    { timeout },
+  );
+}
+
 // Runs `read(element)` in the page on the element `selector` finds now, in one step (null when
 // none). Through a locator the element is found first and read after, so a node the page
 // replaced in between (the jobs panel after a poll, a widget after a render) reads as detached:

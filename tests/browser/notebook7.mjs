@@ -14,7 +14,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, replaced, runCell as runCellOn, runScenario, waitForPrompt, watchReplacement } from "./lab.mjs";
 import { resumeBelow } from "./resume.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
@@ -80,6 +80,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   await runCell(1);
   await page.locator(`${JOB} .distrain-header`).waitFor({ timeout: 60_000 });
   await page.locator(`${JOB} .distrain-header[data-state="Running"]`).waitFor({ timeout: JOB_TIMEOUT });
+  await watchReplacement(page, JOB.slice(1)); // the job ends only when the test says so
   // the curve while it grows: samples until three show more points than the one before
   const samples = [];
   const grown = () => samples.filter((s, i) => i > 0 && s.points[0] > samples[i - 1].points[0]).length;
@@ -111,6 +112,8 @@ await runScenario({ page, result, close }, outDir, async () => {
   await waitForStep(Math.max(...result.checkpointsMidRun.map((r) => r.step)) + 25);
   result.gate = await createFile("stop-training");
   await page.locator(`${JOB} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: 60_000 });
+  await replaced(page, JOB.slice(1)); // the final display, which the screenshot below shows
+  result.replacements = await page.evaluate((cls) => window.distrainReplaced[cls], JOB.slice(1));
   // the final render: every trace holds as many points as its rank's steps (the mean as the
   // furthest rank's), as the test asserts; what it holds after 30 s is asserted either way
   await page.waitForFunction(

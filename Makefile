@@ -78,7 +78,9 @@ checks: lint typecheck importlint labextension-test
 # start would otherwise each compile it again where bytecode is not written
 # (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
 TEST_WORKERS ?= 2
-PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=20
+# The slowest tests each pytest run lists (DURATIONS=0: every test, for tests/durations.json).
+DURATIONS ?= 20
+PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=$(DURATIONS)
 # The venv (pip) and the browser's packages (apt, npm) do not depend on each other: made
 # side by side.
 setup:

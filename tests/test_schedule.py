@@ -63,6 +63,41 @@ def test_the_table_is_written_from_a_junit_report(tmp_path: Path) -> None:
     }
 
 
+def test_the_table_is_read_from_the_first_durations_list_of_a_make_test_log(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "test.log"
+    log.write_text(
+        "........ [100%]\n"
+        "============================== slowest durations ===============================\n"
+        "9.00s call     tests/backends/local/test_backend.py::test_x[exec]\n"
+        "4.00s call     tests/test_schedule.py::test_a\n"
+        "3.50s setup    tests/test_schedule.py::test_a\n"
+        "5.50s call     notebooks/01-quickstart.ipynb::Cell 2\n"
+        "0.50s call     notebooks/01-quickstart.ipynb::Cell 3\n"
+        "7.00s call     tests/gone.py::test_y\n"
+        "\n(12 durations < 0.005s hidden.)\n"
+        "======================= 5 passed in 20.00s =======================\n"
+        "============================== slowest durations ===============================\n"
+        "60.00s call     tests/test_spec.py::test_serial\n"
+    )
+    target = tmp_path / "durations.json"
+    script = ROOT / "scripts" / "test_durations.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(log), "--out", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    files = json.loads(target.read_text())["files"]
+    assert files == {
+        "tests/backends/local/test_backend.py": 9.0,
+        "tests/test_schedule.py": 7.5,
+        "notebooks/01-quickstart.ipynb": 6.0,
+    }
+
+
 def test_a_serial_mark_set_outside_the_tests_file_is_refused(tmp_path: Path) -> None:
     """`make test`'s serial run collects the files that say ``mark.serial``: a serial mark
     set from anywhere else (a conftest) stops the run, in the parallel run too."""

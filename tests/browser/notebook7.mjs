@@ -81,7 +81,13 @@ await runScenario({ page, result, close }, outDir, async () => {
   await page.locator(`${JOB} .distrain-header`).waitFor({ timeout: 60_000 });
   await page.locator(`${JOB} .distrain-header[data-state="Running"]`).waitFor({ timeout: JOB_TIMEOUT });
   await watchReplacement(page, JOB.slice(1)); // the job ends only when the test says so
-  // the curve while it grows: samples until three show more points than the one before
+  // the curve while it grows, from its first drawing (plotly's bundle may load after the first
+  // steps): samples until three show more points than the one before
+  await page.waitForFunction(
+    (sel) => (document.querySelector(`${sel} .js-plotly-plot`)?.data ?? []).length >= 3,
+    JOB,
+    { timeout: JOB_TIMEOUT },
+  );
   const samples = [];
   const grown = () => samples.filter((s, i) => i > 0 && s.points[0] > samples[i - 1].points[0]).length;
   const deadline = Date.now() + JOB_TIMEOUT;

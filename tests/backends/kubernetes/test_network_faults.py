@@ -103,13 +103,18 @@ def test_a_partition_that_heals_within_the_group_timeout_lets_the_job_finish(
     wait_for(lambda: not emulator.processes(), 60, emulator.processes)
 
 
+#: The group's timeout of the job whose link stays down (a healthy step's all_reduce between two
+#: pods takes milliseconds, seconds on a loaded machine).
+CUT_TIMEOUT = 10
+
+
 def test_a_partition_for_good_is_read_naming_the_pods_that_cannot_reach_each_other(
     cluster: tuple[Emulator, str], tmp_path: Path
 ) -> None:
     emulator, api = cluster
     name = f"cut-{api[:3]}"
     payload = build_payload(CELL, {"FINISH": str(tmp_path / "never")}, job=name)
-    job = jobs.submit(group_timeout_spec(name, api, 20), payload, KubernetesBackend())
+    job = jobs.submit(group_timeout_spec(name, api, CUT_TIMEOUT), payload, KubernetesBackend())
     try:
         wait_for(lambda: len(job.metrics()) >= 6, 180, job.logs)
         node_0, node_1 = pod_of(emulator, api, name, NODE_0), pod_of(emulator, api, name)
@@ -124,7 +129,8 @@ def test_a_partition_for_good_is_read_naming_the_pods_that_cannot_reach_each_oth
             job.logs(),
         )
         assert re.search(
-            r"waited 20 s in a collective(?: after step \d+)? and heard nothing from node [01] ",
+            rf"waited {CUT_TIMEOUT} s in a collective(?: after step \d+)? and heard nothing "
+            r"from node [01] ",
             diagnosis,
         ), diagnosis
         # the job's reason (header, sidebar, CLI) names the same ranks, nodes and pods

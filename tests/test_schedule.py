@@ -35,6 +35,29 @@ def test_the_checked_in_table_names_existing_test_files() -> None:
     assert not missing, f"run scripts/test_durations.py: gone from tests/: {missing}"
 
 
+#: The table both reports below give (files of under 5 s and files not in the tree left out).
+EXPECTED = {
+    "tests/backends/local/test_backend.py": 9.0,
+    "tests/test_schedule.py": 7.5,
+    "notebooks/01-quickstart.ipynb": 6.0,
+}
+
+
+def table_of(report: Path) -> dict[str, float]:
+    """The ``files`` table scripts/test_durations.py writes from ``report``."""
+    target = report.with_name("durations.json")
+    script = ROOT / "scripts" / "test_durations.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(report), "--out", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    files: dict[str, float] = json.loads(target.read_text())["files"]
+    return files
+
+
 def test_the_table_is_written_from_a_junit_report(tmp_path: Path) -> None:
     report = tmp_path / "junit.xml"
     report.write_text(
@@ -46,21 +69,7 @@ def test_the_table_is_written_from_a_junit_report(tmp_path: Path) -> None:
         '<testcase classname="notebooks.01-quickstart.ipynb" name="Cell 0" time="6"/>'
         "</testsuite></testsuites>"
     )
-    target = tmp_path / "durations.json"
-    script = ROOT / "scripts" / "test_durations.py"
-    done = subprocess.run(
-        [sys.executable, str(script), str(report), "--out", str(target)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    files = json.loads(target.read_text())["files"]
-    assert files == {
-        "tests/backends/local/test_backend.py": 9.0,
-        "tests/test_schedule.py": 7.5,
-        "notebooks/01-quickstart.ipynb": 6.0,
-    }
+    assert table_of(report) == EXPECTED
 
 
 def test_the_table_is_read_from_the_first_durations_list_of_a_make_test_log(
@@ -81,21 +90,7 @@ def test_the_table_is_read_from_the_first_durations_list_of_a_make_test_log(
         "============================== slowest durations ===============================\n"
         "60.00s call     tests/test_spec.py::test_serial\n"
     )
-    target = tmp_path / "durations.json"
-    script = ROOT / "scripts" / "test_durations.py"
-    done = subprocess.run(
-        [sys.executable, str(script), str(log), "--out", str(target)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    files = json.loads(target.read_text())["files"]
-    assert files == {
-        "tests/backends/local/test_backend.py": 9.0,
-        "tests/test_schedule.py": 7.5,
-        "notebooks/01-quickstart.ipynb": 6.0,
-    }
+    assert table_of(log) == EXPECTED
 
 
 def test_a_serial_mark_set_outside_the_tests_file_is_refused(tmp_path: Path) -> None:

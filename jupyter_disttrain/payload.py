@@ -122,6 +122,8 @@ class Payload:
     key: bytes = field(default_factory=jobkey.new_key, repr=False)
     #: Set when the payload runs a training script (:func:`build_script_payload`), not a cell.
     script: ScriptInfo | None = None
+    #: The top-level packages its code imports (the user's own modules not among them).
+    packages: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line listing what is shipped, with sizes."""
@@ -301,7 +303,8 @@ def build_payload(
         **(extra or {}),
     }
     data = pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
-    return Payload(data, source, tuple(captures), python, fw.notebook_version())
+    imported = tuple(sorted(wanted - set(modules)))
+    return Payload(data, source, tuple(captures), python, fw.notebook_version(), packages=imported)
 
 
 # --- training scripts ------------------------------------------------------------------------
@@ -451,4 +454,7 @@ def build_script_payload(
     }
     blob = pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
     info = ScriptInfo(command, len(data))
-    return Payload(blob, source, captures, python, fw.notebook_version(), script=info)
+    imported = tuple(sorted(wanted - set(modules)))
+    return Payload(
+        blob, source, captures, python, fw.notebook_version(), script=info, packages=imported
+    )

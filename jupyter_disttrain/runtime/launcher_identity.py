@@ -58,6 +58,19 @@ LAUNCHER_DEFAULTS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS
 ENV_SYS_PATH = "DISTRAIN_SYS_PATH"
 
 
+def apply_sys_path(raw: str | None) -> None:
+    """Make ``sys.path`` the requester's (:data:`ENV_SYS_PATH`'s JSON list of strings), when
+    it sent one; anything else leaves it as it is."""
+    if not raw:
+        return
+    try:
+        paths = json.loads(raw)
+    except ValueError:
+        return
+    if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
+        sys.path[:] = paths
+
+
 def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
     """The part of ``env`` that decides what an import of Python and torch gives."""
     return {

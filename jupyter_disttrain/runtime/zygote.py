@@ -71,11 +71,13 @@ from typing import Any
 from .launcher_identity import (
     ENV_SYS_PATH,
     LAUNCHER_DEFAULTS,
+    apply_sys_path,
     changed_since,
     identity,
     imported_from,
     peer_uid,
 )
+from .warm import Warmed
 
 PRELOAD = (
     "numpy",
@@ -190,6 +192,8 @@ class Launcher:
             self.selector.register(sys.stdin, selectors.EVENT_READ, "owner")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.running = True
+        #: The libraries imported ahead for the jobs that asked (:mod:`.warm`).
+        self.warmed = Warmed()
 
     def install_signals(self) -> None:
         """SIGTERM ends the launcher; SIGCHLD (and any signal) wakes its ``select``."""
@@ -343,7 +347,8 @@ class Launcher:
         argv = [str(a) for a in req["argv"]]
         env = {str(k): str(v) for k, v in req["env"].items()}
         pgid = int(req.get("pgid", 0))
-        if thread_count() > 1:  # never run Python after fork in a threaded process
+        self.warmed.request(env)  # then no fork in a threaded process, nor for a job it misleads
+        if thread_count() > 1 or self.warmed.refusal(env):
             fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(fd, "ab") as log:
                 proc = subprocess.Popen(
@@ -374,6 +379,9 @@ class Launcher:
         if threads > 1:
             raise RuntimeError(f"launcher has {threads} threads; not forking")
         env = {str(k): str(v) for k, v in req["env"].items()}
+        self.warmed.request(env)
+        if refused := self.warmed.refusal(env):
+            raise RuntimeError(refused)
         pgid = int(req.get("pgid", 0))
         self._flush()
         pid = os.fork()
@@ -408,7 +416,7 @@ class Launcher:
         os.environ.update(env)
         if cwd:
             os.chdir(cwd)
-        _apply_sys_path(env.get(ENV_SYS_PATH))
+        apply_sys_path(env.get(ENV_SYS_PATH))
 
     @staticmethod
     def _flush() -> None:
@@ -477,18 +485,6 @@ def _retire(listener: socket.socket, path: str) -> bool:
     with contextlib.suppress(OSError):
         os.unlink(path)
     return True
-
-
-def _apply_sys_path(raw: str | None) -> None:
-    """Make ``sys.path`` the requester's (a JSON list of strings), when it sent one."""
-    if not raw:
-        return
-    try:
-        paths = json.loads(raw)
-    except ValueError:
-        return
-    if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
-        sys.path[:] = paths
 
 
 def _group_alive(group: int) -> bool:

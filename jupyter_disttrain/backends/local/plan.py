@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ...frameworks import LaunchContext, Process, framework
 from ...payload import Payload
-from ...runtime import forkclient, jobkey
+from ...runtime import forkclient, jobkey, warm
 from ...runtime.agent import ENV_BIND
 from ...spec import JobSpec
 from ..base import (
@@ -149,6 +149,9 @@ def build_plan(
         "PYTHONUNBUFFERED": "1",
         **shared,
     }
+    ahead = warm.chosen(payload.packages)
+    if ahead:  # the launcher imports them once for all the job's processes (--env wins)
+        env.setdefault(warm.ENV_WARM, ",".join(ahead))
     if spec.nproc > 1:  # torchrun's own default, without its warning in every agent log
         env.setdefault("OMP_NUM_THREADS", "1")
     if spec.max_restarts:  # restarted workers must not meet the last round's store keys

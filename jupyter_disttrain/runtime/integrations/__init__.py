@@ -66,6 +66,9 @@ class Integration:
     attach: Callable[[ModuleType], None]
     #: Text in a cell (or its captured code) that says it may use the library.
     mentions: tuple[str, ...] = field(default=())
+    #: Modules of the library a warm launcher may import once for a job that imports it,
+    #: before forking the job's processes (:mod:`..warm`): each must start no thread.
+    warm: tuple[str, ...] = field(default=())
 
 
 _lock = threading.Lock()
@@ -109,7 +112,9 @@ def targets() -> dict[str, str]:
     return found
 
 
-def _load(target: str) -> Integration:
+def load(target: str) -> Integration:
+    """The :class:`Integration` at ``target`` (``module:ATTRIBUTE``); ``TypeError`` for
+    anything else, the import's own exception when it cannot be imported."""
     module, _, attribute = target.partition(":")
     obj: Any = importlib.import_module(module)
     for part in attribute.split("."):
@@ -127,7 +132,7 @@ def install(env: dict[str, str] | None = None) -> list[str]:
         if (wanted is not None and name not in wanted) or name in _active:
             continue
         try:
-            integration = _load(target)
+            integration = load(target)
         except Exception as exc:
             warn(
                 name,

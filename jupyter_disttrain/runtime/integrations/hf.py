@@ -101,4 +101,5 @@ INTEGRATION = Integration(
     below=(6, 0),
     attach=attach,
     mentions=("transformers", "Trainer"),
+    warm=("transformers.trainer",),
 )

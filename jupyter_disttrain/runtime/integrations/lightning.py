@@ -207,4 +207,5 @@ INTEGRATION = Integration(
     below=(3, 0),
     attach=attach,
     mentions=("lightning",),
+    warm=("lightning.pytorch", "pytorch_lightning"),
 )

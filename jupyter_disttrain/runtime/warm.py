@@ -1,0 +1,102 @@
+"""Training libraries a warm launcher imports once, ahead of a job's workers.
+
+A Lightning or Hugging Face job's every worker would import its library
+(about 4 s of CPU each for ``lightning.pytorch``). A job that imports one
+says so in its environment (:data:`ENV_WARM`, set by the notebook side from
+the packages the payload imports, :func:`chosen`); the launcher imports the
+named modules once before it forks the job's processes, which then find
+them imported. Only the modules an integration declares (``Integration.warm``:
+they start no thread on import, so the launcher can still fork) are
+imported, and only where the job's ``sys.path`` finds them at the file the
+launcher's does (:class:`Warmed`). A launcher that has imported a library
+forks no process of a job whose ``sys.path`` would import another copy of
+it: that job's processes start afresh (:meth:`Warmed.refusal`).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping
+
+from . import integrations
+from .launcher_identity import ENV_SYS_PATH, differing_modules
+
+#: The modules a job asks its launcher to import ahead (comma-separated).
+ENV_WARM = "DISTRAIN_WARM"
+
+
+def declared() -> list[str]:
+    """Every module a built-in integration lets a launcher import ahead (``Integration.warm``;
+    another distribution's integration is not loaded into a launcher)."""
+    found: list[str] = []
+    for target in integrations.BUILTIN.values():
+        try:
+            found.extend(integrations.load(target).warm)
+        except Exception:  # an integration that cannot load warms nothing
+            continue
+    return found
+
+
+def chosen(packages: Iterable[str]) -> list[str]:
+    """The declared modules of the top-level ``packages`` a job imports, in order."""
+    tops = set(packages)
+    return [module for module in declared() if module.split(".")[0] in tops]
+
+
+def job_path(env: Mapping[str, str]) -> list[str]:
+    """The ``sys.path`` a job's processes get (:data:`ENV_SYS_PATH`, else this process's)."""
+    try:
+        paths = json.loads(env.get(ENV_SYS_PATH) or "null")
+    except ValueError:
+        paths = None
+    if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
+        return paths
+    return list(sys.path)
+
+
+class Warmed:
+    """The modules a launcher imported ahead: imports them on request, names conflicts."""
+
+    def __init__(self, allowed: Iterable[str] | None = None) -> None:
+        self._allowed = set(declared() if allowed is None else allowed)
+        self._tried: set[str] = set()
+        #: Top-level package -> the file it was imported from.
+        self.origins: dict[str, str] = {}
+
+    def request(self, env: Mapping[str, str]) -> None:
+        """Import the allowed modules ``env`` asks for (:data:`ENV_WARM`), each tried once,
+        when the job's ``sys.path`` finds its package where this process's does."""
+        for module in (env.get(ENV_WARM) or "").split(","):
+            if module not in self._allowed or module in self._tried:
+                continue
+            top = module.split(".")[0]
+            here = importlib.machinery.PathFinder.find_spec(top, sys.path)
+            if here is None or not here.origin:
+                continue
+            origin = os.path.realpath(here.origin)
+            if differing_modules({top: origin}, job_path(env)):
+                continue  # the job imports another copy: it must not get this one
+            self._tried.add(module)
+            started = time.monotonic()
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # the job's workers import it (and report) themselves
+                print(f"distrain launcher: {module} not imported ahead: {exc!r}", file=sys.stderr)
+                continue
+            self.origins[top] = origin
+            took = time.monotonic() - started
+            print(f"distrain launcher: imported {module} ahead in {took:.1f} s", file=sys.stderr)
+
+    def refusal(self, env: Mapping[str, str]) -> str:
+        """Why a process of the job of ``env`` must not be forked from this one: a package
+        imported ahead that the job's ``sys.path`` imports from another file ("" when none)."""
+        differing = differing_modules(self.origins, job_path(env)) if self.origins else {}
+        for name, found in differing.items():
+            return f"the job imports {name} from {found}, not {self.origins[name]}; not forking"
+        return ""

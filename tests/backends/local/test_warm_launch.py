@@ -1,0 +1,50 @@
+"""A Lightning job's library is imported once, by the launcher, for all its processes; a job
+whose sys.path holds another copy of it gets its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jupyter_disttrain.backends.local.launcher import ping, shared_launcher
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.local.test_backend import job_logs, run_job
+
+pytest.importorskip("lightning")
+
+CELL = (
+    "import sys\n"
+    "ahead = 'lightning.pytorch' in sys.modules  # before the cell's own import\n"
+    "import lightning.pytorch\n"
+    "import lightning\n"
+    "report(step=0, ahead=float(ahead), fake=float(getattr(lightning, 'FAKE', 0)))\n"
+)
+
+
+def values(sink: object) -> list[dict[str, float]]:
+    return [dict(e.get("values")) for e in sink.kinds("metric")]  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_the_launcher_imports_lightning_ahead_and_forks_no_job_that_imports_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink, run = run_job(JobSpec("warm-pl", nodes=1, nproc=2, timeout=120), CELL, timeout=150)
+    assert sink.final().get("state") == "Succeeded", job_logs(run)
+    assert values(sink) == [{"ahead": 1.0, "fake": 0.0}] * 2, job_logs(run)
+    launcher = shared_launcher()
+    assert "lightning" in ping(launcher.socket_path)["modules"]
+
+    # a folder first on this process's sys.path holds another lightning: the job's
+    # processes import that one, not the launcher's
+    fake = tmp_path / "elsewhere" / "lightning"
+    (fake / "pytorch").mkdir(parents=True)
+    (fake / "__init__.py").write_text("FAKE = 1\n")
+    (fake / "pytorch" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(fake.parent))
+    sink, run = run_job(JobSpec("warm-fake", nodes=1, nproc=2, timeout=120), CELL, timeout=150)
+    assert sink.final().get("state") == "Succeeded", job_logs(run)
+    assert values(sink) == [{"ahead": 0.0, "fake": 1.0}] * 2, job_logs(run)
+    hellos = sink.kinds("hello")
+    assert all(e.get("pid") == e.get("launched_pid") for e in hellos), [e.fields for e in hellos]

@@ -108,6 +108,7 @@ bench: venv
 	$(PY) bench/jax_launch.py
 	$(PY) bench/autolog.py
 	$(PY) bench/pod_network.py
+	$(PY) bench/warm_libraries.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

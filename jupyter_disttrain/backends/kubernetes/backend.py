@@ -25,7 +25,7 @@ from ... import events as ev
 from ...frameworks import framework
 from ...payload import Payload
 from ...runtime import control as controls
-from ...runtime import jobkey
+from ...runtime import jobkey, warm
 from ...runtime.hangwatch import WHERE_ANNOTATION
 from ...spec import JobSpec
 from ..base import (
@@ -194,6 +194,7 @@ class KubernetesBackend(Backend):
             images=self.images,
             script=payload.script is not None,
             runtime_kind=runtime_kind,
+            warm=warm.chosen(payload.packages),
         )
 
     # -- Kubeflow APIs and training runtimes ---------------------------------------

@@ -7,7 +7,7 @@ parts every kind shares are in :mod:`.template`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .images import STOCK_IMAGES, ImagePolicy
@@ -45,6 +45,7 @@ def manifests(
     images: ImagePolicy = STOCK_IMAGES,
     script: bool = False,
     runtime_kind: str = "",
+    warm: Sequence[str] = (),
 ) -> list[Manifest]:
     """Every object of job ``spec`` in creation order: payload object, the job, then its
     ``--prometheus`` Service and ServiceMonitor.
@@ -53,7 +54,8 @@ def manifests(
     ``jupyter_disttrain/runtime/worker.py``, ...) to contents; they appear
     under ``/opt/disttrain/payload`` in each pod, which is on ``PYTHONPATH``.
     ``notebook`` (a path) is recorded as an annotation; ``runtime_kind`` is
-    what the kind's :meth:`~.kinds.base.KubeflowKind.runtime_kind` said. Raises
+    what the kind's :meth:`~.kinds.base.KubeflowKind.runtime_kind` said; ``warm`` the
+    library modules each pod's launcher imports ahead. Raises
     :class:`~.syntax.OptionError` or :class:`~.template.PayloadTooLarge` before
     anything could be created.
     """
@@ -68,6 +70,7 @@ def manifests(
         images=images,
         script=script,
         runtime_kind=runtime_kind,
+        warm=tuple(warm),
     )
     payload_obj = payload_object(spec.name, opts.namespace, payload_files, opts.payload_secret)
     extras = metrics_objects(spec.name, opts.namespace, kind, opts, labels(spec.name))

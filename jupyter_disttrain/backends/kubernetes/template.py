@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ...frameworks import framework
 from ...runtime import jobkey
+from ...runtime.warm import ENV_WARM
 from ...spec import JobSpec, SpecError
 from ...units import format_bytes
 from ..environment import spec_env
@@ -280,7 +281,9 @@ def _kubelet_escape(value: str) -> str:
     return value.replace("$", "$$")
 
 
-def worker_env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
+def worker_env(spec: JobSpec, opts: K8sOptions, warm: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The training containers' environment; ``warm``: the library modules the pod's
+    launcher imports ahead (a user's ``--env`` of :data:`ENV_WARM` wins)."""
     # Several ranks share a pod's log: each line is prefixed "[rank R] ".
     env = {
         "PYTHONPATH": PAYLOAD_DIR,
@@ -296,6 +299,8 @@ def worker_env(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
         env["DISTRAIN_CHECKPOINT_DIR"] = _kubelet_escape(spec.checkpoint_dir)
         env["DISTRAIN_JOB_ID"] = spec.name
     env.update(spec_env(spec, escape=_kubelet_escape))
+    if warm:
+        env[ENV_WARM] = ",".join(warm)
     if opts.elastic is not None and spec.max_restarts:  # a fresh worker store per round
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     meets_in_c10d = framework(spec.framework).launch.c10d_rendezvous
@@ -387,7 +392,7 @@ def pod_template(kind: KubeflowKind, job: JobInputs) -> dict[str, Any]:
         "name": name,
         "image": image,
         "command": launch_command(kind),
-        "env": worker_env(spec, opts),
+        "env": worker_env(spec, opts, job.warm),
         "ports": [{"name": port_name, "containerPort": port, "protocol": "TCP"}, *metrics_port],
         "volumeMounts": mounts,
     }

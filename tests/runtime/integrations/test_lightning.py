@@ -187,6 +187,8 @@ def test_a_trainjob_on_the_emulator_sends_every_ranks_values_through_the_relay(
         steps_shown(job, rank, range(1, 5), {1, 3, 4})
     progress = job.monitor.snapshot()["progress"]
     assert progress is not None and (progress["step"], progress["total"]) == (4, 4), progress
+    # each pod's launcher imported Lightning once, for both of its ranks
+    assert "distrain launcher: imported lightning.pytorch ahead" in job.logs(), job.logs()
     assert backend.stop("tj-lightning")
 
 

@@ -55,7 +55,8 @@ class JobInputs:
     ``torch``, ...) pick the default image and are recorded as annotations, as
     is ``notebook`` (a path); ``script`` says the payload is a script with its
     folder (:mod:`..script`); ``runtime_kind`` is what the kind's
-    :meth:`KubeflowKind.runtime_kind` said ("" for its default).
+    :meth:`KubeflowKind.runtime_kind` said ("" for its default); ``warm`` the
+    library modules each pod's launcher imports ahead (:mod:`...runtime.warm`).
     """
 
     spec: JobSpec
@@ -66,6 +67,7 @@ class JobInputs:
     images: ImagePolicy = STOCK_IMAGES
     script: bool = False
     runtime_kind: str = ""
+    warm: tuple[str, ...] = ()
 
 
 def build(

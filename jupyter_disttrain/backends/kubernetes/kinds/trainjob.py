@@ -129,7 +129,7 @@ def trainjob_object(job: JobInputs) -> Manifest:
         "numProcPerNode": spec.nproc,
         "image": opts.image or runtime_image(spec, versions, opts, images),
         "command": command,
-        "env": worker_env(spec, opts),
+        "env": worker_env(spec, opts, job.warm),
     }
     if not trainer["image"]:
         del trainer["image"]  # the training runtime's own image

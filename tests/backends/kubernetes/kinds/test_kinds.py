@@ -29,6 +29,7 @@ from jupyter_disttrain.backends.kubernetes.records import spec_from_object
 from jupyter_disttrain.backends.kubernetes.template import job_metadata, pod_template
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
+from tests.crd_schema import validate_manifest
 
 INDEX = "example.org/toy-index"
 
@@ -131,3 +132,44 @@ def test_the_kinds_limits_and_pods_come_from_the_kind(toy: KubeflowKind) -> None
     # the port of a registered kind is taken for --prometheus like the others
     with pytest.raises(OptionError, match="other than 2222, 23456, 29500 and 31337"):
         parse_options([("prometheus", "31337")])
+
+
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_a_lightning_cells_pods_import_it_ahead_unless_the_user_says_not_to(api: str) -> None:
+    """Each pod's launcher imports the library once for the pod's ranks (``DISTRAIN_WARM``)."""
+    cell = "import lightning.pytorch as pl\nimport torch\npl.seed_everything(0)"
+
+    def warm_env(*env: tuple[str, str]) -> list[str | None]:
+        spec = JobSpec(
+            "pl-pods", nodes=2, nproc=8, backend="kubernetes", options=(("kubeflow_api", api),)
+        )
+        spec = spec.with_(env=env)
+        plan = KubernetesBackend().plan(spec, build_payload(cell, {}, job="pl-pods"))
+        job = [o for o in yaml.safe_load_all(str(plan)) if o["kind"] in ("PyTorchJob", "TrainJob")]
+        found = [
+            item.get("value") for item in _containers_env(job) if item["name"] == "DISTRAIN_WARM"
+        ]
+        return found
+
+    assert set(warm_env()) == {"lightning.pytorch"}
+    assert set(warm_env(("DISTRAIN_WARM", ""))) == {""}
+
+
+def validated(manifest: dict[str, Any]) -> dict[str, Any]:
+    validate_manifest(manifest)
+    return manifest
+
+
+def _containers_env(manifest: Any) -> list[dict[str, str]]:
+    """Every ``env`` item of every container spec anywhere in ``manifest``."""
+    found: list[dict[str, str]] = []
+    if isinstance(manifest, dict):
+        for key, value in manifest.items():
+            if key == "env" and isinstance(value, list):
+                found.extend(value)
+            else:
+                found.extend(_containers_env(value))
+    elif isinstance(manifest, list):
+        for item in manifest:
+            found.extend(_containers_env(item))
+    return found

@@ -88,10 +88,13 @@ class Warmed:
                 importlib.import_module(module)
             except Exception as exc:  # the job's workers import it (and report) themselves
                 print(f"distrain launcher: {module} not imported ahead: {exc!r}", file=sys.stderr)
-                continue
-            self.origins[top] = origin
-            took = time.monotonic() - started
-            print(f"distrain launcher: imported {module} ahead in {took:.1f} s", file=sys.stderr)
+            else:
+                took = time.monotonic() - started
+                print(
+                    f"distrain launcher: imported {module} ahead in {took:.1f} s", file=sys.stderr
+                )
+            if top in sys.modules:  # imported, even in part: no job may get another copy
+                self.origins[top] = origin
 
     def refusal(self, env: Mapping[str, str]) -> str:
         """Why a process of the job of ``env`` must not be forked from this one: a package

@@ -64,3 +64,17 @@ def test_a_module_that_fails_to_import_is_said_and_left_to_the_workers(
     assert "warmfake_bad not imported ahead: RuntimeError('broken on import')" in (
         capsys.readouterr().err
     )
+
+
+def test_a_package_imported_in_part_still_refuses_a_job_with_another_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = package(tmp_path / "mine", "warmfake_part", "")
+    (mine.parent / "sub.py").write_text("raise ImportError('half way')\n")
+    package(tmp_path / "other", "warmfake_part", "")
+    monkeypatch.syspath_prepend(str(tmp_path / "mine"))
+    monkeypatch.delitem(sys.modules, "warmfake_part", raising=False)
+    warmed = warm.Warmed(allowed=["warmfake_part.sub"])
+    warmed.request(job_env("warmfake_part.sub", tmp_path / "mine"))
+    assert "warmfake_part" in sys.modules and "warmfake_part.sub" not in sys.modules
+    assert "imports warmfake_part from" in warmed.refusal(job_env("", tmp_path / "other"))

@@ -65,7 +65,7 @@ def test_an_integration_attaches_when_its_module_is_imported(
     fake = autolog.Integration(
         "fake", "distrain_fake_lib", ("distrain_fake_lib",), (1, 0), (2, 0), attached.append
     )
-    monkeypatch.setattr(autolog, "_load", lambda target: fake)
+    monkeypatch.setattr(autolog, "load", lambda target: fake)
     monkeypatch.setattr(autolog, "targets", lambda: {"fake": "x:y"})  # not the installed ones
     assert autolog.install({autolog.ENV: "all"}) == ["fake"] and attached == []
     import distrain_fake_lib  # type: ignore[import-not-found]

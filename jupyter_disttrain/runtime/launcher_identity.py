@@ -58,16 +58,22 @@ LAUNCHER_DEFAULTS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS
 ENV_SYS_PATH = "DISTRAIN_SYS_PATH"
 
 
-def apply_sys_path(raw: str | None) -> None:
-    """Make ``sys.path`` the requester's (:data:`ENV_SYS_PATH`'s JSON list of strings), when
-    it sent one; anything else leaves it as it is."""
-    if not raw:
-        return
+def requested_sys_path(env: Mapping[str, str]) -> list[str] | None:
+    """The ``sys.path`` a requester sent in ``env`` (:data:`ENV_SYS_PATH`, a JSON list of
+    strings); None when it sent none, or anything else."""
     try:
-        paths = json.loads(raw)
+        paths = json.loads(env.get(ENV_SYS_PATH) or "null")
     except ValueError:
-        return
+        return None
     if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
+        return paths
+    return None
+
+
+def apply_sys_path(env: Mapping[str, str]) -> None:
+    """Make ``sys.path`` the one the requester sent in ``env``, when it sent one."""
+    paths = requested_sys_path(env)
+    if paths is not None:
         sys.path[:] = paths
 
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import os
 import runpy
 
-from .launcher_identity import ENV_SYS_PATH, apply_sys_path
+from .launcher_identity import apply_sys_path
 
 WORKER = "jupyter_disttrain.runtime.worker"
 
 
 def main() -> None:
     """Bind stores to loopback, then run the worker module as ``__main__``."""
-    apply_sys_path(os.environ.get(ENV_SYS_PATH))
+    apply_sys_path(os.environ)
     from .agent import bind_stores_to_loopback
 
     bind_stores_to_loopback(agent=False)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import json
 import os
 import sys
 import time
 from collections.abc import Iterable, Mapping
 
 from . import integrations
-from .launcher_identity import ENV_SYS_PATH, differing_modules
+from .launcher_identity import differing_modules, requested_sys_path
 
 #: The modules a job asks its launcher to import ahead (comma-separated).
 ENV_WARM = "DISTRAIN_WARM"
@@ -50,14 +49,10 @@ def chosen(packages: Iterable[str]) -> list[str]:
 
 
 def job_path(env: Mapping[str, str]) -> list[str]:
-    """The ``sys.path`` a job's processes get (:data:`ENV_SYS_PATH`, else this process's)."""
-    try:
-        paths = json.loads(env.get(ENV_SYS_PATH) or "null")
-    except ValueError:
-        paths = None
-    if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
-        return paths
-    return list(sys.path)
+    """The ``sys.path`` a job's processes get (the one its requester sent, else this
+    process's)."""
+    paths = requested_sys_path(env)
+    return list(sys.path) if paths is None else paths
 
 
 class Warmed:

@@ -69,7 +69,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .launcher_identity import (
-    ENV_SYS_PATH,
     LAUNCHER_DEFAULTS,
     apply_sys_path,
     changed_since,
@@ -164,7 +163,7 @@ class Launcher:
     loopback_stores = True
 
     def __init__(
-        self, path: str, ident: dict[str, str] | None = None, linger: float | None = None
+        self, path: str, ident: dict[str, Any] | None = None, linger: float | None = None
     ) -> None:
         self.path = path
         #: Lingering: seconds without a holder or child before it exits (None: owned).
@@ -416,7 +415,7 @@ class Launcher:
         os.environ.update(env)
         if cwd:
             os.chdir(cwd)
-        apply_sys_path(env.get(ENV_SYS_PATH))
+        apply_sys_path(env)
 
     @staticmethod
     def _flush() -> None:

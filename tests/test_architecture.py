@@ -331,7 +331,8 @@ FRAMEWORK_WORDS_ALLOWED = {
     "jupyter_disttrain/runtime/checkpoint/format.py": "registers the built-in checkpoint formats",
     "jupyter_disttrain/runtime/checkpoint/api.py": "PyTorch's full and sharded saves and "
     "loads (a format without a loader of its own)",
-    "jupyter_disttrain/runtime/zygote.py": "the warm launcher pre-imports torch for torchrun",
+    "jupyter_disttrain/runtime/forked.py": "what the launcher pre-imports (torch, for "
+    "torchrun) and a forked worker's torch thread count",
     "jupyter_disttrain/checkpoints/store.py": "torch.load for a format without a reader of "
     "its own (full, sharded), and describe() of TensorFlow's",
     "jupyter_disttrain/backends/kubernetes/kinds/operator.py": "kinds list their frameworks",

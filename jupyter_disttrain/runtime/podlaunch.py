@@ -5,7 +5,7 @@ torch.distributed.run --module jupyter_disttrain.runtime.worker PAYLOAD``
 (nodes, rank, rendezvous and processes per node from the ``PET_*``
 environment the training operator sets), with one difference: torch and the
 worker runtime are imported once per pod instead of once per process. This
-process imports them (:func:`.zygote.preload`), forks torchrun's agent, and
+process imports them (:func:`.forked.preload`), forks torchrun's agent, and
 serves the agent's workers from a private Unix socket as the local launcher
 does (:mod:`.zygote`): each worker torchrun starts is the fork client
 (:mod:`.forkclient`), which has a warm worker forked here and stands in for
@@ -36,8 +36,10 @@ from types import FrameType
 from typing import Any
 
 from . import forkclient
+from .forked import exit_status_of, preload, single_threaded_pools
+from .launcher_identity import thread_count
 from .localworker import WORKER as WORKER_MODULE
-from .zygote import Launcher, exit_status_of, preload, single_threaded_pools, thread_count
+from .zygote import Launcher
 
 SOCKET_NAME = "launcher.sock"
 #: Bytes a Unix socket's path may hold (``sun_path``, with its terminating zero).
@@ -52,6 +54,7 @@ class PodLauncher(Launcher):
 
     owned = False
     loopback_stores = False
+    warm_in_place = True
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
@@ -84,7 +87,7 @@ class PodLauncher(Launcher):
             self.agent_pid = proc.pid
             self._register(theirs, proc.pid, 0, forked=False)
             return
-        self._flush()
+        self.flush_output()
         pid = os.fork()
         if pid == 0:
             mine.close()

@@ -1,16 +1,19 @@
-"""Training libraries a warm launcher imports once, ahead of a job's workers.
+"""Training libraries imported once, ahead of a job's workers.
 
 A Lightning or Hugging Face job's every worker would import its library
 (about 4 s of CPU each for ``lightning.pytorch``). A job that imports one
 says so in its environment (:data:`ENV_WARM`, set by the notebook side from
-the packages the payload imports, :func:`chosen`); the launcher imports the
-named modules once before it forks the job's processes, which then find
-them imported. Only the modules an integration declares (``Integration.warm``:
-they start no thread on import, so the launcher can still fork) are
-imported, and only where the job's ``sys.path`` finds them at the file the
-launcher's does (:class:`Warmed`). A launcher that has imported a library
-forks no process of a job whose ``sys.path`` would import another copy of
-it: that job's processes start afresh (:meth:`Warmed.refusal`).
+the packages the payload imports, :func:`chosen`); the modules are imported
+once, before the job's processes are forked, and those find them imported:
+by a launcher dedicated to the job (a pod's), and otherwise by a warm child
+of the shared launcher kept for jobs that ask for the same modules
+(:mod:`.warmchild`), so that no other job finds them imported. Only the
+modules an integration declares (``Integration.warm``: they start no thread
+on import, so the process can still fork) are imported, and only where the
+job's ``sys.path`` finds them at the file this process's does
+(:class:`Warmed`). A process that has imported a library forks no process of
+a job whose ``sys.path`` would import another copy of it, or of a package it
+imported in turn: that job's processes start afresh (:meth:`Warmed.refusal`).
 Standard library only.
 """
 
@@ -24,7 +27,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from . import integrations
-from .launcher_identity import differing_modules, requested_sys_path
+from .launcher_identity import differing_modules, imported_from, requested_sys_path
 
 #: The modules a job asks its launcher to import ahead (comma-separated).
 ENV_WARM = "DISTRAIN_WARM"
@@ -64,6 +67,11 @@ class Warmed:
         #: Top-level package -> the file it was imported from.
         self.origins: dict[str, str] = {}
 
+    def wanted(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        """The allowed modules ``env`` asks for (:data:`ENV_WARM`), in order, once each."""
+        asked = (env.get(ENV_WARM) or "").split(",")
+        return tuple(dict.fromkeys(module for module in asked if module in self._allowed))
+
     def request(self, env: Mapping[str, str]) -> None:
         """Import the allowed modules ``env`` asks for (:data:`ENV_WARM`), each tried once,
         when the job's ``sys.path`` finds its package where this process's does."""
@@ -78,6 +86,7 @@ class Warmed:
             if differing_modules({top: origin}, job_path(env)):
                 continue  # the job imports another copy: it must not get this one
             self._tried.add(module)
+            before = imported_from()
             started = time.monotonic()
             try:
                 importlib.import_module(module)
@@ -90,6 +99,9 @@ class Warmed:
                 )
             if top in sys.modules:  # imported, even in part: no job may get another copy
                 self.origins[top] = origin
+            # and no other copy of what it imported in turn (accelerate, for transformers)
+            added = imported_from().items() - before.items()
+            self.origins.update((name, file) for name, file in added if name not in self.origins)
 
     def refusal(self, env: Mapping[str, str]) -> str:
         """Why a process of the job of ``env`` must not be forked from this one: a package

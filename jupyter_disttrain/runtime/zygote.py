@@ -24,6 +24,11 @@ Requests, one JSON object per connection:
 * ``{"op": "hold"}`` (lingering launchers): the ping answer, and the connection
   stays open for as long as the requesting process uses the launcher.
 
+A request whose job asks for libraries imported ahead (``DISTRAIN_WARM``) is
+passed, connection and all, to a warm child of the launcher kept for those
+libraries (:mod:`.warmchild`), so the launcher itself never imports one job's
+library for every other job to find.
+
 Every forked process gets the request's environment and working directory,
 and its ``sys.path`` from ``DISTRAIN_SYS_PATH`` in that environment when set
 (the requesting kernel's), so one launcher serves several kernels. An
@@ -62,78 +67,25 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
+from . import warmchild
+from .forked import preload, redirect, run_agent, run_worker, single_threaded_pools, watch_lifeline
 from .launcher_identity import (
-    LAUNCHER_DEFAULTS,
     apply_sys_path,
     changed_since,
     identity,
     imported_from,
     peer_uid,
+    send,
+    thread_count,
 )
 from .warm import Warmed
+from .warmchild import WarmChild
 
-PRELOAD = (
-    "numpy",
-    "torch",
-    "torch.distributed",
-    "torch.distributed.run",
-    "torch.distributed.elastic.agent.server.local_elastic_agent",
-    "torch.nn.parallel",
-    "torch.utils.data",
-    "torch.optim",
-    "torch._dynamo",
-    "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
-    "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
-    "cloudpickle",
-    "jupyter_disttrain.runtime.agent",
-    "jupyter_disttrain.runtime.worker",
-)
 GRACE_SECONDS = 3.0
-
-
-def preload() -> list[str]:
-    """Import what a training step needs; return the modules that failed to import."""
-    import importlib
-
-    missing = []
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except Exception:
-            missing.append(name)
-    from . import integrations
-
-    integrations.targets()  # the entry-point scan, once, before the forks
-    return missing
-
-
-def single_threaded_pools() -> None:
-    """No thread pools in a launcher (a fork after threads start can deadlock); each worker
-    sets its own thread count from the job's environment. Call before importing torch."""
-    for var in LAUNCHER_DEFAULTS:
-        os.environ.setdefault(var, "1")
-
-
-def thread_count() -> int:
-    """OS threads in this process (a large number where it cannot be read)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1 << 30
-
-
-def send(conn: socket.socket, message: dict[str, Any]) -> None:
-    """Write one JSON line; a vanished peer is not an error."""
-    try:
-        conn.sendall((json.dumps(message) + "\n").encode())
-    except OSError:
-        pass
 
 
 def read_request(conn: socket.socket, limit: int = 1 << 22) -> dict[str, Any]:
@@ -161,6 +113,9 @@ class Launcher:
     owned = True
     #: Stores its workers host listen on loopback only (see :mod:`.localworker`).
     loopback_stores = True
+    #: Imports the libraries a job asks for itself (a launcher of one job); otherwise
+    #: hands that job's requests to a warm child that does (:mod:`.warmchild`).
+    warm_in_place = False
 
     def __init__(
         self, path: str, ident: dict[str, Any] | None = None, linger: float | None = None
@@ -174,8 +129,11 @@ class Launcher:
         self.withdrawn = False  # its socket is unlinked: the path may be another's now
         self.identity = ident or identity()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        os.chmod(path, 0o600)
+        umask = os.umask(0o177)  # bound 0600: no one finds it with a wider mode
+        try:
+            self.listener.bind(path)
+        finally:
+            os.umask(umask)
         self.listener.listen(256)
         self.children: dict[int, socket.socket] = {}
         self.child_groups: dict[int, int] = {}
@@ -193,6 +151,13 @@ class Launcher:
         self.running = True
         #: The libraries imported ahead for the jobs that asked (:mod:`.warm`).
         self.warmed = Warmed()
+        #: Its warm children (retired ones too, until they end).
+        self.warm_children: list[WarmChild] = []
+        #: In a warm child: its end of the socket pair to its launcher.
+        self.launcher_channel: socket.socket | None = None
+        #: In a warm child: told to retire; the file found changed since it imported.
+        self.retired = False
+        self.stale: str | None = None
 
     def install_signals(self) -> None:
         """SIGTERM ends the launcher; SIGCHLD (and any signal) wakes its ``select``."""
@@ -222,6 +187,10 @@ class Launcher:
                             pass
                 elif isinstance(key.data, int):
                     self.lifeline(key.data, key.fileobj)  # type: ignore[arg-type]
+                elif key.data == "launcher":
+                    warmchild.from_launcher(self)
+                elif isinstance(key.data, WarmChild):
+                    warmchild.from_child(self, key.data)
             self.reap()
             self.kill_doomed()
             self.retire_when_idle()
@@ -234,12 +203,15 @@ class Launcher:
         except OSError:
             data = b""
         if not data:
-            self._unwatch(conn)
+            self.unwatch(conn)
             self.holders.discard(conn)
             conn.close()
 
     def retire_when_idle(self) -> None:
-        """Lingering: exit (socket unlinked first, under its lock) once idle for ``linger``."""
+        """Lingering: exit (socket unlinked first, under its lock) once idle for ``linger``;
+        a retired warm child: exit once its processes have."""
+        if self.launcher_channel is not None and self.retired and not self.children:
+            self.running = False
         if self.linger is None:
             return
         now = time.monotonic()
@@ -264,7 +236,7 @@ class Launcher:
             data = b""
         if data:
             return
-        self._unwatch(conn)
+        self.unwatch(conn)
         group = self.child_groups.get(pid)
         if pid in self.children and group is not None:
             with contextlib.suppress(OSError):
@@ -282,7 +254,7 @@ class Launcher:
                     os.killpg(group, signal.SIGKILL)
                 del self.doomed[group]
 
-    def _unwatch(self, conn: socket.socket) -> None:
+    def unwatch(self, conn: socket.socket) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(conn)
 
@@ -296,37 +268,40 @@ class Launcher:
             conn.close()
             return
         try:
-            request = read_request(conn)
-            op = request.get("op")
-            if op == "agent":
-                self.start_agent(conn, request)
-            elif op == "worker":
-                self.start_worker(conn, request)
-            elif op in ("ping", "hold"):
-                changed = changed_since(self.started)
-                if changed and self.linger is not None and not self.withdrawn:
-                    self.withdraw()  # outdated: found by no one new (before it says so)
-                send(
-                    conn,
-                    {
-                        "pid": os.getpid(),
-                        "threads": thread_count(),
-                        "identity": self.identity,
-                        "modules": imported_from(),
-                        "linger": self.linger,
-                        "changed": changed,
-                    },
-                )
-                if op == "hold" and self.linger is not None:
-                    self.holders.add(conn)
-                    self.selector.register(conn, selectors.EVENT_READ, "holder")
-                else:
-                    conn.close()
-            else:
-                raise ValueError(f"unknown op {op!r}")
+            self.dispatch(conn, read_request(conn))
         except Exception as exc:
             send(conn, {"error": f"{type(exc).__name__}: {exc}"})
             conn.close()
+
+    def dispatch(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        """Serve one request that came on ``conn``; raise for one it cannot serve."""
+        op = request.get("op")
+        if op == "agent":
+            self.start_agent(conn, request)
+        elif op == "worker":
+            self.start_worker(conn, request)
+        elif op in ("ping", "hold"):
+            changed = changed_since(self.started)
+            if changed and self.linger is not None and not self.withdrawn:
+                self.withdraw()  # outdated: found by no one new (before it says so)
+            send(
+                conn,
+                {
+                    "pid": os.getpid(),
+                    "threads": thread_count(),
+                    "identity": self.identity,
+                    "modules": imported_from(),
+                    "linger": self.linger,
+                    "changed": changed,
+                },
+            )
+            if op == "hold" and self.linger is not None:
+                self.holders.add(conn)
+                self.selector.register(conn, selectors.EVENT_READ, "holder")
+            else:
+                conn.close()
+        else:
+            raise ValueError(f"unknown op {op!r}")
 
     def _register(self, conn: socket.socket, pid: int, pgid: int, forked: bool) -> None:
         try:
@@ -345,9 +320,13 @@ class Launcher:
     def start_agent(self, conn: socket.socket, req: dict[str, Any]) -> None:
         argv = [str(a) for a in req["argv"]]
         env = {str(k): str(v) for k, v in req["env"].items()}
+        if warmchild.hand_off(self, conn, req, env):
+            return
         pgid = int(req.get("pgid", 0))
-        self.warmed.request(env)  # then no fork in a threaded process, nor for a job it misleads
-        if thread_count() > 1 or self.warmed.refusal(env):
+        if self.warm_in_place:
+            self.warmed.request(env)
+        # no fork in a threaded process, for a job the imports ahead mislead, or of old code
+        if thread_count() > 1 or self.warmed.refusal(env) or self.stale:
             fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(fd, "ab") as log:
                 proc = subprocess.Popen(
@@ -363,13 +342,13 @@ class Launcher:
             self._register(conn, proc.pid, pgid, forked=False)
             self.selector.register(conn, selectors.EVENT_READ, proc.pid)
             return
-        self._flush()
+        self.flush_output()
         pid = os.fork()
         if pid == 0:
             self._become_child(pgid, env, req.get("cwd"), keep=None)
             os.environ["DISTRAIN_PGID"] = str(os.getpgid(0))  # its workers join the group
-            _redirect(req["log"])
-            os._exit(_run_agent(argv))
+            redirect(req["log"])
+            os._exit(run_agent(argv))
         self._register(conn, pid, pgid, forked=True)
         self.selector.register(conn, selectors.EVENT_READ, pid)
 
@@ -378,16 +357,21 @@ class Launcher:
         if threads > 1:
             raise RuntimeError(f"launcher has {threads} threads; not forking")
         env = {str(k): str(v) for k, v in req["env"].items()}
-        self.warmed.request(env)
+        if warmchild.hand_off(self, conn, req, env):
+            return
+        if self.warm_in_place:
+            self.warmed.request(env)
         if refused := self.warmed.refusal(env):
             raise RuntimeError(refused)
+        if self.stale:
+            raise RuntimeError(f"{self.stale} changed since it was imported; not forking")
         pgid = int(req.get("pgid", 0))
-        self._flush()
+        self.flush_output()
         pid = os.fork()
         if pid == 0:
             self._become_child(pgid, env, req.get("cwd"), keep=conn)
-            _watch_lifeline(conn)
-            os._exit(_run_worker([str(a) for a in req["argv"]], env, self.loopback_stores))
+            watch_lifeline(conn)
+            os._exit(run_worker([str(a) for a in req["argv"]], env, self.loopback_stores))
         self._register(conn, pid, pgid, forked=True)
 
     def _become_child(
@@ -405,7 +389,10 @@ class Launcher:
         self.listener.close()
         os.close(self.wake_r)
         os.close(self.wake_w)
-        for conn in [*self.children.values(), *self.holders]:
+        channels = [c.channel for c in self.warm_children]
+        if self.launcher_channel is not None:
+            channels.append(self.launcher_channel)
+        for conn in [*self.children.values(), *self.holders, *channels]:
             if conn is not keep:
                 conn.close()
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -417,21 +404,85 @@ class Launcher:
             os.chdir(cwd)
         apply_sys_path(env)
 
+    def fork_warm_child(
+        self, modules: tuple[str, ...], handling: socket.socket
+    ) -> WarmChild | None:
+        """Fork the warm child for ``modules`` (None in a threaded process: no fork); the
+        connection the launcher is ``handling`` reaches the child as the others do: passed."""
+        if thread_count() > 1:
+            return None
+        ours, theirs = socket.socketpair()
+        self.flush_output()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                ours.close()
+                handling.close()
+                self.become_warm_child(theirs)
+                self.serve()
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                self.flush_output()
+                os._exit(code)
+        theirs.close()
+        child = WarmChild(modules, pid, ours)
+        self.warm_children.append(child)
+        self.selector.register(ours, selectors.EVENT_READ, child)
+        return child
+
+    def become_warm_child(self, channel: socket.socket) -> None:
+        """In the forked warm child: none of the launcher's connections, children or
+        socket (never unlinked here), a selector and wake-up pipe of its own (the
+        inherited epoll instance is the launcher's), the launcher's channel its owner."""
+        self.selector.close()  # closed, never changed: the launcher's registrations stand
+        self.listener.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        held = [
+            *self.children.values(),
+            *self.holders,
+            *(c.channel for c in self.warm_children),
+        ]
+        for conn in held:
+            conn.close()
+        for table in (self.children, self.child_groups, self.popen, self.doomed):
+            table.clear()
+        self.groups.clear()
+        self.holders.clear()
+        self.warm_children.clear()
+        self.linger = None
+        self.withdrawn = True
+        self.warm_in_place = True
+        self.started = time.time()  # a file changed after this is one it may have imported
+        self.launcher_channel = channel
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(channel, selectors.EVENT_READ, "launcher")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+
     @staticmethod
-    def _flush() -> None:
+    def flush_output() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
 
     # -- children ----------------------------------------------------------
     def reap(self) -> None:
         """Collect ended children and tell their requesters how they ended."""
-        while self.children:
+        while True:  # a warm child too, forgotten already when its channel ended
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            for child in [c for c in self.warm_children if c.pid == pid]:
+                warmchild.forget_child(self, child)
             conn = self.children.pop(pid, None)
             self.child_groups.pop(pid, None)
             proc = self.popen.pop(pid, None)
@@ -439,7 +490,7 @@ class Launcher:
                 proc.returncode = os.waitstatus_to_exitcode(status)
             if conn is None:
                 continue
-            self._unwatch(conn)
+            self.unwatch(conn)
             if os.WIFSIGNALED(status):
                 send(conn, {"signal": os.WTERMSIG(status)})
             else:
@@ -447,7 +498,11 @@ class Launcher:
             conn.close()
 
     def shutdown(self) -> None:
-        """Terminate every process group started here, then leave."""
+        """Terminate every process group started here (and, by ending their channel, the
+        warm children's), then leave."""
+        children = [c.pid for c in self.warm_children]
+        for child in list(self.warm_children):
+            warmchild.forget_child(self, child)
         for sig, wait in ((signal.SIGTERM, GRACE_SECONDS), (signal.SIGKILL, 1.0)):
             live = [g for g in self.groups if _group_alive(g)]
             for group in live:
@@ -460,6 +515,7 @@ class Launcher:
                 self.reap()
                 time.sleep(0.05)
         self.reap()
+        warmchild.await_ended(children, GRACE_SECONDS + 2.0)
         if not self.withdrawn:
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
@@ -492,74 +548,6 @@ def _group_alive(group: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def _redirect(log: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
-def exit_status_of(run: Callable[[], int | None]) -> int:
-    """Call ``run`` in a forked child; its exit status (tracebacks go to the log)."""
-    try:
-        code = run() or 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    return code
-
-
-def _run_agent(argv: list[str]) -> int:
-    """Run torchrun's main in this (forked) process; return its exit status."""
-
-    def agent() -> None:
-        from . import agent
-
-        agent.main(argv)
-
-    return exit_status_of(agent)
-
-
-def _watch_lifeline(conn: socket.socket) -> None:
-    """Kill this worker as soon as its client's connection closes."""
-
-    def watch() -> None:
-        try:
-            while conn.recv(1024):
-                pass
-        except OSError:
-            pass
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="distrain-lifeline", daemon=True).start()
-
-
-def _run_worker(argv: list[str], env: dict[str, str], loopback: bool) -> int:
-    """Run the worker runtime in this (forked) process; return its exit status.
-
-    ``loopback``: a store it hosts listens on 127.0.0.1 (see :mod:`.localworker`).
-    """
-
-    def work() -> int:
-        import torch
-
-        threads = env.get("OMP_NUM_THREADS")
-        torch.set_num_threads(int(threads) if threads else (os.cpu_count() or 1))
-        from . import worker
-        from .agent import bind_stores_to_loopback
-
-        if loopback:
-            bind_stores_to_loopback(agent=False)
-
-        return worker.main(argv)
-
-    return exit_status_of(work)
 
 
 def main(argv: list[str] | None = None) -> int:

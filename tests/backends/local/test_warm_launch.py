@@ -1,5 +1,6 @@
-"""A Lightning job's library is imported once, by the launcher, for all its processes; a job
-whose sys.path holds another copy of it gets its own."""
+"""A Lightning job's library is imported once, by a warm child of the launcher, for all its
+processes; a job that does not ask for it does not find it imported, and a job whose
+sys.path holds another copy of it gets its own."""
 
 from __future__ import annotations
 
@@ -34,7 +35,13 @@ def test_the_launcher_imports_lightning_ahead_and_forks_no_job_that_imports_anot
     assert sink.final().get("state") == "Succeeded", job_logs(run)
     assert values(sink) == [{"ahead": 1.0, "fake": 0.0}] * 2, job_logs(run)
     launcher = shared_launcher()
-    assert "lightning" in ping(launcher.socket_path)["modules"]
+    assert "lightning" not in ping(launcher.socket_path)["modules"]  # its warm child has it
+
+    # a job that does not import lightning does not find it imported
+    plain = "import sys\nreport(step=0, ahead=float('lightning' in sys.modules), fake=0.0)\n"
+    sink, run = run_job(JobSpec("warm-not", nodes=1, nproc=2, timeout=120), plain, timeout=150)
+    assert sink.final().get("state") == "Succeeded", job_logs(run)
+    assert values(sink) == [{"ahead": 0.0, "fake": 0.0}] * 2, job_logs(run)
 
     # a folder first on this process's sys.path holds another lightning: the job's
     # processes import that one, not the launcher's

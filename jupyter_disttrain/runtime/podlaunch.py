@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     launcher = PodLauncher(path)
     launcher.install_signals()
     preload()
-    launcher.start_torchrun([forkclient.__file__, args[0]], env)
+    launcher.start_torchrun([*forkclient.torchrun_command(), args[0]], env)
     try:
         launcher.serve()
     finally:

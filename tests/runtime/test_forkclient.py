@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -23,8 +22,10 @@ def run_client(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     merged = {**os.environ, forkclient.ENV_FALLBACK: "json.tool"}
     merged.pop(forkclient.ENV_LAUNCHER, None)
     merged.update(env)
+    no_python, *command = forkclient.torchrun_command()  # as torchrun runs it: without site
+    assert no_python == "--no-python"
     return subprocess.run(
-        [sys.executable, forkclient.__file__, str(payload)],
+        [*command, str(payload)],
         env=merged,
         capture_output=True,
         text=True,

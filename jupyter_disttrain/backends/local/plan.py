@@ -132,7 +132,7 @@ def build_plan(
     payload_path = str(directory / "payload.pkl")
     logs = jobdir.logs_dir(directory)
     # fork: the worker command is the fork client, run as a script (it imports no package)
-    worker = ("-m", LOCAL_WORKER_MODULE) if mode != "fork" else (forkclient.__file__,)
+    worker = ("-m", LOCAL_WORKER_MODULE) if mode != "fork" else forkclient.torchrun_command()
     interfaces = {} if network else {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
     shared = spec_env(spec)
     timeout = {PG_TIMEOUT: shared.pop(PG_TIMEOUT)} if PG_TIMEOUT in shared else {}

@@ -5,8 +5,8 @@ runtime directory), already warm with torch before the first job: two
 consecutive 2x2 jobs whose cell imports ``lightning.pytorch`` and reports one
 step, timed from submit to the end of the job, (off) with ``--env
 DISTRAIN_WARM=`` (every worker imports Lightning itself) and (on) as the
-product runs them (the launcher imports it once, for the first job; the
-second finds it imported). The two modes alternate round by round, so both
+product runs them (a warm child of the launcher imports it once, for the first
+job; the second finds it imported). The two modes alternate round by round, so both
 see the same machine load. ``python bench/warm_libraries.py [--rounds 5]
 [--write]`` prints the medians (``--write`` rewrites the "Warm libraries"
 section of BENCHMARKS.md).
@@ -93,7 +93,10 @@ def main() -> int:
         "| Lightning 2x2 job, submit to end | first job | second job |",
         "|---|---|---|",
     ]
-    label = {"off": "each worker imports Lightning", "on": "the launcher imports it ahead"}
+    label = {
+        "off": "each worker imports Lightning",
+        "on": "a warm child of the launcher imports it ahead",
+    }
     for mode in ("off", "on"):
         first = statistics.median(r["first"] for r in rows[mode])
         second = statistics.median(r["second"] for r in rows[mode])

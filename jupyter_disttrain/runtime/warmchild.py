@@ -21,7 +21,10 @@ length followed by that many bytes of JSON:
   imported it, so it forks no more processes and new requests need a new child.
 
 The end of the socket pair is each side's news of the other's end: a child
-whose launcher ended ends its jobs, as the launcher would have.
+whose launcher ended ends its jobs, as the launcher would have. The launcher
+writes a handoff whole: one larger than the socket's buffer (an environment of
+hundreds of kilobytes) waits for the child to read it, at most as long as the
+child's first imports take.
 Standard library only.
 """
 

@@ -78,3 +78,21 @@ def test_a_package_imported_in_part_still_refuses_a_job_with_another_copy(
     warmed.request(job_env("warmfake_part.sub", tmp_path / "mine"))
     assert "warmfake_part" in sys.modules and "warmfake_part.sub" not in sys.modules
     assert "imports warmfake_part from" in warmed.refusal(job_env("", tmp_path / "other"))
+
+
+def test_a_package_the_library_imports_in_turn_refuses_a_job_with_another_copy_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package(tmp_path / "mine", "warmfake_lib", "import warmfake_dep\n")
+    dep = package(tmp_path / "mine", "warmfake_dep", "")
+    other = package(tmp_path / "other", "warmfake_dep", "")
+    monkeypatch.syspath_prepend(str(tmp_path / "mine"))
+    for name in ("warmfake_lib", "warmfake_dep"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    warmed = warm.Warmed(allowed=["warmfake_lib"])
+    asked = job_env("warmfake_lib,not_allowed,warmfake_lib", tmp_path / "mine")
+    assert warmed.wanted(asked) == ("warmfake_lib",)
+    warmed.request(asked)
+    assert warmed.origins["warmfake_dep"] == str(dep)
+    said = warmed.refusal(job_env("", tmp_path / "other", tmp_path / "mine"))
+    assert said == f"the job imports warmfake_dep from {other}, not {dep}; not forking"

@@ -28,7 +28,8 @@ import socket
 import stat
 import struct
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from types import ModuleType
 from typing import Any
 
 #: Variables whose names start with one of these are read while Python, torch and the
@@ -139,11 +140,12 @@ def imported_from() -> dict[str, str]:
     return out
 
 
-def changed_since(started: float) -> str | None:
-    """A file of a module this process imported that was modified after ``started`` (a
-    package upgraded or edited since: forking would run the old code); None when none.
-    A file that cannot be read (gone, inside an archive) is passed over."""
-    for module in list(sys.modules.values()):
+def changed_since(started: float, modules: Iterable[ModuleType] | None = None) -> str | None:
+    """A file of a module this process imported (of ``modules``, when given) that was
+    modified after ``started`` (a package upgraded or edited since: forking would run the
+    old code); None when none. A file that cannot be read (gone, inside an archive) is
+    passed over."""
+    for module in list(sys.modules.values()) if modules is None else modules:
         origin = getattr(module, "__file__", None)
         if not isinstance(origin, str):
             continue

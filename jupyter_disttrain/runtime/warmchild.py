@@ -45,6 +45,8 @@ from .launcher_identity import changed_since, send
 from .warm import Warmed
 
 HEADER = struct.Struct("!Q")
+#: A job's submission (its agents share it, see :func:`check_files`).
+ENV_RUN_ID = "DISTRAIN_RUN_ID"
 #: The largest message either side reads (a request is at most 4 MiB, see ``zygote``).
 MAX_MESSAGE = 1 << 23
 
@@ -73,6 +75,9 @@ class Host(Protocol):
     launcher_channel: socket.socket | None
     retired: bool
     stale: str | None
+    #: In a warm child: the modules it was forked with; the job it last checked its files for.
+    inherited: frozenset[str]
+    checked_run: str | None
     running: bool
     started: float
 
@@ -165,16 +170,32 @@ def from_launcher(launcher: Host) -> None:
         launcher.retired = True
     if conn is None or message.get("op") != "handoff" or not isinstance(request, dict):
         return
-    if request.get("op") == "agent" and not launcher.stale:
-        launcher.stale = changed_since(launcher.started)
-        if launcher.stale:  # its jobs fork here no more: the launcher forks a new child
-            with contextlib.suppress(OSError):
-                send_message(launcher.launcher_channel, {"op": "stale", "file": launcher.stale})
+    env = request.get("env")
+    if request.get("op") == "agent" and not launcher.stale and isinstance(env, dict):
+        check_files(launcher, env)
     try:
         launcher.dispatch(conn, request)
     except Exception as exc:
         send(conn, {"error": f"{type(exc).__name__}: {exc}"})
         conn.close()
+
+
+def check_files(launcher: Host, env: dict[str, Any]) -> None:
+    """In a warm child, before it forks an agent: has a file of a module it imported since
+    it was forked (the launcher's own are the launcher's to check) changed since? Then say
+    so to the launcher: this child forks no more. Checked once a job (its agents share
+    ``DISTRAIN_RUN_ID``, new at every submission): a check reads the status of a file per
+    module, thousands for Lightning."""
+    run = str(env.get(ENV_RUN_ID) or "")
+    if run and run == launcher.checked_run:
+        return
+    launcher.checked_run = run
+    own = [m for name, m in list(sys.modules.items()) if name not in launcher.inherited]
+    launcher.stale = changed_since(launcher.started, own)
+    if launcher.stale:  # its jobs fork here no more: the launcher forks a new child
+        with contextlib.suppress(OSError):
+            assert launcher.launcher_channel is not None
+            send_message(launcher.launcher_channel, {"op": "stale", "file": launcher.stale})
 
 
 def from_child(launcher: Host, child: WarmChild) -> None:

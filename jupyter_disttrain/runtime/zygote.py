@@ -158,6 +158,9 @@ class Launcher:
         #: In a warm child: told to retire; the file found changed since it imported.
         self.retired = False
         self.stale: str | None = None
+        #: In a warm child: the modules it was forked with; the job it last checked files for.
+        self.inherited: frozenset[str] = frozenset()
+        self.checked_run: str | None = None
 
     def install_signals(self) -> None:
         """SIGTERM ends the launcher; SIGCHLD (and any signal) wakes its ``select``."""
@@ -457,6 +460,7 @@ class Launcher:
         self.withdrawn = True
         self.warm_in_place = True
         self.started = time.time()  # a file changed after this is one it may have imported
+        self.inherited = frozenset(sys.modules)
         self.launcher_channel = channel
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)

@@ -21,7 +21,7 @@ import pytest
 
 from jupyter_disttrain.backends.local.launcher import Launcher, ping
 from jupyter_disttrain.runtime.warm import ENV_WARM
-from jupyter_disttrain.runtime.warmchild import recv_message, send_message
+from jupyter_disttrain.runtime.warmchild import ENV_RUN_ID, recv_message, send_message
 
 #: The agent's one process says who forked the agent (its parent's parent).
 SAYS_WHO_FORKED = "echo forked-by=$(awk '/^PPid/{print $2}' /proc/$PPID/status)"
@@ -71,11 +71,16 @@ def launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Launch
         started.close()
 
 
-def forked_by(launcher: Launcher, folder: Path, name: str, warm: bool) -> tuple[int, bool]:
-    """Run an agent (asking for ``lightning.pytorch`` ahead when ``warm``): the process
-    that started it, and whether it was forked."""
+def forked_by(
+    launcher: Launcher, folder: Path, name: str, warm: bool, run: str = ""
+) -> tuple[int, bool]:
+    """Run an agent (asking for ``lightning.pytorch`` ahead when ``warm``; of the job
+    submitted as ``run`` when given): the process that started it, and whether it was
+    forked."""
     log = folder / f"{name}.log"
     env = {**os.environ, ENV_WARM: "lightning.pytorch"} if warm else dict(os.environ)
+    if run:
+        env[ENV_RUN_ID] = run
     argv = ["--standalone", "--nproc-per-node=1", "--no-python", "sh", "-c", SAYS_WHO_FORKED]
     handle = launcher.request(
         {"op": "agent", "argv": argv, "env": env, "cwd": str(folder), "pgid": 0, "log": str(log)}
@@ -107,14 +112,16 @@ def test_a_warm_child_serves_the_jobs_that_ask_and_the_launcher_stays_without(
     assert forked_by(launcher, tmp_path, "plain", warm=False) == (launcher.pid, True)
     modules = ping(launcher.socket_path)["modules"]
     assert "lightning" not in modules and "lightning_extra" not in modules, modules
-    assert forked_by(launcher, tmp_path, "warm-2", warm=True) == (child, True)
+    assert forked_by(launcher, tmp_path, "warm-2", warm=True, run="job-2") == (child, True)
     assert log.read_text().count("imported lightning.pytorch ahead") == 1, log.read_text()
 
-    # a file the child imported changes: it starts this job afresh, then retires
+    # a file the child imported changes: the files are read once a job (at its first
+    # agent), so the next job starts afresh, and the child retires
     changed = tmp_path / "site" / "lightning_extra.py"
     later = time.time() + 5
     os.utime(changed, (later, later))
-    assert forked_by(launcher, tmp_path, "warm-3", warm=True) == (child, False)
+    assert forked_by(launcher, tmp_path, "warm-2b", warm=True, run="job-2") == (child, True)
+    assert forked_by(launcher, tmp_path, "warm-3", warm=True, run="job-3") == (child, False)
     assert f"{changed} changed since" in log.read_text(), log.read_text()
     assert gone(child, 10.0), log.read_text()
     renewed, forked = forked_by(launcher, tmp_path, "warm-4", warm=True)

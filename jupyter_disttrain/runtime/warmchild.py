@@ -108,28 +108,32 @@ def recv_message(sock: socket.socket) -> tuple[dict[str, Any], socket.socket | N
     """Read one message and the connection that came with it; None at the other side's end.
 
     Reads exactly the message's bytes, so a descriptor sent with the next one is never
-    consumed here. Raises ``ValueError`` for a message that is not a JSON object.
+    consumed here; an end in the middle of a message is the other side's end too. Raises
+    ``ValueError`` for a message that is not a JSON object.
     """
     data, fds, _flags, _address = socket.recv_fds(sock, HEADER.size, 1)
     passed = socket.socket(fileno=fds[0]) if fds else None
-    if not data:
-        return None
-    data += _exactly(sock, HEADER.size - len(data))
-    (length,) = HEADER.unpack(data)
+    header = _exactly(sock, data, HEADER.size)
+    length = HEADER.unpack(header)[0] if header is not None else 0
     if length > MAX_MESSAGE:
         raise ValueError(f"message of {length} bytes")
-    message = json.loads(_exactly(sock, length))
+    body = _exactly(sock, b"", length) if header is not None else None
+    if body is None:
+        if passed is not None:
+            passed.close()
+        return None
+    message = json.loads(body)
     if not isinstance(message, dict):
         raise ValueError("message must be a JSON object")
     return message, passed
 
 
-def _exactly(sock: socket.socket, count: int) -> bytes:
-    data = b""
+def _exactly(sock: socket.socket, data: bytes, count: int) -> bytes | None:
+    """``data`` read on to ``count`` bytes; None when the other side ends first."""
     while len(data) < count:
         chunk = sock.recv(min(count - len(data), 1 << 20))
         if not chunk:
-            raise EOFError("the other side ended in the middle of a message")
+            return None
         data += chunk
     return data
 
@@ -169,6 +173,8 @@ def from_launcher(launcher: Host) -> None:
     if message.get("op") == "retire":
         launcher.retired = True
     if conn is None or message.get("op") != "handoff" or not isinstance(request, dict):
+        if conn is not None:
+            conn.close()
         return
     env = request.get("env")
     if request.get("op") == "agent" and not launcher.stale and isinstance(env, dict):

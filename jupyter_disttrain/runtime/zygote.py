@@ -140,9 +140,7 @@ class Launcher:
         self.groups: set[int] = set()
         self.popen: dict[int, subprocess.Popen[bytes]] = {}
         self.doomed: dict[int, float] = {}  # process group -> when it gets SIGKILL
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
+        self.wake_r, self.wake_w = _wake_pipe()
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         if linger is None and self.owned:
@@ -388,6 +386,20 @@ class Launcher:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        self._close_inherited(keep)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.environ.clear()
+        os.environ.update(env)
+        if cwd:
+            os.chdir(cwd)
+        apply_sys_path(env)
+
+    def _close_inherited(self, keep: socket.socket | None) -> None:
+        """In a forked process: close the launcher's selector (closed, never changed: the
+        epoll instance is shared, so the launcher's registrations stand), socket, wake-up
+        pipe and every connection it holds but ``keep``."""
         self.selector.close()
         self.listener.close()
         os.close(self.wake_r)
@@ -398,14 +410,6 @@ class Launcher:
         for conn in [*self.children.values(), *self.holders, *channels]:
             if conn is not keep:
                 conn.close()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        os.environ.clear()
-        os.environ.update(env)
-        if cwd:
-            os.chdir(cwd)
-        apply_sys_path(env)
 
     def fork_warm_child(
         self, modules: tuple[str, ...], handling: socket.socket
@@ -440,17 +444,7 @@ class Launcher:
         """In the forked warm child: none of the launcher's connections, children or
         socket (never unlinked here), a selector and wake-up pipe of its own (the
         inherited epoll instance is the launcher's), the launcher's channel its owner."""
-        self.selector.close()  # closed, never changed: the launcher's registrations stand
-        self.listener.close()
-        os.close(self.wake_r)
-        os.close(self.wake_w)
-        held = [
-            *self.children.values(),
-            *self.holders,
-            *(c.channel for c in self.warm_children),
-        ]
-        for conn in held:
-            conn.close()
+        self._close_inherited(keep=None)
         for table in (self.children, self.child_groups, self.popen, self.doomed):
             table.clear()
         self.groups.clear()
@@ -462,9 +456,7 @@ class Launcher:
         self.started = time.time()  # a file changed after this is one it may have imported
         self.inherited = frozenset(sys.modules)
         self.launcher_channel = channel
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
+        self.wake_r, self.wake_w = _wake_pipe()
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(channel, selectors.EVENT_READ, "launcher")
@@ -544,6 +536,14 @@ def _retire(listener: socket.socket, path: str) -> bool:
     with contextlib.suppress(OSError):
         os.unlink(path)
     return True
+
+
+def _wake_pipe() -> tuple[int, int]:
+    """A non-blocking pipe: the signal wake-up descriptor's, read by ``select``."""
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    return read, write
 
 
 def _group_alive(group: int) -> bool:

@@ -21,7 +21,7 @@ import pytest
 
 from jupyter_disttrain.backends.local.launcher import Launcher, ping
 from jupyter_disttrain.runtime.warm import ENV_WARM
-from jupyter_disttrain.runtime.warmchild import ENV_RUN_ID, recv_message, send_message
+from jupyter_disttrain.runtime.warmchild import ENV_RUN_ID, HEADER, recv_message, send_message
 
 #: The agent's one process says who forked the agent (its parent's parent).
 SAYS_WHO_FORKED = "echo forked-by=$(awk '/^PPid/{print $2}' /proc/$PPID/status)"
@@ -49,6 +49,16 @@ def test_messages_and_the_connections_they_carry_arrive_each_with_its_own() -> N
             conn.sendall(message)
             conn.close()
         assert (first_peer.recv(8), second_peer.recv(8)) == (b"one", b"two")
+        launcher_end.close()
+        assert recv_message(child_end) is None
+
+
+def test_a_message_cut_off_reads_as_the_other_sides_end() -> None:
+    launcher_end, child_end = socket.socketpair()
+    passed, peer = socket.socketpair()
+    with launcher_end, child_end, passed, peer:
+        socket.send_fds(launcher_end, [HEADER.pack(100)], [passed.fileno()])
+        launcher_end.sendall(b'{"op": "ha')
         launcher_end.close()
         assert recv_message(child_end) is None
 

@@ -270,14 +270,24 @@ def test_exec_mode_jobs_side_by_side_all_succeed() -> None:
     assert not problems, "\n\n".join(problems)
 
 
+# Rank 1 aborts at exit, after its ``done`` line, and only once rank 0 has
+# ended too: a rank that dies while another is still at work fails the job,
+# which is right, and a loaded machine can make rank 0 that slow.
 ABORT_AFTER_DONE = textwrap.dedent(
     """
-    import atexit, os, signal
+    import atexit, os, pathlib, signal, time
     import torch.distributed as dist
+    ended = pathlib.Path(os.environ["DISTRAIN_JOB_DIR"]) / "rank-0-ended"
+    def abort_once_rank_0_ended():
+        deadline = time.monotonic() + 60
+        while not ended.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGABRT)
     if dist.get_rank() == 1:
-        atexit.register(lambda: os.kill(os.getpid(), signal.SIGABRT))
+        atexit.register(abort_once_rank_0_ended)
+    else:
+        atexit.register(ended.touch)
     report(step=0, ok=1)
-    dist.get_rank()
     """
 )
 

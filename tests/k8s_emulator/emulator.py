@@ -82,7 +82,8 @@ class Emulator:
     machine allows it, else on this host's loopback, see :mod:`podnet`; ``"pods"``
     requires namespaces; ``"loopback"``), ``http_stop_wait`` (seconds leaving the block
     waits for the HTTP server to close its streams; past it the rest stops all the same,
-    and :attr:`http_stop_late` says so).
+    and :attr:`http_stop_late` says so), ``warm_image`` (False: every pod on the pod
+    network imports for itself, see :mod:`warmimage`).
 
     ``apis`` says which Kubeflow APIs the cluster has: ``"kubeflow-v1"`` (the
     Training Operator's PyTorchJob and TFJob; the default) and/or ``"trainer"``
@@ -116,6 +117,7 @@ class Emulator:
         trainer_status: bool = False,
         network: str = "auto",
         http_stop_wait: float = 10.0,
+        warm_image: bool | None = None,
     ) -> None:
         self.apis = frozenset(apis)
         self.http_stop_wait = http_stop_wait
@@ -158,9 +160,8 @@ class Emulator:
                 if s.get("spec", {}).get("clusterIP") == "None"
             },
         )
-        self.kubelet_settings = KubeletSettings(
-            node_name, restart_backoff, max_restarts, grace_cap, image_backoff, dict(env or {})
-        )
+        timing = (restart_backoff, max_restarts, grace_cap, image_backoff)
+        self.kubelet_settings = KubeletSettings(node_name, *timing, dict(env or {}), warm_image)
         self.kubelet: Kubelet | None = None
         self.operator: Operator | None = None
         #: Trainer v2's controllers (TrainJob, JobSet, Job), while running.

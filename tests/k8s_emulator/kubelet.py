@@ -78,6 +78,9 @@ class KubeletSettings:
     image_backoff: float = 0.3
     #: Extra variables for every container process.
     base_env: dict[str, str] = field(default_factory=dict)
+    #: Training pods fork from a warm image (:mod:`warmimage`) instead of importing afresh
+    #: (None: unless ``K8S_EMULATOR_WARM_IMAGE=0``).
+    warm_image: bool | None = None
 
 
 class Kubelet:
@@ -109,6 +112,9 @@ class Kubelet:
         env = {key: os.environ[key] for key in _PASS_ENV if key in os.environ}
         env["PATH"] = f"{self.shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
         self.base_env = {**env, **settings.base_env}
+        self.warm_image = settings.warm_image
+        if self.warm_image is None:
+            self.warm_image = os.environ.get("K8S_EMULATOR_WARM_IMAGE") != "0"
         self._lock = threading.Lock()
         self._workers: dict[str, PodWorker] = {}
         self._closed = False
@@ -575,7 +581,8 @@ class PodWorker(threading.Thread, PodEnv):
 
     def _sandboxed(self, spec: Obj, env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
         cwd = spec.get("workingDir") or str(self.dir / "rootfs")
-        return container_argv(self, spec, env, cwd), self._full_env(env), str(self.dir)
+        full = self._full_env(env)
+        return container_argv(self, spec, env, cwd, full), full, str(self.dir)
 
     def _full_env(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` with the kubelet's base variables, HOME, TMPDIR, HOSTNAME and the shims."""

@@ -17,6 +17,12 @@ waits for is the container's. Steps, as a container runtime takes them:
 5. ``chroot`` into that root, ``chdir`` to the working directory, ``exec``.
 
 A failure before ``exec`` prints ``podexec: <reason>`` and exits 128.
+
+With ``warm`` (a socket path) in ``CONFIG``, a warm image forks the container's
+process instead (:mod:`warmimage`, which takes the steps above in the fork):
+this process sends it its standard streams and environment, passes on every
+signal it gets to the forked process, and ends as that process ended. When the
+warm image refuses or cannot be reached, the steps above are taken here.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
+import socket
 import sys
+import time
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
@@ -131,8 +140,90 @@ def _enter(config: dict[str, Any]) -> None:
     os.chdir(cwd)
 
 
+#: Signals a stand-in passes on to the process a warm image forked for it.
+FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGABRT,
+)
+
+
+def _ask_warm(config: dict[str, Any]) -> socket.socket | None:
+    """Send the container to the warm image at ``config["warm"]``: the connection on which
+    it will say how the process ended, or None when it refused or is not there."""
+    request = {"config": config, "argv": config["argv"], "env": dict(os.environ)}
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.connect(config["warm"])
+        socket.send_fds(sock, [json.dumps(request).encode()], [0, 1, 2])
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _stand_in(sock: socket.socket) -> None:
+    """Stand in for the forked process: pass on signals, end as it ended."""
+    child = [0]
+    pending: list[int] = []
+
+    def forward(sig: int, _frame: object) -> None:
+        if child[0]:
+            os.kill(child[0], sig)
+        else:
+            pending.append(sig)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    while True:
+        try:
+            data = sock.recv(4096)
+        except InterruptedError:
+            continue
+        if not data:  # the warm image ended first: wait for the process itself
+            while child[0] and _alive(child[0]):
+                time.sleep(0.05)
+            os._exit(137)
+        said = json.loads(data)
+        if said.get("cold"):
+            sock.close()
+            return _start_cold(json.loads(sys.argv[1]))
+        if "pid" in said:
+            child[0] = said["pid"]
+            for sig in pending:
+                os.kill(child[0], sig)
+            continue
+        status = said["status"]
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
+    if config.get("warm"):
+        sock = _ask_warm(config)
+        if sock is not None:
+            _stand_in(sock)
+            return
+    _start_cold(config)
+
+
+def _start_cold(config: dict[str, Any]) -> None:
     try:
         _enter(config)
     except OSError as exc:

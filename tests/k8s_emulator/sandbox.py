@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import hosts, podexec
+from . import hosts, podexec, warmimage
 from .container import ConfigError
 from .meta import Obj
 from .resources import SERVICES
@@ -148,8 +148,11 @@ def hostname(pod: Obj) -> str:
     return str(pod["spec"].get("hostname") or pod["metadata"]["name"])[:63]
 
 
-def container_argv(worker: PodWorker, spec: Obj, env: dict[str, str], cwd: str) -> list[str]:
-    """The argv starting container ``spec`` of ``worker``'s pod inside its sandbox."""
+def container_argv(
+    worker: PodWorker, spec: Obj, env: dict[str, str], cwd: str, full_env: dict[str, str]
+) -> list[str]:
+    """The argv starting container ``spec`` of ``worker``'s pod inside its sandbox (``env``
+    the manifest's, ``full_env`` the process's, with the kubelet's own variables)."""
     command = [expand(part, env) for part in spec.get("command", [])]
     args = [expand(part, env) for part in spec.get("args", [])]
     argv = command + args
@@ -179,5 +182,6 @@ def container_argv(worker: PodWorker, spec: Obj, env: dict[str, str], cwd: str) 
         "mounts": binds,
         "cwd": cwd,
         "argv": argv,
+        "warm": warmimage.IMAGES.socket_for(argv, full_env) if worker.kubelet.warm_image else None,
     }
     return podexec.launch_argv(sys.executable, config)

@@ -28,6 +28,7 @@ A warm image runs this file with ``SOCKET`` as its argument (:data:`_SERVE`)."""
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import io
 import json
@@ -118,8 +119,9 @@ class WarmImages:
             proc.wait(timeout=30)
 
 
-#: This process's warm images (each emulator's kubelet asks here).
+#: This process's warm images (each emulator's kubelet asks here); they end with it.
 IMAGES = WarmImages()
+atexit.register(IMAGES.close)
 
 
 # --- the warm image itself ---------------------------------------------------------------
@@ -197,7 +199,6 @@ def _fresh_stdio() -> None:
 def _become(request: dict[str, Any], fds: list[int]) -> None:
     """In the forked child: become the container's process and run its command; never
     returns."""
-    import atexit
     import importlib
     import runpy
 

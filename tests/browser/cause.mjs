@@ -163,12 +163,20 @@ async function sidebarErrors() {
   }, `local/${JOBS.fail}`);
 }
 
+// Open job `id`'s row in the jobs panel: the click is dispatched to the row itself. A click
+// at the row's place could land on the row above or below it: a poll re-renders the table,
+// and a row opened just before (its details loading) grows between Playwright's aim and
+// its click. (tests/browser/sidebar.mjs clicks rows as a pointer does.)
+async function openRow(id) {
+  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"]`).dispatchEvent("click");
+}
+
 // The jobs panel's details of job `key` as a user reads them, opened if they are not.
 async function panelDetail(key, until = "") {
   const id = `local/${JOBS[key]}`;
   const sel = `.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="${id}"]`;
   const detail = page.locator(sel);
-  if (!(await detail.count())) await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="${id}"]`).click();
+  if (!(await detail.count())) await openRow(id);
   await detail.locator('button[data-action="logs"]').waitFor({ timeout: 30_000 });
   if (until) {
     // a later poll says it (up to 30 s; then as it is, for the test to judge)
@@ -387,7 +395,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await runCellOn(page, CELL.hang);
   await header("hang", "Hung").waitFor({ timeout: JOB_TIMEOUT });
   // the failed job's details open in the panel (its cause and the ranks' errors)
-  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/${JOBS.fail}"]`).click();
+  await openRow(`local/${JOBS.fail}`);
   await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] .jp-Disttrain-reason`).first().waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1500); // the last renders
   // its ranks' errors: the failing rank's own, the others "lost its peer" (raw text folded)
@@ -463,7 +471,7 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   await shots("notebook7");
 
   // logs below the notebook, as tall as they are
-  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-job[data-job-id="local/${JOBS.fail}"]`).click();
+  await openRow(`local/${JOBS.fail}`);
   const detail = page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"]`);
   await detail.locator('button[data-action="logs"]').waitFor({ timeout: 30_000 });
   await page.waitForTimeout(1500); // the last renders

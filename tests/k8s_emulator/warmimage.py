@@ -236,14 +236,11 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
         code = 1
     finally:
         try:
-            atexit._run_exitfuncs()
+            from jupyter_disttrain.runtime.worker import exit_process  # the job's own copy
+
+            exit_process(code)  # atexit handlers, flushed streams, then os._exit
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code)
+            os._exit(code)  # never back into the image's loop
 
 
 class _Server:

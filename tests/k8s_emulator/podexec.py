@@ -166,8 +166,9 @@ def _ask_warm(config: dict[str, Any]) -> socket.socket | None:
     return sock
 
 
-def _stand_in(sock: socket.socket) -> None:
-    """Stand in for the forked process: pass on signals, end as it ended."""
+def _stand_in(sock: socket.socket, config: dict[str, Any]) -> None:
+    """Stand in for the forked process: pass on signals, end as it ended (or start the
+    container of ``config`` here when the warm image refuses it)."""
     child = [0]
     pending: list[int] = []
 
@@ -191,7 +192,7 @@ def _stand_in(sock: socket.socket) -> None:
         said = json.loads(data)
         if said.get("cold"):
             sock.close()
-            return _start_cold(json.loads(sys.argv[1]))
+            return _start_cold(config)
         if "pid" in said:
             child[0] = said["pid"]
             for sig in pending:
@@ -218,7 +219,7 @@ def main() -> None:
     if config.get("warm"):
         sock = _ask_warm(config)
         if sock is not None:
-            _stand_in(sock)
+            _stand_in(sock, config)
             return
     _start_cold(config)
 

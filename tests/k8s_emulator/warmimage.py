@@ -29,6 +29,7 @@ A warm image runs this file with ``SOCKET`` as its argument (:data:`_SERVE`)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import io
 import json
@@ -202,7 +203,6 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     import importlib
     import runpy
 
-    code = 128
     try:
         os.setsid()
         for target, fd in enumerate(fds):
@@ -265,8 +265,6 @@ class _Server:
         self.selector.register(0, selectors.EVENT_READ, "lifeline")
         self.selector.register(self.wake_read, selectors.EVENT_READ, "reap")
         self.children: dict[int, socket.socket] = {}
-        #: Connections whose stand-in went away (unregistered; closed when the child ends).
-        self.gone: set[socket.socket] = set()
 
     def serve(self) -> None:
         while True:
@@ -322,9 +320,7 @@ class _Server:
                 return
             conn = self.children.pop(pid, None)
             if conn is not None:
-                if conn in self.gone:
-                    self.gone.discard(conn)
-                else:
+                with contextlib.suppress(KeyError):  # unless its stand-in went away first
                     self.selector.unregister(conn)
                 try:
                     conn.send(json.dumps({"status": status}).encode())
@@ -335,8 +331,7 @@ class _Server:
     def _stand_in_gone(self, conn: socket.socket, pid: int) -> None:
         if conn.recv(1):
             return  # a stand-in says nothing; anything else is ignored
-        self.selector.unregister(conn)
-        self.gone.add(conn)
+        self.selector.unregister(conn)  # closed when its child has ended
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

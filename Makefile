@@ -68,8 +68,9 @@ checks: lint typecheck importlint labextension-test
 # then, alone, the tests marked serial (they measure time or resources), collected from the
 # files that say `mark.serial` only (collecting every file costs ~20 s; tests/schedule.py
 # refuses a serial mark set anywhere else). The static
-# checks run beside the parallel run (its workers leave about a sixth of the CPUs idle
-# waiting on the processes they start) and print when it ends. Two workers on 2 cores: a
+# checks run beside the parallel run, at a lower CPU priority (its workers leave about a
+# sixth of the CPUs idle waiting on the processes they start, and its tests' jobs have
+# deadlines the checks do not), and print when it ends. Two workers on 2 cores: a
 # third took the parallel part from 25:44 to 24:10, but under its load a browser page
 # could take over 10 s to act on a key, and tests/browser/lab.mjs presses again after 10 s
 # (Notebook 7 drops a first Shift+Enter now and then), so a cell could run twice.
@@ -89,7 +90,7 @@ setup:
 test: setup
 	$(PY) -m compileall -q jupyter_disttrain > /dev/null
 	status=0; checked=$$(mktemp); \
-	$(MAKE) --no-print-directory checks > $$checked 2>&1 & checks=$$!; \
+	nice -n 10 $(MAKE) --no-print-directory checks > $$checked 2>&1 & checks=$$!; \
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" tests notebooks \
 		|| status=$$?; \
 	wait $$checks || { status=1; echo "make checks failed:"; }; \

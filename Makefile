@@ -61,19 +61,22 @@ binder-check:
 # The static checks: lint, types, layers and the lab extension's own tests.
 checks: lint typecheck importlint labextension-test
 
-# The whole suite in two pytest runs: the independent tests and the notebooks in parallel
-# (pytest-xdist, TEST_WORKERS processes, each with its own job home, temporary directory
-# and emulators; one file's tests -- a notebook's cells -- run in one worker, in order,
-# sharing its module fixtures and kernel; the longest files first, tests/schedule.py),
-# then, alone, the tests marked serial (they measure time or resources), collected from the
+# The whole suite in three pytest runs. Side by side: the browser tests, one at a time, in a
+# run of their own; the other tests and the notebooks in parallel (pytest-xdist,
+# TEST_WORKERS processes). Each test process has its own job home, temporary directory and
+# emulators (the browser run's emulators hand out ports above the kernel's ephemeral range,
+# the workers' below it); one file's tests -- a notebook's cells -- run in one worker, in
+# order, sharing its module fixtures and kernel; the longest files first, tests/schedule.py.
+# Then, alone, the tests marked serial (they measure time or resources), collected from the
 # files that say `mark.serial` only (collecting every file costs ~20 s; tests/schedule.py
-# refuses a serial mark set anywhere else). The static
-# checks run beside the parallel run, at a lower CPU priority (its workers leave about a
-# sixth of the CPUs idle waiting on the processes they start, and its tests' jobs have
-# deadlines the checks do not), and print when it ends. Two workers on 2 cores: a
-# third took the parallel part from 25:44 to 24:10, but under its load a browser page
-# could take over 10 s to act on a key, and tests/browser/lab.mjs presses again after 10 s
-# (Notebook 7 drops a first Shift+Enter now and then), so a cell could run twice.
+# refuses a serial mark set anywhere else). The static checks run beside them at a lower
+# CPU priority (the tests' jobs have deadlines the checks do not), and print when the
+# parallel part ends. Two workers plus the browser run on 2 cores: with two workers alone,
+# about a sixth of the CPUs idled while the workers waited on the processes they start,
+# and both workers began with browser tests at once; a third worker took any file, two
+# browser pages could share the machine with a third test, and a page could then take
+# over 10 s to act on a key. The browser run (about a third of the parallel part's test
+# time) ends before the workers do.
 # All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
 # package's bytecode is written first: the kernels, agents and CLI processes the tests
 # start would otherwise each compile it again where bytecode is not written
@@ -91,8 +94,12 @@ test: setup
 	$(PY) -m compileall -q jupyter_disttrain > /dev/null
 	status=0; checked=$$(mktemp); \
 	nice -n 10 $(MAKE) --no-print-directory checks > $$checked 2>&1 & checks=$$!; \
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" tests notebooks \
-		|| status=$$?; \
+	browsed=$$(mktemp); ports=$$(awk '{print $$2 + 1 "-65536"}' /proc/sys/net/ipv4/ip_local_port_range); \
+	K8S_EMULATOR_PORT_RANGE=$$ports $(PYTEST) -m "not serial" tests/browser > $$browsed 2>&1 & browser=$$!; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" --ignore=tests/browser \
+		tests notebooks || status=$$?; \
+	wait $$browser || { status=1; echo "the browser tests failed:"; }; \
+	cat $$browsed; rm -f $$browsed; \
 	wait $$checks || { status=1; echo "make checks failed:"; }; \
 	cat $$checked; rm -f $$checked; \
 	$(PYTEST) -m serial $$(grep -rlE --include='test_*.py' 'mark\.serial' tests) || status=$$?; \

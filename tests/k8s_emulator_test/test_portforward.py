@@ -423,3 +423,15 @@ def test_each_xdist_worker_hands_out_ports_of_its_own(monkeypatch: pytest.Monkey
         assert all(start <= port < end for port in picked), (worker, slices[-1], picked)
     (a0, a1), (b0, b1) = slices
     assert a1 <= b0 and a0 < a1 and b0 < b1, slices
+
+
+def test_a_run_beside_the_workers_hands_out_the_range_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``K8S_EMULATOR_PORT_RANGE`` wins over the xdist slice (make test's browser run)."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    monkeypatch.setenv("K8S_EMULATOR_PORT_RANGE", "61000-65536")
+    assert port_range() == (61000, 65536)
+    picked = [free_port(set()) for _ in range(50)]
+    assert all(61000 <= port < 65536 for port in picked), picked

@@ -68,14 +68,12 @@ export async function runCell(page, index) {
     }
     await page.keyboard.press("Shift+Enter");
     try {
-      // a page short of CPU may take several seconds to act on the key: pressing again
-      // before it did would run the cell twice
-      await prompt.waitFor({ timeout: 30_000 });
+      await prompt.waitFor({ timeout: 10_000 });
       return cell;
     } catch {
       // not started: try again (said in the harness's log: a page this late may yet run it twice)
       const said = await cell.locator(".jp-InputPrompt").innerText().catch(() => "?");
-      console.error(`runCell(${index}): no run 30 s after Shift+Enter (prompt ${JSON.stringify(said)}); again`);
+      console.error(`runCell(${index}): no run 10 s after Shift+Enter (prompt ${JSON.stringify(said)}); again`);
     }
   }
   throw new Error(`cell ${index} did not start`);

@@ -61,21 +61,23 @@ binder-check:
 # The static checks: lint, types, layers and the lab extension's own tests.
 checks: lint typecheck importlint labextension-test
 
-# The whole suite in three pytest runs. Side by side: the browser tests and the tutorial
-# notebooks (nbval), one file at a time in a run of their own; the other tests in parallel
-# (pytest-xdist, TEST_WORKERS processes). Each test process has its own job home, temporary
-# directory and emulators (the first run's emulators hand out ports above the kernel's
-# ephemeral range, the workers' below it); one file's tests run in one worker, in order,
-# sharing its module fixtures; the longest files first, tests/schedule.py. Then, alone, the
-# tests marked serial (they measure time or resources), collected from the files that say
-# `mark.serial` only (collecting every file costs ~20 s; tests/schedule.py refuses a serial
-# mark set anywhere else). The static checks run beside them at a lower CPU priority (the
-# tests' jobs have deadlines the checks do not), and print when the parallel part ends.
-# Why three runs on 2 cores: with two workers alone, about a sixth of the CPUs idled while
-# the workers waited on the processes they start, and both workers began with browser
-# tests at once; a third worker that took any file let two browser pages share the machine
-# with a third test, where a page could take over 10 s to act on a key. The browser and
-# notebook run holds about a third of the parallel part's test time.
+# The whole suite in three pytest runs. Side by side: the browser tests, one at a time, in a
+# run of their own; the other tests and the notebooks in parallel (pytest-xdist,
+# TEST_WORKERS processes). Each test process has its own job home, temporary directory and
+# emulators (the browser run's emulators hand out ports above the kernel's ephemeral range,
+# the workers' below it); one file's tests -- a notebook's cells -- run in one worker, in
+# order, sharing its module fixtures and kernel; the longest files first, tests/schedule.py.
+# Then, alone, the tests marked serial (they measure time or resources), collected from the
+# files that say `mark.serial` only (collecting every file costs ~20 s; tests/schedule.py
+# refuses a serial mark set anywhere else). The static checks run beside them at a lower
+# CPU priority (the tests' jobs have deadlines the checks do not), and print when the
+# parallel part ends. Why three runs on 2 cores: with two workers alone, about a sixth of
+# the CPUs idled while the workers waited on the processes they start, and both workers
+# began with browser tests at once; a third worker that took any file let two browser
+# pages share the machine with a third test, where a page could take over 10 s to act on a
+# key. The browser run (about a quarter of the parallel part's test time) ends minutes
+# before the workers; the notebooks moved into it made the workers no faster (their
+# kernels compete for the same CPUs) and the browser run 5 minutes longer.
 # All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
 # package's bytecode is written first: the kernels, agents and CLI processes the tests
 # start would otherwise each compile it again where bytecode is not written
@@ -94,11 +96,10 @@ test: setup
 	status=0; checked=$$(mktemp); \
 	nice -n 10 $(MAKE) --no-print-directory checks > $$checked 2>&1 & checks=$$!; \
 	browsed=$$(mktemp); ports=$$(awk '{print $$2 + 1 "-65536"}' /proc/sys/net/ipv4/ip_local_port_range); \
-	K8S_EMULATOR_PORT_RANGE=$$ports $(PYTEST) --nbval-lax -m "not serial" tests/browser notebooks \
-		> $$browsed 2>&1 & browser=$$!; \
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial" --ignore=tests/browser tests \
-		|| status=$$?; \
-	wait $$browser || { status=1; echo "the browser tests or the notebooks failed:"; }; \
+	K8S_EMULATOR_PORT_RANGE=$$ports $(PYTEST) -m "not serial" tests/browser > $$browsed 2>&1 & browser=$$!; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" --ignore=tests/browser \
+		tests notebooks || status=$$?; \
+	wait $$browser || { status=1; echo "the browser tests failed:"; }; \
 	cat $$browsed; rm -f $$browsed; \
 	wait $$checks || { status=1; echo "make checks failed:"; }; \
 	cat $$checked; rm -f $$checked; \

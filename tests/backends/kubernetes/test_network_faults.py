@@ -196,7 +196,15 @@ def test_a_trainjob_node_that_dies_is_named_while_its_pod_restarts_in_place(
             assert pods[pod]["status"]["containerStatuses"][0]["restartCount"] >= 1
             # the TrainJob runs again (its pods do), its new ranks have not met: still restarting
             wait_for(lambda: job.monitor.reported_state == "Running", 120, job.logs)
-            assert job.monitor.state == "Restarting" and job.reason.startswith(said), job.reason
+            ranks = [
+                {key: row.get(key) for key in ("rank", "state", "reason")}
+                for row in job.monitor.snapshot()["ranks"]
+            ]
+            assert job.monitor.state == "Restarting" and job.reason.startswith(said), (
+                job.reason,
+                ranks,
+                job.logs(),
+            )
         finally:
             job.stop(timeout=60)
         wait_for(lambda: not emulator.processes(), 60, emulator.processes)

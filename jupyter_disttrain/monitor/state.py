@@ -182,8 +182,9 @@ class JobBook:
         self.reason = as_str(f.get("reason"))
         self.message = as_str(f.get("message"))
         reported = f.get("state")
-        if reported == "Running" and self.state == "Restarting" and self.held:
-            # its pods run again (restarted in place) before a rank of the new attempt did
+        if reported == "Running" and self.state == "Restarting" and (self.held or self.restart_due):
+            # its pods run again (restarted in place) before a rank of the new attempt did;
+            # the job's own report may come before the backend's restart (another stream)
             self.reported = "Running"
             return
         if reported not in JOB_STATES:

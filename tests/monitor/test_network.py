@@ -200,3 +200,22 @@ def test_a_node_restarting_in_place_is_named_until_its_ranks_run_again() -> None
     ), mon.reason
     mon.feed(Event("hello", 1, 9.0, {"local_rank": 0, "world_size": 2, "node_rank": 1}))
     assert mon.state == "Running" and mon.reason == "TrainJob job is running"
+
+
+def test_the_jobs_running_before_the_backends_restart_keeps_a_due_restart() -> None:
+    """The job's own "Running" (its pods') can come before the backend's restart of a dead
+    node: the restart its rank's death made due still holds until the new ranks say hello."""
+    mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1, max_restarts=3)
+    killed_on_node_1(mon)
+    assert mon.state == "Restarting", mon.reason
+    running = {"state": "Running", "reason": "Running", "message": "TrainJob job is running"}
+    mon.feed(Event("job", None, 2.2, running))
+    assert mon.state == "Restarting", mon.reason
+    assert mon.reason.startswith(
+        "restarting after rank 1 (node 1, pod job-1) was killed: Error (exit code 137)"
+    ), mon.reason
+    mon.feed(Event("restart", None, 2.5, {"attempt": 1, "reason": "job-1 restarted"}))
+    mon.feed(Event("job", None, 2.7, running))
+    assert mon.state == "Restarting", mon.reason
+    mon.feed(Event("hello", 1, 9.0, {"local_rank": 0, "world_size": 2, "node_rank": 1}))
+    assert mon.state == "Running" and mon.reason == "TrainJob job is running"

@@ -184,6 +184,20 @@ def test_a_partition_is_the_reason_of_the_job_it_failed() -> None:
     assert mon.reason == mon.diagnosis()
 
 
+#: A TrainJob's own report while its pods run (restarted in place or not).
+TRAINJOB_RUNNING = {"state": "Running", "reason": "Running", "message": "TrainJob job is running"}
+
+
+def restarting_until_node_1_says_hello(mon: JobMonitor) -> None:
+    """The job reads Restarting, naming node 1's death, until its new rank says hello."""
+    assert mon.state == "Restarting", mon.reason
+    assert mon.reason.startswith(
+        "restarting after rank 1 (node 1, pod job-1) was killed: Error (exit code 137)"
+    ), mon.reason
+    mon.feed(Event("hello", 1, 9.0, {"local_rank": 0, "world_size": 2, "node_rank": 1}))
+    assert mon.state == "Running" and mon.reason == "TrainJob job is running"
+
+
 def test_a_node_restarting_in_place_is_named_until_its_ranks_run_again() -> None:
     """A JobSet restarts a dead node's pod in place: the pod runs again before its ranks do."""
     mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1)
@@ -192,14 +206,8 @@ def test_a_node_restarting_in_place_is_named_until_its_ranks_run_again() -> None
     mon.feed(Event("job", None, 2.1, waiting))
     mon.feed(Event("restart", None, 2.5, {"attempt": 1, "reason": "job-1 restarted"}))
     mon.feed(rank_event(1, "Running", host="job-1", node=1, pod="job-1", t=2.6))
-    running = {"state": "Running", "reason": "Running", "message": "TrainJob job is running"}
-    mon.feed(Event("job", None, 2.7, running))
-    assert mon.state == "Restarting", mon.reason
-    assert mon.reason.startswith(
-        "restarting after rank 1 (node 1, pod job-1) was killed: Error (exit code 137)"
-    ), mon.reason
-    mon.feed(Event("hello", 1, 9.0, {"local_rank": 0, "world_size": 2, "node_rank": 1}))
-    assert mon.state == "Running" and mon.reason == "TrainJob job is running"
+    mon.feed(Event("job", None, 2.7, TRAINJOB_RUNNING))
+    restarting_until_node_1_says_hello(mon)
 
 
 def test_the_jobs_running_before_the_backends_restart_keeps_a_due_restart() -> None:
@@ -208,14 +216,8 @@ def test_the_jobs_running_before_the_backends_restart_keeps_a_due_restart() -> N
     mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1, max_restarts=3)
     killed_on_node_1(mon)
     assert mon.state == "Restarting", mon.reason
-    running = {"state": "Running", "reason": "Running", "message": "TrainJob job is running"}
-    mon.feed(Event("job", None, 2.2, running))
+    mon.feed(Event("job", None, 2.2, TRAINJOB_RUNNING))
     assert mon.state == "Restarting", mon.reason
-    assert mon.reason.startswith(
-        "restarting after rank 1 (node 1, pod job-1) was killed: Error (exit code 137)"
-    ), mon.reason
     mon.feed(Event("restart", None, 2.5, {"attempt": 1, "reason": "job-1 restarted"}))
-    mon.feed(Event("job", None, 2.7, running))
-    assert mon.state == "Restarting", mon.reason
-    mon.feed(Event("hello", 1, 9.0, {"local_rank": 0, "world_size": 2, "node_rank": 1}))
-    assert mon.state == "Running" and mon.reason == "TrainJob job is running"
+    mon.feed(Event("job", None, 2.7, TRAINJOB_RUNNING))
+    restarting_until_node_1_says_hello(mon)

@@ -14,7 +14,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, runCell as runCellOn, waitForKernel, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
@@ -55,9 +55,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   const url = NOTEBOOK7 ? `${baseUrl}/notebooks/${notebook}` : `${baseUrl}/lab/tree/${notebook}`;
   await page.goto(url, { waitUntil: "domcontentloaded" });
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  if (!NOTEBOOK7) {
-    await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
-  }
+  await waitForKernel(page);
   await waitForPrompt(await runCell(0));
 
   const bug = page.locator(".jp-DebuggerBugButton").first();

@@ -54,6 +54,27 @@ export async function openBrowser(viewport) {
   return { page, result, close };
 }
 
+// Waits until the page's notebook has its kernel connected: a cell run before that does
+// nothing (JupyterLab's CodeCell.execute returns when the session has no kernel yet).
+// JupyterLab's status bar then reads "... | Idle" (or Busy); Notebook 7's kernel status,
+// which says "Kernel Starting" and the like until then, shows nothing (faded) once the
+// kernel is idle or busy.
+export async function waitForKernel(page) {
+  await page.waitForFunction(
+    () => {
+      const bar = document.querySelector("#jp-main-statusbar");
+      if (bar !== null && /\| (Idle|Busy)/.test(bar.textContent)) return true;
+      const status = document.querySelector(".jp-NotebookKernelStatus");
+      if (status === null) return false;
+      const classes = status.classList;
+      const said = ["info", "warn", "error"].some((kind) => classes.contains(`jp-NotebookKernelStatus-${kind}`));
+      return classes.contains("jp-NotebookKernelStatus-fade") && !said;
+    },
+    null,
+    { timeout: 60_000, polling: 100 },
+  );
+}
+
 // Runs notebook cell `index`; retries when JupyterLab dropped the request (kernel not connected yet).
 export async function runCell(page, index) {
   const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);

@@ -11,7 +11,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, runCell as runCellOn, waitForKernel, waitForPrompt, runScenario } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const app = process.env.LOGS_APP ?? "lab";
@@ -27,6 +27,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   const where = app === "lab" ? `lab/tree/${notebook}` : `notebooks/${notebook}`;
   await page.goto(`${baseUrl}/${where}`, { waitUntil: "domcontentloaded" });
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
+  await waitForKernel(page);
   await waitForPrompt(await runCell(0));
   await runCell(1);
 

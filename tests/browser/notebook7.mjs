@@ -14,7 +14,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, replaced, runCell as runCellOn, runScenario, waitForPrompt, watchReplacement } from "./lab.mjs";
+import { openBrowser, replaced, runCell as runCellOn, runScenario, waitForKernel, waitForPrompt, watchReplacement } from "./lab.mjs";
 import { resumeBelow } from "./resume.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
@@ -76,6 +76,7 @@ await runScenario({ page, result, close }, outDir, async () => {
   result.title = await page.title();
 
   // 1: load the extension; 2: the job, its dashboard watched while it runs
+  await waitForKernel(page);
   await waitForPrompt(await runCell(0));
   await runCell(1);
   await page.locator(`${JOB} .distrain-header`).waitFor({ timeout: 60_000 });

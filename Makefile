@@ -95,8 +95,8 @@ test: setup
 	$(PY) -m compileall -q jupyter_disttrain > /dev/null
 	status=0; checked=$$(mktemp); \
 	nice -n 10 $(MAKE) --no-print-directory checks > $$checked 2>&1 & checks=$$!; \
-	browsed=$$(mktemp); ports=$$(awk '{print $$2 + 1 "-65536"}' /proc/sys/net/ipv4/ip_local_port_range); \
-	K8S_EMULATOR_PORT_RANGE=$$ports $(PYTEST) -m "not serial" tests/browser > $$browsed 2>&1 & browser=$$!; \
+	browsed=$$(mktemp); \
+	K8S_EMULATOR_PORT_RANGE=above-ephemeral $(PYTEST) -m "not serial" tests/browser > $$browsed 2>&1 & browser=$$!; \
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" --ignore=tests/browser \
 		tests notebooks || status=$$?; \
 	wait $$browser || { status=1; echo "the browser tests failed:"; }; \

@@ -58,8 +58,10 @@ def path_rewriter(mounts: Iterable[tuple[str, str]]) -> Callable[[str], str]:
 
 #: Where ports are picked: below the kernel's ephemeral range (see :func:`free_port`).
 PORT_FLOOR = 10_000
-#: ``LOW-HIGH``: the ports this process's emulators hand out, instead of its xdist slice.
+#: Set to ``above-ephemeral``: this process's emulators hand out the ports above the kernel's
+#: ephemeral range instead of an xdist slice below it (a test run beside an xdist run).
 PORT_RANGE_ENV = "K8S_EMULATOR_PORT_RANGE"
+ABOVE_EPHEMERAL = "above-ephemeral"
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -76,13 +78,11 @@ def port_range() -> tuple[int, int]:
     pytest-xdist a slice of their own per worker (``gw<N>`` of
     ``PYTEST_XDIST_WORKER_COUNT``), so two workers' emulators never pick the same port
     between checking it is free and their pods listening on it. A test run beside an xdist
-    run names a range of its own in ``K8S_EMULATOR_PORT_RANGE`` (``LOW-HIGH``, HIGH
-    excluded), e.g. the ports above the ephemeral range (``make test``'s browser run)."""
-    chosen = os.environ.get(PORT_RANGE_ENV, "")
-    if chosen:
-        first, _, end = chosen.partition("-")
-        return int(first), int(end)
-    low, _ = _ephemeral_range()
+    run (``make test``'s browser run) takes the ports above the ephemeral range instead
+    (``K8S_EMULATOR_PORT_RANGE=above-ephemeral``)."""
+    low, high = _ephemeral_range()
+    if os.environ.get(PORT_RANGE_ENV) == ABOVE_EPHEMERAL:
+        return high + 1, 65536
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
     index = int(worker[2:]) if worker[:2] == "gw" and worker[2:].isdigit() else 0

@@ -428,10 +428,14 @@ def test_each_xdist_worker_hands_out_ports_of_its_own(monkeypatch: pytest.Monkey
 def test_a_run_beside_the_workers_hands_out_the_range_it_names(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``K8S_EMULATOR_PORT_RANGE`` wins over the xdist slice (make test's browser run)."""
+    """``K8S_EMULATOR_PORT_RANGE=above-ephemeral`` wins over the xdist slice (make test's
+    browser run): the ports above the kernel's ephemeral range, which no worker hands out."""
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
-    monkeypatch.setenv("K8S_EMULATOR_PORT_RANGE", "61000-65536")
-    assert port_range() == (61000, 65536)
+    _, worker_end = port_range()
+    monkeypatch.setenv("K8S_EMULATOR_PORT_RANGE", "above-ephemeral")
+    ephemeral_end = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[1])
+    start, end = port_range()
+    assert (start, end) == (ephemeral_end + 1, 65536) and worker_end <= start, (start, end)
     picked = [free_port(set()) for _ in range(50)]
-    assert all(61000 <= port < 65536 for port in picked), picked
+    assert all(start <= port < end for port in picked), picked

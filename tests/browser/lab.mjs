@@ -56,14 +56,14 @@ export async function openBrowser(viewport) {
 
 // Waits until the page's notebook has its kernel connected: a cell run before that does
 // nothing (JupyterLab's CodeCell.execute returns when the session has no kernel yet).
-// JupyterLab's status bar then reads "... | Idle" (or Busy); Notebook 7's kernel status,
-// which says "Kernel Starting" and the like until then, shows nothing (faded) once the
-// kernel is idle or busy.
+// JupyterLab's status bar then reads "... | Idle"; Notebook 7 has no status bar, and its
+// kernel status, which says "Kernel Starting" and the like until then, shows nothing
+// (faded) once the kernel is idle or busy.
 export async function waitForKernel(page) {
   await page.waitForFunction(
     () => {
       const bar = document.querySelector("#jp-main-statusbar");
-      if (bar !== null && /\| (Idle|Busy)/.test(bar.textContent)) return true;
+      if (bar !== null && /\| Idle/.test(bar.textContent)) return true;
       const status = document.querySelector(".jp-NotebookKernelStatus");
       if (status === null) return false;
       const classes = status.classList;

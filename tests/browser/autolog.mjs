@@ -9,7 +9,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, openNotebook, runCell as runCellOn, runScenario, waitForPrompt } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB = ".distrain-job-browser-pl";
@@ -18,9 +18,7 @@ fs.mkdirSync(outDir, { recursive: true });
 const { page, result, close } = await openBrowser({ width: 1400, height: 1800 });
 
 await runScenario({ page, result, close }, outDir, async () => {
-  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  await openNotebook(page, `${baseUrl}/lab/tree/${notebook}`);
   await waitForPrompt(await runCellOn(page, 0));
   const cell = await runCellOn(page, 1);
   await page.locator(`${JOB} .distrain-header[data-state="Succeeded"]`).waitFor({ timeout: 240_000 });

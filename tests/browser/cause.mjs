@@ -17,7 +17,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { defineChangeWatch, openBrowser, readNow, runCell as runCellOn, waitForPrompt, runScenario } from "./lab.mjs";
+import { defineChangeWatch, openBrowser, openNotebook, readNow, runCell as runCellOn, runScenario, waitForPrompt } from "./lab.mjs";
 import { lowContrast } from "./contrast.mjs";
 import { resumeBelow } from "./resume.mjs";
 
@@ -316,9 +316,7 @@ async function errorText(index) {
 
 await runScenario({ page: lab, result, close }, outDir, async () => {
   // ---------------------------------------------------------------- JupyterLab, light
-  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  await openNotebook(page, `${baseUrl}/lab/tree/${notebook}`);
   await page.locator(".jp-Disttrain-status").click(); // the panel stays open throughout
   await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 30_000 });
   await markSessionCells();

@@ -14,7 +14,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForKernel, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, openNotebook, runCell as runCellOn, runScenario, waitForPrompt } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 180_000;
@@ -53,9 +53,7 @@ async function until(locator, pattern) {
 
 await runScenario({ page, result, close }, outDir, async () => {
   const url = NOTEBOOK7 ? `${baseUrl}/notebooks/${notebook}` : `${baseUrl}/lab/tree/${notebook}`;
-  await page.goto(url, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await waitForKernel(page);
+  await openNotebook(page, url);
   await waitForPrompt(await runCell(0));
 
   const bug = page.locator(".jp-DebuggerBugButton").first();

@@ -15,7 +15,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, openNotebook, runCell, runScenario, waitForPrompt } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const CHART_WAIT = 90_000;
@@ -38,9 +38,7 @@ await runScenario({ page, result, close }, outDir, async () => {
       return timeout(ms);
     };
   });
-  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  await openNotebook(page, `${baseUrl}/lab/tree/${notebook}`);
   await waitForPrompt(await runCell(page, 0));
   await runCell(page, 1);
   await page.locator('.distrain-header[data-state="Succeeded"]').waitFor({ timeout: 240_000 });

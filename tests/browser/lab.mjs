@@ -59,7 +59,7 @@ export async function openBrowser(viewport) {
 // JupyterLab's status bar then reads "... | Idle"; Notebook 7 has no status bar, and its
 // kernel status, which says "Kernel Starting" and the like until then, shows nothing
 // (faded) once the kernel is idle or busy.
-export async function waitForKernel(page) {
+async function waitForKernel(page) {
   await page.waitForFunction(
     () => {
       const bar = document.querySelector("#jp-main-statusbar");
@@ -73,6 +73,14 @@ export async function waitForKernel(page) {
     null,
     { timeout: 60_000, polling: 100 },
   );
+}
+
+// Opens the notebook at `url` (a JupyterLab or Notebook 7 page) and waits until its first
+// cell is shown and its kernel is connected: cells can run from then on.
+export async function openNotebook(page, url) {
+  await page.goto(url, { waitUntil: "domcontentloaded" });
+  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
+  await waitForKernel(page);
 }
 
 // Runs notebook cell `index`; retries when JupyterLab dropped the request (kernel not connected yet).

@@ -11,7 +11,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell as runCellOn, waitForKernel, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, openNotebook, runCell as runCellOn, runScenario, waitForPrompt } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const app = process.env.LOGS_APP ?? "lab";
@@ -25,9 +25,7 @@ const name = jobId.split("/").slice(1).join("/");
 
 await runScenario({ page, result, close }, outDir, async () => {
   const where = app === "lab" ? `lab/tree/${notebook}` : `notebooks/${notebook}`;
-  await page.goto(`${baseUrl}/${where}`, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await waitForKernel(page);
+  await openNotebook(page, `${baseUrl}/${where}`);
   await waitForPrompt(await runCell(0));
   await runCell(1);
 

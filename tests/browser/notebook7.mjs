@@ -14,7 +14,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, replaced, runCell as runCellOn, runScenario, waitForKernel, waitForPrompt, watchReplacement } from "./lab.mjs";
+import { openBrowser, openNotebook, replaced, runCell as runCellOn, runScenario, waitForPrompt, watchReplacement } from "./lab.mjs";
 import { resumeBelow } from "./resume.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
@@ -70,13 +70,11 @@ async function checkpointRows() {
 }
 
 await runScenario({ page, result, close }, outDir, async () => {
-  await page.goto(`${baseUrl}/notebooks/${notebook}`, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
+  await openNotebook(page, `${baseUrl}/notebooks/${notebook}`);
   result.app = await page.evaluate(() => document.body.dataset.notebook ?? "");
   result.title = await page.title();
 
   // 1: load the extension; 2: the job, its dashboard watched while it runs
-  await waitForKernel(page);
   await waitForPrompt(await runCell(0));
   await runCell(1);
   await page.locator(`${JOB} .distrain-header`).waitFor({ timeout: 60_000 });

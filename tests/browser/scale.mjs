@@ -11,7 +11,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, openNotebook, runCell, runScenario, waitForPrompt } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir, picks = "42, 4100-4101"] = process.argv.slice(2);
 // the range's two ranks: the last opens as a row, the first as a line in the legend
@@ -22,9 +22,7 @@ fs.mkdirSync(outDir, { recursive: true });
 const { page, result, close } = await openBrowser({ width: 1400, height: 2200 });
 
 await runScenario({ page, result, close }, outDir, async () => {
-  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  await openNotebook(page, `${baseUrl}/lab/tree/${notebook}`);
 
   await waitForPrompt(await runCell(page, 0));
   await page.locator(`${dash} .distrain-rank-summary`).waitFor({ timeout: 120_000 });

@@ -11,7 +11,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { openBrowser, runCell, waitForPrompt, runScenario } from "./lab.mjs";
+import { openBrowser, openNotebook, runCell, runScenario, waitForPrompt } from "./lab.mjs";
 
 const [baseUrl, notebook, outDir] = process.argv.slice(2);
 const JOB_TIMEOUT = 240_000;
@@ -21,9 +21,7 @@ fs.mkdirSync(outDir, { recursive: true });
 const { page, result, close } = await openBrowser({ width: 1440, height: 900 });
 
 await runScenario({ page, result, close }, outDir, async () => {
-  await page.goto(`${baseUrl}/lab/tree/${notebook}`, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
-  await page.locator("#jp-main-statusbar").getByText(/\| Idle/).waitFor({ timeout: 60_000 });
+  await openNotebook(page, `${baseUrl}/lab/tree/${notebook}`);
   await page.locator(".jp-Disttrain-status").click(); // the panel stays open throughout
   await page.locator(".jp-DisttrainPanel").waitFor({ state: "visible", timeout: 30_000 });
   await waitForPrompt(await runCell(page, 0));

@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
+#: The job's name, in every worker of it.
+ENV_JOB_ID = "DISTRAIN_JOB_ID"
+#: The job's submission: new at every run of it (a restart keeps it).
+ENV_RUN_ID = "DISTRAIN_RUN_ID"
+
 
 def seconds(name: str, default: float, least: float = 0.0) -> float:
     """``$name`` as seconds, at least ``least``; ``default`` when unset or not a number."""

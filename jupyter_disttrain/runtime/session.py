@@ -61,6 +61,7 @@ from typing import Any, Final, Protocol
 
 from . import debugger, framing, jobkey, relay, report
 from .cell import main_module, register_source, run_cell
+from .env import ENV_RUN_ID
 from .framing import send_frame
 from .jobstore import SignedStore, framework_store, job_key
 
@@ -126,7 +127,7 @@ def control_store(key: bytes) -> SignedStore:
     """A new client of the job's c10d store (torchrun's ``MASTER_ADDR``/``MASTER_PORT``),
     signing and checking with ``key``. A framework's own store (JAX's coordination
     service, see :func:`.jobstore.use_store`) is used, scoped, where there is one."""
-    run = os.environ.get("DISTRAIN_RUN_ID", "")
+    run = os.environ.get(ENV_RUN_ID, "")
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     scope = f"{PREFIX}{run}/{restart}/"
     own = framework_store()

@@ -41,12 +41,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .env import ENV_RUN_ID
 from .launcher_identity import changed_since, send
 from .warm import Warmed
 
 HEADER = struct.Struct("!Q")
-#: A job's submission (its agents share it, see :func:`check_files`).
-ENV_RUN_ID = "DISTRAIN_RUN_ID"
 #: The largest message either side reads (a request is at most 4 MiB, see ``zygote``).
 MAX_MESSAGE = 1 << 23
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ...frameworks import framework
 from ...runtime import jobkey
+from ...runtime.env import ENV_JOB_ID
 from ...runtime.warm import ENV_WARM
 from ...spec import JobSpec, SpecError
 from ...units import format_bytes
@@ -297,7 +298,7 @@ def worker_env(spec: JobSpec, opts: K8sOptions, warm: Sequence[str] = ()) -> lis
     env.update(opts.nccl_env())
     if spec.checkpoint_dir:  # the job's name lets restarted pods resume its own checkpoints
         env["DISTRAIN_CHECKPOINT_DIR"] = _kubelet_escape(spec.checkpoint_dir)
-        env["DISTRAIN_JOB_ID"] = spec.name
+        env[ENV_JOB_ID] = spec.name
     env.update(spec_env(spec, escape=_kubelet_escape))
     if warm:
         env[ENV_WARM] = ",".join(warm)

@@ -30,6 +30,7 @@ from ...payload import Payload
 from ...plugins import DEFAULT_FRAMEWORK
 from ...runtime import control as controls
 from ...runtime import hangwatch, jobkey
+from ...runtime.env import ENV_RUN_ID
 from ...spec import JobSpec
 from ..base import (
     Backend,
@@ -189,7 +190,7 @@ class LocalBackend(Backend):
             directory,
             mode=mode,
             port=free_port(),
-            base_env={"DISTRAIN_RUN_ID": run_id},
+            base_env={ENV_RUN_ID: run_id},
             network=nodes,
         )
 

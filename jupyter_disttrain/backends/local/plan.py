@@ -13,6 +13,7 @@ from ...frameworks import LaunchContext, Process, framework
 from ...payload import Payload
 from ...runtime import forkclient, jobkey, warm
 from ...runtime.agent import ENV_BIND
+from ...runtime.env import ENV_JOB_ID
 from ...spec import JobSpec
 from ..base import (
     Plan,
@@ -141,7 +142,7 @@ def build_plan(
         **interfaces,
         **timeout,  # a user's --env of it wins
         **spec.env_dict(),
-        "DISTRAIN_JOB_ID": spec.name,
+        ENV_JOB_ID: spec.name,
         "DISTRAIN_JOB_DIR": str(directory),
         "DISTRAIN_LOG_DIR": str(logs),
         jobkey.ENV_KEY_FILE: str(directory / jobkey.KEY_FILE),

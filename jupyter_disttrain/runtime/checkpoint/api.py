@@ -29,13 +29,14 @@ from . import tf as checkpoint_tf
 from .commit import (
     env_rank,
     env_text,
-    env_world_size,
     finish_commit,
     folder_entry,
     fsync_enabled,
+    job_and_run,
     library_versions,
     prepare_dir,
     saving,
+    worker_origin,
 )
 from .directory import CheckpointDir, HashingWriter
 from .format import CheckpointError, CorruptCheckpoint
@@ -150,10 +151,8 @@ def _write_full_unguarded(
         nbytes=writer.bytes,
         sha256=digest,
         metrics=metrics,
-        world_size=env_world_size(),
         versions=library_versions(("torch",)),
-        job=env_text("DISTRAIN_JOB_ID"),
-        run=env_text("DISTRAIN_RUN_ID"),
+        **worker_origin(),
         tensors=tensors,
         parameters=elements,
     )
@@ -341,7 +340,7 @@ def save_checkpoint(
 
 def resume_target(cdir: CheckpointDir | None) -> tuple[CheckpointDir, fmt.Entry] | None:
     """What ``load_checkpoint()`` returns: own latest after a restart, else ``--resume``."""
-    job, run = env_text("DISTRAIN_JOB_ID"), env_text("DISTRAIN_RUN_ID")
+    job, run = job_and_run()
     if cdir is not None and job:
         own = [e for e in cdir.entries() if e.get("job") == job and e.get("run") == run]
         good = [e for e in own if e["status"] == fmt.OK]

@@ -12,9 +12,11 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from typing import TypedDict
 
 from .. import preemption, versions
 from .. import report as _report
+from ..env import ENV_JOB_ID, ENV_RUN_ID
 from . import format as fmt
 from .directory import CheckpointDir
 from .format import CheckpointError
@@ -92,18 +94,34 @@ def folder_entry(
         nbytes=sum(n for n, _ in files.values()),
         sha256=combined.hexdigest(),
         metrics=metrics,
-        world_size=env_world_size(),
         versions=library_versions(packages),
         files=files,
-        job=env_text("DISTRAIN_JOB_ID"),
-        run=env_text("DISTRAIN_RUN_ID"),
+        **worker_origin(),
         tensors=tensors,
         parameters=parameters,
     )
 
 
-def env_world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+class WorkerOrigin(TypedDict):
+    """Which job wrote a checkpoint, as the worker writing it knows it."""
+
+    world_size: int
+    job: str
+    run: str
+
+
+def worker_origin() -> WorkerOrigin:
+    """This worker's world size, job and run (``1``, ``""``, ``""`` outside a job)."""
+    return WorkerOrigin(
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        job=env_text(ENV_JOB_ID),
+        run=env_text(ENV_RUN_ID),
+    )
+
+
+def job_and_run() -> tuple[str, str]:
+    """This worker's job and run (empty outside a job)."""
+    return env_text(ENV_JOB_ID), env_text(ENV_RUN_ID)
 
 
 #: A full disk, and a full quota: what a save cannot get past by being retried.

@@ -27,12 +27,12 @@ from . import format as fmt
 from .api import ENV_DIR, checkpoint_dir, resume_target
 from .commit import (
     env_text,
-    env_world_size,
     finish_commit,
     folder_entry,
     fsync_enabled,
     library_versions,
     prepare_dir,
+    worker_origin,
 )
 from .directory import CheckpointDir, HashingWriter
 
@@ -81,10 +81,8 @@ def _copy_file(
         nbytes=writer.bytes,
         sha256=writer.hexdigest(),
         metrics=metrics,
-        world_size=env_world_size(),
         versions=library_versions(),
-        job=env_text("DISTRAIN_JOB_ID"),
-        run=env_text("DISTRAIN_RUN_ID"),
+        **worker_origin(),
     )
     entry["source"] = os.path.basename(source)
     return entry

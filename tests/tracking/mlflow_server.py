@@ -71,9 +71,16 @@ def running_server(base: Path) -> Iterator[MlflowServer]:
         "--workers",
         "1",
     ]
+    # The tracking API only: no job runner (mlflow 3's huey consumers, ~25 CPU-s a server).
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with open(server.log, "wb") as log:
         proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, cwd=base, start_new_session=True
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=base,
+            env=env,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + START_TIMEOUT

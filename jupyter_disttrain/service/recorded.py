@@ -197,9 +197,11 @@ class RecordedView:
 
 
 def write_pause(took: float) -> float:
-    """Seconds to wait after a write that took ``took`` s: :data:`RECORD_SECONDS`, longer so
-    writes take at most :data:`WRITE_SHARE` of the time, but never so long that readers
-    would take the record for a dead follower's (a third of :data:`STALE_SECONDS`)."""
+    """Seconds to wait after a write that took ``took`` s of the writing thread's CPU:
+    :data:`RECORD_SECONDS`, longer so writes take at most :data:`WRITE_SHARE` of a core,
+    but never so long that readers would take the record for a dead follower's (a third
+    of :data:`STALE_SECONDS`). CPU, not wall time: a write that waited for the GIL or a
+    CPU while the kernel was busy did no more work."""
     return min(max(RECORD_SECONDS, took / WRITE_SHARE), STALE_SECONDS / 3)
 
 
@@ -207,7 +209,7 @@ class Recorder:
     """Writes a followed job's record from its monitor until the job ends.
 
     A background thread writes every :data:`RECORD_SECONDS` (more seldom when
-    a write takes longer than :data:`WRITE_SHARE` of that) and at once after
+    a write's CPU takes longer than :data:`WRITE_SHARE` of that) and at once after
     :meth:`on_event` saw the job end; then it stops.
     """
 
@@ -246,9 +248,9 @@ class Recorder:
             pause = RECORD_SECONDS
             while not self._retired.is_set():
                 ended = self.monitor.ended
-                started = time.monotonic()
+                started = time.thread_time()
                 write_record(self.path, self.key, self.monitor.snapshot())
-                pause = write_pause(time.monotonic() - started)
+                pause = write_pause(time.thread_time() - started)
                 if ended:
                     return
                 self._wake.wait(pause)

@@ -5,10 +5,12 @@ nobody followed to its end."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -243,3 +245,34 @@ def test_a_slow_write_spaces_the_next_one_but_never_past_what_readers_believe() 
     assert recorded.write_pause(0.1) == pytest.approx(0.1 / recorded.WRITE_SHARE)
     # a record of many ranks on a loaded machine: still rewritten well before it goes stale
     assert recorded.write_pause(5.0) == recorded.STALE_SECONDS / 3
+
+
+def test_a_write_that_waited_without_working_does_not_space_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel busy at a job's start keeps the writer from the GIL or a CPU: its write
+    takes long on the clock, not in work. Spaced by the clock, the next write came
+    0.3 / WRITE_SHARE = 15 s later, and the sidebar showed no step for that long."""
+    path = private_dir(tmp_path) / recorded.VIEW_FILE
+    written: list[float] = []
+    write = recorded.write_record
+
+    def waits_then_writes(*args: Any) -> None:
+        time.sleep(0.3)
+        write(*args)
+        written.append(time.monotonic())
+
+    monkeypatch.setattr(recorded, "write_record", waits_then_writes)
+    monitor = JobMonitor("busy", "local", 2, nodes=1, nproc=2)
+    monitor.feed(ev.job_event("Running", "Started", "ok"))
+    recorder = recorded.Recorder(monitor, path, KEY)
+    recorder.start()
+    try:
+        deadline = time.monotonic() + 8
+        while len(written) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        gaps = [b - a for a, b in itertools.pairwise(written)]
+        assert len(written) >= 3, f"writes at {written}: spaced by their wall time"
+        assert max(gaps) < 0.3 / recorded.WRITE_SHARE / 2, gaps
+    finally:
+        recorder.retire()

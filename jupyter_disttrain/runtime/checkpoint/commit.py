@@ -110,18 +110,15 @@ class WorkerOrigin(TypedDict):
     run: str
 
 
-def worker_origin() -> WorkerOrigin:
-    """This worker's world size, job and run (``1``, ``""``, ``""`` outside a job)."""
-    return WorkerOrigin(
-        world_size=int(os.environ.get("WORLD_SIZE", "1")),
-        job=env_text(ENV_JOB_ID),
-        run=env_text(ENV_RUN_ID),
-    )
-
-
 def job_and_run() -> tuple[str, str]:
     """This worker's job and run (empty outside a job)."""
     return env_text(ENV_JOB_ID), env_text(ENV_RUN_ID)
+
+
+def worker_origin() -> WorkerOrigin:
+    """This worker's world size, job and run (``1``, ``""``, ``""`` outside a job)."""
+    job, run = job_and_run()
+    return WorkerOrigin(world_size=int(os.environ.get("WORLD_SIZE", "1")), job=job, run=run)
 
 
 #: A full disk, and a full quota: what a save cannot get past by being retried.

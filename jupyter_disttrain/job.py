@@ -15,7 +15,7 @@ from typing import Any
 
 from . import events as ev
 from .backends import optional
-from .backends.base import Backend, BackendError, JobRecord, Plan, Submission
+from .backends.base import Backend, BackendError, EventFeed, JobRecord, Plan, Submission
 from .checkpoints.store import CheckpointError, CheckpointStore, reported_dir
 from .debugging import COMMAND_WAIT, Answer, RankDebugger, cast
 from .monitor import LOG_LIMIT, JobMonitor, Where, user_traceback
@@ -109,6 +109,8 @@ class Job:
         self.submission: Submission | None = None
         self._listeners: list[Listener] = []
         self._closers: list[Callable[[float], object]] = []
+        #: What a backend reports this job's events to (:meth:`feed`, :meth:`feed_many`).
+        self.sink = EventFeed(self.feed, self.feed_many)
 
     # -- events --------------------------------------------------------------
     def add_listener(self, listener: Listener) -> None:
@@ -126,12 +128,18 @@ class Job:
 
     def feed(self, event: ev.Event) -> None:
         """Take one event from the backend."""
-        self.monitor.feed(event)
+        self.feed_many((event,))
+
+    def feed_many(self, events: Sequence[ev.Event]) -> None:
+        """Take a run of events from the backend: the monitor applies them all, then each
+        listener is called with each, in order."""
+        self.monitor.feed_many(events)
         for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:  # a broken display must not break the job
-                pass
+            for event in events:
+                try:
+                    listener(event)
+                except Exception:  # a broken display must not break the job
+                    pass
 
     # -- user API ------------------------------------------------------------
     def status(self) -> str:

@@ -121,3 +121,23 @@ def test_no_checkpoint_dir_when_nothing_says_where() -> None:
     k = Job(JobSpec("k", backend="kubernetes"), KubernetesBackend())
     with pytest.raises(CheckpointError, match="--checkpoint-dir"):
         k.checkpoint_dir()
+
+
+def test_a_run_of_events_is_applied_at_once_then_every_listener_hears_each_in_order() -> None:
+    j = job()
+    heard: list[tuple[str, int | None, int]] = []
+
+    def broken(event: ev.Event) -> None:
+        raise RuntimeError("a display that fails")
+
+    def listen(event: ev.Event) -> None:
+        heard.append((event.kind, event.rank, len(j.monitor.metric_ranks("loss"))))
+
+    j.add_listener(broken)
+    j.add_listener(listen)
+    metrics = [ev.Event("metric", r, T0 + r, {"step": 1, "values": {"loss": 1.0}}) for r in (0, 1)]
+    j.sink.many(metrics)
+    j.sink(ev.Event("done", 0, T0 + 3, {"seconds": 1.0}))
+    # the monitor had both metrics before a listener heard the first: one line, one update
+    assert heard == [("metric", 0, 2), ("metric", 1, 2), ("done", 0, 2)]
+    assert j.monitor.version == 3

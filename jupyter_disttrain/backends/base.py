@@ -16,7 +16,7 @@ What differs between backends is declared in :class:`Capabilities`,
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,6 +26,34 @@ from ..payload import Payload
 from ..spec import JobSpec
 
 EventSink = Callable[[Event], None]
+
+
+class EventFeed:
+    """An :data:`EventSink` that also takes a run of events in one call: what one line
+    carried (rank 0's relayed line stands for hundreds of metrics), applied under one lock
+    by its receiver. ``one(event)`` per event; ``many(events)``, in order (see :func:`deliver`).
+    """
+
+    __slots__ = ("many", "one")
+
+    def __init__(
+        self, one: Callable[[Event], None], many: Callable[[Sequence[Event]], None]
+    ) -> None:
+        self.one = one
+        self.many = many
+
+    def __call__(self, event: Event) -> None:
+        self.one(event)
+
+
+def deliver(sink: EventSink, events: Sequence[Event]) -> None:
+    """Hand ``events`` to ``sink`` in order: in one call when it is an :class:`EventFeed`."""
+    if isinstance(sink, EventFeed):
+        if events:
+            sink.many(events)
+        return
+    for event in events:
+        sink(event)
 
 
 class BackendError(RuntimeError):

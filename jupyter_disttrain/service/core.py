@@ -189,7 +189,7 @@ class JobService:
             job.add_closer(sink.close)
         retire(self._recorders.pop(job.name, None))  # before this run takes its directory
         try:
-            job.submission = job.backend.submit(job.plan, job.feed)
+            job.submission = job.backend.submit(job.plan, job.sink)
         except BaseException:
             for sink in sinks:
                 sink.cancel()

@@ -29,11 +29,11 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..backends import optional
-from ..backends.base import Backend, BackendError, EventSink, JobRecord, Submission
+from ..backends.base import Backend, BackendError, EventFeed, EventSink, JobRecord, Submission
 from ..events import TERMINAL_STATES, Event
 from ..job import Job
 from ..monitor import LOG_LIMIT, JobMonitor
@@ -74,7 +74,7 @@ def open_monitor(
         phases=backend.capabilities.phases,
         max_restarts=record.max_restarts,
     )
-    sink: EventSink = monitor.feed
+    sink: EventSink = EventFeed(monitor.feed, monitor.feed_many)
     place = view_place(backend, record.name) if record_end else None
     if place is not None:
         sink = record_at_end(monitor, *place)
@@ -98,21 +98,22 @@ def attached_job(
     pending: list[Event] = []
     lock = threading.Lock()
 
-    def sink(event: Event) -> None:
+    def many(events: Sequence[Event]) -> None:
         with lock:
             if not holder:
-                pending.append(event)
+                pending.extend(events)
                 return
-        holder[0].feed(event)
+        holder[0].feed_many(events)
 
-    spec, submission = optional.ATTACH.of(backend).attach(name, sink)
+    spec, submission = optional.ATTACH.of(backend).attach(
+        name, EventFeed(lambda event: many((event,)), many)
+    )
     job = Job(spec, backend, log_limit=log_limit)
     for listener in listeners:
         job.add_listener(listener)
     job.submission = submission
     with lock:
-        for event in pending:
-            job.feed(event)
+        job.feed_many(pending)
         holder.append(job)
     return job
 

@@ -32,11 +32,11 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from ..backends.base import Backend
+from ..backends.base import Backend, EventFeed
 from ..events import TERMINAL_STATES, Event
 from ..job import Job
 from ..monitor import JobMonitor, Snapshot
@@ -290,15 +290,17 @@ def record_view(job: Job) -> Recorder | None:
     return recorder
 
 
-def record_at_end(monitor: JobMonitor, path: Path, key: bytes) -> Callable[[Event], None]:
+def record_at_end(monitor: JobMonitor, path: Path, key: bytes) -> EventFeed:
     """A sink for a replay: feeds ``monitor`` and records the job once it ended."""
 
-    def sink(event: Event) -> None:
-        monitor.feed(event)
-        if event.kind == "job" and event.fields.get("state") in TERMINAL_STATES:
+    def many(events: Sequence[Event]) -> None:
+        monitor.feed_many(events)
+        if any(
+            event.kind == "job" and event.fields.get("state") in TERMINAL_STATES for event in events
+        ):
             try:
                 write_record(path, key, monitor.snapshot())
             except OSError:  # not ours to write: the next reader replays it again
                 pass
 
-    return sink
+    return EventFeed(lambda event: many((event,)), many)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ... import events as ev
 from ...spec import JobSpec
-from ..base import EventSink, Submission
+from ..base import EventSink, Submission, deliver
 from ..streams import line_events
 from . import phases as kp
 from . import podlogs
@@ -404,8 +404,7 @@ class KubernetesRun(Submission):
         texts = podlogs.job_texts(self.conn, self.name, self._failed_or_leader) or {}
         for pod, text in sorted(texts.items()):
             for line in text.splitlines():
-                for event in line_events(line, None, self.trust, source=pod, prefixed=True):
-                    self.sink(event)
+                deliver(self.sink, line_events(line, None, self.trust, source=pod, prefixed=True))
 
     def _failed_or_leader(self, pod: Any) -> bool:
         """Whether ``pod`` failed or runs node 0 (the pods a failed job's reading needs)."""
@@ -458,10 +457,10 @@ class KubernetesRun(Submission):
         for line in lines:
             if self._detached.is_set():
                 return
-            for event in line_events(line, None, self.trust, source=pod, prefixed=True):
-                self.sink(event)
-                if event.kind == "result":  # delivered: _finish need not read again
-                    self._got_result = True
+            events = line_events(line, None, self.trust, source=pod, prefixed=True)
+            deliver(self.sink, events)
+            if any(event.kind == "result" for event in events):
+                self._got_result = True  # delivered: _finish need not read again
 
     def _fail(self, outcome: tuple[ev.JobState, str, str]) -> None:
         """End the job now with ``outcome``: delete it (its pods would retry forever)."""

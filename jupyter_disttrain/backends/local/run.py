@@ -24,6 +24,7 @@ from ..base import (
     JobNotFound,
     JobRecord,
     Submission,
+    deliver,
 )
 from . import jobdir, netns
 from .launcher import AnyLauncher, ProcessHandle
@@ -325,15 +326,13 @@ class LocalReplay(Submission):
                 if event not in final:
                     self.sink(event)
             while True:
-                for event in tailer.poll():
-                    self.sink(event)
+                deliver(self.sink, tailer.poll())
                 state = jobdir.read_state(self.dir) or {}
                 if state.get("state") in ev.TERMINAL_STATES or not is_live(state):
                     break
                 if self._detached.wait(POLL_SECONDS):
                     return
-            for event in tailer.poll(final=True):
-                self.sink(event)
+            deliver(self.sink, tailer.poll(final=True))
             final = [
                 e
                 for e in self._recorded()

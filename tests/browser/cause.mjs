@@ -221,6 +221,9 @@ async function detailActions(name) {
   }, detail);
 }
 
+// The dashboards with a chart: those of the jobs that report metrics.
+const CHARTED = ["fail", "recover", "hang", "jax"];
+
 async function seenAll() {
   // A page opened later draws a chart from what its model held when the page loaded, then
   // from the kernel's answer to its "ready" (the full figure): read once the charts hold the
@@ -236,6 +239,17 @@ async function seenAll() {
     [dash("recover"), dash("hang")],
     { timeout: 30_000 },
   ).catch(() => {});
+  // A dashboard scrolled into view draws its chart then (Notebook 7 renders the outputs
+  // near the viewport): each chart of a job that reported metrics is waited for (up to
+  // 30 s; then read as it is, for the checks to judge).
+  for (const key of CHARTED) {
+    await page.evaluate((sel) => document.querySelector(sel)?.querySelector(".distrain-header")?.scrollIntoView({ block: "center" }), dash(key));
+    await page.waitForFunction(
+      (sel) => Boolean(document.querySelector(sel)?.querySelector(".distrain-plot .main-svg .xtick text")),
+      dash(key),
+      { timeout: 30_000 },
+    ).catch(() => {});
+  }
   const out = {};
   for (const key of ["fail", "recover", "session", "sessionNext", "hang", "jax", "wait"]) out[key] = await seen(key);
   // text against its background: every dashboard (charts are checked by their ink), the panel

@@ -4,9 +4,11 @@ Whatever the event rate, rendering is decoupled from events: the loop polls
 a version counter and renders when it changed, when :meth:`RenderLoop.wake`
 was called (a control changed), or every ``tick`` seconds (clocks such as
 elapsed time). Renders start at least ``1 / max_rate`` seconds apart, and
-further apart when rendering is slow: a render that took ``d`` seconds is
-followed by at least ``d / max_busy`` seconds, so the loop never keeps more
-than ``max_busy`` of the time (and of the GIL the kernel needs) to itself.
+further apart when rendering is slow: a render that took ``d`` seconds of its
+thread's CPU is followed by at least ``d / max_busy`` seconds, so the loop never
+keeps more than ``max_busy`` of the time (and of the GIL the kernel needs) to
+itself. The CPU, not the clock: a render that waited for the GIL while the
+kernel was busy (a job's start) did no more work, and is not followed by a longer gap.
 And no render starts while ``behind()`` says the view's front end is still
 drawing earlier ones (the last render after the end does not wait).
 """
@@ -92,17 +94,16 @@ class RenderLoop:
     def render_now(self) -> None:
         """Render on the calling thread (serialised with the loop's renders)."""
         with self._render_lock:
-            started = time.perf_counter()
+            started, worked = time.perf_counter(), time.thread_time()
             try:
                 self._render()
             except Exception as exc:
                 log.exception("dashboard render failed")
                 self.errors = [*self.errors[-4:], f"{type(exc).__name__}: {exc}"]
             finally:
-                took = time.perf_counter() - started
                 self.renders += 1
-                self.render_seconds += took
-                self._gap = max(self.interval, took / self.max_busy)
+                self.render_seconds += time.perf_counter() - started
+                self._gap = max(self.interval, (time.thread_time() - worked) / self.max_busy)
 
     def _run(self) -> None:
         last_version: int | None = None

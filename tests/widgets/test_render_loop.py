@@ -102,3 +102,24 @@ def test_no_render_starts_while_the_view_is_behind_but_the_last_one_does() -> No
     version[0] += 1
     loop.stop()
     assert renders[-1] == version[0]  # the final render does not wait
+
+
+def test_a_render_that_waited_without_working_does_not_space_the_next_one() -> None:
+    """A kernel busy at a job's start keeps the render thread from the GIL: its render
+    takes long on the clock, not in work. Spaced by the clock, the next render came
+    0.3 / max_busy = 1.5 s later; spaced by the render's own CPU, at the usual interval."""
+    starts: list[float] = []
+    version = itertools.count()
+
+    def waits_then_renders() -> None:
+        starts.append(time.monotonic())
+        time.sleep(0.3)
+
+    loop = RenderLoop(waits_then_renders, lambda: next(version), lambda: False)
+    loop.start()
+    time.sleep(2.0)
+    loop.stop()
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(starts) >= 3, starts
+    # by the clock: 1.5 s apart; by the CPU: the interval after each 0.3 s wait
+    assert max(gaps[:-1]) < 0.3 / loop.max_busy / 1.5, gaps

@@ -140,6 +140,14 @@ class StreamingFigure(Reopening, go.FigureWidget):  # type: ignore[misc]
         """True once a front end said it listens (appends are sent from then on)."""
         return self._frontend_ready
 
+    @traitlets.validate("_view_count")
+    def _count_no_views(self, proposal: Any) -> None:
+        """No view counting (plotly's ``FigureWidget`` turns it on): a front end counts its
+        views by saving the model as each is removed, and when the kernel opens a new comm
+        (:meth:`~.reopen.Reopening._reopen_if_unheard`) every page's views of the old
+        model are removed after its comm closed, where that save throws."""
+        return None
+
     @traitlets.default("_plotly_esm")
     def _default_plotly_esm(self) -> str:
         return plotly_bundle()

@@ -54,6 +54,24 @@ export async function openBrowser(viewport) {
   return { page, result, close };
 }
 
+// Where each uncaught exception of `page` was thrown, into result.throwSites (the last 10,
+// innermost frame first, as script:line:column of the bundles): a thrown string (ipywidgets
+// throws "Syncing error: ...") reaches "pageerror" with no stack. Through the DevTools
+// protocol, which pauses the page at such a throw and resumes it at once.
+export async function recordThrowSites(page, result) {
+  const cdp = await page.context().newCDPSession(page);
+  cdp.on("Debugger.paused", (event) => {
+    const frames = event.callFrames.slice(0, 10).map((frame) => {
+      const where = `${frame.url.split("/").pop()}:${frame.location.lineNumber + 1}:${(frame.location.columnNumber ?? 0) + 1}`;
+      return `${frame.functionName || "(anonymous)"} ${where}`;
+    });
+    result.throwSites = [...(result.throwSites ?? []).slice(-9), `${event.data?.description ?? event.data?.value ?? ""} at ${frames.join(" < ")}`];
+    cdp.send("Debugger.resume").catch(() => {});
+  });
+  await cdp.send("Debugger.enable");
+  await cdp.send("Debugger.setPauseOnExceptions", { state: "uncaught" });
+}
+
 // Waits until the page's notebook has its kernel connected: a cell run before that does
 // nothing (JupyterLab's CodeCell.execute returns when the session has no kernel yet).
 // JupyterLab's status bar then reads "... | Idle"; Notebook 7 has no status bar, and its

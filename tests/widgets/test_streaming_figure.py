@@ -259,3 +259,15 @@ def test_a_front_end_that_heard_nothing_gets_a_new_model_with_the_whole_figure(
         time.sleep(0.15)
         unheard(fig)
     assert fig.reopens == reopen.REOPENS and len(told) == reopen.REOPENS
+
+
+def test_no_view_is_counted_so_a_page_never_saves_a_model_whose_comm_was_replaced() -> None:
+    """A front end counts a model's views by saving the model as each is removed (when its
+    ``_view_count`` is a number, as plotly's FigureWidget sets it); a new comm removes every
+    page's views of the old model after its comm closed, and that save threw there."""
+    figure = StreamingFigure()
+    wire = Wire(figure)
+    assert figure._view_count is None
+    assert figure.get_state()["_view_count"] is None
+    figure._view_count = 3  # nothing a front end or plotly sets turns counting on
+    assert figure._view_count is None and not wire.messages

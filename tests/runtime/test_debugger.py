@@ -43,6 +43,15 @@ def paused_lines(out: io.StringIO) -> list[dict[str, object]]:
     return [json.loads(body) for body in lines]
 
 
+def until_paused(thread: threading.Thread, out: io.StringIO) -> None:
+    """Wait until ``thread`` stopped and said where: :func:`debugger.paused` counts a stopped
+    thread just before its ``paused`` line is written (the hang watch must never miss one),
+    so the line is waited for, not only the count."""
+    while not (debugger.paused() and paused_lines(out)):
+        assert thread.is_alive(), out.getvalue()
+        threading.Event().wait(0.01)
+
+
 def connect(port: int, key: bytes) -> debugger.Link:
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     hello = debugger.recv(sock, key, debugger.HELLO_LIMIT)
@@ -64,9 +73,7 @@ def test_a_stopped_thread_says_where_and_answers_over_the_channel(keyed: bytes) 
 
     thread = threading.Thread(target=rank_main, daemon=True)
     thread.start()
-    while not debugger.paused():
-        assert thread.is_alive()
-        threading.Event().wait(0.01)
+    until_paused(thread, out)
     fields = paused_lines(out)[0]
     assert fields["kind"] == "paused" and fields["rank"] == 1 and fields["function"] == "rank_main"
     assert (
@@ -106,8 +113,7 @@ def test_quitting_ends_the_stop_and_raises_in_the_rank(keyed: bytes) -> None:
 
     thread = threading.Thread(target=rank_main, daemon=True)
     thread.start()
-    while not debugger.paused():
-        threading.Event().wait(0.01)
+    until_paused(thread, out)
     link = connect(int(paused_lines(out)[-1]["port"]), keyed)  # type: ignore[call-overload]
     link.send({"op": "cmd", "line": "q", "wait": 10})
     assert link.recv(1 << 20)["paused"] is False
@@ -161,9 +167,7 @@ def run_until_paused(
     redirected by the caller, in ``out``); the thread, still running."""
     thread = threading.Thread(target=lambda: run_payload(payload, namespace), daemon=True)
     thread.start()
-    while not debugger.paused():
-        assert thread.is_alive(), out.getvalue()
-        threading.Event().wait(0.01)
+    until_paused(thread, out)
     return thread
 
 

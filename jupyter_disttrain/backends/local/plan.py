@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import shlex
 import socket
 from collections.abc import Sequence
@@ -30,18 +31,51 @@ LOOPBACK = "127.0.0.1"
 LOCAL_WORKER_MODULE = "jupyter_disttrain.runtime.localworker"  # the worker, stores on loopback
 
 
+#: The lowest port a job is given (see :func:`free_ports`).
+PORT_FLOOR = 10_000
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel gives outgoing connections (Linux's default when unreadable)."""
+    try:
+        low, high = (int(part) for part in EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that is free right now (see :func:`free_ports`)."""
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports on 127.0.0.1 that are free right now."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    """``count`` distinct TCP ports on 127.0.0.1 that are free right now.
+
+    Below the kernel's ephemeral range when it leaves room: a port from that range
+    (what binding port 0 gives) can be taken by any outgoing connection of the host
+    before the job's process listens on it, and a TensorFlow worker binds its gRPC
+    port only after its imports (~10 s; "Could not start gRPC server" on a busy host).
+    Below the range, only another process's explicit bind can take it.
+    """
+    low, _ = ephemeral_range()
+    socks: list[socket.socket] = []
     try:
-        for sock in socks:
+        if low - PORT_FLOOR > 64 * count:
+            for port in random.sample(range(PORT_FLOOR, low), 64 * count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    sock.bind((LOOPBACK, port))
+                except OSError:
+                    sock.close()
+                    continue
+                socks.append(sock)
+                if len(socks) == count:
+                    break
+        while len(socks) < count:  # no room below the range: the kernel's choice
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
             sock.bind((LOOPBACK, 0))
         return [int(sock.getsockname()[1]) for sock in socks]
     finally:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
-from jupyter_disttrain.backends.local import build_plan
+import pytest
+
+from jupyter_disttrain.backends.local import build_plan, plan
 from jupyter_disttrain.backends.local.netns import NodeNetwork
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
@@ -43,3 +46,24 @@ def test_an_isolated_plan_gives_each_node_its_address_and_namespace(tmp_path: Pa
     assert "network: isolated, 10.245.7.0/24 on bridge b0123456789ab" in text
     assert "node 1: ip netns exec distrain-0123456789ab-1 " in text
     assert net.hosts_file().splitlines()[-1] == "10.245.7.2\tplan-iso-node-1"
+
+
+def test_a_jobs_ports_are_free_distinct_and_below_the_ephemeral_range() -> None:
+    """A port an outgoing connection can take (the ephemeral range) is given to a job only
+    when nothing below that range is left: a TensorFlow worker binds its port ~10 s later."""
+    low, _ = plan.ephemeral_range()
+    ports = plan.free_ports(8)
+    assert len(set(ports)) == 8 and all(plan.PORT_FLOOR <= p < low for p in ports), ports
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", port))  # free: nothing holds it
+
+
+def test_without_room_below_the_ephemeral_range_the_kernel_chooses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    squeezed = tmp_path / "ip_local_port_range"
+    squeezed.write_text(f"{plan.PORT_FLOOR + 10}\t60999\n")
+    monkeypatch.setattr(plan, "EPHEMERAL_RANGE_FILE", squeezed)
+    ports = plan.free_ports(2)
+    assert len(set(ports)) == 2 and all(p >= plan.PORT_FLOOR + 10 for p in ports), ports

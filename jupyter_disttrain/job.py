@@ -110,7 +110,7 @@ class Job:
         self._listeners: list[Listener] = []
         self._closers: list[Callable[[float], object]] = []
         #: What a backend reports this job's events to (:meth:`feed`, :meth:`feed_many`).
-        self.sink = EventFeed(self.feed, self.feed_many)
+        self.sink = EventFeed(self.feed_many)
 
     # -- events --------------------------------------------------------------
     def add_listener(self, listener: Listener) -> None:

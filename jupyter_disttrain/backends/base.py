@@ -31,19 +31,16 @@ EventSink = Callable[[Event], None]
 class EventFeed:
     """An :data:`EventSink` that also takes a run of events in one call: what one line
     carried (rank 0's relayed line stands for hundreds of metrics), applied under one lock
-    by its receiver. ``one(event)`` per event; ``many(events)``, in order (see :func:`deliver`).
+    by its receiver ``many(events)``, in order; one event is a run of one (see :func:`deliver`).
     """
 
-    __slots__ = ("many", "one")
+    __slots__ = ("many",)
 
-    def __init__(
-        self, one: Callable[[Event], None], many: Callable[[Sequence[Event]], None]
-    ) -> None:
-        self.one = one
+    def __init__(self, many: Callable[[Sequence[Event]], None]) -> None:
         self.many = many
 
     def __call__(self, event: Event) -> None:
-        self.one(event)
+        self.many((event,))
 
 
 def deliver(sink: EventSink, events: Sequence[Event]) -> None:

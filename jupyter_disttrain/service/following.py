@@ -74,7 +74,7 @@ def open_monitor(
         phases=backend.capabilities.phases,
         max_restarts=record.max_restarts,
     )
-    sink: EventSink = EventFeed(monitor.feed, monitor.feed_many)
+    sink: EventSink = EventFeed(monitor.feed_many)
     place = view_place(backend, record.name) if record_end else None
     if place is not None:
         sink = record_at_end(monitor, *place)
@@ -105,9 +105,7 @@ def attached_job(
                 return
         holder[0].feed_many(events)
 
-    spec, submission = optional.ATTACH.of(backend).attach(
-        name, EventFeed(lambda event: many((event,)), many)
-    )
+    spec, submission = optional.ATTACH.of(backend).attach(name, EventFeed(many))
     job = Job(spec, backend, log_limit=log_limit)
     for listener in listeners:
         job.add_listener(listener)

@@ -303,4 +303,4 @@ def record_at_end(monitor: JobMonitor, path: Path, key: bytes) -> EventFeed:
             except OSError:  # not ours to write: the next reader replays it again
                 pass
 
-    return EventFeed(lambda event: many((event,)), many)
+    return EventFeed(many)

@@ -16,14 +16,14 @@ def test_a_plain_sink_is_called_with_each_event_in_order() -> None:
     assert got == EVENTS
 
 
-def test_a_feed_takes_the_whole_run_in_one_call_and_single_events_one_by_one() -> None:
-    calls: list[tuple[str, list[ev.Event]]] = []
+def test_a_feed_takes_the_whole_run_in_one_call_and_a_single_event_as_a_run_of_one() -> None:
+    calls: list[list[ev.Event]] = []
 
     def many(events: Sequence[ev.Event]) -> None:
-        calls.append(("many", list(events)))
+        calls.append(list(events))
 
-    feed = EventFeed(lambda event: calls.append(("one", [event])), many)
+    feed = EventFeed(many)
     deliver(feed, EVENTS)
     deliver(feed, [])  # nothing to hand: no call
     feed(EVENTS[0])
-    assert calls == [("many", EVENTS), ("one", EVENTS[:1])]
+    assert calls == [EVENTS, EVENTS[:1]]

@@ -24,7 +24,8 @@ import re
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+
+from jupyter_disttrain.backends.local.plan import ephemeral_range
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _PATH_CHARS = r"[\w.-]"
@@ -64,15 +65,6 @@ PORT_RANGE_ENV = "K8S_EMULATOR_PORT_RANGE"
 ABOVE_EPHEMERAL = "above-ephemeral"
 
 
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
-        low, high = (int(part) for part in text.split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-
-
 def port_range() -> tuple[int, int]:
     """The ports this process's emulators hand out: below the ephemeral range, and under
     pytest-xdist a slice of their own per worker (``gw<N>`` of
@@ -80,7 +72,7 @@ def port_range() -> tuple[int, int]:
     between checking it is free and their pods listening on it. A test run beside an xdist
     run (``make test``'s browser run) takes the ports above the ephemeral range instead
     (``K8S_EMULATOR_PORT_RANGE=above-ephemeral``)."""
-    low, high = _ephemeral_range()
+    low, high = ephemeral_range()
     if os.environ.get(PORT_RANGE_ENV) == ABOVE_EPHEMERAL:
         return high + 1, 65536
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from jupyter_disttrain.backends.local.plan import ephemeral_range
 from tests.conftest import REPO
 from tests.k8s_emulator import Emulator
 from tests.k8s_emulator.describe import reports
 from tests.k8s_emulator.resources import PODS
-from tests.k8s_emulator.rewrite import PORT_FLOOR, _ephemeral_range, free_port
+from tests.k8s_emulator.rewrite import PORT_FLOOR, free_port
 from tests.k8s_emulator.store import Event
 from tests.k8s_emulator_test.clusters import SLEEP, wait_for
 
@@ -158,7 +159,7 @@ def test_a_pod_worker_never_writes_to_a_new_pod_under_its_pods_name(
 
 
 def test_free_ports_lie_below_the_ephemeral_range_and_are_free() -> None:
-    low, _ = _ephemeral_range()
+    low, _ = ephemeral_range()
     ports = {free_port(set()) for _ in range(20)}
     if low - PORT_FLOOR >= 1000:
         assert all(PORT_FLOOR <= port < low for port in ports), (low, ports)

@@ -279,19 +279,16 @@ export class JobsModel {
       return;
     }
     await this.pollNamespace();
+    // A row stays open while its job is not listed: a new run of the name replaces the
+    // old run's record between two polls, and the user's open row is for the name. Only
+    // listed jobs' details are kept and read.
     const ids = new Set([...this.jobs.map(j => j.id), ...this.namespaceJobs.map(j => j.id)]);
-    for (const id of [...this.expanded]) {
-      if (!ids.has(id)) {
-        this.expanded.delete(id);
-        this.details.delete(id);
-      }
-    }
     for (const id of [...this.details.keys()]) {
-      if (!this.expanded.has(id)) {
+      if (!this.expanded.has(id) || !ids.has(id)) {
         this.details.delete(id);
       }
     }
-    await Promise.all([...this.expanded].map(id => this.loadDetail(id)));
+    await Promise.all([...this.expanded].filter(id => ids.has(id)).map(id => this.loadDetail(id)));
     this.emit();
   }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypedDict, cast
 
@@ -530,16 +531,23 @@ class FirstCopies:
 
     def first(self, event: Event) -> bool:
         """False when ``event`` repeats a line seen before; True otherwise (and remembers it)."""
-        if event.kind not in self.kinds:
-            return True
-        mark = (event.kind, event.rank, event.t, event.fields.get("step"))
-        if mark in self._seen:
-            return False
-        self._seen.add(mark)
-        self._order.append(mark)
-        if len(self._order) > self.limit:
-            self._seen.discard(self._order.popleft())
-        return True
+        return bool(self.firsts((event,)))
+
+    def firsts(self, events: Iterable[Event]) -> list[Event]:
+        """Those of ``events`` that are first copies (as :meth:`first` each, in order)."""
+        kinds, seen, order, limit = self.kinds, self._seen, self._order, self.limit
+        out: list[Event] = []
+        for event in events:
+            if event.kind in kinds:
+                mark = (event.kind, event.rank, event.t, event.fields.get("step"))
+                if mark in seen:
+                    continue
+                seen.add(mark)
+                order.append(mark)
+                if len(order) > limit:
+                    seen.discard(order.popleft())
+            out.append(event)
+        return out
 
 
 def to_json(event: Event) -> str:

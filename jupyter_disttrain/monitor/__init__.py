@@ -18,6 +18,7 @@ from .core import JobMonitor
 from .metrics import MetricStore
 from .phases import PhaseRow, Timeline, summary, timeline, waiting_line
 from .records import (
+    LOG_LIMIT,
     RANK_STATES,
     CauseRow,
     Checkpoint,
@@ -39,7 +40,6 @@ from .records import (
     mean_by_step,
     rank_json,
 )
-from .state import LOG_LIMIT
 from .text import format_text
 from .usage import resource_outliers
 from .where import StackGroup, Where, where_from

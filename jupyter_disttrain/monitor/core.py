@@ -34,6 +34,7 @@ from . import readings
 from .cause import Cause
 from .paused import PausedRank
 from .records import (
+    BookSettings,
     Checkpoint,
     ErrorInfo,
     Failure,
@@ -43,7 +44,7 @@ from .records import (
     Snapshot,
     now_or_clock,
 )
-from .state import BookSettings, JobBook
+from .state import JobBook
 from .where import Where
 
 
@@ -90,8 +91,7 @@ class JobMonitor:
     def feed_many(self, events: Iterable[Event]) -> None:
         """Apply events in order under one lock acquisition."""
         with self._lock:
-            for event in events:
-                self._book.apply(event)
+            self._book.apply_many(events)
             self._changed.notify_all()
 
     # ------------------------------------------------------------------ what the job is

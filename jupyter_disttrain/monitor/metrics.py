@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from array import array
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -41,31 +42,45 @@ class MetricStore:
 
     def add(self, rank: int, step: int, t: float, values: Any) -> None:
         """Record one ``metric`` event; non-numeric values are left out."""
+        self.add_many(((rank, step, t, values),))
+
+    def add_many(self, events: Iterable[tuple[int, int, float, Any]]) -> None:
+        """Record ``metric`` events given as ``(rank, step, t, values)``, in order (as
+        :meth:`add` each)."""
+        by_name, set_ids = self._points, self._name_set_ids
+        ranks: list[int] = []
+        steps: list[int] = []
+        times: list[float] = []
+        sets: list[int] = []
         with self._lock:
-            names: list[str] = []
-            if isinstance(values, dict):
-                by_name = self._points
-                for name, value in values.items():
-                    if isinstance(name, str) and is_number(value):
-                        by_rank = by_name.get(name)
-                        if by_rank is None:
-                            by_rank = by_name[name] = {}
-                        points = by_rank.get(rank)
-                        if points is None:
-                            points = by_rank[rank] = PointColumns()
-                        points.steps.append(step)
-                        points.times.append(t)
-                        points.values.append(float(value))
-                        names.append(name)
-            key = tuple(names)
-            set_id = self._name_set_ids.get(key)
-            if set_id is None:
-                set_id = self._name_set_ids[key] = len(self._name_sets)
-                self._name_sets.append(key)
-            self._ev_rank.append(rank)
-            self._ev_step.append(step)
-            self._ev_t.append(t)
-            self._ev_names.append(set_id)
+            for rank, step, t, values in events:
+                names: list[str] = []
+                if isinstance(values, dict):
+                    for name, value in values.items():
+                        if isinstance(name, str) and is_number(value):
+                            by_rank = by_name.get(name)
+                            if by_rank is None:
+                                by_rank = by_name[name] = {}
+                            points = by_rank.get(rank)
+                            if points is None:
+                                points = by_rank[rank] = PointColumns()
+                            points.steps.append(step)
+                            points.times.append(t)
+                            points.values.append(float(value))
+                            names.append(name)
+                key = tuple(names)
+                set_id = set_ids.get(key)
+                if set_id is None:
+                    set_id = set_ids[key] = len(self._name_sets)
+                    self._name_sets.append(key)
+                ranks.append(rank)
+                steps.append(step)
+                times.append(t)
+                sets.append(set_id)
+            self._ev_rank.extend(ranks)
+            self._ev_step.extend(steps)
+            self._ev_t.extend(times)
+            self._ev_names.extend(sets)
 
     def names(self) -> list[str]:
         """Metric names in order of first appearance."""

@@ -367,3 +367,26 @@ def mean_by_step(series: Sequence[Series]) -> Series:
     times = np.bincount(inverse, np.concatenate([s.times for s in latest]), unique.size) / counts
     values = np.bincount(inverse, np.concatenate([s.values for s in latest]), unique.size) / counts
     return Series(unique, times, values)
+
+
+#: Log lines a monitor keeps per rank by default.
+LOG_LIMIT = 2000
+
+
+class BookSettings(TypedDict, total=False):
+    """How a book reads its job (every key optional, defaults in brackets).
+
+    ``log_limit``: log lines kept per rank [:data:`LOG_LIMIT`];
+    ``straggler_steps`` / ``straggler_fraction``: how far behind the median step a
+    straggler is [10 steps, 20 %]; ``rate_window``: seconds of metrics a rank's
+    steps/s is measured over [30]; ``phases``: the start-up phases the backend
+    observes (its ``Capabilities.phases``) [none]; ``max_restarts``: the launcher's
+    restarts after a failure [0].
+    """
+
+    log_limit: int
+    straggler_steps: int
+    straggler_fraction: float
+    rate_window: float
+    phases: Sequence[str]
+    max_restarts: int

@@ -24,8 +24,8 @@ between the thread that feeds it and the threads that read it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Final, TypedDict, Unpack, cast
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, Unpack, cast
 
 from ..events import (
     JOB_STATES,
@@ -45,7 +45,9 @@ from .pace import Pace
 from .paused import PauseBook
 from .phases import PhaseLog
 from .records import (
+    LOG_LIMIT,
     RANK_STATES,
+    BookSettings,
     Checkpoint,
     ErrorInfo,
     Failure,
@@ -57,29 +59,6 @@ from .stacks import StackBook
 from .usage import ProgressTracker, apply_resources, clear_resources
 
 # --------------------------------------------------------------------------- the book
-
-
-#: Log lines a monitor keeps per rank by default.
-LOG_LIMIT = 2000
-
-
-class BookSettings(TypedDict, total=False):
-    """How a book reads its job (every key optional, defaults in brackets).
-
-    ``log_limit``: log lines kept per rank [:data:`LOG_LIMIT`];
-    ``straggler_steps`` / ``straggler_fraction``: how far behind the median step a
-    straggler is [10 steps, 20 %]; ``rate_window``: seconds of metrics a rank's
-    steps/s is measured over [30]; ``phases``: the start-up phases the backend
-    observes (its ``Capabilities.phases``) [none]; ``max_restarts``: the launcher's
-    restarts after a failure [0].
-    """
-
-    log_limit: int
-    straggler_steps: int
-    straggler_fraction: float
-    rate_window: float
-    phases: Sequence[str]
-    max_restarts: int
 
 
 class JobBook:
@@ -161,6 +140,9 @@ class JobBook:
 
     def apply(self, ev: Event) -> None:
         """Apply one event (any kind; unknown kinds only count as activity)."""
+        if ev.kind == "metric":
+            self._on_metrics((ev,))
+            return
         if not self._copies.first(ev):  # one copy of a worker's line (rank 0 relays others')
             return
         self.version += 1
@@ -176,6 +158,59 @@ class JobBook:
             handler(self, ev, row)
         if row is not None and self.pauses.active:
             self.pauses.note(row)
+
+    def apply_many(self, events: Iterable[Event]) -> None:
+        """Apply ``events`` in order, as :meth:`apply` would one by one (each run of
+        ``metric`` events in one pass: rank 0 relays hundreds a line)."""
+        run: list[Event] = []
+        for ev in events:
+            if ev.kind == "metric":
+                run.append(ev)
+                continue
+            if run:
+                self._on_metrics(run)
+                run = []
+            self.apply(ev)
+        if run:
+            self._on_metrics(run)
+
+    def _on_metrics(self, run: Sequence[Event]) -> None:
+        """Apply a run of ``metric`` events (their first copies) in order."""
+        fresh = self._copies.firsts(run)
+        if not fresh:
+            return
+        self.version += len(fresh)
+        self.phase_log.add(min(fresh, key=_time))
+        if self.first_t is None:
+            self.first_t = fresh[0].t
+        self.stacks.wrote(max(ev.t for ev in fresh))
+        rows, row_of, track = self.rows, self._row, self.pace.track
+        note = self.pauses.note if self.pauses.active else None
+        points: list[tuple[int, int, float, Any]] = []
+        for ev in fresh:
+            rank, t = ev.rank, ev.t
+            if rank is None or rank < 0:
+                continue
+            row = rows.get(rank)
+            if row is None:
+                row = row_of(rank)
+            heard = row.last_heard
+            row.last_heard = t if heard is None or t > heard else heard
+            step = ev.fields.get("step")
+            if type(step) is not int:
+                step = as_int(step)
+            if step is not None:
+                if row.state == "Pending":
+                    row.state = "Running"
+                    self.held = False  # the first sign of this rank: it runs
+                    if self.state == "Pending":
+                        self._derive("Running", t)
+                row.step_rate = track(rank, step, t)
+                row.step = step
+                points.append((rank, step, t, ev.fields.get("values")))
+            if note is not None:
+                note(row)
+        self.metrics.add_many(points)
 
     def _on_job(self, ev: Event, row: RankState | None) -> None:
         f = ev.job()
@@ -270,22 +305,6 @@ class JobBook:
         # A late hello from a healthy rank does not hide another rank's failure.
         if self.state != "Failed" or all(r.state != "Failed" for r in self.rows.values()):
             self._derive("Running", ev.t)
-
-    def _on_metric(self, ev: Event, row: RankState | None) -> None:
-        f = ev.metric()
-        self.stacks.wrote(ev.t)
-        step = as_int(f.get("step"))
-        values = f.get("values")
-        if row is None or step is None:
-            return
-        if row.state == "Pending":
-            row.state = "Running"
-            self.held = False  # the first sign of this rank: it runs
-            if self.state == "Pending":
-                self._derive("Running", ev.t)
-        row.step_rate = self.pace.track(row.rank, step, ev.t)
-        row.step = step
-        self.metrics.add(row.rank, step, ev.t, values)
 
     def _on_checkpoint(self, ev: Event, row: RankState | None) -> None:
         f = ev.checkpoint()
@@ -540,7 +559,6 @@ _HANDLERS: Final = {
     "restart": JobBook._on_restart,
     "rank": JobBook._on_rank,
     "hello": JobBook._on_hello,
-    "metric": JobBook._on_metric,
     "checkpoint": JobBook._on_checkpoint,
     "loaded": JobBook._on_loaded,
     "result": JobBook._on_result,
@@ -563,3 +581,7 @@ _NOT_OWN: Final = frozenset({"killed", "consequence"})
 _DEDUPED: Final = frozenset({"hello", "metric", "checkpoint", "result", "error", "done"})
 #: Protocol lines remembered for that (the oldest are forgotten first).
 MAX_SEEN: Final = 200_000
+
+
+def _time(event: Event) -> float:
+    return event.t

@@ -4,9 +4,12 @@ of a job that did not recover is chosen over every attempt."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from jupyter_disttrain.events import Event, job_event, rank_event, restart_event
 from jupyter_disttrain.monitor import JobMonitor
-from tests.widgets.streams import hello
+from tests.widgets.streams import hello, recorded
 
 T = 1_700_000_000.0
 
@@ -119,3 +122,42 @@ def test_a_last_attempt_of_signals_is_explained_by_the_rank_that_raised_before()
     assert mon.reason.startswith("rank 1: RuntimeError: failing on rank 1"), mon.reason
     error_event = mon.cause_error()
     assert error_event is not None and error_event.get("message") == "failing on rank 1"
+
+
+STREAMS = ["rank1_raises", "restart_recovery", "hang", "oom_straggler", "stopped"]
+
+
+def copied(events: list[Event]) -> list[Event]:
+    """``events`` with every metric line arriving twice, as rank 0 relays others' lines."""
+    out: list[Event] = []
+    for event in events:
+        out.append(event)
+        if event.kind == "metric":
+            out.append(Event("metric", event.rank, event.t, dict(event.fields)))
+    return out
+
+
+@pytest.mark.parametrize("metrics_only", [False, True])
+@pytest.mark.parametrize("name", STREAMS)
+def test_a_run_of_events_fed_at_once_reads_as_the_same_events_one_by_one(
+    name: str, metrics_only: bool
+) -> None:
+    events = copied([e for e in recorded(name) if e.kind == "metric" or not metrics_only])
+    # a rank stopped in the debugger meanwhile: the others' metrics then read as waiting
+    middle = len(events) // 2
+    events[middle:middle] = [Event("paused", 1, events[middle].t, {"file": "x.py", "line": 3})]
+    one_by_one = JobMonitor("job", "local", 4, nodes=2, nproc=2)
+    for event in events:
+        one_by_one.feed(event)
+    in_runs = JobMonitor("job", "local", 4, nodes=2, nproc=2)
+    for start in range(0, len(events), 37):  # runs of mixed kinds, cut anywhere
+        in_runs.feed_many(events[start : start + 37])
+
+    now = events[-1].t + 5
+    assert in_runs.snapshot(now) == one_by_one.snapshot(now)
+    assert in_runs.version == one_by_one.version
+    assert [r.reason for r in in_runs.ranks()] == [r.reason for r in one_by_one.ranks()]
+    columns, expected = in_runs.metrics_columns(), one_by_one.metrics_columns()
+    assert columns.keys() == expected.keys()
+    for key, column in columns.items():
+        np.testing.assert_array_equal(column, expected[key], err_msg=key)

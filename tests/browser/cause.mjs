@@ -17,7 +17,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { defineChangeWatch, openBrowser, openNotebook, readNow, recordThrowSites, runCell as runCellOn, runScenario, waitForPrompt } from "./lab.mjs";
+import { defineChangeWatch, openBrowser, openNotebook, readNow, runCell as runCellOn, runScenario, waitForPrompt } from "./lab.mjs";
 import { lowContrast } from "./contrast.mjs";
 import { resumeBelow } from "./resume.mjs";
 
@@ -31,7 +31,6 @@ const JOBS = { fail: "cause-fail", recover: "cause-recovered-after-a-kill-c3-7f2
 
 for (const theme of ["light", "dark", "notebook7"]) fs.mkdirSync(path.join(outDir, theme), { recursive: true });
 const { page: lab, result, close } = await openBrowser(VIEW);
-await recordThrowSites(lab, result);
 let page = lab;
 const dash = (key) => (key in JOBS ? `.distrain-job-${JOBS[key]}` : `[data-distrain-test="${key}"] .distrain-dashboard`);
 

@@ -46,7 +46,10 @@ def run_harness(script: str, lab: Lab, notebook: str, output: Path, *args: str) 
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert lines, f"no result from the browser harness:\n{proc.stdout}\n{proc.stderr}"
     result: dict[str, Any] = json.loads(lines[-1])
-    assert "error" not in result, f"{result['error']}\nconsole: {result['console']}"
+    assert "error" not in result, (
+        f"{result['error']}\nconsole: {result['console']}\n"
+        f"thrown at: {result.get('throwSites', [])}"
+    )
     return result
 
 
@@ -59,12 +62,17 @@ OVERRAN = "[anywidget] Failed to initialize model."
 def page_errors(result: dict[str, Any]) -> list[str]:
     """The page errors a harness saw, less the one Notebook 7.6's own shortcuts plugin raises
     on every page with no extension enabled (its first frame in ``notebook_core``) and
-    anywidget's :data:`OVERRAN`, which the widgets recover from."""
-    return [
+    anywidget's :data:`OVERRAN`, which the widgets recover from; when there are any, then
+    where the first page's uncaught exceptions were thrown (``lab.mjs``'s
+    ``recordThrowSites``: a thrown string has no stack of its own)."""
+    errors = [
         error
         for error in result.get("console", [])
         if error.startswith("pageerror") and not _notebook7_own(error) and OVERRAN not in error
     ]
+    if errors:
+        errors += [f"thrown at: {site}" for site in result.get("throwSites", [])]
+    return errors
 
 
 def _notebook7_own(error: str) -> bool:

@@ -8,7 +8,8 @@ import { chromium } from "playwright-core";
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 
 // Chromium headless in a fresh profile, with no background network traffic.
-// Returns { page, result, close }; console errors are collected in result.console.
+// Returns { page, result, close }; console errors are collected in result.console, and
+// where the page's uncaught exceptions were thrown in result.throwSites (recordThrowSites).
 export async function openBrowser(viewport) {
   const result = { console: [] };
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "distrain-chromium-"));
@@ -47,6 +48,7 @@ export async function openBrowser(viewport) {
   page.on("pageerror", (err) => {
     if (result.console.length < 50) result.console.push(`pageerror: ${err.message}\n${(err.stack ?? "").slice(0, 1500)}`);
   });
+  await recordThrowSites(page, result);
   const close = async () => {
     await context.close();
     fs.rmSync(profile, { recursive: true, force: true });
@@ -58,7 +60,7 @@ export async function openBrowser(viewport) {
 // innermost frame first, as script:line:column of the bundles): a thrown string (ipywidgets
 // throws "Syncing error: ...") reaches "pageerror" with no stack. Through the DevTools
 // protocol, which pauses the page at such a throw and resumes it at once.
-export async function recordThrowSites(page, result) {
+async function recordThrowSites(page, result) {
   const cdp = await page.context().newCDPSession(page);
   cdp.on("Debugger.paused", (event) => {
     const frames = event.callFrames.slice(0, 10).map((frame) => {

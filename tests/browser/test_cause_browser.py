@@ -351,7 +351,7 @@ def test_what_went_wrong_reads_the_same_in_light_dark_and_notebook7(lab_app: Lab
         assert stopped["rate"] == "stalled", stopped  # not the rate from before the hang
 
     errors = page_errors(result)
-    assert not errors, (errors, result.get("throwSites"))
+    assert not errors, errors
     for theme in ("light", "dark", "notebook7"):
         for shot in ("fail-job.png", "hang-job.png", "page.png"):
             assert (SHOTS / theme / shot).stat().st_size > 10_000

@@ -39,7 +39,14 @@ def test_describe_shows_pods_workers_processes_events_queues_and_threads(
     code = "print('hello there', flush=True)\n" + SLEEP
     core.create_namespaced_pod("default", pod("shown", code))
     wait_for(lambda: running(core, "shown"), what="pod shown running")
-    wait_for(lambda: "hello there" in k8s_emulator.pod_log("shown"), what="the pod's first line")
+    # both of its lines (then it sleeps): a line written between two readings would differ
+    wait_for(
+        lambda: (
+            k8s_emulator.pod_log("shown").startswith("hello there\n")
+            and len(k8s_emulator.pod_log("shown").splitlines()) == 2
+        ),
+        what="the pod's two lines",
+    )
     text = k8s_emulator.describe()
     assert f"--- emulator {k8s_emulator.id} on {k8s_emulator.url}" in text, text
     assert "default/shown Running on emulator-node: main=running" in text, text

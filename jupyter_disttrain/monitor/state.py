@@ -184,21 +184,16 @@ class JobBook:
         if self.first_t is None:
             self.first_t = fresh[0].t
         self.stacks.wrote(max(ev.t for ev in fresh))
-        rows, row_of, track = self.rows, self._row, self.pace.track
+        row_of, track = self._row, self.pace.track
         note = self.pauses.note if self.pauses.active else None
         points: list[tuple[int, int, float, Any]] = []
         for ev in fresh:
             rank, t = ev.rank, ev.t
             if rank is None or rank < 0:
                 continue
-            row = rows.get(rank)
-            if row is None:
-                row = row_of(rank)
-            heard = row.last_heard
-            row.last_heard = t if heard is None or t > heard else heard
-            step = ev.fields.get("step")
-            if type(step) is not int:
-                step = as_int(step)
+            row = row_of(rank)
+            row.last_heard = t if row.last_heard is None else max(row.last_heard, t)
+            step = as_int(ev.fields.get("step"))
             if step is not None:
                 if row.state == "Pending":
                     row.state = "Running"

@@ -25,7 +25,8 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
-from jupyter_disttrain.backends.local.plan import ephemeral_range
+# the local backend's floor and range: its jobs and the emulator's pods pick ports alike
+from jupyter_disttrain.backends.local.plan import PORT_FLOOR, ephemeral_range
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _PATH_CHARS = r"[\w.-]"
@@ -57,8 +58,6 @@ def path_rewriter(mounts: Iterable[tuple[str, str]]) -> Callable[[str], str]:
     return lambda text: pattern.sub(lambda m: lookup[m.group(1)], text)
 
 
-#: Where ports are picked: below the kernel's ephemeral range (see :func:`free_port`).
-PORT_FLOOR = 10_000
 #: Set to ``above-ephemeral``: this process's emulators hand out the ports above the kernel's
 #: ephemeral range instead of an xdist slice below it (a test run beside an xdist run).
 PORT_RANGE_ENV = "K8S_EMULATOR_PORT_RANGE"

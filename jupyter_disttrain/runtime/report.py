@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from . import jobkey
 from .observed import Observed, from_line, observed
@@ -36,6 +36,8 @@ library_total = False
 _tap: Callable[[str], None] | None = None
 #: Called with every protocol line this process writes or relays (rank 0's metrics endpoint).
 _observers: list[Callable[[Observed], None]] = []
+#: Where protocol lines go (a worker's stream of their own); None: ``sys.stdout`` at each write.
+_protocol_out: TextIO | None = None
 
 
 def rank() -> int:
@@ -57,14 +59,31 @@ def emit_as(rank: int, kind: str, **fields: Any) -> None:
             quiet_bytes += len(line)  # ASCII: json.dumps escapes the rest
         else:
             emitted += 1
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        out = _out()
+        out.write(line)
+        out.flush()
         if _tap is not None:
             _tap(line)
         seen = observed(kind, rank, fields) if _observers else None
         if seen is not None:  # what this process signed, not read back
             for observer in _observers:
                 observer(seen)
+
+
+def write_protocol_to(stream: TextIO | None) -> None:
+    """Write protocol lines to ``stream`` from now on (None: to ``sys.stdout`` as it is then).
+
+    A worker gives them a stream of their own on its stdout's file (see
+    :func:`~.worker.own_protocol_stream`): a line another thread writes then never
+    lands inside a line the cell is printing.
+    """
+    global _protocol_out
+    with _lock:
+        _protocol_out = stream
+
+
+def _out() -> TextIO:
+    return sys.stdout if _protocol_out is None else _protocol_out
 
 
 def set_tap(tap: Callable[[str], None] | None) -> None:
@@ -98,8 +117,9 @@ def write_lines(lines: list[str], *, echo: bool = True) -> None:
         if echo:
             written = kept if signer is None else relayed(kept, signer)
             quiet_bytes += sum(len(line) + 1 for line in written if is_quiet(line.encode()))
-            sys.stdout.write("".join(f"{line}\n" for line in written))
-            sys.stdout.flush()
+            out = _out()
+            out.write("".join(f"{line}\n" for line in written))
+            out.flush()
         if not _observers:
             return
         for line in kept:

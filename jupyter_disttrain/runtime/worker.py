@@ -80,6 +80,28 @@ def redirect_output(log_dir: str | None, rank: int) -> None:
             reconfigure(line_buffering=True)
 
 
+def own_protocol_stream() -> None:
+    """Give protocol lines a stream of their own on fd 1 and keep the cell's partial line.
+
+    ``print()`` writes its text and its newline apart: a protocol line another
+    thread (a reporter, the relay) wrote between the two would land inside the
+    printed line, and the reader, who keeps the signed control line, would lose
+    the text. ``sys.stdout`` and ``sys.stderr`` become line-buffered streams that
+    do not write through (a partial line stays in Python until its newline or an
+    explicit flush), and protocol lines go out whole on fd 1 through a stream of
+    their own, so each begins on a line of its own.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            reconfigure(line_buffering=True, write_through=False)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _report.write_protocol_to(
+        open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+    )
+
+
 def load_payload(path: str) -> dict[str, Any]:
     """Read the payload envelope; raise :class:`SetupError` if it cannot be used here."""
     import pickle
@@ -407,6 +429,7 @@ def run(payload_path: str) -> int:
     """Run one payload in this process; return the exit status."""
     rank = int(os.environ.get("RANK", "0"))
     redirect_output(os.environ.get("DISTRAIN_LOG_DIR"), rank)
+    own_protocol_stream()
     started = time.time()
     try:
         payload = load_payload(payload_path)

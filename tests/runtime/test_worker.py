@@ -170,3 +170,65 @@ def test_the_payload_records_the_cells_third_party_packages() -> None:
     payload = build_payload("import numpy as np\nimport json\nnp.ones(1)", {}, job="pk")
     packages = pickle.loads(payload.data)["packages"]
     assert packages == {"numpy": ["numpy", importlib.metadata.version("numpy")]}
+
+
+PRINTS_WHILE_A_THREAD_REPORTS = textwrap.dedent(
+    """
+    import sys, threading
+    from jupyter_disttrain import report
+    done = threading.Event()
+    def reporter():
+        step = 0
+        while not done.is_set():
+            report(step=step, x=1.0)
+            step += 1
+    thread = threading.Thread(target=reporter)
+    thread.start()
+    for i in range(LINES):
+        print(f"printed {i}", "x" * (i % 50))
+        print(f"to stderr {i}", file=sys.stderr)
+    done.set()
+    thread.join()
+    """
+)
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_line_the_cell_prints_stays_whole_while_another_thread_reports(
+    tmp_path: Path, unbuffered: str
+) -> None:
+    """print() writes its text and its newline apart; a protocol line a reporting thread
+    writes in between must not land inside the printed line (the reader would keep only
+    the control line): every printed line is read back whole, every report as a metric."""
+    lines = 3000
+    payload = build_payload(PRINTS_WHILE_A_THREAD_REPORTS, {"LINES": lines}, job="interleave")
+    path = tmp_path / "payload.pkl"
+    path.write_bytes(payload.data)
+    from jupyter_disttrain.backends.local import free_port
+
+    env = {
+        **os.environ,
+        **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"},
+        **{"MASTER_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"},
+        "DISTRAIN_LOG_DIR": str(tmp_path),
+    }
+    env["PYTHONUNBUFFERED"] = unbuffered  # the local backend's workers run unbuffered
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter_disttrain.runtime.worker", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    log = (tmp_path / "rank-0.log").read_text()
+    assert proc.returncode == 0, proc.stdout + proc.stderr + log[-4000:]
+    events = [parse(text, 0, nproc=1) for text in log.splitlines()]
+    texts = [e.get("text") for e in events if e.kind == "log"]
+    expected = [f"printed {i} " + "x" * (i % 50) for i in range(lines)]
+    assert [t for t in texts if t.startswith("printed")] == expected
+    errors = [f"to stderr {i}" for i in range(lines)]
+    assert [t for t in texts if t.startswith("to stderr")] == errors
+    strays = [t for t in texts if not t.startswith(("printed", "to stderr"))]
+    assert strays == [], strays[:5]
+    steps = [e.get("step") for e in events if e.kind == "metric"]
+    assert steps == list(range(len(steps))) and steps, "the reports were not all read back"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from . import procs
 from .container import ContainerRunner
 from .kubelet import PodWorker
 from .meta import Obj
@@ -164,13 +165,28 @@ def _runner(runner: ContainerRunner, log_lines: int) -> list[str]:
     kind = "init " if runner.init else ""
     out = [
         f"    {kind}container {runner.name}: {runner.state} thread {alive}, {where}, "
-        f"runs={len(runner.logs)}"
+        f"runs={len(runner.logs)}",
+        *_live_processes(f"{runner.worker.marker}{runner.name}/"),
     ]
     if runner.logs:
         lines, _ = runner.logs[-1].read(0)
         for _, line in lines[-log_lines:]:
             out.append(f"      | {line.decode('utf-8', 'replace').rstrip()[:200]}")
     return out
+
+
+def _live_processes(prefix: str) -> list[str]:
+    """The container's live processes by run (a process of an ended run is a survivor)."""
+    by_run: dict[str, list[str]] = {}
+    for proc in procs.members(prefix):
+        try:
+            run = proc.environ().get(procs.MARKER, "")[len(prefix) :].strip("/")
+            what = f"{proc.pid} {proc.status()} {' '.join(proc.cmdline()[:3])[:80]}"
+        except psutil.Error:
+            continue
+        by_run.setdefault(run, []).append(what)
+    runs = sorted(by_run.items())
+    return [f"      run {run} live: " + "; ".join(sorted(found)) for run, found in runs]
 
 
 def _events(emulator: Emulator, count: int) -> list[str]:

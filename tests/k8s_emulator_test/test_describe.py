@@ -53,6 +53,7 @@ def test_describe_shows_pods_workers_processes_events_queues_and_threads(
     assert "worker shown: alive, sandbox ready" in text, text
     (proc,) = k8s_emulator.processes()
     assert "container main: {'running'" in text and f"pid {proc.pid} " in text, text
+    assert f"      run 0 live: {proc.pid} " in text, text  # survivors of a run would show too
     assert "      | hello there" in text, text  # the container log's last lines
     assert "Normal Started Pod/shown: Started container main" in text, text
     assert "training-operator: thread alive, queue 0, pending [], failing {}" in text, text

@@ -53,13 +53,19 @@ class SetupError(RuntimeError):
     """The payload cannot run in this worker (the message says why and what to do)."""
 
 
-def printable_output() -> None:
-    """Make printing any text safe: what cannot be encoded (a lone surrogate) is written as
-    its escape (``\\ud800``) instead of raising in the user's code."""
+def _reconfigure_std_streams(**options: Any) -> None:
+    """``reconfigure(**options)`` ``sys.stdout`` and ``sys.stderr`` (each flushed first),
+    where they can be (a replaced stream may not)."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if callable(reconfigure):
-            reconfigure(errors="backslashreplace")
+            reconfigure(**options)
+
+
+def printable_output() -> None:
+    """Make printing any text safe: what cannot be encoded (a lone surrogate) is written as
+    its escape (``\\ud800``) instead of raising in the user's code."""
+    _reconfigure_std_streams(errors="backslashreplace")
 
 
 def redirect_output(log_dir: str | None, rank: int) -> None:
@@ -74,10 +80,6 @@ def redirect_output(log_dir: str | None, rank: int) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if callable(reconfigure):
-            reconfigure(line_buffering=True)
 
 
 def own_protocol_stream() -> None:
@@ -89,14 +91,10 @@ def own_protocol_stream() -> None:
     the text. ``sys.stdout`` and ``sys.stderr`` become line-buffered streams that
     do not write through (a partial line stays in Python until its newline or an
     explicit flush), and protocol lines go out whole on fd 1 through a stream of
-    their own, so each begins on a line of its own.
+    their own, so each begins on a line of its own. Call after
+    :func:`redirect_output`: a log file's lines, too, go out one by one.
     """
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if callable(reconfigure):
-            reconfigure(line_buffering=True, write_through=False)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _reconfigure_std_streams(line_buffering=True, write_through=False)
     _report.write_protocol_to(
         open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
     )

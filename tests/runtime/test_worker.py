@@ -73,6 +73,22 @@ BLOCKER = textwrap.dedent(
 )
 
 
+def one_rank_env() -> dict[str, str]:
+    """This process's environment for a worker that is the whole job: rank 0 of 1, its
+    process group on a free loopback port."""
+    from jupyter_disttrain.backends.local import free_port
+
+    return {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+
+
 def test_worker_runs_with_notebook_packages_blocked(tmp_path: Path) -> None:
     """The runtime needs only the standard library, torch and cloudpickle."""
 
@@ -93,17 +109,7 @@ def test_worker_runs_with_notebook_packages_blocked(tmp_path: Path) -> None:
     payload = build_payload(cell, {"helper": helper, "torch": torch}, job="iso")
     path = tmp_path / "payload.pkl"
     path.write_bytes(payload.data)
-    from jupyter_disttrain.backends.local import free_port
-
-    env = {
-        **os.environ,
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "GLOO_SOCKET_IFNAME": "lo",
-    }
+    env = one_rank_env()
     env.pop("DISTRAIN_LOG_DIR", None)
     proc = subprocess.run(
         [sys.executable, "-c", BLOCKER, str(path)],
@@ -204,14 +210,8 @@ def test_a_line_the_cell_prints_stays_whole_while_another_thread_reports(
     payload = build_payload(PRINTS_WHILE_A_THREAD_REPORTS, {"LINES": lines}, job="interleave")
     path = tmp_path / "payload.pkl"
     path.write_bytes(payload.data)
-    from jupyter_disttrain.backends.local import free_port
-
-    env = {
-        **os.environ,
-        **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"},
-        **{"MASTER_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"},
-        "DISTRAIN_LOG_DIR": str(tmp_path),
-    }
+    env = one_rank_env()
+    env["DISTRAIN_LOG_DIR"] = str(tmp_path)
     env["PYTHONUNBUFFERED"] = unbuffered  # the local backend's workers run unbuffered
     proc = subprocess.run(
         [sys.executable, "-m", "jupyter_disttrain.runtime.worker", str(path)],

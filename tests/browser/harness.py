@@ -48,7 +48,9 @@ def run_harness(script: str, lab: Lab, notebook: str, output: Path, *args: str) 
     result: dict[str, Any] = json.loads(lines[-1])
     assert "error" not in result, (
         f"{result['error']}\nconsole: {result['console']}\n"
-        f"thrown at: {result.get('throwSites', [])}"
+        f"thrown at: {result.get('throwSites', [])}\n"
+        f"the page read: {result.get('pageText', '')!r}\n"
+        f"the harness said: {proc.stderr[-3000:]}"
     )
     return result
 

@@ -91,16 +91,30 @@ async function waitForKernel(page) {
       return classes.contains("jp-NotebookKernelStatus-fade") && !said;
     },
     null,
-    { timeout: 60_000, polling: 100 },
+    { timeout: OPEN_TIMEOUT, polling: 100 },
   );
 }
 
+// How long a page may take to open a notebook and connect its kernel. Waiting costs nothing
+// when the page is quick; the browser tests run beside the rest of the suite, and on a
+// 2-CPU host JupyterLab's first page of a new server took over 60 s to show a cell.
+const OPEN_TIMEOUT = 180_000;
+
 // Opens the notebook at `url` (a JupyterLab or Notebook 7 page) and waits until its first
-// cell is shown and its kernel is connected: cells can run from then on.
+// cell is shown and its kernel is connected: cells can run from then on. How long each part
+// took goes to the harness's log.
 export async function openNotebook(page, url) {
-  await page.goto(url, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
+  const started = Date.now();
+  await page.goto(url, { waitUntil: "domcontentloaded", timeout: OPEN_TIMEOUT });
+  const loaded = Date.now();
+  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: OPEN_TIMEOUT });
+  const shown = Date.now();
   await waitForKernel(page);
+  const seconds = (from, to) => ((to - from) / 1000).toFixed(1);
+  console.error(
+    `openNotebook: page ${seconds(started, loaded)} s, first cell ${seconds(loaded, shown)} s, ` +
+      `kernel ${seconds(shown, Date.now())} s`,
+  );
 }
 
 // Runs notebook cell `index`; retries when JupyterLab dropped the request (kernel not connected yet).
@@ -203,6 +217,10 @@ export async function runScenario({ page, result, close }, outDir, steps, onErro
     await steps();
   } catch (err) {
     result.error = String(err?.stack ?? err);
+    // what the page showed then, in words (the screenshot stays on the machine that ran it)
+    result.pageText = await page
+      .evaluate(() => document.body?.innerText.slice(0, 2000) ?? "")
+      .catch((e) => `(unreadable: ${e.message})`);
     if (onError) await onError().catch(() => {});
     await page.screenshot({ path: path.join(outDir, "failure.png") }).catch(() => {});
   } finally {

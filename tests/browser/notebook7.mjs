@@ -63,10 +63,21 @@ async function createFile(name) {
   }, name);
 }
 
+// The checkpoint table's rows, once it shows some, read in one step. The table can be absent
+// for a moment after it was shown: a page short of CPU that took over anywidget's budget to
+// start its model hears nothing on it, the kernel opens a new comm (widgets/reopen.py), and the
+// browser's box removes the old view at once and makes the new one when its module loaded.
 async function checkpointRows() {
-  return page.locator(`${BROWSER} .distrain-ckpt-table tbody tr`).evaluateAll((trs) =>
-    trs.map((tr) => ({ step: Number(tr.dataset.step), status: tr.dataset.status })),
+  const rows = await page.waitForFunction(
+    (sel) => {
+      const trs = [...document.querySelectorAll(`${sel} .distrain-ckpt-table tbody tr`)];
+      const read = trs.map((tr) => ({ step: Number(tr.dataset.step), status: tr.dataset.status }));
+      return read.length > 0 ? read : null;
+    },
+    BROWSER,
+    { timeout: 60_000 },
   );
+  return rows.jsonValue();
 }
 
 await runScenario({ page, result, close }, outDir, async () => {

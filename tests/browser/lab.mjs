@@ -204,9 +204,10 @@ export function readNow(page, selector, read) {
   })()`);
 }
 
-// Waits until a cell has run: its prompt reads "[3]:" (while running it shows "[*]:").
+// Waits until a cell has run: its prompt reads "[3]:" (while running it shows "[*]:"). As
+// long as a page may take to open a notebook: `%load_ext` on a loaded 2-CPU host is no quicker.
 export async function waitForPrompt(cell) {
-  await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: 60_000 });
+  await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: OPEN_TIMEOUT });
 }
 
 // Runs a script's steps; a failure is recorded in result.error with a screenshot

@@ -17,7 +17,7 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { defineChangeWatch, openBrowser, openNotebook, readNow, runCell as runCellOn, runScenario, waitForPrompt } from "./lab.mjs";
+import { OPEN_TIMEOUT, defineChangeWatch, openBrowser, openNotebook, readNow, runCell as runCellOn, runScenario, waitForPrompt } from "./lab.mjs";
 import { lowContrast } from "./contrast.mjs";
 import { resumeBelow } from "./resume.mjs";
 
@@ -462,8 +462,8 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   // ---------------------------------------------------------------- Notebook 7, same kernel
   page = await lab.context().newPage();
   await page.setViewportSize(VIEW);
-  await page.goto(`${baseUrl}/notebooks/${notebook}`, { waitUntil: "domcontentloaded" });
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60_000 });
+  await page.goto(`${baseUrl}/notebooks/${notebook}`, { waitUntil: "domcontentloaded", timeout: OPEN_TIMEOUT });
+  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: OPEN_TIMEOUT });
   await markSessionCells();
   await header("hang", "Hung").waitFor({ timeout: 60_000 });
   // the jobs panel from the View menu

@@ -98,7 +98,7 @@ async function waitForKernel(page) {
 // How long a page may take to open a notebook and connect its kernel. Waiting costs nothing
 // when the page is quick; the browser tests run beside the rest of the suite, and on a
 // 2-CPU host JupyterLab's first page of a new server took over 60 s to show a cell.
-const OPEN_TIMEOUT = 180_000;
+export const OPEN_TIMEOUT = 180_000;
 
 // Opens the notebook at `url` (a JupyterLab or Notebook 7 page) and waits until its first
 // cell is shown and its kernel is connected: cells can run from then on. How long each part

@@ -182,13 +182,17 @@ def _start(path: str, linger: float) -> subprocess.Popen[bytes]:
 
 
 def _await_socket(path: str, proc: subprocess.Popen[bytes]) -> socket.socket:
-    """Connect once the new launcher has bound its socket (before its imports)."""
+    """Connect once the new launcher listens on its socket (before its imports).
+
+    A refused connection means it has bound the path but not yet called ``listen``:
+    the path is its, so it stays (removed, the launcher would listen where nobody finds it).
+    """
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise ValueError(f"the lingering launcher exited with code {proc.returncode}")
         if os.path.exists(path):
-            conn = _connect(path)
+            conn = _connect(path, remove_stale=False)
             if conn is not None:
                 return conn
         time.sleep(0.01)

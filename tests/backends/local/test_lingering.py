@@ -154,6 +154,35 @@ def test_a_killed_launchers_socket_is_replaced(runtime: Path) -> None:
     assert second["kind"] == "SharedLauncher" and second["pid"] != first["pid"], (second, said)
 
 
+#: A launcher that is slow between ``bind`` and ``listen`` (as one preempted there on a
+#: loaded machine): binds the path, waits, then listens and accepts one connection.
+SLOW_TO_LISTEN = (
+    "import os, socket, sys, time\n"
+    "os.umask(0o177)\n"
+    "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "s.bind(sys.argv[1])\n"
+    "time.sleep(1.0)\n"
+    "s.listen(1)\n"
+    "s.accept()[0].sendall(b'hello')\n"
+)
+
+
+def test_a_launcher_that_has_bound_but_not_yet_listens_keeps_its_socket(runtime: Path) -> None:
+    """A refused connection to the new launcher's path is a launcher between ``bind`` and
+    ``listen``, not a stale socket: the path stays and the connection is made once it listens."""
+    path = str(runtime / "launcher.sock")
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_TO_LISTEN, path])
+    try:
+        started = time.monotonic()
+        with lingering._await_socket(path, proc) as conn:
+            waited = time.monotonic() - started
+            assert conn.recv(5) == b"hello", waited
+        assert waited < lingering.START_TIMEOUT, waited
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_linger_zero_gives_the_process_its_own(runtime: Path) -> None:
     chosen, _ = choose(env_for(runtime, 0))
     assert chosen["kind"] == "Launcher", chosen

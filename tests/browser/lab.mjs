@@ -74,6 +74,11 @@ async function recordThrowSites(page, result) {
   await cdp.send("Debugger.setPauseOnExceptions", { state: "uncaught" });
 }
 
+// How long a page may take to open a notebook and connect its kernel. Waiting costs nothing
+// when the page is quick; the browser tests run beside the rest of the suite, and on a
+// 2-CPU host JupyterLab's first page of a new server took over 60 s to show a cell.
+export const OPEN_TIMEOUT = 180_000;
+
 // Waits until the page's notebook has its kernel connected: a cell run before that does
 // nothing (JupyterLab's CodeCell.execute returns when the session has no kernel yet).
 // JupyterLab's status bar then reads "... | Idle"; Notebook 7 has no status bar, and its
@@ -94,11 +99,6 @@ async function waitForKernel(page) {
     { timeout: OPEN_TIMEOUT, polling: 100 },
   );
 }
-
-// How long a page may take to open a notebook and connect its kernel. Waiting costs nothing
-// when the page is quick; the browser tests run beside the rest of the suite, and on a
-// 2-CPU host JupyterLab's first page of a new server took over 60 s to show a cell.
-export const OPEN_TIMEOUT = 180_000;
 
 // Opens the notebook at `url` (a JupyterLab or Notebook 7 page) and waits until its first
 // cell is shown and its kernel is connected: cells can run from then on. How long each part

@@ -121,6 +121,7 @@ class JobBook:
         # what the backend itself last said (the end is final only once it says so), and
         # whether it holds the job (waiting or restarting, not yet run since): see _derive
         self.reported: JobState = "Pending"
+        self.reported_why = ("", "")  # its reason and message then
         self.held = False
         # every log line goes through the NCCL / c10d / gloo parser as it arrives
         self.comms = CommsReader()
@@ -211,6 +212,7 @@ class JobBook:
         f = ev.job()
         self.reason = as_str(f.get("reason"))
         self.message = as_str(f.get("message"))
+        self.reported_why = (self.reason, self.message)
         reported = f.get("state")
         if reported == "Running" and self.state == "Restarting" and (self.held or self.restart_due):
             # its pods run again (restarted in place) before a rank of the new attempt did;
@@ -293,6 +295,8 @@ class JobBook:
         self.pace.forget(row.rank)
         if self.explicit_terminal:
             return  # the backend said the job is over; keep its verdict on the rows
+        if self.held and self.reported == "Running":  # the restart is over: the job's word
+            self.reason, self.message = self.reported_why
         self.held = False  # a rank of the current attempt runs: the wait is over
         row.state = "Running"
         row.exit_code = None

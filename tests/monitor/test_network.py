@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+
+import pytest
+
 from jupyter_disttrain.events import Event, rank_event
 from jupyter_disttrain.monitor import Cause, JobMonitor
 from jupyter_disttrain.monitor.network import (
@@ -220,4 +224,40 @@ def test_the_jobs_running_before_the_backends_restart_keeps_a_due_restart() -> N
     assert mon.state == "Restarting", mon.reason
     mon.feed(Event("restart", None, 2.5, {"attempt": 1, "reason": "job-1 restarted"}))
     mon.feed(Event("job", None, 2.7, TRAINJOB_RUNNING))
+    restarting_until_node_1_says_hello(mon)
+
+
+#: A TrainJob's own report while its pods start again, after it ran.
+TRAINJOB_RESTARTING = {
+    "state": "Restarting",
+    "reason": "Restarting",
+    "message": "the TrainJob's pods are starting again",
+}
+#: What follows node 1's death, each from its own stream: the TrainJob's reports (its
+#: pods start again, then run), the backend's restart and node 1's pod running again.
+AFTER_THE_DEATH = {
+    "starting": lambda t: Event("job", None, t, TRAINJOB_RESTARTING),
+    "running": lambda t: Event("job", None, t, TRAINJOB_RUNNING),
+    "restart": lambda t: Event("restart", None, t, {"attempt": 1, "reason": "job-1 restarted"}),
+    "pod": lambda t: rank_event(1, "Running", host="job-1", node=1, pod="job-1", t=t),
+}
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        order
+        for order in itertools.permutations(AFTER_THE_DEATH)
+        if order.index("starting") < order.index("running")
+    ],
+    ids="-".join,
+)
+def test_a_node_restarting_in_place_is_named_whatever_the_streams_order(
+    order: tuple[str, ...],
+) -> None:
+    """The job and its pods are watched apart: the restart reads the same in any order."""
+    mon = JobMonitor("job", "kubernetes", 2, nodes=2, nproc=1)
+    killed_on_node_1(mon)
+    for i, kind in enumerate(order):
+        mon.feed(AFTER_THE_DEATH[kind](2.1 + i / 10))
     restarting_until_node_1_says_hello(mon)

@@ -190,6 +190,7 @@ class KubernetesRun(Submission):
 
     def _watch_job(self) -> None:
         last: tuple[ev.JobState, str, str] | None = None
+        ran = False  # the job read Running: pods that start again are a restart's
         for item in self._stream(
             self.conn.custom.list_namespaced_custom_object,
             self.kubeflow.group,
@@ -207,7 +208,7 @@ class KubernetesRun(Submission):
             self._has_leader = self.kubeflow.has_leader(item["object"])
             if self.trust is None:  # a job without this tool's key: what its object reports
                 self._report(item["object"])
-            current = self.kubeflow.condition(item["object"])
+            current = self.kubeflow.condition(item["object"], ran)
             if last is None:  # the job is waiting from its creation on
                 self._phase(
                     kp.Fact(
@@ -225,6 +226,7 @@ class KubernetesRun(Submission):
                 continue
             ended_before = last is None and current[0] == "Failed"  # a replay of a failed job
             last = current
+            ran = ran or current[0] == "Running"
             self._state = current[0]
             if current[0] == "Pending" and self._pending_why:  # keep the known cause
                 current = ("Pending", *self._pending_why)

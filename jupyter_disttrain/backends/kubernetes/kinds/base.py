@@ -188,8 +188,9 @@ class KubeflowKind(ABC):
 
     # -- reading a job back -----------------------------------------------------------
     @abstractmethod
-    def condition(self, obj: Mapping[str, Any]) -> Condition | None:
-        """The job's state from its status, or None while it says nothing yet."""
+    def condition(self, obj: Mapping[str, Any], ran: bool = False) -> Condition | None:
+        """The job's state from its status, or None while it says nothing yet; ``ran``: the
+        job read ``Running`` before (pods starting then are a restart's)."""
 
     def reported(self, obj: Mapping[str, Any]) -> Reported | None:
         """The progress the job reports in its own object (:mod:`..reported`); None by

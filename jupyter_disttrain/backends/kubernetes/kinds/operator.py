@@ -100,8 +100,9 @@ class OperatorKind(KubeflowKind):
         """The replica type that runs node 0 when present (``Master``, ``Chief``)."""
         return self.replicas[0]
 
-    def condition(self, obj: Mapping[str, Any]) -> Condition | None:
-        """The last true condition of ``status.conditions`` (see :func:`job_condition`)."""
+    def condition(self, obj: Mapping[str, Any], ran: bool = False) -> Condition | None:
+        """The last true condition of ``status.conditions`` (see :func:`job_condition`):
+        the operator's own ``Restarting`` says a restart, whether the job ``ran`` or not."""
         return job_condition(obj)
 
     def shape(self, obj: Mapping[str, Any]) -> tuple[int, int]:

@@ -206,11 +206,14 @@ def _true(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
-def trainjob_condition(obj: Mapping[str, Any]) -> Condition | None:
+def trainjob_condition(obj: Mapping[str, Any], ran: bool = False) -> Condition | None:
     """A TrainJob's state: (state, reason, message), from conditions and ``jobsStatus``.
 
     Suspended with a Kueue queue label reads ``Pending``/``Queued``; ready
-    replicated jobs read ``Running``; ``Complete``/``Failed`` are the end.
+    replicated jobs read ``Running``; ``Complete``/``Failed`` are the end. Once
+    the job ran (``ran``: it read ``Running`` before), a replicated job with
+    neither ready nor succeeded pods reads ``Restarting``: its pods start again
+    (restarted in place or made anew), which the status cannot tell from a first start.
     """
     for kind, state in (("Complete", "Succeeded"), ("Failed", "Failed")):
         found = _true(obj, kind)
@@ -228,6 +231,8 @@ def trainjob_condition(obj: Mapping[str, Any]) -> Condition | None:
         name = (obj.get("metadata") or {}).get("name")
         progress = trainer_progress(obj)
         return "Running", "Running", f"TrainJob {name} is running{progress}"
+    if ran and any(not int(j.get("ready") or 0) and not int(j.get("succeeded") or 0) for j in jobs):
+        return "Restarting", "Restarting", "the TrainJob's pods are starting again"
     if jobs or (obj.get("status") or {}).get("conditions"):
         return "Pending", "Created", "the TrainJob's pods are starting"
     return None
@@ -347,9 +352,9 @@ class TrainJobKind(KubeflowKind):
         """The training runtimes a TrainJob can name (:func:`list_runtimes`)."""
         return list_runtimes(conn, missing_ok=missing_ok)
 
-    def condition(self, obj: Mapping[str, Any]) -> Condition | None:
+    def condition(self, obj: Mapping[str, Any], ran: bool = False) -> Condition | None:
         """From conditions and ``jobsStatus`` (:func:`trainjob_condition`)."""
-        return trainjob_condition(obj)
+        return trainjob_condition(obj, ran)
 
     def reported(self, obj: Mapping[str, Any]) -> Reported | None:
         """``status.trainerStatus`` (Trainer v2.2+), written by any trainer process."""

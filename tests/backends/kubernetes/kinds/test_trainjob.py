@@ -265,3 +265,19 @@ def test_state_from_conditions_jobs_status_and_kueue() -> None:
     )
     assert trainjob_condition(failed)[0] == "Failed"  # type: ignore[index]
     assert trainjob_condition({"metadata": {"name": "x"}}) is None
+
+
+def test_pods_that_start_again_after_the_job_ran_read_restarting() -> None:
+    """JobSet restarts a dead node's pod in place: its replicated job is not ready for a
+    while, which reads as starting before the job ran and as a restart after it."""
+    again = _job([], jobsStatus=[{"name": "node", "ready": 0, "active": 1}])
+    assert trainjob_condition(again)[0] == "Pending"  # type: ignore[index]
+    assert trainjob_condition(again, ran=True) == (
+        "Restarting",
+        "Restarting",
+        "the TrainJob's pods are starting again",
+    )
+    finishing = _job([], jobsStatus=[{"name": "node", "ready": 0, "succeeded": 1}])
+    assert trainjob_condition(finishing, ran=True)[0] != "Restarting"  # type: ignore[index]
+    running = _job([], jobsStatus=[{"name": "node", "ready": 1, "active": 1}])
+    assert trainjob_condition(running, ran=True)[0] == "Running"  # type: ignore[index]

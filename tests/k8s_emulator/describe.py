@@ -223,7 +223,7 @@ def _controllers(emulator: Emulator) -> list[str]:
         loops.append(kueue)
     for loop in loops:
         alive = "alive" if loop._thread.is_alive() else "ENDED"
-        delayed = sorted((round(at - time.monotonic(), 2), key) for at, _, key in loop._delayed)
+        delayed = sorted((round(at - time.monotonic(), 2), key) for key, at in loop._due.items())
         out.append(
             f"  {loop.name}: thread {alive}, ready {list(loop._ready)}, "
             f"delayed {delayed}, failing {dict(loop._failures)}"

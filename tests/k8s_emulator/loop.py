@@ -2,7 +2,9 @@
 
 Keys (``(namespace, name)``) are queued from store events (deduplicated while
 waiting), reconciled one at a time on the loop's thread, and may be queued
-again after a delay (``RequeueAfter``, or a back-off after an error). Every
+again after a delay (``RequeueAfter``, or a back-off after an error; a key
+waits once, for the earliest of its delays, as client-go's delaying queue
+keeps it). Every
 ``resync`` seconds :meth:`ControlLoop.resync` may queue keys of its own.
 """
 
@@ -43,6 +45,7 @@ class ControlLoop:
         self._ready: list[Key] = []
         self._queued: set[Key] = set()
         self._delayed: list[tuple[float, int, Key]] = []
+        self._due: dict[Key, float] = {}  # each delayed key's one time (older entries: stale)
         self._counter = itertools.count()
         self._failures: dict[Key, int] = {}
         self._closed = False
@@ -69,7 +72,11 @@ class ControlLoop:
     def enqueue(self, key: Key, after: float = 0.0) -> None:
         with self._cond:
             if after > 0:
-                heapq.heappush(self._delayed, (time.monotonic() + after, next(self._counter), key))
+                due = time.monotonic() + after
+                if self._due.get(key, due + 1) <= due:
+                    return  # it waits already, for as long or less
+                self._due[key] = due
+                heapq.heappush(self._delayed, (due, next(self._counter), key))
             elif key not in self._queued:
                 self._queued.add(key)
                 self._ready.append(key)
@@ -92,7 +99,10 @@ class ControlLoop:
             while not self._closed:
                 now = time.monotonic()
                 while self._delayed and self._delayed[0][0] <= now:
-                    _, _, key = heapq.heappop(self._delayed)
+                    due, _, key = heapq.heappop(self._delayed)
+                    if self._due.get(key) != due:
+                        continue  # a later entry of a key that waited for an earlier time
+                    del self._due[key]
                     if key not in self._queued:
                         self._queued.add(key)
                         self._ready.append(key)

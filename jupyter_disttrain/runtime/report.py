@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final, TextIO
+from typing import Any, Final, Protocol
 
 from . import jobkey
 from .observed import Observed, from_line, observed
@@ -36,8 +36,18 @@ library_total = False
 _tap: Callable[[str], None] | None = None
 #: Called with every protocol line this process writes or relays (rank 0's metrics endpoint).
 _observers: list[Callable[[Observed], None]] = []
+
+
+class LineOut(Protocol):
+    """Where protocol lines are written: each ``write`` a whole line (or lines)."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
 #: Where protocol lines go (a worker's stream of their own); None: ``sys.stdout`` at each write.
-_protocol_out: TextIO | None = None
+_protocol_out: LineOut | None = None
 
 
 def rank() -> int:
@@ -70,7 +80,7 @@ def emit_as(rank: int, kind: str, **fields: Any) -> None:
                 observer(seen)
 
 
-def write_protocol_to(stream: TextIO | None) -> None:
+def write_protocol_to(stream: LineOut | None) -> None:
     """Write protocol lines to ``stream`` from now on (None: to ``sys.stdout`` as it is then).
 
     A worker gives them a stream of their own on its stdout's file (see
@@ -82,7 +92,7 @@ def write_protocol_to(stream: TextIO | None) -> None:
         _protocol_out = stream
 
 
-def _out() -> TextIO:
+def _out() -> LineOut:
     return sys.stdout if _protocol_out is None else _protocol_out
 
 

@@ -27,6 +27,7 @@ from . import (
     hangwatch,
     ifaces,
     integrations,
+    lineends,
     metrics_server,
     pausing,
     preemption,
@@ -91,13 +92,18 @@ def own_protocol_stream() -> None:
     the text. ``sys.stdout`` and ``sys.stderr`` become line-buffered streams that
     do not write through (a partial line stays in Python until its newline or an
     explicit flush), and protocol lines go out whole on fd 1 through a stream of
-    their own, so each begins on a line of its own. Call after
+    their own, each on a line of its own: after a line the cell flushed unended (a
+    progress bar), a newline first (:mod:`.lineends`). Call after
     :func:`redirect_output`: a log file's lines, too, go out one by one.
     """
-    _reconfigure_std_streams(line_buffering=True, write_through=False)
-    _report.write_protocol_to(
-        open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
-    )
+    _reconfigure_std_streams(line_buffering=True, write_through=False)  # kept references
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out = lineends.LineEnd()
+    err = out if lineends.same_file(1, 2) else lineends.LineEnd()
+    sys.stdout = lineends.tracked_stream(1, out, sys.stdout)
+    sys.stderr = lineends.tracked_stream(2, err, sys.stderr)
+    _report.write_protocol_to(lineends.ProtocolWriter(1, out))
 
 
 def load_payload(path: str) -> dict[str, Any]:

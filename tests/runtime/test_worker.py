@@ -178,6 +178,51 @@ def test_the_payload_records_the_cells_third_party_packages() -> None:
     assert packages == {"numpy": ["numpy", importlib.metadata.version("numpy")]}
 
 
+FLUSHES_PART_OF_A_LINE = textwrap.dedent(
+    """
+    import sys
+    from jupyter_disttrain import report
+    for step in range(3):
+        print(f"epoch {step}: ", end="", flush=True)
+        report(step=step, x=1.0)
+        print("done")
+        sys.stderr.write(f"\\r{step + 1}/3 |###")  # a progress bar's redraw
+        sys.stderr.flush()
+        report(step=step, y=2.0)
+    print()
+    """
+)
+
+
+def test_a_line_the_cell_flushed_unended_keeps_its_text_when_a_report_follows(
+    tmp_path: Path,
+) -> None:
+    """A fragment flushed without its newline (``end=""``, a bar's ``\\r`` redraw) is
+    ended before the next protocol line: its text is read back, no report is lost."""
+    payload = build_payload(FLUSHES_PART_OF_A_LINE, {}, job="fragments")
+    path = tmp_path / "payload.pkl"
+    path.write_bytes(payload.data)
+    env = one_rank_env()
+    env["DISTRAIN_LOG_DIR"] = str(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter_disttrain.runtime.worker", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    log = (tmp_path / "rank-0.log").read_bytes().decode()  # a "\\r" stays as written
+    assert proc.returncode == 0, proc.stdout + proc.stderr + log[-4000:]
+    events = [parse(text, 0, nproc=1) for text in log.split("\n")]
+    texts = [e.get("text") for e in events if e.kind == "log" and e.get("text")]
+    expected = []
+    for step in range(3):
+        expected += [f"epoch {step}: ", "done", f"\r{step + 1}/3 |###"]
+    assert [t for t in texts if not t.startswith("distrain")] == expected, log
+    metrics = [(e.get("step"), sorted(e.get("values") or {})) for e in events if e.kind == "metric"]
+    assert metrics == [(s, [k]) for s in range(3) for k in ("x", "y")], log
+
+
 PRINTS_WHILE_A_THREAD_REPORTS = textwrap.dedent(
     """
     import sys, threading

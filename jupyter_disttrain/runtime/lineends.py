@@ -34,8 +34,8 @@ class LineEnd:
             self.open = data[-1] != _NEWLINE
 
 
-class _TrackingWriter(io.RawIOBase):
-    """fd ``fd`` as a raw stream whose writes are recorded in ``end`` (the fd stays open)."""
+class _OnFd:
+    """A writer on ``fd`` (left open) whose writes go under ``end``'s lock."""
 
     def __init__(self, fd: int, end: LineEnd) -> None:
         super().__init__()
@@ -47,6 +47,10 @@ class _TrackingWriter(io.RawIOBase):
 
     def fileno(self) -> int:
         return self._fd
+
+
+class _TrackingWriter(_OnFd, io.RawIOBase):
+    """fd ``fd`` as a raw stream whose writes are recorded in ``end``."""
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
@@ -78,20 +82,9 @@ def same_file(fd: int, other: int) -> bool:
     return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
-class ProtocolWriter(io.TextIOBase):
+class ProtocolWriter(_OnFd, io.TextIOBase):
     """Whole protocol lines on ``fd``, each on a line of its own: when the streams sharing
     ``end`` left the file mid-line, a newline ends that line first (its text stays)."""
-
-    def __init__(self, fd: int, end: LineEnd) -> None:
-        super().__init__()
-        self._fd = fd
-        self._end = end
-
-    def writable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return self._fd
 
     def write(self, text: str) -> int:
         data = text.encode("utf-8", "backslashreplace")

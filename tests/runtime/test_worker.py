@@ -178,6 +178,29 @@ def test_the_payload_records_the_cells_third_party_packages() -> None:
     assert packages == {"numpy": ["numpy", importlib.metadata.version("numpy")]}
 
 
+def run_one_rank(
+    tmp_path: Path,
+    source: str,
+    values: dict[str, object],
+    job: str,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run ``source`` as the one rank of job ``job`` logging into ``tmp_path``; its log as
+    written (a ``\\r`` stays)."""
+    path = tmp_path / "payload.pkl"
+    path.write_bytes(build_payload(source, values, job=job).data)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter_disttrain.runtime.worker", str(path)],
+        env={**one_rank_env(), "DISTRAIN_LOG_DIR": str(tmp_path), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    log = (tmp_path / "rank-0.log").read_bytes().decode()
+    assert proc.returncode == 0, proc.stdout + proc.stderr + log[-4000:]
+    return log
+
+
 FLUSHES_PART_OF_A_LINE = textwrap.dedent(
     """
     import sys
@@ -199,20 +222,7 @@ def test_a_line_the_cell_flushed_unended_keeps_its_text_when_a_report_follows(
 ) -> None:
     """A fragment flushed without its newline (``end=""``, a bar's ``\\r`` redraw) is
     ended before the next protocol line: its text is read back, no report is lost."""
-    payload = build_payload(FLUSHES_PART_OF_A_LINE, {}, job="fragments")
-    path = tmp_path / "payload.pkl"
-    path.write_bytes(payload.data)
-    env = one_rank_env()
-    env["DISTRAIN_LOG_DIR"] = str(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.runtime.worker", str(path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    log = (tmp_path / "rank-0.log").read_bytes().decode()  # a "\\r" stays as written
-    assert proc.returncode == 0, proc.stdout + proc.stderr + log[-4000:]
+    log = run_one_rank(tmp_path, FLUSHES_PART_OF_A_LINE, {}, "fragments")
     events = [parse(text, 0, nproc=1) for text in log.split("\n")]
     texts = [e.get("text") for e in events if e.kind == "log" and e.get("text")]
     expected = []
@@ -252,21 +262,8 @@ def test_a_line_the_cell_prints_stays_whole_while_another_thread_reports(
     writes in between must not land inside the printed line (the reader would keep only
     the control line): every printed line is read back whole, every report as a metric."""
     lines = 3000
-    payload = build_payload(PRINTS_WHILE_A_THREAD_REPORTS, {"LINES": lines}, job="interleave")
-    path = tmp_path / "payload.pkl"
-    path.write_bytes(payload.data)
-    env = one_rank_env()
-    env["DISTRAIN_LOG_DIR"] = str(tmp_path)
-    env["PYTHONUNBUFFERED"] = unbuffered  # the local backend's workers run unbuffered
-    proc = subprocess.run(
-        [sys.executable, "-m", "jupyter_disttrain.runtime.worker", str(path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    log = (tmp_path / "rank-0.log").read_text()
-    assert proc.returncode == 0, proc.stdout + proc.stderr + log[-4000:]
+    env = {"PYTHONUNBUFFERED": unbuffered}  # as the local backend's workers run
+    log = run_one_rank(tmp_path, PRINTS_WHILE_A_THREAD_REPORTS, {"LINES": lines}, "interleave", env)
     events = [parse(text, 0, nproc=1) for text in log.splitlines()]
     texts = [e.get("text") for e in events if e.kind == "log"]
     expected = [f"printed {i} " + "x" * (i % 50) for i in range(lines)]

@@ -4,6 +4,11 @@ Pure and not thread-safe on its own (:class:`~jupyter_disttrain.monitor.JobMonit
 guards it with its lock). Memory is bounded whatever the line rate: each rank
 keeps its last ``limit`` lines (older ones are dropped and counted) and each
 line is cut to ``max_chars`` characters.
+
+Carriage returns read as a terminal shows them (:mod:`.terminal`): a line keeps
+the text after its last ``\r``, and a line that starts with one (a progress
+bar's redraw) takes the place of the rank's line before it when that was a
+redraw too, so a bar redrawn a thousand times is one line, not a thousand.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
+
+from .terminal import redraws, shown
 
 __all__ = ["JOB_RANK", "Divergence", "FoldedLine", "LogBuffer", "LogLine", "format_ranks"]
 
@@ -116,21 +123,31 @@ class LogBuffer:
         self._counts: dict[int, int] = {}
         self._seq = 0
         self._dropped = 0
+        self._redrawn: dict[int, int] = {}  # rank -> seq of its last line, a redraw
 
     def append(self, rank: int, t: float, text: str) -> LogLine:
-        """Store one line of ``rank`` (use :data:`JOB_RANK` for job-wide lines)."""
+        """Store one line of ``rank`` (use :data:`JOB_RANK` for job-wide lines) as a
+        terminal shows it (see the module's note on ``\\r``); a redraw that follows a
+        redraw takes its place and number, with a new ``seq``."""
+        redraw = redraws(text)
+        text = shown(text)
         if len(text) > self.max_chars:
             text = text[: self.max_chars] + ELLIPSIS
         lines = self._lines.get(rank)
         if lines is None:
             lines = self._lines[rank] = deque(maxlen=self.limit)
-        if len(lines) == self.limit:
-            self._dropped += 1
-        n = self._counts.get(rank, 0)
-        self._counts[rank] = n + 1
+        if redraw and lines and self._redrawn.get(rank) == lines[-1][0]:
+            n = lines.pop()[2]
+        else:
+            if len(lines) == self.limit:
+                self._dropped += 1
+            n = self._counts.get(rank, 0)
+            self._counts[rank] = n + 1
         row = (self._seq, rank, n, t, text)
         self._seq += 1
         lines.append(row)
+        if redraw:
+            self._redrawn[rank] = row[0]
         return LogLine._make(row)
 
     @property

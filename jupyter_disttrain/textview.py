@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import events as ev
 from .backends.base import JobRecord, RuntimeRecord
+from .terminal import redraws, shown
 from .units import duration
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class LiveView:
         self._thread: threading.Thread | None = None
         self._pending: list[ev.Event] = []
         self._tenth: int | None = None  # lines mode: the tenth of the progress last printed
+        self._redraws: dict[int | None, ev.Event] = {}  # lines mode: see settle_redraws
         self._lock = threading.Lock()
 
     def attach(self, job: Job) -> None:
@@ -152,7 +154,8 @@ class LiveView:
             with self._lock:
                 pending, self._pending = self._pending, []
             why = self.job.reason if self.job is not None else None
-            out = [line for e in pending if (line := _format_safely(e, why)) is not None]
+            settled = settle_redraws(pending, self._redraws)
+            out = [line for e in settled if (line := _format_safely(e, why)) is not None]
             out.extend(self._progress_line(pending))
             if out:
                 sys.stdout.write("\n".join(out) + "\n")
@@ -170,6 +173,25 @@ class LiveView:
         tenth = int(10 * p["fraction"])
         self._tenth = tenth
         return [f"progress: {progress_text(p)}"]
+
+
+def settle_redraws(pending: list[ev.Event], held: dict[int | None, ev.Event]) -> list[ev.Event]:
+    """``pending`` as a terminal leaves it printed: a rank's line that redraws the one
+    before it (starts with ``\\r``: a progress bar) waits in ``held`` until that rank
+    prints another line or the job ends, and only the last one held is printed then."""
+    out: list[ev.Event] = []
+    for event in pending:
+        if event.kind == "log" and not event.get("source"):
+            if redraws(str(event.get("text") or "")):
+                held[event.rank] = event
+                continue
+            if (redrawn := held.pop(event.rank, None)) is not None:
+                out.append(redrawn)
+        elif event.kind == "job" and event.get("state") in ev.TERMINAL_STATES:
+            out.extend(held.values())
+            held.clear()
+        out.append(event)
+    return out
 
 
 def _format_safely(event: ev.Event, reason: str | None = None) -> str | None:
@@ -201,7 +223,7 @@ def format_event(event: ev.Event, reason: str | None = None) -> str | None:
         if source:  # agent chatter stays in the logs; a job-wide warning is shown
             text = str(event.get("text") or "")
             return text if text.startswith("warning: ") else None
-        return f"[rank {event.rank}] {event.get('text')}"
+        return f"[rank {event.rank}] {shown(str(event.get('text')))}"
     if event.kind == "metric":
         step = event.get("step", 0)
         if event.rank != 0 or (isinstance(step, int) and step % LINES_METRIC_EVERY):

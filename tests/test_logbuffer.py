@@ -163,3 +163,35 @@ def test_memory_stays_bounded_under_heavy_output() -> None:
 def test_invalid_limits() -> None:
     with pytest.raises(ValueError):
         LogBuffer(limit=0)
+
+
+def test_a_progress_bar_redrawn_many_times_is_one_line_as_a_terminal_shows_it() -> None:
+    """tqdm redraws with ``\\r``; each redraw a protocol line ended arrives as a line of its
+    own: a redraw after a redraw takes its place, its number and a new ``seq``."""
+    buf = LogBuffer(limit=5)
+    buf.append(0, 0.0, "training")
+    for i in range(1000):
+        buf.append(0, 1.0 + i, f"\r{i / 10:.0f}%|##")
+    bar = buf.lines()[-1]
+    assert [line.text for line in buf.lines()] == ["training", "100%|##"]
+    assert bar.n == 1 and bar.seq == 1000 and bar.t == 1000.0
+    assert buf.lines(since=999) == [bar]  # incremental readers get the redraw
+    assert buf.dropped == 0
+    buf.append(0, 2000.0, "epoch done")  # a line of its own ends the bar
+    buf.append(0, 2001.0, "\r0%|")  # a new bar: after a plain line, a line of its own
+    buf.append(1, 2002.0, "\r5%|")  # another rank's bar is its own
+    assert [line.text for line in buf.lines(ranks=[0])] == [
+        "training",
+        "100%|##",
+        "epoch done",
+        "0%|",
+    ]
+    assert [line.n for line in buf.lines(ranks=[0])] == [0, 1, 2, 3]
+
+
+def test_a_line_keeps_the_text_after_its_last_carriage_return() -> None:
+    buf = LogBuffer()
+    buf.append(0, 0.0, "\r 1%\r 2%\r 3%|#")  # redraws that no report line split
+    buf.append(0, 1.0, "loss 0.5\r")
+    buf.append(0, 2.0, "\r")
+    assert [line.text for line in buf.lines()] == [" 3%|#", "loss 0.5", ""]

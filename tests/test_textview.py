@@ -73,3 +73,29 @@ def test_a_shown_job_is_kept_as_underscore_not_echoed() -> None:
     assert shell.user_ns[f"_{count}"] is job
     hidden = shell.run_cell('LiveView("none").cell_value(HIDDEN, get_ipython())')
     assert hidden.result is shell.user_ns["HIDDEN"]  # nothing else shows it: echoed
+
+
+def test_lines_mode_prints_a_redrawn_bar_once_as_a_terminal_leaves_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A tqdm bar arrives as one ``\\r`` line per redraw; lines mode prints its last
+    redraw once, when the rank prints another line or the job ends."""
+    job = Job(JobSpec("bars", nodes=1, nproc=2), LocalBackend())
+    view = LiveView("lines")
+    job.add_listener(view.on_event)
+    view.attach(job)
+    job.feed(ev.job_event("Running", t=T0))
+    for i in range(1, 101):
+        job.feed(ev.Event("log", 0, T0 + i / 100, {"text": f"\r{i}%|#"}))
+        job.feed(ev.Event("log", 1, T0 + i / 100, {"text": f"\r{i}/100"}))
+    job.feed(ev.Event("log", 0, T0 + 2, {"text": "epoch done"}))
+    job.feed(ev.job_event("Succeeded", t=T0 + 3))
+    view.close()
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "job Running",
+        "[rank 0] 100%|#",
+        "[rank 0] epoch done",
+        "[rank 1] 100/100",
+        "job Succeeded",
+    ], out

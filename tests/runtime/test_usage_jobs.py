@@ -166,3 +166,13 @@ def test_a_tqdm_bar_on_rank_0_drives_the_progress(home: Path) -> None:
     progress = job.monitor.snapshot()["progress"]
     assert progress is not None, job.logs()
     assert (progress["step"], progress["total"], progress["fraction"]) == (30, 30, 1.0)
+    # each redraw is kept (none swallowed by the progress lines) and read as a terminal
+    # shows it: one line per rank's bar, at its end
+    for rank in (0, 1):
+        bars = [line.text for line in job.monitor.log_lines([rank]) if "|" in line.text]
+        logged = [text for text in job.logs(rank).split("\n") if "|" in text]
+        for shown in (bars, logged):
+            assert len(shown) == 1 and shown[0].startswith("100%|") and "30/30" in shown[0], (
+                shown,
+                job.logs(),
+            )

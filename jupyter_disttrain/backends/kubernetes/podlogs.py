@@ -19,6 +19,7 @@ from typing import Any
 from ... import events as ev
 from ...runtime import rankprefix
 from ...runtime.protocol import is_signed
+from ...terminal import physical_lines, terminal_lines
 from ..loglines import relayed_error, shown_lines
 from . import kinds
 from .client import Connection, api_error, explain, transport_error
@@ -225,15 +226,16 @@ def rank_lines(
     with its rank prefix (or ``[pod]`` where it has none); else that rank's lines without it.
     The job's own control lines (signed under ``trust``) are left out but for a rank's error,
     shown as its traceback (:func:`.loglines.shown_lines`); an error rank 0 relayed for another
-    rank shows as that rank's when the rank's own log holds none. Printed look-alikes stay.
+    rank shows as that rank's when the rank's own log holds none. Printed look-alikes stay;
+    carriage returns read as a terminal shows them (:func:`.terminal.terminal_lines`).
     ``tail``: only the last so many lines (0: none)."""
     read = [
         (pod, *rankprefix.split(line), line)
         for pod in sorted(texts)
-        for line in texts[pod].splitlines()
+        for line in physical_lines(texts[pod])
     ]
     own = {got for _, got, text, _ in read if got is not None and _own_error(text, got, trust)}
-    lines: list[str] = []
+    lines: list[tuple[tuple[str, int | None], str]] = []  # per (pod, rank) stream
     for pod, got, text, line in read:
         if trust is None or not is_signed(text, trust.signer):
             shown = [(got, text)]
@@ -242,12 +244,14 @@ def rank_lines(
             relayed = relayed_error(text, trust) if got == 0 else None
             if relayed is not None and relayed[0] not in own:
                 shown = [(relayed[0], s) for s in relayed[1]]
-        for who, out in shown:
-            if rank is None:
-                lines.append(f"[rank {who}] {out}" if who is not None else f"[{pod}] {line}")
-            elif who == rank:
-                lines.append(out)
-    return "\n".join(lines if tail is None else lines[-tail:] if tail > 0 else [])
+        lines.extend(((pod, who), out if who is not None else line) for who, out in shown)
+    seen: list[str] = []
+    for (pod, who), out in terminal_lines(lines):
+        if rank is None:
+            seen.append(f"[rank {who}] {out}" if who is not None else f"[{pod}] {out}")
+        elif who == rank:
+            seen.append(out)
+    return "\n".join(seen if tail is None else seen[-tail:] if tail > 0 else [])
 
 
 def _own_error(text: str, rank: int, trust: ev.Trust | None) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ... import events as ev
 from ...spec import JobSpec
+from ...terminal import physical_lines
 from ..base import EventSink, Submission, deliver
 from ..streams import line_events
 from . import phases as kp
@@ -405,7 +406,7 @@ class KubernetesRun(Submission):
             self._replayed = True
         texts = podlogs.job_texts(self.conn, self.name, self._failed_or_leader) or {}
         for pod, text in sorted(texts.items()):
-            for line in text.splitlines():
+            for line in physical_lines(text):
                 deliver(self.sink, line_events(line, None, self.trust, source=pod, prefixed=True))
 
     def _failed_or_leader(self, pod: Any) -> bool:

@@ -32,6 +32,7 @@ from ...runtime import control as controls
 from ...runtime import hangwatch, jobkey
 from ...runtime.env import ENV_RUN_ID
 from ...spec import JobSpec
+from ...terminal import terminal_lines
 from ..base import (
     Backend,
     BackendError,
@@ -340,9 +341,11 @@ def _isolated_nodes(spec: JobSpec, run_id: str) -> netns.NodeNetwork:
 
 
 def _shown(path: Path, rank: int, tail: int | None, trust: ev.Trust | None) -> list[str]:
-    """The last ``tail`` lines of ``rank``'s log as a reader sees them (:func:`shown_lines`)."""
+    """The last ``tail`` lines of ``rank``'s log as a reader sees them (:func:`shown_lines`),
+    carriage returns as a terminal shows them (:func:`.terminal.terminal_lines`)."""
     kept = jobdir.tail_lines(path, tail, lambda line: not shown_lines(line, rank, trust))
-    return [shown for line in kept for shown in shown_lines(line, rank, trust)]
+    lines = ((rank, shown) for line in kept for shown in shown_lines(line, rank, trust))
+    return [line for _, line in terminal_lines(lines)]
 
 
 def _unless_vanished(func: Any, path: str, exc_info: Any) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 from ...runtime.checkpoint.format import ENTRIES_DIR, META_DIR
 from ...runtime.checkpoint.storage import makedirs_private
 from ...runtime.files import replace_file
+from ...terminal import physical_lines
 from ..home import home
 
 RANK_LOG_RE = re.compile(r"^rank-(\d+)\.log$")
@@ -219,8 +220,7 @@ def tail_lines(path: Path, n: int | None, skip: Callable[[str], bool] | None = N
     try:
         with open(path, "rb") as fh:
             if n is None:
-                text = fh.read().decode(errors="replace")
-                lines = text.splitlines()
+                lines = physical_lines(fh.read().decode(errors="replace"))
                 return [line for line in lines if skip is None or not skip(line)]
             return _last_lines(fh, n, skip)
     except OSError:
@@ -260,16 +260,13 @@ def _last_lines(fh: Any, n: int, skip: Callable[[str], bool] | None) -> list[str
 def _add_line(
     fh: Any, start: int, end: int, n: int, skip: Callable[[str], bool] | None, out: list[str]
 ) -> None:
-    """Append the line ``[start, end)`` of ``fh`` (split as ``str.splitlines``), last part first."""
+    """Append the line ``[start, end)`` of ``fh`` unless ``skip`` says otherwise."""
     raw = _read_at(fh, start, min(end - start, MAX_LINE_BYTES))
     text = raw.decode(errors="replace")
     if end - start > MAX_LINE_BYTES:
         text += f" [... {end - start - MAX_LINE_BYTES} more bytes of this line cut]"
-    for part in reversed(text.splitlines() or [""]):
-        if len(out) >= n:
-            return
-        if skip is None or not skip(part):
-            out.append(part)
+    if len(out) < n and (skip is None or not skip(text)):
+        out.append(text)
 
 
 def _read_at(fh: Any, offset: int, size: int) -> bytes:

@@ -119,6 +119,17 @@ def test_an_error_line_not_believed_is_no_traceback() -> None:
     assert rank_lines(other, trust(nodes=2, nproc=1), None, None) == ""
 
 
+def test_a_bar_two_ranks_of_a_pod_redraw_reads_as_each_ranks_last_redraw() -> None:
+    """A redraw after a redraw of the same rank (the pod's ranks share its log) takes its
+    place; the signed lines between them are left out, a plain line ends the bar."""
+    bars = [f"[rank {r}] \r{i}%|" for i in (10, 20) for r in (0, 1)]
+    control = f"[rank 0] {line('metric', 0, step=1, values={'loss': 1.0})}"
+    text = "\n".join([bars[0], control, bars[1], bars[2], control, bars[3], "[rank 0] done", ""])
+    shown = rank_lines({"job-node-0": text}, trust(nodes=1, nproc=2), None, None)
+    assert shown.splitlines() == ["[rank 0] 20%|", "[rank 1] 20%|", "[rank 0] done"], shown
+    assert rank_lines({"job-node-0": text}, trust(nodes=1, nproc=2), 1, None) == "20%|"
+
+
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
     """An emulated cluster; the default kubeconfig points at it."""

@@ -13,12 +13,18 @@ from jupyter_disttrain.textview import LiveView
 T0 = 1_800_000_000.0
 
 
-def test_lines_mode_prints_progress_each_tenth(capsys: pytest.CaptureFixture[str]) -> None:
-    job = Job(JobSpec("lines", nodes=1, nproc=1), LocalBackend())
+def running_in_lines_mode(name: str, nproc: int) -> tuple[Job, LiveView]:
+    """A running job of one node with a ``lines`` view attached (it prints to stdout)."""
+    job = Job(JobSpec(name, nodes=1, nproc=nproc), LocalBackend())
     view = LiveView("lines")
     job.add_listener(view.on_event)
     view.attach(job)
     job.feed(ev.job_event("Running", t=T0))
+    return job, view
+
+
+def test_lines_mode_prints_progress_each_tenth(capsys: pytest.CaptureFixture[str]) -> None:
+    job, view = running_in_lines_mode("lines", 1)
     for step in range(1, 26):
         job.feed(ev.Event("progress", 0, T0 + step, {"step": step, "total": 25}))
         job.feed(ev.Event("resources", 0, T0 + step, {"cpu_pct": 50.0}))
@@ -34,11 +40,7 @@ def test_lines_mode_prints_progress_each_tenth(capsys: pytest.CaptureFixture[str
 def test_lines_mode_survives_metrics_that_are_not_numbers(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    job = Job(JobSpec("odd-metrics", nodes=1, nproc=1), LocalBackend())
-    view = LiveView("lines")
-    job.add_listener(view.on_event)
-    view.attach(job)
-    job.feed(ev.job_event("Running", t=T0))
+    job, view = running_in_lines_mode("odd-metrics", 1)
     odd: list[dict[str, object]] = [
         {"step": 0, "values": {"acc": "high", "loss": 0.5}},
         {"step": "ten", "values": {"loss": None}},
@@ -80,11 +82,7 @@ def test_lines_mode_prints_a_redrawn_bar_once_as_a_terminal_leaves_it(
 ) -> None:
     """A tqdm bar arrives as one ``\\r`` line per redraw; lines mode prints its last
     redraw once, when the rank prints another line or the job ends."""
-    job = Job(JobSpec("bars", nodes=1, nproc=2), LocalBackend())
-    view = LiveView("lines")
-    job.add_listener(view.on_event)
-    view.attach(job)
-    job.feed(ev.job_event("Running", t=T0))
+    job, view = running_in_lines_mode("bars", 2)
     for i in range(1, 101):
         job.feed(ev.Event("log", 0, T0 + i / 100, {"text": f"\r{i}%|#"}))
         job.feed(ev.Event("log", 1, T0 + i / 100, {"text": f"\r{i}/100"}))

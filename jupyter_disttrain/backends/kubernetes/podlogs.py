@@ -230,13 +230,13 @@ def rank_lines(
     carriage returns read as a terminal shows them (:func:`.terminal.terminal_lines`).
     ``tail``: only the last so many lines (0: none)."""
     read = [
-        (pod, *rankprefix.split(line), line)
+        (pod, *rankprefix.split(line))
         for pod in sorted(texts)
         for line in physical_lines(texts[pod])
     ]
-    own = {got for _, got, text, _ in read if got is not None and _own_error(text, got, trust)}
+    own = {got for _, got, text in read if got is not None and _own_error(text, got, trust)}
     lines: list[tuple[tuple[str, int | None], str]] = []  # per (pod, rank) stream
-    for pod, got, text, line in read:
+    for pod, got, text in read:
         if trust is None or not is_signed(text, trust.signer):
             shown = [(got, text)]
         else:
@@ -244,7 +244,7 @@ def rank_lines(
             relayed = relayed_error(text, trust) if got == 0 else None
             if relayed is not None and relayed[0] not in own:
                 shown = [(relayed[0], s) for s in relayed[1]]
-        lines.extend(((pod, who), out if who is not None else line) for who, out in shown)
+        lines.extend(((pod, who), out) for who, out in shown)
     seen: list[str] = []
     for (pod, who), out in terminal_lines(lines):
         if rank is None:

@@ -24,15 +24,20 @@ pytestmark = [
     pytest.mark.skipif(podnet.availability() is not None, reason="no pod network here"),
 ]
 
-#: Every step is an all_reduce across the nodes, until the test says to finish.
+#: Every step is an all_reduce across the nodes, until the test says to finish. Whether to
+#: finish is decided by that all_reduce (how many ranks saw the file): a rank that read the
+#: file a moment before the other would call barrier() while the other calls all_reduce()
+#: again, and both would wait out the group's timeout.
 CELL = textwrap.dedent(
     """
     import os, time, torch, torch.distributed as dist
     step = 0
-    while not os.path.exists(FINISH) and step < 3000:
-        t = torch.ones(1)
+    while step < 3000:
+        t = torch.tensor([1.0, float(os.path.exists(FINISH))])
         dist.all_reduce(t)
-        report(step=step, world=float(t.item()))
+        if t[1].item():
+            break
+        report(step=step, world=float(t[0].item()))
         time.sleep(0.1)
         step += 1
     dist.barrier()

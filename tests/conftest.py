@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -13,31 +11,12 @@ from typing import Any
 import psutil
 import pytest
 
-from jupyter_disttrain.backends.local.lingering import ENV_LINGER, stop_lingering
-
 #: Shared fixtures: ``s3`` (moto's S3 server on 127.0.0.1).
 #: ``tests.schedule`` orders the parallel run: the longest test files first.
 pytest_plugins = ["tests.s3_server", "tests.k8s_emulator.fixtures", "tests.schedule"]
 
-# Every test process (each pytest-xdist worker too) keeps its local jobs in a private
-# directory, and its jobs' scratch files in a private temporary directory: tests that look
-# at what a job left in the temporary directory see only their own process's jobs.
-# A pytest-xdist worker inherits the controller's environment: it makes its own home.
-# Both are this process's own and are removed when it ends (:func:`pytest_unconfigure`).
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-_MADE: list[str] = []
-if _WORKER or "DISTRAIN_HOME" not in os.environ:
-    os.environ["DISTRAIN_HOME"] = tempfile.mkdtemp(prefix=f"distrain-test-home-{_WORKER or ''}")
-    _MADE.append(os.environ["DISTRAIN_HOME"])
-os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="dt-tmp-")
-_MADE.append(os.environ["TMPDIR"])
-tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-# This test process, its kernels and its `disttrain run`s share one lingering launcher, as
-# one user's processes do, instead of each importing torch into a launcher of its own
-# (3.5 s of CPU each). It lives in this process's own runtime folder and ends with it
-# (:func:`pytest_unconfigure`); tests of lingering itself choose their own folders.
-os.environ["JUPYTER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rt-")
-os.environ[ENV_LINGER] = "60"
+# Each test process's own job home, temporary directory and runtime folder: tests/isolation.py
+# (loaded by every pytest run, pyproject's addopts).
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -78,14 +57,6 @@ def assert_no_processes(job_dir: Path, pids: Sequence[int] = (), wait: float = 5
         time.sleep(0.1)
         left = live_job_processes(job_dir, list(pids))
     assert not left, f"processes left behind: {left}"
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """End the lingering launchers of this test process's runtime folder; remove the job
-    home and temporary directory it made for itself."""
-    stop_lingering(Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "distrain")
-    for directory in _MADE:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

@@ -78,22 +78,11 @@ checks: lint typecheck importlint labextension-test
 # key. The browser run (about a quarter of the parallel part's test time) ends minutes
 # before the workers; the notebooks moved into it made the workers no faster (their
 # kernels compete for the same CPUs) and the browser run 5 minutes longer.
-# The files in WAITING run in the browser run too, not in the workers: their tests mostly
-# wait (a job's time limit running out, a group timeout, a partition, another user's
-# attack, a session's idle limit); run alone, each used under half a CPU-second per second
-# of its run (test_sessions 0.3, test_sessions_other_user 0.2, test_network_settings 0.35,
-# test_network_faults 0.25). In the workers their waits left CPUs idle once the browser
-# run had ended, minutes before the workers; beside the browser tests they fill what those
-# leave, and the workers have 216 s of test time less between them (a fresh clone's run
-# of 2057884). Files that import torch into fresh processes stay in the workers: the
-# browser run would become the longest.
 # All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
 # package's bytecode is written first: the kernels, agents and CLI processes the tests
 # start would otherwise each compile it again where bytecode is not written
 # (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
 TEST_WORKERS ?= 2
-WAITING := tests/test_sessions.py tests/test_sessions_other_user.py \
-	tests/backends/kubernetes/test_network_settings.py tests/backends/kubernetes/test_network_faults.py
 # The slowest tests each pytest run lists (DURATIONS=0: every test, for tests/durations.json).
 DURATIONS ?= 20
 PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=$(DURATIONS)
@@ -107,10 +96,10 @@ test: setup
 	status=0; checked=$$(mktemp); \
 	nice -n 10 $(MAKE) --no-print-directory checks > $$checked 2>&1 & checks=$$!; \
 	browsed=$$(mktemp); \
-	K8S_EMULATOR_PORT_RANGE=above-ephemeral $(PYTEST) -m "not serial" tests/browser $(WAITING) > $$browsed 2>&1 & browser=$$!; \
+	K8S_EMULATOR_PORT_RANGE=above-ephemeral $(PYTEST) -m "not serial" tests/browser > $$browsed 2>&1 & browser=$$!; \
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" --ignore=tests/browser \
-		$(addprefix --ignore=,$(WAITING)) tests notebooks || status=$$?; \
-	wait $$browser || { status=1; echo "the browser run (tests/browser and WAITING) failed:"; }; \
+		tests notebooks || status=$$?; \
+	wait $$browser || { status=1; echo "the browser tests failed:"; }; \
 	cat $$browsed; rm -f $$browsed; \
 	wait $$checks || { status=1; echo "make checks failed:"; }; \
 	cat $$checked; rm -f $$checked; \

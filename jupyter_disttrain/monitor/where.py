@@ -91,6 +91,9 @@ class Where:
     cell_source: str = ""
     #: Each rank's node when the sentence names nodes too (large jobs), else None.
     node_of: Mapping[int, int] | None = None
+    #: Every rank at the same collective, called as different operations: its number and
+    #: each operation with the ranks that called it (the largest group first), else None.
+    mixed_collective: tuple[int, tuple[tuple[str, tuple[int, ...]], ...]] | None = None
 
     def sentence(self) -> str:
         """One sentence: who is where, the odd ranks first named."""
@@ -100,16 +103,21 @@ class Where:
         text = "; ".join(parts)
         if self.odd:
             who = self._who(self.odd)
-            text = (
-                f"{who[0].upper()}{who[1:]} {'holds' if len(self.odd) == 1 else 'hold'} "
-                f"up the others: {text}"
-            )
+            text = f"{who} {'holds' if len(self.odd) == 1 else 'hold'} up the others: {text}"
         if self.missed_collective is not None:
             seq, op = self.missed_collective
             what = f" ({op})" if op else ""
             text += f"; {_ranks(self.odd)} never entered collective {seq}{what}"
+        if self.mixed_collective is not None:
+            seq, calls = self.mixed_collective
+            called = ", ".join(f"{op} on {_ranks(ranks)}" for op, ranks in calls)
+            text += (
+                f"; as their collective {seq} the ranks called different operations ({called}):"
+                " every rank must call the same collectives in the same order"
+            )
         if self.missing:
             text += f"; no stacks from {_ranks(self.missing)}"
+        text = text[0].upper() + text[1:]
         if self.reason == "hang":
             quiet = f" for {self.quiet:g} s" if self.quiet is not None else ""
             return f"Hang: no rank wrote anything{quiet}. {text}."
@@ -245,6 +253,7 @@ def where_from(
             first_missed = min(seqs[r][0] for r in behind) + 1
             ahead = next(op for seq, op in seqs.values() if seq == top)
             missed = (first_missed, ahead if top == first_missed else "")
+    mixed = _mixed_collective(seqs) if len(seqs) == len(stacks) and not odd else None
     if not odd and len(groups) > 1 and len(groups[0].ranks) > len(groups[1].ranks):
         odd = tuple(sorted(r for g in groups[1:] for r in g.ranks))
     if odd:  # the odd ranks' groups last
@@ -261,4 +270,22 @@ def where_from(
         missed_collective=missed,
         stacks=dict(stacks),
         node_of=node_of,
+        mixed_collective=mixed,
     )
+
+
+def _mixed_collective(
+    seqs: Mapping[int, tuple[int, str]],
+) -> tuple[int, tuple[tuple[str, tuple[int, ...]], ...]] | None:
+    """Every rank at one collective number under different operations: the number and each
+    operation's ranks (most ranks first); None when they agree or an operation is unknown."""
+    numbers = {seq for seq, _ in seqs.values()}
+    if len(numbers) != 1 or any(not op for _, op in seqs.values()):
+        return None
+    by_op: dict[str, list[int]] = {}
+    for rank in sorted(seqs):
+        by_op.setdefault(seqs[rank][1], []).append(rank)
+    if len(by_op) < 2:
+        return None
+    calls = sorted(by_op.items(), key=lambda item: (-len(item[1]), item[1]))
+    return numbers.pop(), tuple((op, tuple(ranks)) for op, ranks in calls)

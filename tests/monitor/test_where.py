@@ -20,6 +20,7 @@ def stacks(
     seq: int | None,
     request: str = "h1",
     t: float = T0 + 10,
+    op: str = "all_reduce",
 ) -> ev.Event:
     fields = {
         "request": request,
@@ -28,7 +29,7 @@ def stacks(
         "threads": [
             {"name": "MainThread", "main": True, "frames": frames, "call": call, "cell_line": line}
         ],
-        "collective": None if seq is None else {"seq": seq, "op": "all_reduce"},
+        "collective": None if seq is None else {"seq": seq, "op": op},
     }
     return ev.Event("stacks", rank, t, fields)
 
@@ -56,6 +57,37 @@ def test_a_hang_names_the_rank_that_never_entered_the_collective() -> None:
     assert 'File "/t/c10d.py", line 3252, in all_reduce' in where.text()
 
 
+BARRIER = [["<distrain-cell>", 12, "<module>"], ["/t/c10d.py", 4870, "barrier"]]
+
+
+def test_ranks_at_one_collective_under_different_operations_are_named() -> None:
+    """Rank 1 left its loop for barrier() while rank 0 called all_reduce() again: both are at
+    their 5th collective, which no peer can match."""
+    mon = JobMonitor("j", "local", 2, nodes=1, nproc=2)
+    for rank in range(2):
+        mon.feed(ev.Event("hello", rank, T0, {"world_size": 2}))
+    mon.feed(stacks(0, REDUCE, "all_reduce", 9, 5))
+    mon.feed(stacks(1, BARRIER, "barrier", 12, 5, op="barrier"))
+    assert mon.diagnosis() == (
+        "Hang: no rank wrote anything for 5 s. Rank 0 waits in all_reduce (cell line 9); "
+        "rank 1 waits in barrier (cell line 12); as their collective 5 the ranks called "
+        "different operations (all_reduce on rank 0, barrier on rank 1): every rank must "
+        "call the same collectives in the same order."
+    )
+    where = mon.where()
+    assert where is not None and where.odd == () and where.missed_collective is None
+
+
+def test_ranks_that_agree_on_their_collective_are_not_called_mixed() -> None:
+    mon = JobMonitor("j", "local", 2, nodes=1, nproc=2)
+    for rank in range(2):
+        mon.feed(ev.Event("hello", rank, T0, {"world_size": 2}))
+        mon.feed(stacks(rank, REDUCE, "all_reduce", 9, 5))
+    where = mon.where()
+    assert where is not None and where.mixed_collective is None
+    assert "different operations" not in where.sentence()
+
+
 def test_without_the_flight_recorder_the_minority_is_the_odd_rank() -> None:
     where = hung_job(seqs=False).where()
     assert where is not None and where.odd == (2,) and where.missed_collective is None
@@ -75,7 +107,7 @@ def test_a_rank_relayed_twice_counts_once_and_missing_ranks_are_named() -> None:
     mon.feed(stacks(0, SLEEP, "time.sleep", 11, None, request="a1"))
     where = mon.where("a1")
     assert where is not None and where.missing == (1, 2) and len(where.groups) == 1
-    assert where.sentence() == "rank 0 waits in all_reduce (cell line 9); no stacks from ranks 1-2."
+    assert where.sentence() == "Rank 0 waits in all_reduce (cell line 9); no stacks from ranks 1-2."
 
 
 def test_grouping_is_by_identical_frames() -> None:

@@ -89,3 +89,41 @@ def test_hang_after_zero_turns_detection_off_and_bad_values_are_refused() -> Non
     assert spec.hang_after == 0
     with pytest.raises(SpecError, match=r"--hang-after must be 0 \(never\) or at least 1 second"):
         service.spec(parse("--name", "where-bad", "--hang-after", "0.5"))
+
+
+#: Rank 1 calls barrier() where rank 0 calls all_reduce(): both at their third collective.
+MIXED_CELL = """import time
+import torch, torch.distributed as dist
+t = torch.ones(1)
+for step in range(2):
+    dist.all_reduce(t)
+    report(step=step, value=t.item())
+if dist.get_rank() == 0:
+    dist.all_reduce(t)
+else:
+    dist.barrier()
+"""
+
+
+def test_ranks_that_call_different_collectives_are_named(home: Path) -> None:
+    service = JobService()
+    spec = service.spec(
+        parse("--nproc", "2", "--name", "where-mixed", "--hang-after", "3", "--timeout", "120")
+    )
+    job = service.run(service.plan(spec, MIXED_CELL))
+    try:
+        deadline = time.monotonic() + 90
+        sentence = job.diagnosis()
+        while not (sentence and sentence.startswith("Hang")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            sentence = job.diagnosis()
+        assert sentence and sentence.startswith("Hang"), (sentence, job.logs())
+        assert "rank 1 waits in barrier (cell line 10)" in sentence, sentence
+        assert "Rank 0 waits in all_reduce (cell line 8)" in sentence, sentence
+        assert (
+            "as their collective 3 the ranks called different operations "
+            "(all_reduce on rank 0, barrier on rank 1)"
+        ) in sentence, sentence
+    finally:
+        job.stop()
+    assert job.status() == "Stopped"

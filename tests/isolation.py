@@ -33,14 +33,13 @@ if _WORKER or "DISTRAIN_HOME" not in os.environ:
 os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="dt-tmp-")
 _MADE.append(os.environ["TMPDIR"])
 tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-os.environ["JUPYTER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rt-")
-_MADE.append(os.environ["JUPYTER_RUNTIME_DIR"])
+os.environ["JUPYTER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rt-")  # in TMPDIR, removed with it
 os.environ[ENV_LINGER] = "60"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """End the lingering launchers of this process's runtime folder; remove the job home,
-    temporary directory and runtime folder it made for itself."""
+    """End the lingering launchers of this process's runtime folder; remove the job home and
+    temporary directory (the runtime folder with it) it made for itself."""
     stop_lingering(Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "distrain")
     for directory in _MADE:
         shutil.rmtree(directory, ignore_errors=True)

@@ -45,12 +45,19 @@ from ...runtime.launcher_identity import (
 from . import lingering
 
 READY_TIMEOUT = 120.0
+ZYGOTE = "jupyter_disttrain.runtime.zygote"
 #: Names the socket of the Jupyter server's warm launcher to the kernels it starts.
 ENV_WARM = "DISTRAIN_WARM_LAUNCHER"
 
 
 class LauncherError(RuntimeError):
     """The launcher could not start or answer."""
+
+
+#: The launchers this process started and has not closed; guarded by ``_started_lock``.
+_started: list[Launcher] = []
+_started_lock = threading.Lock()
+_exiting = False
 
 
 @dataclass
@@ -95,19 +102,26 @@ class Launcher:
     """A running launcher process and its socket."""
 
     def __init__(self, log_path: Path | None = None) -> None:
-        self._dir = tempfile.mkdtemp(prefix="distrain-")
-        self.socket_path = os.path.join(self._dir, "launcher.sock")
-        log = open(log_path or os.path.join(self._dir, "launcher.log"), "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_disttrain.runtime.zygote", self.socket_path],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
         self._ready = threading.Event()
         self._error: str | None = None
+        with _started_lock:  # this process's exit closes it, whichever thread started it
+            if _exiting:
+                raise LauncherError("this process is exiting: no launcher starts now")
+            self._dir = tempfile.mkdtemp(prefix="distrain-")
+            self.socket_path = os.path.join(self._dir, "launcher.sock")
+            try:
+                with open(log_path or os.path.join(self._dir, "launcher.log"), "ab") as log:
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-m", ZYGOTE, self.socket_path],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=log,
+                        start_new_session=True,
+                    )
+            except BaseException:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                raise
+            _started.append(self)
         threading.Thread(target=self._await_ready, name="distrain-launcher", daemon=True).start()
 
     def _await_ready(self) -> None:
@@ -143,7 +157,10 @@ class Launcher:
         return request(self.socket_path, message)
 
     def close(self) -> None:
-        """End the launcher and, with it, every job it started."""
+        """End the launcher and, with it, every job it started (one still importing has
+        started none: it is killed rather than waited for)."""
+        if not self._ready.is_set() and self.proc.poll() is None:
+            self.proc.kill()
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             try:
                 self.proc.stdin.close()
@@ -157,6 +174,9 @@ class Launcher:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+        with _started_lock:
+            if self in _started:
+                _started.remove(self)
 
 
 def request(path: str, message: dict[str, Any]) -> ProcessHandle:
@@ -371,13 +391,26 @@ def _say_once(differing: dict[str, str], theirs: SharedLauncher) -> None:
 
 def prewarm(linger: float | None = None) -> None:
     """Choose (or start) the launcher now, in the background, so the first job is fast."""
-    threading.Thread(
-        target=shared_launcher, args=(linger,), name="distrain-prewarm", daemon=True
-    ).start()
+    threading.Thread(target=_prewarm, args=(linger,), name="distrain-prewarm", daemon=True).start()
+
+
+def _prewarm(linger: float | None) -> None:
+    try:
+        shared_launcher(linger)
+    except LauncherError:
+        if not _exiting:  # one refused because this process exits has nothing to say
+            raise
 
 
 @atexit.register
 def _close_shared() -> None:
-    for launcher in (_shared, _own):
-        if launcher is not None:
-            launcher.close()
+    """At exit: let go of a shared launcher and end every launcher this process started
+    (also one a background thread was starting: its folder is removed with it)."""
+    global _exiting
+    with _started_lock:
+        _exiting = True
+        owned = list(_started)
+    if isinstance(_shared, SharedLauncher):
+        _shared.close()
+    for launcher in owned:
+        launcher.close()

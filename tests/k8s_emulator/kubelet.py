@@ -249,6 +249,10 @@ class PodWorker(threading.Thread, PodEnv):
         self.pod = pod
         self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
         self.dir = kubelet.root / "pods" / f"{self.namespace}_{self.name}_{self.uid[:8]}"
+        #: The pod's TMPDIR: short, so that a Unix socket made in it fits the 108 bytes a
+        #: socket path may have, as one in a container's own /tmp does (a longer one sent
+        #: the pod's sockets to the host's /tmp, where a killed pod left them).
+        self.tmp = kubelet.root / "tmp" / self.uid[:8]
         self.lock = threading.RLock()
         self.stopping = threading.Event()
         self.grace = 0.0
@@ -360,8 +364,8 @@ class PodWorker(threading.Thread, PodEnv):
                 self.stopping.wait(0.2)
         if self.stopping.is_set():
             return False
-        for sub in ("rootfs", "tmp"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.dir / "rootfs").mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
         podnet, hosts = self.kubelet.podnet, self.kubelet.hosts
         if podnet is not None and hosts is not None and not self._runs_elsewhere():
             self.kubelet.setup_times.append(attach(self, podnet))
@@ -444,6 +448,7 @@ class PodWorker(threading.Thread, PodEnv):
             except ApiError:
                 pass  # already gone, or a new pod under its name
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     # --- status --------------------------------------------------------------------------
 
@@ -589,7 +594,7 @@ class PodWorker(threading.Thread, PodEnv):
         full = {
             **self.kubelet.base_env,
             "HOME": str(self.dir / "rootfs"),
-            "TMPDIR": str(self.dir / "tmp"),
+            "TMPDIR": str(self.tmp),
             "HOSTNAME": self.pod["spec"].get("hostname") or self.name,
             **env,
         }

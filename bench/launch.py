@@ -32,10 +32,12 @@ killed, marked and left out of the medians; the table is written anyway. For
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import os
 import platform
 import queue
+import shutil
 import signal
 import socket
 import statistics
@@ -391,6 +393,7 @@ def main() -> int:
     args = parser.parse_args()
     LIMIT, QUIET_LOAD, SETTLE = args.limit, args.quiet_load, args.settle
     work = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # the runs' scripts and job homes
     loads = [load_now()]
     results: dict[str, dict[str, float]] = {}
     if "a" in args.only:

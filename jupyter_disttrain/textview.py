@@ -130,11 +130,13 @@ class LiveView:
             self._dirty.wait()
             self._dirty.clear()
             self._safe_refresh()
-            if self._closed.is_set() or (self.job is not None and self.job.done):
-                time.sleep(interval)  # let the last events of a finished job arrive
+            if self._closed.is_set():  # the cell returns after this: its job's end event,
+                return  # which the backends send after its last lines, is shown already
+            if self.job is not None and self.job.done:
+                self._closed.wait(interval)  # let the last events of a finished job arrive
                 self._safe_refresh()
                 return
-            time.sleep(interval)
+            self._closed.wait(interval)  # the rate's pause; a close ends it
 
     def _safe_refresh(self) -> None:
         """:meth:`_refresh`; a failure is reported once per refresh and the view goes on."""

@@ -31,7 +31,8 @@ class RenderLoop:
 
     When ``finished()`` becomes true the loop renders once more after one
     interval (so late events are shown), calls ``on_finish()`` and ends;
-    :meth:`stop` does the same at once. Exceptions from ``render`` are
+    :meth:`stop` does the same at once: its render waits for no gap (the
+    view's owner, a cell that waited for its job, returns after it). Exceptions from ``render`` are
     logged and kept in :attr:`errors` (the last few); the loop goes on.
     """
 
@@ -112,7 +113,8 @@ class RenderLoop:
             ended = self._stop.is_set() or self._is_finished()
             if not ended:
                 self._wake.wait(self.interval)
-            self._pause_until(last_start + self._gap)
+            if not self._stop.is_set():  # stopped: the cell ends with this render, now
+                self._pause_until(last_start + self._gap)
             self._wait_for_view()
             woken = self._wake.is_set()
             self._wake.clear()

@@ -65,6 +65,24 @@ def test_wake_renders_soon_and_finish_ends_with_a_final_render() -> None:
     assert len(renders) >= count + 2
 
 
+def test_stop_renders_at_once_even_right_after_a_render() -> None:
+    """A cell that waited for its job returns after ``stop``: the last render does not wait
+    for the rate's gap (2 renders a second: a 0.5 s gap after the render just made)."""
+    renders: list[float] = []
+    loop = RenderLoop(lambda: renders.append(time.monotonic()), lambda: 1, lambda: False)
+    loop.max_busy, loop.interval = 1.0, 0.5
+    loop.start()
+    deadline = time.monotonic() + 5
+    while not renders and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert renders, "no first render"
+    stopped = time.monotonic()
+    loop.stop()
+    took = time.monotonic() - stopped
+    assert not loop.running and len(renders) == 2, renders
+    assert renders[1] - renders[0] < 0.4 and took < 0.4, (renders, took)
+
+
 def test_a_failing_render_is_kept_and_the_loop_goes_on() -> None:
     calls = [0]
 

@@ -69,6 +69,8 @@ class ProcessHandle:
     forked: bool
     conn: socket.socket
     code: int | None = None
+    #: The launcher closed the connection without saying how the process ended.
+    eof: bool = False
 
     def poll(self) -> int | None:
         """The exit code (negative signal number when killed), None while it runs."""
@@ -82,6 +84,7 @@ class ProcessHandle:
         except OSError:
             data = b""
         if not data:
+            self.eof = True
             self.code = -9 if not _alive(self.pid) else None
             return self.code
         message = json.loads(data.decode().splitlines()[0])

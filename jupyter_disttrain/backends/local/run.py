@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import select
 import subprocess
 import sys
 import threading
@@ -60,7 +61,9 @@ class LocalRun(Submission):
         self.pgid: int | None = None
         self._stop_reason: str | None = None
         self._done = threading.Event()
-        self._wake = threading.Event()
+        # wake(): a byte in a pipe the follow loop selects (made and closed by the loop)
+        self._wake_r = self._wake_w = -1
+        self._wake_lock = threading.Lock()  # no byte to a closed (or reused) descriptor
         self._state: dict[str, Any] = {}
         self._reaper: subprocess.Popen[bytes] | None = None
         self._thread = threading.Thread(
@@ -84,7 +87,13 @@ class LocalRun(Submission):
 
     def wake(self) -> None:
         """Read the ranks' logs now instead of at the next poll."""
-        self._wake.set()
+        with self._wake_lock:
+            if self._wake_w < 0:
+                return  # the job has ended
+            try:
+                os.write(self._wake_w, b"w")
+            except BlockingIOError:
+                pass  # bytes are waiting already
 
     # -- internals ---------------------------------------------------------
     def _emit(self, event: ev.Event) -> None:
@@ -156,6 +165,9 @@ class LocalRun(Submission):
             self._write_state(pgid=self.pgid, agents=[a.pid for a in self.agents])
 
     def _run(self) -> None:
+        with self._wake_lock:
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_w, False)
         try:
             self._isolate()
             self._follow()
@@ -164,7 +176,23 @@ class LocalRun(Submission):
             self._emit(ev.job_event("Failed", "BackendError", f"{type(exc).__name__}: {exc}"))
         finally:
             self._release()
+            with self._wake_lock:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
             self._done.set()
+
+    def _nap(self) -> None:
+        """Wait until the next poll: ``POLL_SECONDS``, or less when :meth:`wake` is called
+        or a forked agent ends (the launcher's connection for it speaks)."""
+        ends = [
+            a.conn.fileno()
+            for a in self.agents
+            if isinstance(a, ProcessHandle) and a.code is None and not a.eof
+        ]
+        ready, _, _ = select.select([self._wake_r, *ends], [], [], POLL_SECONDS)
+        if self._wake_r in ready:
+            os.read(self._wake_r, 64)
 
     def _isolate(self) -> None:
         """Make the nodes' network (``--network isolated``), its reaper watching this process."""
@@ -242,8 +270,7 @@ class LocalRun(Submission):
             elif self.spec.timeout and time.monotonic() - started > self.spec.timeout:
                 outcome = ("Failed", "Timeout", f"did not finish within {self.spec.timeout:g} s")
             else:
-                self._wake.wait(POLL_SECONDS)
-                self._wake.clear()
+                self._nap()
         if outcome[0] != "Succeeded" or any(a.poll() is None for a in self.agents):
             terminate(self.pgid, [a.pid for a in self.agents])
         for handle in self.agents:

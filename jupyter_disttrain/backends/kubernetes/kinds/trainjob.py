@@ -209,8 +209,10 @@ def _true(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
 def trainjob_condition(obj: Mapping[str, Any], ran: bool = False) -> Condition | None:
     """A TrainJob's state: (state, reason, message), from conditions and ``jobsStatus``.
 
-    Suspended with a Kueue queue label reads ``Pending``/``Queued``; ready
-    replicated jobs read ``Running``; ``Complete``/``Failed`` are the end. Once
+    Suspended with a Kueue queue label reads ``Pending``/``Queued``; replicated
+    jobs each ready or succeeded (a finished initializer beside ready nodes) read
+    ``Running``, all succeeded before the TrainJob's ``Complete`` ``Running``/
+    ``Finishing``; ``Complete``/``Failed`` are the end. Once
     the job ran (``ran``: it read ``Running`` before), a replicated job with
     neither ready nor succeeded pods reads ``Restarting``: its pods start again
     (restarted in place or made anew), which the status cannot tell from a first start.
@@ -227,15 +229,21 @@ def trainjob_condition(obj: Mapping[str, Any], ran: bool = False) -> Condition |
             return "Pending", "Queued", f"waiting for Kueue admission in {queue}"
         return "Pending", "Suspended", str((suspended or {}).get("message", "suspended"))
     jobs = (obj.get("status") or {}).get("jobsStatus") or []
-    if jobs and all(int(j.get("ready") or 0) > 0 for j in jobs):
-        name = (obj.get("metadata") or {}).get("name")
-        progress = trainer_progress(obj)
-        return "Running", "Running", f"TrainJob {name} is running{progress}"
+    name = (obj.get("metadata") or {}).get("name")
+    # every replicated job has pods up or is done (an initializer that finished, say)
+    if jobs and all(_count(j, "ready") or _count(j, "succeeded") for j in jobs):
+        if any(_count(j, "ready") for j in jobs):
+            return "Running", "Running", f"TrainJob {name} is running{trainer_progress(obj)}"
+        return "Running", "Finishing", f"TrainJob {name}'s pods have ended; not yet Complete"
     if ran and any(not int(j.get("ready") or 0) and not int(j.get("succeeded") or 0) for j in jobs):
         return "Restarting", "Restarting", "the TrainJob's pods are starting again"
     if jobs or (obj.get("status") or {}).get("conditions"):
         return "Pending", "Created", "the TrainJob's pods are starting"
     return None
+
+
+def _count(replicated: Mapping[str, Any], field: str) -> int:
+    return int(replicated.get(field) or 0)
 
 
 def trainer_progress(obj: Mapping[str, Any]) -> str:

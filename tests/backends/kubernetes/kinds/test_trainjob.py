@@ -281,3 +281,22 @@ def test_pods_that_start_again_after_the_job_ran_read_restarting() -> None:
     assert trainjob_condition(finishing, ran=True)[0] != "Restarting"  # type: ignore[index]
     running = _job([], jobsStatus=[{"name": "node", "ready": 1, "active": 1}])
     assert trainjob_condition(running, ran=True)[0] == "Running"  # type: ignore[index]
+
+
+def test_finished_initializers_and_nodes_before_complete_read_running() -> None:
+    """An initializer that finished stays in ``jobsStatus`` (ready 0, succeeded 1) beside
+    the nodes: ready nodes read Running, not starting; pods all ended before the TrainJob's
+    ``Complete`` read Running/Finishing, not starting again."""
+    initialized = [{"name": "dataset-initializer", "ready": 0, "succeeded": 1}]
+    training = _job([], jobsStatus=[*initialized, {"name": "node", "ready": 2, "active": 2}])
+    assert trainjob_condition(training) == ("Running", "Running", "TrainJob tj is running")
+    starting = _job([], jobsStatus=[*initialized, {"name": "node", "ready": 0, "active": 2}])
+    assert trainjob_condition(starting)[0] == "Pending"  # type: ignore[index]
+    assert trainjob_condition(starting, ran=True)[0] == "Restarting"  # type: ignore[index]
+    ended = _job([], jobsStatus=[*initialized, {"name": "node", "ready": 0, "succeeded": 1}])
+    for ran in (False, True):
+        assert trainjob_condition(ended, ran=ran) == (
+            "Running",
+            "Finishing",
+            "TrainJob tj's pods have ended; not yet Complete",
+        )

@@ -249,9 +249,7 @@ class PodWorker(threading.Thread, PodEnv):
         self.pod = pod
         self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
         self.dir = kubelet.root / "pods" / f"{self.namespace}_{self.name}_{self.uid[:8]}"
-        #: The pod's TMPDIR: short, so that a Unix socket made in it fits the 108 bytes a
-        #: socket path may have, as one in a container's own /tmp does (a longer one sent
-        #: the pod's sockets to the host's /tmp, where a killed pod left them).
+        #: TMPDIR, short as a container's /tmp: a Unix socket's path in it fits 108 bytes
         self.tmp = kubelet.root / "tmp" / self.uid[:8]
         self.lock = threading.RLock()
         self.stopping = threading.Event()
@@ -588,16 +586,3 @@ class PodWorker(threading.Thread, PodEnv):
         cwd = spec.get("workingDir") or str(self.dir / "rootfs")
         full = self._full_env(env)
         return container_argv(self, spec, env, cwd, full), full, str(self.dir)
-
-    def _full_env(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` with the kubelet's base variables, HOME, TMPDIR, HOSTNAME and the shims."""
-        full = {
-            **self.kubelet.base_env,
-            "HOME": str(self.dir / "rootfs"),
-            "TMPDIR": str(self.tmp),
-            "HOSTNAME": self.pod["spec"].get("hostname") or self.name,
-            **env,
-        }
-        if str(self.kubelet.shim_dir) not in full["PATH"].split(os.pathsep):
-            full["PATH"] = f"{self.kubelet.shim_dir}{os.pathsep}{full['PATH']}"
-        return full

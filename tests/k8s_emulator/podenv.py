@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,9 +28,24 @@ class PodEnv:
     uid: str
     address: str
     volumes: dict[str, Path]
+    dir: Path  # the pod's folder
+    tmp: Path  # its TMPDIR
 
     def _lookup(self, plural: str, name: str) -> Obj | None:
         raise NotImplementedError
+
+    def _full_env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with the kubelet's base variables, HOME, TMPDIR, HOSTNAME and the shims."""
+        full = {
+            **self.kubelet.base_env,
+            "HOME": str(self.dir / "rootfs"),
+            "TMPDIR": str(self.tmp),
+            "HOSTNAME": self.pod["spec"].get("hostname") or self.name,
+            **env,
+        }
+        if str(self.kubelet.shim_dir) not in full["PATH"].split(os.pathsep):
+            full["PATH"] = f"{self.kubelet.shim_dir}{os.pathsep}{full['PATH']}"
+        return full
 
     def _env(self, spec: Obj) -> dict[str, str]:
         env: dict[str, str] = {}

@@ -79,6 +79,7 @@ def same(view: dict[str, Any]) -> Any:
     """``view`` with the names of the job (``look-warm``, ``look-cold``) and of the emulator's
     folders made the same."""
     text = json.dumps(view).replace("look-warm", "look-*").replace("look-cold", "look-*")
+    text = re.sub(r"k8s-emulator-[^/]+/tmp/[0-9a-f]+", "POD-TMP", text)  # the pod's TMPDIR
     return json.loads(re.sub(r"k8s-emulator-[^/]+/pods/[^/]+/", "POD/", text))
 
 

@@ -14,6 +14,7 @@ Pure: nothing here starts a process.
 
 from __future__ import annotations
 
+import os
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -147,6 +148,8 @@ class TorchrunAgents(Launcher):
                 *("--rdzv-id", spec.name, "--rdzv-conf", f"is_host={1 if node == 0 else 0}"),
                 *("--local-addr", ctx.node_host(node), "--max-restarts", str(spec.max_restarts)),
                 *("--monitor-interval", "0.1"),
+                # its per-attempt folders in the job's, not one more torchelastic_* in /tmp
+                *("--log-dir", os.path.join(os.path.dirname(ctx.logs), "torchelastic")),
                 *ctx.worker,
                 ctx.payload_path,
             )

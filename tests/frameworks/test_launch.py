@@ -154,6 +154,8 @@ def test_torchrun_agents_are_one_forkable_agent_per_node() -> None:
         "/j/logs/agent-1.log",
     ]
     assert agents[1].argv[-3:] == ("-m", "w", "/j/payload.pkl") and "is_host=0" in agents[1].argv
+    log_dir = agents[0].argv.index("--log-dir") + 1  # torchrun's folders in the job's
+    assert agents[0].argv[log_dir] == "/j/torchelastic"
     assert agents[0].command().startswith("A=1 torchrun --nnodes 2 --nproc-per-node 3")
     assert launcher.endpoint(ctx) == "127.0.0.1:29500"
     (note,) = launcher.notes(spec)

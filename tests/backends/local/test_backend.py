@@ -8,6 +8,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -107,6 +108,9 @@ def test_two_by_two_job_returns_result_metrics_and_rank_logs() -> None:
     record = next(r for r in backend.list_jobs() if r.name == "local-2x2")
     assert record.state == "Succeeded" and record.world_size == 4
     assert_no_processes(Path(run.plan.job_dir), sink.pids())
+    # torchrun's folders are the job's: none in the temporary folder
+    assert (Path(run.plan.job_dir) / "torchelastic").is_dir()
+    assert not list(Path(tempfile.gettempdir()).glob("torchelastic_*/local-2x2_*"))
 
 
 def test_exception_on_rank_one_fails_job_and_kills_everything() -> None:

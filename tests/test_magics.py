@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
@@ -117,11 +118,13 @@ def test_bad_input_is_a_usage_error_naming_the_fix(
 
 
 def test_quotes_group_words_and_are_removed(
-    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    cell(shell, "--name quoted --env \"MSG=two words\" --checkpoint-dir '/tmp/a b' --dry-run")
+    spaced = tmp_path / "a b"
+    cell(shell, f"--name quoted --env \"MSG=two words\" --checkpoint-dir '{spaced}' --dry-run")
     out = capsys.readouterr().out
-    assert "MSG='two words'" in out and "DISTRAIN_CHECKPOINT_DIR='/tmp/a b'" in out, out
+    assert "MSG='two words'" in out and f"DISTRAIN_CHECKPOINT_DIR='{spaced}'" in out, out
+    assert not spaced.exists()  # a dry run makes no folder
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import os
 import pickle
 import secrets
 from collections.abc import Mapping
+from pathlib import Path
 
 from ..backends.base import Backend, JobRecord
 from ..backends.registry import backend_class, names
@@ -115,12 +116,15 @@ class CheckpointOptionError(SpecError):
     """``--checkpoint-dir`` or ``--resume`` cannot be used (the message says why)."""
 
 
-def preflight(spec: JobSpec) -> JobSpec:
+def preflight(spec: JobSpec, *, create: bool = True) -> JobSpec:
     """Check ``--checkpoint-dir``/``--resume`` before the job starts; normalise paths.
 
     For backends whose checkpoints are on a path this machine reads. Raises
     :class:`CheckpointOptionError` for an unwritable directory, a protocol
     whose fsspec package is missing, or a resume target that is not there.
+    The directory is made (and written to once) unless ``create`` is False (a
+    dry run): then a local one's nearest existing folder must be writable, and
+    nothing is made.
     """
     if not (spec.checkpoint_dir or spec.resume):
         return spec
@@ -131,7 +135,10 @@ def preflight(spec: JobSpec) -> JobSpec:
             cdir = CheckpointDir(spec.checkpoint_dir)
         except CheckpointError as exc:
             raise CheckpointOptionError(f"--checkpoint-dir: {exc}") from None
-        _check_writable(cdir, spec.checkpoint_dir)
+        if create:
+            _check_writable(cdir, spec.checkpoint_dir)
+        elif cdir.local:
+            _check_could_write(cdir.root, spec.checkpoint_dir)
         changes["checkpoint_dir"] = cdir.uri
     if spec.resume:
         which = fmt.parse_which(spec.resume)
@@ -150,6 +157,23 @@ def preflight(spec: JobSpec) -> JobSpec:
         if isinstance(which, str) and which != "latest":
             changes["resume"] = found[0].payload_uri(found[1])
     return spec.with_(**changes) if changes else spec
+
+
+def _check_could_write(root: str, given: str) -> None:
+    """Raise unless the nearest existing folder of local ``root`` can be written to."""
+    path = Path(root)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        problem = "not a directory"
+    elif not os.access(path, os.W_OK | os.X_OK):
+        problem = "permission denied"
+    else:
+        return
+    raise CheckpointOptionError(
+        f"--checkpoint-dir {given} is not writable ({problem}: {path}); choose a directory "
+        "you can write to"
+    )
 
 
 def _check_writable(cdir: CheckpointDir, given: str) -> None:

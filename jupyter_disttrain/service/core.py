@@ -113,8 +113,8 @@ class JobService:
         check_tracking(spec)
         backend = self.backend(spec.backend)
         backend.check(spec)
-        if backend.capabilities.checkpoints_on_path:
-            spec = preflight(spec)
+        if backend.capabilities.checkpoints_on_path:  # a dry run makes no folder
+            spec = preflight(spec, create=not getattr(args, "dry_run", False))
         return spec
 
     def plan(

@@ -245,7 +245,7 @@ def new_kernel_runs(
 
     def leave_launcher() -> None:
         """An earlier kernel: it loads the extension, waits for its launcher, and ends."""
-        home = tempfile.mkdtemp(prefix="bench-home-")
+        home = tempfile.mkdtemp(prefix="bench-home-", dir=work)  # removed with work
         km, kc = start_new_kernel(
             kernel_name="python3", env=kernel_env(work / "leave.mark", home, lingering_runtime)
         )
@@ -259,7 +259,7 @@ def new_kernel_runs(
     def standalone(row: str) -> Runner:
         def run(i: int) -> dict[str, float]:
             mark = work / f"new-{row}-{i}.mark"
-            home = tempfile.mkdtemp(prefix="bench-home-")
+            home = tempfile.mkdtemp(prefix="bench-home-", dir=work)  # removed with work
             if row == "h" and not lingering.lingering(lingering_runtime / "distrain"):
                 leave_launcher()
             runtime = lingering_runtime if row == "h" else runtime_folder()

@@ -25,6 +25,8 @@ from ..spec import JobSpec
 
 #: torchrun, with loopback-only stores and an end with its owner (``runtime/agent.py``).
 TORCHRUN_MODULE = "jupyter_disttrain.runtime.agent"
+#: torchrun's ``--log-dir`` (its per-attempt folders), in the job's folder beside ``logs``.
+TORCHRUN_LOGS = "torchelastic"
 #: The worker that runs a payload on one rank (``runtime/worker.py``).
 WORKER_MODULE = "jupyter_disttrain.runtime.worker"
 
@@ -149,7 +151,7 @@ class TorchrunAgents(Launcher):
                 *("--local-addr", ctx.node_host(node), "--max-restarts", str(spec.max_restarts)),
                 *("--monitor-interval", "0.1"),
                 # its per-attempt folders in the job's, not one more torchelastic_* in /tmp
-                *("--log-dir", os.path.join(os.path.dirname(ctx.logs), "torchelastic")),
+                *("--log-dir", os.path.join(os.path.dirname(ctx.logs), TORCHRUN_LOGS)),
                 *ctx.worker,
                 ctx.payload_path,
             )

@@ -220,8 +220,30 @@ def fast_rendezvous_polls(poll: float = RDZV_POLL_SECONDS) -> None:
     setattr(dynamic_rendezvous, "get_method_name", method_name)  # noqa: B010
 
 
+def private_log_folders() -> None:
+    """torchrun makes its per-attempt folders (``--log-dir``, the ranks' error files with
+    their tracebacks) owner-only, whatever the umask (idempotent)."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    specs: Any = api.DefaultLogsSpecs
+    if getattr(specs.reify, "_distrain_private", False):
+        return
+    reify = specs.reify
+
+    def private_reify(self: Any, envs: dict[int, dict[str, str]]) -> Any:
+        old = os.umask(0o077)  # the agent's threads make no files meanwhile
+        try:
+            return reify(self, envs)
+        finally:
+            os.umask(old)
+
+    private_reify._distrain_private = True  # type: ignore[attr-defined]
+    specs.reify = private_reify
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run torchrun's main with loopback-only stores and a signed rendezvous state.
+    """Run torchrun's main with loopback-only stores, a signed rendezvous state and
+    owner-only log folders.
 
     Watches the owner when told to (``DISTRAIN_OWNER_PID``).
     """
@@ -232,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         watch_owner(int(owner))
     bind_stores_to_loopback()
     fast_rendezvous_polls()
+    private_log_folders()
     key = jobkey.load()
     if key is not None:
         sign_rendezvous_state(key)

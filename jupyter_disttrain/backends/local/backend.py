@@ -26,6 +26,7 @@ from typing import Any
 
 from ... import events as ev
 from ...frameworks import framework
+from ...frameworks.launch import TORCHRUN_LOGS
 from ...payload import Payload
 from ...plugins import DEFAULT_FRAMEWORK
 from ...runtime import control as controls
@@ -219,6 +220,7 @@ class LocalBackend(Backend):
                 ) from None
         _make_run_dir(directory, spec.name)
         jobdir.make_private_dirs(jobdir.logs_dir(directory))
+        jobdir.make_private_dirs(directory / TORCHRUN_LOGS)  # made by torchrun: 0755
         jobdir.write_private(directory / "payload.pkl", plan.payload.data)
         jobdir.write_private(directory / jobkey.KEY_FILE, plan.payload.key)
         run = LocalRun(plan, sink, launcher, notebook=self.notebook)

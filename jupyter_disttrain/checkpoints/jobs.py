@@ -170,10 +170,7 @@ def _check_could_write(root: str, given: str) -> None:
         problem = "permission denied"
     else:
         return
-    raise CheckpointOptionError(
-        f"--checkpoint-dir {given} is not writable ({problem}: {path}); choose a directory "
-        "you can write to"
-    )
+    raise _not_writable(given, f"{problem}: {path}")
 
 
 def _check_writable(cdir: CheckpointDir, given: str) -> None:
@@ -184,7 +181,10 @@ def _check_writable(cdir: CheckpointDir, given: str) -> None:
         cdir.fs.remove(probe)
     except Exception as exc:
         detail = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise CheckpointOptionError(
-            f"--checkpoint-dir {given} is not writable ({detail}); choose a directory you can "
-            "write to"
-        ) from None
+        raise _not_writable(given, detail) from None
+
+
+def _not_writable(given: str, detail: str) -> CheckpointOptionError:
+    return CheckpointOptionError(
+        f"--checkpoint-dir {given} is not writable ({detail}); choose a directory you can write to"
+    )

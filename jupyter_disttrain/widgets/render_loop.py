@@ -32,8 +32,9 @@ class RenderLoop:
     When ``finished()`` becomes true the loop renders once more after one
     interval (so late events are shown), calls ``on_finish()`` and ends;
     :meth:`stop` does the same at once: its render waits for no gap (the
-    view's owner, a cell that waited for its job, returns after it). Exceptions from ``render`` are
-    logged and kept in :attr:`errors` (the last few); the loop goes on.
+    view's owner, a cell that waited for its job, returns after it).
+    Exceptions from ``render`` are logged and kept in :attr:`errors` (the
+    last few); the loop goes on.
     """
 
     def __init__(

@@ -235,7 +235,7 @@ def trainjob_condition(obj: Mapping[str, Any], ran: bool = False) -> Condition |
         if any(_count(j, "ready") for j in jobs):
             return "Running", "Running", f"TrainJob {name} is running{trainer_progress(obj)}"
         return "Running", "Finishing", f"TrainJob {name}'s pods have ended; not yet Complete"
-    if ran and any(not int(j.get("ready") or 0) and not int(j.get("succeeded") or 0) for j in jobs):
+    if ran and any(not _count(j, "ready") and not _count(j, "succeeded") for j in jobs):
         return "Restarting", "Restarting", "the TrainJob's pods are starting again"
     if jobs or (obj.get("status") or {}).get("conditions"):
         return "Pending", "Created", "the TrainJob's pods are starting"

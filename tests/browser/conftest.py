@@ -1,7 +1,15 @@
-"""A JupyterLab or Notebook 7 server on 127.0.0.1 for the browser tests, in its own dirs."""
+"""A JupyterLab or Notebook 7 server on 127.0.0.1 for the browser tests, in its own dirs.
+
+The tests that need nothing of a server but a page share one per app for the whole run
+(:func:`lab`, :func:`notebook7`): each test ends its kernels, and the server forgets its
+open tabs, before the next; what a test's kernels started must have ended by then. A test
+that needs a server of its own -- other settings, an empty job home, a cluster -- starts
+one with :func:`serve_lab` or :func:`_serve`.
+"""
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
 import signal
@@ -87,7 +95,7 @@ def _stop(lab: Lab, procs: list[psutil.Process]) -> list[str]:
     return left
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def browser_ready() -> None:
     """Chromium and the Node harness must be installed (``make browser-deps`` does it)."""
     missing = []
@@ -150,6 +158,68 @@ def _serve(tmp_path: Path, app: str, options: list[str]) -> Iterator[Lab]:
     assert not left, f"processes left behind by the browser test: {left}"
 
 
+def end_sessions(lab: Lab) -> None:
+    """Shut every kernel of the server down, its notebooks' sessions first (``DELETE
+    /api/sessions/ID``, then ``/api/kernels/ID``, with the ``_xsrf`` cookie a page of the
+    server sets, as a browser would)."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with opener.open(f"{lab.url}/lab", timeout=30):
+        pass
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+    for kind in ("sessions", "kernels"):
+        with opener.open(f"{lab.url}/api/{kind}", timeout=30) as reply:
+            items = json.load(reply)
+        for item in items:
+            url = f"{lab.url}/api/{kind}/{item['id']}"
+            request = urllib.request.Request(url, method="DELETE", headers={"X-XSRFToken": xsrf})
+            with opener.open(request, timeout=60):
+                pass
+
+
+def _launchers_own(proc: psutil.Process, before: set[int]) -> bool:
+    """Whether ``proc`` is a fork the server's launcher keeps for later jobs (a warm child,
+    ``runtime/warmchild.py``): a child of a process there before the test, with its
+    command line and in its process group (a job's processes get groups of their own)."""
+    try:
+        parent = proc.parent()
+        return (
+            parent is not None
+            and parent.pid in before
+            and os.getpgid(proc.pid) == os.getpgid(parent.pid)
+            and proc.cmdline() == parent.cmdline()
+        )
+    except (psutil.Error, OSError):
+        return False
+
+
+def _one_test(server: Lab) -> Iterator[Lab]:
+    """``server`` for one test; then its kernels ended, its saved workspaces (the tabs a
+    page would reopen) removed, and every process started during the test ended but the
+    forks the server's launcher keeps (:func:`_launchers_own`)."""
+    before = {proc.pid for proc in server.descendants()}
+    try:
+        yield server
+    finally:
+        started = [
+            proc
+            for proc in server.descendants()
+            if proc.pid not in before and not _launchers_own(proc, before)
+        ]
+        end_sessions(server)
+        for saved in (server.root.parent / "workspaces").glob("*"):
+            saved.unlink()
+        _, alive = psutil.wait_procs(started, timeout=30)
+        left = []
+        for proc in alive:
+            try:
+                left.append(f"{proc.pid}: {' '.join(proc.cmdline())[:120]}")
+                proc.kill()
+            except psutil.Error:
+                continue
+    assert not left, f"processes left behind by the browser test: {left}"
+
+
 def serve_lab(tmp_path: Path) -> Iterator[Lab]:
     """``jupyter lab`` on 127.0.0.1, token-less, rooted in a temporary directory (with the
     environment of now: a fixture may set some first)."""
@@ -158,13 +228,29 @@ def serve_lab(tmp_path: Path) -> Iterator[Lab]:
     )
 
 
-@pytest.fixture
-def lab(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
-    """``jupyter lab`` on 127.0.0.1, token-less, rooted in a temporary directory."""
-    yield from serve_lab(tmp_path)
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory: pytest.TempPathFactory, browser_ready: None) -> Iterator[Lab]:
+    """``jupyter lab`` on 127.0.0.1, token-less, rooted in a temporary directory, for the
+    whole run."""
+    yield from serve_lab(tmp_path_factory.mktemp("shared-lab"))
+
+
+@pytest.fixture(scope="session")
+def shared_notebook7(
+    tmp_path_factory: pytest.TempPathFactory, browser_ready: None
+) -> Iterator[Lab]:
+    """``jupyter notebook`` (Notebook 7) on 127.0.0.1, token-less, in a temporary directory,
+    for the whole run."""
+    yield from _serve(tmp_path_factory.mktemp("shared-notebook7"), "notebook", [])
 
 
 @pytest.fixture
-def notebook7(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
-    """``jupyter notebook`` (Notebook 7) on 127.0.0.1, token-less, in a temporary directory."""
-    yield from _serve(tmp_path, "notebook", [])
+def lab(shared_lab: Lab) -> Iterator[Lab]:
+    """The run's JupyterLab server, for one test (:func:`_one_test`)."""
+    yield from _one_test(shared_lab)
+
+
+@pytest.fixture
+def notebook7(shared_notebook7: Lab) -> Iterator[Lab]:
+    """The run's Notebook 7 server, for one test (:func:`_one_test`)."""
+    yield from _one_test(shared_notebook7)

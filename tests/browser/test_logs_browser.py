@@ -9,10 +9,7 @@ Screenshots land in ``test-output/logs/``.
 
 from __future__ import annotations
 
-import http.cookiejar
-import json
 import textwrap
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +17,7 @@ import pytest
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
 
-from .conftest import REPO, Lab, serve_lab
+from .conftest import REPO, Lab, end_sessions, serve_lab
 from .harness import page_errors, run_harness, write_notebook
 
 OUTPUT = REPO / "test-output" / "logs"
@@ -45,23 +42,6 @@ def cluster_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     with Emulator(env=env) as emulator, pytest.MonkeyPatch.context() as patch:
         patch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
         yield from serve_lab(tmp_path)
-
-
-def end_sessions(lab: Lab) -> None:
-    """Shut every notebook's kernel of the server down (``DELETE /api/sessions/ID``, with
-    the ``_xsrf`` cookie a page of the server sets, as a browser would)."""
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    with opener.open(f"{lab.url}/lab", timeout=30):
-        pass
-    xsrf = next(c.value for c in jar if c.name == "_xsrf")
-    with opener.open(f"{lab.url}/api/sessions", timeout=30) as reply:
-        sessions = json.load(reply)
-    for session in sessions:
-        url = f"{lab.url}/api/sessions/{session['id']}"
-        request = urllib.request.Request(url, method="DELETE", headers={"X-XSRFToken": xsrf})
-        with opener.open(request, timeout=60):
-            pass
 
 
 @pytest.mark.slow

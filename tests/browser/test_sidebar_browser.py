@@ -15,12 +15,13 @@ import itertools
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import REPO, Lab
+from .conftest import REPO, Lab, serve_lab
 from .harness import run_harness, write_notebook
 
 OUTPUT = REPO / "test-output" / "sidebar"
@@ -124,11 +125,17 @@ def test_the_panels_step_follows_the_dashboards_while_a_job_runs(lab: Lab) -> No
     assert not errors, errors
 
 
+@pytest.fixture
+def empty_lab(tmp_path: Path, browser_ready: None) -> Iterator[Lab]:
+    """JupyterLab of its own, whose job home holds no job yet (the panel reads empty)."""
+    yield from serve_lab(tmp_path)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_sidebar_in_jupyterlab(lab: Lab) -> None:
-    notebook = write_notebook(lab.root, "sidebar.ipynb", CELLS)
-    result = run_harness("sidebar.mjs", lab, notebook, OUTPUT)
+def test_sidebar_in_jupyterlab(empty_lab: Lab) -> None:
+    notebook = write_notebook(empty_lab.root, "sidebar.ipynb", CELLS)
+    result = run_harness("sidebar.mjs", empty_lab, notebook, OUTPUT)
 
     assert result["statusBefore"] == "0 training jobs running"
     assert "No jobs yet" in result["emptyText"]
@@ -161,7 +168,7 @@ def test_sidebar_in_jupyterlab(lab: Lab) -> None:
     assert not ok["stopEnabled"]
     # the notebook that started the job (JPY_SESSION_NAME in the kernel)
     assert ok["notebookEnabled"] and ok["notebookTitle"] == "Open sidebar.ipynb"
-    assert ok["notebookFile"] == f"notebook: {lab.root / 'sidebar.ipynb'}"
+    assert ok["notebookFile"] == f"notebook: {empty_lab.root / 'sidebar.ipynb'}"
     assert "No checkpoint reported yet." in ok["checkpoints"]
 
     assert result["logTab"] == 1

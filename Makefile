@@ -62,7 +62,7 @@ binder-check:
 checks: lint typecheck importlint labextension-test
 
 # The whole suite in three pytest runs. Side by side: the browser tests, one at a time, in a
-# run of their own; the other tests and the notebooks in parallel (pytest-xdist,
+# run of their own (sharing one JupyterLab and one Notebook 7 server); the other tests and the notebooks in parallel (pytest-xdist,
 # TEST_WORKERS processes). Each test process has its own job home, temporary directory and
 # emulators (the browser run's emulators hand out ports above the kernel's ephemeral range,
 # the workers' below it); one file's tests -- a notebook's cells -- run in one worker, in

@@ -83,7 +83,12 @@ def _stop(lab: Lab, procs: list[psutil.Process]) -> list[str]:
         except subprocess.TimeoutExpired:
             lab.process.kill()
             lab.process.wait(10)
-    _, alive = psutil.wait_procs(procs, timeout=15)
+    return _ended(procs, 15)
+
+
+def _ended(procs: list[psutil.Process], timeout: float) -> list[str]:
+    """Wait up to ``timeout`` s for ``procs`` to end, then kill those left; what was left."""
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
     left = []
     for proc in alive:
         try:
@@ -209,14 +214,7 @@ def _one_test(server: Lab) -> Iterator[Lab]:
         end_sessions(server)
         for saved in (server.root.parent / "workspaces").glob("*"):
             saved.unlink()
-        _, alive = psutil.wait_procs(started, timeout=30)
-        left = []
-        for proc in alive:
-            try:
-                left.append(f"{proc.pid}: {' '.join(proc.cmdline())[:120]}")
-                proc.kill()
-            except psutil.Error:
-                continue
+        left = _ended(started, 30)
     assert not left, f"processes left behind by the browser test: {left}"
 
 

@@ -107,6 +107,9 @@ class Launcher:
     def __init__(self, log_path: Path | None = None) -> None:
         self._ready = threading.Event()
         self._error: str | None = None
+        self._reader = threading.Thread(
+            target=self._await_ready, name="distrain-launcher", daemon=True
+        )
         with _started_lock:  # this process's exit closes it, whichever thread started it
             if _exiting:
                 raise LauncherError("this process is exiting: no launcher starts now")
@@ -125,12 +128,12 @@ class Launcher:
                 shutil.rmtree(self._dir, ignore_errors=True)
                 raise
             _started.append(self)
-        threading.Thread(target=self._await_ready, name="distrain-launcher", daemon=True).start()
+            self._reader.start()  # read from before this process's exit can close it
 
     def _await_ready(self) -> None:
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
         try:
+            line = self.proc.stdout.readline()
             info = json.loads(line)
             if not info.get("ready"):
                 raise ValueError(line)
@@ -174,7 +177,11 @@ class Launcher:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self.proc.stdout is not None:
+        # the ready line's reader ends at the launcher's end (its stdout's end of file); its
+        # stream is closed after it, never under it
+        if self._reader.ident is not None:
+            self._reader.join(5)
+        if self.proc.stdout is not None and not self._reader.is_alive():
             self.proc.stdout.close()
         shutil.rmtree(self._dir, ignore_errors=True)
         with _started_lock:

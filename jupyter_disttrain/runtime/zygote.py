@@ -42,7 +42,10 @@ no timeout (a child's end wakes it through ``SIGCHLD``).
 Each answer is ``{"pid": P, "pgid": G, "forked": bool}`` (or ``{"error": ...}``)
 and, when the process ends, ``{"exit": CODE}`` or ``{"signal": N}``. When the
 owner closes the launcher's stdin (or dies), every process group it started is
-terminated and the launcher exits: a job never outlives its owner.
+terminated and the launcher exits: a job never outlives its owner. With
+``--remove-folder`` the socket's folder is the launcher's alone, and it removes
+that folder as it exits: an owner killed while the launcher shut its jobs down
+(a kernel past its shutdown grace) leaves nothing behind.
 
 ``zygote SOCKET --linger SECONDS`` starts a lingering launcher instead: it has
 no owner, serves every process of this user and environment that holds it
@@ -63,6 +66,7 @@ import json
 import os
 import select
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -555,11 +559,17 @@ def _group_alive(group: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``zygote SOCKET [--linger SECONDS]``; prints ``ready`` once it serves."""
+    """Entry point: ``zygote SOCKET [--linger SECONDS] [--remove-folder]``; prints ``ready``
+    once it serves."""
     parser = argparse.ArgumentParser(prog="python -m jupyter_disttrain.runtime.zygote")
     parser.add_argument("socket", help="the Unix socket to serve on (in a 0700 directory)")
     parser.add_argument(
         "--linger", type=float, help="no owner: exit after SECONDS without a holder or child"
+    )
+    parser.add_argument(
+        "--remove-folder",
+        action="store_true",
+        help="the socket's folder was made for this launcher alone: remove it at exit",
     )
     args = parser.parse_args(argv)
     ident = identity()  # before the defaults below and the imports
@@ -571,7 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     missing = preload()
     print(json.dumps({"ready": True, "pid": os.getpid(), "missing": missing}), flush=True)
     os.dup2(2, 1)  # nobody reads stdout after the ready line
-    launcher.serve()
+    launcher.serve()  # its forks never return here: they end in os._exit
+    if args.remove_folder:
+        shutil.rmtree(os.path.dirname(os.path.abspath(args.socket)), ignore_errors=True)
     return 0
 
 

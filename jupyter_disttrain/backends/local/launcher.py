@@ -118,7 +118,7 @@ class Launcher:
             try:
                 with open(log_path or os.path.join(self._dir, "launcher.log"), "ab") as log:
                     self.proc = subprocess.Popen(
-                        [sys.executable, "-m", ZYGOTE, self.socket_path],
+                        [sys.executable, "-m", ZYGOTE, "--remove-folder", self.socket_path],
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=log,

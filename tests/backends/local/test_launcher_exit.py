@@ -1,10 +1,14 @@
-"""A process that exits while a launcher of its own starts leaves no launcher and no folder."""
+"""A process that exits while a launcher of its own starts leaves no launcher and no folder;
+one killed while its launcher runs leaves no folder either (the launcher removes its own)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -55,3 +59,35 @@ def test_an_exit_right_after_prewarm_leaves_no_launcher_folder(tmp_path: Path) -
     done = run_in(tmp_path, PREWARMED)
     assert list(tmp_path.iterdir()) == [], done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+#: A ready launcher whose owner is then killed (a kernel past its shutdown grace).
+READY = """
+import time
+from jupyter_disttrain.backends.local.launcher import Launcher
+launcher = Launcher()
+launcher.wait_ready()
+print(launcher.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_launcher_whose_owner_is_killed_removes_its_folder() -> None:
+    # a short folder: pytest's own would make the socket's path too long to bind
+    tmp_path = Path(tempfile.mkdtemp(prefix="owner-"))
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    owner = subprocess.Popen(
+        [sys.executable, "-c", READY], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        pid = int(owner.stdout.readline())
+        assert len([p for p in tmp_path.iterdir() if p.name.startswith("distrain-")]) == 1
+    finally:
+        owner.kill()  # no exit handler runs: the launcher sees its stdin end, and ends
+        owner.wait()
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.wait_procs([psutil.Process(pid)], timeout=30)
+    assert not launcher_alive(pid)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("distrain-")] == []
+    shutil.rmtree(tmp_path)

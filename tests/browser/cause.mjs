@@ -444,7 +444,9 @@ await runScenario({ page: lab, result, close }, outDir, async () => {
   result.resumeDark = await resumeBelow(page, ".distrain-ckpt-browser", 20);
   await shots("dark");
   // the failed job's logs from the jobs panel, in the dark theme: its lines, readable
-  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] button[data-action="logs"]`).click();
+  // it opens a panel, no page: no wait for navigations after it (on a starved machine that
+  // wait, a round trip through the busy page, outlasted the click's 30 s with the panel open)
+  await page.locator(`.jp-DisttrainPanel tr.jp-Disttrain-detail[data-job-id="local/${JOBS.fail}"] button[data-action="logs"]`).click({ noWaitAfter: true });
   const darkLogs = page.locator(`.jp-DisttrainLogs[data-job-id="local/${JOBS.fail}"][data-rank="all"]`);
   await darkLogs.waitFor({ timeout: 30_000 });
   await page.waitForFunction((el) => el.textContent.trim() !== "", await darkLogs.locator(".jp-DisttrainLogs-text").elementHandle(), { timeout: 60_000 });

@@ -55,16 +55,23 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext jupyter_disttrain``: warm the default backend, register the magics."""
-    from .magic_config import prewarm_configured
+    """``%load_ext jupyter_disttrain``: warm the default backend, register the magics.
 
-    prewarm_configured(getattr(ipython, "config", None))
-    from .magics import load
+    The imports run without the garbage collector's passes (:mod:`.runtime.collector`):
+    in a kernel each full pass walks every object the notebook holds.
+    """
+    from .runtime import collector
 
-    load(ipython)
-    from .debug_magics import load as load_debugger
+    with collector.paused():
+        from .magic_config import prewarm_configured
 
-    load_debugger(ipython)
-    from .dap import install
+        prewarm_configured(getattr(ipython, "config", None))
+        from .magics import load
 
-    install(ipython)  # the ranks of its jobs in the kernel's Debugger panel
+        load(ipython)
+        from .debug_magics import load as load_debugger
+
+        load_debugger(ipython)
+        from .dap import install
+
+        install(ipython)  # the ranks of its jobs in the kernel's Debugger panel

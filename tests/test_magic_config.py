@@ -65,7 +65,7 @@ def test_prewarm_off_or_a_value_the_magics_refuse_warms_nothing(
 
 PROBE = textwrap.dedent(
     """
-    import json, sys
+    import gc, json, sys
     from IPython.testing.globalipapp import start_ipython
     from jupyter_disttrain.backends import registry
     from jupyter_disttrain.backends.local import LocalBackend
@@ -75,11 +75,13 @@ PROBE = textwrap.dedent(
     class Warmed(LocalBackend):
         def prewarm(self):
             magics_imported.append("jupyter_disttrain.magics" in sys.modules)
+            magics_imported.append(gc.isenabled())
 
     registry.register("warmed", Warmed)
     shell = start_ipython()
     shell.config.DistrainMagics.backend = "warmed"
     shell.run_line_magic("load_ext", "jupyter_disttrain")
+    magics_imported.append(gc.isenabled())
     print(json.dumps(magics_imported))
     """
 )
@@ -87,10 +89,14 @@ PROBE = textwrap.dedent(
 
 def test_load_ext_warms_the_backend_before_importing_the_magics(tmp_path: Path) -> None:
     """In a fresh interpreter, ``%load_ext`` asks the configured backend to warm up once,
-    before the magics module is imported (so its import overlaps the launcher's torch)."""
+    before the magics module is imported (so its import overlaps the launcher's torch);
+    the garbage collector is paused while the extension loads and running after."""
     env = dict(os.environ, DISTRAIN_HOME=str(tmp_path / "home"))
     done = subprocess.run(
         [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False], done.stdout
+    magics_imported, collecting_then, collecting_after = json.loads(
+        done.stdout.strip().splitlines()[-1]
+    )
+    assert (magics_imported, collecting_then, collecting_after) == (False, False, True), done.stdout

@@ -247,18 +247,19 @@ def main(argv: list[str] | None = None) -> None:
 
     Watches the owner when told to (``DISTRAIN_OWNER_PID``).
     """
-    from . import jobkey
+    from . import collector, jobkey
 
     owner = os.environ.pop(ENV_OWNER, "")
     if owner:
         watch_owner(int(owner))
-    bind_stores_to_loopback()
-    fast_rendezvous_polls()
-    private_log_folders()
+    with collector.paused():  # torch's import, in an agent that was not forked warm
+        bind_stores_to_loopback()
+        fast_rendezvous_polls()
+        private_log_folders()
+        from torch.distributed import run as torchrun
     key = jobkey.load()
     if key is not None:
         sign_rendezvous_state(key)
-    from torch.distributed import run as torchrun
 
     torchrun.main(sys.argv[1:] if argv is None else argv)
 

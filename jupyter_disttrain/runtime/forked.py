@@ -35,18 +35,26 @@ PRELOAD = (
 
 
 def preload() -> list[str]:
-    """Import what a training step needs; return the modules that failed to import."""
+    """Import what a training step needs; return the modules that failed to import.
+
+    The imports run without the collector's passes (:mod:`.collector`); what they made
+    is then frozen (:func:`gc.freeze`), so the forked agents and workers neither walk it
+    nor copy its pages when they collect.
+    """
+    import gc
     import importlib
 
-    missing = []
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except Exception:
-            missing.append(name)
-    from . import integrations
+    from . import collector, integrations
 
-    integrations.targets()  # the entry-point scan, once, before the forks
+    missing = []
+    with collector.paused():
+        for name in PRELOAD:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                missing.append(name)
+        integrations.targets()  # the entry-point scan, once, before the forks
+        gc.freeze()
     return missing
 
 

@@ -25,9 +25,11 @@ WORKER = "jupyter_disttrain.runtime.worker"
 def main() -> None:
     """Bind stores to loopback, then run the worker module as ``__main__``."""
     apply_sys_path(os.environ)
+    from . import collector
     from .agent import bind_stores_to_loopback
 
-    bind_stores_to_loopback(agent=False)
+    with collector.paused():  # torch's import
+        bind_stores_to_loopback(agent=False)
     runpy.run_module(WORKER, run_name="__main__", alter_sys=True)
 
 

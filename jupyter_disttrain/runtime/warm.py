@@ -19,6 +19,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.machinery
 import os
@@ -26,7 +27,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
-from . import integrations
+from . import collector, integrations
 from .launcher_identity import differing_modules, imported_from, requested_sys_path
 
 #: The modules a job asks its launcher to import ahead (comma-separated).
@@ -89,7 +90,9 @@ class Warmed:
             before = imported_from()
             started = time.monotonic()
             try:
-                importlib.import_module(module)
+                with collector.paused():  # then frozen, as the launcher's own imports
+                    importlib.import_module(module)
+                    gc.freeze()
             except Exception as exc:  # the job's workers import it (and report) themselves
                 print(f"distrain launcher: {module} not imported ahead: {exc!r}", file=sys.stderr)
             else:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import (
+    collector,
     debugger,
     hangwatch,
     ifaces,
@@ -436,11 +437,12 @@ def run(payload_path: str) -> int:
     own_protocol_stream()
     started = time.time()
     try:
-        payload = load_payload(payload_path)
-        check_versions(payload)
-        package_versions.use(payload)
-        warn_packages(payload)
-        backend, names, hello = init_framework(payload, rank)
+        with collector.paused():  # the framework's import, in a worker not forked warm
+            payload = load_payload(payload_path)
+            check_versions(payload)
+            package_versions.use(payload)
+            warn_packages(payload)
+            backend, names, hello = init_framework(payload, rank)
     except BaseException as exc:
         _report.emit("error", **encode_exception(exc))
         return EXIT_SETUP_ERROR

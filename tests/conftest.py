@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -11,12 +12,25 @@ from typing import Any
 import psutil
 import pytest
 
+from jupyter_disttrain.runtime import collector
+
 #: Shared fixtures: ``s3`` (moto's S3 server on 127.0.0.1).
 #: ``tests.schedule`` orders the parallel run: the longest test files first.
 pytest_plugins = ["tests.s3_server", "tests.k8s_emulator.fixtures", "tests.schedule"]
 
 # Each test process's own job home, temporary directory and runtime folder: tests/isolation.py
 # (loaded by every pytest run, pyproject's addopts).
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection() -> Iterator[None]:
+    """Collect (import every test module, and torch, kubernetes and the like with them)
+    without the garbage collector's passes; then freeze what it made, which lives until
+    the process ends, so that no collection during the tests walks it again."""
+    with collector.paused():
+        yield
+    gc.freeze()
+
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

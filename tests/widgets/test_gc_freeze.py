@@ -1,10 +1,23 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+
+import pytest
 
 from jupyter_disttrain.widgets import gc_freeze
 
 
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    """Nothing frozen during the test (a kernel that never froze its heap); what the test
+    process froze after collecting (tests/conftest.py) is frozen again after it."""
+    gc.unfreeze()
+    yield
+    gc.freeze()
+
+
+@pytest.mark.usefixtures("unfrozen")
 def test_freeze_is_held_while_any_dashboard_lives() -> None:
     assert gc_freeze.holders() == 0 and gc.get_freeze_count() == 0
     before = object()

@@ -11,8 +11,9 @@ import pytest
 from jupyter_disttrain.backends.local.launcher import ping, shared_launcher
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.local.test_backend import job_logs, run_job
+from tests.optional import requires
 
-pytest.importorskip("lightning")
+pytestmark = requires("lightning")
 
 CELL = (
     "import sys\n"

@@ -31,7 +31,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from types import FrameType
 from typing import Any
 
@@ -39,11 +38,10 @@ from . import forkclient
 from .forked import exit_status_of, preload, single_threaded_pools
 from .launcher_identity import thread_count
 from .localworker import WORKER as WORKER_MODULE
+from .socketdir import private_socket_path
 from .zygote import Launcher
 
 SOCKET_NAME = "launcher.sock"
-#: Bytes a Unix socket's path may hold (``sun_path``, with its terminating zero).
-MAX_SOCKET_PATH = 108
 
 
 class PodLauncher(Launcher):
@@ -116,21 +114,9 @@ class PodLauncher(Launcher):
 
 
 def socket_path() -> str | None:
-    """A Unix socket path in a new private (0700) directory; None where none can be made.
-
-    The temporary folder first, then ``/tmp`` and ``/dev/shm`` when its path is too
-    long for a socket (108 bytes) or it cannot be written.
-    """
-    for base in (tempfile.gettempdir(), "/tmp", "/dev/shm"):
-        try:
-            directory = tempfile.mkdtemp(prefix="distrain-pod-", dir=base)
-        except OSError:
-            continue
-        path = os.path.join(directory, SOCKET_NAME)
-        if len(os.fsencode(path)) < MAX_SOCKET_PATH:
-            return path
-        os.rmdir(directory)
-    return None
+    """A Unix socket path in a new private (0700) directory; None where none can be made
+    (:func:`.socketdir.private_socket_path`)."""
+    return private_socket_path("distrain-pod-", SOCKET_NAME)
 
 
 def _json(line: str) -> dict[str, Any] | None:

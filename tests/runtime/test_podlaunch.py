@@ -22,6 +22,7 @@ import pytest
 
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.runtime import podlaunch
+from jupyter_disttrain.runtime.socketdir import MAX_SOCKET_PATH
 
 IN_OWN_NETWORK = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
 PARENT = re.compile(r"parent (\d) (\d+)")  # ranks write unbuffered: lines may interleave
@@ -129,7 +130,7 @@ def test_the_socket_lives_in_a_private_folder_short_enough_even_under_a_deep_tmp
     assert path is not None
     folder = Path(path).parent
     try:
-        assert len(os.fsencode(path)) < podlaunch.MAX_SOCKET_PATH
+        assert len(os.fsencode(path)) < MAX_SOCKET_PATH
         assert not folder.is_relative_to(deep)
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     finally:

@@ -28,7 +28,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +41,13 @@ from ...runtime.launcher_identity import (
     differing_modules,
     identity,
 )
+from ...runtime.socketdir import no_socket_folder, private_socket_path
 from . import lingering
 
 READY_TIMEOUT = 120.0
 ZYGOTE = "jupyter_disttrain.runtime.zygote"
+#: A launcher's own folder (``distrain-`` + random, 0700) and the socket in it.
+FOLDER_PREFIX, SOCKET_NAME = "distrain-", "launcher.sock"
 #: Names the socket of the Jupyter server's warm launcher to the kernels it starts.
 ENV_WARM = "DISTRAIN_WARM_LAUNCHER"
 
@@ -113,8 +115,11 @@ class Launcher:
         with _started_lock:  # this process's exit closes it, whichever thread started it
             if _exiting:
                 raise LauncherError("this process is exiting: no launcher starts now")
-            self._dir = tempfile.mkdtemp(prefix="distrain-")
-            self.socket_path = os.path.join(self._dir, "launcher.sock")
+            path = private_socket_path(FOLDER_PREFIX, SOCKET_NAME)
+            if path is None:
+                raise LauncherError(no_socket_folder(FOLDER_PREFIX, SOCKET_NAME))
+            self.socket_path = path
+            self._dir = os.path.dirname(path)
             try:
                 with open(log_path or os.path.join(self._dir, "launcher.log"), "ab") as log:
                     self.proc = subprocess.Popen(

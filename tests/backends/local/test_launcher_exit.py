@@ -91,3 +91,25 @@ def test_a_launcher_whose_owner_is_killed_removes_its_folder() -> None:
     assert not launcher_alive(pid)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("distrain-")] == []
     shutil.rmtree(tmp_path)
+
+
+#: A launcher started and closed; prints its socket's path.
+STARTED_AND_CLOSED = """
+from jupyter_disttrain.backends.local.launcher import Launcher
+launcher = Launcher()
+launcher.wait_ready()
+print(launcher.socket_path, flush=True)
+launcher.close()
+"""
+
+
+def test_a_temporary_folder_too_deep_for_a_socket_puts_the_launcher_in_tmp(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    done = run_in(deep, STARTED_AND_CLOSED)
+    socket_path = Path(done.stdout.split()[0])
+    assert socket_path.parent.parent == Path("/tmp"), done.stdout
+    assert not socket_path.parent.exists(), done.stdout
+    assert list(deep.iterdir()) == [], done.stderr

@@ -4,6 +4,7 @@ sys.path holds another copy of it gets its own."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,10 @@ def test_the_launcher_imports_lightning_ahead_and_forks_no_job_that_imports_anot
     assert values(sink) == [{"ahead": 0.0, "fake": 0.0}] * 2, job_logs(run)
 
     # a folder first on this process's sys.path holds another lightning: the job's
-    # processes import that one, not the launcher's
+    # processes import that one, not the launcher's. This process has imported the
+    # installed lightning, as a notebook that used it has, so the cell's lightning is that
+    # package (asked ahead), not a module of the user's that travels with the payload.
+    importlib.import_module("lightning")
     fake = tmp_path / "elsewhere" / "lightning"
     (fake / "pytorch").mkdir(parents=True)
     (fake / "__init__.py").write_text("FAKE = 1\n")

@@ -394,6 +394,9 @@ def main() -> int:
     LIMIT, QUIET_LOAD, SETTLE = args.limit, args.quiet_load, args.settle
     work = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)  # the runs' scripts and job homes
+    scratch = work / "tmp"  # every run's temporary files (torchelastic's log folders) go too
+    scratch.mkdir()
+    os.environ["TMPDIR"] = str(scratch)
     loads = [load_now()]
     results: dict[str, dict[str, float]] = {}
     if "a" in args.only:

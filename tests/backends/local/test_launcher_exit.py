@@ -112,4 +112,6 @@ def test_a_temporary_folder_too_deep_for_a_socket_puts_the_launcher_in_tmp(
     socket_path = Path(done.stdout.split()[0])
     assert socket_path.parent.parent == Path("/tmp"), done.stdout
     assert not socket_path.parent.exists(), done.stdout
-    assert list(deep.iterdir()) == [], done.stderr
+    # torch's compile cache (torchinductor_USER) is torch's, made as it is imported
+    left = [p.name for p in deep.iterdir() if not p.name.startswith("torchinductor_")]
+    assert left == [], done.stderr

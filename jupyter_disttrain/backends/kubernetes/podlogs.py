@@ -179,9 +179,13 @@ def job_texts(
     conn: Connection, name: str, pick: Callable[[Any], bool] | None = None
 ) -> dict[str, str] | None:
     """What job ``name``'s pods said (pod name -> text): the logs kept when it failed, else
-    the logs of its pods still there (those ``pick`` takes; all by default), else the kept
-    logs again when the pods went meanwhile (they are kept before the pods are deleted).
-    None when the job has neither kept logs nor pods."""
+    the logs of its pods still there (those ``pick`` takes; all by default).
+    None when the job has neither kept logs nor pods.
+
+    The job's follower keeps the logs before it deletes the pods, so the kept logs are
+    asked again after the pods were read: a pod deleted while the pods were read reads
+    as an empty log, and its failing rank's error would be missing.
+    """
     texts = kept_logs(conn, name)
     if texts is not None:
         return texts
@@ -189,9 +193,7 @@ def job_texts(
     if not pods:
         return kept_logs(conn, name)
     texts = pod_texts(conn, [pod for pod in pods if pick is None or pick(pod)])
-    if not any(texts.values()):
-        texts = kept_logs(conn, name) or texts
-    return texts
+    return kept_logs(conn, name) or texts
 
 
 def job_object(conn: Connection, name: str) -> tuple[kinds.KubeflowKind, dict[str, Any]] | None:

@@ -545,7 +545,8 @@ class KubernetesRun(Submission):
             record = kept_logs(self.name, texts, self.conn.plain(owner))
             self.conn.core.create_namespaced_config_map(ns, cast(Any, record))
         except api_error() as exc:
-            self._say(f"could not keep the job's logs ({exc.status} {exc.reason})")
+            if exc.status != 409:  # 409: another follower of the job kept them first
+                self._say(f"could not keep the job's logs ({exc.status} {exc.reason})")
         try:
             self.conn.core.delete_collection_namespaced_pod(
                 ns, label_selector=self.kubeflow.pod_selector(self.name), grace_period_seconds=0

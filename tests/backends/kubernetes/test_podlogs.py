@@ -16,8 +16,10 @@ import pytest
 from jupyter_disttrain import cli
 from jupyter_disttrain import events as ev
 from jupyter_disttrain import service as jobs
-from jupyter_disttrain.backends.kubernetes import KubernetesBackend
-from jupyter_disttrain.backends.kubernetes.podlogs import rank_lines, run_lines
+from jupyter_disttrain.backends.kubernetes import KubernetesBackend, podlogs
+from jupyter_disttrain.backends.kubernetes.client import connect
+from jupyter_disttrain.backends.kubernetes.logs import logs_name
+from jupyter_disttrain.backends.kubernetes.podlogs import job_texts, rank_lines, run_lines
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.kubernetes.test_backend import wait_for
@@ -171,4 +173,52 @@ def test_disttrain_logs_of_a_failed_job_show_the_failing_ranks_traceback(
     assert own.index("rank 1 up") < trace < own.index("ValueError: bad shard on rank 1"), own
     assert "Traceback (most recent call last):" not in job.logs(rank=0), job.logs()
     assert KubernetesBackend().stop(name)
+    wait_for(lambda: not cluster.processes(), 60, cluster.processes)
+
+
+def bare_pod(job: str, pod: str, says: str) -> dict[str, Any]:
+    """A pod of PyTorchJob ``job`` (by its label) that prints ``says`` and sleeps."""
+    script = f"import time; print({says!r}, flush=True); time.sleep(300)"
+    return {
+        "metadata": {"name": pod, "labels": {"training.kubeflow.org/job-name": job}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "pytorch", "image": "python", "command": ["python", "-c", script]}
+            ],
+        },
+    }
+
+
+def test_a_failed_jobs_logs_kept_while_its_pods_were_read_are_the_ones_read(
+    cluster: Emulator,
+) -> None:
+    """The job's follower keeps its logs, then deletes its pods, between this reader's
+    look for kept logs and its read of the pods: the pod deleted reads as an empty log, so
+    the kept logs (which hold its failing rank's error) are what the job's pods said."""
+    conn = connect()
+    pods = {"race-master-0": "node 0 up", "race-worker-0": "node 1 raised"}
+    for pod, says in pods.items():
+        conn.core.create_namespaced_pod(conn.namespace, bare_pod("race", pod, says))
+    for pod, says in pods.items():
+        wait_for(
+            lambda pod=pod, says=says: (
+                says in "".join(podlogs.stream_log(conn, pod, "pytorch", follow=False))
+            ),
+            60,
+        )
+    kept = {pod: f"kept: {says}" for pod, says in pods.items()}
+    picked: list[str] = []
+
+    def keep_then_delete(pod: Any) -> bool:  # what the follower does as the pods are listed
+        if not picked:
+            record = {"metadata": {"name": logs_name("race")}, "data": kept}
+            conn.core.create_namespaced_config_map(conn.namespace, record)
+            conn.core.delete_namespaced_pod("race-worker-0", conn.namespace, grace_period_seconds=0)
+        picked.append(str(pod.metadata.name))
+        return True
+
+    assert job_texts(conn, "race", keep_then_delete) == kept, picked
+    assert sorted(picked) == sorted(pods)  # both pods were listed, then one went
+    conn.core.delete_namespaced_pod("race-master-0", conn.namespace, grace_period_seconds=0)
     wait_for(lambda: not cluster.processes(), 60, cluster.processes)

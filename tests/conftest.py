@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -27,9 +26,8 @@ def pytest_collection() -> Iterator[None]:
     """Collect (import every test module, and torch, kubernetes and the like with them)
     without the garbage collector's passes; then freeze what it made, which lives until
     the process ends, so that no collection during the tests walks it again."""
-    with collector.paused():
+    with collector.frozen():
         yield
-    gc.freeze()
 
 
 REPO = Path(__file__).resolve().parents[1]

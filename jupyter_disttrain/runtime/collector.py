@@ -25,3 +25,13 @@ def paused() -> Iterator[None]:
     finally:
         if collecting:
             gc.enable()
+
+
+@contextmanager
+def frozen() -> Iterator[None]:
+    """:func:`paused` inside the block; when it ends without an exception, what lives then
+    is frozen (:func:`gc.freeze`): no later pass walks the block's imports again, nor
+    copies their pages in a forked child."""
+    with paused():
+        yield
+        gc.freeze()

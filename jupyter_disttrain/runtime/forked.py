@@ -37,24 +37,22 @@ PRELOAD = (
 def preload() -> list[str]:
     """Import what a training step needs; return the modules that failed to import.
 
-    The imports run without the collector's passes (:mod:`.collector`); what they made
-    is then frozen (:func:`gc.freeze`), so the forked agents and workers neither walk it
-    nor copy its pages when they collect.
+    The imports run without the collector's passes, then what they made is frozen
+    (:func:`.collector.frozen`): the forked agents and workers neither walk it nor copy
+    its pages when they collect.
     """
-    import gc
     import importlib
 
     from . import collector, integrations
 
     missing = []
-    with collector.paused():
+    with collector.frozen():
         for name in PRELOAD:
             try:
                 importlib.import_module(name)
             except Exception:
                 missing.append(name)
         integrations.targets()  # the entry-point scan, once, before the forks
-        gc.freeze()
     return missing
 
 

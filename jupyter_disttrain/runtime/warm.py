@@ -19,7 +19,6 @@ Standard library only.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import importlib.machinery
 import os
@@ -90,9 +89,8 @@ class Warmed:
             before = imported_from()
             started = time.monotonic()
             try:
-                with collector.paused():  # then frozen, as the launcher's own imports
+                with collector.frozen():  # as the launcher's own imports
                     importlib.import_module(module)
-                    gc.freeze()
             except Exception as exc:  # the job's workers import it (and report) themselves
                 print(f"distrain launcher: {module} not imported ahead: {exc!r}", file=sys.stderr)
             else:

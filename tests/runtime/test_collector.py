@@ -44,6 +44,27 @@ def test_a_collector_the_caller_turned_off_stays_off() -> None:
     assert not gc.isenabled()
 
 
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    """Nothing frozen during the test; what the test process froze after collecting
+    (tests/conftest.py) is frozen again after it."""
+    gc.unfreeze()
+    yield
+    gc.freeze()
+
+
+@pytest.mark.usefixtures("collecting", "unfrozen")
+def test_what_a_frozen_block_made_is_frozen_unless_it_raised() -> None:
+    with pytest.raises(KeyError), collector.frozen():
+        assert not gc.isenabled()
+        raise KeyError("an import failed")
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # nothing frozen of a failed import
+    with collector.frozen():
+        assert not gc.isenabled()
+        made = [[] for _ in range(1000)]
+    assert gc.isenabled() and gc.get_freeze_count() >= len(made)
+
+
 CELL = (
     "import gc\n"
     "report(step=0, collecting=float(gc.isenabled()), frozen=float(gc.get_freeze_count()))\n"

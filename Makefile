@@ -85,7 +85,10 @@ checks: lint typecheck importlint labextension-test
 TEST_WORKERS ?= 2
 # The slowest tests each pytest run lists (DURATIONS=0: every test, for tests/durations.json).
 DURATIONS ?= 20
-PYTEST  := $(PY) -m pytest -p no:cacheprovider --durations=$(DURATIONS)
+# TEST_CPU=FILE: each test's CPU seconds, its processes' and theirs, go to FILE
+# (tests/cpu_usage.py; root only); scripts/test_cpu.py FILE says where the CPU went.
+TEST_CPU ?=
+PYTEST  := $(if $(TEST_CPU),DISTRAIN_TEST_CPU=$(abspath $(TEST_CPU)) )$(PY) -m pytest -p no:cacheprovider --durations=$(DURATIONS)
 # The venv (pip) and the browser's packages (apt, npm) do not depend on each other: made
 # side by side.
 setup:

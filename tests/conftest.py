@@ -15,7 +15,13 @@ from jupyter_disttrain.runtime import collector
 
 #: Shared fixtures: ``s3`` (moto's S3 server on 127.0.0.1).
 #: ``tests.schedule`` orders the parallel run: the longest test files first.
-pytest_plugins = ["tests.s3_server", "tests.k8s_emulator.fixtures", "tests.schedule"]
+#: ``tests.cpu_usage`` records each test's CPU when asked (``make test TEST_CPU=FILE``).
+pytest_plugins = [
+    "tests.s3_server",
+    "tests.k8s_emulator.fixtures",
+    "tests.schedule",
+    "tests.cpu_usage",
+]
 
 # Each test process's own job home, temporary directory and runtime folder: tests/isolation.py
 # (loaded by every pytest run, pyproject's addopts).

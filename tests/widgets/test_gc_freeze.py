@@ -31,3 +31,16 @@ def test_freeze_is_held_while_any_dashboard_lives() -> None:
     gc_freeze.release()  # an extra release is harmless
     assert gc_freeze.holders() == 0
     del before
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_a_heap_the_user_froze_stays_frozen_after_the_last_dashboard() -> None:
+    gc.freeze()  # the user's own, before any dashboard
+    theirs = gc.get_freeze_count()
+    gc_freeze.hold()
+    gc_freeze.release()
+    assert gc.get_freeze_count() >= theirs > 0 and gc_freeze.holders() == 0
+    gc.unfreeze()  # the user's own unfreeze: the next dashboard's end unfreezes again
+    gc_freeze.hold()
+    gc_freeze.release()
+    assert gc.get_freeze_count() == 0

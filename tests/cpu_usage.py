@@ -17,6 +17,7 @@ cgroup when it ends and removes the empty ones.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -63,6 +64,8 @@ class Meter:
                 meter = cls(group, usage, unit)
                 meter.seconds()
             except OSError:
+                with contextlib.suppress(OSError):
+                    group.rmdir()  # made, but this process could not join it
                 continue
             return meter
         return None

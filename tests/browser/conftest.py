@@ -45,6 +45,8 @@ class Lab:
     root: Path
     process: subprocess.Popen[bytes]
     log: Path
+    #: Where the server saves workspaces (the tabs a page reopens): emptied after each test.
+    workspaces: Path
 
     def descendants(self) -> list[psutil.Process]:
         try:
@@ -119,6 +121,7 @@ def _serve(tmp_path: Path, app: str, options: list[str]) -> Iterator[Lab]:
     root = tmp_path / "notebooks"
     root.mkdir()
     settings = tmp_path / "lab-settings"
+    workspaces = tmp_path / "workspaces"
     for name, values in LAB_SETTINGS.items():
         target = settings / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +132,7 @@ def _serve(tmp_path: Path, app: str, options: list[str]) -> Iterator[Lab]:
         JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
         JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
         JUPYTERLAB_SETTINGS_DIR=str(settings),
-        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
+        JUPYTERLAB_WORKSPACES_DIR=str(workspaces),
     )
     port = _free_port()
     log = tmp_path / f"{app}.log"
@@ -151,7 +154,7 @@ def _serve(tmp_path: Path, app: str, options: list[str]) -> Iterator[Lab]:
         process = subprocess.Popen(
             cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    lab = Lab(f"http://127.0.0.1:{port}", root, process, log)
+    lab = Lab(f"http://127.0.0.1:{port}", root, process, log, workspaces)
     procs: list[psutil.Process] = []
     try:
         _wait_ready(lab.url, process, 90)
@@ -212,7 +215,7 @@ def _one_test(server: Lab) -> Iterator[Lab]:
             if proc.pid not in before and not _launchers_own(proc, before)
         ]
         end_sessions(server)
-        for saved in (server.root.parent / "workspaces").glob("*"):
+        for saved in server.workspaces.glob("*"):
             saved.unlink()
         left = _ended(started, 30)
     assert not left, f"processes left behind by the browser test: {left}"

@@ -186,11 +186,14 @@ class LauncherExits:
     for every failed rank; :meth:`feed` returns a :class:`Failure` for each exit.
     Before a restart torchrun prints no summary, only ``failed (exitcode: C)
     local_rank: L (pid: P)`` for the first worker that failed: ``pids`` (a
-    worker's pid to its rank and attempt, from its hello) names that rank.
+    worker's pid to its rank and attempt, from its hello) names that rank. A
+    worker the agent itself stopped once another failed (``Sending process P
+    closing signal SIGTERM``) ended as a ``consequence``, whatever its signal.
     """
 
     def __init__(self) -> None:
         self._rank: dict[str, int] = {}
+        self._closed: set[int] = set()  # workers an agent sent its closing signal
 
     def feed(
         self,
@@ -201,9 +204,13 @@ class LauncherExits:
         pids: Mapping[int, tuple[int, int]] | None = None,
     ) -> Failure | None:
         """One line of agent ``source``; the exit it completes, if any."""
+        closing = _CLOSING.search(text)
+        if closing is not None:
+            self._closed.add(int(closing.group(1)))
+            return None
         worker = _WORKER_EXIT.search(text)
         if worker is not None:
-            return _worker_exit(worker, t, pids or {})
+            return _worker_exit(worker, t, pids or {}, self._closed)
         found = _SUMMARY_RANK.match(text)
         if found:
             self._rank[source] = int(found.group(1))
@@ -213,18 +220,24 @@ class LauncherExits:
         if found is None or rank is None:
             return None
         code = int(found.group(1))
-        signal = found.group(2) or ""
+        pid = int(found.group(2)) if found.group(2) else None
+        signal = found.group(3) or ""
         why = f"exit code {code}" + (f" ({signal})" if signal else "")
-        return Failure(t, rank, why, attempt, classify_exit(code, signal))
+        closed = pid is not None and pid in self._closed
+        return Failure(
+            t, rank, why, attempt, "consequence" if closed else classify_exit(code, signal)
+        )
 
 
 _SUMMARY_RANK: Final = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")
 _SUMMARY_EXIT: Final = re.compile(
-    r"^\s*exitcode\s*:\s*(-?\d+)\b[^(]*(?:\(pid[^)]*\))?\s*(?:\((SIG\w+)\))?"
+    r"^\s*exitcode\s*:\s*(-?\d+)\b[^(]*(?:\(pid:?\s*(\d*)[^)]*\))?\s*(?:\((SIG\w+)\))?"
 )
 
 
 _WORKER_EXIT: Final = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")
+#: torchrun's agent stopping its workers (another failed, or it was told to stop).
+_CLOSING: Final = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
 
 
 def signal_name(code: int) -> str:
@@ -237,16 +250,18 @@ def signal_name(code: int) -> str:
 
 
 def _worker_exit(
-    found: re.Match[str], t: float, pids: Mapping[int, tuple[int, int]]
+    found: re.Match[str], t: float, pids: Mapping[int, tuple[int, int]], closed: set[int]
 ) -> Failure | None:
-    """The exit of the worker whose pid a hello named (None for an unknown pid)."""
+    """The exit of the worker whose pid a hello named (None for an unknown pid); one its
+    agent had stopped (``closed``) is a consequence."""
     code, pid = int(found.group(1)), int(found.group(2))
     owner = pids.get(pid)
     if owner is None:
         return None
     name = signal_name(code)
     why = f"exit code {code}" + (f" ({name})" if name else "")
-    return Failure(t, owner[0], why, owner[1], classify_exit(code, name))
+    category = "consequence" if pid in closed else classify_exit(code, name)
+    return Failure(t, owner[0], why, owner[1], category)
 
 
 def candidates(

@@ -5,7 +5,9 @@ start imports no package, only a few standard library modules) asks the launcher
 (Unix socket in ``DISTRAIN_LAUNCHER``) to fork a warm worker with this
 process's environment, then stands in for it: signals it receives are
 forwarded, and it exits the way the worker exited, so torchrun's agent
-supervises it exactly like a worker it started itself. If the launcher cannot
+supervises it exactly like a worker it started itself. An agent the launcher
+forked asks for its workers itself (:mod:`.launcher_handle`) and runs this
+command only when the launcher would not fork. If the launcher cannot
 fork (not running, no longer single-threaded, or run by another user: the
 peer's user id is checked), it becomes the worker with ``exec`` instead: the
 module in ``DISTRAIN_FALLBACK_WORKER`` (a pod's launcher sets the plain worker
@@ -55,6 +57,18 @@ def die_with_parent() -> None:
         pass
 
 
+def fork_request(payload: str, env: dict[str, str]) -> dict[str, Any]:
+    """The launcher's request for a worker on ``payload`` with ``env``, from this directory,
+    in the process group ``env`` names (``DISTRAIN_PGID``; 0: a group of its own)."""
+    return {
+        "op": "worker",
+        "argv": [payload],
+        "env": env,
+        "cwd": os.getcwd(),
+        "pgid": int(env.get("DISTRAIN_PGID", "0")),
+    }
+
+
 def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]] | str:
     """Ask the launcher for a worker: its connection and answer, or why it cannot give one."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -63,15 +77,9 @@ def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]
         if peer_uid(conn) != os.getuid():  # not our launcher: start the worker ourselves
             conn.close()
             return "its socket is another user's"
-        request = {
-            "op": "worker",
-            "argv": [payload],
-            # the worker names the pid torchrun knows (this stand-in's) in its hello
-            "env": {**os.environ, "DISTRAIN_STANDIN_PID": str(os.getpid())},
-            "cwd": os.getcwd(),
-            "pgid": int(os.environ.get("DISTRAIN_PGID", "0")),
-        }
-        conn.sendall((json.dumps(request) + "\n").encode())
+        # the worker names the pid torchrun knows (this stand-in's) in its hello
+        env = {**os.environ, "DISTRAIN_STANDIN_PID": str(os.getpid())}
+        conn.sendall((json.dumps(fork_request(payload, env)) + "\n").encode())
         reply = json.loads(conn.makefile("r").readline() or "{}")
     except (OSError, ValueError) as exc:
         conn.close()

@@ -30,6 +30,7 @@ PRELOAD = (
     "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
     "cloudpickle",
     "jupyter_disttrain.runtime.agent",
+    "jupyter_disttrain.runtime.launcher_handle",
     "jupyter_disttrain.runtime.worker",
 )
 
@@ -85,11 +86,14 @@ def exit_status_of(run: Callable[[], int | None]) -> int:
 
 
 def run_agent(argv: list[str]) -> int:
-    """Run torchrun's main in this (forked) process; return its exit status."""
+    """Run torchrun's main in this (forked) process; return its exit status. Its workers
+    come from the launcher it was forked from, asked for by this process
+    (:mod:`.launcher_handle`)."""
 
     def agent() -> None:
-        from . import agent
+        from . import agent, launcher_handle
 
+        launcher_handle.install()
         agent.main(argv)
 
     return exit_status_of(agent)

@@ -15,6 +15,7 @@ from jupyter_disttrain.events import Event
 from jupyter_disttrain.monitor import JobMonitor, format_text
 from jupyter_disttrain.monitor.cause import (
     LauncherExits,
+    choose,
     classify_error,
     classify_exit,
     error_reason,
@@ -521,3 +522,29 @@ def test_a_worker_exit_torchrun_logs_before_a_restart_names_the_rank_by_pid() ->
     assert (killed.rank, killed.attempt, killed.category) == (2, 0, "killed")
     assert killed.reason == "exit code -9 (SIGKILL)"
     assert exits.feed("agent-1", line, 3.0, 1, {}) is None  # an unknown pid names no rank
+
+
+def test_a_worker_its_agent_stopped_is_a_consequence_of_the_one_that_died() -> None:
+    """Rank 3 is SIGKILLed; its agent SIGTERMs rank 2 and lists both, lowest rank first,
+    at one time: rank 3 is the cause (as seen with torch 2.13, a 2x2 job)."""
+    pids = {29989: (2, 0), 29994: (3, 0)}
+    lines = [
+        "[...] Sending process 29989 closing signal SIGTERM",
+        "[...] failed (exitcode: -9) local_rank: 1 (pid: 29994) of binary: /usr/bin/python3",
+        "  rank      : 2 (local_rank: 0)",
+        "  exitcode  : -15 (pid: 29989)  (SIGTERM)",
+        "  rank      : 3 (local_rank: 1)",
+        "  exitcode  : -9 (pid: 29994)  (SIGKILL)",
+    ]
+    exits = LauncherExits()
+    found = [exits.feed("agent-1", line, 5.0, 0, pids) for line in lines]
+    said = [(f.rank, f.category, f.reason) for f in found if f is not None]
+    assert said == [
+        (3, "killed", "exit code -9 (SIGKILL)"),
+        (2, "consequence", "exit code -15 (SIGTERM)"),
+        (3, "killed", "exit code -9 (SIGKILL)"),
+    ]
+    ended = {0: "Stopped", 1: "Stopped", 2: "Failed", 3: "Failed"}
+    cause = choose([], 0, ended, [f for f in found if f is not None])
+    assert cause is not None and cause.said() == "rank 3 was killed (SIGKILL)"
+    assert cause.consequences == (0, 1, 2)

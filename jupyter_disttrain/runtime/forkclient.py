@@ -69,18 +69,35 @@ def fork_request(payload: str, env: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]] | str:
-    """Ask the launcher for a worker: its connection and answer, or why it cannot give one."""
+def read_line(conn: socket.socket, received: bytes = b"") -> tuple[bytes, bytes]:
+    """The next line from ``conn`` after what was ``received`` already, and what followed
+    it (read with it); the line is empty when the connection closed first."""
+    while b"\n" not in received:
+        try:
+            data = conn.recv(4096)
+        except InterruptedError:
+            continue
+        if not data:
+            return b"", b""
+        received += data
+    line, rest = received.split(b"\n", 1)
+    return line, rest
+
+
+def request_fork(
+    path: str, payload: str, env: dict[str, str]
+) -> tuple[socket.socket, dict[str, Any], bytes] | str:
+    """Ask the launcher for a worker on ``payload`` with ``env``: its connection, answer and
+    what the launcher said after the answer; or why it cannot give one."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
         if peer_uid(conn) != os.getuid():  # not our launcher: start the worker ourselves
             conn.close()
             return "its socket is another user's"
-        # the worker names the pid torchrun knows (this stand-in's) in its hello
-        env = {**os.environ, "DISTRAIN_STANDIN_PID": str(os.getpid())}
         conn.sendall((json.dumps(fork_request(payload, env)) + "\n").encode())
-        reply = json.loads(conn.makefile("r").readline() or "{}")
+        line, rest = read_line(conn)
+        reply = json.loads(line or b"{}")
     except (OSError, ValueError) as exc:
         conn.close()
         return f"{type(exc).__name__}: {exc}"
@@ -88,11 +105,12 @@ def request_fork(path: str, payload: str) -> tuple[socket.socket, dict[str, Any]
         conn.close()
         error = reply.get("error") if isinstance(reply, dict) else None
         return str(error or "it did not answer")
-    return conn, reply
+    return conn, reply, rest
 
 
-def supervise(conn: socket.socket, pid: int) -> int:
-    """Forward signals to the worker until it ends; return (or re-raise) its ending."""
+def supervise(conn: socket.socket, pid: int, received: bytes = b"") -> int:
+    """Forward signals to the worker until it ends; return (or re-raise) its ending.
+    ``received``: what the launcher already said after its answer."""
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         try:
@@ -102,17 +120,11 @@ def supervise(conn: socket.socket, pid: int) -> int:
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    reader = conn.makefile("r")
-    outcome: dict[str, Any] = {}
-    while not outcome:
-        try:
-            line = reader.readline()
-        except InterruptedError:
-            continue
-        if not line:  # launcher gone: take the worker down with us
-            forward(signal.SIGKILL, None)
-            return 1
-        outcome = json.loads(line)
+    line, _ = read_line(conn, received)
+    if not line:  # launcher gone: take the worker down with us
+        forward(signal.SIGKILL, None)
+        return 1
+    outcome = json.loads(line)
     if "signal" in outcome:
         signum = int(outcome["signal"])
         if signum not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught anyway
@@ -130,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     die_with_parent()
     path = os.environ.get(ENV_LAUNCHER)
-    got = request_fork(path, args[0]) if path else "no launcher was named"
+    # the worker names the pid torchrun knows (this stand-in's) in its hello
+    env = {**os.environ, "DISTRAIN_STANDIN_PID": str(os.getpid())}
+    got = request_fork(path, args[0], env) if path else "no launcher was named"
     if not isinstance(got, str):
-        return supervise(got[0], int(got[1]["pid"]))
+        return supervise(got[0], int(got[1]["pid"]), got[2])
     if path:  # the agent was forked from a warm launcher: say why this worker starts cold
         print(
             f"distrain: the warm launcher could not fork this worker ({got}); starting a "

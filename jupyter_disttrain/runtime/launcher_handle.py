@@ -65,15 +65,9 @@ class LauncherWorker:
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
-        """Signal the worker unless it has ended (through its pidfd where there is one: a pid
-        the system gave to a new process since is never signalled)."""
-        if self.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            if self._pidfd is not None:
-                signal.pidfd_send_signal(self._pidfd, signum)
-            else:
-                os.kill(self.pid, signum)
+        """Signal the worker unless it has ended."""
+        if self.poll() is None:
+            self._deliver(signum)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -92,15 +86,22 @@ class LauncherWorker:
             except OSError:
                 data = b""
             if not data:  # the launcher is gone: take the worker down with it
-                if self._pidfd is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                self._deliver(signal.SIGKILL)
                 self._end(1)
                 return
             self._pending += data
         if b"\n" in self._pending:
             line = self._pending.split(b"\n", 1)[0]
             self._end(_exit_code(line))
+
+    def _deliver(self, signum: int) -> None:
+        """Send ``signum`` to the worker, through its pidfd where there is one (a pid the
+        system gave to a new process since is never signalled)."""
+        with contextlib.suppress(ProcessLookupError):
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            else:
+                os.kill(self.pid, signum)
 
     def _end(self, code: int) -> None:
         self.returncode = code
@@ -138,37 +139,14 @@ def ask_launcher(args: Sequence[str], env: dict[str, str]) -> LauncherWorker | N
     """The worker the fork client ``args`` would ask for, forked now by the launcher in
     ``env``; None when the launcher cannot give one (the fork client then says why)."""
     path = env.get(forkclient.ENV_LAUNCHER)
-    if not path:
+    got = forkclient.request_fork(path, args[-1], env) if path else None
+    if got is None or isinstance(got, str):
         return None
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(path)
-        if forkclient.peer_uid(conn) != os.getuid():
-            conn.close()
-            return None
-        request = forkclient.fork_request(args[-1], env)
-        conn.sendall((json.dumps(request) + "\n").encode())
-        answer = _first_line(conn)
-    except (OSError, ValueError):
+    conn, answer, received = got
+    if not isinstance(answer["pid"], int):
         conn.close()
         return None
-    if answer is None or not isinstance(answer[0].get("pid"), int):
-        conn.close()
-        return None
-    return LauncherWorker(conn, answer[0]["pid"], args, answer[1])
-
-
-def _first_line(conn: socket.socket) -> tuple[dict[str, Any], bytes] | None:
-    """The launcher's answer and what came after it, or None if it closed first."""
-    received = b""
-    while b"\n" not in received:
-        data = conn.recv(4096)
-        if not data:
-            return None
-        received += data
-    line, rest = received.split(b"\n", 1)
-    answer = json.loads(line)
-    return (answer, rest) if isinstance(answer, dict) else None
+    return LauncherWorker(conn, answer["pid"], args, received)
 
 
 def install() -> None:

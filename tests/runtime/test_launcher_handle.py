@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import textwrap
 import time
+from pathlib import Path
 
-import psutil
 import pytest
 
 from jupyter_disttrain.backends.local.launcher import shared_launcher
@@ -15,6 +15,7 @@ from jupyter_disttrain.monitor.core import JobMonitor
 from jupyter_disttrain.runtime import forkclient, launcher_handle
 from jupyter_disttrain.spec import JobSpec
 from tests.backends.local.test_backend import job_logs, run_job
+from tests.conftest import assert_no_processes
 
 
 def test_the_fork_clients_command_is_known_by_its_arguments() -> None:
@@ -48,15 +49,6 @@ CELL = textwrap.dedent(
 )
 
 
-def fork_clients() -> list[str]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if "forkclient.py" in cmd:
-            found.append(f"{proc.pid}: {cmd[:160]}")
-    return found
-
-
 @pytest.mark.slow
 def test_workers_are_the_launchers_children_and_a_killed_one_fails_the_job_at_once() -> None:
     started = time.monotonic()
@@ -82,4 +74,5 @@ def test_workers_are_the_launchers_children_and_a_killed_one_fails_the_job_at_on
     parents = {int(dict(e.get("values"))["parent"]) for e in sink.kinds("metric")}
     assert parents == {launcher.pid}, (parents, launcher.pid, logs)
     assert "could not fork this worker" not in logs, logs
-    assert not fork_clients()
+    # none is left, a fork client among them (it names the job's payload)
+    assert_no_processes(Path(run.plan.job_dir), sink.pids())

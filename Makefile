@@ -61,28 +61,27 @@ binder-check:
 # The static checks: lint, types, layers and the lab extension's own tests.
 checks: lint typecheck importlint labextension-test
 
-# The whole suite in three pytest runs. Side by side: the browser tests, one at a time, in a
-# run of their own (sharing one JupyterLab and one Notebook 7 server); the other tests and the notebooks in parallel (pytest-xdist,
-# TEST_WORKERS processes). Each test process has its own job home, temporary directory and
-# emulators (the browser run's emulators hand out ports above the kernel's ephemeral range,
-# the workers' below it); one file's tests -- a notebook's cells -- run in one worker, in
-# order, sharing its module fixtures and kernel; the longest files first, tests/schedule.py.
-# Then, alone, the tests marked serial (they measure time or resources), collected from the
-# files that say `mark.serial` only (collecting every file costs ~20 s; tests/schedule.py
-# refuses a serial mark set anywhere else). The static checks run beside them at a lower
-# CPU priority (the tests' jobs have deadlines the checks do not), and print when the
-# parallel part ends. Why three runs on 2 cores: with two workers alone, about a sixth of
-# the CPUs idled while the workers waited on the processes they start, and both workers
-# began with browser tests at once; a third worker that took any file let two browser
-# pages share the machine with a third test, where a page could take over 10 s to act on a
-# key. The browser run (about a quarter of the parallel part's test time) ends minutes
-# before the workers; the notebooks moved into it made the workers no faster (their
-# kernels compete for the same CPUs) and the browser run 5 minutes longer.
+# The whole suite in two pytest runs. First the tests and the notebooks in parallel
+# (pytest-xdist, TEST_WORKERS processes), by units of tests/schedule.py, the longest first:
+# one file's tests -- a notebook's cells -- run in one worker, in order, sharing its module
+# fixtures and kernel; the browser tests are one unit, so one worker runs them one after
+# another (no two pages share the machine; one JupyterLab and one Notebook 7 server for
+# them all), then takes files like the others. Each test process has its own job home,
+# temporary directory and emulators (each worker's emulators hand out ports of a slice of
+# their own). Then, alone, the tests marked serial (they measure time or resources),
+# collected from the files that say `mark.serial` only (collecting every file costs ~20 s;
+# tests/schedule.py refuses a serial mark set anywhere else). The static checks run beside
+# the parallel run at a lower CPU priority (the tests' jobs have deadlines the checks do
+# not), and print when it ends. Why three workers on 2 cores: the tests wait on the
+# processes they start; with two workers and the browser tests in a run of their own
+# beside them, the CPUs idled half the time once the browser tests were done. Two
+# pages never share the machine: a page beside two other pages and a test could take over
+# 10 s to act on a key.
 # All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
 # package's bytecode is written first: the kernels, agents and CLI processes the tests
 # start would otherwise each compile it again where bytecode is not written
 # (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 # The slowest tests each pytest run lists (DURATIONS=0: every test, for tests/durations.json).
 DURATIONS ?= 20
 # TEST_CPU=FILE: each test's CPU seconds, its processes' and theirs, go to FILE
@@ -98,12 +97,8 @@ test: setup
 	$(PY) -m compileall -q jupyter_disttrain > /dev/null
 	status=0; checked=$$(mktemp); \
 	nice -n 10 $(MAKE) --no-print-directory checks > $$checked 2>&1 & checks=$$!; \
-	browsed=$$(mktemp); \
-	K8S_EMULATOR_PORT_RANGE=above-ephemeral $(PYTEST) -m "not serial" tests/browser > $$browsed 2>&1 & browser=$$!; \
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" --ignore=tests/browser \
-		tests notebooks || status=$$?; \
-	wait $$browser || { status=1; echo "the browser tests failed:"; }; \
-	cat $$browsed; rm -f $$browsed; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --nbval-lax -m "not serial" tests notebooks \
+		|| status=$$?; \
 	wait $$checks || { status=1; echo "make checks failed:"; }; \
 	cat $$checked; rm -f $$checked; \
 	$(PYTEST) -m serial $$(grep -rlE --include='test_*.py' 'mark\.serial' tests) || status=$$?; \

@@ -1,13 +1,13 @@
 """Each test's CPU seconds, its processes' and all they started, when ``DISTRAIN_TEST_CPU``
 names a file (``make test TEST_CPU=FILE``; ``scripts/test_cpu.py FILE`` reads it).
 
-The machine runs the suite CPU-bound (two workers and the browser run on two cores),
-so wall seconds say little of what a test costs: a test that waits on a timeout takes
-wall time while the others use the CPU. Each pytest process (each xdist worker, the
-browser run) moves itself into a cgroup of its own before its first test; everything
-it starts (kernels, launchers, agents, ranks, the emulator's pods, the browser) is
-counted there, and the difference over one test is that test's CPU. A launcher that
-lingers after its test is counted with the tests that follow in that process.
+The machine runs the suite near CPU-bound (three workers on two cores), so wall seconds
+say little of what a test costs: a test that waits on a timeout takes wall time while the
+others use the CPU. Each pytest process (each xdist worker) moves itself into a cgroup of
+its own before its first test; everything it starts (kernels, launchers, agents, ranks,
+the emulator's pods, the browser) is counted there, and the difference over one test is
+that test's CPU. A launcher that lingers after its test is counted with the tests that
+follow in that process.
 
 Needs a writable cgroup hierarchy (root): cgroup v1's ``cpuacct`` or cgroup v2; without
 one the run stops before its first test and says so. One JSON line per test: ``test``,

@@ -28,6 +28,45 @@ def test_the_longest_files_go_first_and_each_file_keeps_its_order() -> None:
     assert got == [("c.py", 3), ("b.py", 1), ("b.py", 4), ("a.py", 0), ("a.py", 2)]
 
 
+def test_the_browser_files_are_one_unit_placed_by_their_sum() -> None:
+    items = _items("tests/a.py", "tests/browser/test_x.py", "tests/c.py", "tests/browser/t_y.py")
+    seconds = {"tests/a.py": 50.0, "tests/browser/test_x.py": 30.0, "tests/browser/t_y.py": 30.0}
+    ordered = longest_files_first(items, seconds)
+    assert [cast(Any, i).id for i in ordered] == [1, 3, 0, 2]
+
+
+def test_one_worker_runs_the_browser_tests_one_after_another(tmp_path: Path) -> None:
+    """Under ``--dist loadfile`` the browser folder is one unit: its files' tests run in one
+    worker, in order, while the other workers take the other files."""
+    record = tmp_path / "ran.txt"
+    body = (
+        "import os, time\n\n\ndef test_{name}():\n"
+        "    with open({record!r}, 'a') as out:\n"
+        "        out.write(f\"{name} {{os.environ['PYTEST_XDIST_WORKER']}}\\n\")\n"
+        "    time.sleep(0.3)\n"
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    for folder, names in (("tests/browser", "b1 b2 b3"), ("tests", "o1 o2 o3 o4")):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        for name in names.split():
+            text = body.format(name=name, record=str(record))
+            (tmp_path / folder / f"test_{name}.py").write_text(text)
+    plugins = ["-p", "tests.schedule", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *plugins, "-n", "2", "--dist", "loadfile", "tests"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = dict(line.split() for line in record.read_text().splitlines())
+    assert len(ran) == 7, ran
+    assert len({ran["b1"], ran["b2"], ran["b3"]}) == 1, ran
+    assert len(set(ran.values())) == 2, ran
+
+
 def test_the_checked_in_table_names_existing_test_files() -> None:
     table = file_seconds(DURATIONS)
     assert table, "tests/durations.json is missing or empty"

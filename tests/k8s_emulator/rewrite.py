@@ -58,22 +58,12 @@ def path_rewriter(mounts: Iterable[tuple[str, str]]) -> Callable[[str], str]:
     return lambda text: pattern.sub(lambda m: lookup[m.group(1)], text)
 
 
-#: Set to ``above-ephemeral``: this process's emulators hand out the ports above the kernel's
-#: ephemeral range instead of an xdist slice below it (a test run beside an xdist run).
-PORT_RANGE_ENV = "K8S_EMULATOR_PORT_RANGE"
-ABOVE_EPHEMERAL = "above-ephemeral"
-
-
 def port_range() -> tuple[int, int]:
     """The ports this process's emulators hand out: below the ephemeral range, and under
     pytest-xdist a slice of their own per worker (``gw<N>`` of
     ``PYTEST_XDIST_WORKER_COUNT``), so two workers' emulators never pick the same port
-    between checking it is free and their pods listening on it. A test run beside an xdist
-    run (``make test``'s browser run) takes the ports above the ephemeral range instead
-    (``K8S_EMULATOR_PORT_RANGE=above-ephemeral``)."""
-    low, high = ephemeral_range()
-    if os.environ.get(PORT_RANGE_ENV) == ABOVE_EPHEMERAL:
-        return high + 1, 65536
+    between checking it is free and their pods listening on it."""
+    low, _ = ephemeral_range()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
     index = int(worker[2:]) if worker[:2] == "gw" and worker[2:].isdigit() else 0

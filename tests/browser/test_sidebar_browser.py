@@ -26,7 +26,7 @@ from .harness import run_harness, write_notebook
 
 OUTPUT = REPO / "test-output" / "sidebar"
 STEP_OUTPUT = REPO / "test-output" / "sidebar-step"
-STEPS = 80
+STEPS = 40
 STEP_CELLS = [
     "%load_ext jupyter_disttrain",
     f"""%%distrain --nodes 1 --nproc 2 --name sidestep

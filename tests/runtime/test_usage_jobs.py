@@ -17,22 +17,24 @@ from tests.widgets.dom import parse as parse_html
 #: They compare the ranks' CPU and memory figures: alone (``make test``'s serial run).
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
-#: Rank 1 holds ~200 MB and burns CPU; the others sleep.
-BUSY_CELL = """import time
+#: Rank 1 holds ~200 MB and burns CPU; the others sleep; until the test says to finish.
+BUSY_CELL = """import os, time
 import torch.distributed as dist
-if dist.get_rank() == 1:
-    block = b"x" * (200 << 20)
-    end = time.monotonic() + 10
-    while time.monotonic() < end:
-        pass
-else:
-    time.sleep(10)
+busy = dist.get_rank() == 1
+block = b"x" * (200 << 20) if busy else b""
+end = time.monotonic() + 60
+while time.monotonic() < end and not os.path.exists(FINISH):
+    if not busy:
+        time.sleep(0.05)
 dist.barrier()
 """
 
 
-def test_the_rank_that_works_shows_higher_figures_than_the_sleepers(home: Path) -> None:
+def test_the_rank_that_works_shows_higher_figures_than_the_sleepers(
+    home: Path, tmp_path: Path
+) -> None:
     service = JobService()
+    finish = tmp_path / "finish"
     spec = service.spec(
         parse(
             "--nodes",
@@ -45,9 +47,9 @@ def test_the_rank_that_works_shows_higher_figures_than_the_sleepers(home: Path) 
             "DISTRAIN_RESOURCES_INTERVAL=0.25",
         )
     )
-    job = service.run(service.plan(spec, BUSY_CELL))
+    job = service.run(service.plan(spec, BUSY_CELL, {"FINISH": str(finish)}))
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 50
         snap = job.monitor.snapshot()
         while 1 not in resource_outliers(snap["ranks"]) or any(
             r["cpu_pct"] is None for r in snap["ranks"]
@@ -66,8 +68,10 @@ def test_the_rank_that_works_shows_higher_figures_than_the_sleepers(home: Path) 
         assert "distrain-outlier" in table[1].classes, table[1].attrs
         assert "far above the others" in table[1].attrs["title"]
         assert all("distrain-outlier" not in table[r].classes for r in (0, 2))
+        finish.touch()
         assert job.wait(120) == "Succeeded", job.logs()
     finally:
+        finish.touch()
         job.stop()
     logs = job.logs()
     assert "resources" not in logs, logs  # quiet lines stay out of the logs

@@ -81,7 +81,7 @@ checks: lint typecheck importlint labextension-test
 # package's bytecode is written first: the kernels, agents and CLI processes the tests
 # start would otherwise each compile it again where bytecode is not written
 # (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 # The slowest tests each pytest run lists (DURATIONS=0: every test, for tests/durations.json).
 DURATIONS ?= 20
 # TEST_CPU=FILE: each test's CPU seconds, its processes' and theirs, go to FILE

@@ -72,11 +72,12 @@ checks: lint typecheck importlint labextension-test
 # collected from the files that say `mark.serial` only (collecting every file costs ~20 s;
 # tests/schedule.py refuses a serial mark set anywhere else). The static checks run beside
 # the parallel run at a lower CPU priority (the tests' jobs have deadlines the checks do
-# not), and print when it ends. Why three workers on 2 cores: the tests wait on the
-# processes they start; with two workers and the browser tests in a run of their own
-# beside them, the CPUs idled half the time once the browser tests were done. Two
-# pages never share the machine: a page beside two other pages and a test could take over
-# 10 s to act on a key.
+# not), and print when it ends. Why four workers on 2 cores: the tests wait on the processes
+# they start. On a fresh clone the parallel part took 12:43 with two workers and the browser
+# tests in a run of their own beside them (the CPUs idled half the time once the browser
+# tests were done), 12:10 with three workers and 11:36 with four, the CPUs busy all along.
+# Two pages never share the machine: a page beside two other pages and a test could take
+# over 10 s to act on a key.
 # All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
 # package's bytecode is written first: the kernels, agents and CLI processes the tests
 # start would otherwise each compile it again where bytecode is not written

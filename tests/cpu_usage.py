@@ -1,7 +1,7 @@
 """Each test's CPU seconds, its processes' and all they started, when ``DISTRAIN_TEST_CPU``
 names a file (``make test TEST_CPU=FILE``; ``scripts/test_cpu.py FILE`` reads it).
 
-The machine runs the suite near CPU-bound (three workers on two cores), so wall seconds
+The machine runs the suite CPU-bound (four workers on two cores), so wall seconds
 say little of what a test costs: a test that waits on a timeout takes wall time while the
 others use the CPU. Each pytest process (each xdist worker) moves itself into a cgroup of
 its own before its first test; everything it starts (kernels, launchers, agents, ranks,

@@ -61,10 +61,12 @@ def test_one_worker_runs_the_browser_tests_one_after_another(tmp_path: Path) -> 
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    ran = dict(line.split() for line in record.read_text().splitlines())
-    assert len(ran) == 7, ran
-    assert len({ran["b1"], ran["b2"], ran["b3"]}) == 1, ran
-    assert len(set(ran.values())) == 2, ran
+    lines = [line.split() for line in record.read_text().splitlines()]
+    ran = dict(lines)
+    assert len(ran) == 7, lines
+    assert len({ran["b1"], ran["b2"], ran["b3"]}) == 1, lines
+    assert [name for name, _ in lines if name.startswith("b")] == ["b1", "b2", "b3"], lines
+    assert len(set(ran.values())) == 2, lines
 
 
 def test_the_checked_in_table_names_existing_test_files() -> None:

@@ -412,9 +412,9 @@ def test_the_bearer_token_travels_with_the_upgrade() -> None:
 
 def test_each_xdist_worker_hands_out_ports_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two workers' emulators never pick the same port: their slices do not overlap."""
-    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
     slices = []
-    for worker in ("gw0", "gw1", "gw2"):
+    for worker in ("gw0", "gw1", "gw2", "gw3"):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
         slices.append(port_range())
         start, end = slices[-1]

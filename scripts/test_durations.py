@@ -5,7 +5,7 @@ the output of ``make test DURATIONS=0``.
 after a full run that wrote a report or listed every test's duration::
 
     make test DURATIONS=0 > /tmp/test.log; .venv/bin/python scripts/test_durations.py /tmp/test.log
-    .venv/bin/python -m pytest -n 3 --dist loadfile -m "not serial" --junitxml=/tmp/junit.xml tests
+    .venv/bin/python -m pytest -n 4 --dist loadfile -m "not serial" --junitxml=/tmp/junit.xml tests
     .venv/bin/python scripts/test_durations.py /tmp/junit.xml
 
 From a log, the first list of durations is read: the parallel run's.

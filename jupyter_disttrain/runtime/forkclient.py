@@ -108,6 +108,18 @@ def request_fork(
     return conn, reply, rest
 
 
+def returncode(line: bytes) -> int:
+    """``Popen``'s return code from the launcher's ``{"exit": N}`` or ``{"signal": S}``
+    (minus the signal); 1 for anything else."""
+    try:
+        outcome = json.loads(line)
+        if "signal" in outcome:
+            return -int(outcome["signal"])
+        return int(outcome.get("exit", 1))
+    except (ValueError, TypeError, AttributeError):
+        return 1
+
+
 def supervise(conn: socket.socket, pid: int, received: bytes = b"") -> int:
     """Forward signals to the worker until it ends; return (or re-raise) its ending.
     ``received``: what the launcher already said after its answer."""
@@ -124,14 +136,14 @@ def supervise(conn: socket.socket, pid: int, received: bytes = b"") -> int:
     if not line:  # launcher gone: take the worker down with us
         forward(signal.SIGKILL, None)
         return 1
-    outcome = json.loads(line)
-    if "signal" in outcome:
-        signum = int(outcome["signal"])
+    code = returncode(line)
+    if code < 0:
+        signum = -code
         if signum not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught anyway
             signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return 128 + signum
-    return int(outcome.get("exit", 1))
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,6 @@ command runs as before, and its log says why.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal
@@ -92,7 +91,7 @@ class LauncherWorker:
             self._pending += data
         if b"\n" in self._pending:
             line = self._pending.split(b"\n", 1)[0]
-            self._end(_exit_code(line))
+            self._end(forkclient.returncode(line))
 
     def _deliver(self, signum: int) -> None:
         """Send ``signum`` to the worker, through its pidfd where there is one (a pid the
@@ -116,17 +115,6 @@ def _open_pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except (OSError, AttributeError):
         return None
-
-
-def _exit_code(line: bytes) -> int:
-    """``Popen``'s return code from the launcher's ``{"exit": N}`` or ``{"signal": S}``."""
-    try:
-        outcome = json.loads(line)
-        if "signal" in outcome:
-            return -int(outcome["signal"])
-        return int(outcome.get("exit", 1))
-    except (ValueError, TypeError, AttributeError):
-        return 1
 
 
 def is_fork_client(args: Sequence[str]) -> bool:

@@ -79,3 +79,11 @@ def test_without_a_launcher_named_nothing_is_said(tmp_path: Path) -> None:
     done = run_client(tmp_path)
     assert done.returncode == 0 and json.loads(done.stdout) == {"ok": 1}, done
     assert "distrain:" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [(b'{"exit": 0}', 0), (b'{"exit": 3}', 3), (b'{"signal": 9}', -9), (b"{", 1), (b"[]", 1)],
+)
+def test_the_launchers_word_on_a_worker_is_a_popen_return_code(line: bytes, code: int) -> None:
+    assert forkclient.returncode(line) == code

@@ -28,14 +28,6 @@ def test_the_fork_clients_command_is_known_by_its_arguments() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("line", "code"),
-    [(b'{"exit": 0}', 0), (b'{"exit": 3}', 3), (b'{"signal": 9}', -9), (b"{", 1), (b"[]", 1)],
-)
-def test_the_launchers_word_on_a_worker_is_a_popen_return_code(line: bytes, code: int) -> None:
-    assert launcher_handle._exit_code(line) == code
-
-
 CELL = textwrap.dedent(
     """
     import os, signal, time, torch.distributed as dist

@@ -15,7 +15,7 @@ from jupyter_disttrain.job import Job
 from jupyter_disttrain.sessions import SessionError
 from jupyter_disttrain.spec import JobSpec
 from jupyter_disttrain.widgets.debug_console import ALL, DebugConsole
-from tests.test_debugging import wait_for
+from tests.waiting import wait_for
 
 CELL = textwrap.dedent(
     """

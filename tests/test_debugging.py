@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from jupyter_disttrain.runtime import debugger as wire
 from jupyter_disttrain.runtime import framing
 from jupyter_disttrain.spec import JobSpec
 from tests.conftest import assert_no_processes
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -41,17 +42,6 @@ LOOP = textwrap.dedent(
 ).lstrip()
 #: pdb stops at the line after ``breakpoint()``.
 STOP_LINE = LOOP.splitlines().index("        breakpoint()") + 2
-
-
-def wait_for(what: Callable[[], Any], timeout: float, message: str) -> Any:
-    """``what()``'s first truthy value, polled until ``timeout`` seconds passed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        assert time.monotonic() < deadline, message
-        time.sleep(0.05)
 
 
 def start(name: str, cell: str, mode: str = "fork", **spec: Any) -> Job:

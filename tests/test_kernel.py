@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from jupyter_disttrain.backends.local import jobdir
 from tests.conftest import assert_no_processes
 from tests.kernel_harness import kernel as start_kernel
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -19,18 +19,21 @@ SLEEPER = "import time\nreport(step=0, up=1.0)\ntime.sleep(300)"
 
 
 def wait_for_hello(name: str, ranks: int, timeout: float = 60) -> list[int]:
+    """The pids of job ``name``'s ``ranks`` ranks, once each has said hello."""
     directory = jobdir.job_dir(name)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = []
-        for path in jobdir.rank_logs(directory).values():
-            for line in path.read_text().splitlines():
-                if '"kind":"hello"' in line:
-                    pids.append(int(line.split('"pid":')[1].split(",")[0]))
-        if len(pids) == ranks:
-            return pids
-        time.sleep(0.2)
-    raise AssertionError(f"{name}: ranks did not start")
+
+    def pids() -> list[int] | None:
+        found = [
+            int(line.split('"pid":')[1].split(",")[0])
+            for path in jobdir.rank_logs(directory).values()
+            for line in path.read_text().splitlines()
+            if '"kind":"hello"' in line
+        ]
+        return found if len(found) == ranks else None
+
+    found = wait_for(pids, timeout, f"{name}: ranks did not start")
+    assert found is not None
+    return found
 
 
 def test_a_notebooks_kernel_names_its_jobs_an_interrupt_and_a_shutdown_end_them(

@@ -15,6 +15,7 @@ from tests.conftest import assert_no_processes
 from tests.kernel_harness import Kernel
 from tests.kernel_harness import kernel as start_kernel
 from tests.test_kernel import wait_for_hello
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -66,17 +67,15 @@ def _running(pid: int) -> bool:
 def wait_for_cell(name: str, ranks: int, cell: int, timeout: float = 60) -> None:
     """Until every rank of session ``name`` started cell number ``cell`` (its ``cell`` line)."""
     directory = jobdir.job_dir(name)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        started = sum(
+
+    def started() -> bool:
+        return ranks <= sum(
             '"kind":"cell"' in line and f'"id":{cell},"phase":"start"' in line
             for path in jobdir.rank_logs(directory).values()
             for line in path.read_text().splitlines()
         )
-        if started >= ranks:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{name}: the cell did not start on every rank")
+
+    wait_for(started, timeout, f"{name}: the cell did not start on every rank")
 
 
 def test_a_failing_cell_then_ctrl_c_of_a_stuck_cell_then_the_kernels_shutdown(

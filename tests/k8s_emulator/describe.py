@@ -5,9 +5,9 @@ JobSets, batch Jobs) with their conditions, every pod with its phase and its
 containers' states, the kubelet's pod workers and container runners (thread
 alive, process id and state, the last log lines), the last Events, the
 controllers' queues and threads, and where each emulator thread is waiting.
-A wait that times out (``tests/backends/test_kubernetes.py``'s ``wait_for``)
-and every failing test that started an emulator (``tests/conftest.py``)
-print it, so a Kubernetes test that fails explains itself.
+Every failing test that started an emulator prints it (its report's
+"emulator state" section, :mod:`.fixtures`), a timed-out wait included, so a
+Kubernetes test that fails explains itself.
 
 Reading never blocks on the emulator's threads: objects are copies from the
 store, the rest is read without taking their locks.

@@ -46,7 +46,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     if report.failed:
         shown = call.excinfo is not None and "--- emulator " in str(call.excinfo.value)
-        text = "" if shown else describe.reports()  # a wait_for that timed out showed it
+        text = "" if shown else describe.reports()  # the failure's message showed it
         if text:
             report.sections.append(("emulator state", text))
     if call.when == "teardown":

@@ -4,13 +4,14 @@ emulator, polling."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psutil
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from tests import waiting
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -25,21 +26,25 @@ PRINT_ENV = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in 
 SLEEP = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
 
 
-def wait_for(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
-    """Poll ``check`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
+def present(check: Callable[[], T | None]) -> Callable[[], T | None]:
+    """``check``, an object not created yet (404) read as None."""
+
+    def read() -> T | None:
         try:
-            value = check()
-        except ApiException as exc:  # not created yet
+            return check()
+        except ApiException as exc:
             if exc.status != 404:
                 raise
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        time.sleep(0.05)
+            return None
+
+    return read
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
+    """:func:`tests.waiting.wait_for` of ``check``, an object not created yet read as None."""
+    value = waiting.wait_for(present(check), timeout, what or repr(check))
+    assert value is not None  # the wait returns a truthy value
+    return value
 
 
 def container(command: list[str], name: str = "pytorch", **extra: Any) -> Obj:

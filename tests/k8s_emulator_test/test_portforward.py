@@ -9,7 +9,6 @@ import socket
 import struct
 import textwrap
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from kubernetes.stream import portforward
 
 from tests.k8s_emulator import Emulator
 from tests.k8s_emulator.rewrite import free_port, port_range
+from tests.waiting import wait_for
 
 NS = "default"
 #: A TCP echo server on 127.0.0.1:argv[1] (or $MASTER_PORT), one thread per connection.
@@ -44,15 +44,6 @@ ECHO = textwrap.dedent(
 )
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return value
-
-
 def make_pod(
     name: str, command: list[str], labels: dict[str, str] | None = None, **spec: Any
 ) -> Any:
@@ -64,7 +55,7 @@ def make_pod(
 
 def start_echo(emulator: Emulator, core: client.CoreV1Api, name: str, port: int) -> None:
     core.create_namespaced_pod(NS, make_pod(name, ["python", "-c", ECHO, str(port)]))
-    wait_for(lambda: "listening" in log_of(emulator, name), f"pod {name} to listen")
+    wait_for(lambda: "listening" in log_of(emulator, name), what=f"pod {name} to listen")
 
 
 def log_of(emulator: Emulator, name: str) -> str:
@@ -202,7 +193,7 @@ def test_two_ports_of_one_request_are_independent(echo: int, core: client.CoreV1
     closed = free_port({echo})
     pf = forward(core, "echo", closed, echo)
     try:
-        wait_for(lambda: pf.error(closed), "the refused port's error")
+        wait_for(lambda: pf.error(closed), what="the refused port's error")
         assert exchange(pf.socket(echo), b"one") == b"one"
         assert pf.error(echo) is None
     finally:
@@ -234,7 +225,7 @@ def test_a_port_the_pod_moved_is_followed(k8s_emulator: Emulator, core: client.C
         {"name": "MASTER_PORT", "value": "23456"},
     ]
     core.create_namespaced_pod(NS, pod)
-    wait_for(lambda: "listening" in log_of(k8s_emulator, "moved-0"), "the pod to listen")
+    wait_for(lambda: "listening" in log_of(k8s_emulator, "moved-0"), what="the pod to listen")
     moved = "listening 23456" not in log_of(k8s_emulator, "moved-0")
     assert moved == (k8s_emulator.network_mode == "loopback")  # on the pod network: as written
     pf = forward(core, "moved-0", 23456)
@@ -258,8 +249,8 @@ def test_closing_ends_the_stream_and_the_pod_connection(
     assert k8s_emulator.stats().port_forwards.current == 1
     assert pod_connections(k8s_emulator, echo) == 1
     pf.close()
-    wait_for(lambda: k8s_emulator.stats().port_forwards.current == 0, "the stream to close")
-    wait_for(lambda: pod_connections(k8s_emulator, echo) == 0, "the pod's connection to close")
+    wait_for(lambda: k8s_emulator.stats().port_forwards.current == 0, what="the stream to close")
+    wait_for(lambda: pod_connections(k8s_emulator, echo) == 0, what="the pod's connection to close")
     assert k8s_emulator.stats().count("get", "pods/portforward") == 1
 
 
@@ -270,7 +261,7 @@ def test_the_pod_closing_its_side_ends_the_clients(echo: int, core: client.CoreV
         sock.settimeout(10)
         sock.sendall(b"bye")  # the echo server closes this connection
         assert sock.recv(10) == b""
-        wait_for(lambda: not pf.connected, "the WebSocket to close")
+        wait_for(lambda: not pf.connected, what="the WebSocket to close")
     finally:
         pf.close()
 
@@ -314,7 +305,8 @@ def test_a_pod_that_is_not_running_is_400(k8s_emulator: Emulator, core: client.C
         NS, make_pod("done", ["python", "-c", "pass"], restartPolicy="Never")
     )
     wait_for(
-        lambda: core.read_namespaced_pod("done", NS).status.phase == "Succeeded", "the pod to end"
+        lambda: core.read_namespaced_pod("done", NS).status.phase == "Succeeded",
+        what="the pod to end",
     )
     code, status = handshake_error(lambda: forward(core, "done", 8080))
     assert (code, status["reason"]) == (400, "BadRequest")
@@ -336,7 +328,7 @@ def test_a_refused_port_is_reported_on_the_error_channel(echo: int, core: client
         sock = pf.socket(closed)
         sock.settimeout(10)
         assert sock.recv(10) == b""
-        error = wait_for(lambda: pf.error(closed), "the error frame")
+        error = wait_for(lambda: pf.error(closed), what="the error frame")
         assert f"error forwarding port {closed} to pod" in error
         assert f"dial tcp4 127.0.0.1:{closed}: connect: connection refused" in error
     finally:

@@ -11,6 +11,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from tests.k8s_emulator import Emulator
+from tests.k8s_emulator_test.clusters import wait_for
 from tests.k8s_emulator_test.trainjobs import (
     JOBSET,
     NS,
@@ -25,7 +26,6 @@ from tests.k8s_emulator_test.trainjobs import (
     runtime,
     trainer,
     trainjob,
-    wait_for,
 )
 
 __all__ = ["cluster", "trainer"]  # the fixtures this module uses

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import yaml
 
 from tests.k8s_emulator import Emulator
 from tests.k8s_emulator.trainer_status import audience, status_path
+from tests.waiting import wait_for
 
 MANIFEST = Path(__file__).resolve().parents[1] / "data" / "kubeflow_custom_trainer.yaml"
 NAME = "sdk-custom-trainer"
@@ -44,14 +44,6 @@ def kubectl(emu: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Any:
     return run
 
 
-def wait_for(check: Any, timeout: float = 60.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
-
-
 @pytest.fixture(scope="module")
 def finished(emu: Emulator, kubectl: Any) -> list[dict[str, Any]]:
     """The foreign TrainJob created, followed (every trainerStatus seen) until Complete."""
@@ -67,7 +59,7 @@ def finished(emu: Emulator, kubectl: Any) -> list[dict[str, Any]]:
             c["type"] == "Complete" and c["status"] == "True" for c in status.get("conditions", [])
         )
 
-    wait_for(complete, what="the TrainJob to complete")
+    wait_for(complete, 60, "the TrainJob to complete")
     return seen
 
 

@@ -4,8 +4,7 @@ the client APIs of an emulator serving the Trainer APIs."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -13,6 +12,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.k8s_emulator import Emulator
+from tests.k8s_emulator_test.clusters import wait_for
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -24,23 +24,6 @@ PRINT_ENV = (
     f"{[*PET, 'HOSTNAME', 'JOB_COMPLETION_INDEX', 'EXTRA']}}}))"
 )
 SLEEP = "import time; print('up', flush=True); time.sleep(60)"
-
-
-def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
-    """Poll ``check`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        time.sleep(0.05)
 
 
 def body(exc: ApiException) -> Obj:

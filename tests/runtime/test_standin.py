@@ -4,7 +4,6 @@ notebook's API connections stay fixed whatever the number of pods."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from jupyter_disttrain.runtime.standin_script import HANG_LINE, Script, stacks_f
 from jupyter_disttrain.service import JobService
 from tests.k8s_emulator.emulator import Emulator
 from tests.scale_harness import create_standin_job
+from tests.waiting import wait_for
 
 
 # --- the script (pure) ---------------------------------------------------------------------
@@ -78,13 +78,13 @@ def tail(job: Job) -> str:
 
 
 def wait_until(job: Job, what: str, ok: Callable[[], bool], timeout: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"{what}: not within {timeout:.0f} s; {job.status()} ({job.reason})\n{tail(job)}"
-            )
-        time.sleep(0.5)
+    """:func:`tests.waiting.wait_for` of ``ok``, the job's state and last lines on a timeout
+    (read twice a second: a check reads every rank of a thousand-node job)."""
+
+    def state() -> str:
+        return f"{what}; {job.status()} ({job.reason})\n{tail(job)}"
+
+    wait_for(ok, timeout, state, interval=0.5)
 
 
 def test_128_nodes_every_rank_heard_stragglers_and_the_failing_rank_named(

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from jupyter_disttrain.server.manager import JobManager
 from jupyter_disttrain.spec import JobSpec
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
+from tests.waiting import wait_for_value
 
 from .jobdirs import write_job
 
@@ -33,16 +33,6 @@ def cluster(job_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         yield emulator
 
 
-def wait_for(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    value = read()
-    while not ok(value):
-        assert time.monotonic() < deadline, f"condition not reached: {value}"
-        time.sleep(0.2)
-        value = read()
-    return value
-
-
 @pytest.mark.slow
 def test_kubernetes_jobs_are_listed_followed_and_stopped(
     cluster: Emulator, tmp_path: Path, job_home: Path
@@ -52,7 +42,7 @@ def test_kubernetes_jobs_are_listed_followed_and_stopped(
     submitter.notebook = str(tmp_path / "nb" / "k8s.ipynb")
     spec = JobSpec(name="k8s-side", nodes=2, nproc=1, backend="kubernetes", timeout=240)
     job = jobs.submit(spec, build_payload(CELL, {}, job="k8s-side"), submitter)
-    wait_for(lambda: job.monitor.snapshot()["step"] or 0, lambda step: step >= 1)
+    wait_for_value(lambda: job.monitor.snapshot()["step"] or 0, lambda step: step >= 1, 120)
     kernels_streams = cluster.stats().streams.current  # the submitting kernel's follower
     # the configured backends (a kubeconfig exists); no listing cache, to see faults at once
     manager = JobManager(root_dir=str(tmp_path), cache_seconds={})
@@ -60,9 +50,10 @@ def test_kubernetes_jobs_are_listed_followed_and_stopped(
         listing = manager.list_jobs()
         assert [b["name"] for b in listing["backends"]] == ["local", "kubernetes"]
         assert {j["id"] for j in listing["jobs"]} == {"local/local-one", "kubernetes/k8s-side"}
-        found = wait_for(
+        found = wait_for_value(
             lambda: manager.job("kubernetes", "k8s-side"),
             lambda j: j["state"] == "Running" and (j["step"] or 0) >= 2,
+            120,
         )
         assert found["notebook"] == "nb/k8s.ipynb" and found["world_size"] == 2
         assert found["detail"]["followed"]  # shown from the kernel's record of the job
@@ -73,11 +64,11 @@ def test_kubernetes_jobs_are_listed_followed_and_stopped(
         # stream at the next line, not when the container ends, and its watches at once,
         # not at their next event or when the API server ends them (a minute)
         _, extra = submitter.attach("k8s-side", lambda event: None)
-        wait_for(lambda: cluster.stats().log_follows.current, lambda n: n == 2, 60)
-        wait_for(lambda: cluster.stats().streams.current, lambda n: n > kernels_streams, 60)
+        wait_for_value(lambda: cluster.stats().log_follows.current, lambda n: n == 2, 60)
+        wait_for_value(lambda: cluster.stats().streams.current, lambda n: n > kernels_streams, 60)
         extra.detach()
-        wait_for(lambda: cluster.stats().log_follows.current, lambda n: n == 1, 10)
-        wait_for(lambda: cluster.stats().streams.current, lambda n: n == kernels_streams, 5)
+        wait_for_value(lambda: cluster.stats().log_follows.current, lambda n: n == 1, 10)
+        wait_for_value(lambda: cluster.stats().streams.current, lambda n: n == kernels_streams, 5)
         assert {r["state"] for r in found["detail"]["ranks"]} == {"Running"}
         logs = manager.logs("kubernetes", "k8s-side", rank=None, tail=5)
         assert logs["ranks"] == [0, 1] and logs["message"] in ("", "no output yet")
@@ -88,9 +79,9 @@ def test_kubernetes_jobs_are_listed_followed_and_stopped(
         assert "401" in broken["backends"][1]["error"]
 
         assert manager.stop("kubernetes", "k8s-side")["stopped"]
-        wait_for(lambda: manager.list_jobs()["jobs"], lambda js: len(js) == 1)
+        wait_for_value(lambda: manager.list_jobs()["jobs"], lambda js: len(js) == 1, 120)
         assert job.wait(60) in ("Stopped", "Failed")
-        wait_for(lambda: cluster.processes(), lambda procs: not procs, 30)
+        wait_for_value(lambda: cluster.processes(), lambda procs: not procs, 30)
     finally:
         manager.close()
         if not job.done:
@@ -119,7 +110,7 @@ def test_a_failed_kubernetes_job_is_listed_with_its_failing_ranks_error(
         def row() -> dict[str, Any]:
             return next(j for j in manager.list_jobs()["jobs"] if j["name"] == "k8s-fails")
 
-        failed = wait_for(row, lambda j: j["state"] == "Failed")
+        failed = wait_for_value(row, lambda j: j["state"] == "Failed", 120)
         said = "rank 1: ValueError: bad shard on rank 1; 1 rank stopped as a consequence"
         assert failed["reason"] == said, (
             failed,

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import ssl
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -21,6 +19,7 @@ from jupyter_disttrain.server.manager import JobManager
 from jupyter_disttrain.service.namespace import StopRefused
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.trainer_status import audience, status_path
+from tests.waiting import wait_for_value
 
 MANIFEST = Path(__file__).resolve().parents[1] / "data" / "kubeflow_custom_trainer.yaml"
 NAMES = [f"sdk-job-{i}" for i in range(3)]
@@ -43,7 +42,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulato
                     "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", job
                 )
             for name in NAMES:  # the controller has said so
-                wait_for(
+                wait_for_value(
                     lambda n=name: client.CustomObjectsApi(api).get_namespaced_custom_object(
                         "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", n
                     ),
@@ -74,14 +73,6 @@ def report(emu: Emulator, name: str, percent: int) -> None:
     urllib.request.urlopen(request, context=context, timeout=10).read()
 
 
-def wait_for(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while not ok(value := read()):
-        assert time.monotonic() < deadline, f"condition not reached: {value}"
-        time.sleep(0.1)
-    return value
-
-
 def test_the_namespace_section_follows_every_trainjob_with_one_watch(cluster: Emulator) -> None:
     manager = JobManager(backends=lambda: [KubernetesBackend()])
     try:
@@ -97,7 +88,7 @@ def test_the_namespace_section_follows_every_trainjob_with_one_watch(cluster: Em
         )
         assert row["progress"] is None and row["nodes"] == 2 and row["can_stop"]
         # listed by the first call and by the watch of each kind; one watch: TrainJobs only
-        wait_for(
+        wait_for_value(
             lambda: (cluster.stats().count(verb="list"), cluster.stats().watches.current),
             lambda seen: seen == (6, 1),
         )
@@ -108,7 +99,7 @@ def test_the_namespace_section_follows_every_trainjob_with_one_watch(cluster: Em
         def progress() -> dict[str, int | None]:
             return {j["name"]: j["progress"] for j in manager.namespace()["jobs"]}
 
-        assert wait_for(progress, lambda p: None not in p.values()) == dict(
+        assert wait_for_value(progress, lambda p: None not in p.values()) == dict(
             zip(NAMES, [10, 20, 30], strict=True)
         )
         stats = cluster.stats()
@@ -117,7 +108,7 @@ def test_the_namespace_section_follows_every_trainjob_with_one_watch(cluster: Em
         assert stats.watches.current == 1
     finally:
         manager.close()
-    wait_for(lambda: cluster.stats().watches.current, lambda n: n == 0)  # the watch is closed
+    wait_for_value(lambda: cluster.stats().watches.current, lambda n: n == 0)  # the watch is closed
     manager = JobManager(backends=lambda: [KubernetesBackend()])
     try:
         detail = manager.job("kubernetes", NAMES[2])  # the same dashboard for a foreign job

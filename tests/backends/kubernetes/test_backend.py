@@ -21,9 +21,9 @@ from jupyter_disttrain.spec import JobSpec
 from tests.backends.local.test_backend import Collector
 from tests.conftest import submit_now
 from tests.crd_schema import validate_manifest
-from tests.k8s_emulator.describe import reports as emulator_reports
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
+from tests.waiting import wait_for
 
 CELL = textwrap.dedent(
     """
@@ -59,24 +59,6 @@ READS = {("get", "discovery")}
 
 def k8s_spec(name: str, **kw: Any) -> JobSpec:
     return JobSpec(name, backend="kubernetes", **kw)
-
-
-def wait_for(predicate: Any, timeout: float = 60.0, why: Any = None) -> None:
-    """Wait for ``predicate``; on timeout the assertion shows ``why()`` (a job's logs) and
-    the state of every emulator the test started (jobs, pods, kubelet, Events, queues)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            detail = ""
-            if why is not None:
-                try:
-                    detail = str(why())
-                except Exception as exc:  # the logs are a courtesy; the timeout is the failure
-                    detail = f"(no logs: {exc!r})"
-            raise AssertionError(
-                f"condition not reached in {timeout:g} s\n{detail}\n{emulator_reports()}"
-            )
-        time.sleep(0.1)
 
 
 def resources(emulator: Emulator, name: str) -> dict[str, list[str]]:

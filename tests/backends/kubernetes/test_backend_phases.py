@@ -15,9 +15,10 @@ from jupyter_disttrain.job import Job
 from jupyter_disttrain.monitor import PhaseRow, summary, waiting_line
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.kubernetes.test_backend import cluster, wait_for
+from tests.backends.kubernetes.test_backend import cluster
 from tests.backends.kubernetes.test_backend_trainjob import trainer
 from tests.k8s_emulator.emulator import Emulator
+from tests.waiting import wait_for
 
 __all__ = ["cluster", "trainer"]  # fixtures
 pytestmark = pytest.mark.slow

@@ -13,9 +13,10 @@ from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec, SpecError
-from tests.backends.kubernetes.test_backend import CELL, run_quickstart, wait_for
+from tests.backends.kubernetes.test_backend import CELL, run_quickstart
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

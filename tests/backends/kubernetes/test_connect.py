@@ -24,10 +24,10 @@ from jupyter_disttrain.backends.kubernetes.portforward import (
 )
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
 from tests.k8s_emulator.rewrite import free_port
+from tests.waiting import wait_for
 
 #: Rank 0 serves a TCP echo on 127.0.0.1:PORT for one connection ("bye" ends it); others return.
 ECHO_CELL = textwrap.dedent(

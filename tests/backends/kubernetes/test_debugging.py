@@ -15,10 +15,10 @@ from jupyter_disttrain.job import Job
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
 from tests.test_debugging import LOOP, STOP_LINE
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

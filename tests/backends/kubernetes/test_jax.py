@@ -15,11 +15,11 @@ from jupyter_disttrain.backends.kubernetes.syntax import ConflictingOptionsError
 from jupyter_disttrain.backends.kubernetes.template import PAYLOAD_DIR
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.crd_schema import validate_manifest
 from tests.frameworks.test_jax import TRAIN
 from tests.k8s_emulator.emulator import Emulator
 from tests.optional import requires
+from tests.waiting import wait_for
 
 pytestmark = requires("jax", "JAX is an optional extra: pip install '.[jax]'")
 

@@ -14,10 +14,10 @@ from jupyter_disttrain import service as jobs
 from jupyter_disttrain.backends.kubernetes import KubernetesBackend
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.k8s_emulator import podnet
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.resources import PODS
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.slow,

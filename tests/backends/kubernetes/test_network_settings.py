@@ -13,9 +13,9 @@ from jupyter_disttrain.backends.kubernetes.watch import NAME_TRIES
 from jupyter_disttrain.job import Job
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.k8s_emulator import podnet
 from tests.k8s_emulator.emulator import Emulator
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.slow,

@@ -22,10 +22,10 @@ from jupyter_disttrain.backends.kubernetes.logs import logs_name
 from jupyter_disttrain.backends.kubernetes.podlogs import job_texts, rank_lines, run_lines
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
 from tests.signing import KEY, line, trust
+from tests.waiting import wait_for
 
 TRACE = 'Traceback (most recent call last):\n  File "train.py", line 4\nValueError: bad batch\n'
 

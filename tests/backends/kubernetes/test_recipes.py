@@ -18,11 +18,11 @@ from jupyter_disttrain.monitor import JobMonitor
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.spec import JobSpec
 from jupyter_disttrain.widgets.header import header_html
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.backends.local.test_backend import Collector
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
 from tests.k8s_emulator.rewrite import free_port
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

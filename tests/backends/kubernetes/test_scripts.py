@@ -26,11 +26,11 @@ from jupyter_disttrain.backends.kubernetes.script import SCRIPT_DIR
 from jupyter_disttrain.payload import build_payload
 from jupyter_disttrain.runtime.cell import SCRIPT_DIR_ENV
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
 from tests.test_cli_scripts import FAIL_LINE, TRAIN, facts, make_project
+from tests.waiting import wait_for
 
 #: What a pod's script folder holds: the script and its modules; no data file, nothing unused.
 IN_POD = ["datautils.py", "helpers.py", "models", "train.py"]

@@ -21,10 +21,10 @@ from jupyter_disttrain.server.views import job_json
 from jupyter_disttrain.service import JobService
 from jupyter_disttrain.sessions import Session, SessionError, SessionLost, session_spec
 from jupyter_disttrain.spec import JobSpec, job_source
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.emulator import Emulator
 from tests.k8s_emulator.podnet import pod_interface
+from tests.waiting import wait_for
 
 APIS = {"pytorchjob": ("kubeflow-v1",), "trainjob": ("trainer",)}
 

@@ -18,10 +18,10 @@ from jupyter_disttrain.events import Trust, parse_line
 from jupyter_disttrain.payload import build_payload, package_version
 from jupyter_disttrain.runtime import rankprefix
 from jupyter_disttrain.spec import JobSpec
-from tests.backends.kubernetes.test_backend import wait_for
 from tests.backends.local.test_tf import notebook_training
 from tests.crd_schema import validate_manifest
 from tests.k8s_emulator.emulator import Emulator
+from tests.waiting import wait_for
 
 
 @pytest.fixture

@@ -65,23 +65,22 @@ checks: lint typecheck importlint labextension-test
 # (pytest-xdist, TEST_WORKERS processes), by units of tests/schedule.py, the longest first:
 # one file's tests -- a notebook's cells -- run in one worker, in order, sharing its module
 # fixtures and kernel; the browser tests are one unit, so one worker runs them one after
-# another (no two pages share the machine; one JupyterLab and one Notebook 7 server for
-# them all), then takes files like the others. Each test process has its own job home,
-# temporary directory and emulators (each worker's emulators hand out ports of a slice of
-# their own). Then, alone, the tests marked serial (they measure time or resources),
-# collected from the files that say `mark.serial` only (collecting every file costs ~20 s;
-# tests/schedule.py refuses a serial mark set anywhere else). The static checks run beside
-# the parallel run at a lower CPU priority (the tests' jobs have deadlines the checks do
-# not), and print when it ends. Why four workers on 2 cores: the tests wait on the processes
-# they start. On a fresh clone the parallel part took 12:43 with two workers and the browser
-# tests in a run of their own beside them (the CPUs idled half the time once the browser
-# tests were done), 12:10 with three workers and 11:36 with four, the CPUs busy all along.
-# Two pages never share the machine: a page beside two other pages and a test could take
-# over 10 s to act on a key.
-# All always run; any failing fails. Each pytest run prints its 20 slowest tests. The
-# package's bytecode is written first: the kernels, agents and CLI processes the tests
-# start would otherwise each compile it again where bytecode is not written
-# (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
+# another (no two pages share the machine; one JupyterLab and one Notebook 7 server for them
+# all), then takes files like the others. Each test process has its own job home, temporary
+# directory and emulators (each worker's emulators hand out ports of a slice of their own).
+# Then, alone, the tests marked serial (they measure time or resources), collected from the
+# files that say `mark.serial` only (1 s, where collecting every file takes 5 s on a warm
+# venv; tests/schedule.py refuses a serial mark set anywhere else). The static checks run
+# beside the parallel run at a lower CPU priority (the tests' jobs have deadlines the checks
+# do not), and print when it ends. Why four workers on 2 cores: the tests wait on the
+# processes they start. On a fresh clone the parallel part took 12:43 with two workers and
+# the browser tests in a run of their own beside them (the CPUs idled half the time once the
+# browser tests were done), 12:10 with three workers and 11:36 with four, the CPUs busy all
+# along. Two pages never share the machine: a page beside two other pages and a test could
+# take over 10 s to act on a key. All always run; any failing fails. Each pytest run prints
+# its 20 slowest tests. The package's bytecode is written first: the kernels, agents and CLI
+# processes the tests start would otherwise each compile it again where bytecode is not
+# written (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
 TEST_WORKERS ?= 4
 # The slowest tests each pytest run lists (DURATIONS=0: every test, for tests/durations.json).
 DURATIONS ?= 20

@@ -11,7 +11,8 @@ pytest-xdist worker inherits the controller's environment: it makes its own home
 process, its kernels and its `disttrain run`s share one lingering launcher, as one user's
 processes do, instead of each importing torch into a launcher of its own (3.5 s of CPU
 each); it lives in this process's own runtime folder. All of it ends with the process
-(:func:`pytest_unconfigure`); tests of lingering itself choose their own folders.
+(:func:`pytest_unconfigure`); tests of lingering itself choose their own folders. Its local
+jobs listen on ports of their own (``DISTRAIN_PORTS``, :mod:`tests.ports`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_disttrain.backends.local.lingering import ENV_LINGER, stop_lingering
+from jupyter_disttrain.backends.local.plan import ENV_PORTS
+from tests.ports import job_ports_setting
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 _MADE: list[str] = []
@@ -35,6 +38,7 @@ _MADE.append(os.environ["TMPDIR"])
 tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 os.environ["JUPYTER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rt-")  # in TMPDIR, removed with it
 os.environ[ENV_LINGER] = "60"
+os.environ[ENV_PORTS] = job_ports_setting()  # apart from the emulators' and other workers'
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -117,6 +117,14 @@ def test_bad_input_is_a_usage_error_naming_the_fix(
         cell(shell, line + " --dry-run")
 
 
+def test_a_malformed_distrain_ports_is_a_usage_error_naming_the_fix(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISTRAIN_PORTS", "20000")
+    with pytest.raises(UsageError, match=r"DISTRAIN_PORTS='20000' is not a range of ports.*"):
+        cell(shell, "--nodes 2 --backend local --dry-run")
+
+
 def test_quotes_group_words_and_are_removed(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

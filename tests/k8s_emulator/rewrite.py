@@ -18,15 +18,13 @@
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
-# the local backend's floor and range: its jobs and the emulator's pods pick ports alike
-from jupyter_disttrain.backends.local.plan import PORT_FLOOR, ephemeral_range
+from tests.ports import emulator_ports
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _PATH_CHARS = r"[\w.-]"
@@ -59,16 +57,11 @@ def path_rewriter(mounts: Iterable[tuple[str, str]]) -> Callable[[str], str]:
 
 
 def port_range() -> tuple[int, int]:
-    """The ports this process's emulators hand out: below the ephemeral range, and under
-    pytest-xdist a slice of their own per worker (``gw<N>`` of
-    ``PYTEST_XDIST_WORKER_COUNT``), so two workers' emulators never pick the same port
-    between checking it is free and their pods listening on it."""
-    low, _ = ephemeral_range()
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
-    index = int(worker[2:]) if worker[:2] == "gw" and worker[2:].isdigit() else 0
-    span = (low - PORT_FLOOR) // max(count, 1)
-    return PORT_FLOOR + index * span, PORT_FLOOR + (index + 1) * span
+    """The ports this process's emulators hand out, ``[start, end)``: below the ephemeral
+    range, and a part of its own for each pytest-xdist worker, apart from the local jobs'
+    (:mod:`tests.ports`)."""
+    ports = emulator_ports()
+    return ports.start, ports.stop
 
 
 def _bindable(port: int) -> bool:

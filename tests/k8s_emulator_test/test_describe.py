@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from jupyter_disttrain.backends.local.plan import ephemeral_range
+from jupyter_disttrain.backends.local.plan import PORT_FLOOR, ephemeral_range
 from tests.conftest import REPO
 from tests.k8s_emulator import Emulator
 from tests.k8s_emulator.describe import reports
 from tests.k8s_emulator.resources import PODS
-from tests.k8s_emulator.rewrite import PORT_FLOOR, free_port
+from tests.k8s_emulator.rewrite import free_port
 from tests.k8s_emulator.store import Event
 from tests.k8s_emulator_test.clusters import SLEEP, wait_for
 

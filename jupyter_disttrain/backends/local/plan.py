@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import shlex
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ...runtime.agent import ENV_BIND
 from ...runtime.env import ENV_JOB_ID
 from ...spec import JobSpec
 from ..base import (
+    BackendError,
     Plan,
 )
 from ..environment import PG_TIMEOUT, spec_env
@@ -34,6 +36,10 @@ LOCAL_WORKER_MODULE = "jupyter_disttrain.runtime.localworker"  # the worker, sto
 #: The lowest port a job is given (see :func:`free_ports`).
 PORT_FLOOR = 10_000
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: The ports local jobs listen on, ``LOW-HIGH`` (both included) when set: a range a firewall
+#: leaves open, or one no other service of the machine uses.
+ENV_PORTS = "DISTRAIN_PORTS"
+PORTS_EXAMPLE = "20000-20999"
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -45,6 +51,29 @@ def ephemeral_range() -> tuple[int, int]:
     return low, high
 
 
+def chosen_ports(environ: Mapping[str, str] = os.environ) -> range | None:
+    """The ports :data:`ENV_PORTS` gives local jobs; None when it is unset or empty.
+
+    :class:`BackendError` names the variable and the fix for a value that is not a range
+    of ports ``LOW-HIGH`` from 1024 to 65535.
+    """
+    value = environ.get(ENV_PORTS, "").strip()
+    if not value:
+        return None
+    low, dash, high = value.partition("-")
+    try:
+        first, last = int(low), int(high)
+    except ValueError:
+        first, last = 0, -1
+    if not dash or not 1024 <= first <= last <= 65535:
+        raise BackendError(
+            f"{ENV_PORTS}={value!r} is not a range of ports: give the lowest and the highest "
+            f"port local jobs may listen on, from 1024 to 65535, e.g. "
+            f"{ENV_PORTS}={PORTS_EXAMPLE}, or unset it"
+        )
+    return range(first, last + 1)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now (see :func:`free_ports`)."""
     return free_ports(1)[0]
@@ -53,26 +82,30 @@ def free_port() -> int:
 def free_ports(count: int) -> list[int]:
     """``count`` distinct TCP ports on 127.0.0.1 that are free right now.
 
-    Below the kernel's ephemeral range when it leaves room: a port from that range
-    (what binding port 0 gives) can be taken by any outgoing connection of the host
-    before the job's process listens on it, and a TensorFlow worker binds its gRPC
-    port only after its imports (~10 s; "Could not start gRPC server" on a busy host).
-    Below the range, only another process's explicit bind can take it.
+    From :data:`ENV_PORTS` when it is set (:class:`BackendError` when fewer than
+    ``count`` of them are free). Otherwise below the kernel's ephemeral range when it
+    leaves room: a port from that range (what binding port 0 gives) can be taken by any
+    outgoing connection of the host before the job's process listens on it, and a
+    TensorFlow worker binds its gRPC port only after its imports (~10 s; "Could not
+    start gRPC server" on a busy host). Below the range, only another process's explicit
+    bind can take it.
     """
+    chosen = chosen_ports()
     low, _ = ephemeral_range()
     socks: list[socket.socket] = []
     try:
-        if low - PORT_FLOOR > 64 * count:
-            for port in random.sample(range(PORT_FLOOR, low), 64 * count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                try:
-                    sock.bind((LOOPBACK, port))
-                except OSError:
-                    sock.close()
-                    continue
-                socks.append(sock)
-                if len(socks) == count:
-                    break
+        if chosen is not None:
+            _bind_some(random.sample(chosen, len(chosen)), count, socks)
+            if len(socks) < count:
+                free = (
+                    f"{len(socks)} of its {len(chosen)} ports {'is' if len(socks) == 1 else 'are'}"
+                )
+                raise BackendError(
+                    f"{ENV_PORTS}={chosen.start}-{chosen.stop - 1}: {free} free, and the job "
+                    f"needs {count}: widen the range, or end what listens there"
+                )
+        elif low - PORT_FLOOR > 64 * count:
+            _bind_some(random.sample(range(PORT_FLOOR, low), 64 * count), count, socks)
         while len(socks) < count:  # no room below the range: the kernel's choice
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(sock)
@@ -81,6 +114,21 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+def _bind_some(ports: Sequence[int], count: int, socks: list[socket.socket]) -> None:
+    """Bind sockets on ``ports`` in turn (skipping taken ones) into ``socks`` until it holds
+    ``count``; each stays bound, so the kernel gives none of them out twice meanwhile."""
+    for port in ports:
+        if len(socks) == count:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            sock.close()
+            continue
+        socks.append(sock)
 
 
 #: How one node's process is started (the framework's launcher plans it).

@@ -19,6 +19,7 @@ from ..streams import line_events
 from . import phases as kp
 from . import podlogs
 from .client import Connection, api_error, transport_error
+from .held import HeldEvents
 from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
 from .plainwatch import plain_watch
@@ -88,6 +89,7 @@ class KubernetesRun(Submission):
         self._pods: dict[str, tuple[str, int, str]] = {}  # pod -> (state, restarts, reason)
         self._followed: dict[str, threading.Thread] = {}
         self._read_once: dict[tuple[str, int], threading.Thread] = {}  # (pod, run) -> reader
+        self._held = HeldEvents(sink)  # a failed pod's rank events, until its log was read
         self._replayed = False  # a failed job's logs were read whole: no pod's log again
         # pods waiting in an init container for a name: pod -> (container, name)
         self._name_waits: dict[str, tuple[str, str]] = {}
@@ -278,9 +280,12 @@ class KubernetesRun(Submission):
                 self._phase(fact, ranks, when)
             if previous is not None and previous[1] < facts.restarts:
                 self.sink(ev.restart_event(facts.restarts, f"{facts.name} restarted"))
+            read_once = not (facts.node == 0 and facts.started)
             if previous != key:
-                for event in rank_events(facts, self.spec.nproc):
-                    self.sink(event)
+                told = rank_events(facts, self.spec.nproc)
+                if read_once and facts.state == "Failed":
+                    self._held.hold(facts.name)  # told once its log was read
+                self._held.tell(facts.name, told)
             staging, why = init_state(item["object"], INIT_NAME)
             if staging == "failed":
                 for event in copier_events(item["object"], self.trust, facts.name):
@@ -300,7 +305,7 @@ class KubernetesRun(Submission):
             else:
                 with self._lock:
                     self._name_waits.pop(facts.name, None)
-            if facts.node == 0 and facts.started:
+            if not read_once:
                 self._follow(facts.name, facts.restarts)  # (a followed pod is not read once)
             else:  # the run before this one, had the watch not seen it end; this one if failed
                 last = facts.restarts + 1 if facts.state == "Failed" else facts.restarts
@@ -418,20 +423,25 @@ class KubernetesRun(Submission):
     def _read_log_once(self, pod: str, runs: range) -> None:
         """Read the logs of the pod's ``runs`` (restart counts) not read yet, once, in one
         reader (two readers of neighbouring runs would both read the run between), unless a
-        follower reads that pod."""
+        follower reads that pod; then tell the pod's rank events held meanwhile."""
         with self._lock:
-            if self._replayed or any(k.startswith(pod + "#") for k in self._followed):
+            followed = any(k.startswith(pod + "#") for k in self._followed)
+            unread = [] if self._replayed or followed else runs
+            unread = [run for run in unread if (pod, run) not in self._read_once]
+            if unread:
+
+                def read_then_release() -> None:
+                    try:
+                        self._read_runs(pod, unread[0], unread[-1])
+                    finally:
+                        self._held.release(pod)
+
+                thread = threading.Thread(target=self._guard(read_then_release), daemon=True)
+                thread.start()  # before it is seen: _finish joins it (its error is the cause)
+                for run in unread:
+                    self._read_once[(pod, run)] = thread
                 return
-            unread = [run for run in runs if (pod, run) not in self._read_once]
-            if not unread:
-                return
-            thread = threading.Thread(
-                target=self._guard(lambda: self._read_runs(pod, unread[0], unread[-1])),
-                daemon=True,
-            )
-            thread.start()  # before it is seen: _finish joins it (its error is the cause)
-            for run in unread:
-                self._read_once[(pod, run)] = thread
+        self._held.release(pod)
 
     def _read_runs(self, pod: str, first: int, last: int) -> None:
         def read(previous: bool) -> list[str]:

@@ -65,9 +65,16 @@ await runScenario({ page, result, close }, outDir, async () => {
     .locator(`${dash} tr.distrain-rank-row:not(.distrain-opened)`)
     .evaluateAll((trs) => trs.map((tr) => Number(tr.dataset.rank)));
   result.diagnosis = (await page.locator(`${dash} .distrain-diagnosis`).allTextContents()).join(" ");
-  result.traces = await page
-    .locator(`${dash} .legendtext`)
-    .evaluateAll((els) => els.map((e) => e.textContent));
+  // the legend as drawn: a redraw under way can have removed it and not yet drawn it again
+  const legend = await page.waitForFunction(
+    (sel) => {
+      const names = [...document.querySelectorAll(`${sel} .legendtext`)].map((e) => e.textContent);
+      return names.length ? names : null;
+    },
+    dash,
+    { timeout: 30_000 },
+  );
+  result.traces = await legend.jsonValue();
   await page.locator(dash).screenshot({ path: path.join(outDir, "scale-dashboard.png") });
   await feed.locator(".jp-OutputArea-output").getByText("fed").waitFor({ timeout: 120_000 });
   await waitForPrompt(feed);

@@ -40,7 +40,7 @@ def present(check: Callable[[], T | None]) -> Callable[[], T | None]:
     return read
 
 
-def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
+def wait_for(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
     """:func:`tests.waiting.wait_for` of ``check``, an object not created yet read as None."""
     value = waiting.wait_for(present(check), timeout, what or repr(check))
     assert value is not None  # the wait returns a truthy value

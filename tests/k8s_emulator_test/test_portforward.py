@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import socket
@@ -19,11 +20,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import portforward
 
+from tests import waiting
 from tests.k8s_emulator import Emulator
 from tests.k8s_emulator.rewrite import free_port, port_range
-from tests.waiting import wait_for
 
 NS = "default"
+#: Each wait of this file: at most 20 s.
+wait_for = functools.partial(waiting.wait_for, timeout=20.0)
 #: A TCP echo server on 127.0.0.1:argv[1] (or $MASTER_PORT), one thread per connection.
 ECHO = textwrap.dedent(
     """

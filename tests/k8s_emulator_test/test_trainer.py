@@ -11,7 +11,6 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from tests.k8s_emulator import Emulator
-from tests.k8s_emulator_test.clusters import wait_for
 from tests.k8s_emulator_test.trainjobs import (
     JOBSET,
     NS,
@@ -26,6 +25,7 @@ from tests.k8s_emulator_test.trainjobs import (
     runtime,
     trainer,
     trainjob,
+    wait_for,
 )
 
 __all__ = ["cluster", "trainer"]  # the fixtures this module uses

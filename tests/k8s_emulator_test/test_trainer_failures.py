@@ -10,7 +10,6 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.k8s_emulator import Emulator
-from tests.k8s_emulator_test.clusters import wait_for
 from tests.k8s_emulator_test.trainjobs import (
     JOBSET,
     NS,
@@ -25,6 +24,7 @@ from tests.k8s_emulator_test.trainjobs import (
     runtime,
     trainer,
     trainjob,
+    wait_for,
 )
 
 __all__ = ["cluster", "trainer"]  # the fixtures this module uses

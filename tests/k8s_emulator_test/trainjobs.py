@@ -4,7 +4,7 @@ the client APIs of an emulator serving the Trainer APIs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.k8s_emulator import Emulator
-from tests.k8s_emulator_test.clusters import wait_for
+from tests.k8s_emulator_test import clusters
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -24,6 +24,12 @@ PRINT_ENV = (
     f"{[*PET, 'HOSTNAME', 'JOB_COMPLETION_INDEX', 'EXTRA']}}}))"
 )
 SLEEP = "import time; print('up', flush=True); time.sleep(60)"
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
+    """:func:`.clusters.wait_for`, 30 s unless told: a TrainJob's JobSet, Jobs and pods come
+    one after the other."""
+    return clusters.wait_for(check, timeout, what)
 
 
 def body(exc: ApiException) -> Obj:

@@ -141,7 +141,9 @@ def test_job_runs_end_to_end_and_stop_cleans_up(cluster: Emulator, tmp_path: Pat
     with pytest.raises(BackendError, match=r"already exists .*409"):
         submit_now(backend, k8s_spec("k8s-e2e"), payload, Collector())
     assert backend.stop("k8s-e2e")
-    wait_for(lambda: resources(cluster, "k8s-e2e") == {"jobs": [], "pods": [], "configmaps": []})
+    wait_for(
+        lambda: resources(cluster, "k8s-e2e") == {"jobs": [], "pods": [], "configmaps": []}, 60
+    )
     wait_for(lambda: not cluster.processes(), 15, cluster.processes)
 
 
@@ -154,7 +156,9 @@ def test_stop_while_running_deletes_job_pods_and_payload(cluster: Emulator) -> N
     wait_for(lambda: len(job.metrics()) > 2, 120, job.logs)
     assert job.status() == "Running"
     assert job.stop(timeout=60) == "Stopped"
-    wait_for(lambda: resources(cluster, "k8s-stop") == {"jobs": [], "pods": [], "configmaps": []})
+    wait_for(
+        lambda: resources(cluster, "k8s-stop") == {"jobs": [], "pods": [], "configmaps": []}, 60
+    )
     wait_for(lambda: not cluster.processes(), 15, cluster.processes)
     stats = cluster.stats()
     assert stats.streams.peak <= 4, stats

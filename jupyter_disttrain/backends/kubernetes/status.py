@@ -7,7 +7,7 @@ job's own state is its kind's: :meth:`~.kinds.base.KubeflowKind.condition`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ... import events as ev
@@ -28,6 +28,7 @@ class PodFacts:
     exit_code: int | None
     restarts: int
     started: bool  # the training container has started at least once
+    ended: str = ""  # the identity of the run's end (:func:`end_identity`), "" while it runs
 
 
 def pod_facts(pod: dict[str, Any], container: str, node: int) -> PodFacts:
@@ -35,11 +36,10 @@ def pod_facts(pod: dict[str, Any], container: str, node: int) -> PodFacts:
     kind tells: :meth:`~.kinds.base.KubeflowKind.node_index`)."""
     meta, status = pod.get("metadata", {}), pod.get("status") or {}
     phase = str(status.get("phase", "Pending"))
-    statuses = status.get("containerStatuses") or []
-    cs = next((c for c in statuses if c.get("name") == container), statuses[0] if statuses else {})
+    cs = _container_status(pod, container)
     restarts = int(cs.get("restartCount", 0) or 0)
     state = cs.get("state") or {}
-    reason, message, exit_code = "", "", None
+    reason, message, exit_code, ended = "", "", None, ""
     started = bool(cs.get("started")) or "running" in state or "terminated" in state or restarts > 0
     summary = phase
     if "waiting" in state and state["waiting"] is not None:
@@ -51,6 +51,7 @@ def pod_facts(pod: dict[str, Any], container: str, node: int) -> PodFacts:
         exit_code = int(term.get("exitCode", 0))
         reason, message = str(term.get("reason", "")), str(term.get("message", "") or "")
         summary = "Succeeded" if exit_code == 0 else "Failed"
+        ended = end_identity(term)
     elif "running" in state and state["running"] is not None:
         summary = "Running"
     for cond in status.get("conditions") or []:
@@ -68,6 +69,44 @@ def pod_facts(pod: dict[str, Any], container: str, node: int) -> PodFacts:
         exit_code,
         restarts,
         started,
+        ended,
+    )
+
+
+def _container_status(pod: dict[str, Any], container: str) -> dict[str, Any]:
+    """The status of ``container`` (else the pod's first container's; {} before any)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    named = (c for c in statuses if c.get("name") == container)
+    return dict(next(named, statuses[0] if statuses else {}))
+
+
+def end_identity(terminated: dict[str, Any]) -> str:
+    """Which run a container's ``terminated`` state ends: its container ID, else (a
+    runtime that gives none) its start and finish times."""
+    return str(
+        terminated.get("containerID")
+        or f"{terminated.get('startedAt')}/{terminated.get('finishedAt')}"
+    )
+
+
+def previous_run(pod: dict[str, Any], container: str, node: int) -> PodFacts | None:
+    """The facts of the pod's run before this one, from its container's ``lastState``
+    (None when it has not restarted). A pod whose run ended and whose next one started
+    between two reads of it (a kubelet writes its status now and then) says that run's
+    end only there."""
+    term = (_container_status(pod, container).get("lastState") or {}).get("terminated")
+    if not term:
+        return None
+    now = pod_facts(pod, container, node)
+    exit_code = int(term.get("exitCode", 0))
+    return replace(
+        now,
+        state="Succeeded" if exit_code == 0 else "Failed",
+        reason=str(term.get("reason", "")),
+        message=str(term.get("message", "") or ""),
+        exit_code=exit_code,
+        restarts=max(now.restarts - 1, 0),
+        ended=end_identity(term),
     )
 
 

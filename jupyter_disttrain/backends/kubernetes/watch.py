@@ -23,9 +23,10 @@ from .held import HeldEvents
 from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
 from .plainwatch import plain_watch
+from .podruns import PodRuns
 from .reported import Reported
 from .staging import INIT_NAME
-from .status import copier_events, init_state, pod_facts, rank_events, warning_message
+from .status import copier_events, init_state, pod_facts, warning_message
 
 if TYPE_CHECKING:
     from kubernetes import watch
@@ -90,6 +91,7 @@ class KubernetesRun(Submission):
         self._followed: dict[str, threading.Thread] = {}
         self._read_once: dict[tuple[str, int], threading.Thread] = {}  # (pod, run) -> reader
         self._held = HeldEvents(sink)  # a failed pod's rank events, until its log was read
+        self._runs = PodRuns(self.container, spec.nproc)  # what each pod's objects tell
         self._replayed = False  # a failed job's logs were read whole: no pod's log again
         # pods waiting in an init container for a name: pod -> (container, name)
         self._name_waits: dict[str, tuple[str, str]] = {}
@@ -278,14 +280,12 @@ class KubernetesRun(Submission):
                 self._phase(fact, ranks, arrived)
             for fact, when in early:
                 self._phase(fact, ranks, when)
-            if previous is not None and previous[1] < facts.restarts:
-                self.sink(ev.restart_event(facts.restarts, f"{facts.name} restarted"))
             read_once = not (facts.node == 0 and facts.started)
-            if previous != key:
-                told = rank_events(facts, self.spec.nproc)
-                if read_once and facts.state == "Failed":
-                    self._held.hold(facts.name)  # told once its log was read
-                self._held.tell(facts.name, told)
+            told, failed = self._runs.told(item["object"], facts, previous)
+            held = read_once and failed
+            if held:
+                self._held.hold(facts.name)  # until its log was read (_read_log_once)
+            self._held.tell(facts.name, told)
             staging, why = init_state(item["object"], INIT_NAME)
             if staging == "failed":
                 for event in copier_events(item["object"], self.trust, facts.name):
@@ -309,7 +309,7 @@ class KubernetesRun(Submission):
                 self._follow(facts.name, facts.restarts)  # (a followed pod is not read once)
             else:  # the run before this one, had the watch not seen it end; this one if failed
                 last = facts.restarts + 1 if facts.state == "Failed" else facts.restarts
-                self._read_log_once(facts.name, range(max(facts.restarts - 1, 0), last))
+                self._read_log_once(facts.name, range(max(facts.restarts - 1, 0), last), held)
 
     def _watch_events(self) -> None:
         """Warnings explain a job that does not start; Normal Events time its phases."""
@@ -420,10 +420,11 @@ class KubernetesRun(Submission):
             return True
         return self.kubeflow.node_index(self.conn.plain(pod), self._has_leader) == 0
 
-    def _read_log_once(self, pod: str, runs: range) -> None:
+    def _read_log_once(self, pod: str, runs: range, held: bool) -> None:
         """Read the logs of the pod's ``runs`` (restart counts) not read yet, once, in one
         reader (two readers of neighbouring runs would both read the run between), unless a
-        follower reads that pod; then tell the pod's rank events held meanwhile."""
+        follower reads that pod; then, when ``held``, end the hold of the pod's events
+        taken for these runs (at once when no reader was started for them)."""
         with self._lock:
             followed = any(k.startswith(pod + "#") for k in self._followed)
             unread = [] if self._replayed or followed else runs
@@ -434,14 +435,16 @@ class KubernetesRun(Submission):
                     try:
                         self._read_runs(pod, unread[0], unread[-1])
                     finally:
-                        self._held.release(pod)
+                        if held:
+                            self._held.release(pod)
 
                 thread = threading.Thread(target=self._guard(read_then_release), daemon=True)
                 thread.start()  # before it is seen: _finish joins it (its error is the cause)
                 for run in unread:
                     self._read_once[(pod, run)] = thread
                 return
-        self._held.release(pod)
+        if held:
+            self._held.release(pod)
 
     def _read_runs(self, pod: str, first: int, last: int) -> None:
         def read(previous: bool) -> list[str]:

@@ -56,3 +56,38 @@ def test_events_told_while_the_held_ones_are_delivered_come_after_them() -> None
     releasing.join(10)
     teller.join(10)
     assert got == ["Failed", "Running"]
+
+
+def test_a_pod_held_twice_waits_for_both_releases() -> None:
+    """Two runs' logs read at once: the pod's events wait for the second reader too."""
+    got: list[object] = []
+    held = HeldEvents(lambda event: got.append(event.fields.get("state")))
+    held.hold("pod")
+    held.tell("pod", [rank("Failed")])
+    held.hold("pod")
+    held.tell("pod", [rank("Running")])
+    held.release("pod")
+    assert got == []
+    held.release("pod")
+    assert got == ["Failed", "Running"]
+
+
+def test_a_hold_taken_while_the_held_ones_are_delivered_stops_the_delivery_after_them() -> None:
+    got: list[object] = []
+
+    def sink(event: ev.Event) -> None:
+        got.append(event.fields.get("state"))
+        if event.rank == 1 and event.fields.get("state") == "Failed":  # rank 2 fails meanwhile
+            held.hold("pod")
+            held.tell("pod", [rank("Failed", 2)])
+
+    held = HeldEvents(sink)
+    held.hold("pod")
+    held.tell("pod", [rank("Failed")])
+    held.release("pod")
+    assert got == ["Failed"]
+    held.tell("pod", [rank("Running")])
+    held.release("pod")
+    assert got == ["Failed", "Failed", "Running"]
+    held.tell("pod", [rank("Succeeded")])
+    assert got[-1] == "Succeeded"

@@ -193,6 +193,9 @@ def test_a_trainjob_node_that_dies_is_named_while_its_pod_restarts_in_place(
         try:
             wait_for(lambda: len(job.metrics()) >= 6, 180, job.logs)
             pod = pod_of(emulator, "trainjob", name)
+            # its log is read once it failed; that read outlasts its restart (a loaded API
+            # server): the restart must still be told after the kill, not before it
+            emulator.slow_down(3, resources=["pods/log"], names=pod)
             emulator.net_faults.kill_node(pod)
             said = f"restarting after rank 1 (node 1, pod {pod}) was killed: Error (exit code 137)"
             wait_for(lambda: job.reason.startswith(said), 120, lambda: (job.reason, job.logs()))

@@ -35,8 +35,10 @@ echo "$serverext" | grep -E 'jupyter_disttrain.server enabled' \
   || { echo "server extension not enabled:"; echo "$serverext"; exit 1; }
 
 step "run notebooks/01-quickstart.ipynb"
-# Its launcher ends with it (no linger): the venv it runs from is removed at the end.
-DISTRAIN_HOME="$work/home" DISTRAIN_LINGER=0 python scripts/demo.py notebooks/01-quickstart.ipynb > "$work/demo.log" 2>&1 \
+# Its launcher ends with it (no linger): the venv it runs from is removed at the end. Its
+# temporary files (torch's compile cache among them) go in the work folder, removed with it.
+mkdir "$work/tmp"
+TMPDIR="$work/tmp" DISTRAIN_HOME="$work/home" DISTRAIN_LINGER=0 python scripts/demo.py notebooks/01-quickstart.ipynb > "$work/demo.log" 2>&1 \
   || { cat "$work/demo.log"; exit 1; }
 tail -n 3 "$work/demo.log"
 step "binder recipe OK"

@@ -12,6 +12,12 @@ from .status import PodFacts, previous_run, rank_events
 Seen = tuple[str, int, str]
 
 
+def seen(facts: PodFacts) -> Seen:
+    """What the watch keeps of ``facts``: a pod whose :data:`Seen` is unchanged tells no
+    new rank state."""
+    return (facts.state, facts.restarts, facts.reason)
+
+
 class PodRuns:
     """The runs of each pod whose end was told. Thread-safe."""
 
@@ -31,17 +37,17 @@ class PodRuns:
         run had started: only ``lastState`` says it), the restart, the ranks' new state
         (when it differs from ``previous``, what was seen before; None: first seen).
         """
-        before = previous_run(pod, self.container, facts.node)
+        before = previous_run(pod, self.container, facts)
         with self._lock:
-            seen = self._ends.setdefault(facts.name, set())
-            unseen = before is not None and before.ended not in seen
-            seen.update(run.ended for run in (facts, before) if run is not None and run.ended)
+            ends = self._ends.setdefault(facts.name, set())
+            unseen = before is not None and before.ended not in ends
+            ends.update(run.ended for run in (facts, before) if run is not None and run.ended)
         missed = before if unseen and previous is not None else None
         told = [] if missed is None else rank_events(missed, self.nproc)
         failed = missed is not None and missed.state == "Failed"
         if previous is not None and previous[1] < facts.restarts:
             told.append(ev.restart_event(facts.restarts, f"{facts.name} restarted"))
-        if previous != (facts.state, facts.restarts, facts.reason):
+        if previous != seen(facts):
             told += rank_events(facts, self.nproc)
             failed = failed or facts.state == "Failed"
         return told, failed

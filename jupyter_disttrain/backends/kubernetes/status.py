@@ -89,15 +89,14 @@ def end_identity(terminated: dict[str, Any]) -> str:
     )
 
 
-def previous_run(pod: dict[str, Any], container: str, node: int) -> PodFacts | None:
-    """The facts of the pod's run before this one, from its container's ``lastState``
-    (None when it has not restarted). A pod whose run ended and whose next one started
-    between two reads of it (a kubelet writes its status now and then) says that run's
-    end only there."""
+def previous_run(pod: dict[str, Any], container: str, now: PodFacts) -> PodFacts | None:
+    """The facts of the pod's run before ``now`` (:func:`pod_facts` of ``pod``), from its
+    container's ``lastState`` (None when it has not restarted). A pod whose run ended and
+    whose next one started between two reads of it (a kubelet writes its status now and
+    then) says that run's end only there."""
     term = (_container_status(pod, container).get("lastState") or {}).get("terminated")
     if not term:
         return None
-    now = pod_facts(pod, container, node)
     exit_code = int(term.get("exitCode", 0))
     return replace(
         now,

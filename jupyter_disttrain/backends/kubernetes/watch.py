@@ -23,7 +23,7 @@ from .held import HeldEvents
 from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
 from .plainwatch import plain_watch
-from .podruns import PodRuns
+from .podruns import PodRuns, Seen, seen
 from .reported import Reported
 from .staging import INIT_NAME
 from .status import copier_events, init_state, pod_facts, warning_message
@@ -87,7 +87,7 @@ class KubernetesRun(Submission):
         self._stopping = threading.Event()
         self._stop_reason = ""
         self._lock = threading.Lock()
-        self._pods: dict[str, tuple[str, int, str]] = {}  # pod -> (state, restarts, reason)
+        self._pods: dict[str, Seen] = {}  # pod -> what was last seen of it
         self._followed: dict[str, threading.Thread] = {}
         self._read_once: dict[tuple[str, int], threading.Thread] = {}  # (pod, run) -> reader
         self._held = HeldEvents(sink)  # a failed pod's rank events, until its log was read
@@ -268,7 +268,7 @@ class KubernetesRun(Submission):
                 continue
             node = self.kubeflow.node_index(item["object"], self._has_leader)
             facts = pod_facts(item["object"], self.container, node)
-            key = (facts.state, facts.restarts, facts.reason)
+            key = seen(facts)
             arrived = time.time()
             with self._lock:
                 previous = self._pods.get(facts.name)
@@ -540,14 +540,14 @@ class KubernetesRun(Submission):
         before the job's end: its rank's error is the cause.
         """
         with self._lock:
-            seen = dict(self._pods)
+            last_seen = dict(self._pods)
             read = {pod for pod, _ in self._read_once} | self._followed_pods()
             replayed = self._replayed  # an attach to a job that had failed: logs were read
-        seen.update(self._pods_now())  # a restart the pod watch has not shown yet counts
+        last_seen.update(self._pods_now())  # a restart the pod watch has not shown yet counts
         texts = podlogs.failed_job_texts(
-            self.conn, self.container, {pod: (s, r) for pod, (s, r, _) in seen.items()}
+            self.conn, self.container, {pod: (s, r) for pod, (s, r, _) in last_seen.items()}
         )
-        for pod, (state, restarts, _) in sorted(seen.items()):
+        for pod, (state, restarts, _) in sorted(last_seen.items()):
             if (state == "Failed" or restarts > 0) and pod not in read and not replayed:
                 self._deliver(pod, texts[pod].split("\n"))
         ns = self.conn.namespace
@@ -567,7 +567,7 @@ class KubernetesRun(Submission):
         except api_error() as exc:
             self._say(f"could not end the job's pods ({exc.status} {exc.reason})")
 
-    def _pods_now(self) -> dict[str, tuple[str, int, str]]:
+    def _pods_now(self) -> dict[str, Seen]:
         """The job's pods as the API server has them now: pod -> (state, restarts, reason);
         empty when they cannot be listed (what the pod watch saw stands then)."""
         try:
@@ -579,7 +579,7 @@ class KubernetesRun(Submission):
         now = {}
         for pod in listed.items:
             facts = pod_facts(self.conn.plain(pod), self.container, 0)
-            now[facts.name] = (facts.state, facts.restarts, facts.reason)
+            now[facts.name] = seen(facts)
         return now
 
     def _followed_pods(self) -> set[str]:

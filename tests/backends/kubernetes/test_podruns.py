@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_disttrain.backends.kubernetes.podruns import PodRuns, Seen
+from jupyter_disttrain.backends.kubernetes.podruns import PodRuns, Seen, seen
 from jupyter_disttrain.backends.kubernetes.status import pod_facts, previous_run
 
 KILLED = {"exitCode": 137, "reason": "Error", "containerID": "emulator://run-0"}
@@ -27,7 +27,7 @@ def told(
     facts = pod_facts(obj, "node", 1)
     events, failed = runs.told(obj, facts, previous)
     shown = [(e.kind, e.rank, e.fields.get("state"), e.fields.get("exit_code")) for e in events]
-    return shown, failed, (facts.state, facts.restarts, facts.reason)
+    return shown, failed, seen(facts)
 
 
 def test_a_run_seen_to_end_is_told_once_then_its_restart_and_the_next_run() -> None:
@@ -72,8 +72,10 @@ def test_the_previous_run_reads_its_exit_and_a_run_without_a_container_id_has_an
         "startedAt": "2026-12-04T10:00:00Z",
         "finishedAt": "2026-12-04T10:01:00Z",
     }
-    before = previous_run(pod({"running": {}}, 1, ended), "node", 1)
+    obj = pod({"running": {}}, 1, ended)
+    before = previous_run(obj, "node", pod_facts(obj, "node", 1))
     assert before is not None
     assert (before.state, before.exit_code, before.restarts) == ("Succeeded", 0, 0)
     assert before.ended == "2026-12-04T10:00:00Z/2026-12-04T10:01:00Z"
-    assert previous_run(pod({"running": {}}, 0), "node", 1) is None
+    fresh = pod({"running": {}}, 0)
+    assert previous_run(fresh, "node", pod_facts(fresh, "node", 1)) is None

@@ -91,7 +91,7 @@ def finder_cost(n: int = 2_000) -> tuple[float, float]:
 
 def command_round_trip(n: int = 200) -> float:
     """(c) median milliseconds of ``p x`` to a stopped thread over the channel."""
-    from jupyter_disttrain.runtime import debugger, jobkey
+    from jupyter_disttrain.runtime import debugger, debugwire, jobkey
 
     key = b"b" * 32
     with tempfile.NamedTemporaryFile(delete=False) as fh:
@@ -114,9 +114,9 @@ def command_round_trip(n: int = 200) -> float:
     import socket
 
     sock = socket.create_connection(("127.0.0.1", channel.port))
-    hello = debugger.recv(sock, key, debugger.HELLO_LIMIT)
-    debugger.send(sock, key, {"op": "hello", "nonce": hello["nonce"]})
-    link = debugger.Link(sock, key, str(hello["nonce"]), "notebook")
+    hello = debugwire.recv(sock, key, debugwire.HELLO_LIMIT)
+    debugwire.send(sock, key, {"op": "hello", "nonce": hello["nonce"]})
+    link = debugwire.Link(sock, key, str(hello["nonce"]), "notebook")
     times = []
     for _ in range(n):
         t = time.perf_counter()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .backends import optional
 from .backends.base import BackendError
 from .monitor.paused import PausedRank
-from .runtime import debugger as wire
+from .runtime import debugwire as wire
 
 if TYPE_CHECKING:
     from .backends.base import Backend, Plan

@@ -16,7 +16,7 @@ from jupyter_disttrain.backends.local import LocalBackend, jobdir
 from jupyter_disttrain.debugging import DebugError
 from jupyter_disttrain.job import Job
 from jupyter_disttrain.payload import build_payload
-from jupyter_disttrain.runtime import debugger as wire
+from jupyter_disttrain.runtime import debugwire as wire
 from jupyter_disttrain.runtime import framing
 from jupyter_disttrain.spec import JobSpec
 from tests.conftest import assert_no_processes

@@ -11,15 +11,7 @@ post-mortem); ``resumed`` when the rank runs on (``c``). The notebook
 connects to ``port`` (on Kubernetes through the API server's port-forward
 to the rank's pod).
 
-The channel is authenticated with the job key (:mod:`.jobkey`), both ways:
-
-* On connect the rank sends a signed JSON hello ``{"rank", "pid", "nonce"}``.
-* The notebook must answer within :data:`HELLO_SECONDS`, in at most
-  :data:`HELLO_LIMIT` bytes (size checked before reading), with a signed
-  ``{"op": "hello", "nonce": NONCE}`` naming the rank's nonce.
-* Every later frame is signed JSON carrying the nonce, its direction and a
-  sequence number that must be the next one, so a frame cannot be replayed
-  or reflected. Nothing is unpickled. Frames are 4-byte length-prefixed.
+The channel is authenticated with the job key both ways (:mod:`.debugwire`).
 
 Requests: ``{"op": "state"}``, ``{"op": "cmd", "line": TEXT, "wait": S}``, and for the
 Debugger panel ``{"op": "stack"}``, ``{"op": "vars", "frame": I, "scope": "locals"}`` and
@@ -37,7 +29,6 @@ counts against the job's ``--timeout`` like any other time.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import secrets
@@ -49,10 +40,9 @@ from types import FrameType, TracebackType
 from typing import Any, Final
 
 from . import framing, jobkey, report
+from .debugwire import HELLO_LIMIT, HELLO_SECONDS, Link, recv, send
 
 ENV_POST_MORTEM: Final = "DISTRAIN_POST_MORTEM"
-HELLO_SECONDS: Final = 5.0
-HELLO_LIMIT: Final = 64 << 10
 #: Largest request frame a rank reads from an authenticated notebook.
 REQUEST_LIMIT: Final = 1 << 20
 #: Longest answer text (the rest is cut, with a note).
@@ -76,60 +66,6 @@ def paused() -> bool:
 def post_mortem_on() -> bool:
     """True when the job asked for post-mortem debugging (``--post-mortem``)."""
     return os.environ.get(ENV_POST_MORTEM, "") not in ("", "0")
-
-
-# --------------------------------------------------------------------------- framing
-
-
-def send(sock: socket.socket, key: bytes, message: dict[str, Any]) -> None:
-    body = jobkey.signed(
-        key, json.dumps(message, separators=(",", ":")).encode(), purpose="debugger"
-    )
-    framing.send_frame(sock, body)
-
-
-def recv(
-    sock: socket.socket, key: bytes, limit: int, deadline: float | None = None
-) -> dict[str, Any]:
-    """One signed JSON frame of at most ``limit`` bytes; ConnectionError unless ``key`` signed."""
-    frame = framing.recv_frame(sock, limit, deadline, "debugger")
-    try:
-        body = jobkey.unsigned(key, frame, purpose="debugger")
-        message = json.loads(body)
-    except (jobkey.BadSignature, ValueError) as exc:
-        raise ConnectionError(f"a debugger frame failed verification: {exc}") from None
-    if not isinstance(message, dict):
-        raise ConnectionError("a debugger frame must be a JSON object")
-    return message
-
-
-class Link:
-    """One authenticated connection's numbering: every frame names the nonce, direction and
-    the next sequence number (both sides use this class; ``side`` is ``rank`` or ``notebook``)."""
-
-    def __init__(self, sock: socket.socket, key: bytes, nonce: str, side: str) -> None:
-        self.sock, self.key, self.nonce, self.side = sock, key, nonce, side
-        self.sent = 0
-        self.received = 0
-
-    def send(self, message: dict[str, Any]) -> None:
-        """Send ``message`` with this link's nonce, direction and next number."""
-        self.sent += 1
-        send(
-            self.sock, self.key, {**message, "nonce": self.nonce, "from": self.side, "n": self.sent}
-        )
-
-    def recv(self, limit: int, deadline: float | None = None) -> dict[str, Any]:
-        """The next frame from the other side; ConnectionError for a replayed or foreign one."""
-        message = recv(self.sock, self.key, limit, deadline)
-        self.received += 1
-        if (
-            message.get("nonce") != self.nonce
-            or message.get("from") == self.side
-            or message.get("n") != self.received
-        ):
-            raise ConnectionError("a debugger frame is out of sequence (replayed or foreign)")
-        return message
 
 
 # --------------------------------------------------------------------------- where a rank is
@@ -420,6 +356,24 @@ def _make_pdb(channel: _Channel) -> Any:
             self.exception = ""
             self.asked = False  # the next stop is a pause the notebook asked for
             self._spans: dict[Any, set[int]] = {}
+            self._entry: FrameType | None = None  # set_trace's frame, while it runs
+
+        def set_trace(self, frame: FrameType | None = None) -> None:
+            """Stop at the next line ``frame`` runs (or at its return), as a pause does.
+            Bdb's own first stop is the next event of any frame on this thread, which can
+            be a function run there before that line (a weakref callback of the garbage
+            collector): the rank would stop in it, and a quit there be swallowed."""
+            self._entry = frame if frame is not None else sys._getframe(1)
+            try:
+                super().set_trace(self._entry)
+            finally:
+                self._entry = None
+
+        def set_step(self) -> None:
+            if self._entry is not None:  # set_trace's first stop (see there)
+                self.set_next(self._entry)
+            else:
+                super().set_step()
 
         def dispatch_call(self, frame: FrameType, arg: Any) -> Any:
             """Running on to breakpoints: a function none of whose lines has one is not

@@ -13,6 +13,7 @@ import pdb
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_disttrain.linecheck import Shape, problem
-from jupyter_disttrain.runtime import debugger, framing, jobkey
+from jupyter_disttrain.runtime import debugger, debugwire, framing, jobkey
 from jupyter_disttrain.runtime.cell import run_payload
 
 KEY = b"k" * 32
@@ -52,11 +53,11 @@ def until_paused(thread: threading.Thread, out: io.StringIO) -> None:
         threading.Event().wait(0.01)
 
 
-def connect(port: int, key: bytes) -> debugger.Link:
+def connect(port: int, key: bytes) -> debugwire.Link:
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    hello = debugger.recv(sock, key, debugger.HELLO_LIMIT)
-    debugger.send(sock, key, {"op": "hello", "nonce": hello["nonce"]})
-    return debugger.Link(sock, key, str(hello["nonce"]), "notebook")
+    hello = debugwire.recv(sock, key, debugwire.HELLO_LIMIT)
+    debugwire.send(sock, key, {"op": "hello", "nonce": hello["nonce"]})
+    return debugwire.Link(sock, key, str(hello["nonce"]), "notebook")
 
 
 def test_a_stopped_thread_says_where_and_answers_over_the_channel(keyed: bytes) -> None:
@@ -123,15 +124,58 @@ def test_quitting_ends_the_stop_and_raises_in_the_rank(keyed: bytes) -> None:
     link.sock.close()
 
 
+class _Watched:
+    """An object whose death runs a Python function (a weakref callback) on the thread that
+    drops it: as the garbage collector does, at any moment."""
+
+
+def test_breakpoint_stops_at_its_own_next_line_not_in_a_callback_run_before_it(
+    keyed: bytes,
+) -> None:
+    """A function the rank's thread runs between ``breakpoint()`` and its next line (here a
+    weakref callback: ``breakpoint``'s argument dies as the call returns) is not where the
+    rank stops: it stops at its next line, and a quit raises there, not in the callback."""
+    debugger.install()
+    out = io.StringIO()
+    raised: list[BaseException] = []
+    callbacks: list[str] = []
+    refs: list[weakref.ref[_Watched]] = []
+
+    def watched() -> _Watched:
+        dying = _Watched()
+        refs.append(weakref.ref(dying, lambda _: callbacks.append("ran")))
+        return dying
+
+    def rank_main() -> None:
+        with redirect_stdout(out):
+            try:
+                breakpoint(watched())  # its argument dies as the call returns
+                raised.append(AssertionError("ran on"))
+            except BaseException as exc:
+                raised.append(exc)
+
+    thread = threading.Thread(target=rank_main, daemon=True)
+    thread.start()
+    until_paused(thread, out)
+    where = paused_lines(out)[-1]
+    assert where["function"] == "rank_main" and callbacks == ["ran"], (where, callbacks)
+    link = connect(int(where["port"]), keyed)  # type: ignore[call-overload]
+    link.send({"op": "cmd", "line": "q", "wait": 10})
+    assert link.recv(1 << 20)["paused"] is False
+    thread.join(10)
+    assert [type(e).__name__ for e in raised] == ["BdbQuit"] and not debugger.paused()
+    link.sock.close()
+
+
 def test_the_channel_refuses_a_wrong_key_a_replay_and_an_oversized_hello(keyed: bytes) -> None:
     channel = debugger._Channel(keyed)  # a rank that stopped: its listener, no prompt yet
     for attempt in ("wrong key", "too big"):
         with socket.create_connection(("127.0.0.1", channel.port), timeout=10) as sock:
-            hello = debugger.recv(sock, keyed, debugger.HELLO_LIMIT)
+            hello = debugwire.recv(sock, keyed, debugwire.HELLO_LIMIT)
             if attempt == "wrong key":
-                debugger.send(sock, b"x" * 32, {"op": "hello", "nonce": hello["nonce"]})
+                debugwire.send(sock, b"x" * 32, {"op": "hello", "nonce": hello["nonce"]})
             else:
-                sock.sendall(framing.HEADER.pack(debugger.HELLO_LIMIT + 1))
+                sock.sendall(framing.HEADER.pack(debugwire.HELLO_LIMIT + 1))
             assert sock.recv(1) == b""
     link = connect(channel.port, keyed)
     link.send({"op": "state"})
@@ -141,8 +185,8 @@ def test_the_channel_refuses_a_wrong_key_a_replay_and_an_oversized_hello(keyed: 
     assert link.sock.recv(1) == b""
     writer, reader = socket.socketpair()
     with writer, reader, pytest.raises(ConnectionError, match="failed verification"):
-        debugger.send(writer, b"y" * 32, {"op": "state"})
-        debugger.recv(reader, keyed, 1 << 20)
+        debugwire.send(writer, b"y" * 32, {"op": "state"})
+        debugwire.recv(reader, keyed, 1 << 20)
     link.sock.close()
     channel.listener.close()
 

@@ -42,6 +42,15 @@ def transport_error() -> type[Exception]:
     return error
 
 
+def timed_out(exc: BaseException) -> bool:
+    """Whether urllib3 gave up a request for want of an answer within its time-out (after
+    its retries, or at once in a stream)."""
+    from urllib3 import exceptions
+
+    reason = exc.reason if isinstance(exc, exceptions.MaxRetryError) else exc
+    return isinstance(reason, exceptions.TimeoutError)
+
+
 @dataclass
 class Connection:
     """An API client and the namespace jobs go to."""

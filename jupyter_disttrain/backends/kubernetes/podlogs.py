@@ -13,6 +13,7 @@ signed control lines left out but for a rank's error, shown as its traceback.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -22,9 +23,21 @@ from ...runtime.protocol import is_signed
 from ...terminal import physical_lines, terminal_lines
 from ..loglines import relayed_error, shown_lines
 from . import kinds
-from .client import Connection, api_error, explain, transport_error
+from .client import Connection, api_error, explain, timed_out, transport_error
 from .logs import logs_name
 from .status import pod_facts
+
+#: How long a log read that does not follow waits for the API server to send anything
+#: (its answer, then each next chunk) before it gives up with :class:`LogReadTimeout`
+#: (urllib3 tries a request that got no answer again, three times by default): a failed
+#: pod's events wait for its log to be read (watch.py), and a server that never answers
+#: must not hold them back until the job ends.
+READ_TIMEOUT = 10.0
+
+
+class LogReadTimeout(TimeoutError):
+    """The API server sent nothing of a pod's log for the read's time-out."""
+
 
 #: Lines kept of a pod that did not fail, when its job failed.
 KEPT_TAIL_LINES = 200
@@ -38,38 +51,58 @@ def stream_log(
     follow: bool,
     tail: int | None = None,
     previous: bool = False,
+    read_timeout: float = READ_TIMEOUT,
 ) -> Iterator[str]:
     """Lines of a pod's log (following it until the container ends when ``follow``).
 
     ``previous``: the log of the container's previous run (before its last restart). A pod
-    not started yet, or gone, yields nothing.
+    not started yet, or gone, yields nothing. A read that does not follow raises
+    :class:`LogReadTimeout` when the API server sends nothing for ``read_timeout`` seconds.
     """
+    waits = None if follow else (read_timeout, read_timeout)  # connect, then each read
     try:
-        resp: Any = conn.core.read_namespaced_pod_log(
-            pod,
-            conn.namespace,
-            container=container,
-            follow=follow,
-            tail_lines=tail,
-            previous=previous,
-            _preload_content=False,
-        )
+        with _given_up(pod, read_timeout):
+            resp: Any = conn.core.read_namespaced_pod_log(
+                pod,
+                conn.namespace,
+                container=container,
+                follow=follow,
+                tail_lines=tail,
+                previous=previous,
+                _preload_content=False,
+                _request_timeout=waits,
+            )
     except api_error() as exc:
         if exc.status in (400, 404):  # not started yet / gone
             return
         raise explain(exc, kind="Pod", name=pod, namespace=conn.namespace) from None
     pending = b""
     try:
-        for chunk in resp.stream(65536):
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                yield raw.decode("utf-8", "replace")
+        with _given_up(pod, read_timeout):
+            for chunk in resp.stream(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    yield raw.decode("utf-8", "replace")
         if pending:
             yield pending.decode("utf-8", "replace")
     finally:  # read to its end, or given up: either way the connection is not reused
         resp.close()
         resp.release_conn()
+
+
+@contextlib.contextmanager
+def _given_up(pod: str, seconds: float) -> Iterator[None]:
+    """urllib3's time-out of a log read as :class:`LogReadTimeout`, naming the pod."""
+    try:
+        yield
+    except transport_error() as exc:
+        if not timed_out(exc):
+            raise
+        raise LogReadTimeout(
+            f"the API server sent nothing of pod {pod}'s log for {seconds:g} s a try; "
+            "its read was given up"
+        ) from exc
 
 
 def restarted_log(

@@ -7,6 +7,7 @@ rank's own pod log, or relayed through node 0's log when its own holds none.
 from __future__ import annotations
 
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -221,4 +222,30 @@ def test_a_failed_jobs_logs_kept_while_its_pods_were_read_are_the_ones_read(
     assert job_texts(conn, "race", keep_then_delete) == kept, picked
     assert sorted(picked) == sorted(pods)  # both pods were listed, then one went
     conn.core.delete_namespaced_pod("race-master-0", conn.namespace, grace_period_seconds=0)
+    wait_for(lambda: not cluster.processes(), 60, cluster.processes)
+
+
+def test_a_log_read_the_api_server_does_not_answer_is_given_up_naming_the_pod(
+    cluster: Emulator,
+) -> None:
+    """A read that does not follow gives up when the API server sends nothing for its
+    time-out (a failed pod's events wait for that read), and says which pod's log it was;
+    once the server answers again, the log reads as before."""
+    conn = connect()
+    conn.core.create_namespaced_pod(conn.namespace, bare_pod("mute", "mute-master-0", "up"))
+
+    def log(**options: Any) -> str:
+        return "".join(podlogs.stream_log(conn, "mute-master-0", "pytorch", **options))
+
+    wait_for(lambda: "up" in log(follow=False), 60)
+    cluster.slow_down(30, resources=["pods/log"], names="mute-master-0")
+    started = time.monotonic()
+    with pytest.raises(
+        podlogs.LogReadTimeout, match="nothing of pod mute-master-0's log for 1 s a try"
+    ):
+        log(follow=False, read_timeout=1.0)
+    assert time.monotonic() - started < 20  # four tries of 1 s (urllib3 tries three more)
+    cluster.clear_faults()
+    assert "up" in log(follow=False)
+    conn.core.delete_namespaced_pod("mute-master-0", conn.namespace, grace_period_seconds=0)
     wait_for(lambda: not cluster.processes(), 60, cluster.processes)

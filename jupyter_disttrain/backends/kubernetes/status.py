@@ -47,11 +47,7 @@ def pod_facts(pod: dict[str, Any], container: str, node: int) -> PodFacts:
         reason, message = str(waiting.get("reason", "")), str(waiting.get("message", ""))
         summary = "Restarting" if restarts and reason == "CrashLoopBackOff" else "Pending"
     elif "terminated" in state and state["terminated"] is not None:
-        term = state["terminated"]
-        exit_code = int(term.get("exitCode", 0))
-        reason, message = str(term.get("reason", "")), str(term.get("message", "") or "")
-        summary = "Succeeded" if exit_code == 0 else "Failed"
-        ended = end_identity(term)
+        summary, reason, message, exit_code, ended = _run_end(state["terminated"])
     elif "running" in state and state["running"] is not None:
         summary = "Running"
     for cond in status.get("conditions") or []:
@@ -97,15 +93,28 @@ def previous_run(pod: dict[str, Any], container: str, now: PodFacts) -> PodFacts
     term = (_container_status(pod, container).get("lastState") or {}).get("terminated")
     if not term:
         return None
-    exit_code = int(term.get("exitCode", 0))
+    state, reason, message, exit_code, ended = _run_end(term)
     return replace(
         now,
-        state="Succeeded" if exit_code == 0 else "Failed",
-        reason=str(term.get("reason", "")),
-        message=str(term.get("message", "") or ""),
+        state=state,
+        reason=reason,
+        message=message,
         exit_code=exit_code,
         restarts=max(now.restarts - 1, 0),
-        ended=end_identity(term),
+        ended=ended,
+    )
+
+
+def _run_end(terminated: dict[str, Any]) -> tuple[str, str, str, int, str]:
+    """``(state, reason, message, exit code, end identity)`` of a container's
+    ``terminated`` state (its current one, or its ``lastState``)."""
+    exit_code = int(terminated.get("exitCode", 0))
+    return (
+        "Succeeded" if exit_code == 0 else "Failed",
+        str(terminated.get("reason", "")),
+        str(terminated.get("message", "") or ""),
+        exit_code,
+        end_identity(terminated),
     )
 
 

@@ -72,10 +72,10 @@ checks: lint typecheck importlint labextension-test
 # files that say `mark.serial` only (1 s, where collecting every file takes 5 s on a warm
 # venv; tests/schedule.py refuses a serial mark set anywhere else). The static checks run
 # beside the serial run, at the lowest CPU priority, and print when both end: the parallel
-# run keeps both CPUs busy (1.9 of 2 on average), so the checks' CPU (about 35 s on a fresh
-# clone, mypy's first run 25 s of it) made it longer by half that, where the serial tests
-# leave a CPU idle most of their minute (0.8 CPU busy on average) and a process at nice 19
-# gets about 1.5 % of a CPU a test's process wants. Why four workers on 2 cores: the tests wait on the
+# run keeps both CPUs busy (1.9 of 2 on average), so beside it the checks' CPU (about 35 s
+# on a fresh clone, mypy's first run 25 s of it) costs about half that in time, where the
+# serial tests leave a CPU idle most of their minute (0.8 CPU busy on average) and a process
+# at nice 19 gets about 1.5 % of a CPU a test's process wants. Why four workers on 2 cores: the tests wait on the
 # processes they start. On a fresh clone the parallel part took 12:43 with two workers and
 # the browser tests in a run of their own beside them (the CPUs idled half the time once the
 # browser tests were done), 12:10 with three workers and 11:36 with four, the CPUs busy all

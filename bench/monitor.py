@@ -225,7 +225,7 @@ def plot_traffic(n: int = 1_000_000, chunk: int = 10_000, budget: int = 4000) ->
     from jupyter_disttrain.widgets.plot import MetricPlot
 
     mon = JobMonitor("bench", "local", 1)
-    plot = MetricPlot(mon, budget=budget)
+    plot = MetricPlot(mon, budget=budget, draw_every=0)  # each render draws its points
     plot.render(mon.snapshot())
     plot.figure._handle_custom_msg({"type": "ready"}, [])
     rng = np.random.default_rng(1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -82,7 +84,7 @@ def test_new_points_are_appended_not_resent() -> None:
     events = recorded("oom_straggler")
     mon = JobMonitor("oom", "local", 4, nodes=1, nproc=4)
     mon.feed_many(upto(events, "metric", 20))
-    plot = MetricPlot(mon)
+    plot = MetricPlot(mon, draw_every=0)  # every render draws what is new
     render(plot, mon)
     ready(plot.figure)
     wire = Wire(plot.figure)
@@ -102,7 +104,7 @@ def test_mean_waits_for_running_ranks_and_completes_at_the_end() -> None:
     mon = JobMonitor("m", "local", 2)
     for r in range(2):
         mon.feed(hello(r, T0, world=2))
-    plot = MetricPlot(mon)
+    plot = MetricPlot(mon, draw_every=0)
     mon.feed_many([metric(0, T0 + s, s, loss=float(s)) for s in range(5)])
     mon.feed_many([metric(1, T0 + s, s, loss=float(s) + 2) for s in range(3)])
     render(plot, mon)
@@ -132,7 +134,7 @@ def test_a_million_points_per_series_stay_within_budget_and_are_not_all_sent() -
     n = 1_000_000
     mon = JobMonitor("big", "local", 1)
     mon.feed(Event("hello", 0, T0, {"backend": "gloo", "world_size": 1}))
-    plot = MetricPlot(mon, budget=4000)
+    plot = MetricPlot(mon, budget=4000, draw_every=0)
     render(plot, mon)
     ready(plot.figure)
     rng = np.random.default_rng(0)
@@ -154,6 +156,34 @@ def test_a_million_points_per_series_stay_within_budget_and_are_not_all_sent() -
     x, y = traces(plot)["rank 0"]
     assert x[0] == 0 and x[-1] == n - 1
     assert max(y) == 1e6 and min(y) == values.min()
+
+
+def test_new_points_wait_for_the_draw_interval_and_the_end_is_drawn_at_once() -> None:
+    """While the job runs, a render within ``draw_every`` s of the last draw sends nothing
+    (each draw makes the page lay the chart out anew); the first render after it, or the one
+    that sees the job's end, draws every point that waited."""
+    mon = JobMonitor("d", "local", 1)
+    mon.feed(hello(0, T0, world=1))
+    mon.feed(metric(0, T0, 0, loss=1.0))
+    plot = MetricPlot(mon, draw_every=3600)
+    render(plot, mon)  # the first draw builds the line
+    ready(plot.figure)
+    wire = Wire(plot.figure)
+    mon.feed(metric(0, T0 + 1, 1, loss=0.5))
+    render(plot, mon)
+    assert wire.custom() == [] and traces(plot)["rank 0"][0] == [0.0]
+    plot.draw_every = 0.05
+    time.sleep(0.1)
+    mon.feed(metric(0, T0 + 2, 2, loss=0.25))
+    render(plot, mon)
+    assert [m["type"] for m, _ in wire.custom()] == ["append"]
+    assert traces(plot)["rank 0"] == ([0.0, 1.0, 2.0], [1.0, 0.5, 0.25])
+    plot.draw_every = 3600
+    mon.feed(metric(0, T0 + 3, 3, loss=0.125))
+    mon.feed(job_event("Succeeded", t=T0 + 4))
+    render(plot, mon)  # right after the last draw, but the job ended
+    assert [m["type"] for m, _ in wire.custom()] == ["append", "append"]
+    assert traces(plot)["rank 0"][0] == [0.0, 1.0, 2.0, 3.0]
 
 
 @pytest.mark.parametrize("x_axis", ["step", "time"])

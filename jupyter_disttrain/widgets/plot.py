@@ -49,8 +49,8 @@ _MEAN_COLOR = "#202124"
 _REBUILD_EVERY = 1.0  # seconds between rebuilds while steps run backwards after a restart
 #: Seconds between two draws of new points while the job runs (its end, a control's change
 #: and a new rank are drawn at once; points that wait are drawn by the next render, which
-#: the dashboard's loop makes at least once a second). A draw of four lines of 600 points
-#: cost the page's renderer about 50 ms of CPU: ten a second kept 0.7 of a core busy.
+#: the dashboard's loop makes at least once a second). Each draw costs Chromium about 50 ms
+#: of CPU for a 2x2 job's lines: at ten a second, 0.7 of a core (bench/dashboard_cpu.py).
 DRAW_EVERY = 0.5
 
 

@@ -51,6 +51,16 @@ def timed_out(exc: BaseException) -> bool:
     return isinstance(reason, exceptions.TimeoutError)
 
 
+def error_words(exc: BaseException) -> str:
+    """An error as a user reads it: the product's own errors are sentences already, the API
+    server's answer is its status and reason, and any other error keeps its type's name."""
+    if type(exc).__module__.startswith("jupyter_disttrain."):
+        return str(exc)
+    if isinstance(exc, api_error()):
+        return f"the API server answered {exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 @dataclass
 class Connection:
     """An API client and the namespace jobs go to."""

@@ -116,10 +116,15 @@ def restarted_log(
     return lines
 
 
-def restart_count(conn: Connection, pod: str, container: str) -> int | None:
-    """The container's ``restartCount`` now; None when the pod is gone or cannot be read."""
+def restart_count(
+    conn: Connection, pod: str, container: str, *, read_timeout: float = READ_TIMEOUT
+) -> int | None:
+    """The container's ``restartCount`` now; None when the pod is gone or cannot be read,
+    also when the API server answers nothing for ``read_timeout`` seconds a try."""
     try:
-        found: Any = conn.core.read_namespaced_pod(pod, conn.namespace)
+        found: Any = conn.core.read_namespaced_pod(
+            pod, conn.namespace, _request_timeout=(read_timeout, read_timeout)
+        )
     except (api_error(), transport_error(), OSError):
         return None
     return pod_facts(conn.plain(found), container, 0).restarts

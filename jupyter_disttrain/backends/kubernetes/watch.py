@@ -18,7 +18,7 @@ from ..base import EventSink, Submission, deliver
 from ..streams import line_events
 from . import phases as kp
 from . import podlogs
-from .client import Connection, api_error, transport_error
+from .client import Connection, api_error, error_words, transport_error
 from .held import HeldEvents
 from .kinds import KubeflowKind, kind_of
 from .logs import kept_logs
@@ -151,7 +151,7 @@ class KubernetesRun(Submission):
                 target()
             except Exception as exc:  # report instead of dying silently
                 if not self._done.is_set():
-                    self._say(f"watch error: {exc!r}")
+                    self._say(f"watch error: {error_words(exc)}")
 
         return run
 

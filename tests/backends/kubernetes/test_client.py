@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from jupyter_disttrain.backends.kubernetes.client import api_error
+from jupyter_disttrain.backends.kubernetes.client import api_error, error_words
 
 LOADED_AFTER_IMPORT = """
 import sys
@@ -33,3 +33,17 @@ def test_api_error_is_the_clients_exception_class() -> None:
         raise ApiException(status=404, reason="Not Found")
     except api_error() as exc:
         assert exc.status == 404
+
+
+def test_error_words_read_as_sentences_not_reprs() -> None:
+    """What a follower's thread says when it stops: the product's own error as its message,
+    the API server's answer as status and reason, any other error with its type's name."""
+    from kubernetes.client.exceptions import ApiException
+
+    from jupyter_disttrain.backends.kubernetes.podlogs import LogReadTimeout
+
+    given_up = LogReadTimeout("the API server sent nothing of pod p-0's log for 10 s a try")
+    assert error_words(given_up) == "the API server sent nothing of pod p-0's log for 10 s a try"
+    answer = ApiException(status=403, reason="Forbidden")
+    assert error_words(answer) == "the API server answered 403 Forbidden"
+    assert error_words(KeyError("status")) == "KeyError: 'status'"

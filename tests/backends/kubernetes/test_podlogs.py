@@ -230,7 +230,8 @@ def test_a_log_read_the_api_server_does_not_answer_is_given_up_naming_the_pod(
 ) -> None:
     """A read that does not follow gives up when the API server sends nothing for its
     time-out (a failed pod's events wait for that read), and says which pod's log it was;
-    once the server answers again, the log reads as before."""
+    so does the read of its restart count; once the server answers again, both read as
+    before."""
     conn = connect()
     conn.core.create_namespaced_pod(conn.namespace, bare_pod("mute", "mute-master-0", "up"))
 
@@ -245,7 +246,12 @@ def test_a_log_read_the_api_server_does_not_answer_is_given_up_naming_the_pod(
     ):
         log(follow=False, read_timeout=1.0)
     assert time.monotonic() - started < 20  # four tries of 1 s (urllib3 tries three more)
+    cluster.slow_down(30, verbs=["get"], resources=["pods"], names="mute-master-0")
+    started = time.monotonic()  # the pod's restart count (read beside its log) gives up too
+    assert podlogs.restart_count(conn, "mute-master-0", "pytorch", read_timeout=1.0) is None
+    assert time.monotonic() - started < 20
     cluster.clear_faults()
     assert "up" in log(follow=False)
+    assert podlogs.restart_count(conn, "mute-master-0", "pytorch") == 0
     conn.core.delete_namespaced_pod("mute-master-0", conn.namespace, grace_period_seconds=0)
     wait_for(lambda: not cluster.processes(), 60, cluster.processes)

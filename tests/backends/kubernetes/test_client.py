@@ -1,4 +1,4 @@
-"""The client module: the Kubernetes client package is loaded on first use only."""
+"""The client module: the client package loads on first use only; errors are said in words."""
 
 from __future__ import annotations
 

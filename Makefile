@@ -75,15 +75,15 @@ checks: lint typecheck importlint labextension-test
 # run keeps both CPUs busy (1.9 of 2 on average), so beside it the checks' CPU (about 35 s
 # on a fresh clone, mypy's first run 25 s of it) costs about half that in time, where the
 # serial tests leave a CPU idle most of their minute (0.8 CPU busy on average) and a process
-# at nice 19 gets about 1.5 % of a CPU a test's process wants. Why four workers on 2 cores: the tests wait on the
-# processes they start. On a fresh clone the parallel part took 12:43 with two workers and
-# the browser tests in a run of their own beside them (the CPUs idled half the time once the
-# browser tests were done), 12:10 with three workers and 11:36 with four, the CPUs busy all
-# along. Two pages never share the machine: a page beside two other pages and a test could
-# take over 10 s to act on a key. All always run; any failing fails. Each pytest run prints
-# its 20 slowest tests. The package's bytecode is written first: the kernels, agents and CLI
-# processes the tests start would otherwise each compile it again where bytecode is not
-# written (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
+# at nice 19 gets about 1.5 % of a CPU a test's process wants. Why four workers on 2 cores:
+# the tests wait on the processes they start. On a fresh clone the parallel part took 12:43
+# with two workers and the browser tests in a run of their own beside them (the CPUs idled
+# half the time once the browser tests were done), 12:10 with three workers and 11:36 with
+# four, the CPUs busy all along. Two pages never share the machine: a page beside two other
+# pages and a test could take over 10 s to act on a key. All always run; any failing fails.
+# Each pytest run prints its 20 slowest tests. The package's bytecode is written first: the
+# kernels, agents and CLI processes the tests start would otherwise each compile it again
+# where bytecode is not written (PYTHONDONTWRITEBYTECODE), ~0.25 s a process.
 TEST_WORKERS ?= 4
 # The slowest tests each pytest run lists (DURATIONS=0: every test, for tests/durations.json).
 DURATIONS ?= 20

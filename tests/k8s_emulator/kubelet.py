@@ -268,6 +268,10 @@ class PodWorker(threading.Thread, PodEnv):
         self.hosts_file: Path | None = None
         self.attached = False
         self._conditions: dict[str, Obj] = {}
+        #: Status snapshots numbered as taken and the last one written: container threads
+        #: publish side by side, and an older snapshot must not overwrite a newer one.
+        self._snapshots_taken = 0
+        self._snapshot_written = 0
 
     @property
     def marker(self) -> str:
@@ -522,9 +526,19 @@ class PodWorker(threading.Thread, PodEnv):
             return status
 
     def publish(self) -> None:
-        """Write the pod's current status to the API server."""
-        status = self.status()
-        self._mutate(lambda obj: obj.__setitem__("status", status))
+        """Write the pod's current status to the API server, unless a newer snapshot (taken
+        by another container's thread) was written first."""
+        with self.lock:
+            status = self.status()
+            self._snapshots_taken += 1
+            snapshot = self._snapshots_taken
+
+        def write(obj: Obj) -> None:  # under the store's lock: writes are serialised
+            if snapshot > self._snapshot_written:
+                obj["status"] = status
+                self._snapshot_written = snapshot
+
+        self._mutate(write)
 
     def _mutate(self, change: Callable[[Obj], Any]) -> Obj | None:
         """Change this pod (this uid: never a pod made again under its name); None, and the

@@ -268,8 +268,7 @@ class PodWorker(threading.Thread, PodEnv):
         self.hosts_file: Path | None = None
         self.attached = False
         self._conditions: dict[str, Obj] = {}
-        #: Status snapshots numbered as taken and the last one written: container threads
-        #: publish side by side, and an older snapshot must not overwrite a newer one.
+        #: Status snapshots taken and the last written (container threads publish apart)
         self._snapshots_taken = 0
         self._snapshot_written = 0
 
@@ -526,8 +525,7 @@ class PodWorker(threading.Thread, PodEnv):
             return status
 
     def publish(self) -> None:
-        """Write the pod's current status to the API server, unless a newer snapshot (taken
-        by another container's thread) was written first."""
+        """Write the pod's status now, unless another thread wrote a newer snapshot first."""
         with self.lock:
             status = self.status()
             self._snapshots_taken += 1

@@ -28,6 +28,7 @@ from ..base import (
     deliver,
 )
 from . import jobdir, netns
+from .attempts import Attempts
 from .launcher import AnyLauncher, ProcessHandle
 from .plan import (
     FAILURE_GRACE_SECONDS,
@@ -222,7 +223,7 @@ class LocalRun(Submission):
         tailer = LogTailer(jobdir.logs_dir(self.dir), trust)
         started = time.monotonic()
         self._start_agents()
-        attempt = 0
+        attempts = Attempts()
         running = False
         failed_at: float | None = None
         first_error = ""
@@ -239,11 +240,10 @@ class LocalRun(Submission):
                 if event.kind == "done" and event.rank is not None:
                     done.add(event.rank)
                 if event.kind == "hello":
-                    restart = int(event.get("restart", 0))
-                    if restart > attempt:
-                        attempt = restart
+                    opened = attempts.hello(event.rank, int(event.get("restart", 0)))
+                    if opened is not None:
                         done.clear()
-                        self._emit(ev.restart_event(attempt, "workers restarted by torchrun"))
+                        self._emit(ev.restart_event(opened, "workers restarted by torchrun"))
                     if not running:
                         running = True
                         self._emit(ev.job_event("Running", "Started", "all agents rendezvoused"))

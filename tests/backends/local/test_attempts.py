@@ -1,0 +1,71 @@
+"""The attempt a local job's hellos open: after a failure, and after torchrun's membership
+change (a node whose workers looked healthy starts them again under the same count)."""
+
+from __future__ import annotations
+
+from jupyter_disttrain import events as ev
+from jupyter_disttrain.backends.local.attempts import Attempts
+from jupyter_disttrain.monitor import JobMonitor
+
+
+def opened(attempts: Attempts, hellos: list[tuple[int, int]]) -> list[int | None]:
+    """What each (rank, restart count) hello opened, in the order read."""
+    return [attempts.hello(rank, restart) for rank, restart in hellos]
+
+
+def test_a_failure_restart_opens_one_attempt_whichever_node_is_read_first() -> None:
+    attempts = Attempts()
+    assert opened(attempts, [(r, 0) for r in range(4)]) == [None] * 4
+    assert opened(attempts, [(2, 1), (3, 1), (0, 1), (1, 1)]) == [1, None, None, None]
+    assert attempts.current == 1
+    assert opened(attempts, [(1, 2), (0, 2), (3, 2), (2, 2)]) == [2, None, None, None]
+
+
+def test_a_membership_restart_under_the_old_count_is_the_next_attempt() -> None:
+    """Node 0 (ranks 0, 1) starts its workers again under count 0, as node 1's agent comes
+    back after rank 2 was killed; node 1's hellos under count 1 are the same attempt."""
+    attempts = Attempts()
+    opened(attempts, [(r, 0) for r in range(4)])
+    assert opened(attempts, [(0, 0), (1, 0), (2, 1), (3, 1)]) == [1, None, None, None]
+    # the next failure: node 0 now counts its first restart, node 1 its second
+    assert opened(attempts, [(0, 1), (1, 1), (2, 2), (3, 2)]) == [2, None, None, None]
+    assert attempts.current == 2
+
+
+def test_hellos_of_other_sources_and_a_count_that_jumps() -> None:
+    attempts = Attempts()
+    assert opened(attempts, [(0, 0), (1, 0)]) == [None, None]
+    assert attempts.hello(None, 0) is None  # no rank: it cannot say hello twice
+    assert attempts.hello(0, 3) == 3  # a count read after hellos that were missed
+    assert attempts.hello(1, 2) is None
+
+
+def local_events(order: list[tuple[int, int]]) -> list[ev.Event]:
+    """The events the local backend sends of a 2x2 job whose rank 2 is killed, then the
+    hellos of the next attempt in ``order``."""
+    attempts = Attempts()
+    events = [ev.job_event("Running", t=1000.0)]
+
+    def hello(rank: int, restart: int, t: float) -> None:
+        started = attempts.hello(rank, restart)
+        if started is not None:
+            events.append(ev.restart_event(started, "workers restarted by torchrun", t=t))
+        events.append(ev.Event("hello", rank, t, {"pid": int(t * 10) + rank, "restart": restart}))
+
+    for rank in range(4):
+        hello(rank, 0, 1001.0)
+    events.append(ev.rank_event(2, "Failed", exit_code=-9, reason="SIGKILL", t=1002.0))
+    for i, (rank, restart) in enumerate(order):
+        hello(rank, restart, 1003.0 + i)
+    return events
+
+
+def test_the_rank_table_counts_one_restart_for_each_rank_in_either_order() -> None:
+    """What the monitor reads of the local backend's events: every rank restarted once, as
+    the header's "1 restart" says, whether node 0's hellos come before node 1's or after."""
+    for order in ([(0, 0), (1, 0), (2, 1), (3, 1)], [(2, 1), (3, 1), (0, 0), (1, 0)]):
+        monitor = JobMonitor("membership", "local", 4, nodes=2, nproc=2, max_restarts=1)
+        monitor.feed_many(local_events(order))
+        snap = monitor.snapshot()
+        assert snap["restarts"] == 1, (order, snap["restarts"])
+        assert [r["restarts"] for r in snap["ranks"]] == [1, 1, 1, 1], order

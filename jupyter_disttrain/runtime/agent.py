@@ -39,6 +39,8 @@ ENV_OWNER = "DISTRAIN_OWNER_PID"
 OWNER_GRACE_SECONDS = 3.0
 #: How often a local agent reads the rendezvous state while it waits for the others.
 RDZV_POLL_SECONDS = 0.02
+#: The c10d rendezvous round a worker runs in, in its environment (:func:`worker_rounds`).
+ENV_ROUND = "DISTRAIN_ROUND"
 
 _ARGS = (
     "host_name",
@@ -241,9 +243,48 @@ def private_log_folders() -> None:
     specs.reify = private_reify
 
 
+def worker_rounds() -> None:
+    """Give every worker the c10d rendezvous round it runs in, as ``DISTRAIN_ROUND``
+    (idempotent; nothing under a rendezvous without rounds, such as ``static``).
+
+    ``TORCHELASTIC_RESTART_COUNT`` can differ between the nodes of one round: an agent
+    whose workers still look healthy when another node comes back to the rendezvous
+    starts them again as a membership change, which torch does not count. The round is
+    the rendezvous's own number, read by every node from the state they share.
+    """
+    from torch.distributed.elastic.multiprocessing import api
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    handler: Any = dynamic_rendezvous.DynamicRendezvousHandler
+    if getattr(handler.next_rendezvous, "_distrain_round", False):
+        return
+    join = handler.next_rendezvous
+    joined: list[int] = []  # the round this agent last joined
+
+    def next_rendezvous(self: Any) -> Any:
+        info = join(self)
+        number = getattr(getattr(self, "_state_holder", None), "state", None)
+        number = getattr(number, "round", None)
+        if isinstance(number, int):
+            joined[:] = [number]
+        return info
+
+    specs: Any = api.DefaultLogsSpecs
+    reify = specs.reify
+
+    def reify_in_round(self: Any, envs: dict[int, dict[str, str]]) -> Any:
+        for env in envs.values() if joined else ():  # the dicts the workers start with
+            env[ENV_ROUND] = str(joined[0])
+        return reify(self, envs)
+
+    next_rendezvous._distrain_round = True  # type: ignore[attr-defined]
+    handler.next_rendezvous = next_rendezvous
+    specs.reify = reify_in_round
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run torchrun's main with loopback-only stores, a signed rendezvous state and
-    owner-only log folders.
+    """Run torchrun's main with loopback-only stores, a signed rendezvous state,
+    owner-only log folders and each worker's rendezvous round.
 
     Watches the owner when told to (``DISTRAIN_OWNER_PID``).
     """
@@ -256,6 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         bind_stores_to_loopback()
         fast_rendezvous_polls()
         private_log_folders()
+        worker_rounds()
         from torch.distributed import run as torchrun
     key = jobkey.load()
     if key is not None:

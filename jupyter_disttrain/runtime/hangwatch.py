@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from . import control, debugger, env, pausing, rankprefix, report, stacks
 from .cell import code_filename
-from .jobstore import SignedStore, job_key, round_key, signed_default_store
+from .jobstore import SignedStore, job_key, round_key, signed_default_store, worker_round
 
 ENV_HANG = "DISTRAIN_HANG_AFTER"
 #: A pod's annotations file (downward API): the notebook asks for stacks by annotating rank 0.
@@ -175,7 +175,7 @@ class _Watch:
         self.served: set[str] = set()
         self.token = self._activity()
         # a restarted round does not take again the requests its predecessor took
-        restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
+        restarted = worker_round() != "0"
         self.taken = {c: self._newest(c)[0] if restarted else 0 for c in control.CONTROLS}
         self.passed_on = dict(self.taken)  # rank 0: the newest request put in the store
         self.read_changes = -1  # the store's change counter when this rank last read it

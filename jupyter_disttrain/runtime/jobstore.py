@@ -23,6 +23,7 @@ import time
 from typing import Any, Final
 
 from . import jobkey
+from .agent import ENV_ROUND
 
 #: Seconds between two reads of a value that failed verification (waiting for a good one).
 POLL_SECONDS: Final = 0.05
@@ -64,9 +65,15 @@ def default_store() -> Any:
         return None
 
 
+def worker_round() -> str:
+    """This round of workers, the same on every rank of it: the rendezvous round its agent
+    gave it (:func:`.agent.worker_rounds`), else torchrun's restart count, else "0"."""
+    return os.environ.get(ENV_ROUND) or os.environ.get("TORCHELASTIC_RESTART_COUNT") or "0"
+
+
 def round_key(area: str, what: str) -> str:
     """A store key of ``area`` for this round of workers (restarts do not meet old keys)."""
-    return f"distrain/{area}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{what}"
+    return f"distrain/{area}/{worker_round()}/{what}"
 
 
 def job_key() -> bytes | None:

@@ -130,6 +130,9 @@ def _json(line: str) -> dict[str, Any] | None:
 def _torchrun(argv: list[str]) -> None:
     from torch.distributed import run
 
+    from .agent import worker_rounds
+
+    worker_rounds()
     run.main(argv)
 
 

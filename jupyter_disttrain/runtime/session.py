@@ -63,7 +63,7 @@ from . import debugger, framing, jobkey, relay, report
 from .cell import main_module, register_source, run_cell
 from .env import ENV_RUN_ID
 from .framing import send_frame
-from .jobstore import SignedStore, framework_store, job_key
+from .jobstore import SignedStore, framework_store, job_key, worker_round
 
 PREFIX: Final = "distrain-session/"
 #: Largest frame either side accepts once connected (a cell's payload is capped lower).
@@ -128,8 +128,7 @@ def control_store(key: bytes) -> SignedStore:
     signing and checking with ``key``. A framework's own store (JAX's coordination
     service, see :func:`.jobstore.use_store`) is used, scoped, where there is one."""
     run = os.environ.get(ENV_RUN_ID, "")
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    scope = f"{PREFIX}{run}/{restart}/"
+    scope = f"{PREFIX}{run}/{worker_round()}/"
     own = framework_store()
     if own is not None:
         return SignedStore(own.scoped(scope), key, scope)

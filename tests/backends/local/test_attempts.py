@@ -3,9 +3,21 @@ change (a node whose workers looked healthy starts them again under the same cou
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
+import pytest
+
 from jupyter_disttrain import events as ev
+from jupyter_disttrain.backends.local import LocalBackend
 from jupyter_disttrain.backends.local.attempts import Attempts
 from jupyter_disttrain.monitor import JobMonitor
+from jupyter_disttrain.payload import build_payload
+from jupyter_disttrain.results import decode_result
+from jupyter_disttrain.runtime.jobstore import round_key
+from jupyter_disttrain.spec import JobSpec
+from tests.backends.local.test_backend import Collector, job_logs
+from tests.conftest import submit_now
 
 
 def opened(attempts: Attempts, hellos: list[tuple[int, int]]) -> list[int | None]:
@@ -69,3 +81,43 @@ def test_the_rank_table_counts_one_restart_for_each_rank_in_either_order() -> No
         snap = monitor.snapshot()
         assert snap["restarts"] == 1, (order, snap["restarts"])
         assert [r["restarts"] for r in snap["ranks"]] == [1, 1, 1, 1], order
+
+
+MEMBERSHIP = textwrap.dedent(
+    """
+    import os, pathlib, signal, time, torch.distributed as dist
+    from jupyter_disttrain.runtime.jobstore import round_key
+    first = not pathlib.Path(MARKER).exists()  # read before any rank can write it
+    dist.barrier()
+    if first:  # the first attempt: rank 2 dies while the others are idle
+        if dist.get_rank() == 2:
+            pathlib.Path(MARKER).write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)  # no collective: node 0's workers never see rank 2 die
+    keys = [None] * dist.get_world_size()
+    dist.all_gather_object(keys, round_key("test", "k"))
+    keys
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_real_membership_restart_reads_as_one_restart_with_one_round(tmp_path: Path) -> None:
+    """torchrun, 2x2, rank 2 killed while every other rank sleeps: node 1's agent restarts
+    its workers (count 1) and node 0's restarts its healthy ones as a membership change
+    (count 0). The job reads one restart for every rank, and its ranks share one round."""
+    spec = JobSpec("membership", nodes=2, nproc=2, max_restarts=1, timeout=120)
+    sink = Collector()
+    payload = build_payload(MEMBERSHIP, {"MARKER": str(tmp_path / "killed")}, job=spec.name)
+    run = submit_now(LocalBackend(), spec, payload, sink)
+    assert run.join(120), f"job did not finish\n{job_logs(run)}"
+    assert sink.final().get("state") == "Succeeded", job_logs(run)
+    again = {e.rank: e.get("restart") for e in sink.kinds("hello")[4:]}
+    assert again == {0: 0, 1: 0, 2: 1, 3: 1}, job_logs(run)  # node 0's count did not move
+    assert [e.get("attempt") for e in sink.kinds("restart")] == [1], job_logs(run)
+    keys = decode_result(sink.kinds("result")[0].fields)
+    assert len(set(keys)) == 1 and keys[0] != round_key("test", "k"), keys  # not round 0's
+    monitor = JobMonitor(spec.name, "local", 4, nodes=2, nproc=2, max_restarts=1)
+    monitor.feed_many(sink.events)
+    snap = monitor.snapshot()
+    assert snap["restarts"] == 1 and [r["restarts"] for r in snap["ranks"]] == [1] * 4, snap

@@ -243,6 +243,7 @@ def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator, tmp_p
     cell = textwrap.dedent(
         """
         import os, time, torch.distributed as dist
+        print("round", os.environ.get("DISTRAIN_ROUND"), flush=True)
         print("up", flush=True)
         i = 0
         while not os.path.exists(FINISH) and i < 3000:
@@ -283,6 +284,10 @@ def test_killed_pod_restarts_and_the_job_still_succeeds(cluster: Emulator, tmp_p
     finish.touch()
     assert job.result(timeout=240) == "finished", job.logs()
     assert job.monitor.restarts >= 1
+    # the new agent's workers start under restart count 0 again, in the rendezvous's round 1
+    logs = KubernetesBackend().logs("k8s-kill")
+    rounds = sorted(line for line in logs.splitlines() if "] round " in line)
+    assert rounds == [f"[rank {r}] round {n}" for r in (0, 1) for n in (0, 1)], logs
     wait_for(lambda: not cluster.processes(), 15, cluster.processes)
 
 

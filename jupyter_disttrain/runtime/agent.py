@@ -263,8 +263,8 @@ def worker_rounds() -> None:
 
     def next_rendezvous(self: Any) -> Any:
         info = join(self)
-        number = getattr(getattr(self, "_state_holder", None), "state", None)
-        number = getattr(number, "round", None)
+        state = getattr(getattr(self, "_state_holder", None), "state", None)
+        number = getattr(state, "round", None)
         if isinstance(number, int):
             joined[:] = [number]
         return info
@@ -273,8 +273,9 @@ def worker_rounds() -> None:
     reify = specs.reify
 
     def reify_in_round(self: Any, envs: dict[int, dict[str, str]]) -> Any:
-        for env in envs.values() if joined else ():  # the dicts the workers start with
-            env[ENV_ROUND] = str(joined[0])
+        if joined:
+            for env in envs.values():  # the dicts the workers start with
+                env[ENV_ROUND] = str(joined[0])
         return reify(self, envs)
 
     next_rendezvous._distrain_round = True  # type: ignore[attr-defined]

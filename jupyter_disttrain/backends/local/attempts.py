@@ -11,6 +11,8 @@ say 1: both are the job's next attempt, whichever hello is read first.
 
 from __future__ import annotations
 
+from ... import events as ev
+
 
 class Attempts:
     """The job's attempt as its ranks' hellos show it (0 until a restart)."""
@@ -32,3 +34,11 @@ class Attempts:
         if rank is not None:
             self._greeted.add(rank)
         return opened
+
+    def restart(self, hello: ev.Event) -> ev.Event | None:
+        """The ``restart`` event a rank's ``hello`` means, stamped now (as it is read), or
+        None when the hello belongs to the current attempt."""
+        opened = self.hello(hello.rank, int(hello.get("restart", 0)))
+        if opened is None:
+            return None
+        return ev.restart_event(opened, "workers restarted by torchrun")

@@ -240,10 +240,10 @@ class LocalRun(Submission):
                 if event.kind == "done" and event.rank is not None:
                     done.add(event.rank)
                 if event.kind == "hello":
-                    opened = attempts.hello(event.rank, int(event.get("restart", 0)))
-                    if opened is not None:
+                    restart = attempts.restart(event)
+                    if restart is not None:
                         done.clear()
-                        self._emit(ev.restart_event(opened, "workers restarted by torchrun"))
+                        self._emit(restart)
                     if not running:
                         running = True
                         self._emit(ev.job_event("Running", "Started", "all agents rendezvoused"))

@@ -59,10 +59,8 @@ def local_events(order: list[tuple[int, int]]) -> list[ev.Event]:
     events = [ev.job_event("Running", t=1000.0)]
 
     def hello(rank: int, restart: int, t: float) -> None:
-        started = attempts.hello(rank, restart)
-        if started is not None:
-            events.append(ev.restart_event(started, "workers restarted by torchrun", t=t))
-        events.append(ev.Event("hello", rank, t, {"pid": int(t * 10) + rank, "restart": restart}))
+        said = ev.Event("hello", rank, t, {"pid": int(t * 10) + rank, "restart": restart})
+        events.extend(e for e in (attempts.restart(said), said) if e is not None)
 
     for rank in range(4):
         hello(rank, 0, 1001.0)
